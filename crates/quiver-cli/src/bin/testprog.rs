@@ -1,0 +1,2 @@
+//! Test helper program driven by the integration tests.
+fn main() {}

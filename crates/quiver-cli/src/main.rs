@@ -1,0 +1,2 @@
+//! The `quiver` command.
+fn main() {}

@@ -1,0 +1,1 @@
+//! quiver-transport: moving bytes between processes.

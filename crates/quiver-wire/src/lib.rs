@@ -1,0 +1,7 @@
+//! quiver-wire: the byte layouts quiver puts in shared memory and on the wire.
+//!
+//! Layer: the bottom. Depends on nothing of ours, does no I/O and no allocation.
+//! Every format is a checked view over a byte buffer (`new_checked` validates lengths
+//! once, after which accessors cannot panic) plus a parsed representation.
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used)]

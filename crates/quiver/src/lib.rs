@@ -1,0 +1,1 @@
+//! quiver: the public API.
