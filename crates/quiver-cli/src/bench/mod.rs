@@ -1,0 +1,1 @@
+//! `quiver bench` (owned by the bench work; stub).
