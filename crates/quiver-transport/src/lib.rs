@@ -1,1 +1,12 @@
 //! quiver-transport: moving bytes between processes.
+//!
+//! Layer: below the public `quiver` crate, above `quiver-wire`/`quiver-proto`. This crate
+//! owns the operating-system side of the shared-memory transport: shared rings ([`ring`]),
+//! wake-ups ([`notify`]) and the system calls behind them ([`sys`]). It is one of the few
+//! places where `unsafe` is allowed, because it maps memory shared with other processes and
+//! makes system calls; each block carries a `SAFETY:` comment. It decides nothing about
+//! protocols (which path a message takes is the caller's choice).
+
+pub mod notify;
+pub mod ring;
+pub mod sys;

@@ -1,0 +1,942 @@
+//! A single-producer, single-consumer byte ring in shared memory: one directed edge.
+//!
+//! The receiver creates the ring (a memfd) and hands it to the one sender that connected;
+//! the sender writes records, the receiver reads them. Layout (see docs/protocol.md, "shm
+//! ring"):
+//!
+//! ```text
+//!  offset   written by   contents
+//!  0        producer     sender_waiting u32 | producer_closed u32          (cache line 0)
+//!  64       consumer     head u64 | rndv_done u64 | wake_seq u32 | consumer_closed u32 (line 1)
+//!  128      creator      magic u64 | version u32 | pad u32 | capacity u64 | salt u64   (line 2)
+//!  256      producer     data: `capacity` bytes of 64-byte-aligned records
+//!
+//!  record at absolute stream position p (p % 64 == 0), stored at p % capacity:
+//!  0   stamp u64       = (p + 1) ^ salt, written last with release ordering: the "full" flag
+//!  8   kind u8 | 3 reserved bytes | frag_len u32
+//!  16  total_len u64   message length (MSG), remaining context (CONT), message length (RNDV)
+//!  24  payload         frag_len bytes; the record occupies round_up(24 + frag_len, 64) bytes
+//! ```
+//!
+//! A poll reads one cache line: the stamp and, for short messages, the payload with it.
+//! Stamps are salted with a per-ring random value so that stale payload bytes from an
+//! earlier lap can never pass for a record by accident.
+//!
+//! Trust: the memory is shared with another process that may crash or misbehave. Every
+//! value read from it is validated before use (kind, lengths against the capacity and the
+//! record's room before the end, the producer's view of `head`), every loop is bounded, and
+//! a violation is a [`RingError`] on this ring only. Payload bytes are copied with raw
+//! pointer copies; a peer scribbling on them concurrently can corrupt its own message, not
+//! our memory.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sys::{self, Mapping};
+
+/// Bytes of the control area before the data.
+pub const DATA_OFFSET: usize = 256;
+/// Record alignment and the cache-line size we assume.
+pub const LINE: u64 = 64;
+/// Bytes of a record header before its payload.
+pub const HEADER_BYTES: u64 = 24;
+/// Payload bytes that fit in the record's first cache line with the header.
+pub const INLINE_BYTES: u64 = LINE - HEADER_BYTES;
+/// Smallest allowed data capacity.
+pub const MIN_CAPACITY: u64 = 4096;
+/// Largest allowed data capacity (1 GiB).
+pub const MAX_CAPACITY: u64 = 1 << 30;
+/// Largest message length a record may announce (1 TiB): anything above is corruption.
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 40;
+
+const MAGIC: u64 = 0x7175_6976_6572_5231; // "quiverR1"
+const VERSION: u32 = 1;
+
+const OFF_SENDER_WAITING: usize = 0;
+const OFF_PRODUCER_CLOSED: usize = 4;
+const OFF_HEAD: usize = 64;
+const OFF_RNDV_DONE: usize = 72;
+const OFF_WAKE_SEQ: usize = 80;
+const OFF_CONSUMER_CLOSED: usize = 84;
+const OFF_MAGIC: usize = 128;
+const OFF_VERSION: usize = 136;
+const OFF_CAPACITY: usize = 144;
+const OFF_SALT: usize = 152;
+
+const REC_STAMP: usize = 0;
+const REC_KIND: usize = 8;
+const REC_FRAG_LEN: usize = 12;
+const REC_TOTAL_LEN: usize = 16;
+
+/// What a record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// First (possibly only) fragment of an eagerly copied message; `total_len` is its length.
+    Msg = 1,
+    /// A further fragment of the message started by the last `Msg`.
+    Cont = 2,
+    /// Rendezvous request: the payload is the sender's (address u64, length u64); the
+    /// receiver copies the data itself and then counts the request in `rndv_done`.
+    Rndv = 3,
+    /// Filler up to the end of the data area; the next record starts at offset 0.
+    Pad = 4,
+    /// The sender closed this edge; nothing follows.
+    Close = 5,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Msg,
+            2 => Kind::Cont,
+            3 => Kind::Rndv,
+            4 => Kind::Pad,
+            5 => Kind::Close,
+            _ => return None,
+        })
+    }
+}
+
+/// A violation of the ring protocol by the other side, or a ring that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// A value read from shared memory is impossible.
+    #[error("shared ring corrupted: {field} = {value} ({reason})")]
+    Corrupt {
+        /// Which field was wrong.
+        field: &'static str,
+        /// The value read.
+        value: u64,
+        /// Why it is impossible.
+        reason: &'static str,
+    },
+    /// The ring's identifying header does not match what a ring of ours must hold.
+    #[error("not a quiver ring or wrong version: {field} = {value:#x}")]
+    BadHeader {
+        /// Which field was wrong.
+        field: &'static str,
+        /// The value read.
+        value: u64,
+    },
+}
+
+/// Bytes a record with `frag_len` payload bytes occupies (header + payload, 64-aligned).
+pub fn record_size(frag_len: u64) -> u64 {
+    (HEADER_BYTES + frag_len).div_ceil(LINE) * LINE
+}
+
+/// Where a record of `size` bytes goes when the producer is at stream position `tail`:
+/// returns (`pad`, bytes of filler needed first so it does not cross the end of the data
+/// area; the record then starts at `tail + pad`).
+pub fn placement(tail: u64, size: u64, capacity: u64) -> u64 {
+    let off = tail & (capacity - 1);
+    if off + size > capacity {
+        capacity - off
+    } else {
+        0
+    }
+}
+
+/// The largest payload one record may carry in a ring of `capacity` bytes: a record never
+/// takes more than a quarter of the ring, so several are in flight at once.
+pub fn max_frag_len(capacity: u64) -> u64 {
+    capacity / 4 - HEADER_BYTES
+}
+
+fn stamp(pos: u64, salt: u64) -> u64 {
+    pos.wrapping_add(1) ^ salt
+}
+
+/// Accessors for the control words of a mapped ring.
+#[derive(Debug)]
+struct Shared {
+    map: Arc<Mapping>,
+}
+
+impl Shared {
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= DATA_OFFSET);
+        // SAFETY: `off` is a 4-aligned offset inside the control area (checked above in debug,
+        // and all callers pass the constants above); the mapping is page-aligned and lives as
+        // long as `self`. AtomicU32 has the layout of u32 and tolerates concurrent access.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= DATA_OFFSET);
+        // SAFETY: as in `u32_at`, for an 8-aligned offset in the control area.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    fn data(&self) -> *mut u8 {
+        // SAFETY: every ring mapping is DATA_OFFSET + capacity bytes long (checked in
+        // `create`/`attach`), so the data area starts inside it.
+        unsafe { self.map.as_ptr().add(DATA_OFFSET) }
+    }
+
+    /// The stamp word of the record slot at data offset `off` (64-aligned, < capacity).
+    fn stamp_at(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: callers pass a 64-aligned offset below the capacity, so 8 bytes fit.
+        unsafe { &*(self.data().add(off as usize + REC_STAMP) as *const AtomicU64) }
+    }
+
+    fn read_u64(&self, off: u64) -> u64 {
+        // SAFETY: callers pass an 8-aligned offset inside the data area with 8 bytes room.
+        // A volatile read: the other process may change it, we validate what we get.
+        unsafe { std::ptr::read_volatile(self.data().add(off as usize) as *const u64) }
+    }
+
+    fn read_u32(&self, off: u64) -> u32 {
+        // SAFETY: as `read_u64`, for 4 bytes.
+        unsafe { std::ptr::read_volatile(self.data().add(off as usize) as *const u32) }
+    }
+
+    fn read_u8(&self, off: u64) -> u8 {
+        // SAFETY: as `read_u64`, for 1 byte.
+        unsafe { std::ptr::read_volatile(self.data().add(off as usize)) }
+    }
+}
+
+/// The receiving half of a ring.
+#[derive(Debug)]
+pub struct Consumer {
+    shared: Shared,
+    capacity: u64,
+    salt: u64,
+    /// Stream position of the next record to read.
+    head: u64,
+    /// `head` as last published to the producer.
+    published_head: u64,
+    /// Rendezvous requests completed (published immediately).
+    rndv_done: u64,
+}
+
+/// A record found at the consumer's head, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// What it carries (never `Pad`: those are skipped).
+    pub kind: Kind,
+    /// Payload bytes in this record.
+    pub frag_len: u64,
+    /// See the layout: message length for `Msg` and `Rndv`.
+    pub total_len: u64,
+    /// Stream position of the record.
+    pub pos: u64,
+    /// Bytes the record occupies.
+    pub size: u64,
+}
+
+impl Consumer {
+    /// Creates a ring of `capacity` data bytes (a power of two in
+    /// [`MIN_CAPACITY`]..=[`MAX_CAPACITY`]) in a new memfd; returns the consumer and the
+    /// descriptor to hand to the producer.
+    pub fn create(capacity: u64, salt: u64) -> std::io::Result<(Consumer, std::os::fd::OwnedFd)> {
+        if !capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("ring capacity {capacity} must be a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"),
+            ));
+        }
+        let len = DATA_OFFSET + capacity as usize;
+        let fd = sys::memfd("quiver-ring", len)?;
+        let map = Mapping::map(&fd, len)?;
+        write_header(&map, capacity, salt);
+        let consumer = Consumer {
+            shared: Shared { map: Arc::new(map) },
+            capacity,
+            salt,
+            head: 0,
+            published_head: 0,
+            rndv_done: 0,
+        };
+        Ok((consumer, fd))
+    }
+
+    /// Data capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Looks at the record at the head without consuming it. Filler records are skipped
+    /// (consumed) here. `Ok(None)` means nothing has arrived yet.
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<Record>, RingError> {
+        // Bounded: at most one filler precedes a real record.
+        for _ in 0..2 {
+            match self.record_at(self.head)? {
+                None => return Ok(None),
+                Some(rec) if rec.kind == Kind::Pad => {
+                    self.head += rec.size;
+                }
+                Some(rec) => return Ok(Some(rec)),
+            }
+        }
+        Err(RingError::Corrupt {
+            field: "kind",
+            value: Kind::Pad as u64,
+            reason: "two filler records in a row",
+        })
+    }
+
+    /// Looks at the record at stream position `pos` (at or after the head, 64-aligned),
+    /// used to check that all fragments of a message have arrived before taking it.
+    #[inline]
+    pub fn record_at(&self, pos: u64) -> Result<Option<Record>, RingError> {
+        debug_assert!(pos % LINE == 0 && pos >= self.head);
+        let off = pos & (self.capacity - 1);
+        let st = self.shared.stamp_at(off).load(Ordering::Acquire);
+        if st != stamp(pos, self.salt) {
+            return Ok(None);
+        }
+        let kind_raw = self.shared.read_u8(off + REC_KIND as u64);
+        let frag_len = u64::from(self.shared.read_u32(off + REC_FRAG_LEN as u64));
+        let total_len = self.shared.read_u64(off + REC_TOTAL_LEN as u64);
+        let kind = Kind::from_u8(kind_raw).ok_or(RingError::Corrupt {
+            field: "kind",
+            value: u64::from(kind_raw),
+            reason: "unknown record kind",
+        })?;
+        let room = self.capacity - off;
+        let size = if kind == Kind::Pad {
+            if off == 0 || frag_len != 0 {
+                return Err(RingError::Corrupt {
+                    field: "pad",
+                    value: off,
+                    reason: "filler at the start of the ring or with a payload",
+                });
+            }
+            room
+        } else {
+            let size = record_size(frag_len);
+            if frag_len > max_frag_len(self.capacity) || size > room {
+                return Err(RingError::Corrupt {
+                    field: "frag_len",
+                    value: frag_len,
+                    reason: "record larger than the ring allows or crossing its end",
+                });
+            }
+            size
+        };
+        if total_len > MAX_MESSAGE_BYTES {
+            return Err(RingError::Corrupt {
+                field: "total_len",
+                value: total_len,
+                reason: "above the largest message length",
+            });
+        }
+        match kind {
+            Kind::Msg if frag_len > total_len => Err(RingError::Corrupt {
+                field: "frag_len",
+                value: frag_len,
+                reason: "first fragment longer than its message",
+            }),
+            Kind::Rndv if frag_len != 16 => Err(RingError::Corrupt {
+                field: "frag_len",
+                value: frag_len,
+                reason: "rendezvous request must carry 16 bytes",
+            }),
+            _ => Ok(Some(Record {
+                kind,
+                frag_len,
+                total_len,
+                pos,
+                size,
+            })),
+        }
+    }
+
+    /// Copies the payload of `rec` into `dst` (which must be `rec.frag_len` bytes long).
+    #[inline]
+    pub fn copy_payload(&self, rec: &Record, dst: &mut [u8]) {
+        assert_eq!(
+            dst.len() as u64,
+            rec.frag_len,
+            "destination must match the fragment"
+        );
+        let off = (rec.pos & (self.capacity - 1)) + HEADER_BYTES;
+        // SAFETY: `record_at` checked that header + frag_len lies inside the data area; `dst`
+        // is exclusively borrowed and does not overlap shared memory we map.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.shared.data().add(off as usize),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+    }
+
+    /// The (address, length) a rendezvous record carries.
+    pub fn rndv_target(&self, rec: &Record) -> (u64, u64) {
+        debug_assert_eq!(rec.kind, Kind::Rndv);
+        let off = (rec.pos & (self.capacity - 1)) + HEADER_BYTES;
+        (self.shared.read_u64(off), self.shared.read_u64(off + 8))
+    }
+
+    /// Consumes `rec` (which must be the record at the head). Publishes the new head to the
+    /// producer when a quarter of the ring has been freed or the producer is waiting.
+    #[inline]
+    pub fn consume(&mut self, rec: &Record) {
+        debug_assert_eq!(rec.pos, self.head);
+        self.head = rec.pos + rec.size;
+        if self.head - self.published_head >= self.capacity / 4
+            || self
+                .shared
+                .u32_at(OFF_SENDER_WAITING)
+                .load(Ordering::Relaxed)
+                != 0
+        {
+            self.publish();
+        }
+    }
+
+    /// Counts one completed rendezvous request and tells the producer at once.
+    pub fn complete_rndv(&mut self) {
+        self.rndv_done += 1;
+        self.shared
+            .u64_at(OFF_RNDV_DONE)
+            .store(self.rndv_done, Ordering::Release);
+        self.publish();
+    }
+
+    /// Makes every consumed byte available to the producer and wakes it if it sleeps.
+    pub fn publish(&mut self) {
+        self.shared
+            .u64_at(OFF_HEAD)
+            .store(self.head, Ordering::Release);
+        self.published_head = self.head;
+        // Pairs with the fence in `Producer::prepare_wait`: either the producer sees our
+        // head, or we see its waiting flag.
+        fence(Ordering::SeqCst);
+        if self
+            .shared
+            .u32_at(OFF_SENDER_WAITING)
+            .load(Ordering::Relaxed)
+            != 0
+        {
+            let seq = self.shared.u32_at(OFF_WAKE_SEQ);
+            seq.fetch_add(1, Ordering::Release);
+            sys::futex_wake(seq);
+        }
+    }
+
+    /// Publishes if anything consumed is still unpublished (call before idling).
+    #[inline]
+    pub fn flush(&mut self) {
+        if self.head != self.published_head {
+            self.publish();
+        }
+    }
+
+    /// Whether the producer marked the ring closed.
+    pub fn producer_closed(&self) -> bool {
+        self.shared
+            .u32_at(OFF_PRODUCER_CLOSED)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// Marks the ring closed from this side and wakes a waiting producer.
+    pub fn close(&mut self) {
+        self.shared
+            .u32_at(OFF_CONSUMER_CLOSED)
+            .store(1, Ordering::Release);
+        let seq = self.shared.u32_at(OFF_WAKE_SEQ);
+        seq.fetch_add(1, Ordering::Release);
+        sys::futex_wake(seq);
+    }
+
+    /// Re-reads the identifying header and the producer's words; a peer that scribbled over
+    /// them is caught here (called when idle, not per message).
+    pub fn verify(&self) -> Result<(), RingError> {
+        check_header(&self.shared, Some((self.capacity, self.salt))).map(|_| ())?;
+        for (field, off) in [
+            ("sender_waiting", OFF_SENDER_WAITING),
+            ("producer_closed", OFF_PRODUCER_CLOSED),
+        ] {
+            let v = self.shared.u32_at(off).load(Ordering::Relaxed);
+            if v > 1 {
+                return Err(RingError::Corrupt {
+                    field,
+                    value: u64::from(v),
+                    reason: "flag neither 0 nor 1",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_header(map: &Mapping, capacity: u64, salt: u64) {
+    let base = map.as_ptr();
+    // SAFETY: the header offsets are aligned and inside the control area of a mapping of at
+    // least DATA_OFFSET bytes; the ring is not shared with anybody yet.
+    unsafe {
+        std::ptr::write(base.add(OFF_MAGIC) as *mut u64, MAGIC);
+        std::ptr::write(base.add(OFF_VERSION) as *mut u32, VERSION);
+        std::ptr::write(base.add(OFF_CAPACITY) as *mut u64, capacity);
+        std::ptr::write(base.add(OFF_SALT) as *mut u64, salt);
+    }
+}
+
+/// Validates the identifying header; returns (capacity, salt). With `expect`, also checks
+/// they are unchanged.
+fn check_header(shared: &Shared, expect: Option<(u64, u64)>) -> Result<(u64, u64), RingError> {
+    let magic = shared.u64_at(OFF_MAGIC).load(Ordering::Acquire);
+    if magic != MAGIC {
+        return Err(RingError::BadHeader {
+            field: "magic",
+            value: magic,
+        });
+    }
+    let version = shared.u32_at(OFF_VERSION).load(Ordering::Relaxed);
+    if version != VERSION {
+        return Err(RingError::BadHeader {
+            field: "version",
+            value: u64::from(version),
+        });
+    }
+    let capacity = shared.u64_at(OFF_CAPACITY).load(Ordering::Relaxed);
+    let salt = shared.u64_at(OFF_SALT).load(Ordering::Relaxed);
+    let map_ok = shared.map.len() as u64 == DATA_OFFSET as u64 + capacity;
+    if !capacity.is_power_of_two()
+        || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity)
+        || !map_ok
+        || expect.is_some_and(|(c, _)| c != capacity)
+    {
+        return Err(RingError::BadHeader {
+            field: "capacity",
+            value: capacity,
+        });
+    }
+    if expect.is_some_and(|(_, s)| s != salt) {
+        return Err(RingError::BadHeader {
+            field: "salt",
+            value: salt,
+        });
+    }
+    Ok((capacity, salt))
+}
+
+/// The sending half of a ring.
+#[derive(Debug)]
+pub struct Producer {
+    shared: Shared,
+    capacity: u64,
+    salt: u64,
+    /// Stream position of the next record to write.
+    tail: u64,
+    /// The consumer's head as last read.
+    cached_head: u64,
+    /// Rendezvous requests written so far.
+    rndv_posted: u64,
+}
+
+impl Producer {
+    /// Maps a ring received from its consumer and validates its header.
+    pub fn attach(fd: &std::os::fd::OwnedFd) -> Result<Producer, AttachError> {
+        let len = sys::file_len(fd).map_err(AttachError::Io)?;
+        if len <= DATA_OFFSET || len > DATA_OFFSET + MAX_CAPACITY as usize {
+            return Err(AttachError::Ring(RingError::BadHeader {
+                field: "file length",
+                value: len as u64,
+            }));
+        }
+        let map = Mapping::map(fd, len).map_err(AttachError::Io)?;
+        let shared = Shared { map: Arc::new(map) };
+        let (capacity, salt) = check_header(&shared, None).map_err(AttachError::Ring)?;
+        let head = shared.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        if head != 0 {
+            return Err(AttachError::Ring(RingError::BadHeader {
+                field: "head",
+                value: head,
+            }));
+        }
+        Ok(Producer {
+            shared,
+            capacity,
+            salt,
+            tail: 0,
+            cached_head: 0,
+            rndv_posted: 0,
+        })
+    }
+
+    /// Data capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Largest payload of one record.
+    pub fn max_frag_len(&self) -> u64 {
+        max_frag_len(self.capacity)
+    }
+
+    /// Re-reads the consumer's head, validating it.
+    fn refresh_head(&mut self) -> Result<(), RingError> {
+        let head = self.shared.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        if head < self.cached_head || head > self.tail || head % LINE != 0 {
+            return Err(RingError::Corrupt {
+                field: "head",
+                value: head,
+                reason: "consumer position outside what was written",
+            });
+        }
+        self.cached_head = head;
+        Ok(())
+    }
+
+    /// Bytes needed to write a record of `frag_len` payload bytes now (filler included).
+    fn bytes_needed(&self, frag_len: u64) -> u64 {
+        let size = record_size(frag_len);
+        placement(self.tail, size, self.capacity) + size
+    }
+
+    /// Whether records with these payload lengths fit now, in order (re-reading the head
+    /// if the cached one says no).
+    pub fn fits(
+        &mut self,
+        frag_lens: impl Iterator<Item = u64> + Clone,
+    ) -> Result<bool, RingError> {
+        let need = |tail0: u64, cap: u64| {
+            let mut tail = tail0;
+            for len in frag_lens.clone() {
+                let size = record_size(len);
+                tail += placement(tail, size, cap) + size;
+            }
+            tail - tail0
+        };
+        let needed = need(self.tail, self.capacity);
+        if self.capacity - (self.tail - self.cached_head) >= needed {
+            return Ok(true);
+        }
+        self.refresh_head()?;
+        Ok(self.capacity - (self.tail - self.cached_head) >= needed)
+    }
+
+    /// Writes one record if it fits now; `Ok(false)` if the ring is too full.
+    /// `payload` is gathered from up to two slices (e.g. a header and data).
+    #[inline]
+    pub fn try_write(
+        &mut self,
+        kind: Kind,
+        total_len: u64,
+        payload: &[u8],
+    ) -> Result<bool, RingError> {
+        let frag_len = payload.len() as u64;
+        assert!(
+            frag_len <= self.max_frag_len(),
+            "fragment of {frag_len} bytes exceeds the ring's limit"
+        );
+        let needed = self.bytes_needed(frag_len);
+        if self.capacity - (self.tail - self.cached_head) < needed {
+            self.refresh_head()?;
+            if self.capacity - (self.tail - self.cached_head) < needed {
+                return Ok(false);
+            }
+        }
+        let size = record_size(frag_len);
+        let pad = placement(self.tail, size, self.capacity);
+        if pad > 0 {
+            self.write_record(Kind::Pad, 0, &[]);
+            self.tail += pad;
+        }
+        self.write_record(kind, total_len, payload);
+        self.tail += size;
+        Ok(true)
+    }
+
+    fn write_record(&mut self, kind: Kind, total_len: u64, payload: &[u8]) {
+        let off = self.tail & (self.capacity - 1);
+        let data = self.shared.data();
+        // SAFETY: the caller reserved room: header + payload lie inside the data area at
+        // `off`, in bytes the consumer has released (head validated above). The stamp is
+        // written last, with release ordering, after everything it guards.
+        unsafe {
+            let rec = data.add(off as usize);
+            std::ptr::write_volatile(rec.add(REC_KIND), kind as u8);
+            std::ptr::write_volatile(rec.add(REC_FRAG_LEN) as *mut u32, payload.len() as u32);
+            std::ptr::write_volatile(rec.add(REC_TOTAL_LEN) as *mut u64, total_len);
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                rec.add(HEADER_BYTES as usize),
+                payload.len(),
+            );
+        }
+        self.shared
+            .stamp_at(off)
+            .store(stamp(self.tail, self.salt), Ordering::Release);
+    }
+
+    /// Writes a rendezvous request for `len` bytes at `addr` in this process; returns its
+    /// sequence number (1-based), or `None` if the ring is full.
+    pub fn try_write_rndv(&mut self, addr: u64, len: u64) -> Result<Option<u64>, RingError> {
+        let mut payload = [0u8; 16];
+        payload[..8].copy_from_slice(&addr.to_ne_bytes());
+        payload[8..].copy_from_slice(&len.to_ne_bytes());
+        if self.try_write(Kind::Rndv, len, &payload)? {
+            self.rndv_posted += 1;
+            Ok(Some(self.rndv_posted))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// How many rendezvous requests the consumer has completed (validated).
+    pub fn rndv_completed(&self) -> Result<u64, RingError> {
+        let done = self.shared.u64_at(OFF_RNDV_DONE).load(Ordering::Acquire);
+        if done > self.rndv_posted {
+            return Err(RingError::Corrupt {
+                field: "rndv_done",
+                value: done,
+                reason: "more completions than requests",
+            });
+        }
+        Ok(done)
+    }
+
+    /// Whether the consumer closed the ring.
+    pub fn consumer_closed(&self) -> bool {
+        self.shared
+            .u32_at(OFF_CONSUMER_CLOSED)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// First half of sleeping until the consumer makes progress: announces the wait and
+    /// returns the wake sequence to pass to [`Producer::wait`]. The caller must re-check its
+    /// condition after this call and before waiting.
+    pub fn prepare_wait(&self) -> u32 {
+        let seen = self.shared.u32_at(OFF_WAKE_SEQ).load(Ordering::Acquire);
+        self.shared
+            .u32_at(OFF_SENDER_WAITING)
+            .store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        seen
+    }
+
+    /// Sleeps until the consumer publishes progress or `timeout` passes.
+    pub fn wait(&self, seen: u32, timeout: Duration) {
+        sys::futex_wait(self.shared.u32_at(OFF_WAKE_SEQ), seen, timeout);
+    }
+
+    /// Ends a wait begun with [`Producer::prepare_wait`].
+    pub fn end_wait(&self) {
+        self.shared
+            .u32_at(OFF_SENDER_WAITING)
+            .store(0, Ordering::Relaxed);
+    }
+
+    /// Marks the ring closed: writes a `Close` record if there is room, and the flag.
+    pub fn close(&mut self) {
+        let _ = self.try_write(Kind::Close, 0, &[]);
+        self.shared
+            .u32_at(OFF_PRODUCER_CLOSED)
+            .store(1, Ordering::Release);
+    }
+
+    /// Raw access for fault-injection tests: the whole mapping (control area included).
+    #[doc(hidden)]
+    pub fn raw_mapping(&self) -> (*mut u8, usize) {
+        (self.shared.map.as_ptr(), self.shared.map.len())
+    }
+}
+
+/// Why a received ring could not be attached.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The operating system refused (fstat/mmap).
+    #[error("mapping the ring: {0}")]
+    Io(#[source] std::io::Error),
+    /// The ring is not one of ours.
+    #[error(transparent)]
+    Ring(RingError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn record_sizes() {
+        assert_eq!(record_size(0), 64);
+        assert_eq!(record_size(40), 64);
+        assert_eq!(record_size(41), 128);
+        assert_eq!(record_size(8), 64);
+        assert_eq!(INLINE_BYTES, 40);
+    }
+
+    #[test]
+    fn placement_pads_at_the_end_only() {
+        assert_eq!(placement(0, 64, 4096), 0);
+        assert_eq!(placement(4032, 64, 4096), 0);
+        assert_eq!(placement(4032, 128, 4096), 64);
+        assert_eq!(placement(4096 + 4032, 128, 4096), 64);
+    }
+
+    proptest! {
+        /// Records never cross the end of the data area and never overlap: a model of the
+        /// producer's placement over many records.
+        #[test]
+        fn placement_model(lens in proptest::collection::vec(0u64..1000, 1..200), cap_log in 12u32..16) {
+            let cap = 1u64 << cap_log;
+            let mut tail = 0u64;
+            for len in lens {
+                let size = record_size(len);
+                prop_assert!(size % LINE == 0 && size >= HEADER_BYTES + len);
+                let pad = placement(tail, size, cap);
+                let start = tail + pad;
+                let off = start & (cap - 1);
+                prop_assert!(off + size <= cap);
+                prop_assert!(pad == 0 || (tail & (cap - 1)) + pad == cap);
+                tail = start + size;
+            }
+        }
+    }
+
+    fn pair(capacity: u64) -> (Producer, Consumer) {
+        let (c, fd) = Consumer::create(capacity, 0x1234_5678_9abc_def0).unwrap();
+        let p = Producer::attach(&fd).unwrap();
+        (p, c)
+    }
+
+    fn take(c: &mut Consumer) -> Option<(Kind, u64, Vec<u8>)> {
+        let rec = c.peek().unwrap()?;
+        let mut v = vec![0; rec.frag_len as usize];
+        c.copy_payload(&rec, &mut v);
+        c.consume(&rec);
+        Some((rec.kind, rec.total_len, v))
+    }
+
+    #[test]
+    fn round_trip_and_wrap() {
+        let (mut p, mut c) = pair(4096);
+        assert!(c.peek().unwrap().is_none());
+        for i in 0..1000u64 {
+            let payload: Vec<u8> = (0..(i % 300) as u8).collect();
+            assert!(p
+                .try_write(Kind::Msg, payload.len() as u64, &payload)
+                .unwrap());
+            let (kind, total, got) = take(&mut c).unwrap();
+            assert_eq!(kind, Kind::Msg);
+            assert_eq!(total, payload.len() as u64);
+            assert_eq!(got, payload);
+        }
+        assert!(c.peek().unwrap().is_none());
+    }
+
+    #[test]
+    fn full_ring_says_no_until_consumed_and_published() {
+        let (mut p, mut c) = pair(4096);
+        let payload = [1u8; 1000];
+        let mut written = 0;
+        while p.try_write(Kind::Msg, 1000, &payload).unwrap() {
+            written += 1;
+        }
+        assert_eq!(written, 4); // 4 x 1024-byte records fill 4096 bytes
+        take(&mut c).unwrap();
+        c.flush();
+        assert!(p.try_write(Kind::Msg, 1000, &payload).unwrap());
+    }
+
+    #[test]
+    fn header_corruption_is_detected() {
+        let (p, c) = pair(4096);
+        let (base, _) = p.raw_mapping();
+        // SAFETY: test-only scribble inside the control area of our own mapping.
+        unsafe { *(base.add(OFF_MAGIC) as *mut u64) = 0xdead };
+        assert!(matches!(c.verify(), Err(RingError::BadHeader { .. })));
+    }
+
+    #[test]
+    fn forged_records_are_rejected_not_trusted() {
+        let (p, mut c) = pair(4096);
+        let (base, _) = p.raw_mapping();
+        let salt = 0x1234_5678_9abc_def0u64;
+        // SAFETY: test-only writes inside the data area of our own mapping.
+        let forge = |kind: u8, frag: u32, total: u64| unsafe {
+            let rec = base.add(DATA_OFFSET);
+            *rec.add(REC_KIND) = kind;
+            *(rec.add(REC_FRAG_LEN) as *mut u32) = frag;
+            *(rec.add(REC_TOTAL_LEN) as *mut u64) = total;
+            *(rec as *mut u64) = stamp(0, salt);
+        };
+        forge(9, 0, 0);
+        assert!(c.peek().is_err());
+        forge(Kind::Msg as u8, 5000, 5000);
+        assert!(c.peek().is_err());
+        forge(Kind::Msg as u8, 10, 5);
+        assert!(c.peek().is_err());
+        forge(Kind::Rndv as u8, 8, 5);
+        assert!(c.peek().is_err());
+        forge(Kind::Pad as u8, 0, 0);
+        assert!(c.peek().is_err());
+        forge(Kind::Msg as u8, 10, u64::MAX);
+        assert!(c.peek().is_err());
+        forge(Kind::Msg as u8, 10, 10);
+        assert!(c.peek().unwrap().is_some());
+    }
+
+    #[test]
+    fn garbage_stamps_read_as_empty_or_error_never_panic() {
+        let (p, mut c) = pair(4096);
+        let (base, len) = p.raw_mapping();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in DATA_OFFSET..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // SAFETY: test-only writes inside our own mapping.
+            unsafe { *base.add(i) = x as u8 };
+        }
+        for _ in 0..10 {
+            let _ = c.peek();
+        }
+    }
+
+    #[test]
+    fn bad_head_from_consumer_is_an_error() {
+        let (mut p, c) = pair(4096);
+        let (base, _) = p.raw_mapping();
+        // SAFETY: test-only write inside the control area of our own mapping.
+        unsafe { *(base.add(OFF_HEAD) as *mut u64) = 1 << 40 };
+        drop(c);
+        let big = [0u8; 1000];
+        for _ in 0..4 {
+            let _ = p.try_write(Kind::Msg, 1000, &big);
+        }
+        assert!(p.try_write(Kind::Msg, 1000, &big).is_err());
+    }
+
+    #[test]
+    fn threads_stream_in_order() {
+        let (mut p, mut c) = pair(8192);
+        let n = 20_000u64;
+        let t = std::thread::spawn(move || {
+            for i in 0..n {
+                let len = (i * 7919 % 700) as usize;
+                let payload: Vec<u8> = (0..len).map(|j| (i as usize + j) as u8).collect();
+                while !p.try_write(Kind::Msg, len as u64, &payload).unwrap() {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut i = 0;
+        while i < n {
+            if let Some((_, total, got)) = take(&mut c) {
+                let len = (i * 7919 % 700) as usize;
+                assert_eq!(total as usize, len);
+                assert!(got
+                    .iter()
+                    .enumerate()
+                    .all(|(j, b)| *b == (i as usize + j) as u8));
+                i += 1;
+            } else {
+                c.flush();
+            }
+        }
+        t.join().unwrap();
+    }
+}
