@@ -50,9 +50,9 @@ impl Doorbell {
         })
     }
 
-    /// The descriptors a sender needs: (shared page, eventfd).
-    pub fn remote_fds(&self) -> [RawFd; 2] {
-        [self.memfd.as_raw_fd(), self.eventfd.as_raw_fd()]
+    /// Duplicates of the descriptors a sender needs: (shared page, eventfd).
+    pub fn clone_remote_fds(&self) -> io::Result<(OwnedFd, OwnedFd)> {
+        Ok((self.memfd.try_clone()?, self.eventfd.try_clone()?))
     }
 
     /// Asks senders to signal the eventfd on their next record. The caller must re-check its
@@ -147,15 +147,9 @@ mod tests {
     #[test]
     fn rings_only_when_armed() {
         let mut bell = Doorbell::new().unwrap();
-        let [memfd, efd] = bell.remote_fds();
-        // Duplicate the descriptors as if they had crossed a socket.
-        let dup = |fd: RawFd| {
-            // SAFETY: `fd` is a live descriptor owned by `bell`.
-            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
-                .try_clone_to_owned()
-                .unwrap()
-        };
-        let remote = RemoteDoorbell::attach(&dup(memfd), dup(efd)).unwrap();
+        // Duplicates, as if the descriptors had crossed a socket.
+        let (memfd, efd) = bell.clone_remote_fds().unwrap();
+        let remote = RemoteDoorbell::attach(&memfd, efd).unwrap();
         remote.ring();
         assert!(!readable(bell.as_raw_fd()));
         bell.arm();

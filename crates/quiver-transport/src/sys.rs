@@ -316,6 +316,17 @@ pub fn accept(listener: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Shuts a socket down in both directions; a thread blocked in `accept` on it returns.
+pub fn shutdown(fd: &OwnedFd) {
+    // SAFETY: plain syscall on a descriptor we own; errors are irrelevant here.
+    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
+}
+
+/// Sends one datagram without descriptors.
+pub fn send_datagram(sock: &OwnedFd, data: &[u8]) -> io::Result<()> {
+    send_with_fds(sock, data, &[])
+}
+
 /// Sets both the send and the receive timeout of a socket.
 pub fn set_socket_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
     let tv = libc::timeval {

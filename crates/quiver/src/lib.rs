@@ -1,143 +1,60 @@
-//! quiver: the public API (contract stub; the implementation lands next).
-#![allow(missing_docs, unused_variables)]
-use std::os::fd::{AsRawFd, RawFd};
+//! quiver: lightweight, high-performance messaging between the processes of a job.
+//!
+//! Layer: the public API. It glues the pure protocol pieces (`quiver-proto`, `quiver-wire`)
+//! to the transports (`quiver-transport`) and owns the driver: connection setup, protocol
+//! choice by message size, progress, waiting and failure handling. No `unsafe` here.
+//!
+//! ```no_run
+//! use quiver::{Addr, Context};
+//! # fn main() -> quiver::Result<()> {
+//! let ctx = Context::from_env()?;            // under `quiver run -n 2 -- prog`
+//! let mut ep = ctx.endpoint(0)?;             // this rank's endpoint (rank, 0)
+//! let peer = Addr::new(1 - ctx.rank(), 0);
+//! let conn = ep.connect(peer)?;              // directed edge to the peer
+//! ep.send(conn, b"hello")?;
+//! let mut buf = [0u8; 64];
+//! let (len, src) = ep.recv(&mut buf)?;       // from any connected peer
+//! assert_eq!(src, peer);
+//! # let _ = len; Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
 
-pub type Result<T> = std::result::Result<T, Error>;
+mod config;
+mod context;
+mod endpoint;
+mod error;
+mod pool;
+mod slab;
 
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    #[error("operation would block")]
-    WouldBlock,
-    #[error("receive buffer of {buffer} bytes is too small for a {message}-byte message")]
-    BufferTooSmall { message: usize, buffer: usize },
-    #[error("peer {peer} died")]
-    PeerDead { peer: Addr },
-    #[error("timed out")]
-    Timeout,
-    #[error("{0}")]
-    Other(String),
-}
+pub use config::{parse_size, Config, Setting};
+pub use context::{Context, ContextBuilder, ContextStats};
+pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
+pub use error::{Error, Result};
+pub use pool::PooledBuf;
 
+/// The address of an endpoint: a rank of the job and a port chosen by that rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Addr {
+    /// The rank (process) of the job.
     pub rank: u32,
+    /// The endpoint's port within that rank.
     pub port: u16,
 }
+
 impl Addr {
-    pub fn new(rank: u32, port: u16) -> Self {
+    /// The address of endpoint `port` of `rank`.
+    pub fn new(rank: u32, port: u16) -> Addr {
         Addr { rank, port }
     }
 }
+
 impl std::fmt::Display for Addr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.rank, self.port)
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Config {}
-
-pub struct Context {}
-impl Context {
-    pub fn from_env() -> Result<Context> {
-        todo!()
-    }
-    pub fn rank(&self) -> u32 {
-        todo!()
-    }
-    pub fn size(&self) -> u32 {
-        todo!()
-    }
-    pub fn config(&self) -> &Config {
-        todo!()
-    }
-    pub fn endpoint(&self, port: u16) -> Result<Endpoint> {
-        todo!()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Connection {
-    index: u32,
-    peer: Addr,
-}
-impl Connection {
-    pub fn peer(&self) -> Addr {
-        self.peer
-    }
-}
-
-pub struct SendRequest {}
-pub struct RecvRequest {}
-pub struct RecvCompletion {
-    pub buf: Vec<u8>,
-    pub len: usize,
-    pub src: Addr,
-}
-pub struct PooledBuf {}
-impl PooledBuf {
-    pub fn src(&self) -> Addr {
-        todo!()
-    }
-}
-impl std::ops::Deref for PooledBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        todo!()
-    }
-}
-
-pub struct Endpoint {}
-impl Endpoint {
-    pub fn addr(&self) -> Addr {
-        todo!()
-    }
-    pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
-        todo!()
-    }
-    pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
-        todo!()
-    }
-    pub fn try_send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
-        todo!()
-    }
-    pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
-        todo!()
-    }
-    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
-        todo!()
-    }
-    pub fn recv_pooled(&mut self) -> Result<PooledBuf> {
-        todo!()
-    }
-    pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
-        todo!()
-    }
-    pub fn post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
-        todo!()
-    }
-    pub fn test_send(&mut self, req: &SendRequest) -> Result<bool> {
-        todo!()
-    }
-    pub fn wait_send(&mut self, req: SendRequest) -> Result<Vec<u8>> {
-        todo!()
-    }
-    pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
-        todo!()
-    }
-    pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
-        todo!()
-    }
-    pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
-        todo!()
-    }
-    pub fn progress(&mut self) -> Result<()> {
-        todo!()
-    }
-}
-impl AsRawFd for Endpoint {
-    fn as_raw_fd(&self) -> RawFd {
-        todo!()
-    }
+/// The shared-memory thresholds that apply by default, for reports.
+pub fn inline_bytes() -> u64 {
+    quiver_transport::ring::INLINE_BYTES
 }

@@ -1,0 +1,208 @@
+//! Runtime configuration: protocol thresholds, ring sizes, spin budget and limits, each with
+//! a default that can be overridden by a `QUIVER_*` environment variable and reported by
+//! `quiver info` (see [`Config::describe`]).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Tunable settings of a context. Build with [`Config::from_env`] (defaults plus
+/// environment overrides) or [`Config::default`] and adjust fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Data bytes of each shared-memory ring (one per directed connection); a power of two.
+    pub shm_ring_bytes: u64,
+    /// Messages up to this many bytes are copied through the ring (eager); larger ones go by
+    /// rendezvous, a single copy by cross-memory attach. At most a quarter of the ring.
+    pub shm_eager_max: u64,
+    /// Largest fragment an eager message is cut into (pipelining copy-in with copy-out).
+    pub shm_frag_bytes: u64,
+    /// How long a blocking call busy-polls before it sleeps on the endpoint's descriptor.
+    pub spin: Duration,
+    /// How long `connect` keeps trying while the peer is not yet listening.
+    pub connect_timeout: Duration,
+    /// Upper bound for any blocking call (None: wait as long as the peer lives).
+    pub op_timeout: Option<Duration>,
+    /// Receive buffers preallocated per endpoint for `recv_pooled`.
+    pub pool_buffers: usize,
+    /// Capacity of each preallocated receive buffer.
+    pub pool_buffer_bytes: usize,
+    /// Most bytes of capacity the pool keeps cached.
+    pub pool_max_bytes: usize,
+    /// Most bytes `try_send` may hold in internal copies of large messages in flight.
+    pub max_buffered_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            shm_ring_bytes: 256 << 10,
+            shm_eager_max: 64 << 10,
+            shm_frag_bytes: 16 << 10,
+            spin: Duration::from_millis(2),
+            connect_timeout: Duration::from_secs(30),
+            op_timeout: None,
+            pool_buffers: 32,
+            pool_buffer_bytes: 64 << 10,
+            pool_max_bytes: 64 << 20,
+            max_buffered_bytes: 64 << 20,
+        }
+    }
+}
+
+/// One line of `quiver info`: a setting, its value, the variable that overrides it, and
+/// what it means.
+#[derive(Debug, Clone)]
+pub struct Setting {
+    /// Environment variable.
+    pub env: &'static str,
+    /// Current value, formatted with its unit.
+    pub value: String,
+    /// What it controls.
+    pub doc: &'static str,
+}
+
+impl Config {
+    /// The defaults, overridden by any `QUIVER_*` variables that are set.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable when a value does not parse or is out of range.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Same as [`Config::from_env`] with an arbitrary variable lookup (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut c = Config::default();
+        let size = |k: &str, v: &mut u64| -> Result<()> {
+            if let Some(s) = get(k) {
+                *v = parse_size(&s).map_err(|e| Error::Config(format!("{k}={s:?}: {e}")))?;
+            }
+            Ok(())
+        };
+        size("QUIVER_SHM_RING_BYTES", &mut c.shm_ring_bytes)?;
+        size("QUIVER_SHM_EAGER_MAX", &mut c.shm_eager_max)?;
+        size("QUIVER_SHM_FRAG_BYTES", &mut c.shm_frag_bytes)?;
+        let mut micros = c.spin.as_micros() as u64;
+        size("QUIVER_SPIN_US", &mut micros)?;
+        c.spin = Duration::from_micros(micros);
+        let mut ms = c.connect_timeout.as_millis() as u64;
+        size("QUIVER_CONNECT_TIMEOUT_MS", &mut ms)?;
+        c.connect_timeout = Duration::from_millis(ms);
+        let mut op = 0;
+        size("QUIVER_TIMEOUT_MS", &mut op)?;
+        c.op_timeout = (op > 0).then(|| Duration::from_millis(op));
+        let mut n = c.pool_buffers as u64;
+        size("QUIVER_POOL_BUFFERS", &mut n)?;
+        c.pool_buffers = n as usize;
+        let mut b = c.pool_buffer_bytes as u64;
+        size("QUIVER_POOL_BUFFER_BYTES", &mut b)?;
+        c.pool_buffer_bytes = b as usize;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the relations between settings.
+    ///
+    /// # Errors
+    /// [`Error::Config`] describing the first violated rule.
+    pub fn validate(&self) -> Result<()> {
+        let ring = self.shm_ring_bytes;
+        if !ring.is_power_of_two() || !(4096..=(1 << 30)).contains(&ring) {
+            return Err(Error::Config(format!(
+                "QUIVER_SHM_RING_BYTES={ring}: must be a power of two between 4K and 1G"
+            )));
+        }
+        let max_frag = quiver_transport::ring::max_frag_len(ring);
+        if self.shm_frag_bytes == 0 || self.shm_frag_bytes > max_frag {
+            return Err(Error::Config(format!(
+                "QUIVER_SHM_FRAG_BYTES={}: must be between 1 and {max_frag} (a quarter of the ring minus a header)",
+                self.shm_frag_bytes
+            )));
+        }
+        if self.shm_eager_max > ring / 4 {
+            return Err(Error::Config(format!(
+                "QUIVER_SHM_EAGER_MAX={}: must be at most a quarter of the ring ({})",
+                self.shm_eager_max,
+                ring / 4
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every setting with its value and variable, for `quiver info`.
+    pub fn describe(&self) -> Vec<Setting> {
+        let s = |env, value: String, doc| Setting { env, value, doc };
+        vec![
+            s("QUIVER_SHM_RING_BYTES", format!("{} B", self.shm_ring_bytes), "data bytes of each shared-memory ring (one per directed connection)"),
+            s("QUIVER_SHM_EAGER_MAX", format!("{} B", self.shm_eager_max), "largest message copied through the ring; larger ones use rendezvous (one copy by cross-memory attach)"),
+            s("QUIVER_SHM_FRAG_BYTES", format!("{} B", self.shm_frag_bytes), "fragment size of eager messages"),
+            s("QUIVER_SPIN_US", format!("{} us", self.spin.as_micros()), "busy-poll time before a blocking call sleeps"),
+            s("QUIVER_CONNECT_TIMEOUT_MS", format!("{} ms", self.connect_timeout.as_millis()), "how long connect waits for a peer to appear"),
+            s("QUIVER_TIMEOUT_MS", self.op_timeout.map_or("none".into(), |d| format!("{} ms", d.as_millis())), "upper bound of every blocking call (0: none)"),
+            s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
+            s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
+        ]
+    }
+
+    /// Short, inline and rendezvous ranges in bytes, for reports.
+    pub fn protocol_ranges(&self) -> [(&'static str, u64, u64); 3] {
+        let inline = quiver_transport::ring::INLINE_BYTES;
+        [
+            ("short (inline with the header, one cache line)", 0, inline),
+            (
+                "eager (copied through the ring)",
+                inline + 1,
+                self.shm_eager_max,
+            ),
+            (
+                "rendezvous (single copy, process_vm_readv)",
+                self.shm_eager_max + 1,
+                u64::MAX,
+            ),
+        ]
+    }
+}
+
+/// Parses a byte count or plain number with an optional K/M/G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1u64 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a whole number with an optional K, M or G suffix".to_string())?;
+    n.checked_mul(mult).ok_or_else(|| "too large".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("2m"), Ok(2 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn env_overrides_and_validation() {
+        let c =
+            Config::from_lookup(|k| (k == "QUIVER_SHM_EAGER_MAX").then(|| "8K".into())).unwrap();
+        assert_eq!(c.shm_eager_max, 8192);
+        let e = Config::from_lookup(|k| (k == "QUIVER_SHM_RING_BYTES").then(|| "1000".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_SHM_RING_BYTES")));
+        let e = Config::from_lookup(|k| (k == "QUIVER_SPIN_US").then(|| "abc".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_SPIN_US")));
+        Config::default().validate().unwrap();
+    }
+}

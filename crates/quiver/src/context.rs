@@ -1,0 +1,694 @@
+//! The per-process context: job identity, configuration, endpoints, and the listener that
+//! accepts connections from other ranks.
+//!
+//! Connection setup (docs/protocol.md, "Connection setup"): every context listens on an
+//! abstract unix socket named after its job and rank. A connecting endpoint opens a
+//! SOCK_SEQPACKET connection there and runs the job-key handshake of
+//! [`quiver_proto::handshake`]; its Proof carries the address of a probe word so the
+//! responder can check that cross-memory attach works between the two processes. The
+//! responder then creates the ring for this directed edge and sends it, with its endpoint's
+//! doorbell, in a setup message ([`quiver_wire::shm_setup`]). The kernel vouches for the
+//! peer's pid (SO_PEERCRED), which becomes a pidfd for death detection.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use quiver_proto::handshake::{
+    ConnectRequest, HandshakeError, Initiator, JobKey, RejectReason, Responder,
+};
+use quiver_transport::notify::{Doorbell, RemoteDoorbell};
+use quiver_transport::ring::{Consumer, Producer};
+use quiver_transport::sys;
+use quiver_wire::handshake::MAX_MESSAGE_LEN;
+use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
+
+use crate::config::Config;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::Addr;
+
+/// Time a single handshake step may take before the socket gives up.
+const HANDSHAKE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One process's membership of a job: its rank, the job's identity and key, its
+/// configuration, and the endpoints it opened. Create one per process, with
+/// [`Context::from_env`] under `quiver run` or [`Context::builder`] by hand.
+#[derive(Debug)]
+pub struct Context {
+    shared: Arc<ContextShared>,
+    listener: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Counters of a context's listener.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextStats {
+    /// Connections accepted.
+    pub connections_accepted: u64,
+    /// Handshakes refused or failed (strangers, wrong key, wrong job, no such endpoint).
+    pub connections_refused: u64,
+    /// Why the last refusal happened.
+    pub last_refusal: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ContextShared {
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) job_id: u64,
+    key: [u8; 32],
+    pub(crate) config: Config,
+    endpoints: Mutex<HashMap<u16, Arc<EndpointShared>>>,
+    next_endpoint_id: AtomicU64,
+    stopping: AtomicBool,
+    stats: Mutex<ContextStats>,
+}
+
+/// What the listener thread shares with one endpoint.
+#[derive(Debug)]
+pub(crate) struct EndpointShared {
+    /// Inbound connections accepted but not yet adopted by the endpoint.
+    pub(crate) incoming: Mutex<Vec<NewInbound>>,
+    pub(crate) has_incoming: AtomicBool,
+    bell_memfd: OwnedFd,
+    bell_eventfd: OwnedFd,
+    own_bell: RemoteDoorbell,
+}
+
+/// An accepted inbound edge, handed from the listener to its endpoint.
+#[derive(Debug)]
+pub(crate) struct NewInbound {
+    pub(crate) peer: Addr,
+    pub(crate) pid: libc::pid_t,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) ring: Consumer,
+}
+
+/// A freshly established outbound edge.
+pub(crate) struct NewOutbound {
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) ring: Producer,
+    pub(crate) bell: RemoteDoorbell,
+}
+
+/// Explicit construction of a [`Context`] (tests, custom launchers).
+#[derive(Debug, Clone)]
+pub struct ContextBuilder {
+    rank: u32,
+    size: u32,
+    job_id: u64,
+    key: [u8; 32],
+    config: Option<Config>,
+}
+
+impl ContextBuilder {
+    /// This process's rank (0..size).
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+    /// Number of ranks in the job.
+    pub fn size(mut self, size: u32) -> Self {
+        self.size = size;
+        self
+    }
+    /// The job's identifier (all ranks must agree).
+    pub fn job_id(mut self, job_id: u64) -> Self {
+        self.job_id = job_id;
+        self
+    }
+    /// The job's secret key (all ranks must agree).
+    pub fn job_key(mut self, key: [u8; 32]) -> Self {
+        self.key = key;
+        self
+    }
+    /// Settings (default: [`Config::from_env`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Creates the context and starts listening for connections.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if rank >= size, [`Error::Config`], or [`Error::Io`] if
+    /// the listening socket cannot be created (e.g. the same rank already runs).
+    pub fn build(self) -> Result<Context> {
+        if self.size == 0 || self.rank >= self.size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} is not in a job of size {}",
+                self.rank, self.size
+            )));
+        }
+        let config = match self.config {
+            Some(c) => {
+                c.validate()?;
+                c
+            }
+            None => Config::from_env()?,
+        };
+        sys::allow_cross_memory_attach();
+        let name = socket_name(self.job_id, self.rank);
+        let listener = sys::seqpacket_listen(&name).map_err(|e| {
+            Error::io(
+                format!(
+                    "listening as rank {} of job {:016x} (is this rank already running?)",
+                    self.rank, self.job_id
+                ),
+                e,
+            )
+        })?;
+        let listener = Arc::new(listener);
+        let shared = Arc::new(ContextShared {
+            rank: self.rank,
+            size: self.size,
+            job_id: self.job_id,
+            key: self.key,
+            config,
+            endpoints: Mutex::new(HashMap::new()),
+            next_endpoint_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            stats: Mutex::new(ContextStats::default()),
+        });
+        let thread = {
+            let shared = shared.clone();
+            let listener = listener.clone();
+            std::thread::Builder::new()
+                .name("quiver-listener".into())
+                .spawn(move || listen(&shared, &listener))
+                .map_err(|e| Error::io("starting the listener thread", e))?
+        };
+        Ok(Context {
+            shared,
+            listener,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Context {
+    /// Builds the context from the environment `quiver run` provides: `QUIVER_RANK`,
+    /// `QUIVER_SIZE`, `QUIVER_JOB_ID` (16 hex digits), `QUIVER_JOB_KEY` (64 hex digits),
+    /// plus any `QUIVER_*` settings (see [`Config`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the missing or malformed variable.
+    pub fn from_env() -> Result<Context> {
+        let get = |k: &str| {
+            std::env::var(k).map_err(|_| {
+                Error::Config(format!(
+                    "{k} is not set: start the program with `quiver run -n N -- PROGRAM`, \
+                     or set QUIVER_RANK, QUIVER_SIZE, QUIVER_JOB_ID and QUIVER_JOB_KEY"
+                ))
+            })
+        };
+        let num = |k: &str| -> Result<u32> {
+            let v = get(k)?;
+            v.trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("{k}={v:?}: expected a whole number")))
+        };
+        let rank = num("QUIVER_RANK")?;
+        let size = num("QUIVER_SIZE")?;
+        let id_text = get("QUIVER_JOB_ID")?;
+        let job_id = parse_hex::<8>(&id_text)
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| {
+                Error::Config(format!("QUIVER_JOB_ID={id_text:?}: expected 16 hex digits"))
+            })?;
+        let key_text = get("QUIVER_JOB_KEY")?;
+        let key = parse_hex::<32>(&key_text).ok_or_else(|| {
+            Error::Config("QUIVER_JOB_KEY: expected 64 hex digits (the value is not shown)".into())
+        })?;
+        Context::builder()
+            .rank(rank)
+            .size(size)
+            .job_id(job_id)
+            .job_key(key)
+            .build()
+    }
+
+    /// Starts explicit construction.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder {
+            rank: 0,
+            size: 1,
+            job_id: 0,
+            key: [0; 32],
+            config: None,
+        }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.shared.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.shared.size
+    }
+
+    /// The job's identifier.
+    pub fn job_id(&self) -> u64 {
+        self.shared.job_id
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The listener's counters.
+    pub fn stats(&self) -> ContextStats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Opens endpoint `port` of this rank; peers reach it at `Addr { rank, port }`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the port is already open, [`Error::Io`].
+    pub fn endpoint(&self, port: u16) -> Result<Endpoint> {
+        let doorbell =
+            Doorbell::new().map_err(|e| Error::io("creating the endpoint's doorbell", e))?;
+        let clone = || {
+            doorbell
+                .clone_remote_fds()
+                .map_err(|e| Error::io("duplicating the doorbell descriptors", e))
+        };
+        let (bell_memfd, bell_eventfd) = clone()?;
+        let (own_memfd, own_eventfd) = clone()?;
+        let own_bell = RemoteDoorbell::attach(&own_memfd, own_eventfd)
+            .map_err(|e| Error::io("mapping the endpoint's doorbell", e))?;
+        let shared = Arc::new(EndpointShared {
+            incoming: Mutex::new(Vec::new()),
+            has_incoming: AtomicBool::new(false),
+            bell_memfd,
+            bell_eventfd,
+            own_bell,
+        });
+        {
+            let mut eps = self
+                .shared
+                .endpoints
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if eps.contains_key(&port) {
+                return Err(Error::InvalidArgument(format!(
+                    "endpoint {}:{port} is already open",
+                    self.shared.rank
+                )));
+            }
+            eps.insert(port, shared.clone());
+        }
+        let id = self.shared.next_endpoint_id.fetch_add(1, Ordering::Relaxed);
+        Ok(Endpoint::new(
+            id,
+            Addr::new(self.shared.rank, port),
+            self.shared.clone(),
+            shared,
+            doorbell,
+        ))
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        sys::shutdown(&self.listener);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl ContextShared {
+    pub(crate) fn unregister(&self, port: u16) {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&port);
+    }
+
+    fn job_key(&self) -> JobKey {
+        JobKey::from_bytes(self.key)
+    }
+
+    fn refused(&self, why: String) {
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.connections_refused += 1;
+        s.last_refusal = Some(why);
+    }
+}
+
+/// Abstract socket name of a rank's listener.
+fn socket_name(job_id: u64, rank: u32) -> Vec<u8> {
+    format!("quiver.{job_id:016x}.{rank}").into_bytes()
+}
+
+fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let s = s.trim().as_bytes();
+    if s.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, pair) in s.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    // getrandom only fails without any entropy source, which Linux always has.
+    getrandom::getrandom(&mut b).expect("the kernel's random source is available");
+    b
+}
+
+// ----- responder (listener thread) ---------------------------------------------------
+
+fn listen(shared: &ContextShared, listener: &OwnedFd) {
+    loop {
+        let sock = match sys::accept(listener) {
+            Ok(s) => s,
+            Err(e) => {
+                if shared.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                match e.raw_os_error() {
+                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
+                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    _ => return,
+                }
+            }
+        };
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        match respond(shared, &sock) {
+            Ok(()) => {
+                shared
+                    .stats
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .connections_accepted += 1;
+            }
+            Err(why) => shared.refused(why),
+        }
+    }
+}
+
+/// Runs one responder handshake on `sock`; on success the new inbound edge is registered
+/// with its endpoint.
+fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), String> {
+    sys::set_socket_timeouts(sock, HANDSHAKE_STEP_TIMEOUT).map_err(|e| e.to_string())?;
+    let pid = sys::peer_pid(sock).map_err(|e| format!("reading the peer's credentials: {e}"))?;
+    let mut hs = Responder::new(shared.job_key(), shared.job_id, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let flush = |hs: &mut Responder, out: &mut [u8]| -> std::result::Result<(), String> {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
+            sys::send_datagram(sock, &out[..n]).map_err(|e| format!("sending: {e}"))?;
+        }
+        Ok(())
+    };
+    let n = recv_message(sock, &mut buf)?;
+    let request = match hs.handle_hello(&buf[..n]) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = flush(&mut hs, &mut out);
+            return Err(format!("hello from pid {pid}: {e}"));
+        }
+    };
+    let endpoint = shared
+        .endpoints
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&request.dst_port)
+        .cloned();
+    let valid_src = request.src_rank < shared.size;
+    let Some(endpoint) = endpoint.filter(|_| valid_src) else {
+        hs.reject(RejectReason::NoSuchEndpoint)
+            .map_err(|e| e.to_string())?;
+        let _ = flush(&mut hs, &mut out);
+        return Err(format!(
+            "rank {} asked for port {}, which is not open",
+            request.src_rank, request.dst_port
+        ));
+    };
+    hs.accept(&[]).map_err(|e| e.to_string())?;
+    flush(&mut hs, &mut out)?;
+    let n = recv_message(sock, &mut buf)?;
+    let probe = match hs.handle_proof(&buf[..n]) {
+        Ok(params) => parse_probe(params),
+        Err(e) => {
+            let _ = flush(&mut hs, &mut out);
+            return Err(format!("rank {} (pid {pid}): {e}", request.src_rank));
+        }
+    };
+    flush(&mut hs, &mut out)?;
+    let peer = Addr::new(request.src_rank, request.src_port);
+    // Can we pull large messages out of the sender's memory?
+    let cma_ok = probe.is_some_and(|(addr, value)| {
+        let mut word = [0u8; 8];
+        matches!(sys::process_vm_read(pid, &mut word, addr), Ok(8))
+            && u64::from_ne_bytes(word) == value
+    });
+    if !cma_ok {
+        let body = SetupRepr {
+            status: SetupStatus::CrossMemoryDenied,
+            ring_bytes: 0,
+        }
+        .emit();
+        let _ = sys::send_datagram(sock, &body);
+        return Err(format!(
+            "cannot read the memory of rank {} (pid {pid}) with process_vm_readv",
+            peer.rank
+        ));
+    }
+    let ring_bytes = shared.config.shm_ring_bytes;
+    let created = Consumer::create(ring_bytes, u64::from_ne_bytes(random()))
+        .and_then(|(ring, fd)| Ok((ring, fd, sys::pidfd_open(pid)?)));
+    let (ring, ring_fd, pidfd) = match created {
+        Ok(x) => x,
+        Err(e) => {
+            let body = SetupRepr {
+                status: SetupStatus::NoResources,
+                ring_bytes: 0,
+            }
+            .emit();
+            let _ = sys::send_datagram(sock, &body);
+            return Err(format!("creating a ring for rank {}: {e}", peer.rank));
+        }
+    };
+    // Register before the sender can write: it only starts once it has the setup message.
+    endpoint
+        .incoming
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(NewInbound {
+            peer,
+            pid,
+            pidfd,
+            ring,
+        });
+    endpoint.has_incoming.store(true, Ordering::Release);
+    endpoint.own_bell.ring();
+    let body = SetupRepr {
+        status: SetupStatus::Ready,
+        ring_bytes,
+    }
+    .emit();
+    sys::send_with_fds(
+        sock,
+        &body,
+        &[
+            ring_fd.as_raw_fd(),
+            endpoint.bell_memfd.as_raw_fd(),
+            endpoint.bell_eventfd.as_raw_fd(),
+        ],
+    )
+    .map_err(|e| format!("sending the ring to rank {}: {e}", peer.rank))?;
+    Ok(())
+}
+
+fn recv_message(sock: &OwnedFd, buf: &mut [u8]) -> std::result::Result<usize, String> {
+    sys::recv_with_fds(sock, buf)
+        .map(|(n, _fds)| n)
+        .map_err(|e| format!("receiving a handshake message: {e}"))
+}
+
+fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
+    let p: &[u8; 16] = params.try_into().ok()?;
+    let mut a = [0u8; 8];
+    let mut v = [0u8; 8];
+    a.copy_from_slice(&p[..8]);
+    v.copy_from_slice(&p[8..]);
+    Some((u64::from_be_bytes(a), u64::from_be_bytes(v)))
+}
+
+// ----- initiator (Endpoint::connect) ---------------------------------------------------
+
+/// Connects endpoint `src` of this process to `dst`, retrying while the peer is not (yet)
+/// listening or its endpoint is not yet open, up to the connect timeout.
+pub(crate) fn connect(shared: &ContextShared, src: Addr, dst: Addr) -> Result<NewOutbound> {
+    if dst.rank >= shared.size {
+        return Err(Error::InvalidArgument(format!(
+            "rank {} is not in this job of {} ranks",
+            dst.rank, shared.size
+        )));
+    }
+    let timeout = shared.config.connect_timeout;
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        match try_connect(shared, src, dst) {
+            Ok(x) => return Ok(x),
+            Err(Attempt::Retry(why)) => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Refused {
+                        peer: dst,
+                        reason: format!("{why} (gave up after {} ms)", timeout.as_millis()),
+                    });
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+            Err(Attempt::Fail(e)) => return Err(e),
+        }
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Fail(Error),
+}
+
+fn try_connect(
+    shared: &ContextShared,
+    src: Addr,
+    dst: Addr,
+) -> std::result::Result<NewOutbound, Attempt> {
+    let io_fail =
+        |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
+    let sock = match sys::seqpacket_connect(&socket_name(shared.job_id, dst.rank)) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ECONNREFUSED) | Some(libc::ENOENT) | Some(libc::EAGAIN)
+            ) =>
+        {
+            return Err(Attempt::Retry(format!(
+                "rank {} is not listening",
+                dst.rank
+            )))
+        }
+        Err(e) => return Err(io_fail("connecting to", e)),
+    };
+    sys::set_socket_timeouts(&sock, HANDSHAKE_STEP_TIMEOUT)
+        .map_err(|e| io_fail("configuring the socket to", e))?;
+    let request = ConnectRequest {
+        job_id: shared.job_id,
+        src_rank: src.rank,
+        src_port: src.port,
+        dst_port: dst.port,
+    };
+    let mut hs = Initiator::new(shared.job_key(), request, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let refused = |reason: String| Attempt::Fail(Error::Refused { peer: dst, reason });
+    let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
+            sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
+        }
+        Ok(())
+    };
+    transmit(&mut hs, &mut out)?;
+    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    // The probe word lives on this stack frame until the setup message has arrived, which
+    // is after the responder read it.
+    let probe_value = u64::from_ne_bytes(random());
+    let probe_word = std::hint::black_box(probe_value);
+    let mut params = [0u8; 16];
+    params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
+    params[8..].copy_from_slice(&probe_value.to_be_bytes());
+    match hs.handle_challenge(&buf[..n], &params) {
+        Ok(_) => {}
+        Err(HandshakeError::NoSuchEndpoint { .. }) => {
+            return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
+        }
+        Err(e) => return Err(refused(describe_handshake_error(e))),
+    }
+    transmit(&mut hs, &mut out)?;
+    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    hs.handle_verdict(&buf[..n])
+        .map_err(|e| refused(describe_handshake_error(e)))?;
+    let (n, fds) =
+        sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
+    std::hint::black_box(&probe_word);
+    let setup =
+        SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
+    match setup.status {
+        SetupStatus::Ready => {}
+        SetupStatus::CrossMemoryDenied => {
+            return Err(refused(
+                "the peer cannot read this process's memory with process_vm_readv \
+                 (run all ranks as the same user, or allow ptrace: kernel.yama.ptrace_scope=0)"
+                    .into(),
+            ))
+        }
+        SetupStatus::NoResources => {
+            return Err(refused(
+                "the peer could not create a shared-memory ring (out of memory?)".into(),
+            ))
+        }
+    }
+    let [ring_fd, bell_memfd, bell_eventfd]: [OwnedFd; 3] = fds
+        .try_into()
+        .map_err(|_| refused("setup message without the three descriptors".into()))?;
+    let ring = Producer::attach(&ring_fd)
+        .map_err(|e| refused(format!("the ring sent is unusable: {e}")))?;
+    if ring.capacity() != setup.ring_bytes {
+        return Err(refused("ring size disagrees with the setup message".into()));
+    }
+    let bell = RemoteDoorbell::attach(&bell_memfd, bell_eventfd)
+        .map_err(|e| io_fail("mapping the doorbell of", e))?;
+    let pid = sys::peer_pid(&sock).map_err(|e| io_fail("reading the credentials of", e))?;
+    let pidfd = sys::pidfd_open(pid).map_err(|e| io_fail("watching the process of", e))?;
+    Ok(NewOutbound { pidfd, ring, bell })
+}
+
+fn describe_handshake_error(e: HandshakeError) -> String {
+    match e {
+        HandshakeError::AuthenticationFailed { .. } => {
+            format!("wrong job key: the peer could not prove membership of this job, or we could not ({e})")
+        }
+        HandshakeError::WrongJob { .. } => format!("the peer belongs to another job ({e})"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_parsing() {
+        assert_eq!(parse_hex::<2>("0aFF"), Some([0x0a, 0xff]));
+        assert_eq!(parse_hex::<2>("0aF"), None);
+        assert_eq!(parse_hex::<2>("zz00"), None);
+    }
+}

@@ -1,0 +1,1309 @@
+//! Endpoints: the addressable points of a job's graph, and everything that moves messages
+//! through them (the shared-memory driver).
+//!
+//! An endpoint owns one inbound ring per peer that connected to it (the peer writes, we
+//! read) and one outbound ring per peer it connected to (we write, the peer reads). The
+//! protocol is chosen by size on the sending side:
+//!
+//! - **short**: up to [`quiver_transport::ring::INLINE_BYTES`], inline with the record
+//!   header in one cache line;
+//! - **eager**: up to `shm_eager_max`, copied into the ring in fragments of at most
+//!   `shm_frag_bytes`, so copy-in and copy-out overlap;
+//! - **rendezvous**: larger, the ring carries only (address, length) and the receiver pulls
+//!   the bytes with one `process_vm_readv` straight into the destination buffer, then
+//!   counts the request done so the sender may reuse its buffer.
+//!
+//! Waiting (for a message, ring space or a rendezvous) busy-polls for `spin`, then sleeps:
+//! a receiver on its doorbell eventfd plus the peers' pidfds, a sender on a futex in the
+//! ring. Peer death is noticed through pidfds; a peer that breaks the ring protocol is
+//! reported as [`Error::Corrupt`] on that connection only.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quiver_transport::notify::{Doorbell, RemoteDoorbell};
+use quiver_transport::ring::{Consumer, Kind, Producer, Record, RingError};
+use quiver_transport::sys;
+
+use crate::config::Config;
+use crate::context::{ContextShared, EndpointShared, NewInbound};
+use crate::error::{Error, Result};
+use crate::pool::{Pool, PooledBuf};
+use crate::slab::{Key, Slab};
+use crate::Addr;
+
+/// A reliable, ordered, message-preserving directed channel from one of this process's
+/// endpoints to a peer endpoint. A cheap handle: copy it freely; it is only valid with the
+/// endpoint that created it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Connection {
+    endpoint_id: u64,
+    index: u32,
+    peer: Addr,
+}
+
+impl Connection {
+    /// The address of the endpoint at the other end.
+    pub fn peer(&self) -> Addr {
+        self.peer
+    }
+}
+
+/// A send posted with [`Endpoint::post_send`]; complete it with [`Endpoint::wait_send`]
+/// (or poll with [`Endpoint::test_send`]). The endpoint holds the buffer until then.
+#[derive(Debug)]
+#[must_use = "a posted send must be completed with wait_send"]
+pub struct SendRequest {
+    key: Key,
+}
+
+/// A receive posted with [`Endpoint::post_recv`]; complete it with [`Endpoint::wait_recv`].
+#[derive(Debug)]
+#[must_use = "a posted receive must be completed with wait_recv"]
+pub struct RecvRequest {
+    key: Key,
+}
+
+/// A completed posted receive: the buffer handed back, how many bytes of it the message
+/// filled, and who sent it.
+#[derive(Debug)]
+pub struct RecvCompletion {
+    /// The buffer given to `post_recv` (its length unchanged).
+    pub buf: Vec<u8>,
+    /// Length of the message at the start of `buf`.
+    pub len: usize,
+    /// The sender.
+    pub src: Addr,
+}
+
+#[derive(Debug)]
+enum SendState {
+    Pending,
+    Done(Result<Vec<u8>>),
+}
+
+#[derive(Debug)]
+enum RecvState {
+    Pending(Vec<u8>),
+    Done(Result<RecvCompletion>),
+}
+
+/// Why a connection stopped working; turned into an [`Error`] for every later call.
+#[derive(Debug, Clone)]
+enum Failure {
+    Dead,
+    Closed,
+    Corrupt(String),
+    TimedOut,
+}
+
+impl Failure {
+    fn to_error(&self, peer: Addr, during: &'static str) -> Error {
+        match self {
+            Failure::Dead => Error::PeerDead { peer, during },
+            Failure::Closed => Error::PeerClosed { peer },
+            Failure::Corrupt(detail) => Error::Corrupt {
+                peer,
+                detail: detail.clone(),
+            },
+            Failure::TimedOut => Error::Corrupt {
+                peer,
+                detail: "an earlier blocking send timed out with a rendezvous outstanding".into(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum InboundState {
+    Open,
+    /// The peer exited: deliver what it wrote, then report its death once.
+    Dying,
+    /// The ring failed a check while idle: report once, then skip.
+    Broken(String),
+    /// Closed gracefully or failed and reported: skipped.
+    Done,
+}
+
+#[derive(Debug)]
+struct Inbound {
+    peer: Addr,
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    ring: Consumer,
+    state: InboundState,
+}
+
+#[derive(Debug)]
+struct Queued {
+    key: Key,
+    data: Vec<u8>,
+    written: usize,
+    started: bool,
+}
+
+#[derive(Debug)]
+enum InflightOwner {
+    Request(Key, Vec<u8>),
+    Buffered(Vec<u8>),
+    Blocking,
+}
+
+#[derive(Debug)]
+struct Outbound {
+    peer: Addr,
+    pidfd: OwnedFd,
+    ring: Producer,
+    bell: RemoteDoorbell,
+    queue: VecDeque<Queued>,
+    inflight: VecDeque<(u64, InflightOwner)>,
+    failure: Option<Failure>,
+}
+
+/// Where a received message goes.
+enum Dest<'a> {
+    Slice(&'a mut [u8]),
+    Owned(&'a mut Vec<u8>),
+}
+
+impl Dest<'_> {
+    fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
+        match self {
+            Dest::Slice(s) => {
+                if len > s.len() as u64 {
+                    return Err(Error::BufferTooSmall {
+                        message: len as usize,
+                        buffer: s.len(),
+                    });
+                }
+                Ok(&mut s[..len as usize])
+            }
+            Dest::Owned(v) => {
+                v.clear();
+                v.resize(len as usize, 0);
+                Ok(&mut v[..])
+            }
+        }
+    }
+}
+
+/// Spin-then-sleep bookkeeping of one blocking call.
+struct Wait {
+    start: Instant,
+    spins: u32,
+    deadline: Option<Instant>,
+    armed: bool,
+    seen: Option<u32>,
+}
+
+impl Wait {
+    fn new(config: &Config) -> Wait {
+        let start = Instant::now();
+        Wait {
+            start,
+            spins: 0,
+            deadline: config.op_timeout.map(|t| start + t),
+            armed: false,
+            seen: None,
+        }
+    }
+
+    fn check_deadline(&self, what: &'static str) -> Result<()> {
+        match self.deadline {
+            Some(d) if Instant::now() >= d => Err(Error::Timeout {
+                what,
+                millis: (d - self.start).as_millis() as u64,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the spin budget is used up; also says when a periodic check is due.
+    fn spinning(&mut self, spin: Duration) -> (bool, bool) {
+        self.spins = self.spins.wrapping_add(1);
+        let periodic = self.spins % 1024 == 0;
+        let still = !periodic || self.start.elapsed() < spin;
+        (still, periodic)
+    }
+}
+
+/// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
+/// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
+///
+/// Call protocol: [`Endpoint::connect`] to get a [`Connection`]; then any mix of blocking
+/// (`send`, `recv`), non-blocking (`try_*`, returning [`Error::WouldBlock`]) and posted
+/// (`post_*` + `test_*`/`wait_*`) operations. Posted operations advance whenever any call on
+/// the endpoint runs (or [`Endpoint::progress`]). Messages from one connection arrive in
+/// order; posted receives are filled in the order they were posted, before `recv` gets any.
+pub struct Endpoint {
+    id: u64,
+    addr: Addr,
+    config: Config,
+    ctx: Arc<ContextShared>,
+    shared: Arc<EndpointShared>,
+    doorbell: Doorbell,
+    inbound: Vec<Inbound>,
+    next_inbound: usize,
+    outbound: Vec<Outbound>,
+    by_peer: HashMap<Addr, u32>,
+    sends: Slab<SendState>,
+    recvs: Slab<RecvState>,
+    posted_recvs: VecDeque<Key>,
+    /// Queued or in-flight sends over all connections (0: nothing to progress).
+    pending_sends: usize,
+    pool: Arc<Pool>,
+    buffered_bytes: usize,
+    pollfds: Vec<libc::pollfd>,
+    last_liveness_check: Instant,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("addr", &self.addr)
+            .field("inbound", &self.inbound.len())
+            .field("outbound", &self.outbound.len())
+            .finish()
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        id: u64,
+        addr: Addr,
+        ctx: Arc<ContextShared>,
+        shared: Arc<EndpointShared>,
+        doorbell: Doorbell,
+    ) -> Endpoint {
+        let config = ctx.config.clone();
+        let pool = Pool::new(
+            config.pool_buffers,
+            config.pool_buffer_bytes,
+            config.pool_max_bytes,
+        );
+        Endpoint {
+            id,
+            addr,
+            config,
+            ctx,
+            shared,
+            doorbell,
+            inbound: Vec::new(),
+            next_inbound: 0,
+            outbound: Vec::new(),
+            by_peer: HashMap::new(),
+            sends: Slab::new(),
+            recvs: Slab::new(),
+            posted_recvs: VecDeque::new(),
+            pending_sends: 0,
+            pool,
+            buffered_bytes: 0,
+            pollfds: Vec::new(),
+            last_liveness_check: Instant::now(),
+        }
+    }
+
+    /// This endpoint's address.
+    pub fn addr(&self) -> Addr {
+        self.addr
+    }
+
+    /// Number of peers currently connected to this endpoint (inbound edges).
+    pub fn inbound_count(&mut self) -> usize {
+        self.adopt_new_inbound();
+        self.inbound
+            .iter()
+            .filter(|i| i.state != InboundState::Done)
+            .count()
+    }
+
+    /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up
+    /// to the configured connect timeout for the peer's endpoint to appear.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a rank outside the job, [`Error::Refused`] when the
+    /// peer rejects us (wrong job key, no such endpoint in time), [`Error::Timeout`],
+    /// [`Error::Io`].
+    pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
+        if let Some(&index) = self.by_peer.get(&peer) {
+            if self.outbound[index as usize].failure.is_none() {
+                return Ok(self.connection(index));
+            }
+        }
+        let new = crate::context::connect(&self.ctx, self.addr, peer)?;
+        let index = self.outbound.len() as u32;
+        self.outbound.push(Outbound {
+            peer,
+            pidfd: new.pidfd,
+            ring: new.ring,
+            bell: new.bell,
+            queue: VecDeque::new(),
+            inflight: VecDeque::new(),
+            failure: None,
+        });
+        self.by_peer.insert(peer, index);
+        Ok(self.connection(index))
+    }
+
+    fn connection(&self, index: u32) -> Connection {
+        Connection {
+            endpoint_id: self.id,
+            index,
+            peer: self.outbound[index as usize].peer,
+        }
+    }
+
+    fn outbound_index(&self, conn: Connection) -> Result<usize> {
+        if conn.endpoint_id != self.id || conn.index as usize >= self.outbound.len() {
+            return Err(Error::InvalidArgument(format!(
+                "connection to {} does not belong to endpoint {}",
+                conn.peer, self.addr
+            )));
+        }
+        let out = &self.outbound[conn.index as usize];
+        match &out.failure {
+            Some(f) => Err(f.to_error(out.peer, "before sending")),
+            None => Ok(conn.index as usize),
+        }
+    }
+
+    // ----- sending -------------------------------------------------------------------
+
+    /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
+    /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
+    ///
+    /// # Errors
+    /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
+    /// [`Error::Corrupt`]) or [`Error::Timeout`] when `op_timeout` is set.
+    pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        let mut wait = Wait::new(&self.config);
+        while !self.outbound[idx].queue.is_empty() {
+            self.progress_out(idx)?;
+            if self.outbound[idx].queue.is_empty() {
+                break;
+            }
+            self.wait_out(idx, &mut wait, "flushing earlier sends")?;
+        }
+        let result = if data.len() as u64 <= self.config.shm_eager_max {
+            self.send_eager_blocking(idx, data, &mut wait)
+        } else {
+            self.send_rndv_blocking(idx, data, &mut wait)
+        };
+        self.outbound[idx].ring.end_wait();
+        result
+    }
+
+    fn send_eager_blocking(&mut self, idx: usize, data: &[u8], wait: &mut Wait) -> Result<()> {
+        let frag = self.config.shm_frag_bytes as usize;
+        let (mut written, mut started) = (0, false);
+        loop {
+            let out = &mut self.outbound[idx];
+            let done = write_eager(out, data, &mut written, &mut started, frag);
+            match done {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.wait_out(idx, wait, "waiting for ring space")?,
+                Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+        }
+    }
+
+    fn send_rndv_blocking(&mut self, idx: usize, data: &[u8], wait: &mut Wait) -> Result<()> {
+        let seq = loop {
+            let out = &mut self.outbound[idx];
+            match out
+                .ring
+                .try_write_rndv(data.as_ptr() as u64, data.len() as u64)
+            {
+                Ok(Some(seq)) => {
+                    out.bell.ring();
+                    out.inflight.push_back((seq, InflightOwner::Blocking));
+                    self.pending_sends += 1;
+                    break seq;
+                }
+                Ok(None) => self.wait_out(idx, wait, "waiting for ring space")?,
+                Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+        };
+        loop {
+            let done = match self.outbound[idx].ring.rndv_completed() {
+                Ok(d) => d,
+                Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
+            };
+            if done >= seq {
+                self.progress_out(idx)?;
+                return Ok(());
+            }
+            if let Err(e) = self.wait_out(
+                idx,
+                wait,
+                "waiting for the receiver to take a large message",
+            ) {
+                // The receiver may still read `data` later: this connection cannot be used
+                // safely any more.
+                if matches!(e, Error::Timeout { .. }) {
+                    self.fail_out(idx, Failure::TimedOut, "while sending");
+                }
+                return Err(e);
+            }
+        }
+    }
+
+    /// Sends `data` only if that needs no waiting. Short and eager messages must fit in the
+    /// ring now; larger ones are copied into an internal buffer and sent by rendezvous
+    /// (bounded by `max_buffered_bytes`).
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when it would have to wait (the message was not sent), or a
+    /// peer error of the connection.
+    pub fn try_send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        if !self.outbound[idx].queue.is_empty() || !self.outbound[idx].inflight.is_empty() {
+            self.progress_out(idx)?;
+            if !self.outbound[idx].queue.is_empty() {
+                return Err(Error::WouldBlock);
+            }
+        }
+        let len = data.len() as u64;
+        if len <= self.config.shm_eager_max {
+            let frag = self.config.shm_frag_bytes;
+            let out = &mut self.outbound[idx];
+            match out.ring.fits(frag_lens(len, frag)) {
+                Ok(true) => {}
+                Ok(false) => return Err(Error::WouldBlock),
+                Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+            let (mut written, mut started) = (0, false);
+            match write_eager(out, data, &mut written, &mut started, frag as usize) {
+                Ok(true) => Ok(()),
+                Ok(false) => unreachable!("space was checked just above"),
+                Err(e) => Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+        } else {
+            if self.buffered_bytes + data.len() > self.config.max_buffered_bytes {
+                return Err(Error::WouldBlock);
+            }
+            let mut copy = self.pool.take(data.len());
+            copy.copy_from_slice(data);
+            let out = &mut self.outbound[idx];
+            match out.ring.try_write_rndv(copy.as_ptr() as u64, len) {
+                Ok(Some(seq)) => {
+                    out.bell.ring();
+                    self.buffered_bytes += copy.len();
+                    out.inflight.push_back((seq, InflightOwner::Buffered(copy)));
+                    self.pending_sends += 1;
+                    Ok(())
+                }
+                Ok(None) => {
+                    self.pool.give(copy);
+                    Err(Error::WouldBlock)
+                }
+                Err(e) => Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+        }
+    }
+
+    /// Starts sending `data` without waiting; the endpoint owns the buffer until the send
+    /// completes (large messages are sent from it directly, with no copy).
+    ///
+    /// # Errors
+    /// A peer error if the connection already failed.
+    pub fn post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
+        let idx = self.outbound_index(conn)?;
+        let key = self.sends.insert(SendState::Pending);
+        self.outbound[idx].queue.push_back(Queued {
+            key,
+            data,
+            written: 0,
+            started: false,
+        });
+        self.pending_sends += 1;
+        self.progress_out(idx)?;
+        Ok(SendRequest { key })
+    }
+
+    /// Whether a posted send has completed (advancing progress first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a request of another endpoint.
+    pub fn test_send(&mut self, req: &SendRequest) -> Result<bool> {
+        self.progress()?;
+        match self.sends.get_mut(req.key) {
+            Some(SendState::Pending) => Ok(false),
+            Some(SendState::Done(_)) => Ok(true),
+            None => Err(Error::InvalidArgument("unknown send request".into())),
+        }
+    }
+
+    /// Waits for a posted send to complete and hands its buffer back.
+    ///
+    /// # Errors
+    /// The connection's error if it failed before the message was delivered.
+    pub fn wait_send(&mut self, req: SendRequest) -> Result<Vec<u8>> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            match self.sends.get_mut(req.key) {
+                Some(SendState::Done(_)) => {
+                    return match self.sends.remove(req.key) {
+                        Some(SendState::Done(r)) => r,
+                        _ => unreachable!("checked just above"),
+                    }
+                }
+                Some(SendState::Pending) => {}
+                None => return Err(Error::InvalidArgument("unknown send request".into())),
+            }
+            self.progress()?;
+            if let Some(SendState::Pending) = self.sends.get_mut(req.key) {
+                self.idle(&mut wait, "waiting for a posted send")?;
+            }
+        }
+    }
+
+    /// Advances every posted operation once, without waiting.
+    ///
+    /// # Errors
+    /// None today beyond those recorded in the requests themselves; reserved.
+    pub fn progress(&mut self) -> Result<()> {
+        if self.pending_sends > 0 {
+            for idx in 0..self.outbound.len() {
+                let out = &self.outbound[idx];
+                if out.queue.is_empty() && out.inflight.is_empty() {
+                    continue;
+                }
+                // Failures are recorded in the requests of that connection.
+                let _ = self.progress_out(idx);
+            }
+        }
+        if !self.posted_recvs.is_empty() {
+            self.progress_recvs();
+        }
+        Ok(())
+    }
+
+    /// Pushes queued sends of connection `idx` into its ring and completes finished
+    /// rendezvous requests.
+    fn progress_out(&mut self, idx: usize) -> Result<()> {
+        let eager_max = self.config.shm_eager_max as usize;
+        let frag = self.config.shm_frag_bytes as usize;
+        let out = &mut self.outbound[idx];
+        if let Some(f) = &out.failure {
+            return Err(f.to_error(out.peer, "while sending"));
+        }
+        let step = (|| -> std::result::Result<(), RingError> {
+            if !out.inflight.is_empty() {
+                let done = out.ring.rndv_completed()?;
+                while out.inflight.front().is_some_and(|(seq, _)| *seq <= done) {
+                    if let Some((_, owner)) = out.inflight.pop_front() {
+                        self.pending_sends -= 1;
+                        match owner {
+                            InflightOwner::Request(key, data) => {
+                                if let Some(s) = self.sends.get_mut(key) {
+                                    *s = SendState::Done(Ok(data));
+                                }
+                            }
+                            InflightOwner::Buffered(data) => {
+                                self.buffered_bytes -= data.len();
+                                self.pool.give(data);
+                            }
+                            InflightOwner::Blocking => {}
+                        }
+                    }
+                }
+            }
+            let mut wrote = false;
+            while let Some(q) = out.queue.front_mut() {
+                if q.data.len() <= eager_max {
+                    let complete = write_eager_raw(
+                        &mut out.ring,
+                        &q.data,
+                        &mut q.written,
+                        &mut q.started,
+                        frag,
+                    )?;
+                    wrote |= q.started;
+                    if !complete {
+                        break;
+                    }
+                    if let Some(q) = out.queue.pop_front() {
+                        self.pending_sends -= 1;
+                        if let Some(s) = self.sends.get_mut(q.key) {
+                            *s = SendState::Done(Ok(q.data));
+                        }
+                    }
+                } else {
+                    match out
+                        .ring
+                        .try_write_rndv(q.data.as_ptr() as u64, q.data.len() as u64)?
+                    {
+                        Some(seq) => {
+                            wrote = true;
+                            if let Some(q) = out.queue.pop_front() {
+                                out.inflight
+                                    .push_back((seq, InflightOwner::Request(q.key, q.data)));
+                            }
+                        }
+                        None => break,
+                    }
+                }
+            }
+            if wrote {
+                out.bell.ring();
+            }
+            Ok(())
+        })();
+        match step {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail_out(idx, corrupt(e), "while sending")),
+        }
+    }
+
+    /// Marks connection `idx` failed, fails its pending requests, and returns the error.
+    fn fail_out(&mut self, idx: usize, failure: Failure, during: &'static str) -> Error {
+        let out = &mut self.outbound[idx];
+        let peer = out.peer;
+        if out.failure.is_none() {
+            out.failure = Some(failure.clone());
+            while let Some(q) = out.queue.pop_front() {
+                self.pending_sends -= 1;
+                if let Some(s) = self.sends.get_mut(q.key) {
+                    *s = SendState::Done(Err(failure.to_error(peer, during)));
+                }
+            }
+            while let Some((_, owner)) = out.inflight.pop_front() {
+                self.pending_sends -= 1;
+                match owner {
+                    InflightOwner::Request(key, _) => {
+                        if let Some(s) = self.sends.get_mut(key) {
+                            *s = SendState::Done(Err(failure.to_error(peer, during)));
+                        }
+                    }
+                    InflightOwner::Buffered(data) => self.buffered_bytes -= data.len(),
+                    InflightOwner::Blocking => {}
+                }
+            }
+            out.ring.close();
+        }
+        failure.to_error(peer, during)
+    }
+
+    /// One step of waiting on connection `idx` (ring space or a rendezvous completion):
+    /// spin, and once the spin budget is spent, sleep on the ring's futex.
+    fn wait_out(&mut self, idx: usize, wait: &mut Wait, what: &'static str) -> Result<()> {
+        let (spinning, periodic) = wait.spinning(self.config.spin);
+        if periodic {
+            self.flush_inbound();
+            self.check_out_alive(idx, what)?;
+            wait.check_deadline(what)?;
+        }
+        if spinning {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        let out = &self.outbound[idx];
+        match wait.seen.take() {
+            // First call after the spin: announce the wait; the caller re-checks once.
+            None => wait.seen = Some(out.ring.prepare_wait()),
+            Some(seen) => {
+                out.ring.wait(seen, SLEEP_SLICE);
+                out.ring.end_wait();
+                self.check_out_alive(idx, what)?;
+                wait.check_deadline(what)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_out_alive(&mut self, idx: usize, what: &'static str) -> Result<()> {
+        let out = &self.outbound[idx];
+        if let Some(f) = &out.failure {
+            return Err(f.to_error(out.peer, what));
+        }
+        if out.ring.consumer_closed() {
+            return Err(self.fail_out(idx, Failure::Closed, what));
+        }
+        if sys::pidfd_exited(&out.pidfd) {
+            return Err(self.fail_out(idx, Failure::Dead, what));
+        }
+        Ok(())
+    }
+
+    // ----- receiving -----------------------------------------------------------------
+
+    /// Receives the next message from any connected peer into `buf`, blocking until one
+    /// arrives. Returns its length and sender.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
+    /// connection (reported once; the others keep working), [`Error::Timeout`].
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            if self.posted_recvs.is_empty() {
+                if let Some(got) = self.poll_once(&mut Dest::Slice(buf), true)? {
+                    return Ok(got);
+                }
+            }
+            self.progress()?;
+            self.idle(&mut wait, "waiting for a message")?;
+        }
+    }
+
+    /// Receives a message into `buf` if one is complete now.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if none is waiting (the endpoint's descriptor is then armed
+    /// and becomes readable when one arrives); otherwise as [`Endpoint::recv`].
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.progress()?;
+        if self.posted_recvs.is_empty() {
+            if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
+                return Ok(got);
+            }
+        }
+        self.would_block()
+    }
+
+    /// Receives the next message into a buffer from the endpoint's pool, blocking; the
+    /// buffer returns to the pool when the [`PooledBuf`] is dropped.
+    ///
+    /// # Errors
+    /// As [`Endpoint::recv`], without `BufferTooSmall`.
+    pub fn recv_pooled(&mut self) -> Result<PooledBuf> {
+        let mut wait = Wait::new(&self.config);
+        let mut buf = self.pool.take(0);
+        loop {
+            if self.posted_recvs.is_empty() {
+                if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
+                    return Ok(PooledBuf::new(buf, src, self.pool.clone()));
+                }
+            }
+            self.progress()?;
+            self.idle(&mut wait, "waiting for a message")?;
+        }
+    }
+
+    /// Non-blocking [`Endpoint::recv_pooled`].
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if no complete message is waiting.
+    pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
+        self.progress()?;
+        if self.posted_recvs.is_empty() {
+            let mut buf = self.pool.take(0);
+            if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), false)? {
+                return Ok(PooledBuf::new(buf, src, self.pool.clone()));
+            }
+            self.pool.give(buf);
+        }
+        self.would_block()
+    }
+
+    fn would_block<T>(&mut self) -> Result<T> {
+        self.flush_inbound();
+        self.doorbell.drain();
+        self.doorbell.arm();
+        self.check_liveness_throttled();
+        Err(Error::WouldBlock)
+    }
+
+    /// Posts a receive: the next message (from any peer) not claimed by an earlier posted
+    /// receive goes into `buf` (up to `buf.len()` bytes).
+    ///
+    /// # Errors
+    /// None today; reserved.
+    pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
+        let key = self.recvs.insert(RecvState::Pending(buf));
+        self.posted_recvs.push_back(key);
+        self.progress_recvs();
+        Ok(RecvRequest { key })
+    }
+
+    /// Whether a posted receive has completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a request of another endpoint.
+    pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.progress()?;
+        match self.recvs.get_mut(req.key) {
+            Some(RecvState::Pending(_)) => Ok(false),
+            Some(RecvState::Done(_)) => Ok(true),
+            None => Err(Error::InvalidArgument("unknown receive request".into())),
+        }
+    }
+
+    /// Waits for a posted receive.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] (the buffer is dropped, the message stays queued) or a
+    /// peer error that occurred while this receive was first in line.
+    pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            self.progress()?;
+            match self.recvs.get_mut(req.key) {
+                Some(RecvState::Done(_)) => {
+                    return match self.recvs.remove(req.key) {
+                        Some(RecvState::Done(r)) => r,
+                        _ => unreachable!("checked just above"),
+                    }
+                }
+                Some(RecvState::Pending(_)) => {}
+                None => return Err(Error::InvalidArgument("unknown receive request".into())),
+            }
+            self.idle(&mut wait, "waiting for a posted receive")?;
+        }
+    }
+
+    fn progress_recvs(&mut self) {
+        while let Some(&key) = self.posted_recvs.front() {
+            let mut buf = match self.recvs.get_mut(key) {
+                Some(RecvState::Pending(buf)) => std::mem::take(buf),
+                _ => {
+                    self.posted_recvs.pop_front();
+                    continue;
+                }
+            };
+            let result = self.poll_once(&mut Dest::Slice(&mut buf), false);
+            let state = match result {
+                Ok(None) => {
+                    if let Some(RecvState::Pending(b)) = self.recvs.get_mut(key) {
+                        *b = buf;
+                    }
+                    return;
+                }
+                Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion { buf, len, src })),
+                Err(e) => RecvState::Done(Err(e)),
+            };
+            if let Some(s) = self.recvs.get_mut(key) {
+                *s = state;
+            }
+            self.posted_recvs.pop_front();
+        }
+    }
+
+    /// Looks once at every inbound ring (round robin) for a message to deliver into `dest`.
+    /// With `wait`, a multi-fragment message that has begun is waited for to its end.
+    fn poll_once(&mut self, dest: &mut Dest<'_>, wait: bool) -> Result<Option<(usize, Addr)>> {
+        if self.shared.has_incoming.load(Ordering::Relaxed) {
+            self.adopt_new_inbound();
+        }
+        let n = self.inbound.len();
+        for k in 0..n {
+            let mut i = self.next_inbound + k;
+            if i >= n {
+                i -= n;
+            }
+            match &self.inbound[i].state {
+                InboundState::Done => continue,
+                InboundState::Broken(detail) => {
+                    let err = corrupt_detail(self.inbound[i].peer, detail);
+                    self.inbound[i].state = InboundState::Done;
+                    return Err(err);
+                }
+                InboundState::Open | InboundState::Dying => {}
+            }
+            match self.take_from(i, dest, wait) {
+                Ok(Some(len)) => {
+                    self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+                    return Ok(Some((len, self.inbound[i].peer)));
+                }
+                Ok(None) => {
+                    let inb = &mut self.inbound[i];
+                    if inb.state == InboundState::Dying {
+                        inb.state = InboundState::Done;
+                        return Err(Error::PeerDead {
+                            peer: inb.peer,
+                            during: "while receiving",
+                        });
+                    }
+                }
+                Err(e @ Error::BufferTooSmall { .. }) => return Err(e),
+                Err(e) => {
+                    let inb = &mut self.inbound[i];
+                    inb.state = InboundState::Done;
+                    inb.ring.close();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes the next message of inbound ring `i` into `dest`, if there is one.
+    fn take_from(&mut self, i: usize, dest: &mut Dest<'_>, wait: bool) -> Result<Option<usize>> {
+        let inb = &mut self.inbound[i];
+        let peer = inb.peer;
+        let rec = match inb.ring.peek() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(ring_error(peer, e)),
+        };
+        match rec.kind {
+            Kind::Msg => self.take_eager(i, rec, dest, wait),
+            Kind::Rndv => {
+                let (addr, len) = inb.ring.rndv_target(&rec);
+                if len != rec.total_len {
+                    return Err(corrupt_detail(
+                        peer,
+                        "rendezvous length disagrees with its header",
+                    ));
+                }
+                let buf = dest.prepare(len)?;
+                match sys::process_vm_read(inb.pid, buf, addr) {
+                    Ok(n) if n as u64 == len => {}
+                    Ok(n) => return Err(corrupt_detail(
+                        peer,
+                        &format!(
+                            "rendezvous read {n} of {len} bytes: the sender's buffer is not mapped"
+                        ),
+                    )),
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                        return Err(Error::PeerDead {
+                            peer,
+                            during: "while copying a large message",
+                        })
+                    }
+                    Err(e) => {
+                        return Err(corrupt_detail(
+                            peer,
+                            &format!("cross-memory read of the sender's buffer failed: {e}"),
+                        ))
+                    }
+                }
+                inb.ring.consume(&rec);
+                inb.ring.complete_rndv();
+                Ok(Some(len as usize))
+            }
+            Kind::Close => {
+                inb.ring.consume(&rec);
+                inb.ring.flush();
+                inb.state = InboundState::Done;
+                Ok(None)
+            }
+            Kind::Cont | Kind::Pad => Err(corrupt_detail(peer, "fragment without a message start")),
+        }
+    }
+
+    fn take_eager(
+        &mut self,
+        i: usize,
+        first: Record,
+        dest: &mut Dest<'_>,
+        wait: bool,
+    ) -> Result<Option<usize>> {
+        let spin = self.config.spin;
+        let op_timeout = self.config.op_timeout;
+        let inb = &mut self.inbound[i];
+        let peer = inb.peer;
+        let total = first.total_len;
+        if total > inb.ring.capacity() {
+            return Err(corrupt_detail(peer, "eager message larger than its ring"));
+        }
+        if first.frag_len < total
+            && !wait
+            && !all_fragments_present(&inb.ring, &first).map_err(|e| ring_error(peer, e))?
+        {
+            return Ok(None);
+        }
+        let buf = dest.prepare(total)?;
+        let mut filled = first.frag_len as usize;
+        inb.ring.copy_payload(&first, &mut buf[..filled]);
+        inb.ring.consume(&first);
+        let mut waited = Wait {
+            start: Instant::now(),
+            spins: 0,
+            deadline: op_timeout.map(|t| Instant::now() + t),
+            armed: false,
+            seen: None,
+        };
+        while (filled as u64) < total {
+            match inb.ring.peek().map_err(|e| ring_error(peer, e))? {
+                Some(rec) if rec.kind == Kind::Cont && filled as u64 + rec.frag_len <= total => {
+                    let end = filled + rec.frag_len as usize;
+                    inb.ring.copy_payload(&rec, &mut buf[filled..end]);
+                    inb.ring.consume(&rec);
+                    filled = end;
+                }
+                Some(_) => {
+                    return Err(corrupt_detail(
+                        peer,
+                        "message interrupted by another record",
+                    ))
+                }
+                None => {
+                    // The sender is mid-message: it is writing the rest right now.
+                    let (_, periodic) = waited.spinning(spin);
+                    if periodic {
+                        inb.ring.flush();
+                        if sys::pidfd_exited(&inb.pidfd) {
+                            return Err(Error::PeerDead {
+                                peer,
+                                during: "in the middle of a message",
+                            });
+                        }
+                        waited.check_deadline("waiting for the rest of a message")?;
+                        if waited.start.elapsed() > spin {
+                            std::thread::yield_now();
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        Ok(Some(total as usize))
+    }
+
+    /// Adopts the inbound connections the listener accepted for this endpoint.
+    fn adopt_new_inbound(&mut self) {
+        if !self.shared.has_incoming.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let mut incoming = self
+            .shared
+            .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for NewInbound {
+            peer,
+            pid,
+            pidfd,
+            ring,
+        } in incoming.drain(..)
+        {
+            self.inbound.push(Inbound {
+                peer,
+                pid,
+                pidfd,
+                ring,
+                state: InboundState::Open,
+            });
+        }
+    }
+
+    /// Publishes consumed ring space to every sender.
+    fn flush_inbound(&mut self) {
+        for inb in &mut self.inbound {
+            inb.ring.flush();
+        }
+    }
+
+    // ----- waiting and liveness --------------------------------------------------------
+
+    /// One step of a blocking receive-side wait: spin, then arm the doorbell and re-check,
+    /// then sleep on the doorbell and the peers' pidfds.
+    fn idle(&mut self, wait: &mut Wait, what: &'static str) -> Result<()> {
+        let (spinning, periodic) = wait.spinning(self.config.spin);
+        if periodic {
+            self.flush_inbound();
+            self.check_liveness();
+            wait.check_deadline(what)?;
+        }
+        if spinning {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        if !wait.armed {
+            // Arm, then let the caller look once more before we sleep.
+            self.flush_inbound();
+            self.doorbell.drain();
+            self.doorbell.arm();
+            wait.armed = true;
+            return Ok(());
+        }
+        self.sleep(wait.deadline);
+        wait.armed = false;
+        self.doorbell.drain();
+        self.check_liveness();
+        self.verify_inbound();
+        wait.check_deadline(what)?;
+        // Spin again after a wake-up: more traffic usually follows.
+        wait.start = Instant::now();
+        Ok(())
+    }
+
+    fn sleep(&mut self, deadline: Option<Instant>) {
+        self.pollfds.clear();
+        self.pollfds.push(libc::pollfd {
+            fd: self.doorbell.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for inb in &self.inbound {
+            if inb.state == InboundState::Open {
+                self.pollfds.push(libc::pollfd {
+                    fd: inb.pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        let mut slice = SLEEP_SLICE;
+        if let Some(d) = deadline {
+            slice = slice.min(d.saturating_duration_since(Instant::now()));
+        }
+        let _ = sys::poll(&mut self.pollfds, Some(slice));
+    }
+
+    fn check_liveness_throttled(&mut self) {
+        if self.last_liveness_check.elapsed() >= Duration::from_millis(10) {
+            self.check_liveness();
+        }
+    }
+
+    /// Notices peers that exited: inbound ones are drained and then reported; outbound
+    /// ones fail their pending sends.
+    fn check_liveness(&mut self) {
+        self.last_liveness_check = Instant::now();
+        for inb in &mut self.inbound {
+            if inb.state == InboundState::Open && sys::pidfd_exited(&inb.pidfd) {
+                inb.state = InboundState::Dying;
+            }
+        }
+        for idx in 0..self.outbound.len() {
+            let out = &self.outbound[idx];
+            if out.failure.is_none()
+                && (!out.queue.is_empty() || !out.inflight.is_empty())
+                && sys::pidfd_exited(&out.pidfd)
+            {
+                self.fail_out(idx, Failure::Dead, "while sending");
+            }
+        }
+    }
+
+    /// Re-reads the ring headers while idle: a scribbled ring becomes an error on its
+    /// connection now rather than a silent hang later.
+    fn verify_inbound(&mut self) {
+        for inb in &mut self.inbound {
+            if inb.state == InboundState::Open {
+                if let Err(e) = inb.ring.verify() {
+                    inb.state = InboundState::Broken(e.to_string());
+                    inb.ring.close();
+                }
+            }
+        }
+    }
+}
+
+impl AsRawFd for Endpoint {
+    /// The endpoint's doorbell (an eventfd): readable when a message may be waiting after
+    /// a `try_recv*` returned [`Error::WouldBlock`]. Use with poll/epoll or an async
+    /// runtime, then call `try_recv*` until it returns `WouldBlock` again.
+    fn as_raw_fd(&self) -> RawFd {
+        self.doorbell.as_raw_fd()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        for out in &mut self.outbound {
+            if out.failure.is_none() {
+                out.ring.close();
+                out.bell.ring();
+            }
+        }
+        for inb in &mut self.inbound {
+            inb.ring.close();
+        }
+        self.ctx.unregister(self.addr.port);
+    }
+}
+
+/// Payload lengths of the fragments of a `len`-byte eager message.
+fn frag_lens(len: u64, frag: u64) -> impl Iterator<Item = u64> + Clone {
+    let count = if len == 0 { 1 } else { len.div_ceil(frag) };
+    (0..count).map(move |i| (len - i * frag).min(frag))
+}
+
+/// Writes as many fragments of an eager message as fit; `Ok(true)` when all are written.
+fn write_eager_raw(
+    ring: &mut Producer,
+    data: &[u8],
+    written: &mut usize,
+    started: &mut bool,
+    frag: usize,
+) -> std::result::Result<bool, RingError> {
+    let total = data.len() as u64;
+    loop {
+        let end = (*written + frag).min(data.len());
+        let kind = if *started { Kind::Cont } else { Kind::Msg };
+        if !ring.try_write(kind, total, &data[*written..end])? {
+            return Ok(false);
+        }
+        *started = true;
+        *written = end;
+        if end == data.len() {
+            return Ok(true);
+        }
+    }
+}
+
+/// [`write_eager_raw`] followed by a doorbell ring if anything was written.
+fn write_eager(
+    out: &mut Outbound,
+    data: &[u8],
+    written: &mut usize,
+    started: &mut bool,
+    frag: usize,
+) -> std::result::Result<bool, RingError> {
+    let before = (*written, *started);
+    let done = write_eager_raw(&mut out.ring, data, written, started, frag)?;
+    if (*written, *started) != before {
+        out.bell.ring();
+    }
+    Ok(done)
+}
+
+/// Whether every fragment of the message starting with `first` is in the ring already.
+fn all_fragments_present(ring: &Consumer, first: &Record) -> std::result::Result<bool, RingError> {
+    let mut pos = first.pos + first.size;
+    let mut filled = first.frag_len;
+    while filled < first.total_len {
+        if pos - first.pos > ring.capacity() {
+            return Err(RingError::Corrupt {
+                field: "total_len",
+                value: first.total_len,
+                reason: "fragments of one message exceed the ring",
+            });
+        }
+        match ring.record_at(pos)? {
+            None => return Ok(false),
+            Some(rec) if rec.kind == Kind::Pad => pos += rec.size,
+            Some(rec) if rec.kind == Kind::Cont => {
+                filled += rec.frag_len;
+                pos += rec.size;
+            }
+            Some(_) => {
+                return Err(RingError::Corrupt {
+                    field: "kind",
+                    value: 0,
+                    reason: "message interrupted by another record",
+                })
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn corrupt(e: RingError) -> Failure {
+    Failure::Corrupt(e.to_string())
+}
+
+fn ring_error(peer: Addr, e: RingError) -> Error {
+    Error::Corrupt {
+        peer,
+        detail: e.to_string(),
+    }
+}
+
+fn corrupt_detail(peer: Addr, detail: &str) -> Error {
+    Error::Corrupt {
+        peer,
+        detail: detail.to_string(),
+    }
+}
