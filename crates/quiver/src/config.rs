@@ -81,6 +81,13 @@ impl Config {
             Ok(())
         };
         size("QUIVER_SHM_RING_BYTES", &mut c.shm_ring_bytes)?;
+        // Defaults that depend on the ring shrink with it; explicit values are checked.
+        if c.shm_ring_bytes.is_power_of_two() && c.shm_ring_bytes >= 4096 {
+            c.shm_eager_max = c.shm_eager_max.min(c.shm_ring_bytes / 4);
+            c.shm_frag_bytes = c
+                .shm_frag_bytes
+                .min(quiver_transport::ring::max_frag_len(c.shm_ring_bytes));
+        }
         size("QUIVER_SHM_EAGER_MAX", &mut c.shm_eager_max)?;
         size("QUIVER_SHM_FRAG_BYTES", &mut c.shm_frag_bytes)?;
         let mut micros = c.spin.as_micros() as u64;
@@ -204,5 +211,9 @@ mod tests {
         let e = Config::from_lookup(|k| (k == "QUIVER_SPIN_US").then(|| "abc".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_SPIN_US")));
         Config::default().validate().unwrap();
+        let small =
+            Config::from_lookup(|k| (k == "QUIVER_SHM_RING_BYTES").then(|| "16K".into())).unwrap();
+        assert_eq!(small.shm_eager_max, 4096);
+        assert!(small.shm_frag_bytes <= 4096 - 24);
     }
 }

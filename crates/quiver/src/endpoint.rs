@@ -957,12 +957,14 @@ impl Endpoint {
                 let buf = dest.prepare(len)?;
                 match sys::process_vm_read(inb.pid, buf, addr) {
                     Ok(n) if n as u64 == len => {}
-                    Ok(n) => return Err(corrupt_detail(
-                        peer,
-                        &format!(
+                    Ok(n) => {
+                        return Err(corrupt_detail(
+                            peer,
+                            &format!(
                             "rendezvous read {n} of {len} bytes: the sender's buffer is not mapped"
                         ),
-                    )),
+                        ))
+                    }
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                         return Err(Error::PeerDead {
                             peer,

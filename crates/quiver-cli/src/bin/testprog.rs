@@ -1,2 +1,298 @@
-//! Test helper program driven by the integration tests.
-fn main() {}
+//! `quiver-testprog`: the rank program the integration tests start, under `quiver run` or
+//! by hand. Each mode is one scenario; it prints `ok ...` or the error it was asked to
+//! provoke, and exits non-zero when something is wrong.
+//!
+//! Modes:
+//! - `alltoall MESSAGES MAX_BYTES SEED`: every rank sends MESSAGES messages of random sizes
+//!   (0..=MAX_BYTES) to every other rank with posted sends, receives all, verifies every byte.
+//! - `slow-recv MESSAGES`: rank 0 sends as fast as it can, rank 1 sleeps between receives.
+//! - `send-until-error`: send 256 KiB messages to rank 1 until an error; print it.
+//! - `recv-until-error`: receive until an error; print it.
+//! - `serve`: connect to rank 0 and send it a hello every 50 ms (a well-behaved peer).
+//! - `scribble garbage|forge`: connect to rank 0, send one message, then break our ring into
+//!   rank 0 by writing to its memfd through /proc/self/fd.
+//! - `victim`: rank 0 of `scribble`: receive until an error, print it, then receive one more
+//!   message from rank 2 to show other connections still work.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use quiver::{Addr, Context, Endpoint, Error};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = run(&args);
+    if let Err(e) = result {
+        eprintln!("quiver-testprog: {e}");
+        std::process::exit(1);
+    }
+}
+
+type AnyResult = Result<(), Box<dyn std::error::Error>>;
+
+fn run(args: &[String]) -> AnyResult {
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    let num = |i: usize, default: u64| -> u64 {
+        args.get(i)
+            .and_then(|s| quiver::parse_size(s).ok())
+            .unwrap_or(default)
+    };
+    let ctx = Context::from_env()?;
+    let mut ep = ctx.endpoint(0)?;
+    match mode {
+        "alltoall" => alltoall(&ctx, &mut ep, num(1, 4), num(2, 1 << 20), num(3, 1)),
+        "slow-recv" => slow_recv(&ctx, &mut ep, num(1, 2000)),
+        "send-until-error" => {
+            let conn = ep.connect(Addr::new(1, 0))?;
+            say("started");
+            let msg = vec![7u8; 256 << 10];
+            loop {
+                if let Err(e) = ep.send(conn, &msg) {
+                    say(&format!("error: {e}"));
+                    return Ok(());
+                }
+            }
+        }
+        "recv-until-error" => {
+            let mut buf = vec![0u8; 1 << 20];
+            say("started");
+            loop {
+                if let Err(e) = ep.recv(&mut buf) {
+                    say(&format!("error: {e}"));
+                    return Ok(());
+                }
+            }
+        }
+        "serve" => {
+            let conn = ep.connect(Addr::new(0, 0))?;
+            loop {
+                ep.send(conn, b"hello")?;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        "victim" => victim(&mut ep),
+        "scribble" => scribble(
+            &mut ep,
+            args.get(1).map(String::as_str).unwrap_or("garbage"),
+        ),
+        _ => Err(format!("unknown mode {mode:?}").into()),
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Deterministic content of message `index` from `src` to `dst`.
+fn message(seed: u64, src: u32, dst: u32, index: u64, max: u64) -> Vec<u8> {
+    let mut x = seed ^ (u64::from(src) << 40) ^ (u64::from(dst) << 20) ^ index;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    next();
+    // Favour small sizes but cover the whole range: pick a magnitude, then a length.
+    let magnitude = next() % (64 - max.max(1).leading_zeros() as u64 + 1);
+    let len = (next() % ((1u64 << magnitude).min(max) + 1)) as usize;
+    let mut v = Vec::with_capacity(len);
+    for _ in 0..len.div_ceil(8) {
+        v.extend_from_slice(&next().to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn alltoall(ctx: &Context, ep: &mut Endpoint, messages: u64, max: u64, seed: u64) -> AnyResult {
+    let (me, size) = (ctx.rank(), ctx.size());
+    let peers: Vec<u32> = (0..size).filter(|&r| r != me).collect();
+    let mut conns = Vec::new();
+    for &p in &peers {
+        conns.push(ep.connect(Addr::new(p, 0))?);
+    }
+    let mut sends = Vec::new();
+    for i in 0..messages {
+        for (k, &p) in peers.iter().enumerate() {
+            sends.push(ep.post_send(conns[k], message(seed, me, p, i, max))?);
+        }
+    }
+    // "done" follows the data on every connection (connections are ordered), so a
+    // rank has everything once it has every peer's data and every peer's "done".
+    for &c in &conns {
+        ep.send(c, b"done")?;
+    }
+    let mut next_index = vec![0u64; size as usize];
+    let (mut bytes, mut dones) = (0u64, 0usize);
+    let expected = messages * peers.len() as u64;
+    let mut received = 0u64;
+    while received < expected || dones < peers.len() {
+        let got = ep.recv_pooled()?;
+        let src = got.src().rank;
+        let index = next_index[src as usize];
+        if index == messages {
+            if &got[..] != b"done" {
+                return Err(
+                    format!("rank {me}: rank {src} sent more than {messages} messages").into(),
+                );
+            }
+            dones += 1;
+            next_index[src as usize] += 1;
+            continue;
+        }
+        let want = message(seed, src, me, index, max);
+        if got[..] != want[..] {
+            return Err(format!(
+                "rank {me}: message {index} from rank {src} differs ({} bytes, expected {})",
+                got.len(),
+                want.len()
+            )
+            .into());
+        }
+        next_index[src as usize] += 1;
+        received += 1;
+        bytes += got.len() as u64;
+    }
+    for s in sends {
+        ep.wait_send(s)?;
+    }
+    say(&format!(
+        "ok rank {me} received {bytes} bytes rss_kib {}",
+        rss_kib()
+    ));
+    Ok(())
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn slow_recv(ctx: &Context, ep: &mut Endpoint, messages: u64) -> AnyResult {
+    if ctx.rank() == 0 {
+        let conn = ep.connect(Addr::new(1, 0))?;
+        let start = Instant::now();
+        let mut would_block = 0u64;
+        for i in 0..messages {
+            let msg = (i as u32).to_le_bytes().repeat(256); // 1 KiB
+            loop {
+                match ep.try_send(conn, &msg) {
+                    Ok(()) => break,
+                    Err(Error::WouldBlock) => {
+                        would_block += 1;
+                        ep.send(conn, &msg)?; // now block until there is room
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        say(&format!(
+            "ok sender held back {would_block} times, {} ms",
+            start.elapsed().as_millis()
+        ));
+        let mut buf = [0u8; 8];
+        ep.recv(&mut buf)?; // wait for the receiver's confirmation
+    } else {
+        let back = ep.connect(Addr::new(0, 0))?;
+        let mut buf = vec![0u8; 2048];
+        for i in 0..messages {
+            if i % 64 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let (n, _) = ep.recv(&mut buf)?;
+            let want = (i as u32).to_le_bytes().repeat(256);
+            if buf[..n] != want[..] {
+                return Err(format!("message {i} lost or damaged").into());
+            }
+        }
+        say(&format!("ok received all {messages} in order"));
+        ep.send(back, b"thanks")?;
+    }
+    Ok(())
+}
+
+fn victim(ep: &mut Endpoint) -> AnyResult {
+    let mut buf = vec![0u8; 1 << 20];
+    say("started");
+    // First the scribbler's honest message, then its damage, then rank 2's hello and more.
+    let mut seen_error = false;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match ep.recv(&mut buf) {
+            Ok((_, src)) if src.rank == 2 && seen_error => {
+                say("ok other connection still works");
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e @ Error::Corrupt { .. }) => {
+                say(&format!("error: {e}"));
+                seen_error = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err("no corruption detected in time".into())
+}
+
+fn scribble(ep: &mut Endpoint, how: &str) -> AnyResult {
+    let conn = ep.connect(Addr::new(0, 0))?;
+    ep.send(conn, b"honest")?;
+    std::thread::sleep(Duration::from_millis(200));
+    // Find our ring into rank 0 among our mappings, as an intruder in this process would.
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let range = maps
+        .lines()
+        .find(|l| l.contains("memfd:quiver-ring"))
+        .and_then(|l| l.split_whitespace().next())
+        .ok_or("no ring mapping found")?;
+    let path = format!("/proc/self/map_files/{range}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    use std::os::unix::fs::FileExt;
+    match how {
+        "garbage" => {
+            let len = file.metadata()?.len() as usize;
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let junk: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            file.write_all_at(&junk, 0)?;
+        }
+        "forge" => {
+            // A record with a valid stamp and an impossible length, right where the reader
+            // looks next (our honest message took the first 64 bytes of data).
+            let mut salt = [0u8; 8];
+            file.read_exact_at(&mut salt, 152)?;
+            let salt = u64::from_ne_bytes(salt);
+            let pos = 64u64;
+            let mut rec = [0u8; 24];
+            rec[..8].copy_from_slice(&((pos + 1) ^ salt).to_ne_bytes());
+            rec[8] = 1; // Msg
+            rec[12..16].copy_from_slice(&u32::MAX.to_ne_bytes());
+            rec[16..24].copy_from_slice(&u64::MAX.to_ne_bytes());
+            // Write the header fields first and the stamp last, as a real producer would.
+            file.write_all_at(&rec[8..], 256 + pos + 8)?;
+            file.write_all_at(&rec[..8], 256 + pos)?;
+        }
+        other => return Err(format!("unknown scribble {other:?}").into()),
+    }
+    say("scribbled");
+    std::thread::sleep(Duration::from_secs(30));
+    Ok(())
+}
