@@ -93,7 +93,18 @@ fn small_sweep_reports_every_point_with_its_floor_ratio() {
     let output = quiver_bench(&["--sizes", "8,64K", "--iters", "200", "--json", "-"]);
     let records = json_lines(&output);
 
-    assert_eq!(of_test(&records, "floor").len(), 3, "{records:?}");
+    // The hand-off before and after the ranks, memcpy at both sizes.
+    let floors = of_test(&records, "floor");
+    assert_eq!(floors.len(), 4, "{records:?}");
+    let phases: Vec<&str> = floors
+        .iter()
+        .filter(|record| record["floor"] == "cacheline_handoff")
+        .map(|record| {
+            positive(record, "latency_us");
+            record["phase"].as_str().unwrap_or("")
+        })
+        .collect();
+    assert_eq!(phases, vec!["before_ranks", "after_ranks"]);
     let pingpong = of_test(&records, "pingpong");
     assert_eq!(pingpong.len(), 2, "{records:?}");
     for record in &pingpong {

@@ -13,7 +13,7 @@
 //!   best batch is reported too), at the fastest of a few relative alignments of the
 //!   two buffers ([`MEMCPY_DESTINATION_OFFSETS`]).
 //!
-//! Also holds the CPU-affinity helpers the bench uses (`sched_getaffinity`/`sched_setaffinity`).
+//! Also holds [`pin_current_thread`] (`sched_setaffinity` for one thread).
 
 use std::hint::black_box;
 use std::io;
@@ -29,8 +29,11 @@ pub(crate) const HANDOFF_ROUND_TRIPS_PER_BATCH: u64 = 64;
 const HANDOFF_BATCHES: usize = 2_000;
 /// Untimed hand-off round trips before the timed ones.
 const HANDOFF_WARMUP_ROUND_TRIPS: u64 = 20_000;
-/// Bytes copied per timed memcpy batch (at least one copy per batch).
+/// Bytes copied per timed memcpy batch (at least one copy, at most
+/// [`MEMCPY_MAX_COPIES_PER_BATCH`] copies per batch).
 const MEMCPY_BYTES_PER_BATCH: u64 = 16 << 20;
+/// Most copies per timed memcpy batch (keeps tiny sizes from taking seconds).
+const MEMCPY_MAX_COPIES_PER_BATCH: u64 = 100_000;
 /// Timed memcpy batches per size.
 const MEMCPY_BATCHES: usize = 25;
 /// Untimed memcpy batches per size before the timed ones.
@@ -107,26 +110,6 @@ pub(crate) fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<F
     Ok(Floors { handoff, memcpy })
 }
 
-/// The CPUs this process may run on, ascending.
-///
-/// # Errors
-/// If `sched_getaffinity` fails.
-pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable cpu_set_t and we pass its exact size; pid 0 = us.
-    let result =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if result != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let cpu_count = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET only reads the set; every index is below the set's capacity.
-    Ok((0..cpu_count)
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
-}
-
 /// Pins the calling thread to one CPU.
 ///
 /// # Errors
@@ -159,7 +142,11 @@ pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
 #[repr(align(128))]
 struct PaddedCounter(AtomicU64);
 
-fn measure_handoff(cpu_a: usize, cpu_b: usize) -> io::Result<HandoffFloor> {
+/// Measures the one-way cache-line hand-off between threads pinned to `cpu_a` and `cpu_b`.
+///
+/// # Errors
+/// If a measuring thread cannot be started or pinned.
+pub(crate) fn measure_handoff(cpu_a: usize, cpu_b: usize) -> io::Result<HandoffFloor> {
     let counter = PaddedCounter(AtomicU64::new(0));
     let pinned_a = AtomicBool::new(false);
     let pinned_b = AtomicBool::new(false);
@@ -255,7 +242,8 @@ fn measure_memcpy_at_offset(size_bytes: u64, destination_offset: usize) -> Memcp
     let source = &mut source_storage[source_start..source_start + length];
     let destination = &mut destination_storage[destination_start..destination_start + length];
 
-    let copies_per_batch = (MEMCPY_BYTES_PER_BATCH / size_bytes).max(1);
+    let copies_per_batch =
+        (MEMCPY_BYTES_PER_BATCH / size_bytes).clamp(1, MEMCPY_MAX_COPIES_PER_BATCH);
     let mut batch_mbps = Vec::with_capacity(MEMCPY_BATCHES);
     for batch in 0..MEMCPY_WARMUP_BATCHES + MEMCPY_BATCHES {
         let batch_start = Instant::now();
@@ -290,7 +278,7 @@ mod tests {
 
     #[test]
     fn allowed_cpus_are_not_empty_and_pinnable() {
-        let cpus = allowed_cpus().expect("sched_getaffinity");
+        let cpus = crate::launch::allowed_cpus().expect("sched_getaffinity");
         assert!(!cpus.is_empty());
         std::thread::spawn(move || pin_current_thread(cpus[0]))
             .join()

@@ -136,6 +136,13 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
             &mut report,
             Duration::from_secs(args.timeout),
         )?;
+        // The hand-off depends on where the host runs the vCPUs, which can change during
+        // a run: measure it again and say so when it moved.
+        let after = floor::measure_handoff(cpus[0], cpus[1])
+            .map_err(|error| format!("measuring the hand-off again: {error}"))?;
+        report
+            .handoff_after(&floors.handoff, &after)
+            .map_err(|error| format!("writing the floors: {error}"))?;
     }
     Ok(())
 }
@@ -193,8 +200,8 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
 
 /// The two CPUs to pin the ranks (and the hand-off threads) to.
 fn choose_cpus(requested: Option<&str>) -> Result<[usize; 2], String> {
-    let allowed =
-        floor::allowed_cpus().map_err(|error| format!("cannot read the CPU affinity: {error}"))?;
+    let allowed = crate::launch::allowed_cpus()
+        .map_err(|error| format!("cannot read the CPU affinity: {error}"))?;
     let cpus = match requested {
         Some(text) => parse_cpu_pair(text)?,
         None => match allowed.as_slice() {

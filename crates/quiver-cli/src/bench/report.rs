@@ -12,7 +12,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::floor::{Floors, HANDOFF_ROUND_TRIPS_PER_BATCH};
+use super::floor::{Floors, HandoffFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
 use super::plan::TestName;
 use super::sizes::format_size;
 
@@ -24,6 +24,12 @@ pub(crate) const FLOOR_MEMCPY: &str = "memcpy";
 pub(crate) const TRANSPORT_NONE: &str = "none";
 /// `size` of the hand-off floor record: one cache line.
 pub(crate) const CACHE_LINE_BYTES: u64 = 64;
+/// `phase` of the hand-off measured before the ranks run (the one ratios use).
+pub(crate) const PHASE_BEFORE: &str = "before_ranks";
+/// `phase` of the hand-off measured again after the ranks have finished.
+pub(crate) const PHASE_AFTER: &str = "after_ranks";
+/// A hand-off that moved by more than this factor during the run gets a warning.
+pub(crate) const HANDOFF_DRIFT_WARNING_FACTOR: f64 = 1.5;
 
 /// One measured point: one JSON line of `--json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,6 +39,9 @@ pub(crate) struct Record {
     /// For `test` = "floor": which floor ("cacheline_handoff" or "memcpy").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) floor: Option<String>,
+    /// For the hand-off floor: "before_ranks" (used for the ratios) or "after_ranks".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) phase: Option<String>,
     /// Transport measured ("shm"), or "none" for floors.
     pub(crate) transport: String,
     /// Message size in bytes.
@@ -129,18 +138,7 @@ pub(crate) fn apply_floor(record: &mut Record, floors: &Floors) {
 
 /// The floor records of a run, as JSON lines would carry them.
 pub(crate) fn floor_records(floors: &Floors) -> Vec<Record> {
-    let handoff = &floors.handoff;
-    let mut records = vec![Record {
-        test: TestName::Floor.as_str().to_string(),
-        floor: Some(FLOOR_HANDOFF.to_string()),
-        transport: TRANSPORT_NONE.to_string(),
-        size: CACHE_LINE_BYTES,
-        iters: handoff.round_trips,
-        latency_us: Some(handoff.one_way_median_us),
-        latency_p99_us: Some(handoff.one_way_p99_us),
-        cpus: Some([handoff.cpu_a, handoff.cpu_b]),
-        ..Record::default()
-    }];
+    let mut records = vec![handoff_record(&floors.handoff, PHASE_BEFORE)];
     records.extend(floors.memcpy.iter().map(|memcpy| Record {
         test: TestName::Floor.as_str().to_string(),
         floor: Some(FLOOR_MEMCPY.to_string()),
@@ -153,6 +151,36 @@ pub(crate) fn floor_records(floors: &Floors) -> Vec<Record> {
         ..Record::default()
     }));
     records
+}
+
+/// The record of one hand-off measurement.
+pub(crate) fn handoff_record(handoff: &HandoffFloor, phase: &str) -> Record {
+    Record {
+        test: TestName::Floor.as_str().to_string(),
+        floor: Some(FLOOR_HANDOFF.to_string()),
+        phase: Some(phase.to_string()),
+        transport: TRANSPORT_NONE.to_string(),
+        size: CACHE_LINE_BYTES,
+        iters: handoff.round_trips,
+        latency_us: Some(handoff.one_way_median_us),
+        latency_p99_us: Some(handoff.one_way_p99_us),
+        cpus: Some([handoff.cpu_a, handoff.cpu_b]),
+        ..Record::default()
+    }
+}
+
+/// How far the hand-off moved between two measurements (larger / smaller, >= 1).
+pub(crate) fn handoff_drift(before: &HandoffFloor, after: &HandoffFloor) -> f64 {
+    let (low, high) = if before.one_way_median_us <= after.one_way_median_us {
+        (before.one_way_median_us, after.one_way_median_us)
+    } else {
+        (after.one_way_median_us, before.one_way_median_us)
+    };
+    if low > 0.0 {
+        high / low
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// Where results go: a table (human), JSON lines (machines), either or both.
@@ -236,6 +264,45 @@ impl Report {
                     format_mbps(memcpy.best_mbps)
                 )?;
             }
+        }
+        table.flush()
+    }
+
+    /// Reports the hand-off measured again after the ranks, and warns (in the table and on
+    /// stderr) when it moved by more than [`HANDOFF_DRIFT_WARNING_FACTOR`].
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn handoff_after(
+        &mut self,
+        before: &HandoffFloor,
+        after: &HandoffFloor,
+    ) -> io::Result<()> {
+        self.json_line(&handoff_record(after, PHASE_AFTER))?;
+        let drift = handoff_drift(before, after);
+        let warning = (drift > HANDOFF_DRIFT_WARNING_FACTOR).then(|| {
+            format!(
+                "warning: the cache-line hand-off floor moved {drift:.1}x during the run ({} -> {} µs); \
+                 ratios use the first figure. Where the host runs the vCPUs changes it: compare runs with care.",
+                format_microseconds(before.one_way_median_us),
+                format_microseconds(after.one_way_median_us)
+            )
+        });
+        if let Some(warning) = &warning {
+            eprintln!("quiver bench: {warning}");
+        }
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        writeln!(table)?;
+        writeln!(
+            table,
+            "floor again after the ranks: cache-line hand-off one way: median {} µs, p99 {} µs",
+            format_microseconds(after.one_way_median_us),
+            format_microseconds(after.one_way_p99_us)
+        )?;
+        if let Some(warning) = &warning {
+            writeln!(table, "  {warning}")?;
         }
         table.flush()
     }
@@ -378,7 +445,7 @@ fn format_significant(value: f64, digits: i32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::floor::{HandoffFloor, MemcpyFloor};
+    use super::super::floor::MemcpyFloor;
     use super::*;
 
     fn floors() -> Floors {
@@ -479,9 +546,22 @@ mod tests {
         let records = floor_records(&floors());
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].floor.as_deref(), Some(FLOOR_HANDOFF));
+        assert_eq!(records[0].phase.as_deref(), Some(PHASE_BEFORE));
         assert_eq!(records[0].latency_us, Some(0.1));
         assert_eq!(records[1].floor.as_deref(), Some(FLOOR_MEMCPY));
         assert_eq!(records[1].bandwidth_mbps, Some(20_000.0));
+    }
+
+    #[test]
+    fn handoff_drift_is_symmetric() {
+        let before = floors().handoff;
+        let after = HandoffFloor {
+            one_way_median_us: 0.3,
+            ..before
+        };
+        assert!((handoff_drift(&before, &after) - 3.0).abs() < 1e-9);
+        assert!((handoff_drift(&after, &before) - 3.0).abs() < 1e-9);
+        assert_eq!(handoff_drift(&before, &before), 1.0);
     }
 
     #[test]
