@@ -1,2 +1,50 @@
-//! The `quiver` command.
-fn main() {}
+//! The `quiver` command: the user-facing tool on top of the quiver library.
+//!
+//! Subcommands: `run` (start a local job of N ranks), `bench` (end-to-end benchmarks) and
+//! `info` (what this machine and build support). This file only parses the command line
+//! and dispatches; each subcommand lives in its own module and returns the exit status.
+
+mod bench;
+mod info;
+mod launch;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// Command line of `quiver`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quiver",
+    version,
+    about = "quiver: fast messaging between the processes of a job on one node",
+    long_about = "quiver: fast messaging between the processes of a job on one node.\n\n\
+                  `quiver run` starts the ranks of a job, `quiver bench` measures quiver, \
+                  and `quiver info` shows what this machine and build support.",
+    after_help = "Run `quiver <COMMAND> --help` for the options of one command.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands of `quiver`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start N ranks of a program on this machine and supervise them
+    Run(run::RunArgs),
+    /// Measure quiver's latency and bandwidth end to end
+    Bench(bench::BenchArgs),
+    /// Show what this machine and quiver build support
+    Info,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let exit_status = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Bench(args) => bench::main(args),
+        Command::Info => info::main(),
+    };
+    std::process::exit(exit_status);
+}

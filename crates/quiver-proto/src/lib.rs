@@ -4,3 +4,5 @@
 //! own: time and random bytes are inputs.
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
+
+pub mod handshake;

@@ -5,3 +5,5 @@
 //! once, after which accessors cannot panic) plus a parsed representation.
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
+
+pub mod handshake;

@@ -1,0 +1,311 @@
+//! The machine's floors for `quiver bench`, measured in the same run as the transports.
+//!
+//! - **Cache-line hand-off**: two threads pinned to two different CPUs ping-pong a counter
+//!   in one 128-byte-aligned `AtomicU64` (128 bytes so that the adjacent-line prefetcher
+//!   pulls in nothing else). Each side spins on plain loads (no `pause`, which costs tens of
+//!   nanoseconds on recent x86 and would flatter every ratio against this floor). Time is
+//!   read once per batch of [`HANDOFF_ROUND_TRIPS_PER_BATCH`] round trips, so the clock's
+//!   own cost stays out of the figure; one way = batch time / round trips / 2, and the floor
+//!   is the median over batches.
+//! - **memcpy bandwidth per size**: one thread, pinned, copies a warm source buffer into a
+//!   warm destination buffer of the given size, many times per timed batch;
+//!   `std::hint::black_box` keeps every copy. The figure is the median over batches (the
+//!   best batch is reported too), at the fastest of a few relative alignments of the
+//!   two buffers ([`MEMCPY_DESTINATION_OFFSETS`]).
+//!
+//! Also holds [`pin_current_thread`] (`sched_setaffinity` for one thread).
+
+use std::hint::black_box;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use super::stats;
+
+/// Round trips timed together in one hand-off batch.
+pub(crate) const HANDOFF_ROUND_TRIPS_PER_BATCH: u64 = 64;
+/// Timed hand-off batches (the median is taken over these).
+const HANDOFF_BATCHES: usize = 2_000;
+/// Untimed hand-off round trips before the timed ones.
+const HANDOFF_WARMUP_ROUND_TRIPS: u64 = 20_000;
+/// Bytes copied per timed memcpy batch (at least one copy, at most
+/// [`MEMCPY_MAX_COPIES_PER_BATCH`] copies per batch).
+const MEMCPY_BYTES_PER_BATCH: u64 = 16 << 20;
+/// Most copies per timed memcpy batch (keeps tiny sizes from taking seconds).
+const MEMCPY_MAX_COPIES_PER_BATCH: u64 = 100_000;
+/// Timed memcpy batches per size.
+const MEMCPY_BATCHES: usize = 25;
+/// Untimed memcpy batches per size before the timed ones.
+const MEMCPY_WARMUP_BATCHES: usize = 3;
+/// Destination offsets from a page boundary tried for memcpy (the source is page-aligned);
+/// the floor is the fastest. Some CPUs copy many times slower at unlucky relative
+/// alignments (e.g. AMD Zen 3 `rep movsb` when destination - source is 16 mod 4096),
+/// and a floor should be what the machine can do, not what one allocation happened to get.
+const MEMCPY_DESTINATION_OFFSETS: [usize; 3] = [0, 64, 2048];
+/// Page size assumed for alignment (4 KiB on x86-64 and most other targets).
+const PAGE_BYTES: usize = 4096;
+
+/// Core-to-core cache-line hand-off latency, one way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandoffFloor {
+    /// CPU of the thread that starts each round trip.
+    pub(crate) cpu_a: usize,
+    /// CPU of the thread that answers.
+    pub(crate) cpu_b: usize,
+    /// Median over batches of the mean one-way hand-off, in microseconds (the floor).
+    pub(crate) one_way_median_us: f64,
+    /// 99th percentile (nearest rank) over batches of the mean one-way hand-off, in µs.
+    pub(crate) one_way_p99_us: f64,
+    /// Round trips timed in all.
+    pub(crate) round_trips: u64,
+}
+
+/// Single-core memcpy bandwidth at one size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemcpyFloor {
+    /// Bytes per copy.
+    pub(crate) size_bytes: u64,
+    /// Median over batches, in MB/s (10^6 bytes per second): the floor.
+    pub(crate) median_mbps: f64,
+    /// Best batch, in MB/s.
+    pub(crate) best_mbps: f64,
+    /// Copies timed in all.
+    pub(crate) copies: u64,
+}
+
+/// All floors of one run.
+#[derive(Debug, Clone)]
+pub(crate) struct Floors {
+    /// The cache-line hand-off between the two CPUs the ranks run on.
+    pub(crate) handoff: HandoffFloor,
+    /// memcpy bandwidth per size, ascending by size.
+    pub(crate) memcpy: Vec<MemcpyFloor>,
+}
+
+impl Floors {
+    /// The memcpy floor measured at exactly `size_bytes`, if any.
+    pub(crate) fn memcpy_at(&self, size_bytes: u64) -> Option<&MemcpyFloor> {
+        self.memcpy
+            .iter()
+            .find(|floor| floor.size_bytes == size_bytes)
+    }
+}
+
+/// Measures the hand-off between `cpu_a` and `cpu_b` and memcpy (on `cpu_a`) at each size.
+///
+/// # Errors
+/// If a measuring thread cannot be started or pinned.
+pub(crate) fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<Floors> {
+    let handoff = measure_handoff(cpu_a, cpu_b)?;
+    let memcpy = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> io::Result<Vec<MemcpyFloor>> {
+                pin_current_thread(cpu_a)?;
+                Ok(sizes.iter().map(|&size| measure_memcpy(size)).collect())
+            })
+            .join()
+            .map_err(|_| io::Error::other("the memcpy measuring thread panicked"))?
+    })?;
+    Ok(Floors { handoff, memcpy })
+}
+
+/// Pins the calling thread to one CPU.
+///
+/// # Errors
+/// If the CPU number is out of range or `sched_setaffinity` fails (e.g. not an allowed CPU).
+pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is out of range"),
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` was checked to be below the set's capacity just above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size we pass; pid 0 = the calling thread.
+    let result =
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if result != 0 {
+        let error = io::Error::last_os_error();
+        return Err(io::Error::new(
+            error.kind(),
+            format!("cannot pin to CPU {cpu}: {error}"),
+        ));
+    }
+    Ok(())
+}
+
+/// One `AtomicU64` alone in a 128-byte block (two cache lines: no prefetcher neighbour).
+#[repr(align(128))]
+struct PaddedCounter(AtomicU64);
+
+/// Measures the one-way cache-line hand-off between threads pinned to `cpu_a` and `cpu_b`.
+///
+/// # Errors
+/// If a measuring thread cannot be started or pinned.
+pub(crate) fn measure_handoff(cpu_a: usize, cpu_b: usize) -> io::Result<HandoffFloor> {
+    let counter = PaddedCounter(AtomicU64::new(0));
+    let pinned_a = AtomicBool::new(false);
+    let pinned_b = AtomicBool::new(false);
+    let start_line = Barrier::new(2);
+    let timed_round_trips = HANDOFF_BATCHES as u64 * HANDOFF_ROUND_TRIPS_PER_BATCH;
+    let total_round_trips = HANDOFF_WARMUP_ROUND_TRIPS + timed_round_trips;
+
+    let (result_a, result_b) = std::thread::scope(|scope| {
+        let responder = scope.spawn(|| -> io::Result<()> {
+            let pin_result = pin_current_thread(cpu_b);
+            pinned_b.store(pin_result.is_ok(), Ordering::SeqCst);
+            start_line.wait();
+            pin_result?;
+            if !pinned_a.load(Ordering::SeqCst) {
+                return Ok(()); // The initiator reports its own error.
+            }
+            for round_trip in 0..total_round_trips {
+                let ping = 2 * round_trip + 1;
+                while counter.0.load(Ordering::Acquire) != ping {}
+                counter.0.store(ping + 1, Ordering::Release);
+            }
+            Ok(())
+        });
+        let initiator = scope.spawn(|| -> io::Result<Vec<f64>> {
+            let pin_result = pin_current_thread(cpu_a);
+            pinned_a.store(pin_result.is_ok(), Ordering::SeqCst);
+            start_line.wait();
+            pin_result?;
+            if !pinned_b.load(Ordering::SeqCst) {
+                return Ok(Vec::new()); // The responder reports its own error.
+            }
+            let mut one_way_us = Vec::with_capacity(HANDOFF_BATCHES);
+            let round_trip = |index: u64| {
+                let ping = 2 * index + 1;
+                counter.0.store(ping, Ordering::Release);
+                while counter.0.load(Ordering::Acquire) != ping + 1 {}
+            };
+            for index in 0..HANDOFF_WARMUP_ROUND_TRIPS {
+                round_trip(index);
+            }
+            let mut index = HANDOFF_WARMUP_ROUND_TRIPS;
+            for _ in 0..HANDOFF_BATCHES {
+                let batch_start = Instant::now();
+                for _ in 0..HANDOFF_ROUND_TRIPS_PER_BATCH {
+                    round_trip(index);
+                    index += 1;
+                }
+                let batch_us = batch_start.elapsed().as_secs_f64() * 1e6;
+                one_way_us.push(batch_us / HANDOFF_ROUND_TRIPS_PER_BATCH as f64 / 2.0);
+            }
+            Ok(one_way_us)
+        });
+        (initiator.join(), responder.join())
+    });
+    let panicked = || io::Error::other("a hand-off measuring thread panicked");
+    result_b.map_err(|_| panicked())??;
+    let mut one_way_us = result_a.map_err(|_| panicked())??;
+    stats::sort_samples(&mut one_way_us);
+    let (Some(median), Some(p99)) = (
+        stats::median(&one_way_us),
+        stats::percentile(&one_way_us, 99.0),
+    ) else {
+        return Err(io::Error::other("no hand-off samples were taken"));
+    };
+    Ok(HandoffFloor {
+        cpu_a,
+        cpu_b,
+        one_way_median_us: median,
+        one_way_p99_us: p99,
+        round_trips: timed_round_trips,
+    })
+}
+
+fn measure_memcpy(size_bytes: u64) -> MemcpyFloor {
+    MEMCPY_DESTINATION_OFFSETS
+        .iter()
+        .map(|&offset| measure_memcpy_at_offset(size_bytes, offset))
+        .max_by(|left, right| left.median_mbps.total_cmp(&right.median_mbps))
+        // MEMCPY_DESTINATION_OFFSETS is a non-empty constant array.
+        .unwrap_or_else(|| measure_memcpy_at_offset(size_bytes, 0))
+}
+
+/// Copies between a page-aligned source and a destination `destination_offset` bytes past
+/// a page boundary.
+fn measure_memcpy_at_offset(size_bytes: u64, destination_offset: usize) -> MemcpyFloor {
+    let length = size_bytes as usize;
+    let mut source_storage: Vec<u8> = (0..length + 2 * PAGE_BYTES)
+        .map(|index| index as u8)
+        .collect();
+    let mut destination_storage = vec![0u8; length + 2 * PAGE_BYTES];
+    let source_start = page_alignment_offset(&source_storage);
+    let destination_start = page_alignment_offset(&destination_storage) + destination_offset;
+    let source = &mut source_storage[source_start..source_start + length];
+    let destination = &mut destination_storage[destination_start..destination_start + length];
+
+    let copies_per_batch =
+        (MEMCPY_BYTES_PER_BATCH / size_bytes).clamp(1, MEMCPY_MAX_COPIES_PER_BATCH);
+    let mut batch_mbps = Vec::with_capacity(MEMCPY_BATCHES);
+    for batch in 0..MEMCPY_WARMUP_BATCHES + MEMCPY_BATCHES {
+        let batch_start = Instant::now();
+        for _ in 0..copies_per_batch {
+            black_box(&mut *destination).copy_from_slice(black_box(&*source));
+        }
+        black_box(&mut *destination);
+        let batch_us = batch_start.elapsed().as_secs_f64() * 1e6;
+        if batch >= MEMCPY_WARMUP_BATCHES {
+            // bytes per microsecond = 10^6 bytes per second = MB/s.
+            batch_mbps.push((copies_per_batch * size_bytes) as f64 / batch_us.max(1e-3));
+        }
+    }
+    stats::sort_samples(&mut batch_mbps);
+    MemcpyFloor {
+        size_bytes,
+        // The batch list is non-empty (MEMCPY_BATCHES > 0), so both statistics exist.
+        median_mbps: stats::median(&batch_mbps).unwrap_or(0.0),
+        best_mbps: batch_mbps.last().copied().unwrap_or(0.0),
+        copies: copies_per_batch * MEMCPY_BATCHES as u64,
+    }
+}
+
+/// Bytes from the start of `buffer` to its first page boundary.
+fn page_alignment_offset(buffer: &[u8]) -> usize {
+    (PAGE_BYTES - buffer.as_ptr() as usize % PAGE_BYTES) % PAGE_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_cpus_are_not_empty_and_pinnable() {
+        let cpus = crate::launch::allowed_cpus().expect("sched_getaffinity");
+        assert!(!cpus.is_empty());
+        std::thread::spawn(move || pin_current_thread(cpus[0]))
+            .join()
+            .expect("thread")
+            .expect("pin to an allowed CPU");
+    }
+
+    #[test]
+    fn pinning_out_of_range_fails() {
+        assert!(pin_current_thread(1 << 20).is_err());
+    }
+
+    #[test]
+    fn memcpy_floor_reports_positive_bandwidth() {
+        let floor = measure_memcpy(4096);
+        assert_eq!(floor.size_bytes, 4096);
+        assert!(floor.median_mbps > 0.0 && floor.best_mbps >= floor.median_mbps);
+        assert!(floor.copies > 0);
+    }
+
+    #[test]
+    fn page_alignment_offset_reaches_a_page_boundary() {
+        let buffer = vec![0u8; 3 * PAGE_BYTES];
+        for start in [0, 1, 17, 4095] {
+            let offset = page_alignment_offset(&buffer[start..]);
+            assert!(offset < PAGE_BYTES);
+            assert_eq!((buffer[start..].as_ptr() as usize + offset) % PAGE_BYTES, 0);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! What one `quiver bench` run measures: tests, sizes and iteration counts.
+//!
+//! The parent and both ranks build the same [`Plan`] from the same options, so every
+//! iteration count is computed by the functions here and never sent over the wire.
+//! Pure code, no I/O.
+
+use super::sizes;
+
+/// One test of the bench, in the order the bench runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub(crate) enum TestName {
+    /// The machine's floors: cache-line hand-off latency and memcpy bandwidth.
+    Floor,
+    /// One-way latency, round trip / 2, over the size sweep.
+    Pingpong,
+    /// Streaming bandwidth with a window of outstanding sends, over the size sweep.
+    Bw,
+    /// 8-byte message rate with a window of outstanding sends.
+    Rate,
+}
+
+impl TestName {
+    /// The name used on the command line and in the JSON `test` key.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TestName::Floor => "floor",
+            TestName::Pingpong => "pingpong",
+            TestName::Bw => "bw",
+            TestName::Rate => "rate",
+        }
+    }
+
+    /// Whether the test runs between the two ranks (everything but the floors).
+    pub(crate) fn needs_ranks(self) -> bool {
+        self != TestName::Floor
+    }
+}
+
+/// Message sizes of the default sweep, in bytes: 8 B to 4 MiB in steps of 8x.
+pub(crate) const DEFAULT_SIZES_BYTES: [u64; 8] =
+    [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20];
+/// Default number of outstanding sends in bw and rate (as osu_bw).
+pub(crate) const DEFAULT_WINDOW: u64 = 64;
+/// Largest accepted window.
+pub(crate) const MAX_WINDOW: u64 = 4096;
+/// Largest memory the bw sender may hold in posted buffers (window x size), in bytes.
+pub(crate) const MAX_WINDOW_BYTES: u64 = 4 << 30;
+/// Size of a rate message, in bytes.
+pub(crate) const RATE_MESSAGE_BYTES: u64 = 8;
+
+/// Round trips per size by default: about 1 GiB moved each way, within 200..=20,000.
+const DEFAULT_PINGPONG_BYTES: u64 = 1 << 30;
+const DEFAULT_PINGPONG_MIN_ITERS: u64 = 200;
+const DEFAULT_PINGPONG_MAX_ITERS: u64 = 20_000;
+/// Windows per size by default in bw: about 2 GiB streamed, within 10..=1,000.
+const DEFAULT_BW_BYTES: u64 = 2 << 30;
+const DEFAULT_BW_MIN_WINDOWS: u64 = 10;
+const DEFAULT_BW_MAX_WINDOWS: u64 = 1_000;
+/// Windows in the rate test by default.
+const DEFAULT_RATE_WINDOWS: u64 = 5_000;
+
+/// A validated bench run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Tests to run, ascending (floor, pingpong, bw, rate), without duplicates.
+    pub(crate) tests: Vec<TestName>,
+    /// Transport name (only "shm" exists today).
+    pub(crate) transport: String,
+    /// Message sizes of pingpong and bw, in bytes, ascending, without duplicates.
+    pub(crate) sizes: Vec<u64>,
+    /// Measured iterations per size when given: round trips (pingpong) or windows (bw, rate).
+    pub(crate) iters: Option<u64>,
+    /// Outstanding sends per window in bw and rate.
+    pub(crate) window: u64,
+}
+
+impl Plan {
+    /// Tests that run between the ranks, in order.
+    pub(crate) fn rank_tests(&self) -> impl Iterator<Item = TestName> + '_ {
+        self.tests.iter().copied().filter(|test| test.needs_ranks())
+    }
+
+    /// Whether any test needs the two ranks.
+    pub(crate) fn needs_ranks(&self) -> bool {
+        self.rank_tests().next().is_some()
+    }
+
+    /// Largest message any test sends, in bytes.
+    pub(crate) fn max_message_bytes(&self) -> u64 {
+        let sweep_max = self
+            .sizes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(RATE_MESSAGE_BYTES);
+        sweep_max.max(RATE_MESSAGE_BYTES)
+    }
+
+    /// Measured round trips of pingpong at `size_bytes`.
+    pub(crate) fn pingpong_iters(&self, size_bytes: u64) -> u64 {
+        self.iters.unwrap_or_else(|| {
+            (DEFAULT_PINGPONG_BYTES / (2 * size_bytes))
+                .clamp(DEFAULT_PINGPONG_MIN_ITERS, DEFAULT_PINGPONG_MAX_ITERS)
+        })
+    }
+
+    /// Measured windows of bw at `size_bytes`.
+    pub(crate) fn bw_windows(&self, size_bytes: u64) -> u64 {
+        self.iters.unwrap_or_else(|| {
+            (DEFAULT_BW_BYTES / (size_bytes * self.window))
+                .clamp(DEFAULT_BW_MIN_WINDOWS, DEFAULT_BW_MAX_WINDOWS)
+        })
+    }
+
+    /// Measured windows of rate.
+    pub(crate) fn rate_windows(&self) -> u64 {
+        self.iters.unwrap_or(DEFAULT_RATE_WINDOWS)
+    }
+
+    /// How many result records the ranks produce (one per measured point).
+    pub(crate) fn rank_record_count(&self) -> usize {
+        self.rank_tests()
+            .map(|test| match test {
+                TestName::Pingpong | TestName::Bw => self.sizes.len(),
+                TestName::Rate => 1,
+                TestName::Floor => 0,
+            })
+            .sum()
+    }
+
+    /// Arguments after `quiver` that make a rank run this plan's rank tests
+    /// (`bench --worker ...`).
+    pub(crate) fn worker_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "bench".to_string(),
+            "--worker".to_string(),
+            "--transport".to_string(),
+            self.transport.clone(),
+            "--sizes".to_string(),
+            sizes::format_size_list(&self.sizes),
+            "--window".to_string(),
+            self.window.to_string(),
+        ];
+        if let Some(iters) = self.iters {
+            args.push("--iters".to_string());
+            args.push(iters.to_string());
+        }
+        args.extend(self.rank_tests().map(|test| test.as_str().to_string()));
+        args
+    }
+}
+
+/// Untimed warm-up iterations before `iters` timed ones: a tenth, within 10..=1,000.
+pub(crate) fn warmup_iters(iters: u64) -> u64 {
+    (iters / 10).clamp(10, 1_000)
+}
+
+/// Untimed warm-up windows before `windows` timed ones: a tenth, within 2..=100.
+pub(crate) fn warmup_windows(windows: u64) -> u64 {
+    (windows / 10).clamp(2, 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(tests: Vec<TestName>, iters: Option<u64>) -> Plan {
+        Plan {
+            tests,
+            transport: "shm".to_string(),
+            sizes: vec![8, 65536],
+            iters,
+            window: 64,
+        }
+    }
+
+    #[test]
+    fn default_iterations_scale_down_with_size() {
+        let plan = plan(vec![TestName::Pingpong], None);
+        assert_eq!(plan.pingpong_iters(8), 20_000);
+        assert_eq!(plan.pingpong_iters(1 << 20), 512);
+        assert_eq!(plan.pingpong_iters(1 << 30), 200);
+        assert_eq!(plan.bw_windows(8), 1_000);
+        assert_eq!(plan.bw_windows(1 << 20), 32);
+        assert_eq!(plan.bw_windows(4 << 20), 10);
+    }
+
+    #[test]
+    fn given_iterations_win() {
+        let plan = plan(vec![TestName::Pingpong], Some(200));
+        assert_eq!(plan.pingpong_iters(8), 200);
+        assert_eq!(plan.bw_windows(1 << 20), 200);
+        assert_eq!(plan.rate_windows(), 200);
+    }
+
+    #[test]
+    fn counts_records_and_builds_worker_args() {
+        let plan = plan(
+            vec![
+                TestName::Floor,
+                TestName::Pingpong,
+                TestName::Bw,
+                TestName::Rate,
+            ],
+            Some(200),
+        );
+        assert_eq!(plan.rank_record_count(), 5);
+        assert_eq!(plan.max_message_bytes(), 65536);
+        assert_eq!(
+            plan.worker_args().join(" "),
+            "bench --worker --transport shm --sizes 8,65536 --window 64 --iters 200 pingpong bw rate"
+        );
+        let floor_only = super::tests::plan(vec![TestName::Floor], None);
+        assert!(!floor_only.needs_ranks());
+        assert_eq!(floor_only.rank_record_count(), 0);
+    }
+
+    #[test]
+    fn warmups_are_bounded() {
+        assert_eq!(warmup_iters(1), 10);
+        assert_eq!(warmup_iters(20_000), 1_000);
+        assert_eq!(warmup_windows(32), 3);
+        assert_eq!(warmup_windows(1), 2);
+    }
+}

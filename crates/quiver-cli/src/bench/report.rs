@@ -1,0 +1,579 @@
+//! Results of `quiver bench`: the JSON record of one measured point, floor ratios, and the
+//! readable table.
+//!
+//! A [`Record`] is one JSON object per line (JSON Lines). The ranks write records without
+//! floors; the parent fills them in ([`apply_floor`]) and hands every record to a
+//! [`Report`], which prints a table row and/or a JSON line as it arrives.
+//!
+//! Units: latencies in microseconds, bandwidth in MB/s (10^6 bytes per second), rates in
+//! millions of messages per second, sizes in bytes.
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use super::floor::{Floors, HandoffFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
+use super::plan::TestName;
+use super::sizes::format_size;
+
+/// `floor` value of the cache-line hand-off floor record.
+pub(crate) const FLOOR_HANDOFF: &str = "cacheline_handoff";
+/// `floor` value of a memcpy floor record.
+pub(crate) const FLOOR_MEMCPY: &str = "memcpy";
+/// `transport` value of floor records (no transport is involved).
+pub(crate) const TRANSPORT_NONE: &str = "none";
+/// `size` of the hand-off floor record: one cache line.
+pub(crate) const CACHE_LINE_BYTES: u64 = 64;
+/// `phase` of the hand-off measured before the ranks run (the one ratios use).
+pub(crate) const PHASE_BEFORE: &str = "before_ranks";
+/// `phase` of the hand-off measured again after the ranks have finished.
+pub(crate) const PHASE_AFTER: &str = "after_ranks";
+/// A hand-off that moved by more than this factor during the run gets a warning.
+pub(crate) const HANDOFF_DRIFT_WARNING_FACTOR: f64 = 1.5;
+
+/// One measured point: one JSON line of `--json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// "pingpong", "bw", "rate" or "floor".
+    pub(crate) test: String,
+    /// For `test` = "floor": which floor ("cacheline_handoff" or "memcpy").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) floor: Option<String>,
+    /// For the hand-off floor: "before_ranks" (used for the ratios) or "after_ranks".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) phase: Option<String>,
+    /// Transport measured ("shm"), or "none" for floors.
+    pub(crate) transport: String,
+    /// Message size in bytes.
+    pub(crate) size: u64,
+    /// Timed iterations: round trips (pingpong, hand-off), windows (bw, rate), copies (memcpy).
+    pub(crate) iters: u64,
+    /// Outstanding sends per window (bw, rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) window: Option<u64>,
+    /// Median one-way latency in µs (pingpong: round trip / 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) latency_us: Option<f64>,
+    /// 99th-percentile (nearest rank) one-way latency in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) latency_p99_us: Option<f64>,
+    /// Bandwidth in MB/s (10^6 bytes/s); for memcpy floors the median batch.
+    #[serde(
+        rename = "bandwidth_MBps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) bandwidth_mbps: Option<f64>,
+    /// memcpy floors only: the best batch, in MB/s.
+    #[serde(
+        rename = "bandwidth_best_MBps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) bandwidth_best_mbps: Option<f64>,
+    /// Message rate in millions of messages per second.
+    #[serde(
+        rename = "rate_Mmsgs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) rate_mmsgs: Option<f64>,
+    /// pingpong: the latency floor in µs (hand-off + size / memcpy bandwidth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) floor_us: Option<f64>,
+    /// bw: the bandwidth floor in MB/s (memcpy at this size).
+    #[serde(
+        rename = "floor_MBps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) floor_mbps: Option<f64>,
+    /// rate: the rate floor in Mmsg/s (1 / one-way hand-off).
+    #[serde(
+        rename = "floor_Mmsgs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) floor_mmsgs: Option<f64>,
+    /// Result / floor: pingpong latency / floor_us (>= 1 expected, lower is better);
+    /// bw bandwidth / floor_MBps and rate / floor_Mmsgs (higher is better).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) floor_ratio: Option<f64>,
+    /// The two CPUs (rank 0, rank 1; or the hand-off's two threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cpus: Option<[usize; 2]>,
+}
+
+/// Fills in `floor_*` and `floor_ratio` of a rank's record from this run's floors.
+/// Records without a matching floor (e.g. a size without a memcpy floor) are left as they are.
+pub(crate) fn apply_floor(record: &mut Record, floors: &Floors) {
+    let handoff_us = floors.handoff.one_way_median_us;
+    let memcpy_mbps = floors
+        .memcpy_at(record.size)
+        .map(|floor| floor.median_mbps)
+        .filter(|&mbps| mbps > 0.0);
+    match record.test.as_str() {
+        "pingpong" => {
+            // bytes / (10^6 bytes/s) = µs.
+            let floor_us = handoff_us + memcpy_mbps.map_or(0.0, |mbps| record.size as f64 / mbps);
+            record.floor_us = Some(floor_us);
+            record.floor_ratio = record.latency_us.map(|latency| latency / floor_us);
+        }
+        "bw" => {
+            record.floor_mbps = memcpy_mbps;
+            record.floor_ratio = record
+                .bandwidth_mbps
+                .zip(memcpy_mbps)
+                .map(|(bandwidth, floor)| bandwidth / floor);
+        }
+        "rate" => {
+            // One message per one-way hand-off; 1 / µs = 10^6 / s.
+            let floor_mmsgs = 1.0 / handoff_us;
+            record.floor_mmsgs = Some(floor_mmsgs);
+            record.floor_ratio = record.rate_mmsgs.map(|rate| rate / floor_mmsgs);
+        }
+        _ => {}
+    }
+}
+
+/// The floor records of a run, as JSON lines would carry them.
+pub(crate) fn floor_records(floors: &Floors) -> Vec<Record> {
+    let mut records = vec![handoff_record(&floors.handoff, PHASE_BEFORE)];
+    records.extend(floors.memcpy.iter().map(|memcpy| Record {
+        test: TestName::Floor.as_str().to_string(),
+        floor: Some(FLOOR_MEMCPY.to_string()),
+        transport: TRANSPORT_NONE.to_string(),
+        size: memcpy.size_bytes,
+        iters: memcpy.copies,
+        bandwidth_mbps: Some(memcpy.median_mbps),
+        bandwidth_best_mbps: Some(memcpy.best_mbps),
+        cpus: Some([floors.handoff.cpu_a, floors.handoff.cpu_a]),
+        ..Record::default()
+    }));
+    records
+}
+
+/// The record of one hand-off measurement.
+pub(crate) fn handoff_record(handoff: &HandoffFloor, phase: &str) -> Record {
+    Record {
+        test: TestName::Floor.as_str().to_string(),
+        floor: Some(FLOOR_HANDOFF.to_string()),
+        phase: Some(phase.to_string()),
+        transport: TRANSPORT_NONE.to_string(),
+        size: CACHE_LINE_BYTES,
+        iters: handoff.round_trips,
+        latency_us: Some(handoff.one_way_median_us),
+        latency_p99_us: Some(handoff.one_way_p99_us),
+        cpus: Some([handoff.cpu_a, handoff.cpu_b]),
+        ..Record::default()
+    }
+}
+
+/// How far the hand-off moved between two measurements (larger / smaller, >= 1).
+pub(crate) fn handoff_drift(before: &HandoffFloor, after: &HandoffFloor) -> f64 {
+    let (low, high) = if before.one_way_median_us <= after.one_way_median_us {
+        (before.one_way_median_us, after.one_way_median_us)
+    } else {
+        (after.one_way_median_us, before.one_way_median_us)
+    };
+    if low > 0.0 {
+        high / low
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Where results go: a table (human), JSON lines (machines), either or both.
+pub(crate) struct Report {
+    table: Option<Box<dyn Write>>,
+    json: Option<Box<dyn Write>>,
+    /// Test whose table section is open (its header printed).
+    open_section: Option<String>,
+}
+
+impl Report {
+    /// A report printing the table to `table` and JSON lines to `json`, when given.
+    pub(crate) fn new(table: Option<Box<dyn Write>>, json: Option<Box<dyn Write>>) -> Report {
+        Report {
+            table,
+            json,
+            open_section: None,
+        }
+    }
+
+    /// Prints the run's first lines: what is measured, where, and the units.
+    ///
+    /// # Errors
+    /// If writing the table fails.
+    pub(crate) fn preamble(&mut self, transport: &str, cpus: [usize; 2]) -> io::Result<()> {
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        writeln!(
+            table,
+            "quiver bench: transport {transport}, rank 0 on CPU {}, rank 1 on CPU {}, both busy-polling",
+            cpus[0], cpus[1]
+        )?;
+        writeln!(
+            table,
+            "units: µs = microseconds, MB/s = 10^6 bytes/s, Mmsg/s = 10^6 messages/s, KiB/MiB = 2^10/2^20 bytes"
+        )?;
+        table.flush()
+    }
+
+    /// Prints the floor section and the floor JSON records.
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn floors(&mut self, floors: &Floors) -> io::Result<()> {
+        for record in floor_records(floors) {
+            self.json_line(&record)?;
+        }
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let handoff = &floors.handoff;
+        writeln!(table)?;
+        writeln!(table, "floor: the machine, measured in this run")?;
+        writeln!(
+            table,
+            "  cache-line hand-off CPU {} <-> CPU {}, one way: median {} µs, p99 {} µs",
+            handoff.cpu_a,
+            handoff.cpu_b,
+            format_microseconds(handoff.one_way_median_us),
+            format_microseconds(handoff.one_way_p99_us)
+        )?;
+        writeln!(
+            table,
+            "    (128-byte-aligned AtomicU64 ping-ponged by two pinned threads; per batch of {} round trips, time / round trips / 2)",
+            HANDOFF_ROUND_TRIPS_PER_BATCH
+        )?;
+        if !floors.memcpy.is_empty() {
+            writeln!(
+                table,
+                "  memcpy on CPU {}, warm buffers (median and best batch):",
+                handoff.cpu_a
+            )?;
+            writeln!(table, "  {:>10} {:>11} {:>12}", "size", "MB/s", "best MB/s")?;
+            for memcpy in &floors.memcpy {
+                writeln!(
+                    table,
+                    "  {:>10} {:>11} {:>12}",
+                    format_size(memcpy.size_bytes),
+                    format_mbps(memcpy.median_mbps),
+                    format_mbps(memcpy.best_mbps)
+                )?;
+            }
+        }
+        table.flush()
+    }
+
+    /// Reports the hand-off measured again after the ranks, and warns (in the table and on
+    /// stderr) when it moved by more than [`HANDOFF_DRIFT_WARNING_FACTOR`].
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn handoff_after(
+        &mut self,
+        before: &HandoffFloor,
+        after: &HandoffFloor,
+    ) -> io::Result<()> {
+        self.json_line(&handoff_record(after, PHASE_AFTER))?;
+        let drift = handoff_drift(before, after);
+        let warning = (drift > HANDOFF_DRIFT_WARNING_FACTOR).then(|| {
+            format!(
+                "warning: the cache-line hand-off floor moved {drift:.1}x during the run ({} -> {} µs); \
+                 ratios use the first figure. Where the host runs the vCPUs changes it: compare runs with care.",
+                format_microseconds(before.one_way_median_us),
+                format_microseconds(after.one_way_median_us)
+            )
+        });
+        if let Some(warning) = &warning {
+            eprintln!("quiver bench: {warning}");
+        }
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        writeln!(table)?;
+        writeln!(
+            table,
+            "floor again after the ranks: cache-line hand-off one way: median {} µs, p99 {} µs",
+            format_microseconds(after.one_way_median_us),
+            format_microseconds(after.one_way_p99_us)
+        )?;
+        if let Some(warning) = &warning {
+            writeln!(table, "  {warning}")?;
+        }
+        table.flush()
+    }
+
+    /// Prints one rank result (floors already applied) as a table row and/or a JSON line.
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn result(&mut self, record: &Record) -> io::Result<()> {
+        self.json_line(record)?;
+        if self.table.is_none() {
+            return Ok(());
+        }
+        if self.open_section.as_deref() != Some(record.test.as_str()) {
+            self.open_section = Some(record.test.clone());
+            self.section_header(record)?;
+        }
+        let row = table_row(record);
+        if let Some(table) = self.table.as_mut() {
+            writeln!(table, "{row}")?;
+            table.flush()?;
+        }
+        Ok(())
+    }
+
+    fn section_header(&mut self, record: &Record) -> io::Result<()> {
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let window = record.window.unwrap_or(0);
+        writeln!(table)?;
+        match record.test.as_str() {
+            "pingpong" => {
+                writeln!(table, "pingpong: one-way latency = round trip / 2, median and p99 (nearest rank) over round trips")?;
+                writeln!(table, "  floor = hand-off + size / memcpy MB/s at that size; x floor = median / floor (1 = at the floor, lower is better)")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>11} {:>11} {:>11} {:>9}",
+                    "size", "iters", "median µs", "p99 µs", "floor µs", "x floor"
+                )?;
+            }
+            "bw" => {
+                writeln!(table, "bw: streaming, windows of {window} posted sends, 1-byte ack per window (osu_bw style); MB/s = bytes / time")?;
+                writeln!(table, "  of floor = MB/s / memcpy MB/s at that size (1 = as fast as one core's memcpy, higher is better)")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+                    "size", "windows", "MB/s", "memcpy MB/s", "of floor"
+                )?;
+            }
+            "rate" => {
+                writeln!(table, "rate: 8-byte messages, windows of {window} posted sends, 1-byte ack per window")?;
+                writeln!(table, "  floor Mmsg/s = 1 / one-way hand-off (one cache-line hand-off per message); x floor = Mmsg/s / floor (higher is better)")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>11} {:>13} {:>9}",
+                    "size", "messages", "Mmsg/s", "floor Mmsg/s", "x floor"
+                )?;
+            }
+            other => writeln!(table, "{other}:")?,
+        }
+        Ok(())
+    }
+
+    fn json_line(&mut self, record: &Record) -> io::Result<()> {
+        let Some(json) = self.json.as_mut() else {
+            return Ok(());
+        };
+        serde_json::to_writer(&mut *json, record)?;
+        writeln!(json)?;
+        json.flush()
+    }
+}
+
+fn table_row(record: &Record) -> String {
+    let size = format_size(record.size);
+    let ratio = record.floor_ratio.map_or("-".to_string(), format_ratio);
+    let or_dash =
+        |value: Option<f64>, format: fn(f64) -> String| value.map_or("-".to_string(), format);
+    match record.test.as_str() {
+        "pingpong" => format!(
+            "  {:>10} {:>9} {:>11} {:>11} {:>11} {:>9}",
+            size,
+            record.iters,
+            or_dash(record.latency_us, format_microseconds),
+            or_dash(record.latency_p99_us, format_microseconds),
+            or_dash(record.floor_us, format_microseconds),
+            ratio
+        ),
+        "bw" => format!(
+            "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+            size,
+            record.iters,
+            or_dash(record.bandwidth_mbps, format_mbps),
+            or_dash(record.floor_mbps, format_mbps),
+            ratio
+        ),
+        "rate" => format!(
+            "  {:>10} {:>9} {:>11} {:>13} {:>9}",
+            size,
+            record.iters * record.window.unwrap_or(1),
+            or_dash(record.rate_mmsgs, format_mmsgs),
+            or_dash(record.floor_mmsgs, format_mmsgs),
+            ratio
+        ),
+        _ => format!("  {size:>10} {:?}", record),
+    }
+}
+
+fn format_microseconds(microseconds: f64) -> String {
+    if microseconds < 100.0 {
+        format!("{microseconds:.3}")
+    } else {
+        format!("{microseconds:.1}")
+    }
+}
+
+fn format_mbps(mbps: f64) -> String {
+    format_significant(mbps, 3)
+}
+
+fn format_mmsgs(mmsgs: f64) -> String {
+    format_significant(mmsgs, 3)
+}
+
+fn format_ratio(ratio: f64) -> String {
+    format_significant(ratio, 3)
+}
+
+/// At least `digits` significant digits, and no decimals for numbers that have that many
+/// before the point (1234, 19.2, 2.30, 0.000331).
+fn format_significant(value: f64, digits: i32) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format!("{value}");
+    }
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0) as usize;
+    format!("{value:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::floor::MemcpyFloor;
+    use super::*;
+
+    fn floors() -> Floors {
+        Floors {
+            handoff: HandoffFloor {
+                cpu_a: 0,
+                cpu_b: 1,
+                one_way_median_us: 0.1,
+                one_way_p99_us: 0.2,
+                round_trips: 1000,
+            },
+            memcpy: vec![MemcpyFloor {
+                size_bytes: 1_000_000,
+                median_mbps: 20_000.0,
+                best_mbps: 25_000.0,
+                copies: 10,
+            }],
+        }
+    }
+
+    #[test]
+    fn pingpong_floor_is_handoff_plus_copy_time() {
+        let mut record = Record {
+            test: "pingpong".into(),
+            transport: "shm".into(),
+            size: 1_000_000,
+            iters: 10,
+            latency_us: Some(300.0),
+            latency_p99_us: Some(400.0),
+            ..Record::default()
+        };
+        apply_floor(&mut record, &floors());
+        // 0.1 µs + 10^6 bytes / (2 * 10^10 bytes/s) = 0.1 + 50 µs.
+        let floor_us = record.floor_us.expect("floor");
+        assert!((floor_us - 50.1).abs() < 1e-9);
+        assert!((record.floor_ratio.expect("ratio") - 300.0 / 50.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bw_and_rate_ratios() {
+        let mut bw = Record {
+            test: "bw".into(),
+            size: 1_000_000,
+            bandwidth_mbps: Some(10_000.0),
+            ..Record::default()
+        };
+        apply_floor(&mut bw, &floors());
+        assert_eq!(bw.floor_mbps, Some(20_000.0));
+        assert_eq!(bw.floor_ratio, Some(0.5));
+
+        let mut rate = Record {
+            test: "rate".into(),
+            size: 8,
+            rate_mmsgs: Some(5.0),
+            ..Record::default()
+        };
+        apply_floor(&mut rate, &floors());
+        assert!((rate.floor_mmsgs.expect("floor") - 10.0).abs() < 1e-9);
+        assert!((rate.floor_ratio.expect("ratio") - 0.5).abs() < 1e-9);
+
+        let mut unmatched = Record {
+            test: "bw".into(),
+            size: 8,
+            bandwidth_mbps: Some(1.0),
+            ..Record::default()
+        };
+        apply_floor(&mut unmatched, &floors());
+        assert_eq!(unmatched.floor_ratio, None);
+    }
+
+    #[test]
+    fn json_uses_the_documented_keys_and_round_trips() {
+        let record = Record {
+            test: "bw".into(),
+            transport: "shm".into(),
+            size: 65536,
+            iters: 200,
+            window: Some(64),
+            bandwidth_mbps: Some(1234.5),
+            floor_mbps: Some(2000.0),
+            floor_ratio: Some(0.61725),
+            ..Record::default()
+        };
+        let line = serde_json::to_string(&record).expect("serialize");
+        let value: serde_json::Value = serde_json::from_str(&line).expect("parse");
+        assert_eq!(value["test"], "bw");
+        assert_eq!(value["transport"], "shm");
+        assert_eq!(value["size"], 65536);
+        assert_eq!(value["bandwidth_MBps"], 1234.5);
+        assert_eq!(value["floor_MBps"], 2000.0);
+        assert!(value.get("latency_us").is_none());
+        let back: Record = serde_json::from_str(&line).expect("deserialize");
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn floor_records_cover_handoff_and_every_memcpy_size() {
+        let records = floor_records(&floors());
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].floor.as_deref(), Some(FLOOR_HANDOFF));
+        assert_eq!(records[0].phase.as_deref(), Some(PHASE_BEFORE));
+        assert_eq!(records[0].latency_us, Some(0.1));
+        assert_eq!(records[1].floor.as_deref(), Some(FLOOR_MEMCPY));
+        assert_eq!(records[1].bandwidth_mbps, Some(20_000.0));
+    }
+
+    #[test]
+    fn handoff_drift_is_symmetric() {
+        let before = floors().handoff;
+        let after = HandoffFloor {
+            one_way_median_us: 0.3,
+            ..before
+        };
+        assert!((handoff_drift(&before, &after) - 3.0).abs() < 1e-9);
+        assert!((handoff_drift(&after, &before) - 3.0).abs() < 1e-9);
+        assert_eq!(handoff_drift(&before, &before), 1.0);
+    }
+
+    #[test]
+    fn formats_numbers_for_the_table() {
+        assert_eq!(format_ratio(1.234), "1.23");
+        assert_eq!(format_ratio(12.34), "12.3");
+        assert_eq!(format_ratio(1234.0), "1234");
+        assert_eq!(format_ratio(0.000331384), "0.000331");
+        assert_eq!(format_ratio(2.3), "2.30");
+        assert_eq!(format_mbps(0.7641), "0.764");
+        assert_eq!(format_mbps(47322.1), "47322");
+        assert_eq!(format_microseconds(0.0912), "0.091");
+        assert_eq!(format_microseconds(1234.56), "1234.6");
+    }
+}

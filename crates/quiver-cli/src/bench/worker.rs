@@ -1,0 +1,407 @@
+//! The rank side of `quiver bench` (`quiver bench --worker`, started by the bench itself).
+//!
+//! Both ranks open endpoint port 0 and connect to each other's port 0, then run the plan's
+//! tests in the same order with the same iteration counts (both derive them from the same
+//! [`Plan`]). Rank 0 drives every test and writes one JSON [`Record`] per measured point to
+//! its stdout; rank 1 answers. Errors go to stderr and make the rank exit non-zero.
+//!
+//! Every wait busy-polls the non-blocking calls (`try_send`, `try_recv`, `test_send`): a
+//! blocking wait that sleeps costs tens of microseconds per wake-up on this machine. A wait
+//! that sees no progress for [`STALL_TIMEOUT`] fails instead of spinning forever.
+//!
+//! Timed loops do no allocation, logging or formatting: buffers and timestamp vectors are
+//! sized before the loop; pingpong reads the clock once per round trip.
+
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+use quiver::{Addr, Connection, Context, Endpoint, Error, SendRequest};
+
+use super::plan::{self, Plan, TestName, RATE_MESSAGE_BYTES};
+use super::report::Record;
+use super::stats;
+
+/// The endpoint port both ranks use.
+const BENCH_PORT: u16 = 0;
+/// How long a busy-polling wait may see no progress before it fails.
+pub(crate) const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long connecting to the other rank may keep failing before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Polls between two looks at the clock while spinning (keeps the clock off the fast path).
+const POLLS_PER_CLOCK_CHECK: u32 = 1 << 12;
+/// Size of the acknowledgement and synchronisation messages, in bytes.
+const ACK_BYTES: usize = 1;
+
+/// Runs this process as a bench rank; returns the exit code.
+pub(crate) fn main(plan: &Plan) -> i32 {
+    match run(plan) {
+        Ok(()) => 0,
+        Err(message) => {
+            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+            eprintln!("quiver bench: rank {rank}: {message}");
+            1
+        }
+    }
+}
+
+/// The connection to the other rank.
+struct Link {
+    endpoint: Endpoint,
+    connection: Connection,
+    rank: u32,
+}
+
+/// Buffers reused by every test, sized once for the largest message.
+struct Buffers {
+    send: Vec<u8>,
+    receive: Vec<u8>,
+    /// One timestamp per pingpong round trip, plus the start.
+    stamps: Vec<Instant>,
+}
+
+fn run(plan: &Plan) -> Result<(), String> {
+    let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
+    if context.size() != 2 {
+        return Err(format!(
+            "the bench needs exactly 2 ranks, this job has {}",
+            context.size()
+        ));
+    }
+    let rank = context.rank();
+    let mut endpoint = context
+        .endpoint(BENCH_PORT)
+        .map_err(|error| format!("opening endpoint port {BENCH_PORT}: {error}"))?;
+    let peer = Addr::new(1 - rank, BENCH_PORT);
+    let connection = connect(&mut endpoint, peer)?;
+    let mut link = Link {
+        endpoint,
+        connection,
+        rank,
+    };
+    link.synchronise()
+        .map_err(|error| format!("first exchange with rank {}: {error}", peer.rank))?;
+
+    let max_bytes = plan.max_message_bytes() as usize;
+    let max_round_trips = plan
+        .sizes
+        .iter()
+        .map(|&size| plan.pingpong_iters(size))
+        .max()
+        .unwrap_or(0);
+    let mut buffers = Buffers {
+        send: (0..max_bytes).map(|index| index as u8).collect(),
+        receive: vec![0u8; max_bytes],
+        stamps: Vec::with_capacity(max_round_trips as usize + 1),
+    };
+    let mut output = io::stdout().lock();
+    for test in plan.rank_tests() {
+        match test {
+            TestName::Pingpong => {
+                for &size in &plan.sizes {
+                    let iters = plan.pingpong_iters(size);
+                    let record = link
+                        .pingpong(&mut buffers, size, iters)
+                        .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Bw => {
+                for &size in &plan.sizes {
+                    let windows = plan.bw_windows(size);
+                    let record = link
+                        .stream(&mut buffers, TestName::Bw, size, plan.window, windows)
+                        .map_err(|error| format!("bw at {size} bytes: {error}"))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Rate => {
+                let windows = plan.rate_windows();
+                let record = link
+                    .stream(
+                        &mut buffers,
+                        TestName::Rate,
+                        RATE_MESSAGE_BYTES,
+                        plan.window,
+                        windows,
+                    )
+                    .map_err(|error| format!("rate: {error}"))?;
+                emit(&mut output, record, plan)?;
+            }
+            TestName::Floor => {}
+        }
+    }
+    link.finish()
+        .map_err(|error| format!("last exchange with rank {}: {error}", peer.rank))
+}
+
+/// Rank 0 writes the record (with the transport) as one JSON line; rank 1 has none.
+fn emit(output: &mut impl Write, record: Option<Record>, plan: &Plan) -> Result<(), String> {
+    let Some(mut record) = record else {
+        return Ok(());
+    };
+    record.transport = plan.transport.clone();
+    let line = serde_json::to_string(&record).map_err(|error| error.to_string())?;
+    writeln!(output, "{line}")
+        .and_then(|()| output.flush())
+        .map_err(|error| format!("writing results to stdout: {error}"))
+}
+
+/// Connects to the other rank, retrying while it may still be starting.
+fn connect(endpoint: &mut Endpoint, peer: Addr) -> Result<Connection, String> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match endpoint.connect(peer) {
+            Ok(connection) => return Ok(connection),
+            Err(error) if Instant::now() >= deadline => {
+                return Err(format!("connecting to {peer}: {error}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+impl Link {
+    /// Rank 0 sends one byte, rank 1 answers: both are connected and at the same point.
+    fn synchronise(&mut self) -> StepResult<()> {
+        let mut byte = [0u8; ACK_BYTES];
+        if self.rank == 0 {
+            self.send(&byte)?;
+            self.receive_exact(&mut byte, ACK_BYTES)
+        } else {
+            self.receive_exact(&mut byte, ACK_BYTES)?;
+            self.send(&byte)
+        }
+    }
+
+    /// The last exchange: rank 1 exits only after it has answered everything.
+    fn finish(&mut self) -> StepResult<()> {
+        self.synchronise()
+    }
+
+    /// Ping-pong of `size` bytes; rank 0 returns the record.
+    fn pingpong(
+        &mut self,
+        buffers: &mut Buffers,
+        size: u64,
+        iters: u64,
+    ) -> StepResult<Option<Record>> {
+        let length = size as usize;
+        let warmup = plan::warmup_iters(iters);
+        let Buffers {
+            send,
+            receive,
+            stamps,
+        } = buffers;
+        let message = &send[..length];
+        if self.rank != 0 {
+            for _ in 0..warmup + iters {
+                self.receive_exact(receive, length)?;
+                self.send(message)?;
+            }
+            return Ok(None);
+        }
+        for _ in 0..warmup {
+            self.send(message)?;
+            self.receive_exact(receive, length)?;
+        }
+        stamps.clear();
+        stamps.reserve(iters as usize + 1);
+        stamps.push(Instant::now());
+        for _ in 0..iters {
+            self.send(message)?;
+            self.receive_exact(receive, length)?;
+            stamps.push(Instant::now());
+        }
+        let mut one_way_us: Vec<f64> = stamps
+            .windows(2)
+            .map(|pair| (pair[1] - pair[0]).as_secs_f64() * 1e6 / 2.0)
+            .collect();
+        stats::sort_samples(&mut one_way_us);
+        Ok(Some(Record {
+            test: TestName::Pingpong.as_str().to_string(),
+            size,
+            iters,
+            latency_us: stats::median(&one_way_us),
+            latency_p99_us: stats::percentile(&one_way_us, 99.0),
+            ..Record::default()
+        }))
+    }
+
+    /// osu_bw-style streaming: rank 0 posts `window` sends of `size` bytes, waits for them,
+    /// then for rank 1's 1-byte ack; `windows` timed rounds after a warm-up. Rank 0 returns
+    /// the record: bandwidth for bw, message rate for rate.
+    fn stream(
+        &mut self,
+        buffers: &mut Buffers,
+        test: TestName,
+        size: u64,
+        window: u64,
+        windows: u64,
+    ) -> StepResult<Option<Record>> {
+        let length = size as usize;
+        let warmup = plan::warmup_windows(windows);
+        if self.rank != 0 {
+            for _ in 0..warmup + windows {
+                for _ in 0..window {
+                    self.receive_exact(&mut buffers.receive, length)?;
+                }
+                self.send(&[0u8; ACK_BYTES])?;
+            }
+            return Ok(None);
+        }
+        // Owned send buffers for one window, touched now so no page fault is timed.
+        let mut pool: Vec<Vec<u8>> = (0..window)
+            .map(|_| buffers.send[..length].to_vec())
+            .collect();
+        let mut requests: Vec<SendRequest> = Vec::with_capacity(window as usize);
+        let mut ack = [0u8; ACK_BYTES];
+        for _ in 0..warmup {
+            self.send_window(&mut pool, &mut requests, &mut ack)?;
+        }
+        let start = Instant::now();
+        for _ in 0..windows {
+            self.send_window(&mut pool, &mut requests, &mut ack)?;
+        }
+        let elapsed_us = start.elapsed().as_secs_f64() * 1e6;
+        let messages = (window * windows) as f64;
+        let mut record = Record {
+            test: test.as_str().to_string(),
+            size,
+            iters: windows,
+            window: Some(window),
+            ..Record::default()
+        };
+        // bytes per µs = 10^6 bytes/s = MB/s; messages per µs = Mmsg/s.
+        match test {
+            TestName::Rate => record.rate_mmsgs = Some(messages / elapsed_us),
+            _ => record.bandwidth_mbps = Some(messages * size as f64 / elapsed_us),
+        }
+        Ok(Some(record))
+    }
+
+    /// Posts every buffer of `pool`, waits until each is handed back, then waits for the ack.
+    fn send_window(
+        &mut self,
+        pool: &mut Vec<Vec<u8>>,
+        requests: &mut Vec<SendRequest>,
+        ack: &mut [u8; ACK_BYTES],
+    ) -> StepResult<()> {
+        while let Some(buffer) = pool.pop() {
+            requests.push(self.endpoint.post_send(self.connection, buffer)?);
+        }
+        for request in requests.drain(..) {
+            let mut stall = Stall::new();
+            while !self.endpoint.test_send(&request)? {
+                stall.check()?;
+            }
+            pool.push(self.endpoint.wait_send(request)?);
+        }
+        self.receive_exact(ack, ACK_BYTES)
+    }
+
+    /// Sends `message`, busy-polling while the connection is full.
+    fn send(&mut self, message: &[u8]) -> StepResult<()> {
+        let mut stall = Stall::new();
+        loop {
+            match self.endpoint.try_send(self.connection, message) {
+                Err(Error::WouldBlock) => stall.check()?,
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// Receives one message, busy-polling, and checks it is `length` bytes long.
+    fn receive_exact(&mut self, buffer: &mut [u8], length: usize) -> StepResult<()> {
+        let mut stall = Stall::new();
+        loop {
+            match self.endpoint.try_recv(buffer) {
+                Err(Error::WouldBlock) => stall.check()?,
+                Ok((received, _)) if received == length => return Ok(()),
+                Ok((received, source)) => {
+                    return Err(StepError::UnexpectedLength {
+                        expected: length,
+                        received,
+                        source,
+                    })
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+}
+
+/// Why one step of a test failed.
+#[derive(Debug)]
+enum StepError {
+    /// The quiver API returned an error.
+    Quiver(Error),
+    /// A message of the wrong length arrived (the ranks disagree about the plan).
+    UnexpectedLength {
+        expected: usize,
+        received: usize,
+        source: Addr,
+    },
+    /// A busy-polling wait saw no progress for [`STALL_TIMEOUT`].
+    Stalled,
+}
+
+type StepResult<T> = Result<T, StepError>;
+
+impl From<Error> for StepError {
+    fn from(error: Error) -> StepError {
+        StepError::Quiver(error)
+    }
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepError::Quiver(error) => write!(formatter, "{error}"),
+            StepError::UnexpectedLength {
+                expected,
+                received,
+                source,
+            } => write!(
+                formatter,
+                "expected a {expected}-byte message, got {received} bytes from {source}"
+            ),
+            StepError::Stalled => write!(
+                formatter,
+                "no progress for {} s while busy-polling",
+                STALL_TIMEOUT.as_secs()
+            ),
+        }
+    }
+}
+
+/// Bounds a busy-polling wait: [`StepError::Stalled`] after [`STALL_TIMEOUT`] without progress.
+struct Stall {
+    polls: u32,
+    deadline: Option<Instant>,
+}
+
+impl Stall {
+    fn new() -> Stall {
+        Stall {
+            polls: 0,
+            deadline: None,
+        }
+    }
+
+    /// Called once per unsuccessful poll; looks at the clock only every few thousand polls.
+    #[inline]
+    fn check(&mut self) -> StepResult<()> {
+        std::hint::spin_loop();
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % POLLS_PER_CLOCK_CHECK != 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        match self.deadline {
+            None => self.deadline = Some(now + STALL_TIMEOUT),
+            Some(deadline) if now >= deadline => return Err(StepError::Stalled),
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
