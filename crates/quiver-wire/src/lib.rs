@@ -7,3 +7,4 @@
 #![warn(clippy::unwrap_used)]
 
 pub mod handshake;
+pub mod shm_setup;
