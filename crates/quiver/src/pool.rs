@@ -27,7 +27,8 @@ impl Pool {
         })
     }
 
-    /// A buffer of exactly `len` bytes (contents unspecified), from the pool when possible.
+    /// A buffer of exactly `len` bytes (contents unspecified: old bytes are not cleared),
+    /// from the pool when possible.
     pub(crate) fn take(&self, len: usize) -> Vec<u8> {
         let mut buf = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -37,7 +38,7 @@ impl Pool {
                 None => free.pop().unwrap_or_default(),
             }
         };
-        buf.clear();
+        // Keep the old contents: only growth is zero-filled, so steady use costs no memset.
         buf.resize(len, 0);
         buf
     }

@@ -5,9 +5,9 @@
 //! [`Plan`]). Rank 0 drives every test and writes one JSON [`Record`] per measured point to
 //! its stdout; rank 1 answers. Errors go to stderr and make the rank exit non-zero.
 //!
-//! Every wait busy-polls the non-blocking calls (`try_send`, `try_recv`, `test_send`): a
-//! blocking wait that sleeps costs tens of microseconds per wake-up on this machine. A wait
-//! that sees no progress for [`STALL_TIMEOUT`] fails instead of spinning forever.
+//! The ranks use quiver's blocking calls, which busy-poll for the configured spin time
+//! (`QUIVER_SPIN_US`, 2 ms by default) before they sleep, so a test never pays a wake-up.
+//! If the other rank dies, the blocking call returns a `PeerDead` error instead of hanging.
 //!
 //! Timed loops do no allocation, logging or formatting: buffers and timestamp vectors are
 //! sized before the loop; pingpong reads the clock once per round trip.
@@ -23,12 +23,8 @@ use super::stats;
 
 /// The endpoint port both ranks use.
 const BENCH_PORT: u16 = 0;
-/// How long a busy-polling wait may see no progress before it fails.
-pub(crate) const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long connecting to the other rank may keep failing before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Polls between two looks at the clock while spinning (keeps the clock off the fast path).
-const POLLS_PER_CLOCK_CHECK: u32 = 1 << 12;
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 const ACK_BYTES: usize = 1;
 
@@ -49,6 +45,8 @@ struct Link {
     endpoint: Endpoint,
     connection: Connection,
     rank: u32,
+    /// Largest message the transport copies eagerly; larger ones go by rendezvous.
+    eager_max: u64,
 }
 
 /// Buffers reused by every test, sized once for the largest message.
@@ -77,6 +75,7 @@ fn run(plan: &Plan) -> Result<(), String> {
         endpoint,
         connection,
         rank,
+        eager_max: context.config().shm_eager_max,
     };
     link.synchronise()
         .map_err(|error| format!("first exchange with rank {}: {error}", peer.rank))?;
@@ -280,52 +279,46 @@ impl Link {
     }
 
     /// Posts every buffer of `pool`, waits until each is handed back, then waits for the ack.
+    /// Messages above the eager limit are sent from one reused buffer instead, as osu_bw
+    /// does: a rendezvous send completes only once the receiver has pulled it, so posting
+    /// them adds no overlap, and distinct buffers would only measure cache misses.
     fn send_window(
         &mut self,
         pool: &mut Vec<Vec<u8>>,
         requests: &mut Vec<SendRequest>,
         ack: &mut [u8; ACK_BYTES],
     ) -> StepResult<()> {
-        while let Some(buffer) = pool.pop() {
-            requests.push(self.endpoint.post_send(self.connection, buffer)?);
-        }
-        for request in requests.drain(..) {
-            let mut stall = Stall::new();
-            while !self.endpoint.test_send(&request)? {
-                stall.check()?;
+        let eager_max = self.eager_max;
+        if pool.first().is_some_and(|b| b.len() as u64 > eager_max) {
+            let count = pool.len();
+            for _ in 0..count {
+                self.endpoint.send(self.connection, &pool[0])?;
             }
-            pool.push(self.endpoint.wait_send(request)?);
+        } else {
+            while let Some(buffer) = pool.pop() {
+                requests.push(self.endpoint.post_send(self.connection, buffer)?);
+            }
+            for request in requests.drain(..) {
+                pool.push(self.endpoint.wait_send(request)?);
+            }
         }
         self.receive_exact(ack, ACK_BYTES)
     }
 
-    /// Sends `message`, busy-polling while the connection is full.
+    /// Sends `message`; the blocking call busy-polls for the configured spin time first.
     fn send(&mut self, message: &[u8]) -> StepResult<()> {
-        let mut stall = Stall::new();
-        loop {
-            match self.endpoint.try_send(self.connection, message) {
-                Err(Error::WouldBlock) => stall.check()?,
-                other => return Ok(other?),
-            }
-        }
+        Ok(self.endpoint.send(self.connection, message)?)
     }
 
-    /// Receives one message, busy-polling, and checks it is `length` bytes long.
+    /// Receives one message and checks it is `length` bytes long.
     fn receive_exact(&mut self, buffer: &mut [u8], length: usize) -> StepResult<()> {
-        let mut stall = Stall::new();
-        loop {
-            match self.endpoint.try_recv(buffer) {
-                Err(Error::WouldBlock) => stall.check()?,
-                Ok((received, _)) if received == length => return Ok(()),
-                Ok((received, source)) => {
-                    return Err(StepError::UnexpectedLength {
-                        expected: length,
-                        received,
-                        source,
-                    })
-                }
-                Err(error) => return Err(error.into()),
-            }
+        match self.endpoint.recv(buffer)? {
+            (received, _) if received == length => Ok(()),
+            (received, source) => Err(StepError::UnexpectedLength {
+                expected: length,
+                received,
+                source,
+            }),
         }
     }
 }
@@ -341,8 +334,6 @@ enum StepError {
         received: usize,
         source: Addr,
     },
-    /// A busy-polling wait saw no progress for [`STALL_TIMEOUT`].
-    Stalled,
 }
 
 type StepResult<T> = Result<T, StepError>;
@@ -365,43 +356,6 @@ impl std::fmt::Display for StepError {
                 formatter,
                 "expected a {expected}-byte message, got {received} bytes from {source}"
             ),
-            StepError::Stalled => write!(
-                formatter,
-                "no progress for {} s while busy-polling",
-                STALL_TIMEOUT.as_secs()
-            ),
         }
-    }
-}
-
-/// Bounds a busy-polling wait: [`StepError::Stalled`] after [`STALL_TIMEOUT`] without progress.
-struct Stall {
-    polls: u32,
-    deadline: Option<Instant>,
-}
-
-impl Stall {
-    fn new() -> Stall {
-        Stall {
-            polls: 0,
-            deadline: None,
-        }
-    }
-
-    /// Called once per unsuccessful poll; looks at the clock only every few thousand polls.
-    #[inline]
-    fn check(&mut self) -> StepResult<()> {
-        std::hint::spin_loop();
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls % POLLS_PER_CLOCK_CHECK != 0 {
-            return Ok(());
-        }
-        let now = Instant::now();
-        match self.deadline {
-            None => self.deadline = Some(now + STALL_TIMEOUT),
-            Some(deadline) if now >= deadline => return Err(StepError::Stalled),
-            Some(_) => {}
-        }
-        Ok(())
     }
 }
