@@ -266,7 +266,12 @@ impl Consumer {
         // Bounded: at most one filler precedes a real record.
         for _ in 0..2 {
             match self.record_at(self.head)? {
-                None => return Ok(None),
+                None => {
+                    // Drained: hand all consumed space back now, so a sender waiting for
+                    // room does not wait for a later batch.
+                    self.flush();
+                    return Ok(None);
+                }
                 Some(rec) if rec.kind == Kind::Pad => {
                     self.head += rec.size;
                 }

@@ -231,10 +231,9 @@ impl Wait {
     }
 
     /// Whether to keep spinning; also says when a periodic check is due.
+    /// The spin budget is counted from the first periodic check (~1000 polls in), so
+    /// short waits never read the clock.
     fn spinning(&mut self, spin: Duration) -> (bool, bool) {
-        if self.spins == 0 {
-            self.start();
-        }
         self.spins = self.spins.wrapping_add(1);
         let periodic = self.spins % 1024 == 0;
         let still = !periodic || self.start().elapsed() < spin;
@@ -467,6 +466,14 @@ impl Endpoint {
                 wait,
                 "waiting for the receiver to take a large message",
             ) {
+                // A receiver that took the message and then exited is not a failure.
+                if self.outbound[idx]
+                    .ring
+                    .rndv_completed()
+                    .is_ok_and(|done| done >= seq)
+                {
+                    return Ok(());
+                }
                 // The receiver may still read `data` later: this connection cannot be used
                 // safely any more.
                 if matches!(e, Error::Timeout { .. }) {
@@ -746,13 +753,19 @@ impl Endpoint {
         if let Some(f) = &out.failure {
             return Err(f.to_error(out.peer, what));
         }
-        if out.ring.consumer_closed() {
-            return Err(self.fail_out(idx, Failure::Closed, what));
+        let closed = out.ring.consumer_closed();
+        if !closed && !sys::pidfd_exited(&out.pidfd) {
+            return Ok(());
         }
-        if sys::pidfd_exited(&out.pidfd) {
-            return Err(self.fail_out(idx, Failure::Dead, what));
-        }
-        Ok(())
+        // The receiver is gone, but it may have finished our requests first: harvest
+        // every completion it published before failing what is left.
+        self.progress_out(idx)?;
+        let failure = if closed {
+            Failure::Closed
+        } else {
+            Failure::Dead
+        };
+        Err(self.fail_out(idx, failure, what))
     }
 
     // ----- receiving -----------------------------------------------------------------
@@ -1220,8 +1233,13 @@ impl Endpoint {
             if out.failure.is_none()
                 && (!out.queue.is_empty() || !out.inflight.is_empty())
                 && sys::pidfd_exited(&out.pidfd)
+                && self.progress_out(idx).is_ok()
             {
-                self.fail_out(idx, Failure::Dead, "while sending");
+                // Whatever the receiver completed before it died has been harvested above.
+                let out = &self.outbound[idx];
+                if !out.queue.is_empty() || !out.inflight.is_empty() {
+                    self.fail_out(idx, Failure::Dead, "while sending");
+                }
             }
         }
     }

@@ -11,8 +11,10 @@ static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 fn job(size: u32, key: [u8; 32]) -> (u64, impl Fn(u32) -> Context) {
     let id = (std::process::id() as u64) << 32 | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
     (id, move |rank| {
-        let mut cfg = Config::default();
-        cfg.connect_timeout = Duration::from_secs(5);
+        let cfg = Config {
+            connect_timeout: Duration::from_secs(5),
+            ..Config::default()
+        };
         Context::builder()
             .rank(rank)
             .size(size)
@@ -149,8 +151,10 @@ fn posted_operations_and_try_calls() {
 fn wrong_key_is_refused_and_counted() {
     let id = 0xfeed_0000_0000_0000 | std::process::id() as u64;
     let make = |rank, key| {
-        let mut cfg = Config::default();
-        cfg.connect_timeout = Duration::from_millis(500);
+        let cfg = Config {
+            connect_timeout: Duration::from_millis(500),
+            ..Config::default()
+        };
         Context::builder()
             .rank(rank)
             .size(2)

@@ -183,16 +183,13 @@ fn slow_recv(ctx: &Context, ep: &mut Endpoint, messages: u64) -> AnyResult {
         let mut would_block = 0u64;
         for i in 0..messages {
             let msg = (i as u32).to_le_bytes().repeat(256); // 1 KiB
-            loop {
-                match ep.try_send(conn, &msg) {
-                    Ok(()) => break,
-                    Err(Error::WouldBlock) => {
-                        would_block += 1;
-                        ep.send(conn, &msg)?; // now block until there is room
-                        break;
-                    }
-                    Err(e) => return Err(e.into()),
+            match ep.try_send(conn, &msg) {
+                Ok(()) => {}
+                Err(Error::WouldBlock) => {
+                    would_block += 1;
+                    ep.send(conn, &msg)?; // now block until there is room
                 }
+                Err(e) => return Err(e.into()),
             }
         }
         say(&format!(
