@@ -56,7 +56,7 @@ pub(crate) struct BenchArgs {
     sizes: Option<String>,
 
     /// Timed iterations per size: round trips for pingpong, windows for bw and rate
-    /// [default: scaled down with the size, so the default suite takes well under a minute].
+    /// [default: scaled down with the size, so the default suite takes seconds, not minutes].
     #[arg(long, value_name = "N")]
     iters: Option<u64>,
 
