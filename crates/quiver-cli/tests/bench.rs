@@ -135,6 +135,24 @@ fn small_sweep_reports_every_point_with_its_floor_ratio() {
 }
 
 #[test]
+fn messages_above_the_eager_limit_are_measured_too() {
+    // 1 MiB is above the shm eager limit (64 KiB by default): the rendezvous path.
+    let output = quiver_bench(&[
+        "pingpong", "bw", "--sizes", "1M", "--iters", "20", "--json", "-",
+    ]);
+    let records = json_lines(&output);
+    for test in ["pingpong", "bw"] {
+        let points = of_test(&records, test);
+        assert_eq!(points.len(), 1, "{records:?}");
+        assert_eq!(points[0]["size"], 1 << 20);
+        positive(points[0], "floor_ratio");
+    }
+    positive(of_test(&records, "pingpong")[0], "latency_us");
+    positive(of_test(&records, "bw")[0], "bandwidth_MBps");
+    assert!(of_test(&records, "rate").is_empty());
+}
+
+#[test]
 fn default_output_is_a_table_with_units() {
     let output = quiver_bench(&["floor", "--sizes", "1K"]);
     let stdout = String::from_utf8_lossy(&output.stdout);

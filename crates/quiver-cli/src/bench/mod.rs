@@ -35,6 +35,8 @@ use report::Report;
 const EXIT_USAGE: i32 = 2;
 /// Exit code for a run that failed.
 const EXIT_FAILURE: i32 = 1;
+/// Largest `--iters` (pingpong keeps one 16-byte timestamp per round trip in memory).
+const MAX_ITERS: u64 = 10_000_000;
 /// Transports the bench can measure today.
 const TRANSPORTS: [&str; 1] = ["shm"];
 
@@ -172,8 +174,11 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         Some(list) => sizes::parse_size_list(list).map_err(|error| format!("--sizes: {error}"))?,
         None => DEFAULT_SIZES_BYTES.to_vec(),
     };
-    if args.iters == Some(0) {
-        return Err("--iters must be at least 1".to_string());
+    if args
+        .iters
+        .is_some_and(|iters| !(1..=MAX_ITERS).contains(&iters))
+    {
+        return Err(format!("--iters must be between 1 and {MAX_ITERS}"));
     }
     if !(1..=MAX_WINDOW).contains(&args.window) {
         return Err(format!("--window must be between 1 and {MAX_WINDOW}"));
@@ -306,6 +311,8 @@ mod tests {
         assert!(error.contains("unknown transport 'udp'"), "{error}");
         assert!(super::tests::plan(&["--sizes", "8,1X"]).is_err());
         assert!(super::tests::plan(&["--iters", "0"]).is_err());
+        assert!(super::tests::plan(&["--iters", "10000001"]).is_err());
+        assert!(super::tests::plan(&["--iters", "10000000"]).is_ok());
         assert!(super::tests::plan(&["--window", "0"]).is_err());
         assert!(super::tests::plan(&["bw", "--sizes", "1G", "--window", "64"]).is_err());
         assert!(super::tests::plan(&["pingpong", "--sizes", "1G"]).is_ok());

@@ -248,18 +248,20 @@ impl Link {
             }
             return Ok(None);
         }
-        // Owned send buffers for one window, touched now so no page fault is timed.
-        let mut pool: Vec<Vec<u8>> = (0..window)
+        // Owned send buffers for one window (one reused buffer above the eager limit, see
+        // send_window), touched now so no page fault is timed.
+        let pool_size = if size > self.eager_max { 1 } else { window };
+        let mut pool: Vec<Vec<u8>> = (0..pool_size)
             .map(|_| buffers.send[..length].to_vec())
             .collect();
         let mut requests: Vec<SendRequest> = Vec::with_capacity(window as usize);
         let mut ack = [0u8; ACK_BYTES];
         for _ in 0..warmup {
-            self.send_window(&mut pool, &mut requests, &mut ack)?;
+            self.send_window(&mut pool, window, &mut requests, &mut ack)?;
         }
         let start = Instant::now();
         for _ in 0..windows {
-            self.send_window(&mut pool, &mut requests, &mut ack)?;
+            self.send_window(&mut pool, window, &mut requests, &mut ack)?;
         }
         let elapsed_us = start.elapsed().as_secs_f64() * 1e6;
         let messages = (window * windows) as f64;
@@ -278,21 +280,25 @@ impl Link {
         Ok(Some(record))
     }
 
-    /// Posts every buffer of `pool`, waits until each is handed back, then waits for the ack.
-    /// Messages above the eager limit are sent from one reused buffer instead, as osu_bw
-    /// does: a rendezvous send completes only once the receiver has pulled it, so posting
-    /// them adds no overlap, and distinct buffers would only measure cache misses.
+    /// Sends one window of `window` messages, then waits for the ack. Up to the eager limit,
+    /// posts every buffer of `pool` (`window` of them) and waits until each is handed back.
+    /// Above it, sends the one buffer of `pool` `window` times, as osu_bw does: a
+    /// rendezvous send completes only once the receiver has pulled it, so posting them
+    /// adds no overlap, and distinct buffers would only measure cache misses.
     fn send_window(
         &mut self,
         pool: &mut Vec<Vec<u8>>,
+        window: u64,
         requests: &mut Vec<SendRequest>,
         ack: &mut [u8; ACK_BYTES],
     ) -> StepResult<()> {
         let eager_max = self.eager_max;
-        if pool.first().is_some_and(|b| b.len() as u64 > eager_max) {
-            let count = pool.len();
-            for _ in 0..count {
-                self.endpoint.send(self.connection, &pool[0])?;
+        if let Some(buffer) = pool
+            .first()
+            .filter(|buffer| buffer.len() as u64 > eager_max)
+        {
+            for _ in 0..window {
+                self.endpoint.send(self.connection, buffer)?;
             }
         } else {
             while let Some(buffer) = pool.pop() {
