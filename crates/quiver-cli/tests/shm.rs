@@ -316,3 +316,25 @@ fn a_rank_with_the_wrong_key_is_refused() {
     assert!(!status.success());
     job.expect_line(1, "wrong job key", Duration::from_secs(5));
 }
+
+#[test]
+fn quiver_run_drives_an_all_to_all_job_end_to_end() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args([
+            "run", "-n", "4", "--bind", "none", "--", TESTPROG, "alltoall", "3", "1M", "11",
+        ])
+        .output()
+        .expect("start quiver run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "quiver run failed: {}", out.status);
+    for rank in 0..4 {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("[{rank}] ok rank {rank} received"))),
+            "no result line from rank {rank}"
+        );
+    }
+}
