@@ -221,8 +221,10 @@ fn slow_receiver_holds_the_sender_back_and_loses_nothing() {
     assert!(times > 0, "the sender was never held back: {held}");
 }
 
-#[test]
-fn sigkill_of_the_receiver_fails_the_sender_without_hanging() {
+/// Starts a sender (rank 0) streaming to a receiver (rank 1), SIGKILLs `victim` mid-stream,
+/// and checks the other rank's blocking call returns a "peer died" error promptly.
+fn kill_mid_transfer(victim: u32) {
+    let survivor = 1 - victim;
     let mut job = Job::start(
         2,
         |r| {
@@ -238,33 +240,20 @@ fn sigkill_of_the_receiver_fails_the_sender_without_hanging() {
     );
     job.expect_line(0, "started", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));
-    job.signal(1, libc::SIGKILL);
-    let line = job.expect_line(0, "error:", Duration::from_secs(10));
-    assert!(line.contains("peer 1:0 died"), "{line}");
-    assert!(job.wait_rank(0, Duration::from_secs(5)).success());
+    job.signal(victim, libc::SIGKILL);
+    let line = job.expect_line(survivor, "error:", Duration::from_secs(10));
+    assert!(line.contains(&format!("peer {victim}:0 died")), "{line}");
+    assert!(job.wait_rank(survivor, Duration::from_secs(5)).success());
+}
+
+#[test]
+fn sigkill_of_the_receiver_fails_the_sender_without_hanging() {
+    kill_mid_transfer(1);
 }
 
 #[test]
 fn sigkill_of_the_sender_fails_the_receiver_without_hanging() {
-    let mut job = Job::start(
-        2,
-        |r| {
-            vec![if r == 0 {
-                "send-until-error"
-            } else {
-                "recv-until-error"
-            }
-            .to_string()]
-        },
-        same_key,
-        &[],
-    );
-    job.expect_line(0, "started", Duration::from_secs(20));
-    std::thread::sleep(Duration::from_millis(300));
-    job.signal(0, libc::SIGKILL);
-    let line = job.expect_line(1, "error:", Duration::from_secs(10));
-    assert!(line.contains("peer 0:0 died"), "{line}");
-    assert!(job.wait_rank(1, Duration::from_secs(5)).success());
+    kill_mid_transfer(0);
 }
 
 fn scribble(how: &str) {
