@@ -7,8 +7,10 @@
 //! ```text
 //!  offset   written by   contents
 //!  0        producer     sender_waiting u32 | producer_closed u32          (cache line 0)
-//!  64       consumer     head u64 | rndv_done u64 | wake_seq u32 | consumer_closed u32 (line 1)
+//!  64       consumer     head u64 | rndv_done u64 | wake_seq u32 | consumer_closed u32 |
+//!                        cts_seq u64 | cts_addr u64 | cts_split u64 | cts_len u64       (line 1)
 //!  128      creator      magic u64 | version u32 | pad u32 | capacity u64 | salt u64   (line 2)
+//!  192      both         split_claim u64 | split_done u64                              (line 3)
 //!  256      producer     data: `capacity` bytes of 64-byte-aligned records
 //!
 //!  record at absolute stream position p (p % 64 == 0), stored at p % capacity:
@@ -59,6 +61,14 @@ const OFF_HEAD: usize = 64;
 const OFF_RNDV_DONE: usize = 72;
 const OFF_WAKE_SEQ: usize = 80;
 const OFF_CONSUMER_CLOSED: usize = 84;
+const OFF_CTS_SEQ: usize = 88;
+const OFF_CTS_ADDR: usize = 96;
+const OFF_CTS_SPLIT: usize = 104;
+const OFF_CTS_LEN: usize = 112;
+const OFF_SPLIT_CLAIM: usize = 192;
+const OFF_SPLIT_DONE: usize = 200;
+/// Set in `split_done` when the sender could not write its part (the receiver then copies it).
+const SPLIT_FAILED: u64 = 1 << 63;
 const OFF_MAGIC: usize = 128;
 const OFF_VERSION: usize = 136;
 const OFF_CAPACITY: usize = 144;
@@ -396,6 +406,45 @@ impl Consumer {
         }
     }
 
+    /// Sequence number the next completed rendezvous request will get.
+    pub fn next_rndv_seq(&self) -> u64 {
+        self.rndv_done + 1
+    }
+
+    /// Clear-to-send for a split rendezvous copy: the producer may write bytes
+    /// `split..len` of request `seq` to `dest_addr + split` in our memory.
+    pub fn post_cts(&self, seq: u64, dest_addr: u64, split: u64, len: u64) {
+        self.shared
+            .u64_at(OFF_CTS_ADDR)
+            .store(dest_addr, Ordering::Relaxed);
+        self.shared
+            .u64_at(OFF_CTS_SPLIT)
+            .store(split, Ordering::Relaxed);
+        self.shared
+            .u64_at(OFF_CTS_LEN)
+            .store(len, Ordering::Relaxed);
+        self.shared
+            .u64_at(OFF_CTS_SEQ)
+            .store(seq, Ordering::Release);
+    }
+
+    /// Tries to take the second part of request `seq` for ourselves; false if the producer
+    /// took it first.
+    pub fn claim_second_part(&self, seq: u64) -> bool {
+        claim(&self.shared, seq, 0)
+    }
+
+    /// Whether the producer finished its part of request `seq`: `None` while it is still
+    /// copying, `Some(false)` if it failed (copy it yourself).
+    pub fn second_part_done(&self, seq: u64) -> Option<bool> {
+        let done = self.shared.u64_at(OFF_SPLIT_DONE).load(Ordering::Acquire);
+        if done & !SPLIT_FAILED == seq {
+            Some(done & SPLIT_FAILED == 0)
+        } else {
+            None
+        }
+    }
+
     /// Counts one completed rendezvous request and tells the producer at once.
     pub fn complete_rndv(&mut self) {
         self.rndv_done += 1;
@@ -522,6 +571,22 @@ fn check_header(shared: &Shared, expect: Option<(u64, u64)>) -> Result<(u64, u64
         });
     }
     Ok((capacity, salt))
+}
+
+/// Claims the second part of split request `seq` for `who` (0 consumer, 1 producer):
+/// exactly one side wins. The word holds `seq << 1 | who` of the last claim.
+fn claim(shared: &Shared, seq: u64, who: u64) -> bool {
+    let word = shared.u64_at(OFF_SPLIT_CLAIM);
+    let mut current = word.load(Ordering::Acquire);
+    loop {
+        if current >> 1 >= seq {
+            return false;
+        }
+        match word.compare_exchange(current, seq << 1 | who, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => current = now,
+        }
+    }
 }
 
 /// The sending half of a ring.
@@ -699,6 +764,31 @@ impl Producer {
             });
         }
         Ok(done)
+    }
+
+    /// The consumer's clear-to-send for request `seq`, if it posted one: (destination
+    /// address in the consumer, split offset). Validated against the request's length.
+    pub fn cts(&self, seq: u64, len: u64) -> Option<(u64, u64)> {
+        if self.shared.u64_at(OFF_CTS_SEQ).load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let addr = self.shared.u64_at(OFF_CTS_ADDR).load(Ordering::Relaxed);
+        let split = self.shared.u64_at(OFF_CTS_SPLIT).load(Ordering::Relaxed);
+        let cts_len = self.shared.u64_at(OFF_CTS_LEN).load(Ordering::Relaxed);
+        (cts_len == len && split <= len && addr.checked_add(len).is_some()).then_some((addr, split))
+    }
+
+    /// Tries to take the second part of request `seq`; false if the consumer took it.
+    pub fn claim_second_part(&self, seq: u64) -> bool {
+        claim(&self.shared, seq, 1)
+    }
+
+    /// Reports the end of our part of request `seq`.
+    pub fn finish_second_part(&self, seq: u64, ok: bool) {
+        let value = if ok { seq } else { seq | SPLIT_FAILED };
+        self.shared
+            .u64_at(OFF_SPLIT_DONE)
+            .store(value, Ordering::Release);
     }
 
     /// Whether the consumer closed the ring.

@@ -228,6 +228,32 @@ pub fn process_vm_read(pid: libc::pid_t, local: &mut [u8], remote: u64) -> io::R
     check_size(unsafe { libc::process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0) })
 }
 
+/// Copies `len` bytes from address `local` in this process to address `remote` in process
+/// `pid` (cross-memory attach, the writing direction). Returns how many bytes were copied.
+/// Both ranges are checked by the kernel (EFAULT for unmapped ones), so no Rust reference is
+/// involved: `local` must be memory this process keeps alive for the call.
+pub fn process_vm_write(
+    pid: libc::pid_t,
+    local: u64,
+    remote: u64,
+    len: usize,
+) -> io::Result<usize> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let local_iov = libc::iovec {
+        iov_base: local as usize as *mut c_void,
+        iov_len: len,
+    };
+    let remote_iov = libc::iovec {
+        iov_base: remote as usize as *mut c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel reads `len` bytes at `local` in this process (returning EFAULT if
+    // they are not mapped) and writes them at `remote` in `pid`; no memory of ours is written.
+    check_size(unsafe { libc::process_vm_writev(pid, &local_iov, 1, &remote_iov, 1, 0) })
+}
+
 /// Allows any process of ours to read this process's memory with process_vm_readv even
 /// when Yama's ptrace scope would restrict it to descendants. Errors are ignored: without
 /// Yama the call fails harmlessly.

@@ -90,6 +90,7 @@ pub(crate) struct NewInbound {
 
 /// A freshly established outbound edge.
 pub(crate) struct NewOutbound {
+    pub(crate) pid: libc::pid_t,
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Producer,
     pub(crate) bell: RemoteDoorbell,
@@ -668,7 +669,12 @@ fn try_connect(
         .map_err(|e| io_fail("mapping the doorbell of", e))?;
     let pid = sys::peer_pid(&sock).map_err(|e| io_fail("reading the credentials of", e))?;
     let pidfd = sys::pidfd_open(pid).map_err(|e| io_fail("watching the process of", e))?;
-    Ok(NewOutbound { pidfd, ring, bell })
+    Ok(NewOutbound {
+        pid,
+        pidfd,
+        ring,
+        bell,
+    })
 }
 
 fn describe_handshake_error(e: HandshakeError) -> String {

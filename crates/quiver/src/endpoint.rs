@@ -155,6 +155,7 @@ enum InflightOwner {
 #[derive(Debug)]
 struct Outbound {
     peer: Addr,
+    pid: libc::pid_t,
     pidfd: OwnedFd,
     ring: Producer,
     bell: RemoteDoorbell,
@@ -358,6 +359,7 @@ impl Endpoint {
         let index = self.outbound.len() as u32;
         self.outbound.push(Outbound {
             peer,
+            pid: new.pid,
             pidfd: new.pidfd,
             ring: new.ring,
             bell: new.bell,
@@ -452,6 +454,7 @@ impl Endpoint {
                 Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
             }
         };
+        let mut helped = false;
         loop {
             let done = match self.outbound[idx].ring.rndv_completed() {
                 Ok(d) => d,
@@ -460,6 +463,17 @@ impl Endpoint {
             if done >= seq {
                 self.progress_out(idx)?;
                 return Ok(());
+            }
+            if !helped && done + 1 == seq {
+                helped = help_split(
+                    &self.outbound[idx],
+                    seq,
+                    data.as_ptr() as u64,
+                    data.len() as u64,
+                );
+                if helped {
+                    continue;
+                }
             }
             if let Err(e) = self.wait_out(
                 idx,
@@ -644,6 +658,11 @@ impl Endpoint {
                         }
                     }
                 }
+            }
+            if let Some((seq, InflightOwner::Request(_, data) | InflightOwner::Buffered(data))) =
+                out.inflight.front()
+            {
+                help_split(out, *seq, data.as_ptr() as u64, data.len() as u64);
             }
             let mut wrote = false;
             while let Some(q) = out.queue.front_mut() {
@@ -1015,27 +1034,25 @@ impl Endpoint {
                     ));
                 }
                 let buf = dest.prepare(len)?;
-                match sys::process_vm_read(inb.pid, buf, addr) {
-                    Ok(n) if n as u64 == len => {}
-                    Ok(n) => {
-                        return Err(corrupt_detail(
-                            peer,
-                            &format!(
-                            "rendezvous read {n} of {len} bytes: the sender's buffer is not mapped"
-                        ),
-                        ))
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                        return Err(Error::PeerDead {
-                            peer,
-                            during: "while copying a large message",
-                        })
-                    }
-                    Err(e) => {
-                        return Err(corrupt_detail(
-                            peer,
-                            &format!("cross-memory read of the sender's buffer failed: {e}"),
-                        ))
+                let seq = inb.ring.next_rndv_seq();
+                // Large copies are shared with the sender: it pushes the second part with
+                // process_vm_writev while we pull the first, so both cores copy at once.
+                let split = if len >= SPLIT_MIN_BYTES {
+                    (len / 2) & !(SPLIT_ALIGN - 1)
+                } else {
+                    len
+                };
+                if split < len {
+                    inb.ring.post_cts(seq, buf.as_ptr() as u64, split, len);
+                }
+                let (first, second) = buf.split_at_mut(split as usize);
+                pull(inb.pid, peer, first, addr)?;
+                if !second.is_empty() {
+                    let sender_copies = !inb.ring.claim_second_part(seq);
+                    // While the sender writes `second` from its side, nothing here touches
+                    // it; we only return once it reported completion.
+                    if !sender_copies || !wait_second_part(inb, seq, self.config.op_timeout)? {
+                        pull(inb.pid, peer, second, addr + split)?;
                     }
                 }
                 inb.ring.consume(&rec);
@@ -1356,6 +1373,80 @@ fn all_fragments_present(ring: &Consumer, first: &Record) -> std::result::Result
         }
     }
     Ok(true)
+}
+
+/// Rendezvous messages of at least this many bytes are copied by both processes at once.
+const SPLIT_MIN_BYTES: u64 = 128 << 10;
+/// The split point is page aligned.
+const SPLIT_ALIGN: u64 = 4096;
+
+/// Pulls `dst.len()` bytes from `addr` in the sender `pid` (one process_vm_readv).
+fn pull(pid: libc::pid_t, peer: Addr, dst: &mut [u8], addr: u64) -> Result<()> {
+    let len = dst.len();
+    match sys::process_vm_read(pid, dst, addr) {
+        Ok(n) if n == len => Ok(()),
+        Ok(n) => Err(corrupt_detail(
+            peer,
+            &format!("rendezvous read {n} of {len} bytes: the sender's buffer is not mapped"),
+        )),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(Error::PeerDead {
+            peer,
+            during: "while copying a large message",
+        }),
+        Err(e) => Err(corrupt_detail(
+            peer,
+            &format!("cross-memory read of the sender's buffer failed: {e}"),
+        )),
+    }
+}
+
+/// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
+/// reported failure (the caller then copies the part itself).
+fn wait_second_part(inb: &Inbound, seq: u64, timeout: Option<Duration>) -> Result<bool> {
+    let mut spins = 0u32;
+    let mut started: Option<Instant> = None;
+    loop {
+        if let Some(ok) = inb.ring.second_part_done(seq) {
+            return Ok(ok);
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 {
+            if sys::pidfd_exited(&inb.pidfd) {
+                return Err(Error::PeerDead {
+                    peer: inb.peer,
+                    during: "while it copied part of a large message",
+                });
+            }
+            let start = *started.get_or_insert_with(Instant::now);
+            if let Some(t) = timeout {
+                if start.elapsed() >= t {
+                    return Err(Error::Timeout {
+                        what: "waiting for the sender's part of a large message",
+                        millis: t.as_millis() as u64,
+                    });
+                }
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Does the sender's part of split rendezvous request `seq` (data at `addr`, `len` bytes) if
+/// the receiver asked for help and nobody took it yet. Returns whether the request no longer
+/// needs us (helped, or the receiver took the part).
+fn help_split(out: &Outbound, seq: u64, addr: u64, len: u64) -> bool {
+    let Some((dest, split)) = out.ring.cts(seq, len) else {
+        return false;
+    };
+    if out.ring.claim_second_part(seq) {
+        let part = (len - split) as usize;
+        let ok = matches!(
+            sys::process_vm_write(out.pid, addr + split, dest + split, part),
+            Ok(n) if n == part
+        );
+        out.ring.finish_second_part(seq, ok);
+    }
+    true
 }
 
 fn corrupt(e: RingError) -> Failure {
