@@ -175,19 +175,51 @@ impl Config {
     }
 }
 
-/// Parses a byte count or plain number with an optional K/M/G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let (digits, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1u64 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1u64 << 30),
-        _ => (t, 1),
+/// Why a size did not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeParseError {
+    /// Not a whole number with an optional K/M/G suffix.
+    Malformed,
+    /// The value does not fit in 64 bits.
+    Overflow,
+}
+
+impl std::fmt::Display for SizeParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SizeParseError::Malformed => {
+                "expected a whole number with an optional K, M or G suffix (powers of 1024)"
+            }
+            SizeParseError::Overflow => "too large",
+        })
+    }
+}
+
+/// Parses a size such as `8`, `4K`, `64KiB`, `1M`, `16B` or `1G` (suffixes in either case,
+/// powers of 1024, optionally followed by `B` or `iB`). Also used for plain counts.
+///
+/// # Errors
+/// [`SizeParseError`].
+pub fn parse_size(text: &str) -> std::result::Result<u64, SizeParseError> {
+    let entry = text.trim();
+    let digits_end = entry
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(entry.len());
+    let (digits, suffix) = entry.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(SizeParseError::Malformed);
+    }
+    let multiplier: u64 = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(SizeParseError::Malformed),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "expected a whole number with an optional K, M or G suffix".to_string())?;
-    n.checked_mul(mult).ok_or_else(|| "too large".to_string())
+    let count: u64 = digits.parse().map_err(|_| SizeParseError::Overflow)?;
+    count
+        .checked_mul(multiplier)
+        .ok_or(SizeParseError::Overflow)
 }
 
 #[cfg(test)]
@@ -200,9 +232,12 @@ mod tests {
         assert_eq!(parse_size("1K"), Ok(1024));
         assert_eq!(parse_size("2m"), Ok(2 << 20));
         assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("99999999999G").is_err());
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size(" 16B "), Ok(16));
+        assert_eq!(parse_size("x"), Err(SizeParseError::Malformed));
+        assert_eq!(parse_size(""), Err(SizeParseError::Malformed));
+        assert_eq!(parse_size("1T"), Err(SizeParseError::Malformed));
+        assert_eq!(parse_size("99999999999G"), Err(SizeParseError::Overflow));
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod error;
 mod pool;
 mod slab;
 
-pub use config::{parse_size, Config, Setting};
+pub use config::{parse_size, Config, Setting, SizeParseError};
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
 pub use error::{Error, Result};

@@ -45,26 +45,10 @@ impl fmt::Display for SizeError {
 /// [`SizeError::Malformed`] for anything else, [`SizeError::OutOfRange`] for 0 or more than 1G.
 pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
     let entry = text.trim();
-    let digits_end = entry
-        .find(|character: char| !character.is_ascii_digit())
-        .unwrap_or(entry.len());
-    let (digits, suffix) = entry.split_at(digits_end);
-    if digits.is_empty() {
-        return Err(SizeError::Malformed(entry.to_string()));
-    }
-    let multiplier: u64 = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(SizeError::Malformed(entry.to_string())),
-    };
-    let count: u64 = digits
-        .parse()
-        .map_err(|_| SizeError::OutOfRange(entry.to_string()))?;
-    let bytes = count
-        .checked_mul(multiplier)
-        .ok_or_else(|| SizeError::OutOfRange(entry.to_string()))?;
+    let bytes = quiver::parse_size(entry).map_err(|error| match error {
+        quiver::SizeParseError::Malformed => SizeError::Malformed(entry.to_string()),
+        quiver::SizeParseError::Overflow => SizeError::OutOfRange(entry.to_string()),
+    })?;
     if !(MIN_SIZE_BYTES..=MAX_SIZE_BYTES).contains(&bytes) {
         return Err(SizeError::OutOfRange(entry.to_string()));
     }
