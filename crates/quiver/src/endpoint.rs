@@ -559,6 +559,19 @@ impl Endpoint {
     /// A peer error if the connection already failed.
     pub fn post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
         let idx = self.outbound_index(conn)?;
+        let out = &mut self.outbound[idx];
+        if out.queue.is_empty() && data.len() as u64 <= self.config.shm_frag_bytes {
+            // One record on an idle connection: write it now, no queueing.
+            match out.ring.try_write(Kind::Msg, data.len() as u64, &data) {
+                Ok(true) => {
+                    out.bell.ring();
+                    let key = self.sends.insert(SendState::Done(Ok(data)));
+                    return Ok(SendRequest { key });
+                }
+                Ok(false) => {}
+                Err(e) => return Err(self.fail_out(idx, corrupt(e), "while sending")),
+            }
+        }
         let key = self.sends.insert(SendState::Pending);
         self.outbound[idx].queue.push_back(Queued {
             key,
