@@ -81,12 +81,6 @@ impl Doorbell {
             sys::eventfd_drain(self.eventfd.as_raw_fd());
         }
     }
-
-    /// Makes the eventfd readable without a sender (a new connection, a local event).
-    pub fn signal_self(&self) {
-        let _ = sys::eventfd_signal(self.eventfd.as_raw_fd());
-        word(&self.map, OFF_SIGNALS).fetch_add(1, Ordering::Release);
-    }
 }
 
 impl AsRawFd for Doorbell {

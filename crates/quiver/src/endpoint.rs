@@ -203,10 +203,14 @@ struct Wait {
 
 impl Wait {
     fn new(config: &Config) -> Wait {
+        Wait::with_timeout(config.op_timeout)
+    }
+
+    fn with_timeout(timeout: Option<Duration>) -> Wait {
         Wait {
             start: None,
             spins: 0,
-            timeout: config.op_timeout,
+            timeout,
             armed: false,
             seen: None,
         }
@@ -1064,7 +1068,7 @@ impl Endpoint {
                     let sender_copies = !inb.ring.claim_second_part(seq);
                     // While the sender writes `second` from its side, nothing here touches
                     // it; we only return once it reported completion.
-                    if !sender_copies || !wait_second_part(inb, seq, self.config.op_timeout)? {
+                    if !sender_copies || !wait_second_part(inb, seq, &self.config)? {
                         pull(inb.pid, peer, second, addr + split)?;
                     }
                 }
@@ -1107,13 +1111,7 @@ impl Endpoint {
         let mut filled = first.frag_len as usize;
         inb.ring.copy_payload(&first, &mut buf[..filled]);
         inb.ring.consume(&first);
-        let mut waited = Wait {
-            start: None,
-            spins: 0,
-            timeout: op_timeout,
-            armed: false,
-            seen: None,
-        };
+        let mut waited = Wait::with_timeout(op_timeout);
         while (filled as u64) < total {
             match inb.ring.peek().map_err(|e| ring_error(peer, e))? {
                 Some(rec) if rec.kind == Kind::Cont && filled as u64 + rec.frag_len <= total => {
@@ -1130,21 +1128,14 @@ impl Endpoint {
                 }
                 None => {
                     // The sender is mid-message: it is writing the rest right now.
-                    let (_, periodic) = waited.spinning(spin);
-                    if periodic {
-                        inb.ring.flush();
-                        if sys::pidfd_exited(&inb.pidfd) {
-                            return Err(Error::PeerDead {
-                                peer,
-                                during: "in the middle of a message",
-                            });
-                        }
-                        waited.check_deadline("waiting for the rest of a message")?;
-                        if waited.start().elapsed() > spin {
-                            std::thread::yield_now();
-                        }
-                    }
-                    std::hint::spin_loop();
+                    inb.ring.flush();
+                    wait_on_sender(
+                        inb,
+                        &mut waited,
+                        spin,
+                        "in the middle of a message",
+                        "waiting for the rest of a message",
+                    )?;
                 }
             }
         }
@@ -1415,33 +1406,47 @@ fn pull(pid: libc::pid_t, peer: Addr, dst: &mut [u8], addr: u64) -> Result<()> {
 
 /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
 /// reported failure (the caller then copies the part itself).
-fn wait_second_part(inb: &Inbound, seq: u64, timeout: Option<Duration>) -> Result<bool> {
-    let mut spins = 0u32;
-    let mut started: Option<Instant> = None;
+fn wait_second_part(inb: &Inbound, seq: u64, config: &Config) -> Result<bool> {
+    let mut wait = Wait::new(config);
     loop {
         if let Some(ok) = inb.ring.second_part_done(seq) {
             return Ok(ok);
         }
-        spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 {
-            if sys::pidfd_exited(&inb.pidfd) {
-                return Err(Error::PeerDead {
-                    peer: inb.peer,
-                    during: "while it copied part of a large message",
-                });
-            }
-            let start = *started.get_or_insert_with(Instant::now);
-            if let Some(t) = timeout {
-                if start.elapsed() >= t {
-                    return Err(Error::Timeout {
-                        what: "waiting for the sender's part of a large message",
-                        millis: t.as_millis() as u64,
-                    });
-                }
-            }
-        }
-        std::hint::spin_loop();
+        wait_on_sender(
+            inb,
+            &mut wait,
+            config.spin,
+            "while it copied part of a large message",
+            "waiting for the sender's part of a large message",
+        )?;
     }
+}
+
+/// One step of waiting for a sender that is in the middle of writing something we need:
+/// spin, and every ~1000 polls check that it lives and that the deadline has not passed;
+/// past the spin budget, give the CPU away now and then.
+fn wait_on_sender(
+    inb: &Inbound,
+    wait: &mut Wait,
+    spin: Duration,
+    during: &'static str,
+    what: &'static str,
+) -> Result<()> {
+    let (_, periodic) = wait.spinning(spin);
+    if periodic {
+        if sys::pidfd_exited(&inb.pidfd) {
+            return Err(Error::PeerDead {
+                peer: inb.peer,
+                during,
+            });
+        }
+        wait.check_deadline(what)?;
+        if wait.start().elapsed() > spin {
+            std::thread::yield_now();
+        }
+    }
+    std::hint::spin_loop();
+    Ok(())
 }
 
 /// Does the sender's part of split rendezvous request `seq` (data at `addr`, `len` bytes) if

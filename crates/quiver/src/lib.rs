@@ -53,8 +53,3 @@ impl std::fmt::Display for Addr {
         write!(f, "{}:{}", self.rank, self.port)
     }
 }
-
-/// The shared-memory thresholds that apply by default, for reports.
-pub fn inline_bytes() -> u64 {
-    quiver_transport::ring::INLINE_BYTES
-}
