@@ -8,3 +8,4 @@
 
 pub mod handshake;
 pub mod shm_setup;
+pub mod stream;

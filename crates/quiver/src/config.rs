@@ -31,6 +31,93 @@ pub struct Config {
     pub pool_max_bytes: usize,
     /// Most bytes `try_send` may hold in internal copies of large messages in flight.
     pub max_buffered_bytes: usize,
+    /// Transports to try, in order, for a peer (`QUIVER_TRANSPORTS`, e.g. `shm,udp,tcp`).
+    /// `shm` is used only for a peer on this node (whose listener is reachable here).
+    pub transports: Vec<TransportKind>,
+    /// Largest UDP datagram (header included) the reliable protocol sends; 0 picks one per
+    /// peer: 65000 on loopback, 1472 (an Ethernet MTU of 1500 minus IP and UDP headers)
+    /// otherwise.
+    pub udp_datagram_bytes: usize,
+    /// Bytes a datagram connection buffers for sending and for receiving (its window).
+    pub net_window_bytes: usize,
+    /// A network peer silent for this long (no data, no keepalive answer) is reported
+    /// unreachable.
+    pub net_idle_timeout: Duration,
+}
+
+/// A way to reach a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// Shared memory: rings plus cross-memory attach (same node only).
+    Shm,
+    /// UDP with quiver's own reliable protocol.
+    Udp,
+    /// TCP.
+    Tcp,
+    /// In-process datagram queues driven by the same reliable protocol as UDP (tests).
+    Mem,
+}
+
+impl TransportKind {
+    /// The name used in `QUIVER_TRANSPORTS` and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Shm => "shm",
+            TransportKind::Udp => "udp",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Mem => "mem",
+        }
+    }
+
+    /// Parses a name as written in `QUIVER_TRANSPORTS`.
+    pub fn from_name(name: &str) -> Option<TransportKind> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "shm" => TransportKind::Shm,
+            "udp" => TransportKind::Udp,
+            "tcp" => TransportKind::Tcp,
+            "mem" => TransportKind::Mem,
+            _ => return None,
+        })
+    }
+
+    /// Whether this transport moves datagrams through the reliable protocol core.
+    pub(crate) fn is_datagram(self) -> bool {
+        matches!(self, TransportKind::Udp | TransportKind::Mem)
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a comma-separated transport list such as `shm,udp,tcp`.
+///
+/// # Errors
+/// [`Error::Config`] for an unknown name, a repeated one, or an empty list.
+pub fn parse_transports(text: &str) -> Result<Vec<TransportKind>> {
+    let mut list = Vec::new();
+    for name in text.split(',').filter(|n| !n.trim().is_empty()) {
+        let kind = TransportKind::from_name(name).ok_or_else(|| {
+            Error::Config(format!(
+                "QUIVER_TRANSPORTS={text:?}: unknown transport {:?} (known: shm, udp, tcp, mem)",
+                name.trim()
+            ))
+        })?;
+        if list.contains(&kind) {
+            return Err(Error::Config(format!(
+                "QUIVER_TRANSPORTS={text:?}: {kind} is listed twice"
+            )));
+        }
+        list.push(kind);
+    }
+    if list.is_empty() {
+        return Err(Error::Config(format!(
+            "QUIVER_TRANSPORTS={text:?}: name at least one transport"
+        )));
+    }
+    Ok(list)
 }
 
 impl Default for Config {
@@ -50,6 +137,10 @@ impl Default for Config {
             pool_buffer_bytes: 64 << 10,
             pool_max_bytes: 64 << 20,
             max_buffered_bytes: 64 << 20,
+            transports: vec![TransportKind::Shm, TransportKind::Udp, TransportKind::Tcp],
+            udp_datagram_bytes: 0,
+            net_window_bytes: 8 << 20,
+            net_idle_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -109,6 +200,18 @@ impl Config {
         let mut b = c.pool_buffer_bytes as u64;
         size("QUIVER_POOL_BUFFER_BYTES", &mut b)?;
         c.pool_buffer_bytes = b as usize;
+        if let Some(t) = get("QUIVER_TRANSPORTS") {
+            c.transports = parse_transports(&t)?;
+        }
+        let mut d = c.udp_datagram_bytes as u64;
+        size("QUIVER_UDP_DATAGRAM_BYTES", &mut d)?;
+        c.udp_datagram_bytes = d as usize;
+        let mut w = c.net_window_bytes as u64;
+        size("QUIVER_NET_WINDOW_BYTES", &mut w)?;
+        c.net_window_bytes = w as usize;
+        let mut idle = c.net_idle_timeout.as_millis() as u64;
+        size("QUIVER_NET_IDLE_TIMEOUT_MS", &mut idle)?;
+        c.net_idle_timeout = Duration::from_millis(idle);
         c.validate()?;
         Ok(c)
     }
@@ -138,6 +241,27 @@ impl Config {
                 ring / 4
             )));
         }
+        if self.udp_datagram_bytes != 0 && !(256..=65507).contains(&self.udp_datagram_bytes) {
+            return Err(Error::Config(format!(
+                "QUIVER_UDP_DATAGRAM_BYTES={}: must be 0 (automatic) or between 256 and 65507",
+                self.udp_datagram_bytes
+            )));
+        }
+        if !((64 << 10)..=(1 << 30)).contains(&self.net_window_bytes) {
+            return Err(Error::Config(format!(
+                "QUIVER_NET_WINDOW_BYTES={}: must be between 64K and 1G",
+                self.net_window_bytes
+            )));
+        }
+        if self.net_idle_timeout < Duration::from_millis(10) {
+            return Err(Error::Config(format!(
+                "QUIVER_NET_IDLE_TIMEOUT_MS={}: must be at least 10",
+                self.net_idle_timeout.as_millis()
+            )));
+        }
+        if self.transports.is_empty() {
+            return Err(Error::Config("QUIVER_TRANSPORTS: name at least one transport".into()));
+        }
         Ok(())
     }
 
@@ -153,6 +277,10 @@ impl Config {
             s("QUIVER_TIMEOUT_MS", self.op_timeout.map_or("none".into(), |d| format!("{} ms", d.as_millis())), "upper bound of every blocking call (0: none)"),
             s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
             s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
+            s("QUIVER_TRANSPORTS", self.transports.iter().map(|t| t.name()).collect::<Vec<_>>().join(","), "transports tried in order for each peer (shm only for peers on this node)"),
+            s("QUIVER_UDP_DATAGRAM_BYTES", if self.udp_datagram_bytes == 0 { "auto (65000 on loopback, 1472 otherwise)".into() } else { format!("{} B", self.udp_datagram_bytes) }, "largest UDP datagram of the reliable protocol"),
+            s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
+            s("QUIVER_NET_IDLE_TIMEOUT_MS", format!("{} ms", self.net_idle_timeout.as_millis()), "a silent network peer is reported unreachable after this"),
         ]
     }
 

@@ -11,6 +11,7 @@
 //! peer's pid (SO_PEERCRED), which becomes a pidfd for death detection.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,8 @@ use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
-use crate::config::Config;
+use crate::config::{Config, TransportKind};
+use crate::net::dgram::DgramShared;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::Addr;
@@ -42,6 +44,7 @@ pub struct Context {
     shared: Arc<ContextShared>,
     listener: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
+    tcp_thread: Option<JoinHandle<()>>,
 }
 
 /// Counters of a context's listener.
@@ -62,9 +65,13 @@ pub(crate) struct ContextShared {
     pub(crate) job_id: u64,
     key: [u8; 32],
     pub(crate) config: Config,
+    /// Network address of every rank (empty: this job uses no network transport).
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// The datagram engine (udp or mem), when one of them is configured.
+    pub(crate) dgram: Option<Arc<DgramShared>>,
     endpoints: Mutex<HashMap<u16, Arc<EndpointShared>>>,
     next_endpoint_id: AtomicU64,
-    stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
     stats: Mutex<ContextStats>,
 }
 
@@ -73,6 +80,8 @@ pub(crate) struct ContextShared {
 pub(crate) struct EndpointShared {
     /// Inbound connections accepted but not yet adopted by the endpoint.
     pub(crate) incoming: Mutex<Vec<NewInbound>>,
+    /// Inbound network connections accepted but not yet adopted.
+    pub(crate) incoming_net: Mutex<Vec<NetInbound>>,
     pub(crate) has_incoming: AtomicBool,
     bell_memfd: OwnedFd,
     bell_eventfd: OwnedFd,
@@ -86,6 +95,44 @@ pub(crate) struct NewInbound {
     pub(crate) pid: libc::pid_t,
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Consumer,
+}
+
+/// An accepted inbound network edge, handed to its endpoint.
+#[derive(Debug)]
+pub(crate) enum NetInbound {
+    /// A TCP stream after its handshake (non-blocking).
+    Tcp {
+        /// Who connected.
+        peer: Addr,
+        /// The stream.
+        stream: std::net::TcpStream,
+    },
+    /// A datagram connection accepted by the engine (its handshake completed).
+    Dgram {
+        /// Who connected.
+        peer: Addr,
+        /// udp or mem.
+        kind: TransportKind,
+        /// The engine's id of the connection.
+        id: u64,
+    },
+}
+
+impl EndpointShared {
+    /// Queues an accepted network edge for the endpoint and wakes it.
+    pub(crate) fn deliver_inbound(&self, inbound: NetInbound) {
+        self.incoming_net
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(inbound);
+        self.has_incoming.store(true, Ordering::Release);
+        self.own_bell.ring();
+    }
+
+    /// Wakes the endpoint if it sleeps.
+    pub(crate) fn wake(&self) {
+        self.own_bell.ring();
+    }
 }
 
 /// A freshly established outbound edge.
@@ -104,9 +151,16 @@ pub struct ContextBuilder {
     job_id: u64,
     key: [u8; 32],
     config: Option<Config>,
+    addrs: Vec<SocketAddr>,
 }
 
 impl ContextBuilder {
+    /// The network address of every rank, in rank order (as `QUIVER_ADDRS`): this rank's
+    /// TCP listener and UDP socket bind its own entry. Without addresses only shm is used.
+    pub fn addrs(mut self, addrs: Vec<SocketAddr>) -> Self {
+        self.addrs = addrs;
+        self
+    }
     /// This process's rank (0..size).
     pub fn rank(mut self, rank: u32) -> Self {
         self.rank = rank;
@@ -164,17 +218,61 @@ impl ContextBuilder {
             )
         })?;
         let listener = Arc::new(listener);
+        let networked = config.transports.iter().any(|t| *t != TransportKind::Shm);
+        if !self.addrs.is_empty() && self.addrs.len() != self.size as usize {
+            return Err(Error::Config(format!(
+                "QUIVER_ADDRS names {} addresses for a job of {} ranks",
+                self.addrs.len(),
+                self.size
+            )));
+        }
+        let own_addr = self.addrs.get(self.rank as usize).copied();
+        let tcp_listener = match own_addr {
+            Some(addr) if networked && config.transports.contains(&TransportKind::Tcp) => {
+                Some(crate::net::tcp::bind(addr)?)
+            }
+            _ => None,
+        };
+        let dgram_kind = config
+            .transports
+            .iter()
+            .copied()
+            .find(|t| t.is_datagram());
+        let dgram = match (own_addr, dgram_kind) {
+            (Some(addr), Some(kind)) => Some(Arc::new(DgramShared::bind(
+                kind,
+                addr,
+                &config,
+                self.job_id,
+                JobKey::from_bytes(self.key),
+            )?)),
+            _ => None,
+        };
         let shared = Arc::new(ContextShared {
             rank: self.rank,
             size: self.size,
             job_id: self.job_id,
             key: self.key,
             config,
+            addrs: self.addrs,
+            dgram,
             endpoints: Mutex::new(HashMap::new()),
             next_endpoint_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             stats: Mutex::new(ContextStats::default()),
         });
+        let tcp_thread = match tcp_listener {
+            Some(l) => {
+                let shared = shared.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("quiver-tcp-listener".into())
+                        .spawn(move || crate::net::tcp::listen(&shared, &l))
+                        .map_err(|e| Error::io("starting the tcp listener thread", e))?,
+                )
+            }
+            None => None,
+        };
         let thread = {
             let shared = shared.clone();
             let listener = listener.clone();
@@ -187,6 +285,7 @@ impl ContextBuilder {
             shared,
             listener,
             thread: Some(thread),
+            tcp_thread,
         })
     }
 }
@@ -225,11 +324,16 @@ impl Context {
         let key = parse_hex::<32>(&key_text).ok_or_else(|| {
             Error::Config("QUIVER_JOB_KEY: expected 64 hex digits (the value is not shown)".into())
         })?;
+        let addrs = match std::env::var("QUIVER_ADDRS") {
+            Ok(text) => crate::net::parse_addrs(&text)?,
+            Err(_) => Vec::new(),
+        };
         Context::builder()
             .rank(rank)
             .size(size)
             .job_id(job_id)
             .job_key(key)
+            .addrs(addrs)
             .build()
     }
 
@@ -241,6 +345,7 @@ impl Context {
             job_id: 0,
             key: [0; 32],
             config: None,
+            addrs: Vec::new(),
         }
     }
 
@@ -291,6 +396,7 @@ impl Context {
             .map_err(|e| Error::io("mapping the endpoint's doorbell", e))?;
         let shared = Arc::new(EndpointShared {
             incoming: Mutex::new(Vec::new()),
+            incoming_net: Mutex::new(Vec::new()),
             has_incoming: AtomicBool::new(false),
             bell_memfd,
             bell_eventfd,
@@ -328,6 +434,9 @@ impl Drop for Context {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(t) = self.tcp_thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -339,11 +448,43 @@ impl ContextShared {
             .remove(&port);
     }
 
-    fn job_key(&self) -> JobKey {
+    pub(crate) fn job_key(&self) -> JobKey {
         JobKey::from_bytes(self.key)
     }
 
-    fn refused(&self, why: String) {
+    /// Whether rank `rank` runs on this node (in this network namespace): always without
+    /// network addresses; otherwise when its address belongs to an interface here.
+    pub(crate) fn peer_is_local(&self, rank: u32) -> bool {
+        match self.addrs.get(rank as usize) {
+            None => true,
+            Some(_) if rank == self.rank => true,
+            Some(addr) => std::net::UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).is_ok(),
+        }
+    }
+
+    /// The datagram transport this context runs, if any.
+    pub(crate) fn dgram_kind(&self) -> Option<TransportKind> {
+        self.dgram.as_ref().map(|d| d.kind())
+    }
+
+    /// The shared part of endpoint `port`, if open.
+    pub(crate) fn endpoint_shared(&self, port: u16) -> Option<Arc<EndpointShared>> {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&port)
+            .cloned()
+    }
+
+    /// Counts an accepted connection.
+    pub(crate) fn accepted(&self) {
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .connections_accepted += 1;
+    }
+
+    pub(crate) fn refused(&self, why: String) {
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.connections_refused += 1;
         s.last_refusal = Some(why);
@@ -368,7 +509,7 @@ fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
-fn random<const N: usize>() -> [u8; N] {
+pub(crate) fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     // getrandom only fails without any entropy source, which Linux always has.
     getrandom::getrandom(&mut b).expect("the kernel's random source is available");
@@ -677,7 +818,7 @@ fn try_connect(
     })
 }
 
-fn describe_handshake_error(e: HandshakeError) -> String {
+pub(crate) fn describe_handshake_error(e: HandshakeError) -> String {
     match e {
         HandshakeError::AuthenticationFailed { .. } => {
             format!("wrong job key: the peer could not prove membership of this job, or we could not ({e})")

@@ -49,6 +49,18 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
+    /// The connection to the peer broke on the network side: a TCP reset or end of stream
+    /// without a close, or no answer (not even to keepalives) for the idle timeout over
+    /// udp. The peer may have died, frozen, or the network between may be down.
+    #[error("peer {peer} unreachable over {transport}: {detail}")]
+    Unreachable {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the connection ("tcp", "udp", ...).
+        transport: &'static str,
+        /// What was seen, and when.
+        detail: String,
+    },
     /// The peer refused the connection or failed to prove membership of the job.
     #[error("connection to {peer} refused: {reason}")]
     Refused {

@@ -21,12 +21,13 @@
 
 mod config;
 mod context;
+mod net;
 mod endpoint;
 mod error;
 mod pool;
 mod slab;
 
-pub use config::{parse_size, Config, Setting, SizeParseError};
+pub use config::{parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind};
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
 pub use error::{Error, Result};

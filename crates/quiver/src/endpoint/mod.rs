@@ -28,12 +28,16 @@ use quiver_transport::notify::{Doorbell, RemoteDoorbell};
 use quiver_transport::ring::{Consumer, Kind, Producer, Record, RingError};
 use quiver_transport::sys;
 
-use crate::config::Config;
+use crate::config::{Config, TransportKind};
 use crate::context::{ContextShared, EndpointShared, NewInbound};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledBuf};
 use crate::slab::{Key, Slab};
 use crate::Addr;
+
+mod remote;
+use remote::{NetIn, NetOut, NET_BIT};
+pub(crate) use remote::{wait_engine, DgramTake as DgramTakeError};
 
 /// A reliable, ordered, message-preserving directed channel from one of this process's
 /// endpoints to a peer endpoint. A cheap handle: copy it freely; it is only valid with the
@@ -93,11 +97,13 @@ enum RecvState {
 
 /// Why a connection stopped working; turned into an [`Error`] for every later call.
 #[derive(Debug, Clone)]
-enum Failure {
+pub(crate) enum Failure {
     Dead,
     Closed,
     Corrupt(String),
     TimedOut,
+    /// A network connection broke: (transport, what happened).
+    Lost(&'static str, String),
 }
 
 impl Failure {
@@ -112,6 +118,11 @@ impl Failure {
             Failure::TimedOut => Error::Corrupt {
                 peer,
                 detail: "an earlier blocking send timed out with a rendezvous outstanding".into(),
+            },
+            Failure::Lost(transport, detail) => Error::Unreachable {
+                peer,
+                transport,
+                detail: format!("{detail} ({during})"),
             },
         }
     }
@@ -165,7 +176,7 @@ struct Outbound {
 }
 
 /// Where a received message goes.
-enum Dest<'a> {
+pub(crate) enum Dest<'a> {
     Slice(&'a mut [u8]),
     Owned(&'a mut Vec<u8>),
 }
@@ -183,6 +194,14 @@ impl Dest<'_> {
                 Ok(&mut s[..len as usize])
             }
             Dest::Owned(v) => {
+                // A peer may announce any length: fail cleanly where memory runs out.
+                let extra = (len as usize).saturating_sub(v.len());
+                if usize::try_from(len).is_err() || v.try_reserve(extra).is_err() {
+                    return Err(Error::io(
+                        format!("allocating {len} bytes for a received message"),
+                        std::io::ErrorKind::OutOfMemory.into(),
+                    ));
+                }
                 // Reuse what the buffer holds: only growth is zero-filled.
                 v.resize(len as usize, 0);
                 Ok(&mut v[..])
@@ -193,7 +212,7 @@ impl Dest<'_> {
 
 /// Spin-then-sleep bookkeeping of one blocking call. Reads no clock until the call
 /// actually has to wait (the clock costs ~30 ns a read here, as much as a message).
-struct Wait {
+pub(crate) struct Wait {
     start: Option<Instant>,
     spins: u32,
     timeout: Option<Duration>,
@@ -206,7 +225,7 @@ impl Wait {
         Wait::with_timeout(config.op_timeout)
     }
 
-    fn with_timeout(timeout: Option<Duration>) -> Wait {
+    pub(crate) fn with_timeout(timeout: Option<Duration>) -> Wait {
         Wait {
             start: None,
             spins: 0,
@@ -283,6 +302,11 @@ pub struct Endpoint {
     pollfds: Vec<libc::pollfd>,
     last_liveness_check: Instant,
     idle_polls: u32,
+    /// Outbound network edges (tcp, udp, mem); their connections carry `NET_BIT`.
+    net_out: Vec<NetOut>,
+    /// Inbound network edges.
+    net_in: Vec<NetIn>,
+    next_net_in: usize,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -329,6 +353,9 @@ impl Endpoint {
             pollfds: Vec::new(),
             last_liveness_check: Instant::now(),
             idle_polls: 0,
+            net_out: Vec::new(),
+            net_in: Vec::new(),
+            next_net_in: 0,
         }
     }
 
@@ -340,10 +367,16 @@ impl Endpoint {
     /// Number of peers currently connected to this endpoint (inbound edges).
     pub fn inbound_count(&mut self) -> usize {
         self.adopt_new_inbound();
-        self.inbound
+        let shm = self
+            .inbound
             .iter()
             .filter(|i| i.state != InboundState::Done)
-            .count()
+            .count();
+        if let Some(engine) = &self.ctx.dgram {
+            engine.poll_io(&self.ctx);
+            self.adopt_new_inbound();
+        }
+        shm + self.net_in.iter().filter(|i| i.is_live()).count()
     }
 
     /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up
@@ -355,10 +388,61 @@ impl Endpoint {
     /// [`Error::Io`].
     pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
         if let Some(&index) = self.by_peer.get(&peer) {
-            if self.outbound[index as usize].failure.is_none() {
+            if index & NET_BIT != 0 {
+                let out = &self.net_out[(index & !NET_BIT) as usize];
+                if out.failure.is_none() {
+                    return Ok(Connection {
+                        endpoint_id: self.id,
+                        index,
+                        peer,
+                    });
+                }
+            } else if self.outbound[index as usize].failure.is_none() {
                 return Ok(self.connection(index));
             }
         }
+        if peer.rank >= self.ctx.size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} is not in this job of {} ranks",
+                peer.rank, self.ctx.size
+            )));
+        }
+        let local = self.ctx.peer_is_local(peer.rank);
+        let mut last = None;
+        for kind in self.config.transports.clone() {
+            let attempt = match kind {
+                TransportKind::Shm if local => self.connect_shm(peer),
+                TransportKind::Shm => continue,
+                _ if self.ctx.addrs.is_empty() => continue,
+                TransportKind::Udp | TransportKind::Mem if self.ctx.dgram_kind() != Some(kind) => {
+                    continue
+                }
+                _ => self.connect_net(kind, peer),
+            };
+            match attempt {
+                Ok(conn) => return Ok(conn),
+                Err(e @ (Error::Refused { .. } | Error::Timeout { .. } | Error::Io { .. })) => {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::Config(format!(
+                "no transport in QUIVER_TRANSPORTS={} can reach rank {}: shm needs the peer on \
+                 this node, udp and tcp need QUIVER_ADDRS",
+                self.config
+                    .transports
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                peer.rank
+            ))
+        }))
+    }
+
+    fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {
         let new = crate::context::connect(&self.ctx, self.addr, peer)?;
         let index = self.outbound.len() as u32;
         self.outbound.push(Outbound {
@@ -406,6 +490,9 @@ impl Endpoint {
     /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
     /// [`Error::Corrupt`]) or [`Error::Timeout`] when `op_timeout` is set.
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        if Endpoint::is_net(conn) {
+            return self.net_send(conn, data);
+        }
         let idx = self.outbound_index(conn)?;
         let mut wait = Wait::new(&self.config);
         while !self.outbound[idx].queue.is_empty() {
@@ -510,6 +597,9 @@ impl Endpoint {
     /// [`Error::WouldBlock`] when it would have to wait (the message was not sent), or a
     /// peer error of the connection.
     pub fn try_send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        if Endpoint::is_net(conn) {
+            return self.net_try_send(conn, data);
+        }
         let idx = self.outbound_index(conn)?;
         if !self.outbound[idx].queue.is_empty() || !self.outbound[idx].inflight.is_empty() {
             self.progress_out(idx)?;
@@ -562,6 +652,9 @@ impl Endpoint {
     /// # Errors
     /// A peer error if the connection already failed.
     pub fn post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
+        if Endpoint::is_net(conn) {
+            return self.net_post_send(conn, data);
+        }
         let idx = self.outbound_index(conn)?;
         let out = &mut self.outbound[idx];
         if out.queue.is_empty() && data.len() as u64 <= self.config.shm_frag_bytes {
@@ -639,6 +732,13 @@ impl Endpoint {
                 // Failures are recorded in the requests of that connection.
                 let _ = self.progress_out(idx);
             }
+            for idx in 0..self.net_out.len() {
+                // Failures are recorded in the requests of that connection.
+                let _ = self.progress_net_out(idx);
+            }
+        } else if let Some(engine) = &self.ctx.dgram {
+            // Acknowledgements, retransmissions and keepalives run whenever the API is used.
+            engine.poll_io(&self.ctx);
         }
         if !self.posted_recvs.is_empty() {
             self.progress_recvs();
@@ -905,6 +1005,9 @@ impl Endpoint {
                 return Ok(false);
             }
         }
+        if self.net_pending() {
+            return Ok(false);
+        }
         Ok(true)
     }
 
@@ -1028,7 +1131,10 @@ impl Endpoint {
                 }
             }
         }
-        Ok(None)
+        if self.net_in.is_empty() && self.ctx.dgram.is_none() {
+            return Ok(None);
+        }
+        self.poll_net(dest, wait)
     }
 
     /// Takes the next message of inbound ring `i` into `dest`, if there is one.
@@ -1167,6 +1273,17 @@ impl Endpoint {
                 state: InboundState::Open,
             });
         }
+        drop(incoming);
+        let net: Vec<_> = self
+            .shared
+            .incoming_net
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for inbound in net {
+            self.adopt_net(inbound);
+        }
     }
 
     /// Publishes consumed ring space to every sender.
@@ -1228,6 +1345,9 @@ impl Endpoint {
             }
         }
         let mut slice = SLEEP_SLICE;
+        if let Some(timer) = self.net_pollfds() {
+            slice = slice.min(timer);
+        }
         if let Some(d) = deadline {
             slice = slice.min(d.saturating_duration_since(Instant::now()));
         }
@@ -1299,6 +1419,7 @@ impl Drop for Endpoint {
         for inb in &mut self.inbound {
             inb.ring.close();
         }
+        self.close_net();
         self.ctx.unregister(self.addr.port);
     }
 }

@@ -1,0 +1,219 @@
+//! TCP connection setup: the listener thread of a context and the connecting side, both
+//! running the job-key handshake of [`quiver_proto::handshake`] on the stream before it
+//! carries any message. Handshake messages carry their own length (bytes 6..8 of their
+//! prefix), so they need no extra framing. After the Verdict the stream carries
+//! [`quiver_wire::stream`] frames; the endpoint drives it (see `endpoint/net.rs`).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator, RejectReason, Responder};
+use quiver_transport::sys;
+use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
+
+use crate::context::{describe_handshake_error, random, ContextShared, NetInbound};
+use crate::error::{Error, Result};
+use crate::Addr;
+
+/// Time a single handshake step may take before the socket gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the listener looks at the stop flag.
+const ACCEPT_SLICE: Duration = Duration::from_millis(100);
+
+/// Binds the rank's TCP listener.
+pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        Error::io(
+            format!("binding the tcp listener to {addr} (is the address in use, or not on this host?)"),
+            e,
+        )
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("configuring the tcp listener", e))?;
+    Ok(listener)
+}
+
+/// The listener thread: accepts, handshakes, hands each stream to its endpoint.
+pub(crate) fn listen(shared: &ContextShared, listener: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    while !shared.stopping.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, from)) => match respond(shared, stream) {
+                Ok(()) => shared.accepted(),
+                Err(why) => shared.refused(format!("tcp from {from}: {why}")),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let mut fds = [libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                let _ = sys::poll(&mut fds, Some(ACCEPT_SLICE));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+fn read_message(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    stream.read_exact(&mut buf[..PREFIX_LEN])?;
+    let declared = u16::from_be_bytes([buf[6], buf[7]]) as usize;
+    if !(PREFIX_LEN..=buf.len()).contains(&declared) {
+        // Let the handshake parser name the problem from the prefix alone.
+        return Ok(PREFIX_LEN);
+    }
+    stream.read_exact(&mut buf[PREFIX_LEN..declared])?;
+    Ok(declared)
+}
+
+fn respond(shared: &ContextShared, mut stream: TcpStream) -> std::result::Result<(), String> {
+    stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(STEP_TIMEOUT)))
+        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
+        .and_then(|()| stream.set_nodelay(true))
+        .map_err(|e| e.to_string())?;
+    let mut hs = Responder::new(shared.job_key(), shared.job_id, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let flush = |hs: &mut Responder, out: &mut [u8], stream: &mut TcpStream| {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
+            stream
+                .write_all(&out[..n])
+                .map_err(|e| format!("sending: {e}"))?;
+        }
+        Ok::<(), String>(())
+    };
+    let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading hello: {e}"))?;
+    let request = match hs.handle_hello(&buf[..n]) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = flush(&mut hs, &mut out, &mut stream);
+            return Err(format!("hello: {e}"));
+        }
+    };
+    let endpoint = shared.endpoint_shared(request.dst_port);
+    let Some(endpoint) = endpoint.filter(|_| request.src_rank < shared.size) else {
+        hs.reject(RejectReason::NoSuchEndpoint)
+            .map_err(|e| e.to_string())?;
+        let _ = flush(&mut hs, &mut out, &mut stream);
+        return Err(format!(
+            "rank {} asked for port {}, which is not open",
+            request.src_rank, request.dst_port
+        ));
+    };
+    hs.accept(&[]).map_err(|e| e.to_string())?;
+    flush(&mut hs, &mut out, &mut stream)?;
+    let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
+    if let Err(e) = hs.handle_proof(&buf[..n]) {
+        let _ = flush(&mut hs, &mut out, &mut stream);
+        return Err(format!("rank {}: {e}", request.src_rank));
+    }
+    flush(&mut hs, &mut out, &mut stream)?;
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| format!("configuring the stream: {e}"))?;
+    let peer = Addr::new(request.src_rank, request.src_port);
+    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream });
+    Ok(())
+}
+
+/// Connects endpoint `src` to `dst` over TCP at `to`, retrying while the peer is not
+/// listening yet or its endpoint is not open, until `deadline`.
+pub(crate) fn connect(
+    shared: &ContextShared,
+    src: Addr,
+    dst: Addr,
+    to: SocketAddr,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let why = match try_connect(shared, src, dst, to) {
+            Ok(stream) => return Ok(stream),
+            Err(Attempt::Retry(why)) => why,
+            Err(Attempt::Fail(e)) => return Err(e),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Refused {
+                peer: dst,
+                reason: format!("{why} (tcp {to})"),
+            });
+        }
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_millis(50));
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Fail(Error),
+}
+
+fn try_connect(
+    shared: &ContextShared,
+    src: Addr,
+    dst: Addr,
+    to: SocketAddr,
+) -> std::result::Result<TcpStream, Attempt> {
+    let io_fail = |what: &str, e: io::Error| {
+        Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e))
+    };
+    let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(Attempt::Retry(format!("rank {} is not listening", dst.rank)))
+        }
+        Err(e) => return Err(io_fail("connecting to", e)),
+    };
+    stream
+        .set_read_timeout(Some(STEP_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
+        .and_then(|()| stream.set_nodelay(true))
+        .map_err(|e| io_fail("configuring the stream to", e))?;
+    let request = ConnectRequest {
+        job_id: shared.job_id,
+        src_rank: src.rank,
+        src_port: src.port,
+        dst_port: dst.port,
+    };
+    let mut hs = Initiator::new(shared.job_key(), request, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let refused = |reason: String| Attempt::Fail(Error::Refused { peer: dst, reason });
+    let transmit = |hs: &mut Initiator, out: &mut [u8], stream: &mut TcpStream| {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
+            stream
+                .write_all(&out[..n])
+                .map_err(|e| io_fail("handshaking with", e))?;
+        }
+        Ok::<(), Attempt>(())
+    };
+    transmit(&mut hs, &mut out, &mut stream)?;
+    let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    match hs.handle_challenge(&buf[..n], &[]) {
+        Ok(_) => {}
+        Err(HandshakeError::NoSuchEndpoint { .. }) => {
+            return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
+        }
+        Err(e) => return Err(refused(describe_handshake_error(e))),
+    }
+    transmit(&mut hs, &mut out, &mut stream)?;
+    let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    hs.handle_verdict(&buf[..n])
+        .map_err(|e| refused(describe_handshake_error(e)))?;
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| io_fail("configuring the stream to", e))?;
+    Ok(stream)
+}
