@@ -6,5 +6,6 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
+pub mod frame;
 pub mod handshake;
 pub mod shm_setup;
