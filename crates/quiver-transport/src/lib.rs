@@ -2,7 +2,9 @@
 //!
 //! Layer: below the public `quiver` crate, above `quiver-wire`/`quiver-proto`. This crate
 //! owns the operating-system side of the shared-memory transport: shared rings ([`ring`]),
-//! wake-ups ([`notify`]) and the system calls behind them ([`sys`]). It is one of the few
+//! wake-ups ([`notify`]) and the system calls behind them ([`sys`]), plus the
+//! socket layer of the network transports: batched UDP with GSO/GRO ([`udp`]) and TCP
+//! helpers ([`tcp`]). It is one of the few
 //! places where `unsafe` is allowed, because it maps memory shared with other processes and
 //! makes system calls; each block carries a `SAFETY:` comment. It decides nothing about
 //! protocols (which path a message takes is the caller's choice).
@@ -10,3 +12,5 @@
 pub mod notify;
 pub mod ring;
 pub mod sys;
+pub mod tcp;
+pub mod udp;

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
+pub mod frame;
 pub mod handshake;
 pub mod shm_setup;
 pub mod stream;

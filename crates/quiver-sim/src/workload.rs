@@ -1,0 +1,455 @@
+//! Applications: a scripted sender and a verifying receiver.
+//!
+//! Message contents are a pure function of (stream seed, message index, byte offset), so
+//! the receiver checks every byte it reads by regenerating it: nothing is stored, and a
+//! message delivered twice, out of order, truncated or changed is caught on the first bad
+//! byte (the index is part of the content, so message 3 delivered where 4 is expected
+//! differs). The apps talk to a connection through two small traits so they can be tested
+//! without the protocol core.
+
+use crate::rng::{mix64, SimRng};
+
+/// Largest chunk the apps move per call (bounds the scratch buffers).
+pub const APP_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The sending half of a connection, as an application sees it.
+pub trait MessageWriter {
+    /// Starts a message of `length_bytes`; false when the connection cannot take one now.
+    fn start_message(&mut self, length_bytes: u64) -> bool;
+    /// Writes the next bytes of the current message; returns how many were taken.
+    fn write_message(&mut self, data: &[u8]) -> usize;
+    /// Bytes the connection can take now.
+    fn send_capacity(&self) -> usize;
+}
+
+/// The receiving half of a connection, as an application sees it.
+pub trait MessageReader {
+    /// Length of the next in-order message, once it has started to arrive.
+    fn peek_message_len(&self) -> Option<u64>;
+    /// Reads the next bytes of the current message: (bytes copied, message complete).
+    fn read_message(&mut self, out: &mut [u8]) -> (usize, bool);
+}
+
+/// Fills `out` with the bytes of message `message_index` starting at `offset`.
+pub fn fill_content(stream_seed: u64, message_index: u64, offset: u64, out: &mut [u8]) {
+    let key = mix64(stream_seed ^ mix64(message_index.wrapping_add(1)));
+    let mut position = offset;
+    let mut written = 0;
+    while written < out.len() {
+        let word = mix64(key ^ (position >> 3)).to_le_bytes();
+        let start = (position & 7) as usize;
+        let take = (8 - start).min(out.len() - written);
+        out[written..written + take].copy_from_slice(&word[start..start + take]);
+        written += take;
+        position += take as u64;
+    }
+}
+
+/// A list of message sizes plus the seed their contents derive from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageScript {
+    /// Seed of the contents.
+    pub stream_seed: u64,
+    /// Size of each message in bytes, in sending order.
+    pub sizes: Vec<u64>,
+}
+
+impl MessageScript {
+    /// `count` messages with sizes drawn from a mix: empty, tiny, about one datagram, and
+    /// multi-datagram up to `max_bytes`.
+    pub fn mixed(rng: &mut SimRng, count: usize, max_bytes: u64) -> Self {
+        let sizes = (0..count)
+            .map(|_| match rng.below(8) {
+                0 => 0,
+                1 | 2 => rng.range_inclusive(1, 16.min(max_bytes)),
+                3 | 4 => rng.range_inclusive(1, 1500.min(max_bytes)),
+                _ => rng.range_inclusive(1, max_bytes),
+            })
+            .collect();
+        Self {
+            stream_seed: rng.next_u64(),
+            sizes,
+        }
+    }
+
+    /// Messages of exactly the given sizes.
+    pub fn fixed(stream_seed: u64, sizes: Vec<u64>) -> Self {
+        Self { stream_seed, sizes }
+    }
+
+    /// Sum of all sizes.
+    pub fn total_bytes(&self) -> u64 {
+        self.sizes.iter().sum()
+    }
+}
+
+/// Writes the script's messages into a connection as fast as it takes them.
+#[derive(Debug)]
+pub struct SenderApp {
+    script: MessageScript,
+    next_message: usize,
+    offset_bytes: u64,
+    in_message: bool,
+    scratch: Vec<u8>,
+    bytes_written: u64,
+}
+
+impl SenderApp {
+    /// A sender at the start of `script`.
+    pub fn new(script: MessageScript) -> Self {
+        Self {
+            script,
+            next_message: 0,
+            offset_bytes: 0,
+            in_message: false,
+            scratch: vec![0; APP_CHUNK_BYTES],
+            bytes_written: 0,
+        }
+    }
+
+    /// True when every message has been fully handed to the connection.
+    pub fn is_done(&self) -> bool {
+        self.next_message == self.script.sizes.len()
+    }
+
+    /// Bytes handed to the connection so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Messages fully handed to the connection so far.
+    pub fn messages_written(&self) -> usize {
+        self.next_message
+    }
+
+    /// Hands the connection as much as it takes now; returns bytes written by this call.
+    pub fn pump(&mut self, connection: &mut dyn MessageWriter) -> u64 {
+        let mut written_now = 0;
+        while self.next_message < self.script.sizes.len() {
+            let size = self.script.sizes[self.next_message];
+            if !self.in_message {
+                if !connection.start_message(size) {
+                    break;
+                }
+                self.in_message = true;
+                self.offset_bytes = 0;
+            }
+            let remaining = size - self.offset_bytes;
+            if remaining > 0 {
+                let chunk = remaining
+                    .min(connection.send_capacity() as u64)
+                    .min(APP_CHUNK_BYTES as u64) as usize;
+                if chunk == 0 {
+                    break;
+                }
+                let buffer = &mut self.scratch[..chunk];
+                fill_content(
+                    self.script.stream_seed,
+                    self.next_message as u64,
+                    self.offset_bytes,
+                    buffer,
+                );
+                let taken = connection.write_message(buffer);
+                assert!(
+                    taken <= chunk,
+                    "write_message took {taken} of {chunk} bytes"
+                );
+                self.offset_bytes += taken as u64;
+                self.bytes_written += taken as u64;
+                written_now += taken as u64;
+                if taken == 0 {
+                    break;
+                }
+            }
+            if self.offset_bytes == size {
+                self.in_message = false;
+                self.next_message += 1;
+            }
+        }
+        written_now
+    }
+}
+
+/// Reads messages from a connection and checks each byte against the script.
+#[derive(Debug)]
+pub struct ReceiverApp {
+    script: MessageScript,
+    next_message: usize,
+    offset_bytes: u64,
+    scratch: Vec<u8>,
+    expected: Vec<u8>,
+    bytes_read: u64,
+}
+
+impl ReceiverApp {
+    /// A receiver expecting `script` from its start.
+    pub fn new(script: MessageScript) -> Self {
+        Self {
+            script,
+            next_message: 0,
+            offset_bytes: 0,
+            scratch: vec![0; APP_CHUNK_BYTES],
+            expected: vec![0; APP_CHUNK_BYTES],
+            bytes_read: 0,
+        }
+    }
+
+    /// Messages completely received and verified.
+    pub fn messages_received(&self) -> usize {
+        self.next_message
+    }
+
+    /// Bytes received and verified.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// True when the whole script has been received.
+    pub fn is_done(&self) -> bool {
+        self.next_message == self.script.sizes.len()
+    }
+
+    /// Reads up to `max_bytes` (and whatever empty messages are ready) and verifies them.
+    /// Returns the bytes read by this call.
+    ///
+    /// # Errors
+    /// A description of the first violation: an extra message, a wrong length, wrong bytes,
+    /// or a message completing early or late.
+    pub fn pump(
+        &mut self,
+        connection: &mut dyn MessageReader,
+        max_bytes: u64,
+    ) -> Result<u64, String> {
+        let mut read_now = 0u64;
+        loop {
+            if self.offset_bytes == 0 {
+                let Some(length) = connection.peek_message_len() else {
+                    break;
+                };
+                let Some(&expected) = self.script.sizes.get(self.next_message) else {
+                    return Err(format!(
+                        "extra message of {length} bytes delivered after all {} scripted \
+                         messages (duplicate delivery?)",
+                        self.script.sizes.len()
+                    ));
+                };
+                if length != expected {
+                    return Err(format!(
+                        "message {} announced with length {length}, expected {expected}",
+                        self.next_message
+                    ));
+                }
+            }
+            let size = self.script.sizes[self.next_message];
+            let remaining = size - self.offset_bytes;
+            let budget = max_bytes - read_now;
+            if remaining > 0 && budget == 0 {
+                break;
+            }
+            let chunk = remaining.min(budget).min(APP_CHUNK_BYTES as u64) as usize;
+            // A buffer as large as the chunk: a core that copies more than the message has
+            // left shows up as a length or content error.
+            let (count, complete) = connection.read_message(&mut self.scratch[..chunk.max(1)]);
+            self.verify_chunk(count, complete, size)?;
+            read_now += count as u64;
+            if complete {
+                self.next_message += 1;
+                self.offset_bytes = 0;
+            } else if count == 0 {
+                break;
+            }
+        }
+        Ok(read_now)
+    }
+
+    fn verify_chunk(&mut self, count: usize, complete: bool, size: u64) -> Result<(), String> {
+        let index = self.next_message;
+        if self.offset_bytes + count as u64 > size {
+            return Err(format!(
+                "message {index}: read past its end ({} + {count} > {size} bytes)",
+                self.offset_bytes
+            ));
+        }
+        let expected = &mut self.expected[..count];
+        fill_content(
+            self.script.stream_seed,
+            index as u64,
+            self.offset_bytes,
+            expected,
+        );
+        if self.scratch[..count] != *expected {
+            let first_bad = (0..count)
+                .find(|&position| self.scratch[position] != expected[position])
+                .unwrap_or(0);
+            return Err(format!(
+                "message {index} of {size} bytes: wrong byte at offset {} (got {:#04x}, \
+                 expected {:#04x})",
+                self.offset_bytes + first_bad as u64,
+                self.scratch[first_bad],
+                expected[first_bad]
+            ));
+        }
+        self.offset_bytes += count as u64;
+        self.bytes_read += count as u64;
+        let at_end = self.offset_bytes == size;
+        if complete != at_end {
+            return Err(format!(
+                "message {index}: completion flag {complete} at offset {} of {size} bytes",
+                self.offset_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+
+    /// An in-memory pipe with a byte capacity: messages as (length, bytes so far).
+    struct Pipe {
+        capacity_bytes: usize,
+        buffered_bytes: usize,
+        messages: VecDeque<(u64, VecDeque<u8>)>,
+        writing: Option<u64>,
+        read_so_far: u64,
+    }
+
+    impl Pipe {
+        fn new(capacity_bytes: usize) -> Self {
+            Self {
+                capacity_bytes,
+                buffered_bytes: 0,
+                messages: VecDeque::new(),
+                writing: None,
+                read_so_far: 0,
+            }
+        }
+    }
+
+    impl MessageWriter for Pipe {
+        fn start_message(&mut self, length_bytes: u64) -> bool {
+            if self.writing.is_some() {
+                return false;
+            }
+            self.messages.push_back((length_bytes, VecDeque::new()));
+            if length_bytes > 0 {
+                self.writing = Some(length_bytes);
+            }
+            true
+        }
+        fn write_message(&mut self, data: &[u8]) -> usize {
+            let Some(left) = self.writing else { return 0 };
+            let take = data.len().min(self.send_capacity()).min(left as usize);
+            let last = self.messages.back_mut().expect("started");
+            last.1.extend(&data[..take]);
+            self.buffered_bytes += take;
+            if left as usize == take {
+                self.writing = None;
+            } else {
+                self.writing = Some(left - take as u64);
+            }
+            take
+        }
+        fn send_capacity(&self) -> usize {
+            self.capacity_bytes - self.buffered_bytes
+        }
+    }
+
+    impl MessageReader for Pipe {
+        fn peek_message_len(&self) -> Option<u64> {
+            let (length, bytes) = self.messages.front()?;
+            (*length == 0 || !bytes.is_empty() || self.read_so_far > 0).then_some(*length)
+        }
+        fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
+            let Some((length, bytes)) = self.messages.front_mut() else {
+                return (0, false);
+            };
+            let take = out.len().min(bytes.len());
+            for slot in out.iter_mut().take(take) {
+                *slot = bytes.pop_front().expect("counted");
+            }
+            self.buffered_bytes -= take;
+            self.read_so_far += take as u64;
+            let complete = self.read_so_far == *length;
+            if complete {
+                self.messages.pop_front();
+                self.read_so_far = 0;
+            }
+            (take, complete)
+        }
+    }
+
+    #[test]
+    fn content_is_deterministic_and_offset_addressable() {
+        let mut whole = vec![0u8; 100];
+        fill_content(9, 3, 0, &mut whole);
+        for start in 0..100 {
+            let mut part = vec![0u8; 100 - start];
+            fill_content(9, 3, start as u64, &mut part);
+            assert_eq!(part, whole[start..]);
+        }
+        let mut other = vec![0u8; 100];
+        fill_content(9, 4, 0, &mut other);
+        assert_ne!(other, whole);
+    }
+
+    #[test]
+    fn sender_and_receiver_agree_through_a_small_pipe() {
+        let mut rng = SimRng::new(5);
+        let script = MessageScript::mixed(&mut rng, 50, 20_000);
+        let mut sender = SenderApp::new(script.clone());
+        let mut receiver = ReceiverApp::new(script.clone());
+        let mut pipe = Pipe::new(3000);
+        for _ in 0..100_000 {
+            sender.pump(&mut pipe);
+            receiver.pump(&mut pipe, 700).expect("valid stream");
+            if receiver.is_done() {
+                break;
+            }
+        }
+        assert!(sender.is_done());
+        assert!(receiver.is_done());
+        assert_eq!(receiver.bytes_read(), script.total_bytes());
+    }
+
+    #[test]
+    fn receiver_catches_corruption_duplicates_and_wrong_lengths() {
+        let script = MessageScript::fixed(1, vec![10, 0, 5]);
+        // Corrupted byte.
+        let mut pipe = Pipe::new(100);
+        let mut sender = SenderApp::new(script.clone());
+        sender.pump(&mut pipe);
+        pipe.messages[0].1[4] ^= 1;
+        let error = ReceiverApp::new(script.clone())
+            .pump(&mut pipe, u64::MAX)
+            .expect_err("corrupt");
+        assert!(error.contains("wrong byte at offset 4"), "{error}");
+        // Duplicate of the last message.
+        let mut pipe = Pipe::new(100);
+        SenderApp::new(script.clone()).pump(&mut pipe);
+        let last = pipe.messages[2].clone();
+        pipe.messages.push_back(last);
+        let error = ReceiverApp::new(script.clone())
+            .pump(&mut pipe, u64::MAX)
+            .expect_err("duplicate");
+        assert!(error.contains("extra message"), "{error}");
+        // Messages swapped.
+        let mut pipe = Pipe::new(100);
+        SenderApp::new(MessageScript::fixed(1, vec![10, 10])).pump(&mut pipe);
+        pipe.messages.swap(0, 1);
+        let error = ReceiverApp::new(MessageScript::fixed(1, vec![10, 10]))
+            .pump(&mut pipe, u64::MAX)
+            .expect_err("reordered");
+        assert!(error.contains("message 0"), "{error}");
+        // Wrong length.
+        let mut pipe = Pipe::new(100);
+        SenderApp::new(MessageScript::fixed(1, vec![11])).pump(&mut pipe);
+        let error = ReceiverApp::new(MessageScript::fixed(1, vec![10]))
+            .pump(&mut pipe, u64::MAX)
+            .expect_err("length");
+        assert!(error.contains("length 11"), "{error}");
+    }
+}

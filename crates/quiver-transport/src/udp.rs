@@ -1,0 +1,972 @@
+//! A batched UDP socket: `sendmmsg`/`recvmmsg`, UDP segmentation offload (`UDP_SEGMENT`,
+//! "GSO") and receive offload (`UDP_GRO`), large socket buffers and busy polling.
+//!
+//! Layer: operating-system side of the UDP transport. This module moves datagrams and
+//! nothing else: it knows no frame format, keeps no connection state and never retries. It
+//! allocates only in constructors ([`UdpSocket::bind`], [`RecvBatch::new`]); the per-call
+//! paths ([`UdpSocket::send_batch`], [`UdpSocket::recv_batch`]) reuse preallocated
+//! `mmsghdr`/`iovec`/address/control arrays.
+//!
+//! Offloads, in short:
+//! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the
+//!   socket as `ceil(len / S)` datagrams of `S` bytes (the last one may be shorter). The
+//!   caller lays out each segment's header inside the buffer itself.
+//! - **GRO** (`UDP_GRO`): the kernel may hand several datagrams of one flow to a single
+//!   receive, concatenated, with the segment size in a control message. [`RecvMessage::datagrams`]
+//!   splits such a buffer back into datagrams. Receive buffers must then be at least
+//!   [`MAX_COALESCED_BYTES`] long or a coalesced receive is truncated.
+//!
+//! Errors are plain `io::Error`s: `EAGAIN` appears as [`io::ErrorKind::WouldBlock`], ICMP
+//! errors (e.g. `ECONNREFUSED`) as whatever the kernel reports.
+
+use std::ffi::c_void;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Largest payload of one plain IPv4 UDP datagram (65535 - 20 IP - 8 UDP header bytes).
+pub const MAX_DATAGRAM_BYTES_V4: usize = 65_507;
+
+/// Largest payload of one plain IPv6 UDP datagram (65535 payload length - 8 UDP bytes).
+pub const MAX_DATAGRAM_BYTES_V6: usize = 65_527;
+
+/// Receive buffer length that can hold any coalesced (GRO) receive.
+pub const MAX_COALESCED_BYTES: usize = 65_535;
+
+/// Most segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS` on older kernels;
+/// newer ones allow more, so this is the portable limit).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Default number of datagrams one [`UdpSocket::send_batch`] call can submit.
+pub const DEFAULT_SEND_BATCH: usize = 64;
+
+/// Socket buffer size [`UdpSocket::bind`] asks for in each direction (bytes; the kernel
+/// reports twice what it grants).
+pub const DEFAULT_SOCKET_BUFFER_BYTES: usize = 8 << 20;
+
+// Socket option numbers (asm-generic/socket.h, linux/udp.h), spelled out so the module does
+// not depend on which of them a libc release happens to export for this target.
+const SO_SNDBUFFORCE: libc::c_int = 32;
+const SO_RCVBUFFORCE: libc::c_int = 33;
+const SO_BUSY_POLL: libc::c_int = 46;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// Room for one control message carrying an `int` (segment sizes): CMSG_SPACE(4) is 24 on
+/// 64-bit Linux; 32 leaves slack. `u64` elements keep it aligned for `cmsghdr`.
+const CONTROL_WORDS: usize = 4;
+type ControlBuffer = [u64; CONTROL_WORDS];
+
+/// One datagram (or, with `segment_size`, one GSO batch of datagrams) to send.
+///
+/// The bytes sent are `header` followed by `payload`, gathered by the kernel (no copy here).
+/// With `segment_size: Some(s)` the concatenation is cut into datagrams of `s` bytes (the last
+/// may be shorter); `header` then belongs to the first segment only, so callers that need a
+/// header per segment lay the segments out in `payload` and leave `header` empty.
+#[derive(Clone, Copy, Debug)]
+pub struct OutDatagram<'a> {
+    /// Where the datagram goes.
+    pub destination: SocketAddr,
+    /// First part of the bytes (may be empty).
+    pub header: &'a [u8],
+    /// Second part of the bytes (may be empty).
+    pub payload: &'a [u8],
+    /// GSO segment size in bytes, or `None` for one plain datagram.
+    pub segment_size: Option<u16>,
+}
+
+impl<'a> OutDatagram<'a> {
+    /// A plain datagram of `header` + `payload`.
+    pub fn new(destination: SocketAddr, header: &'a [u8], payload: &'a [u8]) -> Self {
+        OutDatagram {
+            destination,
+            header,
+            payload,
+            segment_size: None,
+        }
+    }
+
+    /// Total bytes this entry carries.
+    pub fn len(&self) -> usize {
+        self.header.len() + self.payload.len()
+    }
+
+    /// Whether it carries no bytes (a valid, empty datagram).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Largest total length of one GSO send with segments of `segment_bytes`, for a socket of
+/// the given family: whole segments only, at most [`MAX_GSO_SEGMENTS`], and within one IP
+/// packet's length limit.
+pub fn max_gso_bytes(segment_bytes: usize, ipv6: bool) -> usize {
+    let limit = if ipv6 {
+        MAX_DATAGRAM_BYTES_V6
+    } else {
+        MAX_DATAGRAM_BYTES_V4
+    };
+    if segment_bytes == 0 {
+        return 0;
+    }
+    (limit / segment_bytes).min(MAX_GSO_SEGMENTS) * segment_bytes
+}
+
+/// A non-blocking, close-on-exec UDP socket with batched I/O.
+///
+/// Not `Sync`: the send path reuses scratch arrays owned by the socket (`&mut self`).
+#[derive(Debug)]
+pub struct UdpSocket {
+    fd: OwnedFd,
+    local_address: SocketAddr,
+    gso_supported: bool,
+    gro_enabled: bool,
+    send_scratch: SendScratch,
+}
+
+impl UdpSocket {
+    /// Binds a new non-blocking UDP socket to `address` (port 0 picks a free port), asks for
+    /// [`DEFAULT_SOCKET_BUFFER_BYTES`] in each direction (best effort) and detects GSO.
+    /// GRO starts off; turn it on with [`UdpSocket::set_gro`].
+    ///
+    /// # Errors
+    /// Socket creation or bind failures (e.g. `AddrInUse`).
+    pub fn bind(address: SocketAddr) -> io::Result<UdpSocket> {
+        let family = if address.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        // SAFETY: plain syscall; the result is a fresh descriptor.
+        let raw = check(unsafe {
+            libc::socket(
+                family,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_UDP,
+            )
+        })?;
+        // SAFETY: `raw` was just created and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let length = write_socket_address(&address, &mut storage);
+        // SAFETY: `storage` holds a valid address of `length` bytes.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &storage as *const libc::sockaddr_storage as *const libc::sockaddr,
+                length,
+            )
+        })?;
+        let local_address = local_address(fd.as_fd())?;
+        // Best effort: a small buffer costs speed, not correctness.
+        let _ = set_buffer_sizes(
+            fd.as_fd(),
+            DEFAULT_SOCKET_BUFFER_BYTES,
+            DEFAULT_SOCKET_BUFFER_BYTES,
+        );
+        let gso_supported = get_int_option(fd.as_fd(), libc::SOL_UDP, UDP_SEGMENT).is_ok();
+        Ok(UdpSocket {
+            fd,
+            local_address,
+            gso_supported,
+            gro_enabled: false,
+            send_scratch: SendScratch::new(DEFAULT_SEND_BATCH),
+        })
+    }
+
+    /// The address the socket is bound to (with the real port if bound to port 0).
+    pub fn local_address(&self) -> SocketAddr {
+        self.local_address
+    }
+
+    /// Whether the kernel accepts `UDP_SEGMENT` on this socket (GSO sends will work).
+    pub fn gso_supported(&self) -> bool {
+        self.gso_supported
+    }
+
+    /// Whether receive offload is on (receives may then carry several datagrams).
+    pub fn gro_enabled(&self) -> bool {
+        self.gro_enabled
+    }
+
+    /// Turns receive offload (`UDP_GRO`) on or off.
+    ///
+    /// # Errors
+    /// The kernel refused the option (GRO then stays as it was).
+    pub fn set_gro(&mut self, enabled: bool) -> io::Result<()> {
+        set_int_option(
+            self.fd.as_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            enabled as libc::c_int,
+        )?;
+        self.gro_enabled = enabled;
+        Ok(())
+    }
+
+    /// Sets the socket buffers to `send_bytes`/`receive_bytes` (`SO_*BUFFORCE` when allowed,
+    /// otherwise capped by `net.core.*mem_max`). Returns what the kernel granted (it counts
+    /// bookkeeping, so about twice the request).
+    ///
+    /// # Errors
+    /// Neither the forced nor the plain option could be set.
+    pub fn set_buffer_sizes(
+        &self,
+        send_bytes: usize,
+        receive_bytes: usize,
+    ) -> io::Result<(usize, usize)> {
+        set_buffer_sizes(self.fd.as_fd(), send_bytes, receive_bytes)
+    }
+
+    /// Sets `SO_BUSY_POLL`: a blocking receive spins in the driver for up to `busy_poll`
+    /// before sleeping (0 turns it off). Needs `CAP_NET_ADMIN` to raise above the sysctl.
+    ///
+    /// # Errors
+    /// The kernel refused the option.
+    pub fn set_busy_poll(&self, busy_poll: Duration) -> io::Result<()> {
+        set_busy_poll(self.fd.as_fd(), busy_poll)
+    }
+
+    /// Switches between non-blocking (the default) and blocking sends. Receives through
+    /// [`UdpSocket::recv_batch`] never block either way; use [`UdpSocket::wait_readable`].
+    ///
+    /// # Errors
+    /// `fcntl` failed.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        set_nonblocking(self.fd.as_fd(), nonblocking)
+    }
+
+    /// Number of datagrams one [`UdpSocket::send_batch`] call can submit at most.
+    pub fn send_batch_capacity(&self) -> usize {
+        self.send_scratch.headers.len()
+    }
+
+    /// Changes [`UdpSocket::send_batch_capacity`] (allocates; do it at setup, not per call).
+    /// Capped at the kernel's limit of 1024 (`UIO_MAXIOV`); at least 1.
+    pub fn set_send_batch_capacity(&mut self, capacity: usize) {
+        self.send_scratch = SendScratch::new(capacity.clamp(1, 1024));
+    }
+
+    /// Sends the first `min(batch.len(), send_batch_capacity())` entries with one
+    /// `sendmmsg`. Returns how many entries the kernel took; the caller resubmits the rest.
+    /// An entry with `segment_size` needs [`UdpSocket::gso_supported`].
+    ///
+    /// # Errors
+    /// The first entry could not be sent: `WouldBlock` when the socket buffer is full, or
+    /// the kernel's error (`EMSGSIZE`, `ECONNREFUSED` from an earlier ICMP error, `EINVAL`
+    /// for a GSO entry beyond the kernel's limits, ...). An empty batch returns `Ok(0)`.
+    pub fn send_batch(&mut self, batch: &[OutDatagram<'_>]) -> io::Result<usize> {
+        let count = batch.len().min(self.send_scratch.headers.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let ipv6_socket = self.local_address.is_ipv6();
+        let scratch = &mut self.send_scratch;
+        for (index, datagram) in batch[..count].iter().enumerate() {
+            scratch.fill(index, datagram, ipv6_socket);
+        }
+        // SAFETY: the first `count` headers point into `scratch` (addresses, iovecs, control
+        // buffers, alive and unmoved for the call) and into the borrowed slices of `batch`,
+        // which the kernel only reads.
+        let sent = check(unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                scratch.headers.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_NOSIGNAL,
+            )
+        })?;
+        Ok(sent as usize)
+    }
+
+    /// Receives up to `batch.capacity()` messages with one non-blocking `recvmmsg`
+    /// (`MSG_DONTWAIT`) into `batch`'s preallocated buffers. Returns how many arrived (also
+    /// `batch.len()`); read them with [`RecvBatch::message`].
+    ///
+    /// # Errors
+    /// `WouldBlock` when nothing is queued; otherwise the kernel's error (e.g. a pending
+    /// ICMP error on a connected socket).
+    pub fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        batch.received = 0;
+        batch.prepare();
+        // SAFETY: every header points into `batch`'s own buffers (data, addresses, control),
+        // which are alive, unmoved and exclusively borrowed for the call; lengths match them.
+        let received = check(unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                batch.headers.as_mut_ptr(),
+                batch.headers.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        })? as usize;
+        batch.finish(received);
+        Ok(received)
+    }
+
+    /// Sends one plain datagram (no batching), returning the bytes sent.
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`].
+    pub fn send_to(&mut self, destination: SocketAddr, data: &[u8]) -> io::Result<usize> {
+        self.send_batch(&[OutDatagram::new(destination, &[], data)])
+            .map(|_| data.len())
+    }
+
+    /// Waits until a receive would find data, for at most `timeout` (None: forever).
+    /// Returns whether the socket is readable; a signal counts as "not yet".
+    ///
+    /// # Errors
+    /// `poll` failed.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut fds = [libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        Ok(crate::sys::poll(&mut fds, timeout)? > 0)
+    }
+}
+
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for UdpSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Preallocated receive state for [`UdpSocket::recv_batch`]: `capacity` buffers of
+/// `buffer_bytes` each, plus the kernel-facing headers, addresses and control buffers.
+#[derive(Debug)]
+pub struct RecvBatch {
+    data: Vec<u8>,
+    buffer_bytes: usize,
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<libc::iovec>,
+    addresses: Vec<libc::sockaddr_storage>,
+    controls: Vec<ControlBuffer>,
+    metadata: Vec<RecvMetadata>,
+    received: usize,
+}
+
+// SAFETY: the raw pointers inside `headers`/`iovecs` only ever point into this struct's own
+// heap buffers and are rewritten before every use; nothing is shared with another thread.
+unsafe impl Send for RecvBatch {}
+
+/// What the kernel said about one received message.
+#[derive(Clone, Copy, Debug)]
+struct RecvMetadata {
+    source: SocketAddr,
+    length_bytes: usize,
+    segment_bytes: usize,
+    truncated: bool,
+}
+
+impl RecvBatch {
+    /// Allocates `capacity` receive buffers of `buffer_bytes` each (both at least 1). With
+    /// GRO on, use [`MAX_COALESCED_BYTES`]; otherwise the largest datagram expected.
+    pub fn new(capacity: usize, buffer_bytes: usize) -> RecvBatch {
+        let capacity = capacity.clamp(1, 1024);
+        let buffer_bytes = buffer_bytes.max(1);
+        let unspecified = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+        RecvBatch {
+            data: vec![0; capacity * buffer_bytes],
+            buffer_bytes,
+            // SAFETY: mmsghdr, iovec and sockaddr_storage are plain old data; all-zero
+            // (null pointers, zero lengths) is valid.
+            headers: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            iovecs: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            addresses: vec![unsafe { zeroed() }; capacity],
+            controls: vec![[0; CONTROL_WORDS]; capacity],
+            metadata: vec![
+                RecvMetadata {
+                    source: unspecified,
+                    length_bytes: 0,
+                    segment_bytes: 0,
+                    truncated: false,
+                };
+                capacity
+            ],
+            received: 0,
+        }
+    }
+
+    /// How many messages one receive can return.
+    pub fn capacity(&self) -> usize {
+        self.headers.len()
+    }
+
+    /// Length of each receive buffer in bytes.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
+    }
+
+    /// Number of messages the last [`UdpSocket::recv_batch`] returned.
+    pub fn len(&self) -> usize {
+        self.received
+    }
+
+    /// Whether the last receive returned nothing.
+    pub fn is_empty(&self) -> bool {
+        self.received == 0
+    }
+
+    /// Message `index` of the last receive.
+    ///
+    /// # Panics
+    /// If `index >= self.len()`.
+    pub fn message(&self, index: usize) -> RecvMessage<'_> {
+        assert!(index < self.received, "message index out of range");
+        let metadata = &self.metadata[index];
+        let start = index * self.buffer_bytes;
+        RecvMessage {
+            data: &self.data[start..start + metadata.length_bytes],
+            source: metadata.source,
+            segment_bytes: metadata.segment_bytes,
+            truncated: metadata.truncated,
+        }
+    }
+
+    /// The messages of the last receive, in order.
+    pub fn iter(&self) -> impl Iterator<Item = RecvMessage<'_>> {
+        (0..self.received).map(move |index| self.message(index))
+    }
+
+    /// Points every header at its buffer, address and control slots (the kernel overwrites
+    /// the lengths on each receive, so this runs before every call).
+    fn prepare(&mut self) {
+        let data = self.data.as_mut_ptr();
+        for index in 0..self.headers.len() {
+            self.iovecs[index] = libc::iovec {
+                // In bounds: index < capacity and data holds capacity * buffer_bytes bytes.
+                iov_base: data.wrapping_add(index * self.buffer_bytes) as *mut c_void,
+                iov_len: self.buffer_bytes,
+            };
+            let header = &mut self.headers[index].msg_hdr;
+            header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
+            header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_iov = &mut self.iovecs[index];
+            header.msg_iovlen = 1;
+            header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
+            header.msg_controllen = size_of::<ControlBuffer>();
+            header.msg_flags = 0;
+            self.headers[index].msg_len = 0;
+        }
+    }
+
+    /// Reads lengths, sources and GRO segment sizes of the first `received` headers.
+    fn finish(&mut self, received: usize) {
+        for index in 0..received {
+            let message = &self.headers[index];
+            let length_bytes = (message.msg_len as usize).min(self.buffer_bytes);
+            let header = &message.msg_hdr;
+            let source = read_socket_address(&self.addresses[index], header.msg_namelen)
+                .unwrap_or_else(|| SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+            let segment_bytes = gro_segment_size(header).unwrap_or(length_bytes);
+            self.metadata[index] = RecvMetadata {
+                source,
+                length_bytes,
+                segment_bytes,
+                truncated: header.msg_flags & libc::MSG_TRUNC != 0,
+            };
+        }
+        self.received = received;
+    }
+}
+
+/// One received message: a single datagram, or several coalesced by GRO.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvMessage<'a> {
+    /// The bytes received (all segments, concatenated).
+    pub data: &'a [u8],
+    /// Who sent it.
+    pub source: SocketAddr,
+    /// Size of each datagram inside `data` (the last may be shorter); equals `data.len()`
+    /// when the kernel did not coalesce.
+    pub segment_bytes: usize,
+    /// The buffer was too small and the kernel cut the message (`MSG_TRUNC`).
+    pub truncated: bool,
+}
+
+impl<'a> RecvMessage<'a> {
+    /// The datagrams inside this message, in the order they were sent. An empty datagram
+    /// yields one empty slice.
+    pub fn datagrams(&self) -> Datagrams<'a> {
+        Datagrams {
+            remaining: self.data,
+            segment_bytes: self.segment_bytes.max(1),
+            empty_pending: self.data.is_empty(),
+        }
+    }
+}
+
+/// Iterator over the datagrams of a [`RecvMessage`].
+#[derive(Clone, Debug)]
+pub struct Datagrams<'a> {
+    remaining: &'a [u8],
+    segment_bytes: usize,
+    empty_pending: bool,
+}
+
+impl<'a> Iterator for Datagrams<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.empty_pending {
+            self.empty_pending = false;
+            return Some(&[]);
+        }
+        if self.remaining.is_empty() {
+            return None;
+        }
+        let take = self.segment_bytes.min(self.remaining.len());
+        let (head, tail) = self.remaining.split_at(take);
+        self.remaining = tail;
+        Some(head)
+    }
+}
+
+/// Sets `SO_SNDBUF`/`SO_RCVBUF` on any socket, trying the `*FORCE` variants first (root can
+/// exceed `net.core.wmem_max`/`rmem_max` with them). Returns the sizes the kernel reports.
+///
+/// # Errors
+/// Neither variant could be set, or reading the result back failed.
+pub fn set_buffer_sizes(
+    socket: BorrowedFd<'_>,
+    send_bytes: usize,
+    receive_bytes: usize,
+) -> io::Result<(usize, usize)> {
+    let clamp = |bytes: usize| bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    for (forced, plain, bytes) in [
+        (SO_SNDBUFFORCE, libc::SO_SNDBUF, clamp(send_bytes)),
+        (SO_RCVBUFFORCE, libc::SO_RCVBUF, clamp(receive_bytes)),
+    ] {
+        if set_int_option(socket, libc::SOL_SOCKET, forced, bytes).is_err() {
+            set_int_option(socket, libc::SOL_SOCKET, plain, bytes)?;
+        }
+    }
+    let send = get_int_option(socket, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
+    let receive = get_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
+    Ok((send.max(0) as usize, receive.max(0) as usize))
+}
+
+/// Sets `SO_BUSY_POLL` (microseconds of driver polling in blocking receives) on any socket.
+///
+/// # Errors
+/// The kernel refused the option (raising it above `net.core.busy_read` needs
+/// `CAP_NET_ADMIN`).
+pub fn set_busy_poll(socket: BorrowedFd<'_>, busy_poll: Duration) -> io::Result<()> {
+    let micros = busy_poll.as_micros().min(i32::MAX as u128) as libc::c_int;
+    set_int_option(socket, libc::SOL_SOCKET, SO_BUSY_POLL, micros)
+}
+
+/// Sets or clears `O_NONBLOCK` on any descriptor.
+///
+/// # Errors
+/// `fcntl` failed.
+pub fn set_nonblocking(socket: BorrowedFd<'_>, nonblocking: bool) -> io::Result<()> {
+    // SAFETY: plain fcntl on a live descriptor.
+    let flags = check(unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_GETFL) })?;
+    let flags = if nonblocking {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_SETFL, flags) })?;
+    Ok(())
+}
+
+/// Sets an `int`-valued socket option.
+pub(crate) fn set_int_option(
+    socket: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length says so.
+    check(unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            &value as *const libc::c_int as *const c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Reads an `int`-valued socket option.
+pub(crate) fn get_int_option(
+    socket: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut length = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value`/`length` are valid out-pointers of the stated size.
+    check(unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            &mut value as *mut libc::c_int as *mut c_void,
+            &mut length,
+        )
+    })?;
+    Ok(value)
+}
+
+/// Preallocated kernel-facing arrays for `sendmmsg`.
+#[derive(Debug)]
+struct SendScratch {
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<[libc::iovec; 2]>,
+    addresses: Vec<libc::sockaddr_storage>,
+    controls: Vec<ControlBuffer>,
+}
+
+// SAFETY: the raw pointers inside are rewritten before every sendmmsg and point only into
+// this struct's own heap buffers or into slices borrowed for the duration of that one call.
+unsafe impl Send for SendScratch {}
+
+impl SendScratch {
+    fn new(capacity: usize) -> SendScratch {
+        SendScratch {
+            // SAFETY: mmsghdr, iovec and sockaddr_storage are plain old data; all-zero is
+            // valid (null pointers, zero lengths).
+            headers: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            iovecs: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            addresses: vec![unsafe { zeroed() }; capacity],
+            controls: vec![[0; CONTROL_WORDS]; capacity],
+        }
+    }
+
+    /// Fills slot `index` for `datagram`; `ipv6_socket` maps IPv4 destinations.
+    fn fill(&mut self, index: usize, datagram: &OutDatagram<'_>, ipv6_socket: bool) {
+        let destination = match (ipv6_socket, datagram.destination) {
+            (true, SocketAddr::V4(v4)) => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
+            (_, other) => other,
+        };
+        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
+        let mut parts = 0;
+        for part in [datagram.header, datagram.payload] {
+            if !part.is_empty() {
+                self.iovecs[index][parts] = libc::iovec {
+                    // The kernel only reads through this pointer (sendmmsg).
+                    iov_base: part.as_ptr() as *mut c_void,
+                    iov_len: part.len(),
+                };
+                parts += 1;
+            }
+        }
+        let header = &mut self.headers[index].msg_hdr;
+        header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
+        header.msg_namelen = address_length;
+        header.msg_iov = self.iovecs[index].as_mut_ptr();
+        header.msg_iovlen = parts;
+        header.msg_flags = 0;
+        match datagram.segment_size {
+            Some(segment) => {
+                header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
+                // SAFETY: CMSG_SPACE is a pure computation.
+                header.msg_controllen =
+                    unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+                // SAFETY: msg_control points at a live, aligned buffer of CONTROL_WORDS u64
+                // (32 bytes), larger than CMSG_SPACE(2) = 24, so the first header fits.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(header);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, segment);
+                }
+            }
+            None => {
+                header.msg_control = std::ptr::null_mut();
+                header.msg_controllen = 0;
+            }
+        }
+        self.headers[index].msg_len = 0;
+    }
+}
+
+/// The GRO segment size from a received message's control data, if the kernel put one.
+fn gro_segment_size(header: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the kernel filled msg_control/msg_controllen for this header; the CMSG_*
+    // macros stay within msg_controllen.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(header) };
+    while !cmsg.is_null() {
+        // SAFETY: `cmsg` is non-null and points inside the control buffer.
+        let (level, kind) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type) };
+        if level == libc::SOL_UDP && kind == UDP_GRO {
+            // SAFETY: a UDP_GRO control message carries one int; read unaligned.
+            let size = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const i32) };
+            return usize::try_from(size).ok().filter(|&size| size > 0);
+        }
+        // SAFETY: walking the control buffer the kernel filled.
+        cmsg = unsafe { libc::CMSG_NXTHDR(header, cmsg) };
+    }
+    None
+}
+
+/// Writes `address` into `storage` as a sockaddr_in/sockaddr_in6; returns its length.
+fn write_socket_address(
+    address: &SocketAddr,
+    storage: &mut libc::sockaddr_storage,
+) -> libc::socklen_t {
+    match address {
+        SocketAddr::V4(v4) => {
+            let raw = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write(storage as *mut _ as *mut libc::sockaddr_in, raw) };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            let raw = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write(storage as *mut _ as *mut libc::sockaddr_in6, raw) };
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Reads a sockaddr_in/sockaddr_in6 the kernel wrote; None for other families.
+fn read_socket_address(
+    storage: &libc::sockaddr_storage,
+    length: libc::socklen_t,
+) -> Option<SocketAddr> {
+    let length = length as usize;
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if length >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in; storage is aligned
+            // for it.
+            let raw = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(raw.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(raw.sin_port),
+            )))
+        }
+        libc::AF_INET6 if length >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6; storage is aligned
+            // for it.
+            let raw = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(raw.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(raw.sin6_port),
+                raw.sin6_flowinfo,
+                raw.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// The local address of a bound socket.
+fn local_address(socket: BorrowedFd<'_>) -> io::Result<SocketAddr> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut length = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage`/`length` are valid out-pointers of the stated size.
+    check(unsafe {
+        libc::getsockname(
+            socket.as_raw_fd(),
+            &mut storage as *mut _ as *mut libc::sockaddr,
+            &mut length,
+        )
+    })?;
+    read_socket_address(&storage, length)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected address family"))
+}
+
+/// Turns a `-1`-style return value into the thread's `errno`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn loopback_pair() -> (UdpSocket, UdpSocket) {
+        let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        (UdpSocket::bind(any).unwrap(), UdpSocket::bind(any).unwrap())
+    }
+
+    /// Receives until `want` datagrams arrived (or 5 s pass), returning them split.
+    fn receive_datagrams(
+        socket: &mut UdpSocket,
+        batch: &mut RecvBatch,
+        want: usize,
+    ) -> (Vec<Vec<u8>>, usize) {
+        let mut datagrams = Vec::new();
+        let mut messages = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while datagrams.len() < want && Instant::now() < deadline {
+            match socket.recv_batch(batch) {
+                Ok(_) => {
+                    for message in batch.iter() {
+                        assert!(!message.truncated);
+                        messages += 1;
+                        datagrams.extend(message.datagrams().map(<[u8]>::to_vec));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    socket
+                        .wait_readable(Some(Duration::from_millis(100)))
+                        .unwrap();
+                }
+                Err(e) => panic!("recv_batch: {e}"),
+            }
+        }
+        (datagrams, messages)
+    }
+
+    #[test]
+    fn batch_of_64_round_trips() {
+        let (mut a, mut b) = loopback_pair();
+        let headers: Vec<[u8; 4]> = (0..64u32).map(|i| i.to_be_bytes()).collect();
+        let payloads: Vec<Vec<u8>> = (0..64usize).map(|i| vec![i as u8; i * 10]).collect();
+        let batch: Vec<OutDatagram<'_>> = (0..64)
+            .map(|i| OutDatagram::new(b.local_address(), &headers[i], &payloads[i]))
+            .collect();
+        let mut sent = 0;
+        while sent < batch.len() {
+            sent += a.send_batch(&batch[sent..]).unwrap();
+        }
+        let mut receive = RecvBatch::new(16, 2048);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 64);
+        assert_eq!(datagrams.len(), 64);
+        for (i, datagram) in datagrams.iter().enumerate() {
+            assert_eq!(&datagram[..4], &headers[i]);
+            assert_eq!(&datagram[4..], &payloads[i][..]);
+        }
+        // Replies go back to the reported source.
+        let source = receive.message(receive.len() - 1).source;
+        assert_eq!(source, a.local_address());
+        b.send_to(source, b"pong").unwrap();
+        let (reply, _) = receive_datagrams(&mut a, &mut receive, 1);
+        assert_eq!(reply, vec![b"pong".to_vec()]);
+        assert_eq!(
+            a.recv_batch(&mut receive).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+    }
+
+    fn gso_round_trip(gro: bool) {
+        let (mut a, mut b) = loopback_pair();
+        assert!(a.gso_supported(), "UDP_SEGMENT not supported");
+        b.set_gro(gro).unwrap();
+        let total: usize = 64 * 1024;
+        let segment: usize = 1400;
+        let data: Vec<u8> = (0..total).map(|i| (i * 7 + i / 1400) as u8).collect();
+        // 64 KiB exceeds one IP packet, so the buffer goes out as a batch of GSO sends.
+        let chunk = max_gso_bytes(segment, false);
+        let batch: Vec<OutDatagram<'_>> = data
+            .chunks(chunk)
+            .map(|part| OutDatagram {
+                destination: b.local_address(),
+                header: &[],
+                payload: part,
+                segment_size: Some(segment as u16),
+            })
+            .collect();
+        assert_eq!(a.send_batch(&batch).unwrap(), batch.len());
+        let want = total.div_ceil(segment);
+        let mut receive = RecvBatch::new(64, MAX_COALESCED_BYTES);
+        let (datagrams, messages) = receive_datagrams(&mut b, &mut receive, want);
+        assert_eq!(datagrams.len(), want);
+        assert!(datagrams[..want - 1].iter().all(|d| d.len() == segment));
+        assert_eq!(datagrams.concat(), data);
+        if gro {
+            assert!(messages < want, "GRO on but nothing was coalesced");
+        } else {
+            assert_eq!(messages, want);
+        }
+    }
+
+    #[test]
+    fn gso_64k_with_gro() {
+        gso_round_trip(true);
+    }
+
+    #[test]
+    fn gso_64k_without_gro() {
+        gso_round_trip(false);
+    }
+
+    #[test]
+    fn ipv6_socket_sends_to_ipv6() {
+        let any = SocketAddr::from((Ipv6Addr::LOCALHOST, 0));
+        let (Ok(mut a), Ok(mut b)) = (UdpSocket::bind(any), UdpSocket::bind(any)) else {
+            return; // no IPv6 loopback on this machine
+        };
+        a.send_to(b.local_address(), b"six").unwrap();
+        let mut receive = RecvBatch::new(4, 64);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 1);
+        assert_eq!(datagrams, vec![b"six".to_vec()]);
+        assert_eq!(receive.message(0).source, a.local_address());
+    }
+
+    #[test]
+    fn options_apply() {
+        let (a, _) = loopback_pair();
+        let (send, receive) = a.set_buffer_sizes(4 << 20, 4 << 20).unwrap();
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            // Root forces the size past net.core.*mem_max; the kernel reports double.
+            assert!(send >= 4 << 20 && receive >= 4 << 20, "{send} {receive}");
+        } else {
+            assert!(send > 0 && receive > 0);
+        }
+        a.set_busy_poll(Duration::from_micros(50)).unwrap();
+    }
+
+    #[test]
+    fn truncation_is_reported() {
+        let (mut a, mut b) = loopback_pair();
+        a.send_to(b.local_address(), &[1u8; 100]).unwrap();
+        let mut receive = RecvBatch::new(1, 10);
+        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(b.recv_batch(&mut receive).unwrap(), 1);
+        assert!(receive.message(0).truncated);
+        assert_eq!(receive.message(0).data.len(), 10);
+    }
+}

@@ -1,0 +1,871 @@
+//! Datagram frames: the unit the reliable protocol (`quiver_proto::reliable`) exchanges over
+//! UDP and the in-memory transport (`docs/protocol.md`, section "Datagram frames (udp /
+//! in-memory)").
+//!
+//! This module owns the byte layout only: what each frame type means and when to send it is
+//! decided in `quiver_proto::reliable`. No I/O, no allocation, no clock.
+//!
+//! # Layout
+//!
+//! A datagram is one frame: a header of [`FIXED_HEADER_LEN`] bytes plus 8 bytes per SACK
+//! range, followed by `payload_len` payload bytes. All integers are little-endian.
+//!
+//! ```text
+//!  0       2       3       4       5       6       8              12
+//! +-------+-------+-------+-------+-------+-------+---------------+
+//! | "QD"  |version| type  | flags | sacks |pay.len|   checksum    |
+//! +-------+-------+-------+-------+-------+-------+---------------+
+//! 12              20              28              36              44
+//! +---------------+---------------+---------------+---------------+
+//! |  dest_id u64  |  src_id u64   | packet_number |cumulative_ack |
+//! +---------------+---------------+---------------+---------------+
+//! 44              52              60              68              76              84
+//! +---------------+---------------+---------------+---------------+---------------+
+//! |  credit u64   |  message_id   |  message_len  |fragment_offset| stream_offset |
+//! +---------------+---------------+---------------+---------------+---------------+
+//! 84 + 8*i        88 + 8*i        92 + 8*i           (i < sacks <= MAX_SACK_RANGES)
+//! +---------------+---------------+
+//! | start - cum   |  length u32   |   SACK range i: packets [start, start + length)
+//! +---------------+---------------+
+//! header_len = 84 + 8 * sacks, then payload_len bytes of payload.
+//! ```
+//!
+//! `checksum` is CRC32C (Castagnoli) over the header with the checksum field left out
+//! (bytes `0..8` then `12..header_len`) followed by the payload. Any corrupted bit in header
+//! or payload makes [`Frame::parse`] fail with [`FrameError::ChecksumMismatch`].
+//!
+//! SACK ranges are relative to `cumulative_ack` (the next packet number the sender of the
+//! frame expects; every packet below it arrived). Each range starts above the cumulative ack,
+//! is non-empty, and ranges are strictly ascending and do not touch (a gap separates them).
+//!
+//! # The no-panic contract
+//!
+//! - [`Frame::parse`] checks, in this order: length of the fixed header, magic, version,
+//!   type, flags, SACK count, total length (`header_len + payload_len == datagram length`),
+//!   checksum, SACK ranges. On success every accessor of the returned view is infallible.
+//! - [`FrameHeader::emit`] checks its inputs (buffer room, payload length, SACK ranges) and
+//!   returns an error instead of panicking.
+//! - [`dest_id`] never panics and validates only the magic and version.
+//! - A header that parsed emits the same bytes again (the encoding is canonical: there are no
+//!   reserved or unparsed bits).
+
+use core::fmt;
+
+/// The first two bytes of every frame (ASCII "QD", quiver datagram).
+pub const MAGIC: [u8; 2] = *b"QD";
+/// The frame format version this code speaks. Peers must match exactly.
+pub const VERSION: u8 = 1;
+/// Length of the header without SACK ranges, in bytes.
+pub const FIXED_HEADER_LEN: usize = field::STREAM_OFFSET.end;
+/// Length of one encoded SACK range, in bytes.
+pub const SACK_RANGE_LEN: usize = 8;
+/// Most SACK ranges one frame can carry.
+pub const MAX_SACK_RANGES: usize = 16;
+/// Longest header, in bytes: a buffer of this size holds any header.
+pub const MAX_HEADER_LEN: usize = FIXED_HEADER_LEN + MAX_SACK_RANGES * SACK_RANGE_LEN;
+/// Longest payload one frame can carry (the `payload_len` field is a u16).
+pub const MAX_PAYLOAD_LEN: usize = u16::MAX as usize;
+
+/// Byte offsets of every field of the fixed header.
+pub mod field {
+    use core::ops::Range;
+
+    /// Magic "QD".
+    pub const MAGIC: Range<usize> = 0..2;
+    /// Version byte.
+    pub const VERSION: usize = 2;
+    /// Frame type byte ([`super::FrameType`]).
+    pub const TYPE: usize = 3;
+    /// Flags byte ([`super::flags`]).
+    pub const FLAGS: usize = 4;
+    /// Number of SACK ranges after the fixed header.
+    pub const SACK_COUNT: usize = 5;
+    /// Payload length, u16.
+    pub const PAYLOAD_LEN: Range<usize> = 6..8;
+    /// CRC32C, u32.
+    pub const CHECKSUM: Range<usize> = 8..12;
+    /// Destination connection id, u64 (0: a new connection's first Hello).
+    pub const DEST_ID: Range<usize> = 12..20;
+    /// Source connection id, u64.
+    pub const SRC_ID: Range<usize> = 20..28;
+    /// Packet number, u64.
+    pub const PACKET_NUMBER: Range<usize> = 28..36;
+    /// Cumulative ack: next packet number expected, u64.
+    pub const CUMULATIVE_ACK: Range<usize> = 36..44;
+    /// Receive credit: stream offset the peer may send up to (exclusive), u64.
+    pub const CREDIT: Range<usize> = 44..52;
+    /// Message id, u64.
+    pub const MESSAGE_ID: Range<usize> = 52..60;
+    /// Total message length in bytes, u64.
+    pub const MESSAGE_LEN: Range<usize> = 60..68;
+    /// Offset of the payload within its message, u64.
+    pub const FRAGMENT_OFFSET: Range<usize> = 68..76;
+    /// Offset of the payload within the connection's byte stream, u64.
+    pub const STREAM_OFFSET: Range<usize> = 76..84;
+}
+
+/// Flag bits of the `flags` byte.
+pub mod flags {
+    /// The ack fields (`cumulative_ack`, SACK ranges, `credit`) are meaningful.
+    pub const ACK: u8 = 0x01;
+    /// The sender asks for an immediate ack (no delayed ack).
+    pub const ACK_REQUESTED: u8 = 0x02;
+    /// All flag bits this version defines.
+    pub const ALL: u8 = ACK | ACK_REQUESTED;
+}
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameType {
+    /// A handshake message (`quiver_wire::handshake`) as payload.
+    Handshake = 1,
+    /// Message bytes; consumes a packet number and is acknowledged.
+    Data = 2,
+    /// Acknowledgement and credit only.
+    Ack = 3,
+    /// Keepalive / probe: asks for an immediate Ack.
+    Ping = 4,
+    /// Graceful close: the sender will send no more data; consumes a packet number.
+    Close = 5,
+    /// The receiver does not know the connection named by the offending frame.
+    Reset = 6,
+}
+
+impl FrameType {
+    /// The type for a wire code, or `None` for an unknown code.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::Handshake),
+            2 => Some(Self::Data),
+            3 => Some(Self::Ack),
+            4 => Some(Self::Ping),
+            5 => Some(Self::Close),
+            6 => Some(Self::Reset),
+            _ => None,
+        }
+    }
+
+    /// The wire code of this type.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl fmt::Display for FrameType {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, formatter)
+    }
+}
+
+/// Why bytes are not a valid frame, or why a header cannot be emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The datagram is shorter than the header it announces.
+    #[error("truncated frame: header needs {needed} bytes, datagram has {actual}")]
+    Truncated {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+    /// The first two bytes are not [`MAGIC`].
+    #[error("bad frame magic {actual:?}")]
+    BadMagic {
+        /// The two bytes found.
+        actual: [u8; 2],
+    },
+    /// The version byte is not [`VERSION`].
+    #[error("unsupported frame version: expected {expected}, got {actual}")]
+    UnsupportedVersion {
+        /// [`VERSION`].
+        expected: u8,
+        /// The version found.
+        actual: u8,
+    },
+    /// The type byte names no frame type.
+    #[error("unknown frame type {actual}")]
+    UnknownType {
+        /// The byte found.
+        actual: u8,
+    },
+    /// Flag bits outside [`flags::ALL`] are set.
+    #[error("unknown frame flags {actual:#04x}")]
+    UnknownFlags {
+        /// The flags byte found.
+        actual: u8,
+    },
+    /// More SACK ranges than [`MAX_SACK_RANGES`].
+    #[error("{actual} SACK ranges, at most {max}")]
+    TooManySackRanges {
+        /// The count found or given.
+        actual: usize,
+        /// [`MAX_SACK_RANGES`].
+        max: usize,
+    },
+    /// `header_len + payload_len` differs from the datagram's length.
+    #[error("frame length mismatch: header says {declared} bytes, datagram has {actual}")]
+    LengthMismatch {
+        /// Length the header announces.
+        declared: usize,
+        /// The datagram's length.
+        actual: usize,
+    },
+    /// The CRC32C does not match: the frame was corrupted.
+    #[error("checksum mismatch: frame says {declared:#010x}, computed {computed:#010x}")]
+    ChecksumMismatch {
+        /// The checksum field.
+        declared: u32,
+        /// The checksum of the bytes.
+        computed: u32,
+    },
+    /// A SACK range is empty, starts at or below the cumulative ack, overlaps or touches
+    /// the previous range, or does not fit the encoding (u32 offset and length, u64 end).
+    #[error("invalid SACK range {index}")]
+    BadSackRange {
+        /// Index of the offending range.
+        index: usize,
+    },
+    /// Emit: the output buffer cannot hold the header.
+    #[error("header buffer holds {actual} bytes, header needs {needed}")]
+    BufferTooSmall {
+        /// The header length.
+        needed: usize,
+        /// The buffer length.
+        actual: usize,
+    },
+    /// Emit: the payload is longer than [`MAX_PAYLOAD_LEN`].
+    #[error("payload of {actual} bytes, at most {max}")]
+    PayloadTooLong {
+        /// The payload length.
+        actual: usize,
+        /// [`MAX_PAYLOAD_LEN`].
+        max: usize,
+    },
+}
+
+/// A selectively acknowledged range of packet numbers, `start..end` (end exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SackRange {
+    /// First packet number of the range.
+    pub start: u64,
+    /// One past the last packet number of the range.
+    pub end: u64,
+}
+
+/// Up to [`MAX_SACK_RANGES`] SACK ranges, ascending, held inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SackRanges {
+    ranges: [SackRange; MAX_SACK_RANGES],
+    len: u8,
+}
+
+impl SackRanges {
+    /// No ranges.
+    pub const fn new() -> Self {
+        Self {
+            ranges: [SackRange { start: 0, end: 0 }; MAX_SACK_RANGES],
+            len: 0,
+        }
+    }
+
+    /// Appends a range; returns false (and changes nothing) when [`MAX_SACK_RANGES`] are
+    /// already held. Validity (ascending, gaps) is checked by [`FrameHeader::emit`].
+    pub fn push(&mut self, range: SackRange) -> bool {
+        let index = usize::from(self.len);
+        if index >= MAX_SACK_RANGES {
+            return false;
+        }
+        self.ranges[index] = range;
+        self.len += 1;
+        true
+    }
+
+    /// Removes every range.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The ranges held.
+    pub fn as_slice(&self) -> &[SackRange] {
+        &self.ranges[..usize::from(self.len)]
+    }
+
+    /// Number of ranges held.
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Whether no range is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for SackRanges {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_list()
+            .entries(self.as_slice().iter().map(|range| range.start..range.end))
+            .finish()
+    }
+}
+
+/// The parsed header of a frame. Fields a frame type does not use are zero by convention
+/// (the format does not require it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameHeader {
+    /// What the frame carries.
+    pub frame_type: FrameType,
+    /// Bits of [`flags`].
+    pub flags: u8,
+    /// Connection id of the receiver (0: "whoever takes new connections").
+    pub dest_id: u64,
+    /// Connection id of the sender.
+    pub src_id: u64,
+    /// Packet number (Data, Close); informational on other types.
+    pub packet_number: u64,
+    /// Next packet number the sender expects: every packet below it arrived.
+    pub cumulative_ack: u64,
+    /// Stream offset (exclusive) up to which the sender of this frame accepts data.
+    pub credit: u64,
+    /// Which message the payload belongs to (Data).
+    pub message_id: u64,
+    /// Total length of that message in bytes (Data).
+    pub message_len: u64,
+    /// Offset of the payload within the message (Data).
+    pub fragment_offset: u64,
+    /// Offset of the payload within the connection's byte stream (Data, Close).
+    pub stream_offset: u64,
+    /// Selective acks above `cumulative_ack`.
+    pub sack: SackRanges,
+}
+
+impl FrameHeader {
+    /// A header of `frame_type` between `src_id` and `dest_id` with every other field zero.
+    pub const fn new(frame_type: FrameType, dest_id: u64, src_id: u64) -> Self {
+        Self {
+            frame_type,
+            flags: 0,
+            dest_id,
+            src_id,
+            packet_number: 0,
+            cumulative_ack: 0,
+            credit: 0,
+            message_id: 0,
+            message_len: 0,
+            fragment_offset: 0,
+            stream_offset: 0,
+            sack: SackRanges::new(),
+        }
+    }
+
+    /// Length of the encoded header in bytes.
+    pub fn header_len(&self) -> usize {
+        FIXED_HEADER_LEN + self.sack.len() * SACK_RANGE_LEN
+    }
+
+    /// Writes the header into `out[..header_len()]`, with the checksum computed over the
+    /// header and `payload`. Returns the header length; the datagram is the header followed
+    /// by `payload`.
+    ///
+    /// # Errors
+    /// [`FrameError::BufferTooSmall`], [`FrameError::PayloadTooLong`],
+    /// [`FrameError::UnknownFlags`], [`FrameError::BadSackRange`] (ranges must ascend, be
+    /// non-empty, start above `cumulative_ack`, leave gaps and fit u32 offsets/lengths).
+    pub fn emit(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
+        let header_len = self.header_len();
+        let Some(out) = out.get_mut(..header_len) else {
+            return Err(FrameError::BufferTooSmall {
+                needed: header_len,
+                actual: out.len(),
+            });
+        };
+        let payload_len = u16::try_from(payload.len()).map_err(|_| FrameError::PayloadTooLong {
+            actual: payload.len(),
+            max: MAX_PAYLOAD_LEN,
+        })?;
+        if self.flags & !flags::ALL != 0 {
+            return Err(FrameError::UnknownFlags { actual: self.flags });
+        }
+        check_sack_ranges(self.cumulative_ack, self.sack.as_slice())?;
+
+        out[field::MAGIC].copy_from_slice(&MAGIC);
+        out[field::VERSION] = VERSION;
+        out[field::TYPE] = self.frame_type.code();
+        out[field::FLAGS] = self.flags;
+        // Invariant: the SackRanges type holds at most MAX_SACK_RANGES (16) ranges.
+        out[field::SACK_COUNT] = self.sack.len() as u8;
+        out[field::PAYLOAD_LEN].copy_from_slice(&payload_len.to_le_bytes());
+        out[field::CHECKSUM].fill(0);
+        write_u64(out, field::DEST_ID.start, self.dest_id);
+        write_u64(out, field::SRC_ID.start, self.src_id);
+        write_u64(out, field::PACKET_NUMBER.start, self.packet_number);
+        write_u64(out, field::CUMULATIVE_ACK.start, self.cumulative_ack);
+        write_u64(out, field::CREDIT.start, self.credit);
+        write_u64(out, field::MESSAGE_ID.start, self.message_id);
+        write_u64(out, field::MESSAGE_LEN.start, self.message_len);
+        write_u64(out, field::FRAGMENT_OFFSET.start, self.fragment_offset);
+        write_u64(out, field::STREAM_OFFSET.start, self.stream_offset);
+        for (index, range) in self.sack.as_slice().iter().enumerate() {
+            let at = FIXED_HEADER_LEN + index * SACK_RANGE_LEN;
+            // Invariant: check_sack_ranges verified that both fit a u32.
+            let offset = (range.start - self.cumulative_ack) as u32;
+            let len = (range.end - range.start) as u32;
+            out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
+            out[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+        let checksum = checksum(out, payload);
+        out[field::CHECKSUM].copy_from_slice(&checksum.to_le_bytes());
+        Ok(header_len)
+    }
+}
+
+/// A checked view of one received datagram: the header parsed and the checksum verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    header: FrameHeader,
+    header_len: usize,
+    payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Parses and verifies a whole datagram (see the module's no-panic contract).
+    ///
+    /// # Errors
+    /// Every [`FrameError`] variant except the emit-only ones.
+    pub fn parse(datagram: &'a [u8]) -> Result<Self, FrameError> {
+        if datagram.len() < FIXED_HEADER_LEN {
+            return Err(FrameError::Truncated {
+                needed: FIXED_HEADER_LEN,
+                actual: datagram.len(),
+            });
+        }
+        check_magic_version(datagram)?;
+        let type_code = datagram[field::TYPE];
+        let frame_type =
+            FrameType::from_code(type_code).ok_or(FrameError::UnknownType { actual: type_code })?;
+        let flag_bits = datagram[field::FLAGS];
+        if flag_bits & !flags::ALL != 0 {
+            return Err(FrameError::UnknownFlags { actual: flag_bits });
+        }
+        let sack_count = usize::from(datagram[field::SACK_COUNT]);
+        if sack_count > MAX_SACK_RANGES {
+            return Err(FrameError::TooManySackRanges {
+                actual: sack_count,
+                max: MAX_SACK_RANGES,
+            });
+        }
+        let header_len = FIXED_HEADER_LEN + sack_count * SACK_RANGE_LEN;
+        let payload_len = usize::from(u16::from_le_bytes([datagram[6], datagram[7]]));
+        if header_len + payload_len != datagram.len() {
+            return Err(FrameError::LengthMismatch {
+                declared: header_len + payload_len,
+                actual: datagram.len(),
+            });
+        }
+        let (header_bytes, payload) = datagram.split_at(header_len);
+        let declared = read_u32(header_bytes, field::CHECKSUM.start);
+        let computed = checksum(header_bytes, payload);
+        if declared != computed {
+            return Err(FrameError::ChecksumMismatch { declared, computed });
+        }
+        let cumulative_ack = read_u64(header_bytes, field::CUMULATIVE_ACK.start);
+        let mut sack = SackRanges::new();
+        for index in 0..sack_count {
+            let at = FIXED_HEADER_LEN + index * SACK_RANGE_LEN;
+            let offset = u64::from(read_u32(header_bytes, at));
+            let len = u64::from(read_u32(header_bytes, at + 4));
+            let start = cumulative_ack
+                .checked_add(offset)
+                .ok_or(FrameError::BadSackRange { index })?;
+            let end = start
+                .checked_add(len)
+                .ok_or(FrameError::BadSackRange { index })?;
+            sack.push(SackRange { start, end });
+        }
+        check_sack_ranges(cumulative_ack, sack.as_slice())?;
+        let header = FrameHeader {
+            frame_type,
+            flags: flag_bits,
+            dest_id: read_u64(header_bytes, field::DEST_ID.start),
+            src_id: read_u64(header_bytes, field::SRC_ID.start),
+            packet_number: read_u64(header_bytes, field::PACKET_NUMBER.start),
+            cumulative_ack,
+            credit: read_u64(header_bytes, field::CREDIT.start),
+            message_id: read_u64(header_bytes, field::MESSAGE_ID.start),
+            message_len: read_u64(header_bytes, field::MESSAGE_LEN.start),
+            fragment_offset: read_u64(header_bytes, field::FRAGMENT_OFFSET.start),
+            stream_offset: read_u64(header_bytes, field::STREAM_OFFSET.start),
+            sack,
+        };
+        Ok(Self {
+            header,
+            header_len,
+            payload,
+        })
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &FrameHeader {
+        &self.header
+    }
+
+    /// Length of the header in bytes (where the payload starts).
+    pub fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// The payload bytes.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+}
+
+/// Cheap demultiplexing peek: the destination connection id of a datagram, or `None` if it
+/// is too short or its magic or version is wrong. Does not verify the checksum, so the
+/// connection it names must still parse the frame. 0 means "to whoever takes new
+/// connections".
+pub fn dest_id(datagram: &[u8]) -> Option<u64> {
+    if datagram.len() < field::DEST_ID.end || check_magic_version(datagram).is_err() {
+        return None;
+    }
+    Some(read_u64(datagram, field::DEST_ID.start))
+}
+
+/// CRC32C over `header` without its checksum field, then `payload`.
+fn checksum(header: &[u8], payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&header[..field::CHECKSUM.start]);
+    let crc = crc32c::crc32c_append(crc, &header[field::CHECKSUM.end..]);
+    crc32c::crc32c_append(crc, payload)
+}
+
+/// Checks magic and version of a buffer of at least 3 bytes.
+fn check_magic_version(datagram: &[u8]) -> Result<(), FrameError> {
+    let magic = [datagram[0], datagram[1]];
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic { actual: magic });
+    }
+    if datagram[field::VERSION] != VERSION {
+        return Err(FrameError::UnsupportedVersion {
+            expected: VERSION,
+            actual: datagram[field::VERSION],
+        });
+    }
+    Ok(())
+}
+
+fn check_sack_ranges(cumulative_ack: u64, ranges: &[SackRange]) -> Result<(), FrameError> {
+    if ranges.len() > MAX_SACK_RANGES {
+        return Err(FrameError::TooManySackRanges {
+            actual: ranges.len(),
+            max: MAX_SACK_RANGES,
+        });
+    }
+    // The first range must leave cumulative_ack itself out (it is missing by definition).
+    let mut floor = cumulative_ack.checked_add(1);
+    for (index, range) in ranges.iter().enumerate() {
+        let bad = FrameError::BadSackRange { index };
+        let Some(minimum) = floor else {
+            return Err(bad);
+        };
+        if range.start < minimum || range.end <= range.start {
+            return Err(bad);
+        }
+        if range.start - cumulative_ack > u64::from(u32::MAX)
+            || range.end - range.start > u64::from(u32::MAX)
+        {
+            return Err(bad);
+        }
+        // Touching ranges would be one range: demand a gap of at least one packet.
+        floor = range.end.checked_add(1);
+    }
+    Ok(())
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut array = [0u8; 4];
+    array.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(array)
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut array = [0u8; 8];
+    array.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(array)
+}
+
+fn write_u64(bytes: &mut [u8], at: usize, value: u64) {
+    bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests unwrap: a panic is a failed test.
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn fixture_header() -> FrameHeader {
+        let mut sack = SackRanges::new();
+        sack.push(SackRange { start: 12, end: 14 });
+        FrameHeader {
+            frame_type: FrameType::Data,
+            flags: flags::ACK,
+            dest_id: 0x0102_0304_0506_0708,
+            src_id: 0x1112_1314_1516_1718,
+            packet_number: 7,
+            cumulative_ack: 10,
+            credit: 0x0080_0000,
+            message_id: 3,
+            message_len: 5,
+            fragment_offset: 0,
+            stream_offset: 0x40,
+            sack,
+        }
+    }
+
+    fn fixture_bytes() -> Vec<u8> {
+        let mut bytes = vec![b'Q', b'D', 1, 2, 0x01, 1, 5, 0];
+        bytes.extend_from_slice(&[0, 0, 0, 0]); // checksum, patched below
+        bytes.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+        bytes.extend_from_slice(&[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
+        bytes.extend_from_slice(&7u64.to_le_bytes());
+        bytes.extend_from_slice(&10u64.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0, 0x80, 0, 0, 0, 0, 0]);
+        bytes.extend_from_slice(&3u64.to_le_bytes());
+        bytes.extend_from_slice(&5u64.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&0x40u64.to_le_bytes());
+        bytes.extend_from_slice(&[2, 0, 0, 0, 2, 0, 0, 0]);
+        bytes.extend_from_slice(b"hello");
+        let mut crc = crc32c::crc32c(&bytes[..8]);
+        crc = crc32c::crc32c_append(crc, &bytes[12..]);
+        bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn fixture_parses_and_emits() {
+        let bytes = fixture_bytes();
+        assert_eq!(bytes.len(), FIXED_HEADER_LEN + 8 + 5);
+        let frame = Frame::parse(&bytes).unwrap();
+        assert_eq!(*frame.header(), fixture_header());
+        assert_eq!(frame.payload(), b"hello");
+        assert_eq!(frame.header_len(), 92);
+        assert_eq!(dest_id(&bytes), Some(0x0102_0304_0506_0708));
+
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let len = fixture_header().emit(&mut out, b"hello").unwrap();
+        assert_eq!(len, 92);
+        assert_eq!(&out[..len], &bytes[..len]);
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_caught() {
+        let bytes = fixture_bytes();
+        for index in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut corrupted = bytes.clone();
+                corrupted[index] ^= 1 << bit;
+                assert!(
+                    Frame::parse(&corrupted).is_err(),
+                    "flip of bit {bit} in byte {index} went unnoticed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn structural_errors_are_named() {
+        let bytes = fixture_bytes();
+        assert_eq!(
+            Frame::parse(&bytes[..10]),
+            Err(FrameError::Truncated {
+                needed: FIXED_HEADER_LEN,
+                actual: 10
+            })
+        );
+        assert!(matches!(
+            Frame::parse(&bytes[..bytes.len() - 1]),
+            Err(FrameError::LengthMismatch { .. })
+        ));
+        let mut wrong = bytes.clone();
+        wrong[0] = b'X';
+        assert!(matches!(
+            Frame::parse(&wrong),
+            Err(FrameError::BadMagic { .. })
+        ));
+        assert_eq!(dest_id(&wrong), None);
+        let mut wrong = bytes.clone();
+        wrong[2] = 9;
+        assert_eq!(
+            Frame::parse(&wrong),
+            Err(FrameError::UnsupportedVersion {
+                expected: 1,
+                actual: 9
+            })
+        );
+        let mut wrong = bytes.clone();
+        wrong[3] = 0;
+        assert_eq!(
+            Frame::parse(&wrong),
+            Err(FrameError::UnknownType { actual: 0 })
+        );
+        let mut wrong = bytes.clone();
+        wrong[4] = 0x80;
+        assert_eq!(
+            Frame::parse(&wrong),
+            Err(FrameError::UnknownFlags { actual: 0x80 })
+        );
+        let mut wrong = bytes;
+        wrong[5] = 17;
+        assert!(matches!(
+            Frame::parse(&wrong),
+            Err(FrameError::TooManySackRanges { actual: 17, .. })
+        ));
+        assert_eq!(dest_id(&[b'Q', b'D', 1]), None);
+    }
+
+    #[test]
+    fn bad_sack_ranges_are_refused_on_both_sides() {
+        let mut out = [0u8; MAX_HEADER_LEN];
+        for ranges in [
+            &[(10u64, 12u64)][..],     // starts at the cumulative ack
+            &[(12, 12)][..],           // empty
+            &[(12, 14), (14, 16)][..], // touching
+            &[(16, 18), (12, 14)][..], // descending
+        ] {
+            let mut header = fixture_header();
+            header.sack.clear();
+            for &(start, end) in ranges {
+                header.sack.push(SackRange { start, end });
+            }
+            assert!(
+                matches!(
+                    header.emit(&mut out, &[]),
+                    Err(FrameError::BadSackRange { .. })
+                ),
+                "{ranges:?}"
+            );
+        }
+        // A zero offset on the wire (range starting at the cumulative ack).
+        let mut bytes = fixture_bytes();
+        bytes[FIXED_HEADER_LEN..FIXED_HEADER_LEN + 4].fill(0);
+        let mut crc = crc32c::crc32c(&bytes[..8]);
+        crc = crc32c::crc32c_append(crc, &bytes[12..]);
+        bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            Frame::parse(&bytes),
+            Err(FrameError::BadSackRange { index: 0 })
+        );
+    }
+
+    #[test]
+    fn emit_checks_its_inputs() {
+        let header = fixture_header();
+        let mut small = [0u8; 20];
+        assert_eq!(
+            header.emit(&mut small, &[]),
+            Err(FrameError::BufferTooSmall {
+                needed: 92,
+                actual: 20
+            })
+        );
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let big = vec![0u8; MAX_PAYLOAD_LEN + 1];
+        assert!(matches!(
+            header.emit(&mut out, &big),
+            Err(FrameError::PayloadTooLong { .. })
+        ));
+        let mut flagged = header;
+        flagged.flags = 0x40;
+        assert!(matches!(
+            flagged.emit(&mut out, &[]),
+            Err(FrameError::UnknownFlags { .. })
+        ));
+        let mut full = SackRanges::new();
+        for index in 0..MAX_SACK_RANGES as u64 {
+            assert!(full.push(SackRange {
+                start: 100 + index * 3,
+                end: 101 + index * 3
+            }));
+        }
+        assert!(!full.push(SackRange { start: 1, end: 2 }));
+        let mut header = header;
+        header.sack = full;
+        let len = header.emit(&mut out, &[1, 2]).unwrap();
+        assert_eq!(len, MAX_HEADER_LEN);
+    }
+
+    fn frame_type_strategy() -> impl Strategy<Value = FrameType> {
+        (1u8..=6).prop_map(|code| FrameType::from_code(code).unwrap())
+    }
+
+    fn header_strategy() -> impl Strategy<Value = FrameHeader> {
+        (
+            frame_type_strategy(),
+            0u8..4,
+            any::<[u64; 9]>(),
+            proptest::collection::vec((1u64..1000, 1u64..1000), 0..=MAX_SACK_RANGES),
+        )
+            .prop_map(|(frame_type, flag_bits, numbers, gaps)| {
+                let cumulative_ack = numbers[3] % (u64::MAX / 2);
+                let mut sack = SackRanges::new();
+                let mut cursor = cumulative_ack;
+                for (gap, len) in gaps {
+                    let start = cursor + gap;
+                    sack.push(SackRange {
+                        start,
+                        end: start + len,
+                    });
+                    cursor = start + len;
+                }
+                FrameHeader {
+                    frame_type,
+                    flags: flag_bits,
+                    dest_id: numbers[0],
+                    src_id: numbers[1],
+                    packet_number: numbers[2],
+                    cumulative_ack,
+                    credit: numbers[4],
+                    message_id: numbers[5],
+                    message_len: numbers[6],
+                    fragment_offset: numbers[7],
+                    stream_offset: numbers[8],
+                    sack,
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_round_trips(
+            header in header_strategy(),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut datagram = vec![0u8; MAX_HEADER_LEN];
+            let len = header.emit(&mut datagram, &payload).unwrap();
+            prop_assert_eq!(len, header.header_len());
+            datagram.truncate(len);
+            datagram.extend_from_slice(&payload);
+            let frame = Frame::parse(&datagram).unwrap();
+            prop_assert_eq!(*frame.header(), header);
+            prop_assert_eq!(frame.payload(), &payload[..]);
+            prop_assert_eq!(dest_id(&datagram), Some(header.dest_id));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_reemit_identically(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+        ) {
+            let _ = dest_id(&bytes);
+            if let Ok(frame) = Frame::parse(&bytes) {
+                let mut out = [0u8; MAX_HEADER_LEN];
+                let len = frame.header().emit(&mut out, frame.payload()).unwrap();
+                prop_assert_eq!(&out[..len], &bytes[..len]);
+            }
+        }
+    }
+}
