@@ -1,0 +1,399 @@
+//! One conformance suite, run against every transport: shm, tcp, udp and the in-memory
+//! `mem` transport. Each test builds a small job of contexts inside this process (one
+//! thread per rank, real sockets on 127.0.0.1 for tcp and udp) with `QUIVER_TRANSPORTS`
+//! narrowed to the transport under test, and checks the same behaviour of the public API:
+//! every size byte-identical, order per connection, all three ways of sending and
+//! receiving, backpressure, BufferTooSmall keeping the message, a closed peer, a stranger
+//! with the wrong key refused and counted.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use quiver::{Addr, Config, Context, Error, TransportKind};
+
+/// Sizes that cross every protocol boundary of every transport.
+const SIZES: &[usize] = &[
+    0,
+    1,
+    7,
+    8,
+    40,
+    41,
+    64,
+    1000,
+    1472,
+    4096,
+    65_000,
+    65_536,
+    65_537,
+    256 << 10,
+    (256 << 10) + 1,
+    1 << 20,
+    (3 << 20) + 5,
+];
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(97)) as u8)
+        .collect()
+}
+
+/// A free port for both tcp and udp on 127.0.0.1.
+fn free_port() -> u16 {
+    loop {
+        let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+static NEXT_JOB: AtomicU32 = AtomicU32::new(1);
+
+struct Job {
+    id: u64,
+    key: [u8; 32],
+    addrs: Vec<SocketAddr>,
+    config: Config,
+}
+
+fn job(transport: TransportKind, size: u32) -> Job {
+    let n = NEXT_JOB.fetch_add(1, Ordering::Relaxed);
+    let id = (u64::from(std::process::id()) << 32) | u64::from(n) | (u64::from(transport as u8) << 24);
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&id.to_le_bytes());
+    key[31] = 0x5a;
+    let addrs = match transport {
+        TransportKind::Shm => Vec::new(),
+        TransportKind::Mem => (0..size)
+            .map(|r| {
+                let ip = Ipv4Addr::new(127, (n % 250) as u8 + 1, (r % 250) as u8, transport as u8 + 1);
+                SocketAddr::new(ip.into(), 40_000 + (std::process::id() % 20_000) as u16)
+            })
+            .collect(),
+        _ => (0..size)
+            .map(|_| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), free_port()))
+            .collect(),
+    };
+    let mut config = Config::default();
+    config.transports = vec![transport];
+    config.connect_timeout = Duration::from_secs(10);
+    config.op_timeout = Some(Duration::from_secs(60));
+    Job {
+        id,
+        key,
+        addrs,
+        config,
+    }
+}
+
+impl Job {
+    fn context(&self, rank: u32, size: u32) -> Context {
+        Context::builder()
+            .rank(rank)
+            .size(size)
+            .job_id(self.id)
+            .job_key(self.key)
+            .addrs(self.addrs.clone())
+            .config(self.config.clone())
+            .build()
+            .unwrap()
+    }
+}
+
+/// Runs `body(rank, ctx)` for every rank on its own thread.
+fn run(transport: TransportKind, size: u32, body: impl Fn(u32, Context) + Send + Sync + Copy) {
+    let job = job(transport, size);
+    let contexts: Vec<Context> = (0..size).map(|r| job.context(r, size)).collect();
+    thread::scope(|s| {
+        let handles: Vec<_> = contexts
+            .into_iter()
+            .enumerate()
+            .map(|(r, ctx)| s.spawn(move || body(r as u32, ctx)))
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+fn every_size(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            // Each size goes and comes back (two blocking large sends towards each other
+            // would wait for each other, as in MPI).
+            let mut buf = vec![0u8; 4 << 20];
+            for (i, &len) in SIZES.iter().enumerate() {
+                ep.send(conn, &pattern(len, i as u32)).unwrap();
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((n, src), (len, peer), "echo {i}");
+                assert!(buf[..n] == pattern(len, i as u32)[..], "echo {i} differs");
+            }
+        } else {
+            for (i, &len) in SIZES.iter().enumerate() {
+                let got = ep.recv_pooled().unwrap();
+                assert_eq!(got.len(), len, "message {i}");
+                assert!(got[..] == pattern(len, i as u32)[..], "message {i} differs");
+                ep.send(conn, &got).unwrap();
+            }
+        }
+    });
+}
+
+fn many_small_in_order(t: TransportKind) {
+    const COUNT: u32 = 20_000;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        if rank == 0 {
+            let mut would_block = 0u64;
+            for i in 0..COUNT {
+                let msg = i.to_le_bytes();
+                loop {
+                    match ep.try_send(conn, &msg) {
+                        Ok(()) => break,
+                        Err(Error::WouldBlock) => {
+                            would_block += 1;
+                            ep.progress().unwrap();
+                        }
+                        Err(e) => panic!("try_send: {e}"),
+                    }
+                }
+            }
+            let mut ack = [0u8; 4];
+            ep.recv(&mut ack).unwrap();
+            assert_eq!(u32::from_le_bytes(ack), COUNT);
+            let _ = would_block;
+        } else {
+            let mut buf = [0u8; 4];
+            for i in 0..COUNT {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                assert_eq!(n, 4);
+                assert_eq!(u32::from_le_bytes(buf), i, "out of order");
+            }
+            ep.send(conn, &COUNT.to_le_bytes()).unwrap();
+        }
+    });
+}
+
+fn posted_operations(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        let sizes = [0usize, 8, 5000, 300_000, 2 << 20];
+        if rank == 0 {
+            let reqs: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| ep.post_send(conn, pattern(len, 100 + i as u32)).unwrap())
+                .collect();
+            for (req, &len) in reqs.into_iter().zip(&sizes) {
+                let buf = ep.wait_send(req).unwrap();
+                assert_eq!(buf.len(), len, "the buffer comes back whole");
+            }
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let reqs: Vec<_> = sizes
+                .iter()
+                .map(|_| ep.post_recv(vec![0u8; 3 << 20]).unwrap())
+                .collect();
+            for (i, (req, &len)) in reqs.into_iter().zip(&sizes).enumerate() {
+                let c = ep.wait_recv(req).unwrap();
+                assert_eq!(c.len, len);
+                assert!(c.buf[..c.len] == pattern(len, 100 + i as u32)[..]);
+            }
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+fn buffer_too_small_keeps_message(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        if rank == 0 {
+            ep.send(conn, &pattern(1000, 7)).unwrap();
+            ep.send(conn, &pattern(100_000, 8)).unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut small = [0u8; 10];
+            match ep.recv(&mut small) {
+                Err(Error::BufferTooSmall { message, buffer }) => {
+                    assert_eq!((message, buffer), (1000, 10))
+                }
+                other => panic!("expected BufferTooSmall, got {other:?}"),
+            }
+            let mut big = vec![0u8; 1000];
+            assert_eq!(ep.recv(&mut big).unwrap().0, 1000);
+            assert!(big == pattern(1000, 7));
+            match ep.recv(&mut big) {
+                Err(Error::BufferTooSmall { message, .. }) => assert_eq!(message, 100_000),
+                other => panic!("expected BufferTooSmall, got {other:?}"),
+            }
+            let got = ep.recv_pooled().unwrap();
+            assert!(got[..] == pattern(100_000, 8)[..]);
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+fn try_recv_would_block_then_arrives(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        let mut buf = [0u8; 64];
+        if rank == 1 {
+            assert!(matches!(ep.try_recv(&mut buf), Err(Error::WouldBlock)));
+            ep.send(conn, b"go").unwrap();
+            loop {
+                match ep.try_recv(&mut buf) {
+                    Ok((n, _)) => {
+                        assert_eq!(&buf[..n], b"late");
+                        break;
+                    }
+                    Err(Error::WouldBlock) => thread::yield_now(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        } else {
+            ep.recv(&mut buf).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            ep.send(conn, b"late").unwrap();
+            // Stay until the peer has it (a closing endpoint must not lose it either).
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+}
+
+fn three_senders_one_receiver(t: TransportKind) {
+    const EACH: u32 = 300;
+    run(t, 4, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        if rank == 0 {
+            let mut next = [0u32; 4];
+            let mut buf = vec![0u8; 70_000];
+            for _ in 0..3 * EACH {
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                assert_eq!(i, next[src.rank as usize], "order from {src}");
+                next[src.rank as usize] += 1;
+                assert_eq!(n, 4 + (i as usize * 211) % 66_000);
+            }
+            for r in 1..4 {
+                let c = ep.connect(Addr::new(r, 0)).unwrap();
+                ep.send(c, b"done").unwrap();
+            }
+        } else {
+            let conn = ep.connect(Addr::new(0, 0)).unwrap();
+            for i in 0..EACH {
+                let mut msg = pattern(4 + (i as usize * 211) % 66_000, i);
+                msg[..4].copy_from_slice(&i.to_le_bytes());
+                ep.send(conn, &msg).unwrap();
+            }
+            let mut buf = [0u8; 8];
+            ep.recv(&mut buf).unwrap();
+        }
+    });
+}
+
+fn closed_peer_is_reported(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        if rank == 1 {
+            let mut buf = [0u8; 8];
+            ep.recv(&mut buf).unwrap();
+            drop(ep);
+        } else {
+            ep.send(conn, b"bye").unwrap();
+            let msg = vec![0u8; 64 << 10];
+            let mut result = Ok(());
+            for _ in 0..100_000 {
+                result = ep.send(conn, &msg);
+                if result.is_err() {
+                    break;
+                }
+                thread::sleep(Duration::from_micros(100));
+            }
+            match result {
+                Err(Error::PeerClosed { peer }) | Err(Error::Unreachable { peer, .. }) => {
+                    assert_eq!(peer, Addr::new(1, 0))
+                }
+                other => panic!("expected PeerClosed or Unreachable, got {other:?}"),
+            }
+        }
+    });
+}
+
+fn wrong_key_is_refused(t: TransportKind) {
+    let job = job(t, 2);
+    let ctx = job.context(0, 2);
+    let mut key = job.key;
+    key[0] ^= 1;
+    let mut config = job.config.clone();
+    config.connect_timeout = Duration::from_secs(3);
+    let stranger = Context::builder()
+        .rank(1)
+        .size(2)
+        .job_id(job.id)
+        .job_key(key)
+        .addrs(job.addrs.clone())
+        .config(config)
+        .build()
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            // The rank being attacked keeps using its endpoint (datagram transports make
+            // progress inside API calls).
+            let mut ep = ctx.endpoint(0).unwrap();
+            let mut buf = [0u8; 8];
+            while !done.load(Ordering::Acquire) {
+                assert!(matches!(ep.try_recv(&mut buf), Err(Error::WouldBlock)));
+                thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let mut sep = stranger.endpoint(0).unwrap();
+        let result = sep.connect(Addr::new(0, 0));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ctx.stats().connections_refused == 0 {
+            assert!(std::time::Instant::now() < deadline, "refusal not counted");
+            thread::sleep(Duration::from_millis(5));
+        }
+        done.store(true, Ordering::Release);
+        match result {
+            Err(Error::Refused { .. }) => {}
+            other => panic!("expected Refused, got {other:?}"),
+        }
+    });
+    assert_eq!(ctx.stats().connections_accepted, 0);
+}
+
+macro_rules! conformance {
+    ($($name:ident: $kind:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn every_size() { super::every_size($kind) }
+            #[test] fn many_small_in_order() { super::many_small_in_order($kind) }
+            #[test] fn posted_operations() { super::posted_operations($kind) }
+            #[test] fn buffer_too_small_keeps_message() { super::buffer_too_small_keeps_message($kind) }
+            #[test] fn try_recv_would_block_then_arrives() { super::try_recv_would_block_then_arrives($kind) }
+            #[test] fn three_senders_one_receiver() { super::three_senders_one_receiver($kind) }
+            #[test] fn closed_peer_is_reported() { super::closed_peer_is_reported($kind) }
+            #[test] fn wrong_key_is_refused() { super::wrong_key_is_refused($kind) }
+        }
+    )*};
+}
+
+conformance! {
+    shm: TransportKind::Shm;
+    tcp: TransportKind::Tcp;
+}
