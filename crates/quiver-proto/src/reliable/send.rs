@@ -333,7 +333,12 @@ impl SendState {
                 self.largest_acked_tx_seq = frame.tx_seq;
                 outcome.declared_lost = self.detect_losses(newest_pn);
             }
-        } else if cumulative_ack == self.last_cumulative_ack && !self.in_flight.is_empty() {
+        } else if cumulative_ack == self.last_cumulative_ack
+            && !sack.is_empty()
+            && !self.in_flight.is_empty()
+        {
+            // Only an ack that reports holes counts: acks answering pings or carrying a
+            // window update say nothing about loss.
             self.duplicate_acks += 1;
             if self.duplicate_acks == DUPLICATE_ACK_THRESHOLD && self.mark_lost(0) {
                 outcome.declared_lost = 1;
