@@ -6,3 +6,4 @@
 #![warn(clippy::unwrap_used)]
 
 pub mod handshake;
+pub mod reliable;

@@ -11,4 +11,5 @@
 pub mod event;
 pub mod link;
 pub mod rng;
+pub mod seeds;
 pub mod workload;

@@ -7,8 +7,24 @@
 //! be duplicated with its own jitter. All randomness comes from the link's own `SimRng`, so
 //! traffic on one link never shifts the random stream of another.
 
+use std::collections::BTreeMap;
+
+use quiver_wire::frame::{Frame, FrameType};
+
 use crate::event::Nanos;
 use crate::rng::SimRng;
+
+/// Targeted loss of the last datagrams of every message (tail loss): Data frames whose
+/// bytes reach into the last `tail_bytes` of their message are dropped the first `times`
+/// times each one (identified by message id and fragment offset) is offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailDrop {
+    /// Size of the message tail in bytes.
+    pub tail_bytes: u64,
+    /// How many transmissions of each tail fragment are dropped (1: the first; 2: the
+    /// first and its first retransmission...).
+    pub times: u32,
+}
 
 /// Two-state burst-loss model (Gilbert-Elliott). The state changes once per datagram
 /// offered to the link; while in the bad state datagrams are lost with
@@ -34,6 +50,8 @@ pub struct LinkConfig {
     pub loss_probability: f64,
     /// Optional burst loss.
     pub burst_loss: Option<GilbertElliott>,
+    /// Optional targeted loss of message tails.
+    pub tail_drop: Option<TailDrop>,
     /// Probability that a datagram is delivered twice.
     pub duplicate_probability: f64,
     /// Probability that a datagram has 1 to 3 random bytes changed.
@@ -58,6 +76,7 @@ impl Default for LinkConfig {
             jitter_ns: 0,
             loss_probability: 0.0,
             burst_loss: None,
+            tail_drop: None,
             duplicate_probability: 0.0,
             corrupt_probability: 0.0,
             bandwidth_bits_per_second: 0,
@@ -79,6 +98,8 @@ pub struct LinkStats {
     pub delivered: u64,
     /// Dropped by random or burst loss.
     pub dropped_loss: u64,
+    /// Dropped by the tail-drop rule.
+    pub dropped_tail: u64,
     /// Dropped because the queue was full.
     pub dropped_queue: u64,
     /// Dropped because larger than the MTU.
@@ -96,6 +117,8 @@ pub struct LinkStats {
 pub enum DropReason {
     /// Random or burst loss.
     Loss,
+    /// The tail-drop rule.
+    Tail,
     /// Queue full.
     Queue,
     /// Larger than the MTU.
@@ -124,6 +147,8 @@ pub struct Link {
     queued_bytes: usize,
     last_departure_ns: Nanos,
     stats: LinkStats,
+    /// Tail-drop rule: times each (message id, fragment offset) has been dropped.
+    tail_drops: BTreeMap<(u64, u64), u32>,
 }
 
 impl Link {
@@ -137,6 +162,7 @@ impl Link {
             queued_bytes: 0,
             last_departure_ns: 0,
             stats: LinkStats::default(),
+            tail_drops: BTreeMap::new(),
         }
     }
 
@@ -190,6 +216,11 @@ impl Link {
             deliveries.dropped = Some(DropReason::Queue);
             return deliveries;
         };
+        if self.draw_tail_drop(&datagram) {
+            self.stats.dropped_tail += 1;
+            deliveries.dropped = Some(DropReason::Tail);
+            return deliveries;
+        }
         if self.draw_loss() {
             self.stats.dropped_loss += 1;
             deliveries.dropped = Some(DropReason::Loss);
@@ -232,6 +263,32 @@ impl Link {
         self.queue.push_back((departure, length_bytes));
         self.queued_bytes += length_bytes;
         Some(departure)
+    }
+
+    fn draw_tail_drop(&mut self, datagram: &[u8]) -> bool {
+        let Some(rule) = self.config.tail_drop else {
+            return false;
+        };
+        let Ok(frame) = Frame::parse(datagram) else {
+            return false;
+        };
+        let header = frame.header();
+        let end = header.fragment_offset + frame.payload().len() as u64;
+        let in_tail = header.frame_type == FrameType::Data
+            && end + rule.tail_bytes > header.message_len
+            && !frame.payload().is_empty();
+        if !in_tail {
+            return false;
+        }
+        let count = self
+            .tail_drops
+            .entry((header.message_id, header.fragment_offset))
+            .or_insert(0);
+        if *count >= rule.times {
+            return false;
+        }
+        *count += 1;
+        true
     }
 
     fn draw_loss(&mut self) -> bool {
@@ -329,6 +386,45 @@ mod tests {
         // After the first left, there is room again.
         let fourth = link.transmit(1_000_000, vec![0; 1000]);
         assert_eq!(fourth.copies[0].0, 3_000_000);
+    }
+
+    fn data_frame(message_id: u64, message_len: u64, offset: u64, payload: &[u8]) -> Vec<u8> {
+        use quiver_wire::frame::{FrameHeader, MAX_HEADER_LEN};
+        let mut header = FrameHeader::new(FrameType::Data, 7, 8);
+        header.message_id = message_id;
+        header.message_len = message_len;
+        header.fragment_offset = offset;
+        let mut out = vec![0u8; MAX_HEADER_LEN];
+        let length = header.emit(&mut out, payload).expect("valid header");
+        out.truncate(length);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn tail_drop_drops_only_tail_fragments_the_given_number_of_times() {
+        let mut link = link(LinkConfig {
+            tail_drop: Some(TailDrop {
+                tail_bytes: 100,
+                times: 2,
+            }),
+            ..LinkConfig::default()
+        });
+        let head = data_frame(1, 300, 0, &[0; 150]);
+        let tail = data_frame(1, 300, 150, &[0; 150]);
+        assert!(link.transmit(0, head.clone()).dropped.is_none());
+        assert_eq!(
+            link.transmit(0, tail.clone()).dropped,
+            Some(DropReason::Tail)
+        );
+        assert_eq!(
+            link.transmit(0, tail.clone()).dropped,
+            Some(DropReason::Tail)
+        );
+        assert!(link.transmit(0, tail).dropped.is_none());
+        assert!(link.transmit(0, head).dropped.is_none());
+        assert!(link.transmit(0, vec![1, 2, 3]).dropped.is_none());
+        assert_eq!(link.stats().dropped_tail, 2);
     }
 
     #[test]

@@ -1,0 +1,1398 @@
+//! The reliable datagram protocol: a sans-IO connection that carries messages of any size
+//! over an unreliable datagram service (UDP, the in-memory transport, the simulator)
+//! (`docs/protocol.md`, section "Datagram frames (udp / in-memory)"; frame layout in
+//! `quiver_wire::frame`).
+//!
+//! What it does:
+//! - proves job membership with the existing key handshake (`crate::handshake`), its four
+//!   messages carried as payloads of Handshake frames and retransmitted on timeout;
+//! - numbers Data and Close frames with packet numbers; a retransmission reuses the packet
+//!   number and bytes of the original (duplicates are recognised by packet number);
+//! - acknowledges with a cumulative ack plus SACK ranges, delayed (every second frame at
+//!   once, otherwise within `ack_delay_ns`) and piggybacked on every frame it sends;
+//! - measures RTT (RFC 6298, Karn's rule) for the retransmission timeout, with exponential
+//!   backoff and the configured clamp; retransmits fast after 3 duplicate acks or when 3
+//!   later transmissions were acknowledged (SACK);
+//! - flow control driven by the receiver: every frame carries a credit, the stream offset up
+//!   to which the receiver has buffer; a sender never sends beyond it, so a slow reader holds
+//!   the sender back and nothing is dropped for lack of buffer;
+//! - fragments messages of any size into frames and reassembles them through the fixed
+//!   receive window, so memory does not grow with message size;
+//! - pings idle connections, reports [`Event::PeerUnreachable`] after `idle_timeout_ns`
+//!   without a datagram from the peer or `max_retransmits` timeouts in a row without
+//!   progress, and closes gracefully.
+//!
+//! What it does not do: congestion control (the window and the in-flight cap are the only
+//! brakes), authentication of frames after the handshake (the CRC32C catches corruption,
+//! not forgery), I/O, clocks, randomness.
+//!
+//! Deterministic: no clock, no randomness (ids and nonces are arguments), no hash-order
+//! dependence. Same inputs, same outputs, byte for byte.
+
+mod recv;
+mod rtt;
+mod send;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+use quiver_wire::frame::{
+    self, flags, Frame, FrameError, FrameHeader, FrameType, SackRanges, FIXED_HEADER_LEN,
+    MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN,
+};
+use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
+
+use crate::handshake::{
+    ConnectRequest, HandshakeError, Initiator, JobKey, RejectReason, Responder,
+};
+use recv::{RecvState, Refusal};
+use rtt::RttEstimator;
+use send::{SendState, MESSAGE_HEADER_LEN};
+
+/// Monotonic time in nanoseconds, supplied by the caller on every call that needs time.
+pub type Nanos = u64;
+
+/// Bytes of the transport parameters each side sends in the handshake: its receive window
+/// (the initial credit), u64 little-endian.
+const PARAMS_LEN: usize = 8;
+
+/// Limits and timers of a connection. Every limit is enforced; see each field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReliableConfig {
+    /// Largest datagram `poll_transmit` produces, header included. Data frames carry up to
+    /// `max_datagram_bytes - FIXED_HEADER_LEN - 8 * max_sack_ranges` payload bytes, so every
+    /// Data frame of a connection has the same size when data is plentiful. Default 1472
+    /// (Ethernet MTU minus IPv4 and UDP headers); at least [`ReliableConfig::MIN_DATAGRAM_BYTES`],
+    /// at most 65535.
+    pub max_datagram_bytes: usize,
+    /// Send buffer: bytes accepted from the application and not yet acknowledged (each
+    /// message also takes 8 bytes for its length). Allocated once. Default 8 MiB, at least 64.
+    pub send_buffer_bytes: usize,
+    /// Receive window: the bytes the receiver buffers (in order but unread, plus out of
+    /// order); the credit never exceeds it. Allocated once. Default 8 MiB, at least 64.
+    pub recv_window_bytes: usize,
+    /// SACK ranges per ack, 0 to [`frame::MAX_SACK_RANGES`]. Default 8.
+    pub max_sack_ranges: usize,
+    /// RTO before the first RTT sample, and the handshake's first retransmission interval.
+    /// Default 200 ms (RFC 6298 says 1 s; we are on a LAN).
+    pub initial_rto_ns: Nanos,
+    /// Smallest RTO. Default 1 ms; must be > 0.
+    pub min_rto_ns: Nanos,
+    /// Largest RTO, backoff included. Default 1 s.
+    pub max_rto_ns: Nanos,
+    /// Consecutive retransmission timeouts without an acknowledgement before
+    /// [`Event::PeerUnreachable`]. Default 12, at least 1.
+    pub max_retransmits: u32,
+    /// Longest delay of a standalone ack. Default 200 µs.
+    pub ack_delay_ns: Nanos,
+    /// Ping a connection that received nothing for this long. Default 250 ms; > 0.
+    pub keepalive_interval_ns: Nanos,
+    /// No datagram from the peer for this long -> [`Event::PeerUnreachable`]. Default 1 s;
+    /// must exceed `keepalive_interval_ns`.
+    pub idle_timeout_ns: Nanos,
+    /// The handshake must finish within this time of `connect`/`accept`, otherwise
+    /// [`FailReason::HandshakeTimeout`]. Default 5 s; > 0.
+    pub handshake_timeout_ns: Nanos,
+    /// Data/Close frames sent and not cumulatively acknowledged; bounds the sender's and the
+    /// receiver's per-packet tables. Default 4096, 1 to 2^20.
+    pub max_in_flight_datagrams: usize,
+}
+
+impl Default for ReliableConfig {
+    fn default() -> Self {
+        Self {
+            max_datagram_bytes: 1472,
+            send_buffer_bytes: 8 << 20,
+            recv_window_bytes: 8 << 20,
+            max_sack_ranges: 8,
+            initial_rto_ns: 200_000_000,
+            min_rto_ns: 1_000_000,
+            max_rto_ns: 1_000_000_000,
+            max_retransmits: 12,
+            ack_delay_ns: 200_000,
+            keepalive_interval_ns: 250_000_000,
+            idle_timeout_ns: 1_000_000_000,
+            handshake_timeout_ns: 5_000_000_000,
+            max_in_flight_datagrams: 4096,
+        }
+    }
+}
+
+impl ReliableConfig {
+    /// Smallest `max_datagram_bytes`: a Handshake frame with the longest handshake message.
+    pub const MIN_DATAGRAM_BYTES: usize = FIXED_HEADER_LEN + MAX_MESSAGE_LEN;
+    /// Largest `max_datagram_bytes`.
+    pub const MAX_DATAGRAM_BYTES: usize = 65535;
+    /// Largest `max_in_flight_datagrams` (SACK offsets are u32).
+    pub const MAX_IN_FLIGHT_DATAGRAMS: usize = 1 << 20;
+    /// Smallest send buffer and receive window.
+    pub const MIN_BUFFER_BYTES: usize = 64;
+    /// Largest send buffer and receive window.
+    pub const MAX_BUFFER_BYTES: usize = 1 << 40;
+
+    /// Checks every limit.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &'static str, value: u64, requirement: &'static str| {
+            Err(ConfigError::Invalid {
+                field,
+                value,
+                requirement,
+            })
+        };
+        if self.max_sack_ranges > MAX_SACK_RANGES {
+            return invalid(
+                "max_sack_ranges",
+                self.max_sack_ranges as u64,
+                "at most frame::MAX_SACK_RANGES (16)",
+            );
+        }
+        if self.max_datagram_bytes < Self::MIN_DATAGRAM_BYTES
+            || self.max_datagram_bytes > Self::MAX_DATAGRAM_BYTES
+            || self.max_datagram_bytes <= self.data_header_len()
+        {
+            return invalid(
+                "max_datagram_bytes",
+                self.max_datagram_bytes as u64,
+                "between MIN_DATAGRAM_BYTES (416) and 65535",
+            );
+        }
+        for (field, value) in [
+            ("send_buffer_bytes", self.send_buffer_bytes),
+            ("recv_window_bytes", self.recv_window_bytes),
+        ] {
+            if !(Self::MIN_BUFFER_BYTES..=Self::MAX_BUFFER_BYTES).contains(&value) {
+                return invalid(field, value as u64, "between 64 bytes and 1 TiB");
+            }
+        }
+        if self.min_rto_ns == 0 {
+            return invalid("min_rto_ns", 0, "greater than 0");
+        }
+        if self.max_rto_ns < self.min_rto_ns {
+            return invalid("max_rto_ns", self.max_rto_ns, "at least min_rto_ns");
+        }
+        if !(self.min_rto_ns..=self.max_rto_ns).contains(&self.initial_rto_ns) {
+            return invalid(
+                "initial_rto_ns",
+                self.initial_rto_ns,
+                "between min_rto_ns and max_rto_ns",
+            );
+        }
+        if self.max_retransmits == 0 {
+            return invalid("max_retransmits", 0, "at least 1");
+        }
+        if self.keepalive_interval_ns == 0 {
+            return invalid("keepalive_interval_ns", 0, "greater than 0");
+        }
+        if self.idle_timeout_ns <= self.keepalive_interval_ns {
+            return invalid(
+                "idle_timeout_ns",
+                self.idle_timeout_ns,
+                "greater than keepalive_interval_ns",
+            );
+        }
+        if self.handshake_timeout_ns == 0 {
+            return invalid("handshake_timeout_ns", 0, "greater than 0");
+        }
+        if !(1..=Self::MAX_IN_FLIGHT_DATAGRAMS).contains(&self.max_in_flight_datagrams) {
+            return invalid(
+                "max_in_flight_datagrams",
+                self.max_in_flight_datagrams as u64,
+                "between 1 and 2^20",
+            );
+        }
+        Ok(())
+    }
+
+    /// Largest payload of a Data frame under this configuration.
+    pub fn max_data_payload_bytes(&self) -> usize {
+        self.max_datagram_bytes
+            .saturating_sub(self.data_header_len())
+            .min(MAX_PAYLOAD_LEN)
+    }
+
+    /// Upper bound of [`ReliableConnection::memory_bytes`] for a connection with this
+    /// configuration (the simulator's and the fuzzer's memory invariant).
+    pub fn memory_bound_bytes(&self) -> usize {
+        // VecDeque capacities may double past their length bound; count them twice.
+        let per_packet = 2
+            * (core::mem::size_of::<send::SentFrame>()
+                + core::mem::size_of::<u64>()
+                + core::mem::size_of::<Option<u64>>()
+                + core::mem::size_of::<frame::SackRange>());
+        self.send_buffer_bytes
+            + self.recv_window_bytes
+            + self.max_in_flight_datagrams.saturating_add(1) * per_packet
+            + FIXED_MEMORY_BYTES
+    }
+
+    fn data_header_len(&self) -> usize {
+        FIXED_HEADER_LEN + self.max_sack_ranges * SACK_RANGE_LEN
+    }
+}
+
+/// Memory of a connection that does not depend on the configuration.
+const FIXED_MEMORY_BYTES: usize = core::mem::size_of::<ReliableConnection>()
+    + core::mem::size_of::<Initiator>()
+    + core::mem::size_of::<Responder>()
+    + 16 * core::mem::size_of::<Event>();
+
+/// A configuration value out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A [`ReliableConfig`] field is out of range.
+    #[error("invalid config: {field} = {value}, must be {requirement}")]
+    Invalid {
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// What it must be.
+        requirement: &'static str,
+    },
+    /// A connection id of 0 (it means "new connection" on the wire).
+    #[error("connection id 0 is reserved")]
+    ZeroConnectionId,
+}
+
+/// Why [`ReliableConnection::accept`] refused a datagram. The caller counts and drops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcceptError {
+    /// The configuration or local id is invalid (local misuse).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Not a frame (corrupt, truncated, foreign version).
+    #[error("not a valid frame: {0}")]
+    Frame(#[from] FrameError),
+    /// A valid frame, but not a Handshake frame to dest id 0 from a non-zero src id.
+    #[error("not a connection request: {frame_type} frame to id {dest_id:#x} from {src_id:#x}")]
+    NotARequest {
+        /// The frame's type.
+        frame_type: FrameType,
+        /// Its destination id.
+        dest_id: u64,
+        /// Its source id.
+        src_id: u64,
+    },
+    /// The payload is not a Hello of our job and version.
+    #[error("bad hello: {0}")]
+    Handshake(HandshakeError),
+}
+
+/// Why a connection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailReason {
+    /// The handshake failed: wrong key (authentication), wrong job, version, malformed.
+    Handshake(HandshakeError),
+    /// The responder refused the connection (or, on the responder, `reject` was called).
+    Rejected(RejectReason),
+    /// The handshake did not finish within `handshake_timeout_ns`.
+    HandshakeTimeout,
+    /// The peer says the connection is unknown or closed (a Reset frame).
+    PeerReset,
+    /// The peer stopped answering ([`Event::PeerUnreachable`] was emitted).
+    PeerUnreachable,
+    /// The peer broke the protocol (acked packets never sent).
+    ProtocolViolation,
+}
+
+/// What happened to a connection; pull with [`ReliableConnection::poll_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The handshake finished; data flows.
+    Established,
+    /// No datagram from the peer within `idle_timeout_ns`, or `max_retransmits` timeouts
+    /// in a row without progress. The connection is failed ([`State::Failed`]).
+    PeerUnreachable,
+    /// Both sides closed and every byte was acknowledged. Unread data stays readable.
+    Closed,
+    /// The connection failed for good.
+    Failed(FailReason),
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// The key handshake is running.
+    Handshaking,
+    /// Data flows both ways.
+    Established,
+    /// One side asked to close; remaining data is being delivered.
+    Closing,
+    /// Closed gracefully.
+    Closed,
+    /// Failed (see [`ReliableConnection::fail_reason`]).
+    Failed,
+}
+
+/// Why a message cannot be started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The previous message is not fully written, or the send buffer lacks the 8 bytes a
+    /// message header takes: try again after acks arrive.
+    #[error("would block")]
+    WouldBlock,
+    /// The connection is closing, closed or failed.
+    #[error("connection closed for sending")]
+    Closed,
+}
+
+/// One datagram to send: `header[..header_len]` followed by `payload`.
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// Bytes of the header written into the caller's buffer.
+    pub header_len: usize,
+    /// The payload, borrowed from the connection (send buffer or handshake message).
+    pub payload: &'a [u8],
+}
+
+/// Counters of a connection. All counts since creation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReliableStats {
+    /// Datagrams produced by `poll_transmit`.
+    pub datagrams_sent: u64,
+    /// Datagrams passed to `handle_datagram`.
+    pub datagrams_received: u64,
+    /// Data frames sent for the first time.
+    pub data_frames_sent: u64,
+    /// Payload bytes sent for the first time.
+    pub payload_bytes_sent: u64,
+    /// Data/Close frames sent again.
+    pub retransmits: u64,
+    /// Frames declared lost by duplicate acks or SACK (fast retransmit).
+    pub fast_retransmits: u64,
+    /// Retransmission timeouts.
+    pub rto_expirations: u64,
+    /// Handshake messages sent again.
+    pub handshake_retransmits: u64,
+    /// Standalone Ack frames sent.
+    pub acks_sent: u64,
+    /// Ping frames sent (keepalive and credit probes).
+    pub pings_sent: u64,
+    /// Frames received twice (dropped).
+    pub duplicates_dropped: u64,
+    /// Datagrams that are not valid frames: bad checksum, truncated, malformed (dropped).
+    pub corrupt_dropped: u64,
+    /// Frames whose bytes exceed the credit we gave (dropped; the peer broke the rules).
+    pub credit_violations: u64,
+    /// Frames too far ahead of the cumulative ack, or inconsistent with received data.
+    pub out_of_window_dropped: u64,
+    /// Valid frames that do not fit the connection's ids or state (dropped).
+    pub unexpected_dropped: u64,
+    /// Handshakes that failed (wrong key, wrong job, refused, timed out).
+    pub handshake_failures: u64,
+    /// Smoothed RTT in ns (0 before the first sample).
+    pub smoothed_rtt_ns: u64,
+    /// RTT variance in ns.
+    pub rtt_variance_ns: u64,
+    /// Current retransmission timeout in ns, backoff included.
+    pub rto_ns: u64,
+    /// Bytes in the send buffer (written, not yet acknowledged).
+    pub send_buffered_bytes: u64,
+    /// Bytes received in order and not yet read.
+    pub recv_buffered_bytes: u64,
+}
+
+/// The handshake's part of a connection.
+#[derive(Debug)]
+enum HandshakeSide {
+    Initiator(Box<Initiator>),
+    /// `deciding`: the Hello arrived, `accept` or `reject` not yet applied.
+    Responder {
+        responder: Box<Responder>,
+        deciding: bool,
+    },
+    /// Established; the state machines are dropped.
+    Done,
+}
+
+/// One reliable connection between two endpoints.
+///
+/// # Call protocol
+///
+/// Create with [`ReliableConnection::connect`] (initiator) or, for the first datagram of a
+/// stranger (`frame::dest_id(datagram) == Some(0)`), [`ReliableConnection::accept`]
+/// (responder; check the request's port and call [`ReliableConnection::reject`] to refuse).
+/// Then, in any order:
+///
+/// - inputs: [`handle_datagram`](Self::handle_datagram) for every datagram whose dest id is
+///   [`local_id`](Self::local_id) (and, for duplicates of the Hello that created a responder,
+///   datagrams with dest id 0 from the same peer address and src id);
+///   [`handle_timeout`](Self::handle_timeout) once `now >= poll_timeout()`; the application's
+///   [`start_message`](Self::start_message) / [`write_message`](Self::write_message),
+///   [`read_message`](Self::read_message) and [`close`](Self::close);
+/// - outputs, after every input: [`poll_transmit`](Self::poll_transmit) until `None`
+///   (send each datagram), [`poll_event`](Self::poll_event) until `None`, and re-read
+///   [`poll_timeout`](Self::poll_timeout).
+///
+/// Datagrams for unknown ids are answered with [`reset_for`]. The connection never reads a
+/// clock: `now` is monotonic nanoseconds from the caller, never decreasing.
+#[derive(Debug)]
+pub struct ReliableConnection {
+    config: ReliableConfig,
+    state: State,
+    fail_reason: Option<FailReason>,
+    local_id: u64,
+    peer_id: Option<u64>,
+    request: ConnectRequest,
+
+    handshake: HandshakeSide,
+    is_initiator: bool,
+    /// The last handshake message we produced, kept for retransmission.
+    handshake_out: [u8; MAX_MESSAGE_LEN],
+    handshake_out_len: usize,
+    handshake_send_pending: bool,
+    /// The last handshake message we took from the peer, to recognise its duplicates.
+    handshake_in: [u8; MAX_MESSAGE_LEN],
+    handshake_in_len: usize,
+    handshake_retransmit_at: Option<Nanos>,
+    handshake_interval_ns: Nanos,
+    handshake_deadline: Nanos,
+
+    send: SendState,
+    recv: RecvState,
+    rtt: RttEstimator,
+    rto_deadline: Option<Nanos>,
+    consecutive_rtos: u32,
+    probe_deadline: Option<Nanos>,
+    probe_backoff_shift: u32,
+
+    last_received_at: Nanos,
+    last_ping_at: Nanos,
+    ping_pending: bool,
+    sack_scratch: SackRanges,
+
+    events: VecDeque<Event>,
+    stats: ReliableStats,
+}
+
+impl ReliableConnection {
+    /// Initiator: queues a handshake Hello (carried in a Handshake frame) to the peer.
+    /// `local_id` is this side's connection id (non-zero, chosen randomly by the caller); the
+    /// peer's id is learned from its reply. `nonce` must be fresh random bytes.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an invalid configuration or a zero `local_id`.
+    pub fn connect(
+        config: ReliableConfig,
+        key: JobKey,
+        request: ConnectRequest,
+        local_id: u64,
+        nonce: [u8; 16],
+        now: Nanos,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if local_id == 0 {
+            return Err(ConfigError::ZeroConnectionId);
+        }
+        let mut initiator = Box::new(Initiator::new(key, request, expand_nonce(nonce, local_id)));
+        let mut connection = Self::new(config, request, local_id, None, HandshakeSide::Done, now);
+        connection.handshake_out_len = initiator
+            .poll_transmit(&mut connection.handshake_out)
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        connection.handshake_send_pending = connection.handshake_out_len > 0;
+        connection.handshake = HandshakeSide::Initiator(initiator);
+        Ok(connection)
+    }
+
+    /// Responder: built from the first datagram of a stranger (a Handshake frame with dest
+    /// id 0 carrying a Hello). Returns the connection (its Challenge goes out with the first
+    /// `poll_transmit` unless [`reject`](Self::reject) is called before) and the request so
+    /// the caller can check the destination port.
+    ///
+    /// # Errors
+    /// [`AcceptError`]: the datagram is not a valid Hello of our job (the caller counts and
+    /// drops it), or the configuration is invalid.
+    pub fn accept(
+        config: ReliableConfig,
+        key: JobKey,
+        job_id: u64,
+        datagram: &[u8],
+        local_id: u64,
+        nonce: [u8; 16],
+        now: Nanos,
+    ) -> Result<(Self, ConnectRequest), AcceptError> {
+        config.validate()?;
+        if local_id == 0 {
+            return Err(ConfigError::ZeroConnectionId.into());
+        }
+        let frame = Frame::parse(datagram)?;
+        let header = frame.header();
+        if header.frame_type != FrameType::Handshake || header.dest_id != 0 || header.src_id == 0 {
+            return Err(AcceptError::NotARequest {
+                frame_type: header.frame_type,
+                dest_id: header.dest_id,
+                src_id: header.src_id,
+            });
+        }
+        let mut responder = Box::new(Responder::new(key, job_id, expand_nonce(nonce, local_id)));
+        let request = responder
+            .handle_hello(frame.payload())
+            .map_err(AcceptError::Handshake)?;
+        let mut connection = Self::new(
+            config,
+            request,
+            local_id,
+            Some(header.src_id),
+            HandshakeSide::Responder {
+                responder,
+                deciding: true,
+            },
+            now,
+        );
+        connection.remember_incoming(frame.payload());
+        connection.last_received_at = now;
+        connection.stats.datagrams_received = 1;
+        Ok((connection, request))
+    }
+
+    /// Refuses a connection made by [`accept`](Self::accept): a refusal goes out with the
+    /// next `poll_transmit`, and the connection fails with [`FailReason::Rejected`]. Does
+    /// nothing once the Challenge was sent.
+    pub fn reject(&mut self, reason: RejectReason) {
+        let HandshakeSide::Responder {
+            responder,
+            deciding,
+        } = &mut self.handshake
+        else {
+            return;
+        };
+        if !*deciding {
+            return;
+        }
+        *deciding = false;
+        if responder.reject(reason).is_ok() {
+            self.handshake_out_len = responder
+                .poll_transmit(&mut self.handshake_out)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            self.handshake_send_pending = self.handshake_out_len > 0;
+        }
+        self.fail(FailReason::Rejected(reason));
+    }
+
+    /// Feeds one received datagram addressed to this connection. Corrupt (bad checksum),
+    /// malformed, duplicate, stale or out-of-window frames are dropped and counted in
+    /// [`stats`](Self::stats); they never change delivered data and never panic.
+    pub fn handle_datagram(&mut self, now: Nanos, datagram: &[u8]) {
+        self.stats.datagrams_received += 1;
+        let frame = match Frame::parse(datagram) {
+            Ok(frame) => frame,
+            Err(_) => {
+                self.stats.corrupt_dropped += 1;
+                return;
+            }
+        };
+        let header = *frame.header();
+        if !self.frame_is_ours(&header) {
+            self.stats.unexpected_dropped += 1;
+            return;
+        }
+        match header.frame_type {
+            FrameType::Handshake => self.handle_handshake_frame(now, &header, frame.payload()),
+            FrameType::Reset => self.handle_reset(),
+            FrameType::Data | FrameType::Ack | FrameType::Ping | FrameType::Close => {
+                self.handle_connection_frame(now, &header, frame.payload());
+            }
+        }
+        self.refresh_timers(now);
+    }
+
+    /// Next datagram to send, if any: writes the header into `header` (at least
+    /// [`frame::MAX_HEADER_LEN`] bytes; a shorter buffer yields `None`) and returns the
+    /// header length and the payload slice (borrowed from the send buffer; the datagram is
+    /// header followed by payload, sent with a gathered write). Call until `None` after every
+    /// `handle_*`, write, read or close.
+    pub fn poll_transmit<'a>(&'a mut self, now: Nanos, header: &mut [u8]) -> Option<Transmit<'a>> {
+        if header.len() < frame::MAX_HEADER_LEN {
+            return None;
+        }
+        self.apply_pending_accept();
+        if self.handshake_send_pending {
+            return self.transmit_handshake(now, header);
+        }
+        if !matches!(
+            self.state,
+            State::Established | State::Closing | State::Closed
+        ) {
+            return None;
+        }
+        if matches!(self.state, State::Established | State::Closing) {
+            let max_payload = self.config.max_data_payload_bytes();
+            if let Some(to_send) = self.send.next_frame(now, max_payload) {
+                return Some(self.transmit_frame(now, header, to_send));
+            }
+        }
+        if self.ping_pending && self.state != State::Closed {
+            self.ping_pending = false;
+            self.stats.pings_sent += 1;
+            return self.transmit_control(FrameType::Ping, flags::ACK_REQUESTED, header);
+        }
+        if self.recv.ack_due(now) {
+            self.stats.acks_sent += 1;
+            return self.transmit_control(FrameType::Ack, 0, header);
+        }
+        self.refresh_timers(now);
+        None
+    }
+
+    /// Earliest time [`handle_timeout`](Self::handle_timeout) must be called (retransmit,
+    /// delayed ack, keepalive, idle/handshake timeout). `None`: nothing scheduled.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        match self.state {
+            State::Handshaking => {
+                let deadline = Some(self.handshake_deadline);
+                earliest(deadline, self.handshake_retransmit_at)
+            }
+            State::Established | State::Closing => {
+                let mut deadline = earliest(self.rto_deadline, self.probe_deadline);
+                deadline = earliest(deadline, self.recv.ack_deadline());
+                deadline = earliest(deadline, Some(self.keepalive_at()));
+                earliest(deadline, Some(self.idle_deadline()))
+            }
+            State::Closed | State::Failed => None,
+        }
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        match self.state {
+            State::Handshaking => {
+                if now >= self.handshake_deadline {
+                    self.fail(FailReason::HandshakeTimeout);
+                    return;
+                }
+                if self.handshake_retransmit_at.is_some_and(|at| at <= now) {
+                    self.handshake_retransmit_at = None;
+                    self.handshake_send_pending = self.handshake_out_len > 0;
+                    self.stats.handshake_retransmits += 1;
+                    self.handshake_interval_ns = self
+                        .handshake_interval_ns
+                        .saturating_mul(2)
+                        .min(self.config.max_rto_ns);
+                }
+            }
+            State::Established | State::Closing => self.handle_connection_timers(now),
+            State::Closed | State::Failed => {}
+        }
+    }
+
+    /// Events in order: [`Event::Established`], then at most one of
+    /// [`Event::PeerUnreachable`], [`Event::Closed`], [`Event::Failed`].
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Where the connection is.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Why the connection failed, once [`State::Failed`].
+    pub fn fail_reason(&self) -> Option<FailReason> {
+        self.fail_reason
+    }
+
+    // ---- sending: messages of any length, bounded memory ----
+
+    /// Starts the next message of `len` bytes (0 allowed).
+    ///
+    /// Messages may be started before the handshake completes (queued, sent once
+    /// established).
+    ///
+    /// # Errors
+    /// [`SendError::WouldBlock`] if the previous message has not been fully written yet or
+    /// the send buffer lacks the 8 bytes a message header takes; [`SendError::Closed`] once
+    /// the connection is closing, closed or failed.
+    pub fn start_message(&mut self, len: u64) -> Result<(), SendError> {
+        if !self.open_for_sending() {
+            return Err(SendError::Closed);
+        }
+        if self.send.message_open() || self.send.capacity() < MESSAGE_HEADER_LEN as usize {
+            return Err(SendError::WouldBlock);
+        }
+        self.send.start_message(len);
+        Ok(())
+    }
+
+    /// Copies as much of the current message's next bytes as the send buffer has room for;
+    /// returns the count (0 when full: wait for acks, i.e. for `handle_datagram`; also 0 when
+    /// no message is open or the connection failed).
+    pub fn write_message(&mut self, data: &[u8]) -> usize {
+        if matches!(self.state, State::Closed | State::Failed) {
+            return 0;
+        }
+        self.send.write(data)
+    }
+
+    /// Bytes the send buffer can take now (a new message needs 8 of them for its header).
+    pub fn send_capacity(&self) -> usize {
+        if matches!(self.state, State::Closed | State::Failed) {
+            return 0;
+        }
+        self.send.capacity()
+    }
+
+    /// True when every byte written has been acknowledged by the peer.
+    pub fn all_acked(&self) -> bool {
+        self.send.all_acked()
+    }
+
+    // ---- receiving: in order, message by message, with bounded memory ----
+
+    /// Total length of the next in-order message once its first bytes (or, for length 0,
+    /// its header) have arrived, or of the message being read; `None` otherwise. Does not
+    /// consume.
+    pub fn peek_message_len(&self) -> Option<u64> {
+        self.recv.peek_message_len()
+    }
+
+    /// Copies the next in-order bytes of the current message into `out`; returns (bytes
+    /// copied, message complete). Frees receive credit (a window update is sent with the
+    /// next `poll_transmit` once a quarter of the window was freed). A 0-length message
+    /// completes with (0, true); nothing available gives (0, false).
+    pub fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
+        self.recv.read_message(out)
+    }
+
+    /// Graceful close: data already written is delivered and acknowledged, then Close frames
+    /// are exchanged; [`Event::Closed`] follows. A message being written must still be
+    /// completed with `write_message`. Closing during the handshake closes right after it.
+    pub fn close(&mut self, now: Nanos) {
+        match self.state {
+            State::Handshaking => self.send.request_close(),
+            State::Established => {
+                self.send.request_close();
+                self.state = State::Closing;
+                self.refresh_timers(now);
+            }
+            State::Closing | State::Closed | State::Failed => {}
+        }
+    }
+
+    /// This side's connection id.
+    pub fn local_id(&self) -> u64 {
+        self.local_id
+    }
+
+    /// The peer's connection id, once known.
+    pub fn peer_id(&self) -> Option<u64> {
+        self.peer_id
+    }
+
+    /// Who connects to whom.
+    pub fn request(&self) -> ConnectRequest {
+        self.request
+    }
+
+    /// Counters, with the RTT, RTO and buffer gauges brought up to date.
+    pub fn stats(&self) -> &ReliableStats {
+        &self.stats
+    }
+
+    /// Bytes of memory held for this connection (send buffer + receive buffer + tracking).
+    /// Never exceeds [`ReliableConfig::memory_bound_bytes`].
+    pub fn memory_bytes(&self) -> usize {
+        core::mem::size_of::<Self>()
+            + match &self.handshake {
+                HandshakeSide::Initiator(_) => core::mem::size_of::<Initiator>(),
+                HandshakeSide::Responder { .. } => core::mem::size_of::<Responder>(),
+                HandshakeSide::Done => 0,
+            }
+            + self.send.memory_bytes()
+            + self.recv.memory_bytes()
+            + self.events.capacity() * core::mem::size_of::<Event>()
+    }
+
+    // ---- construction and handshake ----
+
+    fn new(
+        config: ReliableConfig,
+        request: ConnectRequest,
+        local_id: u64,
+        peer_id: Option<u64>,
+        handshake: HandshakeSide,
+        now: Nanos,
+    ) -> Self {
+        let send = SendState::new(config.send_buffer_bytes, config.max_in_flight_datagrams);
+        let recv = RecvState::new(config.recv_window_bytes, config.max_in_flight_datagrams);
+        let rtt = RttEstimator::new(config.initial_rto_ns, config.min_rto_ns, config.max_rto_ns);
+        Self {
+            state: State::Handshaking,
+            fail_reason: None,
+            local_id,
+            peer_id,
+            request,
+            // `connect` installs its Initiator after construction.
+            is_initiator: !matches!(handshake, HandshakeSide::Responder { .. }),
+            handshake,
+            handshake_out: [0; MAX_MESSAGE_LEN],
+            handshake_out_len: 0,
+            handshake_send_pending: false,
+            handshake_in: [0; MAX_MESSAGE_LEN],
+            handshake_in_len: 0,
+            handshake_retransmit_at: None,
+            handshake_interval_ns: config.initial_rto_ns,
+            handshake_deadline: now.saturating_add(config.handshake_timeout_ns),
+            send,
+            recv,
+            rtt,
+            rto_deadline: None,
+            consecutive_rtos: 0,
+            probe_deadline: None,
+            probe_backoff_shift: 0,
+            last_received_at: now,
+            last_ping_at: now,
+            ping_pending: false,
+            sack_scratch: SackRanges::new(),
+            events: VecDeque::with_capacity(4),
+            stats: ReliableStats {
+                rto_ns: config.initial_rto_ns,
+                ..ReliableStats::default()
+            },
+            config,
+        }
+    }
+
+    /// Responder: accepts now unless the caller rejected since `accept`.
+    fn apply_pending_accept(&mut self) {
+        let HandshakeSide::Responder {
+            responder,
+            deciding,
+        } = &mut self.handshake
+        else {
+            return;
+        };
+        if !*deciding {
+            return;
+        }
+        *deciding = false;
+        let params = (self.config.recv_window_bytes as u64).to_le_bytes();
+        if responder.accept(&params).is_ok() {
+            self.handshake_out_len = responder
+                .poll_transmit(&mut self.handshake_out)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            self.handshake_send_pending = self.handshake_out_len > 0;
+        }
+    }
+
+    fn transmit_handshake<'a>(&'a mut self, now: Nanos, header: &mut [u8]) -> Option<Transmit<'a>> {
+        self.handshake_send_pending = false;
+        if self.state == State::Handshaking {
+            self.handshake_retransmit_at = Some(now.saturating_add(self.handshake_interval_ns));
+        }
+        let frame_header = FrameHeader::new(
+            FrameType::Handshake,
+            self.peer_id.unwrap_or(0),
+            self.local_id,
+        );
+        let payload = &self.handshake_out[..self.handshake_out_len];
+        let header_len = frame_header.emit(header, payload).ok()?;
+        self.stats.datagrams_sent += 1;
+        Some(Transmit {
+            header_len,
+            payload,
+        })
+    }
+
+    fn handle_handshake_frame(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+        self.last_received_at = now;
+        if self.handshake_in_len > 0 && payload == self.incoming_handshake() {
+            // The peer repeats itself because our answer was lost. A responder repeats its
+            // Challenge (for a Hello) or Verdict (for a Proof); an initiator repeats its Proof
+            // (for a Challenge) only while it waits for the Verdict, so repeats never loop.
+            self.stats.duplicates_dropped += 1;
+            if !self.is_initiator || self.state == State::Handshaking {
+                self.handshake_send_pending = self.handshake_out_len > 0;
+            }
+            return;
+        }
+        let awaiting_challenge = self.handshake_in_len == 0;
+        let params = (self.config.recv_window_bytes as u64).to_le_bytes();
+        let step = match &mut self.handshake {
+            HandshakeSide::Initiator(initiator)
+                if !initiator.is_established() && !initiator.is_failed() =>
+            {
+                initiator_step(
+                    initiator,
+                    awaiting_challenge,
+                    payload,
+                    &params,
+                    &mut self.handshake_out,
+                )
+            }
+            HandshakeSide::Responder {
+                responder,
+                deciding: false,
+            } if !responder.is_established() && !responder.is_failed() => {
+                responder_step(responder, payload, &mut self.handshake_out)
+            }
+            _ => {
+                self.stats.unexpected_dropped += 1;
+                return;
+            }
+        };
+        if step.out_len > 0 {
+            self.handshake_out_len = step.out_len;
+            self.handshake_send_pending = true;
+        }
+        match step.result {
+            Ok(credit) => {
+                self.remember_incoming(payload);
+                self.send.set_initial_credit(credit);
+                if self.is_initiator && awaiting_challenge {
+                    self.peer_id = Some(header.src_id);
+                    // A new message: restart the retransmission interval.
+                    self.handshake_interval_ns = self.config.initial_rto_ns;
+                }
+                if step.established {
+                    self.establish(now);
+                }
+            }
+            Err(error) => {
+                let reason = match error {
+                    HandshakeError::NoSuchEndpoint { .. } => {
+                        FailReason::Rejected(RejectReason::NoSuchEndpoint)
+                    }
+                    HandshakeError::Busy { .. } => FailReason::Rejected(RejectReason::Busy),
+                    other => FailReason::Handshake(other),
+                };
+                self.fail(reason);
+            }
+        }
+    }
+
+    fn establish(&mut self, now: Nanos) {
+        // The state machines are done; a responder keeps its last message (the Verdict) in
+        // `handshake_out` to repeat it if the Proof comes again.
+        self.handshake = HandshakeSide::Done;
+        self.handshake_retransmit_at = None;
+        self.state = if self.send.close_requested() {
+            State::Closing
+        } else {
+            State::Established
+        };
+        self.last_received_at = now;
+        self.last_ping_at = now;
+        self.events.push_back(Event::Established);
+    }
+
+    fn remember_incoming(&mut self, payload: &[u8]) {
+        let len = payload.len().min(MAX_MESSAGE_LEN);
+        self.handshake_in[..len].copy_from_slice(&payload[..len]);
+        self.handshake_in_len = len;
+    }
+
+    fn incoming_handshake(&self) -> &[u8] {
+        &self.handshake_in[..self.handshake_in_len]
+    }
+
+    // ---- established connection ----
+
+    /// Whether a valid frame belongs to this connection.
+    fn frame_is_ours(&self, header: &FrameHeader) -> bool {
+        let to_us = header.dest_id == self.local_id
+            // A duplicate Hello (dest id 0) reaches the responder it created.
+            || (header.dest_id == 0 && header.frame_type == FrameType::Handshake);
+        let from_peer = match self.peer_id {
+            Some(peer_id) => header.src_id == peer_id,
+            None => header.src_id != 0,
+        };
+        to_us && from_peer
+    }
+
+    fn handle_reset(&mut self) {
+        match self.state {
+            State::Closing if self.recv.peer_closed() => {
+                // The peer forgot us after both Closes: only our Close's ack got lost.
+                self.state = State::Closed;
+                self.events.push_back(Event::Closed);
+            }
+            State::Closed | State::Failed => {}
+            _ => self.fail(FailReason::PeerReset),
+        }
+    }
+
+    fn handle_connection_frame(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+        if !matches!(
+            self.state,
+            State::Established | State::Closing | State::Closed
+        ) {
+            // E.g. the responder's data before our Verdict arrived: it will be retransmitted.
+            self.stats.unexpected_dropped += 1;
+            return;
+        }
+        self.last_received_at = now;
+        if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
+            match self.send.on_ack(
+                now,
+                header.cumulative_ack,
+                header.sack.as_slice(),
+                header.credit,
+            ) {
+                Ok(outcome) => {
+                    if let Some(sample) = outcome.rtt_sample_ns {
+                        self.rtt.on_sample(sample);
+                    }
+                    self.stats.fast_retransmits += outcome.declared_lost;
+                    if outcome.progress {
+                        self.consecutive_rtos = 0;
+                        self.rto_deadline = None;
+                    }
+                }
+                Err(_) => {
+                    self.stats.unexpected_dropped += 1;
+                    return;
+                }
+            }
+            // Any ack answers a credit probe.
+            self.probe_deadline = None;
+            self.probe_backoff_shift = 0;
+        }
+        match header.frame_type {
+            FrameType::Data | FrameType::Close => self.take_data(now, header, payload),
+            FrameType::Ping => self.recv.request_ack(),
+            _ => {}
+        }
+        if header.flags & flags::ACK_REQUESTED != 0 {
+            self.recv.request_ack();
+        }
+        self.check_closed();
+    }
+
+    fn take_data(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+        let is_close = header.frame_type == FrameType::Close;
+        let first_fragment = !is_close && header.fragment_offset == 0;
+        let result = self.recv.on_frame(
+            header.packet_number,
+            is_close,
+            first_fragment,
+            header.message_len,
+            header.stream_offset,
+            if is_close { &[] } else { payload },
+        );
+        match result {
+            Ok(arrival) => {
+                let requested = header.flags & flags::ACK_REQUESTED != 0 || is_close;
+                self.recv
+                    .schedule_ack(now, arrival, requested, self.config.ack_delay_ns);
+                if self.recv.peer_closed() && self.state == State::Established {
+                    self.send.request_close();
+                    self.state = State::Closing;
+                }
+            }
+            Err(refusal) => {
+                match refusal {
+                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::CreditViolation => self.stats.credit_violations += 1,
+                    Refusal::OutOfWindow | Refusal::Inconsistent => {
+                        self.stats.out_of_window_dropped += 1;
+                    }
+                }
+                // A duplicate means our ack got lost: repeat it at once.
+                self.recv.request_ack();
+            }
+        }
+    }
+
+    fn check_closed(&mut self) {
+        if self.state == State::Closing && self.send.close_acked() && self.recv.peer_closed() {
+            self.state = State::Closed;
+            self.rto_deadline = None;
+            self.probe_deadline = None;
+            self.events.push_back(Event::Closed);
+        }
+    }
+
+    fn transmit_frame<'a>(
+        &'a mut self,
+        now: Nanos,
+        header: &mut [u8],
+        to_send: send::FrameToSend,
+    ) -> Transmit<'a> {
+        let sent = to_send.frame;
+        if to_send.retransmission {
+            self.stats.retransmits += 1;
+        } else if !sent.is_close {
+            self.stats.data_frames_sent += 1;
+            self.stats.payload_bytes_sent += u64::from(sent.payload_len);
+        }
+        let frame_type = if sent.is_close {
+            FrameType::Close
+        } else {
+            FrameType::Data
+        };
+        let mut frame_header =
+            FrameHeader::new(frame_type, self.peer_id.unwrap_or(0), self.local_id);
+        frame_header.packet_number = to_send.packet_number;
+        frame_header.message_id = sent.message_id;
+        frame_header.message_len = sent.message_len;
+        frame_header.fragment_offset = sent.fragment_offset;
+        frame_header.stream_offset = sent.payload_offset;
+        frame_header.flags = flags::ACK;
+        if self.send.will_stall() || sent.is_close {
+            frame_header.flags |= flags::ACK_REQUESTED;
+        }
+        self.fill_ack(&mut frame_header);
+        if self.rto_deadline.is_none() {
+            self.rto_deadline = Some(now.saturating_add(self.rtt.rto_ns()));
+        }
+        self.stats.datagrams_sent += 1;
+        let payload = self.send.payload(&sent);
+        // Invariant: the payload is at most max_data_payload_bytes (<= u16::MAX) and the
+        // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit); the SACK
+        // ranges come from our own ordered range list.
+        let header_len = frame_header.emit(header, payload).unwrap_or(0);
+        debug_assert!(header_len > 0, "emitting our own data frame failed");
+        Transmit {
+            header_len,
+            payload,
+        }
+    }
+
+    fn transmit_control<'a>(
+        &'a mut self,
+        frame_type: FrameType,
+        extra_flags: u8,
+        header: &mut [u8],
+    ) -> Option<Transmit<'a>> {
+        let mut frame_header =
+            FrameHeader::new(frame_type, self.peer_id.unwrap_or(0), self.local_id);
+        frame_header.flags = flags::ACK | extra_flags;
+        frame_header.packet_number = 0;
+        self.fill_ack(&mut frame_header);
+        let header_len = frame_header.emit(header, &[]).ok()?;
+        self.stats.datagrams_sent += 1;
+        Some(Transmit {
+            header_len,
+            payload: &[],
+        })
+    }
+
+    fn fill_ack(&mut self, frame_header: &mut FrameHeader) {
+        let (cumulative_ack, credit) = self
+            .recv
+            .write_ack(self.config.max_sack_ranges, &mut self.sack_scratch);
+        frame_header.cumulative_ack = cumulative_ack;
+        frame_header.credit = credit;
+        frame_header.sack = self.sack_scratch;
+    }
+
+    fn handle_connection_timers(&mut self, now: Nanos) {
+        if now >= self.idle_deadline() {
+            self.unreachable();
+            return;
+        }
+        if self.rto_deadline.is_some_and(|deadline| deadline <= now) {
+            self.stats.rto_expirations += 1;
+            self.consecutive_rtos += 1;
+            if self.consecutive_rtos > self.config.max_retransmits {
+                self.unreachable();
+                return;
+            }
+            self.send.on_rto(now, self.rtt.rto_ns());
+            self.rtt.back_off();
+            self.rto_deadline = None;
+        }
+        if self.probe_deadline.is_some_and(|deadline| deadline <= now) {
+            self.ping_pending = true;
+            self.last_ping_at = now;
+            self.probe_deadline = None;
+            self.probe_backoff_shift = (self.probe_backoff_shift + 1).min(16);
+        }
+        if now >= self.keepalive_at() {
+            self.ping_pending = true;
+            self.last_ping_at = now;
+        }
+        self.refresh_timers(now);
+    }
+
+    /// Re-arms the RTO and the credit probe, and updates the gauges in the stats.
+    fn refresh_timers(&mut self, now: Nanos) {
+        if matches!(self.state, State::Established | State::Closing) {
+            if self.send.has_unsacked() {
+                if self.rto_deadline.is_none() {
+                    self.rto_deadline = Some(now.saturating_add(self.rtt.rto_ns()));
+                }
+            } else {
+                self.rto_deadline = None;
+            }
+            if self.send.credit_blocked() && !self.send.has_unsacked() {
+                if self.probe_deadline.is_none() {
+                    let interval = self
+                        .rtt
+                        .rto_ns()
+                        .checked_shl(self.probe_backoff_shift)
+                        .unwrap_or(self.config.max_rto_ns)
+                        .min(self.config.max_rto_ns);
+                    self.probe_deadline = Some(now.saturating_add(interval));
+                }
+            } else {
+                self.probe_deadline = None;
+            }
+        }
+        self.stats.smoothed_rtt_ns = self.rtt.smoothed_ns();
+        self.stats.rtt_variance_ns = self.rtt.variance_ns();
+        self.stats.rto_ns = self.rtt.rto_ns();
+        self.stats.send_buffered_bytes = self.send.buffered_bytes();
+        self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
+    }
+
+    fn keepalive_at(&self) -> Nanos {
+        self.last_received_at
+            .max(self.last_ping_at)
+            .saturating_add(self.config.keepalive_interval_ns)
+    }
+
+    fn idle_deadline(&self) -> Nanos {
+        self.last_received_at
+            .saturating_add(self.config.idle_timeout_ns)
+    }
+
+    fn open_for_sending(&self) -> bool {
+        matches!(self.state, State::Handshaking | State::Established)
+            && !self.send.close_requested()
+    }
+
+    fn unreachable(&mut self) {
+        self.state = State::Failed;
+        self.fail_reason = Some(FailReason::PeerUnreachable);
+        self.rto_deadline = None;
+        self.probe_deadline = None;
+        self.ping_pending = false;
+        self.events.push_back(Event::PeerUnreachable);
+    }
+
+    fn fail(&mut self, reason: FailReason) {
+        if matches!(self.state, State::Closed | State::Failed) {
+            return;
+        }
+        if matches!(
+            reason,
+            FailReason::Handshake(_) | FailReason::Rejected(_) | FailReason::HandshakeTimeout
+        ) {
+            self.stats.handshake_failures += 1;
+        }
+        self.state = State::Failed;
+        self.fail_reason = Some(reason);
+        self.rto_deadline = None;
+        self.probe_deadline = None;
+        self.handshake_retransmit_at = None;
+        self.ping_pending = false;
+        self.events.push_back(Event::Failed(reason));
+    }
+}
+
+/// Answers a datagram for an unknown connection id: writes a Reset frame (header only, no
+/// payload) into `header` and returns its length, or `None` if no Reset is due (the datagram
+/// is not a valid frame, is itself a Reset, or is a new-connection Hello with dest id 0).
+/// `header` needs [`frame::FIXED_HEADER_LEN`] bytes.
+pub fn reset_for(datagram: &[u8], header: &mut [u8]) -> Option<usize> {
+    let frame = Frame::parse(datagram).ok()?;
+    let received = frame.header();
+    if received.frame_type == FrameType::Reset || received.dest_id == 0 || received.src_id == 0 {
+        return None;
+    }
+    FrameHeader::new(FrameType::Reset, received.src_id, received.dest_id)
+        .emit(header, &[])
+        .ok()
+}
+
+/// Widens the caller's 16 random bytes to the handshake's nonce; the connection id makes the
+/// rest differ between the connections of one process.
+fn expand_nonce(nonce: [u8; 16], local_id: u64) -> [u8; NONCE_LEN] {
+    let mut expanded = [0u8; NONCE_LEN];
+    expanded[..16].copy_from_slice(&nonce);
+    expanded[16..24].copy_from_slice(&local_id.to_le_bytes());
+    expanded
+}
+
+/// The peer's receive window from its handshake params.
+fn parse_params(params: &[u8]) -> Option<u64> {
+    let bytes: [u8; PARAMS_LEN] = params.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+fn earliest(left: Option<Nanos>, right: Option<Nanos>) -> Option<Nanos> {
+    match (left, right) {
+        (Some(left), Some(right)) => Some(left.min(right)),
+        (left, None) => left,
+        (None, right) => right,
+    }
+}
+
+/// What one handshake message did: the length of a new message to send (0: none), the
+/// peer's credit from its params (or the error), and whether the handshake finished.
+struct HandshakeStep {
+    out_len: usize,
+    result: Result<u64, HandshakeError>,
+    established: bool,
+}
+
+/// Feeds the initiator the Challenge (queues the Proof) or the Verdict.
+fn initiator_step(
+    initiator: &mut Initiator,
+    awaiting_challenge: bool,
+    payload: &[u8],
+    params_i: &[u8],
+    out: &mut [u8; MAX_MESSAGE_LEN],
+) -> HandshakeStep {
+    if !awaiting_challenge {
+        return HandshakeStep {
+            out_len: 0,
+            result: initiator.handle_verdict(payload).map(|()| 0),
+            established: initiator.is_established(),
+        };
+    }
+    let result = initiator
+        .handle_challenge(payload, params_i)
+        .and_then(|params_r| {
+            parse_params(params_r).ok_or(HandshakeError::ParamsTooLong {
+                len: params_r.len(),
+                max: PARAMS_LEN,
+            })
+        });
+    let out_len = if result.is_ok() {
+        initiator.poll_transmit(out).ok().flatten().unwrap_or(0)
+    } else {
+        0
+    };
+    HandshakeStep {
+        out_len,
+        result,
+        established: false,
+    }
+}
+
+/// Feeds the responder the Proof; queues the Verdict (Accepted or BadProof).
+fn responder_step(
+    responder: &mut Responder,
+    payload: &[u8],
+    out: &mut [u8; MAX_MESSAGE_LEN],
+) -> HandshakeStep {
+    let result = responder.handle_proof(payload).and_then(|params_i| {
+        parse_params(params_i).ok_or(HandshakeError::ParamsTooLong {
+            len: params_i.len(),
+            max: PARAMS_LEN,
+        })
+    });
+    let out_len = responder.poll_transmit(out).ok().flatten().unwrap_or(0);
+    HandshakeStep {
+        out_len,
+        established: result.is_ok(),
+        result,
+    }
+}

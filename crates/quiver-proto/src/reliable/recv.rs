@@ -1,0 +1,342 @@
+//! The receiving half of a reliable connection: the receive ring (stream bytes not yet read
+//! by the application, in order or not), the received packet numbers above the cumulative
+//! ack with their SACK ranges, delayed-ack bookkeeping, credit and message-by-message reads.
+//!
+//! Memory: the ring is `recv_window_bytes` long and the credit we advertise never lets the
+//! peer send past `read_offset + recv_window_bytes`, so every acceptable byte has its own
+//! slot; the per-packet tables hold at most `max_in_flight_datagrams` entries.
+
+use std::collections::VecDeque;
+
+use quiver_wire::frame::{SackRange, SackRanges};
+
+use super::send::MESSAGE_HEADER_LEN;
+use super::Nanos;
+
+/// Why a Data or Close frame was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Already received.
+    Duplicate,
+    /// Packet number too far above the cumulative ack (more than the in-flight cap).
+    OutOfWindow,
+    /// Bytes beyond the credit we gave.
+    CreditViolation,
+    /// Stream offsets inconsistent with data already received.
+    Inconsistent,
+}
+
+/// How a taken frame affects acking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Arrival {
+    /// The next expected packet, nothing was missing before it.
+    InOrder,
+    /// Arrived above a gap, or filled one: ack at once so the sender learns quickly.
+    Reordered,
+}
+
+#[derive(Debug)]
+pub(super) struct RecvState {
+    ring: Vec<u8>,
+    /// Stream bytes consumed by the application.
+    read_offset: u64,
+    /// Every stream byte below it is present (all packets below `cumulative` arrived).
+    readable_end: u64,
+    /// Next expected packet number.
+    cumulative: u64,
+    /// Index i is packet `cumulative + i`: the stream end it covers if it arrived.
+    pending: VecDeque<Option<u64>>,
+    /// Received packet ranges above `cumulative`, ascending, separated by gaps.
+    ranges: VecDeque<SackRange>,
+    max_in_flight: usize,
+    /// Packet number of the peer's Close, once received.
+    close_packet: Option<u64>,
+
+    /// Reader: inside a message, and how much of it is left.
+    in_message: bool,
+    message_len: u64,
+    message_remaining: u64,
+
+    /// Credit in the last frame we sent.
+    advertised_credit: u64,
+    /// Data frames taken since our last ack.
+    unacked_frames: u32,
+    /// Send an ack with the next poll_transmit.
+    ack_now: bool,
+    /// Latest time for a delayed ack.
+    ack_deadline: Option<Nanos>,
+}
+
+impl RecvState {
+    pub(super) fn new(window_bytes: usize, max_in_flight: usize) -> Self {
+        Self {
+            ring: vec![0; window_bytes],
+            read_offset: 0,
+            readable_end: 0,
+            cumulative: 0,
+            pending: VecDeque::new(),
+            ranges: VecDeque::new(),
+            max_in_flight,
+            close_packet: None,
+            in_message: false,
+            message_len: 0,
+            message_remaining: 0,
+            advertised_credit: window_bytes as u64,
+            unacked_frames: 0,
+            ack_now: false,
+            ack_deadline: None,
+        }
+    }
+
+    /// Takes one Data (or, with `is_close`, Close) frame. `first_fragment` frames also cover
+    /// the 8 header bytes before `payload_offset`, rebuilt from `message_len`.
+    #[allow(clippy::too_many_arguments)] // The fields of one frame; a struct would only rename them.
+    pub(super) fn on_frame(
+        &mut self,
+        packet_number: u64,
+        is_close: bool,
+        first_fragment: bool,
+        message_len: u64,
+        payload_offset: u64,
+        payload: &[u8],
+    ) -> Result<Arrival, Refusal> {
+        let Some(index) = packet_number.checked_sub(self.cumulative) else {
+            return Err(Refusal::Duplicate);
+        };
+        if index >= self.max_in_flight as u64 {
+            return Err(Refusal::OutOfWindow);
+        }
+        let index = index as usize;
+        if self.pending.get(index).is_some_and(Option::is_some) {
+            return Err(Refusal::Duplicate);
+        }
+        if self.close_packet.is_some_and(|close| packet_number > close) {
+            return Err(Refusal::Inconsistent);
+        }
+        let header_len = if first_fragment {
+            MESSAGE_HEADER_LEN
+        } else {
+            0
+        };
+        let stream_start = payload_offset
+            .checked_sub(header_len)
+            .ok_or(Refusal::Inconsistent)?;
+        let stream_end = payload_offset
+            .checked_add(payload.len() as u64)
+            .ok_or(Refusal::Inconsistent)?;
+        if stream_start < self.readable_end {
+            return Err(Refusal::Inconsistent);
+        }
+        if stream_end > self.read_offset + self.ring.len() as u64 {
+            return Err(Refusal::CreditViolation);
+        }
+        if first_fragment {
+            self.copy_in(stream_start, &message_len.to_le_bytes());
+        }
+        self.copy_in(payload_offset, payload);
+        if is_close {
+            self.close_packet = Some(packet_number);
+        }
+        if self.pending.len() <= index {
+            self.pending.resize(index + 1, None);
+        }
+        self.pending[index] = Some(stream_end);
+        let had_gap = !self.ranges.is_empty();
+        if index == 0 {
+            self.advance();
+        } else {
+            self.insert_range(packet_number);
+        }
+        self.unacked_frames += 1;
+        if index == 0 && !had_gap {
+            Ok(Arrival::InOrder)
+        } else {
+            Ok(Arrival::Reordered)
+        }
+    }
+
+    /// Schedules the ack for a taken frame: at once every second frame, on reordering or on
+    /// request, otherwise within `ack_delay_ns`.
+    pub(super) fn schedule_ack(
+        &mut self,
+        now: Nanos,
+        arrival: Arrival,
+        requested: bool,
+        ack_delay_ns: Nanos,
+    ) {
+        if requested || arrival == Arrival::Reordered || self.unacked_frames >= 2 {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now.saturating_add(ack_delay_ns));
+        }
+    }
+
+    /// Asks for an ack with the next transmission (duplicates, pings, window updates).
+    pub(super) fn request_ack(&mut self) {
+        self.ack_now = true;
+    }
+
+    /// Whether a standalone ack is due.
+    pub(super) fn ack_due(&self, now: Nanos) -> bool {
+        self.ack_now || self.ack_deadline.is_some_and(|deadline| deadline <= now)
+    }
+
+    pub(super) fn ack_deadline(&self) -> Option<Nanos> {
+        self.ack_deadline
+    }
+
+    /// Fills the ack fields of an outgoing frame and clears the pending ack.
+    pub(super) fn write_ack(&mut self, max_ranges: usize, sack: &mut SackRanges) -> (u64, u64) {
+        sack.clear();
+        let count = self.ranges.len().min(max_ranges);
+        if count > 0 {
+            // The lowest ranges tell the sender where the holes are; the highest tells it how
+            // far the peer got (for the packet-threshold loss rule).
+            for range in self.ranges.iter().take(count - 1) {
+                sack.push(*range);
+            }
+            if let Some(last) = self.ranges.back() {
+                sack.push(*last);
+            }
+        }
+        self.ack_now = false;
+        self.ack_deadline = None;
+        self.unacked_frames = 0;
+        let credit = self.credit();
+        self.advertised_credit = credit;
+        (self.cumulative, credit)
+    }
+
+    /// Stream offset (exclusive) the peer may send up to.
+    pub(super) fn credit(&self) -> u64 {
+        self.read_offset + self.ring.len() as u64
+    }
+
+    /// Whether the peer's Close arrived with everything before it.
+    pub(super) fn peer_closed(&self) -> bool {
+        self.close_packet
+            .is_some_and(|close| close < self.cumulative)
+    }
+
+    /// Unread bytes held (in order or not), as far as known.
+    pub(super) fn buffered_bytes(&self) -> u64 {
+        self.readable_end - self.read_offset
+    }
+
+    // ---- application side ----
+
+    pub(super) fn peek_message_len(&self) -> Option<u64> {
+        if self.in_message {
+            return Some(self.message_len);
+        }
+        if self.readable_end < self.read_offset + MESSAGE_HEADER_LEN {
+            return None;
+        }
+        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+        self.copy_out(self.read_offset, &mut header);
+        Some(u64::from_le_bytes(header))
+    }
+
+    pub(super) fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
+        if !self.in_message {
+            let Some(len) = self.peek_message_len() else {
+                return (0, false);
+            };
+            self.read_offset += MESSAGE_HEADER_LEN;
+            self.in_message = true;
+            self.message_len = len;
+            self.message_remaining = len;
+        }
+        let available = self.readable_end - self.read_offset;
+        let count = (out.len() as u64)
+            .min(self.message_remaining)
+            .min(available) as usize;
+        self.copy_out(self.read_offset, &mut out[..count]);
+        self.read_offset += count as u64;
+        self.message_remaining -= count as u64;
+        let complete = self.message_remaining == 0;
+        if complete {
+            self.in_message = false;
+        }
+        // Window update once a quarter of the window was freed since the last advertisement.
+        if self.credit() - self.advertised_credit >= (self.ring.len() as u64 / 4).max(1) {
+            self.ack_now = true;
+        }
+        (count, complete)
+    }
+
+    /// Bytes of memory held.
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.ring.capacity()
+            + self.pending.capacity() * core::mem::size_of::<Option<u64>>()
+            + self.ranges.capacity() * core::mem::size_of::<SackRange>()
+    }
+
+    // ---- helpers ----
+
+    /// Moves the cumulative ack over every packet that arrived in order.
+    fn advance(&mut self) {
+        while let Some(Some(stream_end)) = self.pending.front().copied() {
+            self.pending.pop_front();
+            self.readable_end = self.readable_end.max(stream_end);
+            self.cumulative += 1;
+        }
+        while self
+            .ranges
+            .front()
+            .is_some_and(|range| range.start < self.cumulative)
+        {
+            self.ranges.pop_front();
+        }
+    }
+
+    /// Adds one packet above the cumulative ack to the range list, merging neighbours.
+    fn insert_range(&mut self, packet_number: u64) {
+        let after = self
+            .ranges
+            .partition_point(|range| range.start <= packet_number);
+        // `after` is the first range starting above the packet; `after - 1` may hold it.
+        let joins_previous = after > 0 && self.ranges[after - 1].end == packet_number;
+        let joins_next = self
+            .ranges
+            .get(after)
+            .is_some_and(|range| range.start == packet_number + 1);
+        match (joins_previous, joins_next) {
+            (true, true) => {
+                let next_end = self.ranges[after].end;
+                self.ranges[after - 1].end = next_end;
+                self.ranges.remove(after);
+            }
+            (true, false) => self.ranges[after - 1].end = packet_number + 1,
+            (false, true) => self.ranges[after].start = packet_number,
+            (false, false) => self.ranges.insert(
+                after,
+                SackRange {
+                    start: packet_number,
+                    end: packet_number + 1,
+                },
+            ),
+        }
+    }
+
+    fn ring_position(&self, offset: u64) -> usize {
+        // Invariant: the ring is non-empty (config validation).
+        (offset % self.ring.len() as u64) as usize
+    }
+
+    fn copy_in(&mut self, offset: u64, data: &[u8]) {
+        let start = self.ring_position(offset);
+        let first = data.len().min(self.ring.len() - start);
+        self.ring[start..start + first].copy_from_slice(&data[..first]);
+        let rest = data.len() - first;
+        self.ring[..rest].copy_from_slice(&data[first..]);
+    }
+
+    fn copy_out(&self, offset: u64, out: &mut [u8]) {
+        let start = self.ring_position(offset);
+        let first = out.len().min(self.ring.len() - start);
+        out[..first].copy_from_slice(&self.ring[start..start + first]);
+        let rest = out.len() - first;
+        out[first..].copy_from_slice(&self.ring[..rest]);
+    }
+}

@@ -1,0 +1,780 @@
+//! Tests of the reliable connection: two connections wired back to back through a tiny
+//! in-test network (a queue per direction, a filter that can drop, duplicate, corrupt or
+//! reorder datagrams) and a virtual clock advanced to `poll_timeout`.
+#![allow(clippy::unwrap_used)] // Tests unwrap: a panic is a failed test.
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::handshake::KEY_LEN;
+
+const JOB_ID: u64 = 0x5eed;
+
+fn key(byte: u8) -> JobKey {
+    JobKey::from_bytes([byte; KEY_LEN])
+}
+
+fn request() -> ConnectRequest {
+    ConnectRequest {
+        job_id: JOB_ID,
+        src_rank: 1,
+        src_port: 10,
+        dst_port: 20,
+    }
+}
+
+fn small_config() -> ReliableConfig {
+    ReliableConfig {
+        send_buffer_bytes: 64 << 10,
+        recv_window_bytes: 64 << 10,
+        ..ReliableConfig::default()
+    }
+}
+
+/// Decides each datagram's fate from (index, sent by a, header).
+type Filter = Box<dyn FnMut(usize, bool, &FrameHeader) -> Fate>;
+
+/// What the network does to one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Deliver,
+    Drop,
+    Duplicate,
+    Corrupt,
+    /// Hold it back and deliver it after the next one.
+    Delay,
+}
+
+/// Two endpoints and the datagrams between them. `a` connects, `b` accepts.
+struct Pair {
+    now: Nanos,
+    a: ReliableConnection,
+    b: Option<ReliableConnection>,
+    config_b: ReliableConfig,
+    key_b: JobKey,
+    /// Datagrams in flight towards a / b.
+    to_a: VecDeque<Vec<u8>>,
+    to_b: VecDeque<Vec<u8>>,
+    held: Option<(bool, Vec<u8>)>,
+    /// Index of every datagram sent (both directions), for the filter.
+    sent: usize,
+    filter: Filter,
+    accept_errors: Vec<AcceptError>,
+    /// When set, b's datagrams vanish (the peer went silent).
+    b_silent: bool,
+}
+
+impl Pair {
+    fn new(config_a: ReliableConfig, config_b: ReliableConfig, key_a: u8, key_b: u8) -> Self {
+        let a =
+            ReliableConnection::connect(config_a, key(key_a), request(), 0xa, [1; 16], 0).unwrap();
+        Self {
+            now: 0,
+            a,
+            b: None,
+            config_b,
+            key_b: key(key_b),
+            to_a: VecDeque::new(),
+            to_b: VecDeque::new(),
+            held: None,
+            sent: 0,
+            filter: Box::new(|_, _, _| Fate::Deliver),
+            accept_errors: Vec::new(),
+            b_silent: false,
+        }
+    }
+
+    fn established() -> Self {
+        let mut pair = Self::new(small_config(), small_config(), 7, 7);
+        pair.run_until(|pair| {
+            pair.a.state() == State::Established
+                && pair
+                    .b
+                    .as_ref()
+                    .is_some_and(|b| b.state() == State::Established)
+        });
+        assert_eq!(pair.a.poll_event(), Some(Event::Established));
+        assert_eq!(pair.b().poll_event(), Some(Event::Established));
+        pair
+    }
+
+    fn b(&mut self) -> &mut ReliableConnection {
+        self.b.as_mut().unwrap()
+    }
+
+    /// Collects every transmit of both sides into the network.
+    fn flush(&mut self) {
+        let mut header = [0u8; frame::MAX_HEADER_LEN];
+        loop {
+            let mut any = false;
+            while let Some(transmit) = self.a.poll_transmit(self.now, &mut header) {
+                let mut datagram = header[..transmit.header_len].to_vec();
+                datagram.extend_from_slice(transmit.payload);
+                self.route(true, datagram);
+                any = true;
+            }
+            let mut from_b = Vec::new();
+            if let Some(b) = self.b.as_mut() {
+                while let Some(transmit) = b.poll_transmit(self.now, &mut header) {
+                    let mut datagram = header[..transmit.header_len].to_vec();
+                    datagram.extend_from_slice(transmit.payload);
+                    from_b.push(datagram);
+                    any = true;
+                }
+            }
+            if !self.b_silent {
+                for datagram in from_b {
+                    self.route(false, datagram);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    fn route(&mut self, from_a: bool, datagram: Vec<u8>) {
+        let index = self.sent;
+        self.sent += 1;
+        let header = *Frame::parse(&datagram).unwrap().header();
+        let fate = (self.filter)(index, from_a, &header);
+        let queue = if from_a {
+            &mut self.to_b
+        } else {
+            &mut self.to_a
+        };
+        match fate {
+            Fate::Deliver => queue.push_back(datagram),
+            Fate::Drop => {}
+            Fate::Duplicate => {
+                queue.push_back(datagram.clone());
+                queue.push_back(datagram);
+            }
+            Fate::Corrupt => {
+                let mut corrupted = datagram;
+                let at = corrupted.len() / 2;
+                corrupted[at] ^= 0x10;
+                queue.push_back(corrupted);
+            }
+            Fate::Delay => {
+                if let Some((held_from_a, held)) = self.held.take() {
+                    let held_queue = if held_from_a {
+                        &mut self.to_b
+                    } else {
+                        &mut self.to_a
+                    };
+                    held_queue.push_back(held);
+                }
+                self.held = Some((from_a, datagram));
+                return;
+            }
+        }
+        if let Some((held_from_a, held)) = self.held.take() {
+            let held_queue = if held_from_a {
+                &mut self.to_b
+            } else {
+                &mut self.to_a
+            };
+            held_queue.push_back(held);
+        }
+    }
+
+    /// Delivers every queued datagram; returns whether any was delivered.
+    fn deliver(&mut self) -> bool {
+        let mut any = false;
+        while let Some(datagram) = self.to_b.pop_front() {
+            any = true;
+            match self.b.as_mut() {
+                Some(b) => b.handle_datagram(self.now, &datagram),
+                None => match ReliableConnection::accept(
+                    self.config_b.clone(),
+                    self.key_b.clone(),
+                    JOB_ID,
+                    &datagram,
+                    0xb,
+                    [2; 16],
+                    self.now,
+                ) {
+                    Ok((connection, request_seen)) => {
+                        assert_eq!(request_seen, request());
+                        self.b = Some(connection);
+                    }
+                    Err(error) => self.accept_errors.push(error),
+                },
+            }
+        }
+        while let Some(datagram) = self.to_a.pop_front() {
+            any = true;
+            self.a.handle_datagram(self.now, &datagram);
+        }
+        any
+    }
+
+    /// One step: send, deliver; if nothing moved, advance time to the next timeout.
+    /// Returns false when nothing is left to happen.
+    fn step(&mut self) -> bool {
+        self.flush();
+        if self.deliver() {
+            return true;
+        }
+        if let Some((held_from_a, held)) = self.held.take() {
+            let queue = if held_from_a {
+                &mut self.to_b
+            } else {
+                &mut self.to_a
+            };
+            queue.push_back(held);
+            return true;
+        }
+        let next = [
+            self.a.poll_timeout(),
+            self.b.as_ref().and_then(ReliableConnection::poll_timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        self.a.handle_timeout(self.now);
+        if let Some(b) = self.b.as_mut() {
+            b.handle_timeout(self.now);
+        }
+        true
+    }
+
+    fn run_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) {
+        for _ in 0..1_000_000 {
+            if done(self) {
+                return;
+            }
+            if !self.step() {
+                break;
+            }
+        }
+        assert!(done(self), "condition not reached at t={} ns", self.now);
+    }
+}
+
+/// Sends `messages` from a to b, reading as they arrive; returns what b read.
+fn transfer(pair: &mut Pair, messages: &[Vec<u8>], read_chunk: usize) -> Vec<Vec<u8>> {
+    let mut received = Vec::new();
+    let mut current = Vec::new();
+    let mut next_message = 0;
+    let mut written = 0;
+    let mut started = false;
+    let mut buffer = vec![0u8; read_chunk.max(1)];
+    pair.run_until(|pair| {
+        // Writer.
+        while next_message < messages.len() {
+            let message = &messages[next_message];
+            if !started {
+                if pair.a.start_message(message.len() as u64).is_err() {
+                    break;
+                }
+                started = true;
+                written = 0;
+            }
+            written += pair.a.write_message(&message[written..]);
+            if written < message.len() {
+                break;
+            }
+            started = false;
+            next_message += 1;
+        }
+        // Reader.
+        while pair.b.is_some() {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            current.extend_from_slice(&buffer[..count]);
+            if complete {
+                received.push(core::mem::take(&mut current));
+            } else if count == 0 {
+                break;
+            }
+        }
+        received.len() == messages.len()
+    });
+    received
+}
+
+fn patterned(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn handshake_establishes_both_sides() {
+    let pair = Pair::established();
+    assert_eq!(pair.a.peer_id(), Some(0xb));
+    assert_eq!(pair.b.as_ref().unwrap().peer_id(), Some(0xa));
+    assert_eq!(pair.a.request(), request());
+}
+
+#[test]
+fn wrong_key_is_refused_and_counted() {
+    let mut pair = Pair::new(small_config(), small_config(), 7, 8);
+    pair.run_until(|pair| {
+        pair.a.state() == State::Failed
+            && pair.b.as_ref().is_some_and(|b| b.state() == State::Failed)
+    });
+    assert!(matches!(
+        pair.a.poll_event(),
+        Some(Event::Failed(FailReason::Handshake(
+            HandshakeError::AuthenticationFailed { .. }
+        )))
+    ));
+    assert_eq!(pair.a.stats().handshake_failures, 1);
+}
+
+#[test]
+fn stranger_datagrams_are_refused_by_accept() {
+    let config = small_config();
+    let garbage = [0u8; 100];
+    assert!(matches!(
+        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &garbage, 1, [0; 16], 0),
+        Err(AcceptError::Frame(_))
+    ));
+    // A Hello of another job.
+    let other = ConnectRequest {
+        job_id: JOB_ID + 1,
+        ..request()
+    };
+    let mut initiator =
+        ReliableConnection::connect(config.clone(), key(7), other, 5, [0; 16], 0).unwrap();
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let transmit = initiator.poll_transmit(0, &mut header).unwrap();
+    let mut hello = header[..transmit.header_len].to_vec();
+    hello.extend_from_slice(transmit.payload);
+    assert!(matches!(
+        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &hello, 1, [0; 16], 0),
+        Err(AcceptError::Handshake(HandshakeError::WrongJob { .. }))
+    ));
+    assert!(matches!(
+        ReliableConnection::accept(config, key(7), JOB_ID + 1, &hello, 0, [0; 16], 0),
+        Err(AcceptError::Config(ConfigError::ZeroConnectionId))
+    ));
+}
+
+#[test]
+fn messages_of_many_sizes_arrive_identical() {
+    let mut pair = Pair::established();
+    let sizes = [
+        0usize,
+        1,
+        7,
+        8,
+        1323,
+        1324,
+        1325,
+        4096,
+        65_536,
+        200_000,
+        3 << 20,
+    ];
+    let messages: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &len)| patterned(len, index as u8))
+        .collect();
+    let received = transfer(&mut pair, &messages, 10_000);
+    assert_eq!(received, messages);
+    pair.run_until(|pair| pair.a.all_acked());
+    assert!(pair.a.memory_bytes() <= small_config().memory_bound_bytes());
+}
+
+fn some_messages() -> Vec<Vec<u8>> {
+    [0usize, 5, 1324, 5000, 70_000, 3, 0, 150_000]
+        .iter()
+        .enumerate()
+        .map(|(index, &len)| patterned(len, index as u8 + 1))
+        .collect()
+}
+
+#[test]
+fn lost_data_is_recovered_by_fast_retransmit_and_rto() {
+    let mut pair = Pair::established();
+    let start = pair.sent;
+    // Drop a few Data frames in the middle (fast retransmit) and the last ones (tail: RTO).
+    pair.filter = Box::new(move |index, from_a, header| {
+        let relative = index - start;
+        if from_a
+            && header.frame_type == FrameType::Data
+            && (relative == 3 || relative == 4 || relative == 10)
+        {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let messages = some_messages();
+    assert_eq!(transfer(&mut pair, &messages, 4096), messages);
+    let stats = pair.a.stats().clone();
+    assert!(stats.retransmits >= 3, "{stats:?}");
+    assert!(stats.fast_retransmits >= 1, "{stats:?}");
+}
+
+#[test]
+fn tail_loss_is_recovered_by_rto() {
+    let mut pair = Pair::established();
+    let start = pair.sent;
+    let mut data_seen = 0;
+    // The only Data frame of a short message is lost twice: only the RTO can recover it.
+    pair.filter = Box::new(move |index, from_a, header| {
+        if from_a && header.frame_type == FrameType::Data && index >= start {
+            data_seen += 1;
+            if data_seen <= 2 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    let messages = vec![b"tail".to_vec()];
+    let before = pair.now;
+    assert_eq!(transfer(&mut pair, &messages, 64), messages);
+    assert_eq!(pair.a.stats().rto_expirations, 2);
+    assert!(pair.now - before >= small_config().initial_rto_ns);
+}
+
+#[test]
+fn duplicates_are_dropped_and_counted() {
+    let mut pair = Pair::established();
+    pair.filter = Box::new(|_, _, _| Fate::Duplicate);
+    let messages = some_messages();
+    assert_eq!(transfer(&mut pair, &messages, 1000), messages);
+    assert!(pair.b().stats().duplicates_dropped > 0);
+    assert!(pair.a.stats().duplicates_dropped == 0 || pair.a.stats().duplicates_dropped > 0);
+}
+
+#[test]
+fn reordered_datagrams_are_delivered_in_order() {
+    let mut pair = Pair::established();
+    pair.filter = Box::new(|index, _, _| {
+        if index % 3 == 0 {
+            Fate::Delay
+        } else {
+            Fate::Deliver
+        }
+    });
+    let messages = some_messages();
+    assert_eq!(transfer(&mut pair, &messages, 777), messages);
+}
+
+#[test]
+fn corrupted_datagrams_are_dropped_and_counted() {
+    let mut pair = Pair::established();
+    pair.filter = Box::new(|index, _, _| {
+        if index % 5 == 2 {
+            Fate::Corrupt
+        } else {
+            Fate::Deliver
+        }
+    });
+    let messages = some_messages();
+    assert_eq!(transfer(&mut pair, &messages, 4096), messages);
+    let corrupt = pair.a.stats().corrupt_dropped + pair.b().stats().corrupt_dropped;
+    assert!(corrupt > 0);
+}
+
+#[test]
+fn handshake_survives_lost_and_duplicated_messages() {
+    for fates in [
+        [Fate::Drop, Fate::Deliver, Fate::Deliver, Fate::Deliver],
+        [Fate::Deliver, Fate::Drop, Fate::Deliver, Fate::Deliver],
+        [Fate::Deliver, Fate::Deliver, Fate::Drop, Fate::Deliver],
+        [Fate::Deliver, Fate::Deliver, Fate::Deliver, Fate::Drop],
+        [
+            Fate::Duplicate,
+            Fate::Duplicate,
+            Fate::Duplicate,
+            Fate::Duplicate,
+        ],
+    ] {
+        let mut pair = Pair::new(small_config(), small_config(), 7, 7);
+        pair.filter =
+            Box::new(move |index, _, _| fates.get(index).copied().unwrap_or(Fate::Deliver));
+        let messages = vec![b"after the handshake".to_vec()];
+        assert_eq!(transfer(&mut pair, &messages, 64), messages, "{fates:?}");
+        assert_eq!(pair.a.state(), State::Established);
+        assert_eq!(pair.b().state(), State::Established);
+        assert!(pair.accept_errors.is_empty() || fates[0] == Fate::Duplicate);
+    }
+}
+
+#[test]
+fn slow_reader_holds_the_sender_back() {
+    let mut pair = Pair::established();
+    let message = patterned(1 << 20, 9);
+    pair.a.start_message(message.len() as u64).unwrap();
+    let mut written = 0;
+    // Nobody reads at b: the sender fills b's window and its own buffer, then stops.
+    for _ in 0..200 {
+        written += pair.a.write_message(&message[written..]);
+        pair.flush();
+        pair.deliver();
+    }
+    let window = small_config().recv_window_bytes as u64;
+    assert_eq!(pair.a.send_capacity(), 0);
+    assert!(written < message.len());
+    assert_eq!(pair.b().stats().recv_buffered_bytes, window);
+    assert_eq!(pair.b().stats().credit_violations, 0);
+    assert!(pair.b().memory_bytes() <= small_config().memory_bound_bytes());
+    // The stalled sender keeps probing, and the connection stays up.
+    let stalled_at = pair.now;
+    pair.run_until(|pair| pair.now > stalled_at + 3_000_000_000);
+    assert_eq!(pair.a.state(), State::Established);
+    // Now read: everything arrives.
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 3000];
+    pair.run_until(|pair| {
+        written += pair.a.write_message(&message[written..]);
+        loop {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            received.extend_from_slice(&buffer[..count]);
+            if complete || count == 0 {
+                return complete;
+            }
+        }
+    });
+    assert_eq!(received, message);
+}
+
+#[test]
+fn idle_connection_pings_and_stays_up() {
+    let mut pair = Pair::established();
+    let start = pair.now;
+    pair.run_until(|pair| pair.now >= start + 5_000_000_000);
+    assert_eq!(pair.a.state(), State::Established);
+    assert_eq!(pair.b().state(), State::Established);
+    assert!(pair.a.stats().pings_sent >= 4);
+}
+
+#[test]
+fn silent_peer_becomes_unreachable() {
+    let mut pair = Pair::established();
+    pair.b_silent = true;
+    let start = pair.now;
+    pair.run_until(|pair| pair.a.state() == State::Failed);
+    assert_eq!(pair.a.poll_event(), Some(Event::PeerUnreachable));
+    assert_eq!(pair.a.fail_reason(), Some(FailReason::PeerUnreachable));
+    let config = small_config();
+    assert!(pair.now - start >= config.idle_timeout_ns);
+    assert!(pair.a.stats().pings_sent >= 2);
+    assert_eq!(pair.a.poll_timeout(), None);
+}
+
+#[test]
+fn silent_peer_with_data_in_flight_becomes_unreachable() {
+    let mut pair = Pair::established();
+    pair.b_silent = true;
+    pair.a.start_message(5).unwrap();
+    pair.a.write_message(b"hello");
+    pair.run_until(|pair| pair.a.state() == State::Failed);
+    assert_eq!(pair.a.poll_event(), Some(Event::PeerUnreachable));
+}
+
+#[test]
+fn graceful_close_delivers_everything() {
+    let mut pair = Pair::established();
+    let messages = some_messages();
+    for message in &messages[..3] {
+        pair.a.start_message(message.len() as u64).unwrap();
+        assert_eq!(pair.a.write_message(message), message.len());
+    }
+    pair.a.close(pair.now);
+    assert_eq!(pair.a.start_message(1), Err(SendError::Closed));
+    let mut received = Vec::new();
+    let mut current = Vec::new();
+    let mut buffer = [0u8; 500];
+    pair.run_until(|pair| {
+        loop {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            current.extend_from_slice(&buffer[..count]);
+            if complete {
+                received.push(core::mem::take(&mut current));
+            } else if count == 0 {
+                break;
+            }
+        }
+        pair.a.state() == State::Closed && pair.b().state() == State::Closed
+    });
+    assert_eq!(received, messages[..3].to_vec());
+    assert_eq!(pair.a.poll_event(), Some(Event::Closed));
+    assert_eq!(pair.b().poll_event(), Some(Event::Closed));
+    assert_eq!(pair.a.poll_timeout(), None);
+}
+
+#[test]
+fn reset_answers_unknown_ids() {
+    let mut pair = Pair::established();
+    pair.a.start_message(1).unwrap();
+    pair.a.write_message(b"x");
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let transmit = pair.a.poll_transmit(pair.now, &mut header).unwrap();
+    let mut datagram = header[..transmit.header_len].to_vec();
+    datagram.extend_from_slice(transmit.payload);
+    let mut reset = [0u8; frame::MAX_HEADER_LEN];
+    let len = reset_for(&datagram, &mut reset).unwrap();
+    assert_eq!(frame::dest_id(&reset[..len]), Some(0xa));
+    assert_eq!(
+        reset_for(&reset[..len], &mut header),
+        None,
+        "no reset for a reset"
+    );
+    pair.a.handle_datagram(pair.now, &reset[..len]);
+    assert_eq!(pair.a.state(), State::Failed);
+    assert_eq!(
+        pair.a.poll_event(),
+        Some(Event::Failed(FailReason::PeerReset))
+    );
+}
+
+#[test]
+fn config_limits_are_checked() {
+    assert_eq!(ReliableConfig::default().validate(), Ok(()));
+    let cases: Vec<(&str, ReliableConfig)> = vec![
+        (
+            "max_datagram_bytes",
+            ReliableConfig {
+                max_datagram_bytes: 100,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_datagram_bytes",
+            ReliableConfig {
+                max_datagram_bytes: 70_000,
+                ..Default::default()
+            },
+        ),
+        (
+            "send_buffer_bytes",
+            ReliableConfig {
+                send_buffer_bytes: 10,
+                ..Default::default()
+            },
+        ),
+        (
+            "recv_window_bytes",
+            ReliableConfig {
+                recv_window_bytes: 0,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_sack_ranges",
+            ReliableConfig {
+                max_sack_ranges: 17,
+                ..Default::default()
+            },
+        ),
+        (
+            "min_rto_ns",
+            ReliableConfig {
+                min_rto_ns: 0,
+                ..Default::default()
+            },
+        ),
+        (
+            "initial_rto_ns",
+            ReliableConfig {
+                initial_rto_ns: 5_000_000_000,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_retransmits",
+            ReliableConfig {
+                max_retransmits: 0,
+                ..Default::default()
+            },
+        ),
+        (
+            "idle_timeout_ns",
+            ReliableConfig {
+                idle_timeout_ns: 1,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_in_flight_datagrams",
+            ReliableConfig {
+                max_in_flight_datagrams: 0,
+                ..Default::default()
+            },
+        ),
+    ];
+    for (field, config) in cases {
+        match config.validate() {
+            Err(ConfigError::Invalid { field: named, .. }) => assert_eq!(named, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        ReliableConfig::default().max_data_payload_bytes(),
+        1472 - 84 - 64
+    );
+}
+
+fn fate_strategy(loss_percent: u32) -> impl Strategy<Value = Fate> {
+    (0u32..100).prop_map(move |roll| {
+        if roll < loss_percent {
+            Fate::Drop
+        } else if roll < loss_percent + 5 {
+            Fate::Duplicate
+        } else if roll < loss_percent + 8 {
+            Fate::Corrupt
+        } else if roll < loss_percent + 15 {
+            Fate::Delay
+        } else {
+            Fate::Deliver
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Whatever the network does (loss up to 30%, duplication, corruption, reordering), every
+    /// message arrives once, in order, byte-identical, and memory stays within the bound.
+    #[test]
+    fn lossy_network_delivers_exactly_once(
+        loss_percent in 0u32..30,
+        fates in proptest::collection::vec(fate_strategy(20), 64),
+        sizes in proptest::collection::vec(0usize..20_000, 1..12),
+        read_chunk in 1usize..5000,
+        window in 256usize..40_000,
+    ) {
+        let config = ReliableConfig {
+            send_buffer_bytes: window,
+            recv_window_bytes: window,
+            max_in_flight_datagrams: 64,
+            idle_timeout_ns: 30_000_000_000,
+            max_retransmits: 40,
+            ..ReliableConfig::default()
+        };
+        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+        let mut roll = 0u64;
+        pair.filter = Box::new(move |index, _, _| {
+            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (roll >> 33) % 100 < u64::from(loss_percent) {
+                Fate::Drop
+            } else {
+                fates[index % fates.len()]
+            }
+        });
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &len)| patterned(len, index as u8))
+            .collect();
+        let received = transfer(&mut pair, &messages, read_chunk);
+        prop_assert_eq!(received, messages);
+        prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
+        prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
+        prop_assert_eq!(pair.b().stats().credit_violations, 0);
+    }
+}
