@@ -260,7 +260,9 @@ impl Config {
             )));
         }
         if self.transports.is_empty() {
-            return Err(Error::Config("QUIVER_TRANSPORTS: name at least one transport".into()));
+            return Err(Error::Config(
+                "QUIVER_TRANSPORTS: name at least one transport".into(),
+            ));
         }
         Ok(())
     }

@@ -28,9 +28,9 @@ use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
 use crate::config::{Config, TransportKind};
-use crate::net::dgram::DgramShared;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::net::dgram::DgramShared;
 use crate::Addr;
 
 /// Time a single handshake step may take before the socket gives up.
@@ -126,11 +126,6 @@ impl EndpointShared {
             .unwrap_or_else(|p| p.into_inner())
             .push(inbound);
         self.has_incoming.store(true, Ordering::Release);
-        self.own_bell.ring();
-    }
-
-    /// Wakes the endpoint if it sleeps.
-    pub(crate) fn wake(&self) {
         self.own_bell.ring();
     }
 }
@@ -233,11 +228,7 @@ impl ContextBuilder {
             }
             _ => None,
         };
-        let dgram_kind = config
-            .transports
-            .iter()
-            .copied()
-            .find(|t| t.is_datagram());
+        let dgram_kind = config.transports.iter().copied().find(|t| t.is_datagram());
         let dgram = match (own_addr, dgram_kind) {
             (Some(addr), Some(kind)) => Some(Arc::new(DgramShared::bind(
                 kind,

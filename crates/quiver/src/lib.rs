@@ -21,9 +21,9 @@
 
 mod config;
 mod context;
-mod net;
 mod endpoint;
 mod error;
+mod net;
 mod pool;
 mod slab;
 

@@ -36,8 +36,8 @@ use crate::slab::{Key, Slab};
 use crate::Addr;
 
 mod remote;
-use remote::{NetIn, NetOut, NET_BIT};
 pub(crate) use remote::{wait_engine, DgramTake as DgramTakeError};
+use remote::{NetIn, NetOut, NET_BIT};
 
 /// A reliable, ordered, message-preserving directed channel from one of this process's
 /// endpoints to a peer endpoint. A cheap handle: copy it freely; it is only valid with the
@@ -182,7 +182,7 @@ pub(crate) enum Dest<'a> {
 }
 
 impl Dest<'_> {
-    fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
+    pub(crate) fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
         match self {
             Dest::Slice(s) => {
                 if len > s.len() as u64 {

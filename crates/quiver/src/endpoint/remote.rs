@@ -186,14 +186,14 @@ impl Endpoint {
         let to = self.ctx.addrs[peer.rank as usize];
         let deadline = Instant::now() + self.config.connect_timeout;
         let link = match kind {
-            TransportKind::Tcp => {
-                OutLink::Tcp(crate::net::tcp::connect(&self.ctx, self.addr, peer, to, deadline)?)
-            }
+            TransportKind::Tcp => OutLink::Tcp(crate::net::tcp::connect(
+                &self.ctx, self.addr, peer, to, deadline,
+            )?),
             TransportKind::Udp | TransportKind::Mem => {
                 let engine = self.ctx.dgram.as_ref().ok_or_else(|| {
                     Error::Config(format!("{kind} is not set up in this context"))
                 })?;
-                OutLink::Dgram(engine.connect(self.addr, peer, to, deadline)?)
+                OutLink::Dgram(engine.connect(&self.ctx, self.addr, peer, to, deadline)?)
             }
             TransportKind::Shm => unreachable!("shm connections are not network connections"),
         };
@@ -268,13 +268,21 @@ impl Endpoint {
                     match tcp_write(stream, &header, &q.data, &mut q.written) {
                         Ok(done) => done,
                         Err(e) => {
-                            return Err(self.fail_net_out(idx, io_failure(kind, &e), "while sending"))
+                            return Err(self.fail_net_out(
+                                idx,
+                                io_failure(kind, &e),
+                                "while sending",
+                            ))
                         }
                     }
                 }
                 OutLink::Dgram(id) => {
                     let id = *id;
-                    let engine = self.ctx.dgram.as_ref().expect("dgram connections need the engine");
+                    let engine = self
+                        .ctx
+                        .dgram
+                        .as_ref()
+                        .expect("dgram connections need the engine");
                     match engine.write(id, &q.data, &mut q.written, &mut q.started) {
                         Ok(done) => done,
                         Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
@@ -321,18 +329,23 @@ impl Endpoint {
             let done = match &mut out.link {
                 OutLink::Tcp(stream) => {
                     let header = StreamHeader::message(data.len() as u64).emit();
-                    tcp_write(stream, &header, data, &mut written)
-                        .map_err(|e| io_failure(kind, &e))
+                    tcp_write(stream, &header, data, &mut written).map_err(|e| io_failure(kind, &e))
                 }
                 OutLink::Dgram(id) => {
                     let id = *id;
-                    let engine = self.ctx.dgram.as_ref().expect("dgram connections need the engine");
+                    let engine = self
+                        .ctx
+                        .dgram
+                        .as_ref()
+                        .expect("dgram connections need the engine");
                     engine.write(id, data, &mut written, &mut started)
                 }
             };
             match done {
                 Ok(true) => return Ok(()),
-                Ok(false) => self.wait_net_out(idx, &mut wait, "waiting for the peer to take data")?,
+                Ok(false) => {
+                    self.wait_net_out(idx, &mut wait, "waiting for the peer to take data")?
+                }
                 Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
             }
         }
@@ -358,7 +371,11 @@ impl Endpoint {
             }
             OutLink::Dgram(id) => {
                 let id = *id;
-                let engine = self.ctx.dgram.as_ref().expect("dgram connections need the engine");
+                let engine = self
+                    .ctx
+                    .dgram
+                    .as_ref()
+                    .expect("dgram connections need the engine");
                 if !engine.can_take(id, data.len()) {
                     return Err(Error::WouldBlock);
                 }
@@ -419,7 +436,11 @@ impl Endpoint {
         let (fd, timeout) = match &out.link {
             OutLink::Tcp(stream) => (stream.as_raw_fd(), SLEEP_SLICE),
             OutLink::Dgram(_) => {
-                let engine = self.ctx.dgram.as_ref().expect("dgram connections need the engine");
+                let engine = self
+                    .ctx
+                    .dgram
+                    .as_ref()
+                    .expect("dgram connections need the engine");
                 (engine.raw_fd(), engine.timeout_within(SLEEP_SLICE))
             }
         };
@@ -487,8 +508,12 @@ impl Endpoint {
                 InLink::Tcp(_) => self.take_tcp(i, dest, wait),
                 InLink::Dgram(id) => {
                     let id = *id;
-                    let engine = self.ctx.dgram.clone().expect("dgram connections need the engine");
-                    match engine.take(id, dest, wait, &self.config) {
+                    let engine = self
+                        .ctx
+                        .dgram
+                        .clone()
+                        .expect("dgram connections need the engine");
+                    match engine.take(&self.ctx, id, dest, wait, &self.config) {
                         Ok(Some(len)) => Ok(Some(len)),
                         Ok(None) => Ok(None),
                         Err(DgramTake::Closed) => {

@@ -1,34 +1,872 @@
-//! TEMPORARY stub of the datagram engine (the reliable core is not merged yet).
-#![allow(dead_code, missing_docs, clippy::missing_errors_doc)]
+//! The datagram engine: one per context, it owns the UDP socket (or the in-process `mem`
+//! socket) of this rank and every reliable connection over it, in both directions.
+//!
+//! The protocol itself is [`quiver_proto::reliable`] (sans-IO); the engine feeds it
+//! datagrams and time, sends what it produces, and routes connections to endpoints:
+//! - a datagram is routed by the destination connection id in its header; id 0 opens a new
+//!   connection (a Hello), which the engine answers only for an open endpoint port;
+//! - progress is driven by whoever calls into the API (every endpoint call polls the
+//!   engine), so no thread competes for the cores; a sleeping endpoint sleeps in poll on
+//!   the engine's descriptor with the protocol's next timer as its timeout.
+//!
+//! All state sits behind one mutex; endpoints of one context on different threads take
+//! turns.
+
+use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use quiver_proto::handshake::JobKey;
+use quiver_proto::handshake::{ConnectRequest, JobKey, RejectReason};
+use quiver_proto::reliable::{
+    reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
+};
+use quiver_transport::udp::{
+    max_gso_bytes, OutDatagram, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
+};
+use quiver_wire::frame::{self, MAX_HEADER_LEN};
 
+use super::mem::MemSocket;
 use crate::config::{Config, TransportKind};
-use crate::context::ContextShared;
-use crate::endpoint::{DgramTakeError as DgramTake, Dest, Failure};
+use crate::context::{random, ContextShared, NetInbound};
+use crate::endpoint::{Dest, DgramTakeError as DgramTake, Failure};
 use crate::error::{Error, Result};
 use crate::Addr;
 
+/// Largest datagram on loopback (and the mem transport) when not configured.
+const LOOPBACK_DATAGRAM: usize = 65000;
+/// Largest datagram elsewhere when not configured: Ethernet MTU 1500 - IPv4 - UDP headers.
+const ETHERNET_DATAGRAM: usize = 1472;
+/// Prefix of a failure that `connect` retries (the peer is not there yet).
+const RETRY: &str = "retry:";
+/// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
+const RECV_BATCH: usize = 64;
+
+/// Bytes of datagrams gathered before one `sendmmsg`.
+const TX_BYTES: usize = 1 << 20;
+/// Messages taken by one `recvmmsg`.
+const RX_MESSAGES: usize = 32;
+
+/// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out back to back in
+/// `tx` and leave with one `sendmmsg`, runs of equal-size datagrams as GSO segments.
+#[derive(Debug)]
+struct UdpIo {
+    socket: UdpSocket,
+    rx: RecvBatch,
+    tx: Vec<u8>,
+    tx_lens: Vec<usize>,
+}
+
+impl UdpIo {
+    /// Sends the datagrams laid out in `tx` to `to`. A datagram the kernel cannot take now
+    /// (socket buffer full after a short wait) is lost like any other; the protocol resends.
+    fn send_all(&mut self, to: SocketAddr) {
+        let gso = self.socket.gso_supported();
+        let mut batch: Vec<OutDatagram<'_>> = Vec::with_capacity(self.tx_lens.len());
+        let mut offset = 0;
+        let mut i = 0;
+        while i < self.tx_lens.len() {
+            let size = self.tx_lens[i];
+            let mut end = offset + size;
+            let mut j = i + 1;
+            if gso {
+                let limit = max_gso_bytes(size, to.is_ipv6());
+                // Equal-size datagrams (the last one of a run may be shorter) share one send.
+                while j < self.tx_lens.len()
+                    && self.tx_lens[j - 1] == size
+                    && self.tx_lens[j] <= size
+                    && end - offset + self.tx_lens[j] <= limit
+                {
+                    end += self.tx_lens[j];
+                    j += 1;
+                }
+            }
+            let mut d = OutDatagram::new(to, &[], &self.tx[offset..end]);
+            if j > i + 1 {
+                d.segment_size = u16::try_from(size).ok();
+            }
+            batch.push(d);
+            offset = end;
+            i = j;
+        }
+        let mut sent = 0;
+        let mut waited = false;
+        while sent < batch.len() {
+            match self.socket.send_batch(&batch[sent..]) {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                    waited = true;
+                    let mut fds = [libc::pollfd {
+                        fd: self.socket.as_raw_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    }];
+                    let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
+                Err(_) => sent += 1,
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Socket {
+    Udp(Box<UdpIo>),
+    Mem(MemSocket),
+}
+
+impl Socket {
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Socket::Udp(u) => u.socket.as_raw_fd(),
+            Socket::Mem(s) => s.raw_fd(),
+        }
+    }
+}
+
+/// What the endpoint sees of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Status {
+    Connecting,
+    Open,
+    /// The peer closed gracefully.
+    Closed,
+    /// Broken for good: why.
+    Failed(String),
+}
+
+#[derive(Debug)]
+struct Entry {
+    core: ReliableConnection,
+    to: SocketAddr,
+    /// The local endpoint's port.
+    local_port: u16,
+    /// The endpoint at the other end.
+    peer: Addr,
+    /// Accepted from a peer (true) or opened by a local connect (false).
+    inbound: bool,
+    status: Status,
+    /// The endpoint gave the connection up; drop it once it is closed or failed.
+    abandoned: bool,
+    /// A message a non-blocking receive began to copy out (its bytes and how many are
+    /// here): at most half the receive window, so bounded.
+    partial: Option<(Vec<u8>, usize)>,
+}
+
+#[derive(Debug)]
+struct Engine {
+    socket: Socket,
+    conns: HashMap<u64, Entry>,
+    /// Connection id of a Hello already answered, by (source address, initiator's id).
+    hellos: HashMap<(SocketAddr, u64), u64>,
+    base: ReliableConfig,
+    config_datagram: usize,
+    start: Instant,
+    header: [u8; MAX_HEADER_LEN],
+    rx: Box<[u8]>,
+    /// Earliest protocol timer over all connections (recomputed by each poll).
+    next_timer: Option<Nanos>,
+}
+
+/// The engine as the context shares it with its endpoints.
 #[derive(Debug)]
 pub(crate) struct DgramShared {
     kind: TransportKind,
+    fd: RawFd,
+    job_id: u64,
+    key: JobKey,
+    engine: Mutex<Engine>,
+}
+
+fn reliable_config(config: &Config) -> ReliableConfig {
+    let idle = config.net_idle_timeout.as_nanos() as Nanos;
+    ReliableConfig {
+        send_buffer_bytes: config.net_window_bytes,
+        recv_window_bytes: config.net_window_bytes,
+        idle_timeout_ns: idle,
+        keepalive_interval_ns: (idle / 4).max(1_000_000),
+        ..ReliableConfig::default()
+    }
 }
 
 impl DgramShared {
-    pub(crate) fn bind(kind: TransportKind, _a: SocketAddr, _c: &Config, _j: u64, _k: JobKey) -> Result<DgramShared> {
-        Err(Error::Config(format!("{kind} is not available yet")))
+    /// Binds this rank's datagram socket at `addr`.
+    pub(crate) fn bind(
+        kind: TransportKind,
+        addr: SocketAddr,
+        config: &Config,
+        job_id: u64,
+        key: JobKey,
+    ) -> Result<DgramShared> {
+        let socket = match kind {
+            TransportKind::Udp => {
+                let mut socket = UdpSocket::bind(addr).map_err(|e| {
+                    Error::io(
+                        format!("binding the udp socket to {addr} (is the address in use, or not on this host?)"),
+                        e,
+                    )
+                })?;
+                // Coalesced receives cut the per-datagram cost; best effort.
+                let _ = socket.set_gro(true);
+                Socket::Udp(Box::new(UdpIo {
+                    socket,
+                    rx: RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES),
+                    tx: Vec::with_capacity(TX_BYTES + 65536),
+                    tx_lens: Vec::with_capacity(1024),
+                }))
+            }
+            TransportKind::Mem => Socket::Mem(
+                MemSocket::bind(addr)
+                    .map_err(|e| Error::io(format!("binding the mem socket {addr}"), e))?,
+            ),
+            other => {
+                return Err(Error::Config(format!(
+                    "{other} is not a datagram transport"
+                )))
+            }
+        };
+        let base = reliable_config(config);
+        base.validate()
+            .map_err(|e| Error::Config(format!("network settings: {e}")))?;
+        Ok(DgramShared {
+            kind,
+            fd: socket.raw_fd(),
+            job_id,
+            key,
+            engine: Mutex::new(Engine {
+                socket,
+                conns: HashMap::new(),
+                hellos: HashMap::new(),
+                base,
+                config_datagram: config.udp_datagram_bytes,
+                start: Instant::now(),
+                header: [0; MAX_HEADER_LEN],
+                rx: vec![0u8; 65536].into_boxed_slice(),
+                next_timer: None,
+            }),
+        })
     }
-    pub(crate) fn kind(&self) -> TransportKind { self.kind }
-    pub(crate) fn raw_fd(&self) -> RawFd { -1 }
-    pub(crate) fn timeout_within(&self, cap: Duration) -> Duration { cap }
-    pub(crate) fn connect(&self, _s: Addr, _d: Addr, _t: SocketAddr, _dl: Instant) -> Result<u64> { unimplemented!() }
-    pub(crate) fn poll_io(&self, _ctx: &ContextShared) {}
-    pub(crate) fn can_take(&self, _id: u64, _len: usize) -> bool { false }
-    pub(crate) fn write(&self, _id: u64, _d: &[u8], _w: &mut usize, _s: &mut bool) -> std::result::Result<bool, Failure> { unimplemented!() }
-    pub(crate) fn readable(&self, _id: u64) -> bool { false }
-    pub(crate) fn take(&self, _id: u64, _d: &mut Dest<'_>, _w: bool, _c: &Config) -> std::result::Result<Option<usize>, DgramTake> { unimplemented!() }
-    pub(crate) fn close(&self, _id: u64) {}
+
+    /// udp or mem.
+    pub(crate) fn kind(&self) -> TransportKind {
+        self.kind
+    }
+
+    /// The descriptor that becomes readable when datagrams arrive.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long a sleeper may sleep before a protocol timer is due (at most `cap`).
+    pub(crate) fn timeout_within(&self, cap: Duration) -> Duration {
+        let engine = self.lock();
+        match engine.next_timer {
+            Some(t) => {
+                let now = engine.now();
+                Duration::from_nanos(t.saturating_sub(now)).min(cap)
+            }
+            None => cap,
+        }
+    }
+
+    /// Opens a connection from `src` to `dst` at `to` and waits for its handshake.
+    pub(crate) fn connect(
+        &self,
+        ctx: &ContextShared,
+        src: Addr,
+        dst: Addr,
+        to: SocketAddr,
+        deadline: Instant,
+    ) -> Result<u64> {
+        let request = ConnectRequest {
+            job_id: self.job_id,
+            src_rank: src.rank,
+            src_port: src.port,
+            dst_port: dst.port,
+        };
+        loop {
+            let id = {
+                let mut engine = self.lock();
+                let id = engine.fresh_id();
+                let now = engine.now();
+                let config = engine.config_for(&to);
+                let core = ReliableConnection::connect(
+                    config,
+                    self.key.clone(),
+                    request,
+                    id,
+                    random(),
+                    now,
+                )
+                .map_err(|e| Error::Config(format!("network settings: {e}")))?;
+                engine.conns.insert(
+                    id,
+                    Entry {
+                        core,
+                        to,
+                        local_port: src.port,
+                        peer: dst,
+                        inbound: false,
+                        status: Status::Connecting,
+                        abandoned: false,
+                        partial: None,
+                    },
+                );
+                engine.flush(id);
+                id
+            };
+            let retry_why = loop {
+                let status = {
+                    let mut engine = self.lock();
+                    engine.poll(Some(ctx), self);
+                    engine.conns.get(&id).map(|e| e.status.clone())
+                };
+                match status {
+                    Some(Status::Open) => return Ok(id),
+                    Some(Status::Connecting) => {}
+                    Some(Status::Failed(why)) if why.starts_with(RETRY) => break why,
+                    Some(Status::Failed(why)) => {
+                        self.lock().conns.remove(&id);
+                        return Err(Error::Refused {
+                            peer: dst,
+                            reason: format!("{why} ({} {to})", self.kind),
+                        });
+                    }
+                    Some(Status::Closed) | None => {
+                        self.lock().conns.remove(&id);
+                        return Err(Error::Refused {
+                            peer: dst,
+                            reason: format!(
+                                "the peer closed the connection during the handshake ({} {to})",
+                                self.kind
+                            ),
+                        });
+                    }
+                }
+                if Instant::now() >= deadline {
+                    self.lock().conns.remove(&id);
+                    return Err(Error::Refused {
+                        peer: dst,
+                        reason: format!(
+                            "no answer over {} from {to} before the connect timeout",
+                            self.kind
+                        ),
+                    });
+                }
+                self.sleep(Duration::from_millis(1));
+            };
+            self.lock().conns.remove(&id);
+            if Instant::now() >= deadline {
+                return Err(Error::Refused {
+                    peer: dst,
+                    reason: format!("{} ({} {to})", &retry_why[RETRY.len()..], self.kind),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn sleep(&self, cap: Duration) {
+        let mut fds = [libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = quiver_transport::sys::poll(&mut fds, Some(self.timeout_within(cap)));
+    }
+
+    /// Receives what arrived, runs due timers, sends what the protocol produced, and hands
+    /// newly accepted connections to their endpoints.
+    pub(crate) fn poll_io(&self, ctx: &ContextShared) {
+        let mut engine = self.lock();
+        engine.poll(Some(ctx), self);
+    }
+
+    /// Whether connection `id` could take `len` more bytes as a new message right now.
+    pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
+        let engine = self.lock();
+        engine
+            .conns
+            .get(&id)
+            .is_some_and(|e| e.core.send_capacity() >= len)
+    }
+
+    /// Writes more of a message into connection `id`'s send window. `written` counts the
+    /// bytes taken so far, `started` whether the message was announced. True once all of
+    /// `data` is taken.
+    pub(crate) fn write(
+        &self,
+        id: u64,
+        data: &[u8],
+        written: &mut usize,
+        started: &mut bool,
+    ) -> std::result::Result<bool, Failure> {
+        let mut engine = self.lock();
+        let kind = self.kind;
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
+        };
+        match &entry.status {
+            Status::Failed(why) => return Err(Failure::Lost(kind.name(), why.clone())),
+            Status::Closed => return Err(Failure::Closed),
+            _ => {}
+        }
+        if !*started {
+            if entry.core.start_message(data.len() as u64).is_err() {
+                return Ok(false);
+            }
+            *started = true;
+        }
+        while *written < data.len() {
+            let n = entry.core.write_message(&data[*written..]);
+            if n == 0 {
+                break;
+            }
+            *written += n;
+        }
+        let done = *written == data.len();
+        engine.flush(id);
+        Ok(done)
+    }
+
+    /// Whether connection `id` has the start of a message to read.
+    pub(crate) fn readable(&self, id: u64) -> bool {
+        let engine = self.lock();
+        engine
+            .conns
+            .get(&id)
+            .is_some_and(|e| e.core.peek_message_len().is_some() || e.status != Status::Open)
+    }
+
+    /// Takes the next message of connection `id` into `dest`. A message that does not fit
+    /// the receive window is read as it arrives (blocking even in a non-blocking call once
+    /// its first bytes are here).
+    pub(crate) fn take(
+        &self,
+        ctx: &ContextShared,
+        id: u64,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+    ) -> std::result::Result<Option<usize>, DgramTake> {
+        let mut engine = self.lock();
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(DgramTake::Closed);
+        };
+        let Some(len) = entry.core.peek_message_len() else {
+            return match &entry.status {
+                Status::Failed(why) => Err(DgramTake::Failed(why.clone())),
+                Status::Closed => Err(DgramTake::Closed),
+                _ => Ok(None),
+            };
+        };
+        let window = engine.base.recv_window_bytes as u64;
+        // Checked before anything is consumed: a too-small buffer leaves the message queued.
+        let buf = dest.prepare(len).map_err(DgramTake::Error)?;
+        let entry = engine.conns.get_mut(&id).expect("looked up above");
+        let mut filled = 0usize;
+        if let Some((partial, got)) = entry.partial.take() {
+            buf[..got].copy_from_slice(&partial[..got]);
+            filled = got;
+        } else if !wait && len <= window / 2 {
+            // Non-blocking: copy what is here aside and deliver only a whole message.
+            let mut partial = vec![0u8; len as usize];
+            let (n, complete) = entry.core.read_message(&mut partial);
+            if !complete {
+                entry.partial = Some((partial, n));
+                engine.flush(id);
+                return Ok(None);
+            }
+            buf.copy_from_slice(&partial);
+            engine.flush(id);
+            return Ok(Some(len as usize));
+        }
+        let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
+        loop {
+            let entry = engine.conns.get_mut(&id).expect("looked up above");
+            let (n, complete) = entry.core.read_message(&mut buf[filled..]);
+            filled += n;
+            if complete {
+                engine.flush(id);
+                return Ok(Some(len as usize));
+            }
+            if let Status::Failed(why) = &entry.status {
+                return Err(DgramTake::Failed(format!(
+                    "{why} (in the middle of a message)"
+                )));
+            }
+            engine.flush(id);
+            engine.poll(Some(ctx), self);
+            if n == 0 {
+                drop(engine);
+                crate::endpoint::wait_engine(self, &mut waited, config.spin)
+                    .map_err(DgramTake::Error)?;
+                engine = self.lock();
+            }
+        }
+    }
+
+    /// The endpoint is done with connection `id`: close it gracefully; it is forgotten
+    /// once the close completes or fails.
+    pub(crate) fn close(&self, id: u64) {
+        let mut engine = self.lock();
+        let now = engine.now();
+        if let Some(entry) = engine.conns.get_mut(&id) {
+            entry.abandoned = true;
+            entry.core.close(now);
+        }
+        engine.flush(id);
+    }
+}
+
+impl Engine {
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    fn fresh_id(&self) -> u64 {
+        loop {
+            let id = u64::from_ne_bytes(random());
+            if id != 0 && !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn config_for(&self, to: &SocketAddr) -> ReliableConfig {
+        let datagram = match (self.config_datagram, &self.socket) {
+            (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
+            (0, _) if super::is_loopback(to) => LOOPBACK_DATAGRAM,
+            (0, _) => ETHERNET_DATAGRAM,
+            (n, _) => n,
+        };
+        ReliableConfig {
+            max_datagram_bytes: datagram,
+            ..self.base.clone()
+        }
+    }
+
+    /// Sends everything connection `id` has to send.
+    fn flush(&mut self, id: u64) {
+        let now = self.now();
+        let Some(entry) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match &mut self.socket {
+            Socket::Mem(socket) => {
+                while let Some(t) = entry.core.poll_transmit(now, &mut self.header) {
+                    let _ = socket.send(entry.to, &self.header[..t.header_len], t.payload);
+                }
+            }
+            Socket::Udp(io) => loop {
+                io.tx.clear();
+                io.tx_lens.clear();
+                let mut more = true;
+                while io.tx.len() < TX_BYTES {
+                    match entry.core.poll_transmit(now, &mut self.header) {
+                        Some(t) => {
+                            io.tx.extend_from_slice(&self.header[..t.header_len]);
+                            io.tx.extend_from_slice(t.payload);
+                            io.tx_lens.push(t.header_len + t.payload.len());
+                        }
+                        None => {
+                            more = false;
+                            break;
+                        }
+                    }
+                }
+                if !io.tx_lens.is_empty() {
+                    io.send_all(entry.to);
+                }
+                if !more {
+                    break;
+                }
+            },
+        }
+    }
+
+    /// Hands one received datagram to its connection (or opens one for a Hello).
+    fn dispatch(
+        &mut self,
+        datagram_at: (usize, usize),
+        from: SocketAddr,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+    ) {
+        let (offset, len) = datagram_at;
+        let datagram = &self.rx[offset..offset + len];
+        match frame::dest_id(datagram) {
+            Some(0) => {
+                if let Some(id) = self.accept(from, offset, len, now, ctx, shared) {
+                    touched.push(id);
+                }
+            }
+            Some(id) => {
+                if let Some(entry) = self.conns.get_mut(&id) {
+                    entry.core.handle_datagram(now, datagram);
+                    touched.push(id);
+                } else if let Some(n) = reset_for(datagram, &mut self.header) {
+                    // A stale connection (we forgot it) or a forged id: tell the sender.
+                    match &mut self.socket {
+                        Socket::Mem(s) => {
+                            let _ = s.send(from, &self.header[..n], &[]);
+                        }
+                        Socket::Udp(io) => {
+                            let _ = io.socket.send_batch(&[OutDatagram::new(
+                                from,
+                                &self.header[..n],
+                                &[],
+                            )]);
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
+        let now = self.now();
+        let mut touched: Vec<u64> = Vec::new();
+        match &self.socket {
+            Socket::Mem(_) => {
+                for _ in 0..RECV_BATCH {
+                    let Socket::Mem(socket) = &self.socket else {
+                        unreachable!()
+                    };
+                    let (n, from) = match socket.recv(&mut self.rx) {
+                        Ok(Some(x)) => x,
+                        Ok(None) | Err(_) => break,
+                    };
+                    self.dispatch((0, n), from, now, ctx, shared, &mut touched);
+                }
+            }
+            Socket::Udp(_) => {
+                for _ in 0..RECV_BATCH / RX_MESSAGES {
+                    let Socket::Udp(io) = &mut self.socket else {
+                        unreachable!()
+                    };
+                    let got = match io.socket.recv_batch(&mut io.rx) {
+                        Ok(n) => n,
+                        Err(_) => break,
+                    };
+                    // Copy each message out of the batch (it is borrowed from the socket),
+                    // one at a time, then dispatch its datagrams.
+                    for m in 0..got {
+                        let Socket::Udp(io) = &mut self.socket else {
+                            unreachable!()
+                        };
+                        let msg = io.rx.message(m);
+                        if msg.truncated {
+                            continue;
+                        }
+                        let from = msg.source;
+                        let segment = msg.segment_bytes.max(1);
+                        let total = msg.data.len();
+                        self.rx[..total].copy_from_slice(msg.data);
+                        let mut offset = 0;
+                        while offset < total {
+                            let len = segment.min(total - offset);
+                            self.dispatch((offset, len), from, now, ctx, shared, &mut touched);
+                            offset += len;
+                        }
+                    }
+                    if got < RX_MESSAGES {
+                        break;
+                    }
+                }
+            }
+        }
+        // Timers.
+        let mut next: Option<Nanos> = None;
+        for (&id, entry) in self.conns.iter_mut() {
+            if let Some(t) = entry.core.poll_timeout() {
+                if t <= now {
+                    entry.core.handle_timeout(now);
+                    touched.push(id);
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            self.flush(id);
+            self.settle(id, ctx, shared);
+        }
+        for entry in self.conns.values() {
+            if let Some(t) = entry.core.poll_timeout() {
+                next = Some(next.map_or(t, |n: Nanos| n.min(t)));
+            }
+        }
+        self.next_timer = next;
+        self.conns.retain(|_, e| {
+            !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed))
+        });
+    }
+
+    /// A datagram for connection id 0: a Hello from a stranger, answered if it proves
+    /// membership of the job and names an open endpoint.
+    fn accept(
+        &mut self,
+        from: SocketAddr,
+        offset: usize,
+        n: usize,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+    ) -> Option<u64> {
+        let datagram = &self.rx[offset..offset + n];
+        let their_id = frame::Frame::parse(datagram).ok()?.header().src_id;
+        if let Some(&id) = self.hellos.get(&(from, their_id)) {
+            // A retransmitted Hello: the connection exists; let it answer again.
+            if let Some(entry) = self.conns.get_mut(&id) {
+                entry
+                    .core
+                    .handle_datagram(now, &self.rx[offset..offset + n]);
+            }
+            return Some(id);
+        }
+        let id = self.fresh_id();
+        let config = self.config_for(&from);
+        let (mut core, request) = match ReliableConnection::accept(
+            config,
+            shared.key.clone(),
+            shared.job_id,
+            datagram,
+            id,
+            random(),
+            now,
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some(ctx) = ctx {
+                    ctx.refused(format!("{} from {from}: {e}", shared.kind));
+                }
+                return None;
+            }
+        };
+        let open = ctx.is_some_and(|c| {
+            request.src_rank < c.size && c.endpoint_shared(request.dst_port).is_some()
+        });
+        if !open {
+            core.reject(RejectReason::NoSuchEndpoint);
+        }
+        self.hellos.insert((from, their_id), id);
+        self.conns.insert(
+            id,
+            Entry {
+                core,
+                to: from,
+                local_port: request.dst_port,
+                peer: Addr::new(request.src_rank, request.src_port),
+                inbound: true,
+                status: Status::Connecting,
+                abandoned: !open,
+                partial: None,
+            },
+        );
+        Some(id)
+    }
+
+    /// Turns the protocol's events of connection `id` into its status.
+    fn settle(&mut self, id: u64, ctx: Option<&ContextShared>, shared: &DgramShared) {
+        let Some(entry) = self.conns.get_mut(&id) else {
+            return;
+        };
+        while let Some(event) = entry.core.poll_event() {
+            match event {
+                Event::Established => {
+                    entry.status = Status::Open;
+                    if entry.inbound && !entry.abandoned {
+                        match ctx.and_then(|c| c.endpoint_shared(entry.local_port)) {
+                            Some(ep) => {
+                                if let Some(c) = ctx {
+                                    c.accepted();
+                                }
+                                ep.deliver_inbound(NetInbound::Dgram {
+                                    peer: entry.peer,
+                                    kind: shared.kind,
+                                    id,
+                                });
+                            }
+                            None => {
+                                // The endpoint closed meanwhile.
+                                entry.abandoned = true;
+                                entry.core.close(self.start.elapsed().as_nanos() as Nanos);
+                            }
+                        }
+                    }
+                }
+                Event::PeerUnreachable => {
+                    let retry = if entry.status == Status::Connecting {
+                        RETRY
+                    } else {
+                        ""
+                    };
+                    entry.status = Status::Failed(format!(
+                        "{retry}no answer for {} ms (the peer died, froze, or the network is down)",
+                        self.base.idle_timeout_ns / 1_000_000
+                    ));
+                }
+                Event::Closed if !matches!(entry.status, Status::Failed(_)) => {
+                    entry.status = Status::Closed;
+                }
+                Event::Failed(reason) => {
+                    entry.status = Status::Failed(match reason {
+                        FailReason::Rejected(RejectReason::NoSuchEndpoint) => {
+                            format!("{RETRY}the endpoint is not open")
+                        }
+                        FailReason::Rejected(r) => format!("refused: {r:?}"),
+                        FailReason::Handshake(e) => {
+                            let why = crate::context::describe_handshake_error(e);
+                            if entry.inbound {
+                                if let Some(c) = ctx {
+                                    c.refused(format!(
+                                        "{} from rank {}: {why}",
+                                        shared.kind, entry.peer.rank
+                                    ));
+                                }
+                                entry.abandoned = true;
+                            }
+                            why
+                        }
+                        FailReason::HandshakeTimeout => {
+                            if entry.inbound {
+                                // A stranger that could not prove the key goes quiet.
+                                if let Some(c) = ctx {
+                                    c.refused(format!(
+                                        "{} from {}: the handshake was not completed",
+                                        shared.kind, entry.to
+                                    ));
+                                }
+                                entry.abandoned = true;
+                            }
+                            format!("{RETRY}no answer to the handshake")
+                        }
+                        FailReason::PeerReset => {
+                            "the peer reset the connection (it closed it, restarted, or forgot it)"
+                                .into()
+                        }
+                        FailReason::PeerUnreachable => "the peer stopped answering".into(),
+                        FailReason::ProtocolViolation => {
+                            "the peer broke the protocol; the connection was closed".into()
+                        }
+                        #[allow(unreachable_patterns)]
+                        other => format!("{other:?}"),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
 }

@@ -14,9 +14,12 @@ use quiver_transport::sys;
 /// Bytes a receive queue holds before it drops (like a socket's receive buffer).
 pub(crate) const QUEUE_BYTES: usize = 16 << 20;
 
+/// Queued datagrams with their sources, and their total bytes.
+type Datagrams = (VecDeque<(SocketAddr, Vec<u8>)>, usize);
+
 #[derive(Debug)]
 struct Queue {
-    datagrams: Mutex<(VecDeque<(SocketAddr, Vec<u8>)>, usize)>,
+    datagrams: Mutex<Datagrams>,
     wakeup: OwnedFd,
 }
 
@@ -75,7 +78,11 @@ impl MemSocket {
 
     /// Takes one datagram into `buf` (truncated like UDP if longer), or None.
     pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
-        let mut q = self.queue.datagrams.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self
+            .queue
+            .datagrams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let Some((from, datagram)) = q.0.pop_front() else {
             sys::eventfd_drain(self.queue.wakeup.as_raw_fd());
             return Ok(None);

@@ -26,7 +26,9 @@ const ACCEPT_SLICE: Duration = Duration::from_millis(100);
 pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener> {
     let listener = TcpListener::bind(addr).map_err(|e| {
         Error::io(
-            format!("binding the tcp listener to {addr} (is the address in use, or not on this host?)"),
+            format!(
+                "binding the tcp listener to {addr} (is the address in use, or not on this host?)"
+            ),
             e,
         )
     })?;
@@ -161,9 +163,8 @@ fn try_connect(
     dst: Addr,
     to: SocketAddr,
 ) -> std::result::Result<TcpStream, Attempt> {
-    let io_fail = |what: &str, e: io::Error| {
-        Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e))
-    };
+    let io_fail =
+        |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
     let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
         Ok(s) => s,
         Err(e)
@@ -172,7 +173,10 @@ fn try_connect(
                 io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut
             ) =>
         {
-            return Err(Attempt::Retry(format!("rank {} is not listening", dst.rank)))
+            return Err(Attempt::Retry(format!(
+                "rank {} is not listening",
+                dst.rank
+            )))
         }
         Err(e) => return Err(io_fail("connecting to", e)),
     };
