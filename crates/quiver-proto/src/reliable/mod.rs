@@ -1006,7 +1006,9 @@ impl ReliableConnection {
     fn frame_is_ours(&self, header: &FrameHeader) -> bool {
         let to_us = header.dest_id == self.local_id
             // A duplicate Hello (dest id 0) reaches the responder it created.
-            || (header.dest_id == 0 && header.frame_type == FrameType::Handshake);
+            || (header.dest_id == 0
+                && header.frame_type == FrameType::Handshake
+                && !self.is_initiator);
         let from_peer = match self.peer_id {
             Some(peer_id) => header.src_id == peer_id,
             None => header.src_id != 0,
