@@ -12,4 +12,5 @@ pub mod event;
 pub mod link;
 pub mod rng;
 pub mod seeds;
+pub mod sim;
 pub mod workload;
