@@ -116,6 +116,8 @@ pub enum Role {
 pub struct NodeStats {
     /// Datagrams received (while alive).
     pub datagrams_received: u64,
+    /// Of those, copies the link had corrupted.
+    pub corrupted_received: u64,
     /// Datagrams with destination id 0 that `accept` refused (corrupt, wrong job, not a
     /// Hello). A wrong key is not visible here: it fails the handshake later.
     pub handshakes_refused: u64,
@@ -200,7 +202,11 @@ impl SimReport {
 }
 
 enum SimEvent {
-    Arrival { link: LinkId, datagram: Vec<u8> },
+    Arrival {
+        link: LinkId,
+        datagram: Vec<u8>,
+        corrupted: bool,
+    },
     StartFlow(FlowId),
     ReaderTick(FlowId),
     Kill(NodeId),
@@ -564,10 +570,14 @@ impl Sim {
 
     fn handle_event(&mut self, now: Nanos, event: SimEvent) {
         match event {
-            SimEvent::Arrival { link, datagram } => {
+            SimEvent::Arrival {
+                link,
+                datagram,
+                corrupted,
+            } => {
                 self.trace(&[now, 1, link.0 as u64]);
                 self.trace_bytes(&datagram);
-                self.handle_arrival(now, link, &datagram);
+                self.handle_arrival(now, link, &datagram, corrupted);
             }
             SimEvent::StartFlow(flow) => {
                 self.trace(&[now, 2, flow.0 as u64]);
@@ -670,7 +680,7 @@ impl Sim {
         self.link_ends[link.0]
     }
 
-    fn handle_arrival(&mut self, now: Nanos, link: LinkId, datagram: &[u8]) {
+    fn handle_arrival(&mut self, now: Nanos, link: LinkId, datagram: &[u8], corrupted: bool) {
         if !self.links[link.0].is_up(now) {
             self.links[link.0].count_arrival_partition_drop();
             return;
@@ -681,6 +691,9 @@ impl Sim {
             return;
         }
         self.nodes[to.0].stats.datagrams_received += 1;
+        if corrupted {
+            self.nodes[to.0].stats.corrupted_received += 1;
+        }
         let Some(dest) = frame::dest_id(datagram) else {
             self.nodes[to.0].stats.unknown_destination += 1;
             return;
@@ -900,12 +913,13 @@ impl Sim {
             .find(|link| self.links[link.0].is_up(now))
             .unwrap_or(links[0]);
         let deliveries = self.links[link.0].transmit(now, datagram);
-        for (at, copy) in deliveries.copies {
+        for (at, copy, corrupted) in deliveries.copies {
             self.queue.schedule(
                 at,
                 SimEvent::Arrival {
                     link,
                     datagram: copy,
+                    corrupted,
                 },
             );
         }
