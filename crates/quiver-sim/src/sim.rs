@@ -84,6 +84,9 @@ pub struct FlowConfig {
     /// True (default): the flow counts as settled once everything is delivered and acked.
     /// False: only once a side fails or closes (to watch an idle connection).
     pub settle_on_completion: bool,
+    /// The sender closes the connection gracefully once every message is written; the flow
+    /// then settles only when both sides are Closed (or one failed).
+    pub close_when_done: bool,
 }
 
 impl FlowConfig {
@@ -98,6 +101,7 @@ impl FlowConfig {
             start_ns: 0,
             initiator_key: None,
             settle_on_completion: true,
+            close_when_done: false,
         }
     }
 }
@@ -245,6 +249,7 @@ struct Flow {
     read_budget_bytes: u64,
     completed_at_ns: Option<Nanos>,
     started: bool,
+    close_called: bool,
 }
 
 /// A deterministic simulation: build it with `add_node`, `add_link`, `add_flow`, then
@@ -393,6 +398,7 @@ impl Sim {
             read_budget_bytes: 0,
             completed_at_ns: None,
             started: false,
+            close_called: false,
         });
         id
     }
@@ -516,23 +522,26 @@ impl Sim {
         }
     }
 
+    /// A flow is settled when it completed (unless `settle_on_completion` is off or it
+    /// closes when done), or when every connection of it on a live node has ended (Closed
+    /// or Failed): after a failure the run goes on until the other side notices too.
     fn all_flows_settled(&self) -> bool {
         self.flows.iter().all(|flow| {
             if !flow.started {
                 return false;
             }
-            if flow.completed_at_ns.is_some() && flow.config.settle_on_completion {
+            if flow.completed_at_ns.is_some()
+                && flow.config.settle_on_completion
+                && !flow.config.close_when_done
+            {
                 return true;
             }
-            let failed = |slot: Option<usize>| {
-                slot.is_some_and(|slot| {
-                    matches!(
-                        self.connections[slot].connection.state(),
-                        State::Failed | State::Closed
-                    )
-                })
-            };
-            failed(flow.initiator) || failed(flow.responder)
+            [flow.initiator, flow.responder]
+                .into_iter()
+                .flatten()
+                .map(|slot| &self.connections[slot])
+                .filter(|slot| self.nodes[slot.node.0].alive)
+                .all(|slot| matches!(slot.connection.state(), State::Failed | State::Closed))
         })
     }
 
@@ -844,6 +853,10 @@ impl Sim {
         match entry.role {
             Role::Initiator => {
                 flow.sender.pump(&mut ConnectionApp(&mut entry.connection));
+                if flow.config.close_when_done && flow.sender.is_done() && !flow.close_called {
+                    flow.close_called = true;
+                    entry.connection.close(now);
+                }
             }
             Role::Responder => {
                 let budget = if flow.config.read_rate_bytes_per_ms.is_some() {

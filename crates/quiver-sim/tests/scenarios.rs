@@ -511,6 +511,132 @@ fn wrong_job_key() {
     });
 }
 
+/// Draws log-uniformly from `[low, high]` (small values as likely as large ones).
+fn log_uniform(rng: &mut SimRng, low: u64, high: u64) -> u64 {
+    let (low_f, high_f) = ((low as f64).ln(), (high as f64).ln());
+    let value = (low_f + rng.next_f64() * (high_f - low_f)).exp() as u64;
+    value.clamp(low, high)
+}
+
+/// Random valid configurations at the edges: tiny buffers (down to 64 B, smaller than one
+/// datagram), 0-16 SACK ranges, 1-512 datagrams in flight, datagrams of 416 B to 9000 B, no
+/// ack delay or a long one; over links with 0-20% loss, jitter, duplication, corruption and
+/// an MTU equal to the datagram size.
+#[test]
+fn random_configs() {
+    let seeds = sweep_seeds(400);
+    run_seeds("random_configs", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0xC0F1_6000);
+        let max_datagram_bytes = rng.range_inclusive(416, 9000) as usize;
+        let min_rto_ns = rng.range_inclusive(1, 5) * MILLISECOND_NS;
+        let config = ReliableConfig {
+            max_datagram_bytes,
+            send_buffer_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
+            recv_window_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
+            max_sack_ranges: rng.range_inclusive(0, 16) as usize,
+            initial_rto_ns: min_rto_ns + rng.range_inclusive(0, 20) * MILLISECOND_NS,
+            min_rto_ns,
+            max_rto_ns: 50 * MILLISECOND_NS,
+            max_retransmits: 40,
+            ack_delay_ns: rng.range_inclusive(0, 2000) * MICROSECOND_NS,
+            max_in_flight_datagrams: log_uniform(&mut rng, 1, 512) as usize,
+            ..sweep_config()
+        };
+        let mut link = || LinkConfig {
+            delay_ns: rng.range_inclusive(10, 300) * MICROSECOND_NS,
+            jitter_ns: rng.range_inclusive(0, 500) * MICROSECOND_NS,
+            loss_probability: rng.next_f64() * 0.2,
+            duplicate_probability: rng.next_f64() * 0.05,
+            corrupt_probability: rng.next_f64() * 0.05,
+            mtu_bytes: max_datagram_bytes,
+            ..base_link()
+        };
+        let (forward, back) = (link(), link());
+        let (mut sim, flow) = two_nodes(seed, forward, back, config, 12, 20_000);
+        run_to_delivery(&mut sim, flow);
+    });
+}
+
+/// The sender closes after its last message over a lossy, reordering link: everything is
+/// delivered, then both sides report Closed (and nothing else after Established).
+#[test]
+fn graceful_close() {
+    let seeds = sweep_seeds(200);
+    run_seeds("graceful_close", &seeds, |seed| {
+        let lossy = LinkConfig {
+            loss_probability: 0.1,
+            jitter_ns: 300 * MICROSECOND_NS,
+            ..base_link()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_duplex_link(sender, receiver, lossy);
+        let mut rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut rng, 10, 20_000);
+        let mut flow_config = FlowConfig::new(sender, receiver, sweep_config(), script);
+        flow_config.close_when_done = true;
+        let flow = sim.add_flow(flow_config);
+        assert_eq!(
+            sim.run_until(SWEEP_DEADLINE_NS),
+            StopReason::AllFlowsSettled
+        );
+        let report = sim.report();
+        let flow_report = &report.flows[flow.0];
+        assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
+        for events in [&flow_report.initiator_events, &flow_report.responder_events] {
+            let kinds: Vec<Event> = events.iter().map(|&(_, event)| event).collect();
+            assert_eq!(
+                kinds,
+                vec![Event::Established, Event::Closed],
+                "{flow_report:#?}"
+            );
+        }
+    });
+}
+
+/// Both directions go down for longer than the idle timeout: both sides report
+/// PeerUnreachable, after the partition began and no later than its start + idle_timeout +
+/// max_rto.
+#[test]
+fn partition_outlasts_idle_timeout() {
+    let seeds = sweep_seeds(100);
+    run_seeds("partition_outlasts_idle_timeout", &seeds, |seed| {
+        let config = ReliableConfig {
+            idle_timeout_ns: 300 * MILLISECOND_NS,
+            ..sweep_config()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        let (forward, back) = sim.add_duplex_link(sender, receiver, base_link());
+        let mut rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut rng, 200, 30_000);
+        let start = rng.range_inclusive(1000, 3000) * MICROSECOND_NS;
+        let end = start + config.idle_timeout_ns + 200 * MILLISECOND_NS;
+        sim.partition(forward, start, end);
+        sim.partition(back, start, end);
+        let mut flow_config = FlowConfig::new(sender, receiver, config.clone(), script);
+        flow_config.settle_on_completion = false;
+        let flow = sim.add_flow(flow_config);
+        sim.run_until(SWEEP_DEADLINE_NS);
+        let report = sim.report();
+        let flow_report = &report.flows[flow.0];
+        for events in [&flow_report.initiator_events, &flow_report.responder_events] {
+            let at = events
+                .iter()
+                .find(|(_, event)| matches!(event, Event::PeerUnreachable))
+                .map(|&(at, _)| at)
+                .unwrap_or_else(|| panic!("no PeerUnreachable: {flow_report:#?}"));
+            let bound = start + config.idle_timeout_ns + config.max_rto_ns;
+            assert!(
+                at > start && at <= bound,
+                "at {at} ns, partition {start}..{end}"
+            );
+        }
+    });
+}
+
 /// A few seeds with messages of several MiB on a 10 Gbit/s link with 1% loss and default
 /// buffer sizes.
 #[test]
