@@ -552,8 +552,29 @@ fn random_configs() {
             ..base_link()
         };
         let (forward, back) = (link(), link());
+        let summary = format!(
+            "buffers {}/{} B, in flight {}, sacks {}, datagram {} B",
+            config.send_buffer_bytes,
+            config.recv_window_bytes,
+            config.max_in_flight_datagrams,
+            config.max_sack_ranges,
+            config.max_datagram_bytes
+        );
         let (mut sim, flow) = two_nodes(seed, forward, back, config, 12, 20_000);
-        run_to_delivery(&mut sim, flow);
+        let report = run_to_delivery(&mut sim, flow);
+        if std::env::var_os("QUIVER_SIM_VERBOSE").is_some() {
+            let flow_report = &report.flows[flow.0];
+            eprintln!(
+                "seed {seed}: {summary}: {} B in {:.1} ms, {} datagrams, {} retransmits",
+                flow_report.bytes_received,
+                flow_report.completed_at_ns.unwrap_or(0) as f64 / 1e6,
+                report.datagrams_sent,
+                flow_report
+                    .initiator_stats
+                    .as_ref()
+                    .map_or(0, |stats| stats.retransmits)
+            );
+        }
     });
 }
 
@@ -701,5 +722,55 @@ fn replay_is_deterministic() {
         assert_eq!(first.links, second.links);
         let other = run(seed + 1000);
         assert_ne!(first.trace_hash, other.trace_hash);
+    });
+}
+
+/// Goodput table (loss x window) for one seed, printed with `--nocapture`: a quick view of
+/// how the core degrades with loss. Asserts only that every cell completes.
+#[test]
+fn goodput_table() {
+    let seeds = fixed_seeds(&[1]);
+    run_seeds("goodput_table", &seeds, |seed| {
+        let mut lines = vec![format!(
+            "{:>6} {:>10} {:>12} {:>10} {:>12}",
+            "loss", "window", "goodput MB/s", "datagrams", "retransmits"
+        )];
+        for loss in [0.0, 0.01, 0.05, 0.1, 0.3] {
+            for window in [64 * 1024, 1024 * 1024] {
+                let link = LinkConfig {
+                    delay_ns: 50 * MICROSECOND_NS,
+                    loss_probability: loss,
+                    bandwidth_bits_per_second: 10_000_000_000,
+                    queue_capacity_bytes: 2 * 1024 * 1024,
+                    ..LinkConfig::default()
+                };
+                let config = ReliableConfig {
+                    send_buffer_bytes: window,
+                    recv_window_bytes: window,
+                    ..sweep_config()
+                };
+                let mut sim = Sim::new(seed);
+                let sender = sim.add_node();
+                let receiver = sim.add_node();
+                sim.add_duplex_link(sender, receiver, link);
+                let script = MessageScript::fixed(seed, vec![256 * 1024; 8]);
+                let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
+                let report = run_to_delivery(&mut sim, flow);
+                let flow_report = &report.flows[flow.0];
+                lines.push(format!(
+                    "{:>5.0}% {:>9}K {:>12.1} {:>10} {:>12}",
+                    loss * 100.0,
+                    window / 1024,
+                    flow_report.goodput_bytes_per_second / 1e6,
+                    report.datagrams_sent,
+                    flow_report
+                        .initiator_stats
+                        .as_ref()
+                        .map_or(0, |stats| stats.retransmits)
+                ));
+            }
+        }
+        eprintln!("goodput, 2 MiB in 256 KiB messages, 10 Gbit/s, 100 µs RTT, seed {seed}");
+        eprintln!("{}", lines.join("\n"));
     });
 }
