@@ -214,6 +214,7 @@ enum SimEvent {
     StartFlow(FlowId),
     ReaderTick(FlowId),
     Kill(NodeId),
+    Restart(NodeId),
 }
 
 struct Node {
@@ -238,6 +239,9 @@ struct Slot {
     events: Vec<(Nanos, Event)>,
     /// Consecutive timer firings that did not move the timer past now.
     stuck_timer_count: u32,
+    /// The node restarted after this connection was made: it is forgotten (no input, no
+    /// timer, no output), like state lost in a process restart.
+    forgotten: bool,
 }
 
 struct Flow {
@@ -374,6 +378,12 @@ impl Sim {
     /// Kills `node` at `at_ns`: it never sends, receives or runs a timer again.
     pub fn kill_node(&mut self, node: NodeId, at_ns: Nanos) {
         self.queue.schedule(at_ns, SimEvent::Kill(node));
+    }
+
+    /// Restarts `node` at `at_ns`: it stays up but forgets every connection (datagrams for
+    /// them are answered with a Reset, as for any unknown id).
+    pub fn restart_node(&mut self, node: NodeId, at_ns: Nanos) {
+        self.queue.schedule(at_ns, SimEvent::Restart(node));
     }
 
     /// Adds a flow; it starts at `config.start_ns`.
@@ -540,7 +550,7 @@ impl Sim {
                 .into_iter()
                 .flatten()
                 .map(|slot| &self.connections[slot])
-                .filter(|slot| self.nodes[slot.node.0].alive)
+                .filter(|slot| self.nodes[slot.node.0].alive && !slot.forgotten)
                 .all(|slot| matches!(slot.connection.state(), State::Failed | State::Closed))
         })
     }
@@ -548,7 +558,7 @@ impl Sim {
     fn next_timer(&self) -> Option<(Nanos, usize)> {
         let mut best: Option<(Nanos, usize)> = None;
         for (index, slot) in self.connections.iter().enumerate() {
-            if !self.nodes[slot.node.0].alive {
+            if !self.nodes[slot.node.0].alive || slot.forgotten {
                 continue;
             }
             if let Some(at) = slot.connection.poll_timeout() {
@@ -604,6 +614,14 @@ impl Sim {
                 if self.flows[flow.0].completed_at_ns.is_none() {
                     self.queue
                         .schedule(now + MILLISECOND_NS, SimEvent::ReaderTick(flow));
+                }
+            }
+            SimEvent::Restart(node) => {
+                self.trace(&[now, 8, node.0 as u64]);
+                self.nodes[node.0].by_local_id.clear();
+                self.nodes[node.0].by_hello.clear();
+                for slot in self.connections.iter_mut().filter(|slot| slot.node == node) {
+                    slot.forgotten = true;
                 }
             }
             SimEvent::Kill(node) => {
@@ -681,6 +699,7 @@ impl Sim {
             peak_memory_bytes: 0,
             events: Vec::new(),
             stuck_timer_count: 0,
+            forgotten: false,
         });
         index
     }
@@ -809,7 +828,7 @@ impl Sim {
     /// Runs the slot's application, then drains transmits and events, and checks the
     /// per-step invariants of this connection.
     fn drive(&mut self, now: Nanos, slot: usize) {
-        if !self.nodes[self.connections[slot].node.0].alive {
+        if !self.nodes[self.connections[slot].node.0].alive || self.connections[slot].forgotten {
             return;
         }
         for _ in 0..2 {
