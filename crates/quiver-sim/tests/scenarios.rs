@@ -5,7 +5,8 @@
 //! byte-identical delivery; bounded memory; bounded unread data; monotonic time); each test
 //! then checks the scenario's end state. A failure names the seed and the replay command:
 //! `QUIVER_SIM_SEED=<seed> cargo test -p quiver-sim --release <test name>`.
-//! `QUIVER_SIM_SEEDS=<N>` raises the seed count of the sweeps.
+//! `QUIVER_SIM_SEEDS=<N>` raises the seed count of the sweeps; `QUIVER_SIM_VERBOSE=1` (with
+//! `--nocapture`) prints each run's trace hash, steps and virtual time.
 //!
 //! Test names are chosen so that none is a substring of another: the replay command's
 //! filter then selects exactly one test.
@@ -74,6 +75,12 @@ fn two_nodes(
 fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
     let stop = sim.run_until(SWEEP_DEADLINE_NS);
     let report = sim.report();
+    if std::env::var_os("QUIVER_SIM_VERBOSE").is_some() {
+        eprintln!(
+            "seed {}: trace hash {:#018x}, {} steps, {} ns virtual",
+            report.seed, report.trace_hash, report.steps, report.now_ns
+        );
+    }
     let flow_report = &report.flows[flow.0];
     assert_eq!(
         stop,
