@@ -199,3 +199,57 @@ fn bad_usage_exits_2_with_a_message() {
         assert!(output.stdout.is_empty(), "{arguments:?}");
     }
 }
+
+/// Runs a short sweep of a raw-socket baseline and checks every point.
+fn raw_baseline_reports_every_point(transport: &str) {
+    // 100 KiB is above one UDP datagram (65507 bytes): raw-udp splits it in two.
+    let output = quiver_bench(&[
+        "pingpong",
+        "bw",
+        "rate",
+        "--transport",
+        transport,
+        "--sizes",
+        "8,100K",
+        "--iters",
+        "50",
+        "--window",
+        "16",
+        "--json",
+        "-",
+    ]);
+    let records = json_lines(&output);
+    let measured: Vec<&Value> = records
+        .iter()
+        .filter(|record| record["test"] != "floor")
+        .collect();
+    assert_eq!(measured.len(), 5, "{records:?}");
+    for record in &measured {
+        assert_eq!(record["transport"], transport, "{record}");
+        positive(record, "floor_ratio");
+    }
+    for record in of_test(&records, "pingpong") {
+        let median = positive(record, "latency_us");
+        assert!(positive(record, "latency_p99_us") >= median, "{record}");
+    }
+    let bw_sizes: Vec<u64> = of_test(&records, "bw")
+        .iter()
+        .map(|record| {
+            positive(record, "bandwidth_MBps");
+            assert_eq!(record["window"], 16);
+            record["size"].as_u64().unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(bw_sizes, vec![8, 100 << 10]);
+    positive(of_test(&records, "rate")[0], "rate_Mmsgs");
+}
+
+#[test]
+fn raw_udp_baseline_reports_every_point() {
+    raw_baseline_reports_every_point("raw-udp");
+}
+
+#[test]
+fn raw_tcp_baseline_reports_every_point() {
+    raw_baseline_reports_every_point("raw-tcp");
+}

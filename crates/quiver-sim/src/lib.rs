@@ -6,10 +6,34 @@
 //! as a real engine would. It must not read the OS clock or any randomness other than its
 //! seed: a run is a pure function of (seed, scenario), which is what makes a failing seed
 //! replayable with `QUIVER_SIM_SEED=<seed>`.
+//!
+//! ```
+//! use quiver_proto::reliable::ReliableConfig;
+//! use quiver_sim::link::LinkConfig;
+//! use quiver_sim::sim::{FlowConfig, Sim, StopReason};
+//! use quiver_sim::workload::MessageScript;
+//!
+//! let mut sim = Sim::new(42);
+//! let (a, b) = (sim.add_node(), sim.add_node());
+//! let lossy = LinkConfig { loss_probability: 0.1, ..LinkConfig::default() };
+//! sim.add_duplex_link(a, b, lossy);
+//! let script = MessageScript::fixed(7, vec![0, 10, 100_000]);
+//! let config = ReliableConfig { initial_rto_ns: 5_000_000, ..ReliableConfig::default() };
+//! let flow = sim.add_flow(FlowConfig::new(a, b, config, script));
+//! assert_eq!(sim.run_until(10_000_000_000), StopReason::AllFlowsSettled);
+//! let report = sim.report();
+//! assert_eq!(report.flows[flow.0].messages_received, 3);
+//! println!("goodput {} B/s", report.flows[flow.0].goodput_bytes_per_second);
+//! ```
+//!
+//! Modules: [`rng`] (the seeded PRNG), [`event`] (virtual clock and queue), [`link`] (the
+//! network model), [`workload`] (scripted sender, verifying receiver), [`sim`] (nodes,
+//! flows, run loop, invariants, report), [`seeds`] (many-seed runs and replay).
 #![forbid(unsafe_code)]
 
 pub mod event;
 pub mod link;
 pub mod rng;
 pub mod seeds;
+pub mod sim;
 pub mod workload;

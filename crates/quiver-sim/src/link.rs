@@ -56,6 +56,11 @@ pub struct LinkConfig {
     pub duplicate_probability: f64,
     /// Probability that a datagram has 1 to 3 random bytes changed.
     pub corrupt_probability: f64,
+    /// Self-test of the simulator only: probability that a Data frame's payload gets a
+    /// byte changed *and its checksum recomputed*, i.e. corruption the protocol cannot see.
+    /// Runs with this set must fail the delivery invariant; never use it in a scenario
+    /// that should pass.
+    pub undetectable_corrupt_probability: f64,
     /// Serialisation rate in bits per second; 0 means unlimited (no queueing).
     pub bandwidth_bits_per_second: u64,
     /// Bytes the queue in front of the serialiser holds (drop-tail); ignored when the
@@ -79,6 +84,7 @@ impl Default for LinkConfig {
             tail_drop: None,
             duplicate_probability: 0.0,
             corrupt_probability: 0.0,
+            undetectable_corrupt_probability: 0.0,
             bandwidth_bits_per_second: 0,
             queue_capacity_bytes: usize::MAX,
             mtu_bytes: 1500,
@@ -127,11 +133,13 @@ pub enum DropReason {
     Partition,
 }
 
-/// Copies of one datagram to deliver, with their arrival times (0, 1 or 2 copies).
+/// Copies of one datagram to deliver (0, 1 or 2 copies).
 #[derive(Debug, Default)]
 pub struct Deliveries {
     /// `(arrival time, bytes)` per copy.
-    pub copies: Vec<(Nanos, Vec<u8>)>,
+    /// `(arrival time, bytes, corrupted)` per copy; `corrupted` is set when the link
+    /// changed the bytes (detectably).
+    pub copies: Vec<(Nanos, Vec<u8>, bool)>,
     /// Set when the datagram was dropped.
     pub dropped: Option<DropReason>,
 }
@@ -265,6 +273,29 @@ impl Link {
         Some(departure)
     }
 
+    /// Changes one payload byte of a Data frame and re-emits the header so that the
+    /// checksum matches again.
+    fn corrupt_undetectably(&mut self, datagram: Vec<u8>) -> Vec<u8> {
+        let Ok(frame) = Frame::parse(&datagram) else {
+            return datagram;
+        };
+        if frame.header().frame_type != FrameType::Data || frame.payload().is_empty() {
+            return datagram;
+        }
+        let header = *frame.header();
+        let mut payload = frame.payload().to_vec();
+        let index = self.rng.below(payload.len() as u64) as usize;
+        payload[index] ^= self.rng.range_inclusive(1, 255) as u8;
+        let mut out = vec![0u8; quiver_wire::frame::MAX_HEADER_LEN];
+        let Ok(length) = header.emit(&mut out, &payload) else {
+            return datagram;
+        };
+        out.truncate(length);
+        out.extend_from_slice(&payload);
+        self.stats.corrupted += 1;
+        out
+    }
+
     fn draw_tail_drop(&mut self, datagram: &[u8]) -> bool {
         let Some(rule) = self.config.tail_drop else {
             return false;
@@ -313,8 +344,19 @@ impl Link {
         self.rng.chance(loss_probability)
     }
 
-    fn finish_copy(&mut self, departure_ns: Nanos, mut datagram: Vec<u8>) -> (Nanos, Vec<u8>) {
-        if !datagram.is_empty() && self.rng.chance(self.config.corrupt_probability) {
+    fn finish_copy(
+        &mut self,
+        departure_ns: Nanos,
+        mut datagram: Vec<u8>,
+    ) -> (Nanos, Vec<u8>, bool) {
+        if self
+            .rng
+            .chance(self.config.undetectable_corrupt_probability)
+        {
+            datagram = self.corrupt_undetectably(datagram);
+        }
+        let corrupt = !datagram.is_empty() && self.rng.chance(self.config.corrupt_probability);
+        if corrupt {
             self.stats.corrupted += 1;
             let flips = self.rng.range_inclusive(1, 3);
             let mut flipped = [usize::MAX; 3];
@@ -329,7 +371,11 @@ impl Link {
             }
         }
         let jitter = self.rng.range_inclusive(0, self.config.jitter_ns);
-        (departure_ns + self.config.delay_ns + jitter, datagram)
+        (
+            departure_ns + self.config.delay_ns + jitter,
+            datagram,
+            corrupt,
+        )
     }
 }
 
@@ -345,7 +391,7 @@ mod tests {
     fn clean_link_delivers_once_after_delay() {
         let mut link = link(LinkConfig::default());
         let out = link.transmit(100, vec![1, 2, 3]);
-        assert_eq!(out.copies, vec![(10_100, vec![1, 2, 3])]);
+        assert_eq!(out.copies, vec![(10_100, vec![1, 2, 3], false)]);
         assert_eq!(link.stats().delivered, 1);
     }
 
@@ -476,7 +522,7 @@ mod tests {
         let mut changed = 0;
         for index in 0..1000u64 {
             let payload = index.to_le_bytes().to_vec();
-            for (at, bytes) in link.transmit(index * 1000, payload.clone()).copies {
+            for (at, bytes, _) in link.transmit(index * 1000, payload.clone()).copies {
                 arrivals.push(at);
                 if bytes != payload {
                     changed += 1;

@@ -19,6 +19,7 @@
 mod floor;
 mod plan;
 mod ranks;
+mod raw;
 mod report;
 mod sizes;
 mod stats;
@@ -28,7 +29,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::time::Duration;
 
-use plan::{Plan, TestName, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES};
+use plan::{
+    Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES,
+};
 use report::Report;
 
 /// Exit code for a bad command line.
@@ -37,8 +40,6 @@ const EXIT_USAGE: i32 = 2;
 const EXIT_FAILURE: i32 = 1;
 /// Largest `--iters` (pingpong keeps one 16-byte timestamp per round trip in memory).
 const MAX_ITERS: u64 = 10_000_000;
-/// Transports the bench can measure today.
-const TRANSPORTS: [&str; 1] = ["shm"];
 
 /// Options of `quiver bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,7 +49,8 @@ pub(crate) struct BenchArgs {
     #[arg(value_enum, value_name = "TEST")]
     tests: Vec<TestName>,
 
-    /// Transport to measure.
+    /// Transport to measure: shm, or a raw-socket baseline over 127.0.0.1 (raw-udp,
+    /// raw-tcp: plain busy-polling sockets, no protocol).
     #[arg(long, value_name = "NAME", default_value = "shm")]
     transport: String,
 
@@ -94,7 +96,11 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
         }
     };
     if args.worker {
-        return worker::main(&plan);
+        return if plan.transport.is_raw() {
+            raw::main(&plan)
+        } else {
+            worker::main(&plan)
+        };
     }
     let cpus = match choose_cpus(args.cpus.as_deref()) {
         Ok(cpus) => cpus,
@@ -116,7 +122,7 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
 fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let mut report = open_report(args.json.as_deref())?;
     report
-        .preamble(&plan.transport, cpus)
+        .preamble(plan.transport.as_str(), cpus)
         .map_err(|error| format!("writing the table: {error}"))?;
     // memcpy floors are needed by the size sweeps (and shown by `floor`); rate needs only
     // the hand-off.
@@ -151,13 +157,14 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
 
 /// Validates the options into a plan.
 fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
-    if !TRANSPORTS.contains(&args.transport.as_str()) {
+    let Some(transport) = Transport::from_name(&args.transport) else {
+        let names: Vec<&str> = Transport::ALL.iter().map(|t| t.as_str()).collect();
         return Err(format!(
             "unknown transport '{}' (available: {})",
             args.transport,
-            TRANSPORTS.join(", ")
+            names.join(", ")
         ));
-    }
+    };
     let mut tests = if args.tests.is_empty() {
         vec![
             TestName::Floor,
@@ -185,7 +192,7 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
     }
     let plan = Plan {
         tests,
-        transport: args.transport.clone(),
+        transport,
         sizes,
         iters: args.iters,
         window: args.window,
@@ -289,7 +296,7 @@ mod tests {
             ]
         );
         assert_eq!(plan.sizes, DEFAULT_SIZES_BYTES.to_vec());
-        assert_eq!(plan.transport, "shm");
+        assert_eq!(plan.transport, Transport::Shm);
         assert_eq!(plan.window, 64);
         assert_eq!(plan.iters, None);
     }
@@ -309,6 +316,14 @@ mod tests {
         assert_eq!(plan.window, 8);
         let error = super::tests::plan(&["--transport", "udp"]).expect_err("no udp yet");
         assert!(error.contains("unknown transport 'udp'"), "{error}");
+        assert_eq!(
+            super::tests::plan(&["--transport", "raw-udp"]).map(|plan| plan.transport),
+            Ok(Transport::RawUdp)
+        );
+        assert_eq!(
+            super::tests::plan(&["--transport", "raw-tcp"]).map(|plan| plan.transport),
+            Ok(Transport::RawTcp)
+        );
         assert!(super::tests::plan(&["--sizes", "8,1X"]).is_err());
         assert!(super::tests::plan(&["--iters", "0"]).is_err());
         assert!(super::tests::plan(&["--iters", "10000001"]).is_err());

@@ -36,6 +36,49 @@ impl TestName {
     }
 }
 
+/// What the bench measures between its two ranks.
+///
+/// `shm` (and, later, quiver's network transports) runs through the quiver API
+/// (`worker.rs`); the `raw-*` baselines are plain sockets with no protocol (`raw.rs`), the
+/// floors the quiver network transports are compared against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// quiver's shared-memory transport.
+    Shm,
+    /// Baseline: plain UDP sockets over 127.0.0.1, busy-polling, no protocol.
+    RawUdp,
+    /// Baseline: a plain TCP connection over 127.0.0.1, busy-polling, no protocol.
+    RawTcp,
+    // quiver's own `udp` and `tcp` transports go here (and in ALL): they run through the
+    // quiver API in worker.rs, like shm.
+}
+
+impl Transport {
+    /// Every transport, in the order `--help` and error messages list them.
+    pub(crate) const ALL: [Transport; 3] = [Transport::Shm, Transport::RawUdp, Transport::RawTcp];
+
+    /// The name used on the command line and in the JSON `transport` key.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Transport::Shm => "shm",
+            Transport::RawUdp => "raw-udp",
+            Transport::RawTcp => "raw-tcp",
+        }
+    }
+
+    /// The transport called `name`, if there is one.
+    pub(crate) fn from_name(name: &str) -> Option<Transport> {
+        Transport::ALL
+            .into_iter()
+            .find(|transport| transport.as_str() == name)
+    }
+
+    /// Whether this is a raw-socket baseline (measured without the quiver API).
+    pub(crate) fn is_raw(self) -> bool {
+        matches!(self, Transport::RawUdp | Transport::RawTcp)
+    }
+}
+
 /// Message sizes of the default sweep, in bytes: 8 B to 4 MiB in steps of 8x.
 pub(crate) const DEFAULT_SIZES_BYTES: [u64; 8] =
     [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20];
@@ -66,8 +109,8 @@ const DEFAULT_RATE_WINDOWS: u64 = 20_000;
 pub(crate) struct Plan {
     /// Tests to run, ascending (floor, pingpong, bw, rate), without duplicates.
     pub(crate) tests: Vec<TestName>,
-    /// Transport name (only "shm" exists today).
-    pub(crate) transport: String,
+    /// What is measured.
+    pub(crate) transport: Transport,
     /// Message sizes of pingpong and bw, in bytes, ascending, without duplicates.
     pub(crate) sizes: Vec<u64>,
     /// Measured iterations per size when given: round trips (pingpong) or windows (bw, rate).
@@ -137,7 +180,7 @@ impl Plan {
             "bench".to_string(),
             "--worker".to_string(),
             "--transport".to_string(),
-            self.transport.clone(),
+            self.transport.as_str().to_string(),
             "--sizes".to_string(),
             sizes::format_size_list(&self.sizes),
             "--window".to_string(),
@@ -169,7 +212,7 @@ mod tests {
     fn plan(tests: Vec<TestName>, iters: Option<u64>) -> Plan {
         Plan {
             tests,
-            transport: "shm".to_string(),
+            transport: Transport::Shm,
             sizes: vec![8, 65536],
             iters,
             window: 64,

@@ -134,11 +134,15 @@ fn run(plan: &Plan) -> Result<(), String> {
 }
 
 /// Rank 0 writes the record (with the transport) as one JSON line; rank 1 has none.
-fn emit(output: &mut impl Write, record: Option<Record>, plan: &Plan) -> Result<(), String> {
+pub(super) fn emit(
+    output: &mut impl Write,
+    record: Option<Record>,
+    plan: &Plan,
+) -> Result<(), String> {
     let Some(mut record) = record else {
         return Ok(());
     };
-    record.transport = plan.transport.clone();
+    record.transport = plan.transport.as_str().to_string();
     let line = serde_json::to_string(&record).map_err(|error| error.to_string())?;
     writeln!(output, "{line}")
         .and_then(|()| output.flush())
@@ -146,7 +150,7 @@ fn emit(output: &mut impl Write, record: Option<Record>, plan: &Plan) -> Result<
 }
 
 /// Connects to the other rank, retrying while it may still be starting.
-fn connect(endpoint: &mut Endpoint, peer: Addr) -> Result<Connection, String> {
+pub(super) fn connect(endpoint: &mut Endpoint, peer: Addr) -> Result<Connection, String> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     loop {
         match endpoint.connect(peer) {

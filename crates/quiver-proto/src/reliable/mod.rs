@@ -38,8 +38,8 @@ mod tests;
 use std::collections::VecDeque;
 
 use quiver_wire::frame::{
-    self, flags, Frame, FrameError, FrameHeader, FrameType, SackRanges, FIXED_HEADER_LEN,
-    MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN,
+    self, flags, Frame, FrameError, FrameHeader, FrameType, FIXED_HEADER_LEN, MAX_PAYLOAD_LEN,
+    MAX_SACK_RANGES, SACK_RANGE_LEN,
 };
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
@@ -468,7 +468,6 @@ pub struct ReliableConnection {
     last_received_at: Nanos,
     last_ping_at: Nanos,
     ping_pending: bool,
-    sack_scratch: SackRanges,
 
     events: VecDeque<Event>,
     stats: ReliableStats,
@@ -594,16 +593,16 @@ impl ReliableConnection {
                 return;
             }
         };
-        let header = *frame.header();
-        if !self.frame_is_ours(&header) {
+        let header = frame.header();
+        if !self.frame_is_ours(header) {
             self.stats.unexpected_dropped += 1;
             return;
         }
         match header.frame_type {
-            FrameType::Handshake => self.handle_handshake_frame(now, &header, frame.payload()),
+            FrameType::Handshake => self.handle_handshake_frame(now, header, frame.payload()),
             FrameType::Reset => self.handle_reset(),
             FrameType::Data | FrameType::Ack | FrameType::Ping | FrameType::Close => {
-                self.handle_connection_frame(now, &header, frame.payload());
+                self.handle_connection_frame(now, header, frame.payload());
             }
         }
         self.refresh_timers(now);
@@ -855,7 +854,6 @@ impl ReliableConnection {
             last_received_at: now,
             last_ping_at: now,
             ping_pending: false,
-            sack_scratch: SackRanges::new(),
             events: VecDeque::with_capacity(4),
             stats: ReliableStats {
                 rto_ns: config.initial_rto_ns,
@@ -1006,7 +1004,9 @@ impl ReliableConnection {
     fn frame_is_ours(&self, header: &FrameHeader) -> bool {
         let to_us = header.dest_id == self.local_id
             // A duplicate Hello (dest id 0) reaches the responder it created.
-            || (header.dest_id == 0 && header.frame_type == FrameType::Handshake);
+            || (header.dest_id == 0
+                && header.frame_type == FrameType::Handshake
+                && !self.is_initiator);
         let from_peer = match self.peer_id {
             Some(peer_id) => header.src_id == peer_id,
             None => header.src_id != 0,
@@ -1185,10 +1185,9 @@ impl ReliableConnection {
     fn fill_ack(&mut self, frame_header: &mut FrameHeader) {
         let (cumulative_ack, credit) = self
             .recv
-            .write_ack(self.config.max_sack_ranges, &mut self.sack_scratch);
+            .write_ack(self.config.max_sack_ranges, &mut frame_header.sack);
         frame_header.cumulative_ack = cumulative_ack;
         frame_header.credit = credit;
-        frame_header.sack = self.sack_scratch;
     }
 
     fn handle_connection_timers(&mut self, now: Nanos) {

@@ -1,0 +1,637 @@
+//! The raw-socket baselines of `quiver bench` (`--transport raw-udp|raw-tcp`): the same
+//! tests as the quiver transports (pingpong, bw, rate), over plain sockets on 127.0.0.1
+//! with no protocol beyond what is needed to know where a message ends. These are the
+//! floors quiver's own udp and tcp transports are compared against.
+//!
+//! Both ranks are started, pinned and watched exactly like the shm ranks (`ranks.rs`) and
+//! busy-poll: every socket is non-blocking, and a rank that finds nothing to read (or no
+//! room to write) spins (`spin_loop`) and tries again; nobody ever sleeps in the kernel.
+//!
+//! Method, per transport:
+//! - **raw-tcp**: one TCP connection, `TCP_NODELAY`, kernel-tuned buffers. A message of
+//!   `n` bytes is one `write` loop of `n` bytes; the receiver reads exactly `n` bytes into
+//!   its buffer. The bw/rate window ack is one byte back on the same connection.
+//! - **raw-udp**: connected UDP sockets, 64 MiB socket buffers (forced when allowed). A
+//!   message is one datagram up to 65507 bytes; larger messages are split into 65507-byte
+//!   datagrams (the last one shorter), received in order straight into the buffer. UDP has
+//!   no flow control, so the receiver acknowledges on a second socket pair: after
+//!   `interval` datagrams, and at the end of each bw/rate window, it sends its cumulative
+//!   count of received datagrams (8 bytes). A sender keeps at most two intervals in
+//!   flight, and an interval is a quarter of the receiver's socket buffer (counting 1.5
+//!   KiB of kernel overhead per datagram), so on loopback nothing is ever dropped. A
+//!   message coming back (pingpong) acknowledges everything sent before it. A
+//!   datagram of the wrong length, or no progress for [`STALL_TIMEOUT`], is an error
+//!   (which is what a loss would look like).
+//!
+//! The two ranks find each other through quiver's shm endpoint (rank 1 tells rank 0 its
+//! ports); it stays idle afterwards and carries the last synchronisation.
+//!
+//! Timing and records are as in `worker.rs`: one clock read per pingpong round trip, osu_bw
+//! style windows, one JSON [`Record`] line per point from rank 0.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use quiver::{Addr, Connection, Context, Endpoint};
+
+use super::plan::{self, Plan, TestName, Transport, RATE_MESSAGE_BYTES};
+use super::report::Record;
+use super::stats;
+use super::worker::{connect, emit};
+
+/// Largest payload of one IPv4 UDP datagram; larger raw-udp messages are split.
+pub(crate) const MAX_DATAGRAM_BYTES: usize = 65_507;
+/// Socket buffers raw-udp asks for, per socket and direction.
+const UDP_SOCKET_BUFFER_BYTES: usize = 64 << 20;
+/// Kernel bookkeeping counted per datagram against the receive buffer (a conservative
+/// bound on the sk_buff overhead of a loopback datagram).
+const DATAGRAM_OVERHEAD_BYTES: usize = 1536;
+/// A spinning rank that makes no progress for this long gives up.
+const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Spins between two looks at the clock while waiting.
+const SPINS_PER_CLOCK_READ: u32 = 4096;
+/// The quiver endpoint port used to exchange socket addresses.
+const BOOTSTRAP_PORT: u16 = 0;
+
+/// Runs this process as a raw-socket bench rank; returns the exit code.
+pub(crate) fn main(plan: &Plan) -> i32 {
+    match run(plan) {
+        Ok(()) => 0,
+        Err(message) => {
+            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+            eprintln!("quiver bench: rank {rank}: {message}");
+            1
+        }
+    }
+}
+
+/// A message channel between the two ranks over plain sockets.
+trait RawLink {
+    /// Sends `message` (spinning while the socket is full).
+    fn send_message(&mut self, message: &[u8]) -> io::Result<()>;
+    /// Receives one message of exactly `buffer.len()` bytes into `buffer`.
+    fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()>;
+    /// Receiver, end of a bw/rate window: tell the sender everything arrived.
+    fn send_window_ack(&mut self) -> io::Result<()>;
+    /// Sender, end of a bw/rate window: wait until the receiver has everything.
+    fn wait_window_ack(&mut self) -> io::Result<()>;
+}
+
+fn run(plan: &Plan) -> Result<(), String> {
+    let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
+    if context.size() != 2 {
+        return Err(format!(
+            "the bench needs exactly 2 ranks, this job has {}",
+            context.size()
+        ));
+    }
+    let rank = context.rank();
+    let mut endpoint = context
+        .endpoint(BOOTSTRAP_PORT)
+        .map_err(|error| format!("opening endpoint port {BOOTSTRAP_PORT}: {error}"))?;
+    let connection = connect(&mut endpoint, Addr::new(1 - rank, BOOTSTRAP_PORT))?;
+    let mut bootstrap = Bootstrap {
+        endpoint,
+        connection,
+    };
+    let mut link: Box<dyn RawLink> = match plan.transport {
+        Transport::RawTcp => Box::new(TcpLink::open(rank, &mut bootstrap)?),
+        Transport::RawUdp => Box::new(UdpLink::open(&mut bootstrap)?),
+        other => return Err(format!("{} is not a raw transport", other.as_str())),
+    };
+    run_tests(plan, rank, link.as_mut())?;
+    // Rank 1 exits only after rank 0 has finished everything.
+    bootstrap
+        .exchange(&[0])
+        .map_err(|error| format!("last exchange: {error}"))?;
+    Ok(())
+}
+
+/// Runs every rank test of the plan over `link`; rank 0 prints the records.
+fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), String> {
+    let max_bytes = plan.max_message_bytes() as usize;
+    let max_round_trips = plan
+        .sizes
+        .iter()
+        .map(|&size| plan.pingpong_iters(size))
+        .max()
+        .unwrap_or(0);
+    let send: Vec<u8> = (0..max_bytes).map(|index| index as u8).collect();
+    let mut receive = vec![0u8; max_bytes];
+    let mut stamps: Vec<Instant> = Vec::with_capacity(max_round_trips as usize + 1);
+    let mut output = io::stdout().lock();
+    for test in plan.rank_tests() {
+        match test {
+            TestName::Pingpong => {
+                for &size in &plan.sizes {
+                    let record = pingpong(
+                        link,
+                        rank,
+                        &send[..size as usize],
+                        &mut receive[..size as usize],
+                        plan.pingpong_iters(size),
+                        &mut stamps,
+                    )
+                    .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Bw | TestName::Rate => {
+                let sizes = if test == TestName::Bw {
+                    plan.sizes.clone()
+                } else {
+                    vec![RATE_MESSAGE_BYTES]
+                };
+                let windows = |size| {
+                    if test == TestName::Bw {
+                        plan.bw_windows(size)
+                    } else {
+                        plan.rate_windows()
+                    }
+                };
+                for size in sizes {
+                    let length = size as usize;
+                    let record = stream(
+                        link,
+                        rank,
+                        test,
+                        (&send[..length], &mut receive[..length]),
+                        plan.window,
+                        windows(size),
+                    )
+                    .map_err(|error| format!("{} at {size} bytes: {error}", test.as_str()))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Floor => {}
+        }
+    }
+    Ok(())
+}
+
+/// Ping-pong of `message.len()` bytes: rank 0 sends and waits for the echo, rank 1
+/// echoes. Rank 0 returns the record (one-way latency = round trip / 2).
+fn pingpong(
+    link: &mut dyn RawLink,
+    rank: u32,
+    message: &[u8],
+    receive: &mut [u8],
+    iters: u64,
+    stamps: &mut Vec<Instant>,
+) -> io::Result<Option<Record>> {
+    let warmup = plan::warmup_iters(iters);
+    if rank != 0 {
+        for _ in 0..warmup + iters {
+            link.receive_message(receive)?;
+            link.send_message(message)?;
+        }
+        return Ok(None);
+    }
+    for _ in 0..warmup {
+        link.send_message(message)?;
+        link.receive_message(receive)?;
+    }
+    stamps.clear();
+    stamps.push(Instant::now());
+    for _ in 0..iters {
+        link.send_message(message)?;
+        link.receive_message(receive)?;
+        stamps.push(Instant::now());
+    }
+    let mut one_way_us: Vec<f64> = stamps
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_secs_f64() * 1e6 / 2.0)
+        .collect();
+    stats::sort_samples(&mut one_way_us);
+    Ok(Some(Record {
+        test: TestName::Pingpong.as_str().to_string(),
+        size: message.len() as u64,
+        iters,
+        latency_us: stats::median(&one_way_us),
+        latency_p99_us: stats::percentile(&one_way_us, 99.0),
+        ..Record::default()
+    }))
+}
+
+/// osu_bw-style streaming: rank 0 sends `window` messages, then waits for the window ack;
+/// `windows` timed rounds after a warm-up. Rank 0 returns bandwidth (bw) or rate (rate).
+fn stream(
+    link: &mut dyn RawLink,
+    rank: u32,
+    test: TestName,
+    (message, receive): (&[u8], &mut [u8]),
+    window: u64,
+    windows: u64,
+) -> io::Result<Option<Record>> {
+    let warmup = plan::warmup_windows(windows);
+    if rank != 0 {
+        for _ in 0..warmup + windows {
+            for _ in 0..window {
+                link.receive_message(receive)?;
+            }
+            link.send_window_ack()?;
+        }
+        return Ok(None);
+    }
+    let mut send_window = || -> io::Result<()> {
+        for _ in 0..window {
+            link.send_message(message)?;
+        }
+        link.wait_window_ack()
+    };
+    for _ in 0..warmup {
+        send_window()?;
+    }
+    let start = Instant::now();
+    for _ in 0..windows {
+        send_window()?;
+    }
+    let elapsed_us = start.elapsed().as_secs_f64() * 1e6;
+    let messages = (window * windows) as f64;
+    let size = message.len() as u64;
+    let mut record = Record {
+        test: test.as_str().to_string(),
+        size,
+        iters: windows,
+        window: Some(window),
+        ..Record::default()
+    };
+    // bytes per µs = MB/s; messages per µs = Mmsg/s.
+    match test {
+        TestName::Rate => record.rate_mmsgs = Some(messages / elapsed_us),
+        _ => record.bandwidth_mbps = Some(messages * size as f64 / elapsed_us),
+    }
+    Ok(Some(record))
+}
+
+/// The idle quiver shm connection used to exchange socket addresses and to synchronise.
+struct Bootstrap {
+    endpoint: Endpoint,
+    connection: Connection,
+}
+
+impl Bootstrap {
+    /// Sends `mine` to the other rank and returns what it sent (at most 64 bytes).
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        self.endpoint
+            .send(self.connection, mine)
+            .map_err(|error| format!("sending to the other rank: {error}"))?;
+        let mut buffer = [0u8; 64];
+        let (length, _) = self
+            .endpoint
+            .recv(&mut buffer)
+            .map_err(|error| format!("receiving from the other rank: {error}"))?;
+        Ok(buffer[..length].to_vec())
+    }
+}
+
+/// Waits by spinning: `attempt` returns `Ok(Some(_))` when done and `Ok(None)` to be tried
+/// again; after [`STALL_TIMEOUT`] without success the wait fails with `TimedOut`.
+fn spin<T>(what: &str, mut attempt: impl FnMut() -> io::Result<Option<T>>) -> io::Result<T> {
+    let mut spins = 0u32;
+    let mut started: Option<Instant> = None;
+    loop {
+        if let Some(done) = attempt()? {
+            return Ok(done);
+        }
+        std::hint::spin_loop();
+        spins += 1;
+        if spins == SPINS_PER_CLOCK_READ {
+            spins = 0;
+            let started = *started.get_or_insert_with(Instant::now);
+            if started.elapsed() > STALL_TIMEOUT {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no progress for {} s while {what} (a lost datagram or a dead peer)",
+                        STALL_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// `Ok(Some(n))` for progress, `Ok(None)` for "try again", errors otherwise.
+fn would_block(result: io::Result<usize>) -> io::Result<Option<usize>> {
+    match result {
+        Ok(count) => Ok(Some(count)),
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether `stream` is ready for `events` now (a zero-timeout `poll`). The TCP spin loops
+/// look with `poll` before they read or write: `tcp_poll` takes no lock, while a failed
+/// non-blocking `recv` takes the socket lock and, spinning, pushes every arriving segment
+/// through the backlog (measured: about 3x lower message rate).
+fn ready(stream: &TcpStream, events: libc::c_short) -> io::Result<bool> {
+    let mut fds = [libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events,
+        revents: 0,
+    }];
+    Ok(quiver_transport::sys::poll(&mut fds, Some(Duration::ZERO))? > 0)
+}
+
+/// raw-tcp: one non-blocking TCP connection with `TCP_NODELAY`.
+struct TcpLink {
+    stream: TcpStream,
+}
+
+impl TcpLink {
+    /// Rank 1 listens on 127.0.0.1 and sends its port; rank 0 connects.
+    fn open(rank: u32, bootstrap: &mut Bootstrap) -> Result<TcpLink, String> {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let stream = if rank == 1 {
+            let listener =
+                TcpListener::bind(loopback).map_err(|error| format!("tcp listen: {error}"))?;
+            let port = listener
+                .local_addr()
+                .map_err(|error| error.to_string())?
+                .port();
+            bootstrap.exchange(&port.to_be_bytes())?;
+            listener
+                .accept()
+                .map_err(|error| format!("tcp accept: {error}"))?
+                .0
+        } else {
+            let port = port_from(&bootstrap.exchange(&[0])?, 0)?;
+            TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+                .map_err(|error| format!("tcp connect to port {port}: {error}"))?
+        };
+        stream
+            .set_nodelay(true)
+            .and_then(|()| stream.set_nonblocking(true))
+            .map_err(|error| format!("tcp options: {error}"))?;
+        Ok(TcpLink { stream })
+    }
+}
+
+impl RawLink for TcpLink {
+    fn send_message(&mut self, message: &[u8]) -> io::Result<()> {
+        let mut written = 0;
+        while written < message.len() {
+            let stream = &mut self.stream;
+            written += spin("writing to the tcp stream", || {
+                if !ready(stream, libc::POLLOUT)? {
+                    return Ok(None);
+                }
+                would_block(stream.write(&message[written..]))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()> {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            let stream = &mut self.stream;
+            let count = spin("reading the tcp stream", || {
+                if !ready(stream, libc::POLLIN)? {
+                    return Ok(None);
+                }
+                would_block(stream.read(&mut buffer[filled..]))
+            })?;
+            if count == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            filled += count;
+        }
+        Ok(())
+    }
+
+    fn send_window_ack(&mut self) -> io::Result<()> {
+        self.send_message(&[0])
+    }
+
+    fn wait_window_ack(&mut self) -> io::Result<()> {
+        self.receive_message(&mut [0])
+    }
+}
+
+/// raw-udp: a connected data socket pair and a connected acknowledgement socket pair.
+struct UdpLink {
+    data: UdpSocket,
+    acks: UdpSocket,
+    /// Receive buffer of the other rank's data socket as its kernel reports it (bytes).
+    peer_receive_buffer_bytes: usize,
+    /// Receive buffer of this rank's data socket (bytes).
+    receive_buffer_bytes: usize,
+    /// Datagrams this rank sent / the other rank has acknowledged / this rank received.
+    sent: u64,
+    acknowledged: u64,
+    received: u64,
+    /// Count carried by the last acknowledgement this rank sent.
+    last_ack_sent: u64,
+}
+
+impl UdpLink {
+    /// Both ranks bind two sockets on 127.0.0.1, exchange ports and receive buffer sizes,
+    /// and connect each socket to its counterpart.
+    fn open(bootstrap: &mut Bootstrap) -> Result<UdpLink, String> {
+        let bind = || -> io::Result<(UdpSocket, usize)> {
+            let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+            let (_, receive) = quiver_transport::udp::set_buffer_sizes(
+                socket.as_fd(),
+                UDP_SOCKET_BUFFER_BYTES,
+                UDP_SOCKET_BUFFER_BYTES,
+            )?;
+            socket.set_nonblocking(true)?;
+            Ok((socket, receive))
+        };
+        let (data, receive_buffer_bytes) = bind().map_err(|error| format!("udp: {error}"))?;
+        let (acks, _) = bind().map_err(|error| format!("udp: {error}"))?;
+        let port = |socket: &UdpSocket| socket.local_addr().map(|address| address.port());
+        let mut mine = Vec::with_capacity(12);
+        mine.extend_from_slice(
+            &port(&data)
+                .map_err(|error| error.to_string())?
+                .to_be_bytes(),
+        );
+        mine.extend_from_slice(
+            &port(&acks)
+                .map_err(|error| error.to_string())?
+                .to_be_bytes(),
+        );
+        mine.extend_from_slice(&(receive_buffer_bytes as u64).to_be_bytes());
+        let theirs = bootstrap.exchange(&mine)?;
+        if theirs.len() != 12 {
+            return Err(format!(
+                "bad address message from the other rank: {theirs:?}"
+            ));
+        }
+        let mut buffer_bytes = [0u8; 8];
+        buffer_bytes.copy_from_slice(&theirs[4..12]);
+        for (socket, offset) in [(&data, 0), (&acks, 2)] {
+            let peer_port = port_from(&theirs, offset)?;
+            socket
+                .connect((Ipv4Addr::LOCALHOST, peer_port))
+                .map_err(|error| format!("udp connect to port {peer_port}: {error}"))?;
+        }
+        Ok(UdpLink {
+            data,
+            acks,
+            peer_receive_buffer_bytes: u64::from_be_bytes(buffer_bytes) as usize,
+            receive_buffer_bytes,
+            sent: 0,
+            acknowledged: 0,
+            received: 0,
+            last_ack_sent: 0,
+        })
+    }
+
+    /// Datagrams between acknowledgements for datagrams of `datagram_bytes`, for a receive
+    /// buffer of `buffer_bytes`: a quarter of the buffer, so two intervals in flight fill
+    /// at most half of it. Sender and receiver compute it from the same receiver buffer.
+    fn ack_interval(buffer_bytes: usize, datagram_bytes: usize) -> u64 {
+        ((buffer_bytes / 4) / (datagram_bytes + DATAGRAM_OVERHEAD_BYTES)).max(1) as u64
+    }
+
+    /// Reads every pending acknowledgement; returns whether any arrived.
+    fn read_acks(&mut self) -> io::Result<bool> {
+        let mut count = [0u8; 8];
+        let mut any = false;
+        while let Some(length) = would_block(self.acks.recv(&mut count))? {
+            if length != 8 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("acknowledgement of {length} bytes"),
+                ));
+            }
+            self.acknowledged = self.acknowledged.max(u64::from_be_bytes(count));
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Tells the sender how many datagrams arrived so far.
+    fn send_ack(&mut self) -> io::Result<()> {
+        let count = self.received.to_be_bytes();
+        let acks = &self.acks;
+        spin("sending an acknowledgement", || {
+            would_block(acks.send(&count))
+        })?;
+        self.last_ack_sent = self.received;
+        Ok(())
+    }
+}
+
+impl RawLink for UdpLink {
+    fn send_message(&mut self, message: &[u8]) -> io::Result<()> {
+        let datagram_bytes = message.len().min(MAX_DATAGRAM_BYTES);
+        let credit = 2 * Self::ack_interval(self.peer_receive_buffer_bytes, datagram_bytes);
+        let mut chunks = message.chunks(MAX_DATAGRAM_BYTES);
+        // An empty message is one empty datagram; `chunks` would yield none.
+        let mut empty = message.is_empty().then_some(&message[..0]);
+        while let Some(chunk) = empty.take().or_else(|| chunks.next()) {
+            if self.sent - self.acknowledged >= credit {
+                spin("waiting for send credit", || {
+                    self.read_acks()?;
+                    Ok((self.sent - self.acknowledged < credit).then_some(()))
+                })?;
+            }
+            let data = &self.data;
+            let written = spin("sending a datagram", || would_block(data.send(chunk)))?;
+            if written != chunk.len() {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "short datagram"));
+            }
+            self.sent += 1;
+        }
+        Ok(())
+    }
+
+    fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()> {
+        let datagram_bytes = buffer.len().min(MAX_DATAGRAM_BYTES);
+        let interval = Self::ack_interval(self.receive_buffer_bytes, datagram_bytes);
+        let length = buffer.len();
+        let mut offset = 0;
+        loop {
+            let end = (offset + MAX_DATAGRAM_BYTES).min(length);
+            let slot = &mut buffer[offset..end];
+            let data = &self.data;
+            let received = spin("receiving a datagram", || would_block(data.recv(slot)))?;
+            if received != end - offset {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "expected a {}-byte datagram, got {received} bytes",
+                        end - offset
+                    ),
+                ));
+            }
+            self.received += 1;
+            if self.received - self.last_ack_sent >= interval {
+                self.send_ack()?;
+            }
+            offset = end;
+            if offset >= length {
+                // The tests alternate (pingpong) or flow one way (bw, rate): a message from
+                // the other rank means it has consumed everything this rank sent before.
+                self.acknowledged = self.sent;
+                return Ok(());
+            }
+        }
+    }
+
+    fn send_window_ack(&mut self) -> io::Result<()> {
+        if self.last_ack_sent != self.received {
+            self.send_ack()?;
+        }
+        Ok(())
+    }
+
+    fn wait_window_ack(&mut self) -> io::Result<()> {
+        if self.acknowledged < self.sent {
+            spin("waiting for the window acknowledgement", || {
+                self.read_acks()?;
+                Ok((self.acknowledged >= self.sent).then_some(()))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The big-endian port at `offset` of a bootstrap message.
+fn port_from(message: &[u8], offset: usize) -> Result<u16, String> {
+    match message.get(offset..offset + 2) {
+        Some(&[high, low]) => Ok(u16::from_be_bytes([high, low])),
+        _ => Err(format!(
+            "bad address message from the other rank: {message:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_interval_keeps_two_intervals_within_half_the_buffer() {
+        for buffer in [212_992usize, 1 << 20, 128 << 20] {
+            for datagram in [0usize, 8, 1400, MAX_DATAGRAM_BYTES] {
+                let interval = UdpLink::ack_interval(buffer, datagram) as usize;
+                assert!(interval >= 1);
+                if interval > 1 {
+                    assert!(2 * interval * (datagram + DATAGRAM_OVERHEAD_BYTES) <= buffer / 2);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ports_parse() {
+        assert_eq!(port_from(&[0x12, 0x34, 0, 1], 0), Ok(0x1234));
+        assert_eq!(port_from(&[0x12, 0x34, 0, 1], 2), Ok(1));
+        assert!(port_from(&[1], 0).is_err());
+    }
+}

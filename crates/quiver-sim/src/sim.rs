@@ -1,0 +1,1021 @@
+//! The simulator: nodes, links, flows, the run loop and the invariant checks.
+//!
+//! A *flow* is one directed connection with its two applications: a [`SenderApp`] on the
+//! initiator node writing a [`MessageScript`], and a [`ReceiverApp`] on the responder node
+//! reading and verifying it. The initiator side is created with
+//! `ReliableConnection::connect` when the flow starts; the responder side is created by the
+//! responder node with `ReliableConnection::accept` from the first datagram with
+//! destination id 0, exactly as an engine would; later datagrams are demultiplexed with
+//! `quiver_wire::frame::dest_id`.
+//!
+//! Driving contract (what a real engine does, and what the core documents): after every
+//! input (`handle_datagram`, `handle_timeout`, an application read or write) the simulator
+//! calls `poll_transmit` until `None` and `poll_event` until `None`. Connection timers are
+//! not queued: each step takes the earliest of the next queued event and every live
+//! connection's `poll_timeout`, so a changed timer never leaves a stale event behind.
+//!
+//! Invariants, checked after every step (a violation panics with the time and context;
+//! [`crate::seeds::run_seeds`] adds the seed and the replay command):
+//! - time never goes backwards (the event queue asserts it);
+//! - every byte read is the scripted byte: exactly once, in order, unchanged;
+//! - `memory_bytes()` of every connection stays below [`memory_bound_bytes`];
+//! - bytes written by the sender app and not yet read by the receiver app stay within
+//!   `send_buffer_bytes + recv_window_bytes` (flow control holds the sender back);
+//! - a connection's timer is not stuck (`poll_timeout` keeps returning a time at or before
+//!   now after `handle_timeout`: a livelock).
+
+use std::collections::BTreeMap;
+
+use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
+use quiver_proto::reliable::{
+    reset_for, Event, ReliableConfig, ReliableConnection, ReliableStats, State,
+};
+use quiver_wire::frame;
+
+use crate::event::{EventQueue, Nanos, MILLISECOND_NS, SECOND_NS};
+use crate::link::{Link, LinkConfig, LinkStats};
+use crate::rng::{mix64, SimRng};
+use crate::workload::{MessageReader, MessageScript, MessageWriter, ReceiverApp, SenderApp};
+
+/// Index of a node in the simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub usize);
+
+/// Index of a directed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkId(pub usize);
+
+/// Index of a flow (one directed connection plus its two applications).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlowId(pub usize);
+
+/// The simulator's own, independent upper bound on a connection's memory for `config`:
+/// both buffers, per-datagram tracking for every datagram allowed in flight (256 bytes
+/// each, generous for a packet number, offsets, times and a queue slot counted twice for
+/// growth), a few datagrams of scratch, and 64 KiB of fixed overhead. The core's own
+/// `ReliableConfig::memory_bound_bytes()` must not exceed it, and `memory_bytes()` must
+/// never exceed the core's bound.
+pub fn memory_bound_bytes(config: &ReliableConfig) -> usize {
+    config.send_buffer_bytes
+        + config.recv_window_bytes
+        + config.max_in_flight_datagrams * 256
+        + 4 * config.max_datagram_bytes
+        + 64 * 1024
+}
+
+/// How a flow is set up.
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// The initiator (sender) node.
+    pub from: NodeId,
+    /// The responder (receiver) node.
+    pub to: NodeId,
+    /// Configuration of both connection ends.
+    pub config: ReliableConfig,
+    /// What the sender sends.
+    pub script: MessageScript,
+    /// Slow receiver: read at most this many bytes per virtual millisecond. None: read
+    /// everything as soon as it arrives.
+    pub read_rate_bytes_per_ms: Option<u64>,
+    /// When the initiator connects.
+    pub start_ns: Nanos,
+    /// The initiator uses this key instead of the job's (the wrong-key scenario).
+    pub initiator_key: Option<JobKey>,
+    /// True (default): the flow counts as settled once everything is delivered and acked.
+    /// False: only once a side fails or closes (to watch an idle connection).
+    pub settle_on_completion: bool,
+    /// The sender closes the connection gracefully once every message is written; the flow
+    /// then settles only when both sides are Closed (or one failed).
+    pub close_when_done: bool,
+}
+
+impl FlowConfig {
+    /// A flow from `from` to `to` sending `script` at time 0 with `config`.
+    pub fn new(from: NodeId, to: NodeId, config: ReliableConfig, script: MessageScript) -> Self {
+        Self {
+            from,
+            to,
+            config,
+            script,
+            read_rate_bytes_per_ms: None,
+            start_ns: 0,
+            initiator_key: None,
+            settle_on_completion: true,
+            close_when_done: false,
+        }
+    }
+}
+
+/// Which end of a flow a connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Created with `connect`; runs the sender app.
+    Initiator,
+    /// Created with `accept`; runs the receiver app.
+    Responder,
+}
+
+/// Per-node counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Datagrams received (while alive).
+    pub datagrams_received: u64,
+    /// Of those, copies the link had corrupted.
+    pub corrupted_received: u64,
+    /// Datagrams with destination id 0 that `accept` refused (corrupt, wrong job, not a
+    /// Hello). A wrong key is not visible here: it fails the handshake later.
+    pub handshakes_refused: u64,
+    /// Hellos accepted but rejected because no flow matched the request.
+    pub handshakes_rejected: u64,
+    /// Datagrams for an unknown connection id, or too short to carry one.
+    pub unknown_destination: u64,
+    /// Resets sent in reply to datagrams for unknown ids (`reliable::reset_for`).
+    pub resets_sent: u64,
+    /// Datagrams arriving after the node was killed.
+    pub dropped_dead: u64,
+}
+
+/// Why `run_until` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Every flow settled: delivered and acknowledged, or failed on a side.
+    AllFlowsSettled,
+    /// The deadline was reached first.
+    Deadline,
+    /// Nothing left to happen: no event and no timer.
+    Idle,
+}
+
+/// What a flow did.
+#[derive(Debug, Clone)]
+pub struct FlowReport {
+    /// Messages in the script.
+    pub messages_scripted: usize,
+    /// Messages the sender fully wrote into its connection.
+    pub messages_written: usize,
+    /// Messages received and verified.
+    pub messages_received: usize,
+    /// Bytes received and verified.
+    pub bytes_received: u64,
+    /// Time the last message was verified and everything was acknowledged.
+    pub completed_at_ns: Option<Nanos>,
+    /// Time the flow started.
+    pub started_at_ns: Nanos,
+    /// Verified bytes per virtual second from start to completion (or to now).
+    pub goodput_bytes_per_second: f64,
+    /// Events of the initiator with their times.
+    pub initiator_events: Vec<(Nanos, Event)>,
+    /// Events of the responder with their times.
+    pub responder_events: Vec<(Nanos, Event)>,
+    /// Counters of the initiator connection.
+    pub initiator_stats: Option<ReliableStats>,
+    /// Counters of the responder connection.
+    pub responder_stats: Option<ReliableStats>,
+    /// Largest `memory_bytes()` seen on either connection.
+    pub peak_memory_bytes: usize,
+    /// The bound it was checked against (`ReliableConfig::memory_bound_bytes`).
+    pub memory_bound_bytes: usize,
+}
+
+/// Everything the run produced.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// Virtual time at the end.
+    pub now_ns: Nanos,
+    /// Steps executed.
+    pub steps: u64,
+    /// Hash of every step (time, kind, datagram bytes): equal for equal runs.
+    pub trace_hash: u64,
+    /// Datagrams handed to links by all connections.
+    pub datagrams_sent: u64,
+    /// Per link counters, by `LinkId`.
+    pub links: Vec<LinkStats>,
+    /// Per node counters, by `NodeId`.
+    pub nodes: Vec<NodeStats>,
+    /// Per flow results, by `FlowId`.
+    pub flows: Vec<FlowReport>,
+}
+
+impl SimReport {
+    /// Sum of a link counter over all links.
+    pub fn total_link(&self, counter: impl Fn(&LinkStats) -> u64) -> u64 {
+        self.links.iter().map(counter).sum()
+    }
+}
+
+enum SimEvent {
+    Arrival {
+        link: LinkId,
+        datagram: Vec<u8>,
+        corrupted: bool,
+    },
+    StartFlow(FlowId),
+    ReaderTick(FlowId),
+    Kill(NodeId),
+    Restart(NodeId),
+}
+
+struct Node {
+    alive: bool,
+    /// Local connection id -> index into `Sim::connections`.
+    by_local_id: BTreeMap<u64, usize>,
+    /// (peer node, peer's src id) of accepted Hellos -> responder connection, so repeated
+    /// Hellos reach the connection they created.
+    by_hello: BTreeMap<(NodeId, u64), usize>,
+    stats: NodeStats,
+    killed_at_ns: Option<Nanos>,
+}
+
+struct Slot {
+    node: NodeId,
+    peer: NodeId,
+    flow: FlowId,
+    role: Role,
+    connection: ReliableConnection,
+    memory_bound_bytes: usize,
+    peak_memory_bytes: usize,
+    events: Vec<(Nanos, Event)>,
+    /// Consecutive timer firings that did not move the timer past now.
+    stuck_timer_count: u32,
+    /// The node restarted after this connection was made: it is forgotten (no input, no
+    /// timer, no output), like state lost in a process restart.
+    forgotten: bool,
+}
+
+struct Flow {
+    config: FlowConfig,
+    sender: SenderApp,
+    receiver: ReceiverApp,
+    initiator: Option<usize>,
+    responder: Option<usize>,
+    read_budget_bytes: u64,
+    completed_at_ns: Option<Nanos>,
+    started: bool,
+    close_called: bool,
+}
+
+/// A deterministic simulation: build it with `add_node`, `add_link`, `add_flow`, then
+/// call `run_until`.
+pub struct Sim {
+    seed: u64,
+    rng: SimRng,
+    queue: EventQueue<SimEvent>,
+    nodes: Vec<Node>,
+    links: Vec<Link>,
+    /// (from, to) -> links, in creation order; the first one that is up carries traffic.
+    routes: BTreeMap<(NodeId, NodeId), Vec<LinkId>>,
+    /// (from, to) of each link.
+    link_ends: Vec<(NodeId, NodeId)>,
+    connections: Vec<Slot>,
+    flows: Vec<Flow>,
+    job_id: u64,
+    job_key: JobKey,
+    header_scratch: Vec<u8>,
+    steps: u64,
+    trace_hash: u64,
+    datagrams_sent: u64,
+    /// Give up after this many steps (a livelock guard).
+    pub max_steps: u64,
+}
+
+/// Consecutive timer firings at or before now after which a connection is declared stuck.
+const STUCK_TIMER_LIMIT: u32 = 10_000;
+
+impl Sim {
+    /// An empty simulation whose every random choice derives from `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut rng = SimRng::new(seed);
+        let job_id = rng.next_u64();
+        let mut key = [0u8; KEY_LEN];
+        for chunk in key.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+        }
+        Self {
+            seed,
+            rng,
+            queue: EventQueue::new(),
+            nodes: Vec::new(),
+            links: Vec::new(),
+            routes: BTreeMap::new(),
+            link_ends: Vec::new(),
+            connections: Vec::new(),
+            flows: Vec::new(),
+            job_id,
+            job_key: JobKey::from_bytes(key),
+            header_scratch: vec![0; frame::MAX_HEADER_LEN],
+            steps: 0,
+            trace_hash: mix64(seed),
+            datagrams_sent: 0,
+            max_steps: 200_000_000,
+        }
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Nanos {
+        self.queue.now()
+    }
+
+    /// A generator forked from the simulation's (for scenario choices such as scripts).
+    pub fn fork_rng(&mut self, label: u64) -> SimRng {
+        self.rng.fork(label)
+    }
+
+    /// A key that is not the job's (for the wrong-key scenario).
+    pub fn wrong_key(&mut self) -> JobKey {
+        let mut key = [0u8; KEY_LEN];
+        for chunk in key.chunks_mut(8) {
+            chunk.copy_from_slice(&self.rng.next_u64().to_le_bytes()[..chunk.len()]);
+        }
+        JobKey::from_bytes(key)
+    }
+
+    /// Adds a node.
+    pub fn add_node(&mut self) -> NodeId {
+        self.nodes.push(Node {
+            alive: true,
+            by_local_id: BTreeMap::new(),
+            by_hello: BTreeMap::new(),
+            stats: NodeStats::default(),
+            killed_at_ns: None,
+        });
+        NodeId(self.nodes.len() - 1)
+    }
+
+    /// Adds a directed link from `from` to `to`.
+    pub fn add_link(&mut self, from: NodeId, to: NodeId, config: LinkConfig) -> LinkId {
+        let id = LinkId(self.links.len());
+        let rng = self.rng.fork(0x4C49_4E4B ^ id.0 as u64);
+        self.links.push(Link::new(config, rng));
+        self.link_ends.push((from, to));
+        self.routes.entry((from, to)).or_default().push(id);
+        id
+    }
+
+    /// Adds a link in each direction with the same configuration; returns (forward, back).
+    pub fn add_duplex_link(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        config: LinkConfig,
+    ) -> (LinkId, LinkId) {
+        let forward = self.add_link(a, b, config.clone());
+        let back = self.add_link(b, a, config);
+        (forward, back)
+    }
+
+    /// Takes a link down during `[start, end)`.
+    pub fn partition(&mut self, link: LinkId, start_ns: Nanos, end_ns: Nanos) {
+        self.links[link.0].add_down_interval(start_ns, end_ns);
+    }
+
+    /// Kills `node` at `at_ns`: it never sends, receives or runs a timer again.
+    pub fn kill_node(&mut self, node: NodeId, at_ns: Nanos) {
+        self.queue.schedule(at_ns, SimEvent::Kill(node));
+    }
+
+    /// Restarts `node` at `at_ns`: it stays up but forgets every connection (datagrams for
+    /// them are answered with a Reset, as for any unknown id).
+    pub fn restart_node(&mut self, node: NodeId, at_ns: Nanos) {
+        self.queue.schedule(at_ns, SimEvent::Restart(node));
+    }
+
+    /// Adds a flow; it starts at `config.start_ns`.
+    ///
+    /// # Panics
+    /// If there are 65536 flows already (the flow index travels as the port number).
+    pub fn add_flow(&mut self, config: FlowConfig) -> FlowId {
+        let id = FlowId(self.flows.len());
+        assert!(id.0 <= usize::from(u16::MAX), "too many flows");
+        self.queue
+            .schedule(config.start_ns, SimEvent::StartFlow(id));
+        if config.read_rate_bytes_per_ms.is_some() {
+            self.queue
+                .schedule(config.start_ns, SimEvent::ReaderTick(id));
+        }
+        self.flows.push(Flow {
+            sender: SenderApp::new(config.script.clone()),
+            receiver: ReceiverApp::new(config.script.clone()),
+            config,
+            initiator: None,
+            responder: None,
+            read_budget_bytes: 0,
+            completed_at_ns: None,
+            started: false,
+            close_called: false,
+        });
+        id
+    }
+
+    /// Runs until every flow has settled, the deadline passes, or nothing is left to do.
+    ///
+    /// # Panics
+    /// On any invariant violation (see the module docs), or after `max_steps` steps.
+    pub fn run_until(&mut self, deadline_ns: Nanos) -> StopReason {
+        loop {
+            if self.all_flows_settled() {
+                return StopReason::AllFlowsSettled;
+            }
+            let next_event = self.queue.peek_time();
+            let next_timer = self.next_timer();
+            let next_time = match (next_event, next_timer) {
+                (None, None) => return StopReason::Idle,
+                (Some(event), None) => event,
+                (None, Some((timer, _))) => timer,
+                (Some(event), Some((timer, _))) => event.min(timer),
+            };
+            if next_time.max(self.now()) > deadline_ns {
+                self.queue.advance_to(deadline_ns.max(self.now()));
+                return StopReason::Deadline;
+            }
+            self.steps += 1;
+            assert!(
+                self.steps <= self.max_steps,
+                "step limit {} reached at {} ns (livelock?)",
+                self.max_steps,
+                self.now()
+            );
+            // Queued events win ties with timers: deterministic either way.
+            match (next_event, next_timer) {
+                (Some(event), _) if event == next_time => {
+                    let (now, event) = self.queue.pop().expect("peeked");
+                    self.handle_event(now, event);
+                }
+                (_, Some((timer, slot))) => {
+                    let now = timer.max(self.now());
+                    self.queue.advance_to(now);
+                    self.fire_timer(now, slot);
+                }
+                _ => unreachable!("next_time came from one of them"),
+            }
+        }
+    }
+
+    /// Sets the flow's receiver to read at most `bytes_per_ms` per virtual millisecond from
+    /// now on (None: unlimited).
+    pub fn set_read_rate(&mut self, flow: FlowId, bytes_per_ms: Option<u64>) {
+        let was_limited = self.flows[flow.0].config.read_rate_bytes_per_ms.is_some();
+        self.flows[flow.0].config.read_rate_bytes_per_ms = bytes_per_ms;
+        if bytes_per_ms.is_some() && !was_limited {
+            self.queue.schedule(self.now(), SimEvent::ReaderTick(flow));
+        }
+        if bytes_per_ms.is_none() {
+            if let Some(slot) = self.flows[flow.0].responder {
+                let now = self.now();
+                self.drive(now, slot);
+            }
+        }
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> SimReport {
+        SimReport {
+            seed: self.seed,
+            now_ns: self.now(),
+            steps: self.steps,
+            trace_hash: self.trace_hash,
+            datagrams_sent: self.datagrams_sent,
+            links: self.links.iter().map(|link| link.stats().clone()).collect(),
+            nodes: self.nodes.iter().map(|node| node.stats.clone()).collect(),
+            flows: self
+                .flows
+                .iter()
+                .map(|flow| self.flow_report(flow))
+                .collect(),
+        }
+    }
+
+    /// The connection state of a flow's initiator or responder, if it exists.
+    pub fn connection_state(&self, flow: FlowId, role: Role) -> Option<State> {
+        let slot = match role {
+            Role::Initiator => self.flows[flow.0].initiator,
+            Role::Responder => self.flows[flow.0].responder,
+        }?;
+        Some(self.connections[slot].connection.state())
+    }
+
+    fn flow_report(&self, flow: &Flow) -> FlowReport {
+        let initiator = flow.initiator.map(|slot| &self.connections[slot]);
+        let responder = flow.responder.map(|slot| &self.connections[slot]);
+        let end = flow.completed_at_ns.unwrap_or(self.now());
+        let elapsed_ns = end.saturating_sub(flow.config.start_ns).max(1);
+        FlowReport {
+            messages_scripted: flow.config.script.sizes.len(),
+            messages_written: flow.sender.messages_written(),
+            messages_received: flow.receiver.messages_received(),
+            bytes_received: flow.receiver.bytes_read(),
+            completed_at_ns: flow.completed_at_ns,
+            started_at_ns: flow.config.start_ns,
+            goodput_bytes_per_second: flow.receiver.bytes_read() as f64 * SECOND_NS as f64
+                / elapsed_ns as f64,
+            initiator_events: initiator
+                .map(|slot| slot.events.clone())
+                .unwrap_or_default(),
+            responder_events: responder
+                .map(|slot| slot.events.clone())
+                .unwrap_or_default(),
+            initiator_stats: initiator.map(|slot| slot.connection.stats().clone()),
+            responder_stats: responder.map(|slot| slot.connection.stats().clone()),
+            peak_memory_bytes: initiator
+                .iter()
+                .chain(responder.iter())
+                .map(|slot| slot.peak_memory_bytes)
+                .max()
+                .unwrap_or(0),
+            memory_bound_bytes: flow.config.config.memory_bound_bytes(),
+        }
+    }
+
+    /// A flow is settled when it completed (unless `settle_on_completion` is off or it
+    /// closes when done), or when every connection of it on a live node has ended (Closed
+    /// or Failed): after a failure the run goes on until the other side notices too.
+    fn all_flows_settled(&self) -> bool {
+        self.flows.iter().all(|flow| {
+            if !flow.started {
+                return false;
+            }
+            if flow.completed_at_ns.is_some()
+                && flow.config.settle_on_completion
+                && !flow.config.close_when_done
+            {
+                return true;
+            }
+            [flow.initiator, flow.responder]
+                .into_iter()
+                .flatten()
+                .map(|slot| &self.connections[slot])
+                .filter(|slot| self.nodes[slot.node.0].alive && !slot.forgotten)
+                .all(|slot| matches!(slot.connection.state(), State::Failed | State::Closed))
+        })
+    }
+
+    fn next_timer(&self) -> Option<(Nanos, usize)> {
+        let mut best: Option<(Nanos, usize)> = None;
+        for (index, slot) in self.connections.iter().enumerate() {
+            if !self.nodes[slot.node.0].alive || slot.forgotten {
+                continue;
+            }
+            if let Some(at) = slot.connection.poll_timeout() {
+                if best.is_none_or(|(best_at, _)| at < best_at) {
+                    best = Some((at, index));
+                }
+            }
+        }
+        best
+    }
+
+    fn trace(&mut self, values: &[u64]) {
+        for &value in values {
+            self.trace_hash = mix64(self.trace_hash ^ value);
+        }
+    }
+
+    fn trace_bytes(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            self.trace_hash = mix64(self.trace_hash ^ word);
+        }
+        let mut tail = [0u8; 8];
+        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.trace(&[u64::from_le_bytes(tail), bytes.len() as u64]);
+    }
+
+    fn handle_event(&mut self, now: Nanos, event: SimEvent) {
+        match event {
+            SimEvent::Arrival {
+                link,
+                datagram,
+                corrupted,
+            } => {
+                self.trace(&[now, 1, link.0 as u64]);
+                self.trace_bytes(&datagram);
+                self.handle_arrival(now, link, &datagram, corrupted);
+            }
+            SimEvent::StartFlow(flow) => {
+                self.trace(&[now, 2, flow.0 as u64]);
+                self.start_flow(now, flow);
+            }
+            SimEvent::ReaderTick(flow) => {
+                self.trace(&[now, 3, flow.0 as u64]);
+                let Some(rate) = self.flows[flow.0].config.read_rate_bytes_per_ms else {
+                    return;
+                };
+                self.flows[flow.0].read_budget_bytes = rate;
+                if let Some(slot) = self.flows[flow.0].responder {
+                    self.drive(now, slot);
+                }
+                if self.flows[flow.0].completed_at_ns.is_none() {
+                    self.queue
+                        .schedule(now + MILLISECOND_NS, SimEvent::ReaderTick(flow));
+                }
+            }
+            SimEvent::Restart(node) => {
+                self.trace(&[now, 8, node.0 as u64]);
+                self.nodes[node.0].by_local_id.clear();
+                self.nodes[node.0].by_hello.clear();
+                for slot in self.connections.iter_mut().filter(|slot| slot.node == node) {
+                    slot.forgotten = true;
+                }
+            }
+            SimEvent::Kill(node) => {
+                self.trace(&[now, 4, node.0 as u64]);
+                self.nodes[node.0].alive = false;
+                self.nodes[node.0].killed_at_ns = Some(now);
+            }
+        }
+    }
+
+    fn start_flow(&mut self, now: Nanos, flow_id: FlowId) {
+        let flow = &mut self.flows[flow_id.0];
+        flow.started = true;
+        let config = flow.config.clone();
+        if !self.nodes[config.from.0].alive {
+            return;
+        }
+        let request = ConnectRequest {
+            job_id: self.job_id,
+            src_rank: config.from.0 as u32,
+            src_port: flow_id.0 as u16,
+            dst_port: flow_id.0 as u16,
+        };
+        let local_id = self.fresh_connection_id(config.from);
+        let nonce = self.rng.nonce16();
+        let key = config
+            .initiator_key
+            .clone()
+            .unwrap_or_else(|| self.job_key.clone());
+        let connection =
+            ReliableConnection::connect(config.config.clone(), key, request, local_id, nonce, now)
+                .unwrap_or_else(|error| panic!("flow {}: invalid config: {error:?}", flow_id.0));
+        let slot =
+            self.insert_connection(config.from, config.to, flow_id, Role::Initiator, connection);
+        self.flows[flow_id.0].initiator = Some(slot);
+        self.drive(now, slot);
+    }
+
+    fn fresh_connection_id(&mut self, node: NodeId) -> u64 {
+        loop {
+            let id = self.rng.next_u64();
+            if id != 0 && !self.nodes[node.0].by_local_id.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn insert_connection(
+        &mut self,
+        node: NodeId,
+        peer: NodeId,
+        flow: FlowId,
+        role: Role,
+        connection: ReliableConnection,
+    ) -> usize {
+        let index = self.connections.len();
+        self.nodes[node.0]
+            .by_local_id
+            .insert(connection.local_id(), index);
+        let config = &self.flows[flow.0].config.config;
+        let bound = config.memory_bound_bytes();
+        assert!(
+            bound <= memory_bound_bytes(config),
+            "the core's memory bound {bound} exceeds the simulator's sanity bound {} for \
+             {config:?}",
+            memory_bound_bytes(config)
+        );
+        self.connections.push(Slot {
+            node,
+            peer,
+            flow,
+            role,
+            connection,
+            memory_bound_bytes: bound,
+            peak_memory_bytes: 0,
+            events: Vec::new(),
+            stuck_timer_count: 0,
+            forgotten: false,
+        });
+        index
+    }
+
+    fn link_endpoints(&self, link: LinkId) -> (NodeId, NodeId) {
+        self.link_ends[link.0]
+    }
+
+    fn handle_arrival(&mut self, now: Nanos, link: LinkId, datagram: &[u8], corrupted: bool) {
+        if !self.links[link.0].is_up(now) {
+            self.links[link.0].count_arrival_partition_drop();
+            return;
+        }
+        let (from, to) = self.link_endpoints(link);
+        if !self.nodes[to.0].alive {
+            self.nodes[to.0].stats.dropped_dead += 1;
+            return;
+        }
+        self.nodes[to.0].stats.datagrams_received += 1;
+        if corrupted {
+            self.nodes[to.0].stats.corrupted_received += 1;
+        }
+        let Some(dest) = frame::dest_id(datagram) else {
+            self.nodes[to.0].stats.unknown_destination += 1;
+            return;
+        };
+        if dest == 0 {
+            self.handle_stranger(now, from, to, datagram);
+            return;
+        }
+        let Some(&slot) = self.nodes[to.0].by_local_id.get(&dest) else {
+            self.nodes[to.0].stats.unknown_destination += 1;
+            let mut header = std::mem::take(&mut self.header_scratch);
+            if let Some(length) = reset_for(datagram, &mut header) {
+                self.nodes[to.0].stats.resets_sent += 1;
+                self.send(now, to, from, header[..length].to_vec());
+            }
+            self.header_scratch = header;
+            return;
+        };
+        self.connections[slot]
+            .connection
+            .handle_datagram(now, datagram);
+        self.drive(now, slot);
+    }
+
+    /// A datagram with destination id 0: a Hello for a new connection, or a repeat of a
+    /// Hello we accepted (same peer, same src id), which goes to the connection it created.
+    ///
+    /// The responder's configuration is that of the first flow from `from` to `to` (a real
+    /// endpoint has one configuration for all its connections).
+    fn handle_stranger(&mut self, now: Nanos, from: NodeId, to: NodeId, datagram: &[u8]) {
+        if let Ok(parsed) = frame::Frame::parse(datagram) {
+            let key = (from, parsed.header().src_id);
+            if let Some(&existing) = self.nodes[to.0].by_hello.get(&key) {
+                self.connections[existing]
+                    .connection
+                    .handle_datagram(now, datagram);
+                self.drive(now, existing);
+                return;
+            }
+        }
+        let local_id = self.fresh_connection_id(to);
+        let nonce = self.rng.nonce16();
+        let config = self
+            .flows
+            .iter()
+            .find(|flow| flow.config.to == to && flow.config.from == from)
+            .map(|flow| flow.config.config.clone())
+            .unwrap_or_default();
+        let accepted = ReliableConnection::accept(
+            config,
+            self.job_key.clone(),
+            self.job_id,
+            datagram,
+            local_id,
+            nonce,
+            now,
+        );
+        let Ok((mut connection, request)) = accepted else {
+            self.nodes[to.0].stats.handshakes_refused += 1;
+            return;
+        };
+        let flow_index = usize::from(request.dst_port);
+        let matches = self.flows.get(flow_index).is_some_and(|flow| {
+            flow.config.to == to
+                && flow.config.from == from
+                && request.src_rank as usize == from.0
+                && flow.responder.is_none()
+        });
+        if !matches {
+            // Only reachable if a Hello authenticated for a flow that does not exist or is
+            // already connected: refuse it (the refusal is not sent: no slot to drive).
+            self.nodes[to.0].stats.handshakes_rejected += 1;
+            connection.reject(quiver_proto::handshake::RejectReason::NoSuchEndpoint);
+            return;
+        }
+        let peer_src_id = connection.peer_id().unwrap_or(0);
+        let flow = FlowId(flow_index);
+        let slot = self.insert_connection(to, from, flow, Role::Responder, connection);
+        self.nodes[to.0].by_hello.insert((from, peer_src_id), slot);
+        self.flows[flow.0].responder = Some(slot);
+        self.drive(now, slot);
+    }
+
+    fn fire_timer(&mut self, now: Nanos, slot: usize) {
+        self.trace(&[now, 5, slot as u64]);
+        self.connections[slot].connection.handle_timeout(now);
+        let next = self.connections[slot].connection.poll_timeout();
+        let entry = &mut self.connections[slot];
+        if next.is_some_and(|at| at <= now) {
+            entry.stuck_timer_count += 1;
+            assert!(
+                entry.stuck_timer_count < STUCK_TIMER_LIMIT,
+                "connection {slot} ({:?} of flow {}): poll_timeout still returns {next:?} at \
+                 {now} ns after {STUCK_TIMER_LIMIT} handle_timeout calls (timer livelock)",
+                entry.role,
+                entry.flow.0
+            );
+        } else {
+            entry.stuck_timer_count = 0;
+        }
+        self.drive(now, slot);
+    }
+
+    /// Runs the slot's application, then drains transmits and events, and checks the
+    /// per-step invariants of this connection.
+    fn drive(&mut self, now: Nanos, slot: usize) {
+        if !self.nodes[self.connections[slot].node.0].alive || self.connections[slot].forgotten {
+            return;
+        }
+        for _ in 0..2 {
+            self.run_app(now, slot);
+            self.drain_transmits(now, slot);
+            if !self.drain_events(now, slot) {
+                break;
+            }
+        }
+        self.check_memory(now, slot);
+        self.check_unread_bound(now, self.connections[slot].flow);
+        self.update_completion(now, self.connections[slot].flow);
+    }
+
+    /// Flow control: bytes the sender app handed over but the receiver app has not read
+    /// are either unacknowledged (at most the send buffer) or buffered at the receiver (at
+    /// most its window), so their sum is bounded by both buffers.
+    fn check_unread_bound(&self, now: Nanos, flow_id: FlowId) {
+        let flow = &self.flows[flow_id.0];
+        let unread = flow.sender.bytes_written() - flow.receiver.bytes_read();
+        let config = &flow.config.config;
+        let bound = (config.send_buffer_bytes + config.recv_window_bytes) as u64;
+        assert!(
+            unread <= bound,
+            "flow-control invariant violated at {now} ns on flow {}: {unread} bytes written \
+             and not yet read > send buffer + receive window = {bound}",
+            flow_id.0
+        );
+    }
+
+    fn run_app(&mut self, now: Nanos, slot: usize) {
+        let entry = &mut self.connections[slot];
+        let flow = &mut self.flows[entry.flow.0];
+        let is_flow_member = match entry.role {
+            Role::Initiator => flow.initiator == Some(slot),
+            Role::Responder => flow.responder == Some(slot),
+        };
+        if !is_flow_member {
+            return;
+        }
+        match entry.role {
+            Role::Initiator => {
+                flow.sender.pump(&mut ConnectionApp(&mut entry.connection));
+                if flow.config.close_when_done && flow.sender.is_done() && !flow.close_called {
+                    flow.close_called = true;
+                    entry.connection.close(now);
+                }
+            }
+            Role::Responder => {
+                let budget = if flow.config.read_rate_bytes_per_ms.is_some() {
+                    flow.read_budget_bytes
+                } else {
+                    u64::MAX
+                };
+                match flow
+                    .receiver
+                    .pump(&mut ConnectionApp(&mut entry.connection), budget)
+                {
+                    Ok(read) => {
+                        if flow.config.read_rate_bytes_per_ms.is_some() {
+                            flow.read_budget_bytes -= read;
+                        }
+                    }
+                    Err(violation) => panic!(
+                        "delivery invariant violated at {now} ns on flow {} (node {} -> {}): \
+                         {violation}",
+                        entry.flow.0, flow.config.from.0, flow.config.to.0
+                    ),
+                }
+            }
+        }
+    }
+
+    fn drain_transmits(&mut self, now: Nanos, slot: usize) {
+        let (node, peer) = (self.connections[slot].node, self.connections[slot].peer);
+        let max_datagram = self.flows[self.connections[slot].flow.0]
+            .config
+            .config
+            .max_datagram_bytes;
+        let mut header = std::mem::take(&mut self.header_scratch);
+        // Bounded: a connection may not emit unboundedly many datagrams for one input.
+        for _ in 0..1_000_000 {
+            let Some(transmit) = self.connections[slot]
+                .connection
+                .poll_transmit(now, &mut header)
+            else {
+                self.header_scratch = header;
+                return;
+            };
+            let mut datagram = Vec::with_capacity(transmit.header_len + transmit.payload.len());
+            datagram.extend_from_slice(&header[..transmit.header_len]);
+            datagram.extend_from_slice(transmit.payload);
+            assert!(
+                datagram.len() <= max_datagram,
+                "connection {slot}: poll_transmit produced {} bytes > max_datagram_bytes {}",
+                datagram.len(),
+                max_datagram
+            );
+            self.send(now, node, peer, datagram);
+        }
+        panic!("connection {slot}: poll_transmit did not return None after 1e6 datagrams");
+    }
+
+    fn send(&mut self, now: Nanos, from: NodeId, to: NodeId, datagram: Vec<u8>) {
+        self.datagrams_sent += 1;
+        self.trace(&[now, 6, from.0 as u64, to.0 as u64]);
+        let links = self
+            .routes
+            .get(&(from, to))
+            .unwrap_or_else(|| panic!("no link from node {} to node {}", from.0, to.0));
+        let link = links
+            .iter()
+            .copied()
+            .find(|link| self.links[link.0].is_up(now))
+            .unwrap_or(links[0]);
+        let deliveries = self.links[link.0].transmit(now, datagram);
+        for (at, copy, corrupted) in deliveries.copies {
+            self.queue.schedule(
+                at,
+                SimEvent::Arrival {
+                    link,
+                    datagram: copy,
+                    corrupted,
+                },
+            );
+        }
+    }
+
+    /// Returns true when there were events (the apps may have more to do).
+    fn drain_events(&mut self, now: Nanos, slot: usize) -> bool {
+        let mut any = false;
+        while let Some(event) = self.connections[slot].connection.poll_event() {
+            any = true;
+            self.trace(&[now, 7, slot as u64]);
+            self.connections[slot].events.push((now, event));
+        }
+        any
+    }
+
+    fn check_memory(&mut self, now: Nanos, slot: usize) {
+        let entry = &mut self.connections[slot];
+        let memory = entry.connection.memory_bytes();
+        entry.peak_memory_bytes = entry.peak_memory_bytes.max(memory);
+        assert!(
+            memory <= entry.memory_bound_bytes,
+            "memory invariant violated at {now} ns: connection {slot} ({:?} of flow {}) holds \
+             {memory} bytes > bound {}",
+            entry.role,
+            entry.flow.0,
+            entry.memory_bound_bytes
+        );
+    }
+
+    fn update_completion(&mut self, now: Nanos, flow_id: FlowId) {
+        let flow = &self.flows[flow_id.0];
+        if flow.completed_at_ns.is_some() || !flow.receiver.is_done() || !flow.sender.is_done() {
+            return;
+        }
+        let acked = flow
+            .initiator
+            .is_some_and(|slot| self.connections[slot].connection.all_acked());
+        if acked {
+            self.flows[flow_id.0].completed_at_ns = Some(now);
+        }
+    }
+}
+
+/// Adapts a connection to the application traits.
+struct ConnectionApp<'a>(&'a mut ReliableConnection);
+
+impl MessageWriter for ConnectionApp<'_> {
+    fn start_message(&mut self, length_bytes: u64) -> bool {
+        self.0.start_message(length_bytes).is_ok()
+    }
+    fn write_message(&mut self, data: &[u8]) -> usize {
+        self.0.write_message(data)
+    }
+    fn send_capacity(&self) -> usize {
+        self.0.send_capacity()
+    }
+}
+
+impl MessageReader for ConnectionApp<'_> {
+    fn peek_message_len(&self) -> Option<u64> {
+        self.0.peek_message_len()
+    }
+    fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
+        self.0.read_message(out)
+    }
+}
