@@ -40,6 +40,10 @@ pub(crate) struct JobIdentity {
     pub(crate) id: u64,
     /// The job's secret key (`QUIVER_JOB_KEY`, 64 lowercase hex digits).
     pub(crate) key: [u8; 32],
+    /// Network address of every rank (`QUIVER_ADDRS`), empty when the job needs none.
+    pub(crate) addrs: Vec<std::net::SocketAddr>,
+    /// `QUIVER_TRANSPORTS` for the ranks, when the launcher decides it (the bench does).
+    pub(crate) transports: Option<String>,
 }
 
 impl JobIdentity {
@@ -60,20 +64,71 @@ impl JobIdentity {
         Ok(Self {
             id: u64::from_le_bytes(id),
             key,
+            addrs: Vec::new(),
+            transports: None,
         })
+    }
+
+    /// Gives every rank of a `size`-rank job a loopback address (a port free for both tcp
+    /// and udp) when the environment asks for a network transport (`QUIVER_TRANSPORTS`)
+    /// and does not name the addresses itself (`QUIVER_ADDRS`).
+    ///
+    /// # Errors
+    /// No free port could be found.
+    pub(crate) fn assign_local_addrs(&mut self, size: u32) -> io::Result<()> {
+        if std::env::var_os("QUIVER_ADDRS").is_some() {
+            return Ok(());
+        }
+        let wants_network = std::env::var("QUIVER_TRANSPORTS").is_ok_and(|list| {
+            list.split(',')
+                .any(|t| matches!(t.trim(), "udp" | "tcp" | "mem"))
+        });
+        if wants_network {
+            self.addrs = local_addrs(size)?;
+        }
+        Ok(())
     }
 
     /// The environment of rank `rank` of a job of `size` ranks: exactly the variables of
     /// the launcher/rank contract, in a fixed order.
     pub(crate) fn env_vars(&self, rank: u32, size: u32) -> Vec<(String, String)> {
-        vec![
+        let mut vars = vec![
             ("QUIVER_RANK".to_owned(), rank.to_string()),
             ("QUIVER_SIZE".to_owned(), size.to_string()),
             ("QUIVER_JOB_ID".to_owned(), format!("{:016x}", self.id)),
             ("QUIVER_JOB_KEY".to_owned(), lower_hex(&self.key)),
             ("QUIVER_LAUNCHER".to_owned(), LAUNCHER_NAME.to_owned()),
-        ]
+        ];
+        if !self.addrs.is_empty() {
+            let list: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
+            vars.push(("QUIVER_ADDRS".to_owned(), list.join(",")));
+        }
+        if let Some(list) = &self.transports {
+            vars.push(("QUIVER_TRANSPORTS".to_owned(), list.clone()));
+        }
+        vars
     }
+}
+
+/// `size` loopback addresses whose ports are free for both tcp and udp right now (a rank
+/// binds its own soon after; another process taking the port in between makes that rank
+/// fail clearly with "address in use").
+///
+/// # Errors
+/// Binding a probe socket failed.
+pub(crate) fn local_addrs(size: u32) -> io::Result<Vec<std::net::SocketAddr>> {
+    let mut held = Vec::new();
+    let mut addrs = Vec::new();
+    while addrs.len() < size as usize {
+        let tcp = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        let addr = tcp.local_addr()?;
+        if let Ok(udp) = std::net::UdpSocket::bind(addr) {
+            // Hold both until every rank has its port, so no two ranks get the same one.
+            held.push((tcp, udp));
+            addrs.push(addr);
+        }
+    }
+    Ok(addrs)
 }
 
 impl fmt::Debug for JobIdentity {
@@ -452,6 +507,8 @@ mod tests {
         let identity = JobIdentity {
             id: 0x00ab_cdef_0123_4567,
             key: [0x5a; 32],
+            addrs: Vec::new(),
+            transports: None,
         };
         let vars = identity.env_vars(3, 8);
         let expected = vec![

@@ -106,13 +106,17 @@ pub(crate) fn main(args: RunArgs) -> i32 {
         report("missing program: usage is `quiver run -n N -- PROGRAM [ARGS...]`");
         return EXIT_USAGE;
     };
-    let identity = match JobIdentity::generate() {
+    let mut identity = match JobIdentity::generate() {
         Ok(identity) => identity,
         Err(error) => {
             report(&format!("cannot create the job key: {error}"));
             return EXIT_LAUNCHER_FAILURE;
         }
     };
+    if let Err(error) = identity.assign_local_addrs(args.ranks) {
+        report(&format!("cannot find free ports for the ranks: {error}"));
+        return EXIT_LAUNCHER_FAILURE;
+    }
     let signals = match SignalPipe::install() {
         Ok(signals) => signals,
         Err(error) => {

@@ -49,13 +49,21 @@ pub(crate) enum Transport {
     RawUdp,
     /// Baseline: a plain TCP connection over 127.0.0.1, busy-polling, no protocol.
     RawTcp,
-    // quiver's own `udp` and `tcp` transports go here (and in ALL): they run through the
-    // quiver API in worker.rs, like shm.
+    /// quiver's UDP transport (its own reliable protocol) over 127.0.0.1.
+    Udp,
+    /// quiver's TCP transport over 127.0.0.1.
+    Tcp,
 }
 
 impl Transport {
     /// Every transport, in the order `--help` and error messages list them.
-    pub(crate) const ALL: [Transport; 3] = [Transport::Shm, Transport::RawUdp, Transport::RawTcp];
+    pub(crate) const ALL: [Transport; 5] = [
+        Transport::Shm,
+        Transport::Udp,
+        Transport::Tcp,
+        Transport::RawUdp,
+        Transport::RawTcp,
+    ];
 
     /// The name used on the command line and in the JSON `transport` key.
     pub(crate) fn as_str(self) -> &'static str {
@@ -63,6 +71,8 @@ impl Transport {
             Transport::Shm => "shm",
             Transport::RawUdp => "raw-udp",
             Transport::RawTcp => "raw-tcp",
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::launch::{spawn_rank, JobIdentity};
 
 use super::floor::Floors;
-use super::plan::Plan;
+use super::plan::{Plan, Transport};
 use super::report::{apply_floor, Record, Report};
 
 /// Ranks in a bench job.
@@ -126,8 +126,13 @@ fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
     let program = std::env::current_exe()
         .map_err(|error| format!("cannot find this executable to start the ranks: {error}"))?;
     let args: Vec<OsString> = plan.worker_args().into_iter().map(OsString::from).collect();
-    let identity =
+    let mut identity =
         JobIdentity::generate().map_err(|error| format!("cannot make a job identity: {error}"))?;
+    if matches!(plan.transport, Transport::Udp | Transport::Tcp) {
+        identity.addrs = crate::launch::local_addrs(RANK_COUNT)
+            .map_err(|error| format!("cannot find free ports for the ranks: {error}"))?;
+        identity.transports = Some(plan.transport.as_str().to_string());
+    }
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(RANK_COUNT as usize);
     for (rank, &cpu) in (0..RANK_COUNT).zip(cpus.iter()) {
         // Only rank 0 reports results; rank 1's stdout has nothing to say.
