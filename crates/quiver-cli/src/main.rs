@@ -1,13 +1,15 @@
 //! The `quiver` command: the user-facing tool on top of the quiver library.
 //!
-//! Subcommands: `run` (start a local job of N ranks), `bench` (end-to-end benchmarks) and
-//! `info` (what this machine and build support). This file only parses the command line
-//! and dispatches; each subcommand lives in its own module and returns the exit status.
+//! Subcommands: `run` (start a local job of N ranks), `bench` (end-to-end benchmarks),
+//! `info` (what this machine and build support) and `testbed` (network namespaces for
+//! tests). This file only parses the command line and dispatches; each subcommand lives in
+//! its own module and returns the exit status.
 
 mod bench;
 mod info;
 mod launch;
 mod run;
+mod testbed;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +39,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show what this machine and quiver build support
     Info,
+    /// Build or remove a two-namespace network testbed (root): N rate-limited, lossy links
+    Testbed(testbed::TestbedArgs),
 }
 
 fn main() {
@@ -45,6 +49,7 @@ fn main() {
         Command::Run(args) => run::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Info => info::main(),
+        Command::Testbed(args) => testbed::main(args),
     };
     std::process::exit(exit_status);
 }

@@ -1,0 +1,192 @@
+//! Integration tests of `quiver testbed` (root only; skipped otherwise): real namespaces,
+//! veth links, tbf and nftables loss, a checksummed TCP transfer across them, and cleanup.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::testbed::{in_namespace, is_root, namespace_list, quiver, Testbed};
+
+/// Bytes sent across the lossy testbed.
+const TRANSFER_BYTES: usize = 20_000_000;
+
+/// Deterministic, incompressible-looking test data (xorshift64).
+fn test_data(length: usize) -> Vec<u8> {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn tcp_transfer_across_two_lossy_links_is_intact_and_cleanup_is_complete() {
+    if !is_root() {
+        eprintln!("skipped: the testbed needs root");
+        return;
+    }
+    let testbed = Testbed::up(2, "100mbit", 1.0).expect("testbed up");
+    let [a, b] = testbed.namespaces();
+    assert!(namespace_list().contains(&a) && namespace_list().contains(&b));
+
+    // Link 1: the receiver listens on 10.77.1.2 in b, the sender connects from a.
+    let listener = in_namespace(&b, || {
+        TcpListener::bind("10.77.1.2:7000").expect("bind in b")
+    });
+    let receiver = std::thread::spawn(move || {
+        let (mut stream, peer) = listener.accept().expect("accept");
+        assert_eq!(peer.ip().to_string(), "10.77.1.1");
+        let mut received = Vec::with_capacity(TRANSFER_BYTES);
+        stream.read_to_end(&mut received).expect("read");
+        received
+    });
+    let data = test_data(TRANSFER_BYTES);
+    let expected = blake3::hash(&data);
+    let start = Instant::now();
+    let mut stream = in_namespace(&a, || {
+        TcpStream::connect_timeout(
+            &"10.77.1.2:7000".parse().expect("address"),
+            Duration::from_secs(5),
+        )
+        .expect("connect from a")
+    });
+    stream.write_all(&data).expect("send");
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    let received = receiver.join().expect("receiver");
+    let elapsed = start.elapsed();
+    assert_eq!(received.len(), TRANSFER_BYTES);
+    assert_eq!(
+        blake3::hash(&received),
+        expected,
+        "data corrupted across the testbed"
+    );
+    // 160 Mbit at 100 Mbit/s takes at least 1.6 s: the rate limit is in force.
+    assert!(
+        elapsed >= Duration::from_millis(1500),
+        "too fast for 100mbit: {elapsed:?}"
+    );
+    eprintln!(
+        "20 MB over 100mbit with 1% loss: {elapsed:?} ({:.1} Mbit/s)",
+        TRANSFER_BYTES as f64 * 8.0 / elapsed.as_secs_f64() / 1e6
+    );
+
+    let name = testbed.name().to_string();
+    drop(testbed);
+    let left: Vec<String> = namespace_list()
+        .into_iter()
+        .filter(|namespace| namespace.starts_with(&format!("{name}-")))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn up_twice_fails_and_down_is_idempotent() {
+    if !is_root() {
+        eprintln!("skipped: the testbed needs root");
+        return;
+    }
+    let testbed = Testbed::up(1, "10mbit", 0.0).expect("testbed up");
+    let again = quiver()
+        .args([
+            "testbed",
+            "up",
+            "--links",
+            "1",
+            "--rate",
+            "10mbit",
+            "--name",
+            testbed.name(),
+        ])
+        .output()
+        .expect("run quiver");
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let forced = quiver()
+        .args([
+            "testbed",
+            "up",
+            "--links",
+            "2",
+            "--rate",
+            "10mbit",
+            "--force",
+            "--name",
+            testbed.name(),
+        ])
+        .output()
+        .expect("run quiver");
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    for _ in 0..2 {
+        let down = quiver()
+            .args(["testbed", "down", "--name", testbed.name()])
+            .status()
+            .expect("run quiver");
+        assert!(down.success());
+    }
+    let [a, b] = testbed.namespaces();
+    let list = namespace_list();
+    assert!(!list.contains(&a) && !list.contains(&b));
+}
+
+#[test]
+fn testbed_goes_away_when_its_owner_dies() {
+    if !is_root() {
+        eprintln!("skipped: the testbed needs root");
+        return;
+    }
+    let mut owner = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("start sleep");
+    let name = format!("qt{}-owner", std::process::id());
+    let up = quiver()
+        .args([
+            "testbed", "up", "--links", "1", "--rate", "10mbit", "--name", &name,
+        ])
+        .arg("--owner-pid")
+        .arg(owner.id().to_string())
+        .status()
+        .expect("run quiver");
+    assert!(up.success());
+    assert!(namespace_list().contains(&format!("{name}-a")));
+    owner.kill().expect("kill owner");
+    owner.wait().expect("reap owner");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while namespace_list()
+        .iter()
+        .any(|namespace| namespace.starts_with(&format!("{name}-")))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the watcher did not remove {name}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bad_options_exit_2() {
+    for arguments in [
+        &["testbed", "up", "--links", "0", "--rate", "1gbit"][..],
+        &["testbed", "up", "--links", "1", "--rate", "fast"][..],
+        &[
+            "testbed", "up", "--links", "1", "--rate", "1gbit", "--loss", "101",
+        ][..],
+        &["testbed", "down", "--name", "../x"][..],
+    ] {
+        let output = quiver().args(arguments).output().expect("run quiver");
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}");
+    }
+}
