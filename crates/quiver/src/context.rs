@@ -56,6 +56,8 @@ pub struct ContextStats {
     pub connections_refused: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
+    /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
+    pub datagram: Option<crate::net::dgram::DatagramStats>,
 }
 
 #[derive(Debug)]
@@ -362,11 +364,14 @@ impl Context {
 
     /// The listener's counters.
     pub fn stats(&self) -> ContextStats {
-        self.shared
+        let mut stats = self
+            .shared
             .stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        stats.datagram = self.shared.dgram.as_ref().map(|d| d.stats());
+        stats
     }
 
     /// Opens endpoint `port` of this rank; peers reach it at `Addr { rank, port }`.

@@ -170,6 +170,40 @@ struct Engine {
     rx: Box<[u8]>,
     /// Earliest protocol timer over all connections (recomputed by each poll).
     next_timer: Option<Nanos>,
+    /// Counters of connections already forgotten.
+    retired: DatagramStats,
+}
+
+/// Counters of a context's reliable datagram protocol (udp or mem), summed over its
+/// connections, for reports and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DatagramStats {
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Data frames sent again (after a timeout or a fast retransmit).
+    pub retransmits: u64,
+    /// Of those, fast retransmits (loss inferred from acknowledgements).
+    pub fast_retransmits: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
+    /// Duplicates received and dropped.
+    pub duplicates_dropped: u64,
+    /// Corrupted datagrams received and dropped.
+    pub corrupt_dropped: u64,
+}
+
+impl DatagramStats {
+    fn add(&mut self, s: &quiver_proto::reliable::ReliableStats) {
+        self.datagrams_sent += s.datagrams_sent;
+        self.datagrams_received += s.datagrams_received;
+        self.retransmits += s.retransmits;
+        self.fast_retransmits += s.fast_retransmits;
+        self.timeouts += s.rto_expirations;
+        self.duplicates_dropped += s.duplicates_dropped;
+        self.corrupt_dropped += s.corrupt_dropped;
+    }
 }
 
 /// The engine as the context shares it with its endpoints.
@@ -247,8 +281,19 @@ impl DgramShared {
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
+                retired: DatagramStats::default(),
             }),
         })
+    }
+
+    /// The protocol's counters over every connection so far.
+    pub(crate) fn stats(&self) -> DatagramStats {
+        let engine = self.lock();
+        let mut total = engine.retired;
+        for e in engine.conns.values() {
+            total.add(e.core.stats());
+        }
+        total
     }
 
     /// udp or mem.
@@ -709,8 +754,13 @@ impl Engine {
             }
         }
         self.next_timer = next;
+        let retired = &mut self.retired;
         self.conns.retain(|_, e| {
-            !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed))
+            let keep = !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed));
+            if !keep {
+                retired.add(e.core.stats());
+            }
+            keep
         });
     }
 
