@@ -20,13 +20,44 @@ pub(crate) fn main() -> i32 {
         "machine: {cpus} CPUs available, kernel {}",
         kernel_release()
     );
-    let _ = writeln!(out, "\ntransports:");
     let _ = writeln!(
         out,
-        "  shm   available  (same node: rings in memfd + process_vm_readv for large messages)"
+        "\ntransports (tried in this order for each peer, QUIVER_TRANSPORTS={}):",
+        config
+            .transports
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(",")
     );
-    let _ = writeln!(out, "  tcp   not built yet");
-    let _ = writeln!(out, "  udp   not built yet");
+    for kind in &config.transports {
+        let what = match kind {
+            quiver::TransportKind::Shm => {
+                "peers on this node: rings in memfd + process_vm_readv for large messages"
+            }
+            quiver::TransportKind::Udp => {
+                "peers with an address: quiver's reliable protocol over UDP (sendmmsg/recvmmsg, GSO/GRO)"
+            }
+            quiver::TransportKind::Tcp => {
+                "peers with an address: TCP_NODELAY streams, header and payload in one write"
+            }
+            quiver::TransportKind::Mem => {
+                "in-process datagram queues under the reliable protocol (tests)"
+            }
+        };
+        let _ = writeln!(out, "  {:<5} {what}", kind.name());
+    }
+    match std::env::var("QUIVER_ADDRS") {
+        Ok(addrs) => {
+            let _ = writeln!(out, "  rank addresses (QUIVER_ADDRS): {addrs}");
+        }
+        Err(_) => {
+            let _ = writeln!(
+                out,
+                "  no QUIVER_ADDRS: only shm can be used (quiver run sets it when QUIVER_TRANSPORTS names udp or tcp)"
+            );
+        }
+    }
     let _ = writeln!(out, "\nshm protocol by message size:");
     for (name, low, high) in config.protocol_ranges() {
         let high = if high == u64::MAX {
