@@ -49,8 +49,8 @@ pub(crate) struct BenchArgs {
     #[arg(value_enum, value_name = "TEST")]
     tests: Vec<TestName>,
 
-    /// Transport to measure: shm, or a raw-socket baseline over 127.0.0.1 (raw-udp,
-    /// raw-tcp: plain busy-polling sockets, no protocol).
+    /// Transport to measure: shm, udp, tcp (quiver's, through its API), or a raw-socket
+    /// baseline over 127.0.0.1 (raw-udp, raw-tcp: plain busy-polling sockets, no protocol).
     #[arg(long, value_name = "NAME", default_value = "shm")]
     transport: String,
 
@@ -77,6 +77,16 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "A,B")]
     cpus: Option<String>,
 
+    /// Run rank 0 and rank 1 in these two network namespaces (udp and tcp only), e.g. the
+    /// two sides of `quiver testbed up`: quiver-a,quiver-b.
+    #[arg(long, value_name = "A,B")]
+    netns: Option<String>,
+
+    /// The two ranks' addresses (ip:port,ip:port) for udp and tcp [default: free loopback
+    /// ports; with --netns, 10.77.0.1:7300,10.77.0.2:7300, link 0 of `quiver testbed`].
+    #[arg(long, value_name = "ADDR,ADDR")]
+    addrs: Option<String>,
+
     /// Stop the ranks and fail if they have not finished after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
@@ -84,6 +94,24 @@ pub(crate) struct BenchArgs {
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     worker: bool,
+}
+
+/// Parses exactly two `ip:port` addresses.
+fn parse_two_addrs(list: &str) -> Result<Vec<std::net::SocketAddr>, String> {
+    let addrs: Vec<std::net::SocketAddr> = list
+        .split(',')
+        .map(|a| {
+            a.trim()
+                .parse()
+                .map_err(|_| format!("--addrs: {a:?} is not an ip:port address"))
+        })
+        .collect::<Result<_, _>>()?;
+    if addrs.len() != 2 {
+        return Err(format!(
+            "--addrs {list:?}: expected two addresses, one per rank"
+        ));
+    }
+    Ok(addrs)
 }
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
@@ -190,12 +218,33 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
     if !(1..=MAX_WINDOW).contains(&args.window) {
         return Err(format!("--window must be between 1 and {MAX_WINDOW}"));
     }
+    let networked = matches!(transport, Transport::Udp | Transport::Tcp);
+    let netns = match &args.netns {
+        None => None,
+        Some(_) if !networked => {
+            return Err("--netns needs --transport udp or tcp".to_string());
+        }
+        Some(list) => match list.split(',').map(str::trim).collect::<Vec<_>>()[..] {
+            [a, b] if !a.is_empty() && !b.is_empty() => Some([a.to_string(), b.to_string()]),
+            _ => return Err(format!("--netns {list:?}: expected two names, A,B")),
+        },
+    };
+    let addrs = match (&args.addrs, &netns) {
+        (Some(_), _) if !networked => {
+            return Err("--addrs needs --transport udp or tcp".to_string());
+        }
+        (Some(list), _) => Some(parse_two_addrs(list)?),
+        (None, Some(_)) => Some(parse_two_addrs("10.77.0.1:7300,10.77.0.2:7300")?),
+        (None, None) => None,
+    };
     let plan = Plan {
         tests,
         transport,
         sizes,
         iters: args.iters,
         window: args.window,
+        netns,
+        addrs,
     };
     let window_bytes = plan.window.saturating_mul(plan.max_message_bytes());
     if plan.tests.contains(&TestName::Bw) && window_bytes > MAX_WINDOW_BYTES {
@@ -314,8 +363,20 @@ mod tests {
         assert_eq!(plan.sizes, vec![8, 1 << 20]);
         assert_eq!(plan.iters, Some(200));
         assert_eq!(plan.window, 8);
-        let error = super::tests::plan(&["--transport", "udp"]).expect_err("no udp yet");
-        assert!(error.contains("unknown transport 'udp'"), "{error}");
+        let error = super::tests::plan(&["--transport", "udx"]).expect_err("no such transport");
+        assert!(error.contains("unknown transport 'udx'"), "{error}");
+        assert_eq!(
+            super::tests::plan(&["--transport", "udp"]).map(|plan| plan.transport),
+            Ok(Transport::Udp)
+        );
+        let error = super::tests::plan(&["--netns", "a,b"]).expect_err("shm in netns");
+        assert!(error.contains("udp or tcp"), "{error}");
+        let plan = super::tests::plan(&["--transport", "tcp", "--netns", "a,b"]).expect("netns");
+        assert_eq!(plan.netns, Some(["a".to_string(), "b".to_string()]));
+        assert_eq!(plan.addrs.map(|a| a.len()), Some(2));
+        let error = super::tests::plan(&["--transport", "tcp", "--addrs", "1.2.3.4:5"])
+            .expect_err("one address");
+        assert!(error.contains("two addresses"), "{error}");
         assert_eq!(
             super::tests::plan(&["--transport", "raw-udp"]).map(|plan| plan.transport),
             Ok(Transport::RawUdp)

@@ -127,6 +127,10 @@ pub(crate) struct Plan {
     pub(crate) iters: Option<u64>,
     /// Outstanding sends per window in bw and rate.
     pub(crate) window: u64,
+    /// Network namespaces of rank 0 and rank 1 (udp/tcp between two simulated nodes).
+    pub(crate) netns: Option<[String; 2]>,
+    /// The ranks' addresses (`QUIVER_ADDRS`) when given; loopback ports otherwise.
+    pub(crate) addrs: Option<Vec<std::net::SocketAddr>>,
 }
 
 impl Plan {
@@ -226,6 +230,8 @@ mod tests {
             sizes: vec![8, 65536],
             iters,
             window: 64,
+            netns: None,
+            addrs: None,
         }
     }
 

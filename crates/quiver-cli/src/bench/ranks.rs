@@ -123,14 +123,17 @@ struct RankProcess {
 }
 
 fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
-    let program = std::env::current_exe()
+    let exe = std::env::current_exe()
         .map_err(|error| format!("cannot find this executable to start the ranks: {error}"))?;
-    let args: Vec<OsString> = plan.worker_args().into_iter().map(OsString::from).collect();
+    let worker_args: Vec<OsString> = plan.worker_args().into_iter().map(OsString::from).collect();
     let mut identity =
         JobIdentity::generate().map_err(|error| format!("cannot make a job identity: {error}"))?;
     if matches!(plan.transport, Transport::Udp | Transport::Tcp) {
-        identity.addrs = crate::launch::local_addrs(RANK_COUNT)
-            .map_err(|error| format!("cannot find free ports for the ranks: {error}"))?;
+        identity.addrs = match &plan.addrs {
+            Some(addrs) => addrs.clone(),
+            None => crate::launch::local_addrs(RANK_COUNT)
+                .map_err(|error| format!("cannot find free ports for the ranks: {error}"))?,
+        };
         identity.transports = Some(plan.transport.as_str().to_string());
     }
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(RANK_COUNT as usize);
@@ -140,6 +143,20 @@ fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
             Stdio::piped()
         } else {
             Stdio::null()
+        };
+        // In a network namespace: `ip netns exec NS` execs the worker there (the pinning
+        // and the parent-death signal set before exec carry over).
+        let (program, args) = match &plan.netns {
+            Some(names) => {
+                let mut args: Vec<OsString> = ["netns", "exec", &names[rank as usize]]
+                    .into_iter()
+                    .map(OsString::from)
+                    .collect();
+                args.push(exe.clone().into_os_string());
+                args.extend(worker_args.iter().cloned());
+                (OsString::from("ip"), args)
+            }
+            None => (exe.clone().into_os_string(), worker_args.clone()),
         };
         let spawned = spawn_rank(
             program.as_os_str(),
@@ -170,7 +187,7 @@ fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
                 }
                 return Err(format!(
                     "cannot start rank {rank} on CPU {cpu} ({}): {error}",
-                    program.display()
+                    program.to_string_lossy()
                 ));
             }
         }

@@ -307,6 +307,8 @@ pub struct Endpoint {
     /// Inbound network edges.
     net_in: Vec<NetIn>,
     next_net_in: usize,
+    /// A receive polled the datagram engine since the last `progress`.
+    engine_polled: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -356,6 +358,7 @@ impl Endpoint {
             net_out: Vec::new(),
             net_in: Vec::new(),
             next_net_in: 0,
+            engine_polled: false,
         }
     }
 
@@ -737,8 +740,11 @@ impl Endpoint {
                 let _ = self.progress_net_out(idx);
             }
         } else if let Some(engine) = &self.ctx.dgram {
-            // Acknowledgements, retransmissions and keepalives run whenever the API is used.
-            engine.poll_io(&self.ctx);
+            // Acknowledgements, retransmissions and keepalives run whenever the API is used
+            // (once per round of a polling loop: a receive that just polled is enough).
+            if !std::mem::take(&mut self.engine_polled) {
+                engine.poll_io(&self.ctx);
+            }
         }
         if !self.posted_recvs.is_empty() {
             self.progress_recvs();

@@ -491,6 +491,7 @@ impl Endpoint {
     ) -> Result<Option<(usize, Addr)>> {
         if let Some(engine) = &self.ctx.dgram {
             engine.poll_io(&self.ctx);
+            self.engine_polled = true;
         }
         let n = self.net_in.len();
         for k in 0..n {
