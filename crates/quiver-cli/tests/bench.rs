@@ -186,7 +186,7 @@ fn json_to_a_file_keeps_the_table_on_stdout() {
 #[test]
 fn bad_usage_exits_2_with_a_message() {
     let cases: [(&[&str], &str); 4] = [
-        (&["--transport", "udp"], "unknown transport 'udp'"),
+        (&["--transport", "udx"], "unknown transport 'udx'"),
         (&["--sizes", "8,12Q"], "--sizes"),
         (&["--iters", "0"], "--iters"),
         (&["--cpus", "0,0"], "--cpus"),

@@ -222,6 +222,35 @@ fn posted_operations(t: TransportKind) {
     });
 }
 
+/// More posted bytes than any window or ring holds: the sender must keep taking
+/// acknowledgements while it waits for its own requests.
+fn posted_sends_beyond_the_window(t: TransportKind) {
+    const COUNT: u32 = 24;
+    const LEN: usize = 1 << 20;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        if rank == 0 {
+            let reqs: Vec<_> = (0..COUNT)
+                .map(|i| ep.post_send(conn, pattern(LEN, i)).unwrap())
+                .collect();
+            for req in reqs {
+                ep.wait_send(req).unwrap();
+            }
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = vec![0u8; LEN];
+            for i in 0..COUNT {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                assert_eq!(n, LEN);
+                assert!(buf == pattern(LEN, i), "message {i} differs");
+            }
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
 fn buffer_too_small_keeps_message(t: TransportKind) {
     run(t, 2, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
@@ -393,6 +422,7 @@ macro_rules! conformance {
             #[test] fn every_size() { super::every_size($kind) }
             #[test] fn many_small_in_order() { super::many_small_in_order($kind) }
             #[test] fn posted_operations() { super::posted_operations($kind) }
+            #[test] fn posted_sends_beyond_the_window() { super::posted_sends_beyond_the_window($kind) }
             #[test] fn buffer_too_small_keeps_message() { super::buffer_too_small_keeps_message($kind) }
             #[test] fn try_recv_would_block_then_arrives() { super::try_recv_would_block_then_arrives($kind) }
             #[test] fn three_senders_one_receiver() { super::three_senders_one_receiver($kind) }

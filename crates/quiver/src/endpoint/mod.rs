@@ -726,6 +726,13 @@ impl Endpoint {
     /// # Errors
     /// None today beyond those recorded in the requests themselves; reserved.
     pub fn progress(&mut self) -> Result<()> {
+        if let Some(engine) = &self.ctx.dgram {
+            // Acknowledgements, retransmissions and keepalives run whenever the API is used
+            // (once per round of a polling loop: a receive that just polled is enough).
+            if !std::mem::take(&mut self.engine_polled) {
+                engine.poll_io(&self.ctx);
+            }
+        }
         if self.pending_sends > 0 {
             for idx in 0..self.outbound.len() {
                 let out = &self.outbound[idx];
@@ -738,12 +745,6 @@ impl Endpoint {
             for idx in 0..self.net_out.len() {
                 // Failures are recorded in the requests of that connection.
                 let _ = self.progress_net_out(idx);
-            }
-        } else if let Some(engine) = &self.ctx.dgram {
-            // Acknowledgements, retransmissions and keepalives run whenever the API is used
-            // (once per round of a polling loop: a receive that just polled is enough).
-            if !std::mem::take(&mut self.engine_polled) {
-                engine.poll_io(&self.ctx);
             }
         }
         if !self.posted_recvs.is_empty() {
