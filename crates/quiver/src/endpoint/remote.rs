@@ -690,6 +690,44 @@ impl Endpoint {
         false
     }
 
+    /// Before a datagram connection is closed, what was sent on it must arrive: the peer
+    /// may still need retransmissions, and only this endpoint can make them. Pushes queued
+    /// sends and waits until everything written is acknowledged, for at most the idle
+    /// timeout (a peer silent that long is unreachable anyway).
+    fn linger_dgram(&mut self) {
+        let Some(engine) = self.ctx.dgram.clone() else {
+            return;
+        };
+        let deadline = Instant::now() + self.config.net_idle_timeout;
+        loop {
+            engine.poll_io(&self.ctx);
+            for idx in 0..self.net_out.len() {
+                if matches!(self.net_out[idx].link, OutLink::Dgram(_)) {
+                    // Failures end the wait for that connection.
+                    let _ = self.progress_net_out(idx);
+                }
+            }
+            let settled = self.net_out.iter().all(|out| match out.link {
+                OutLink::Dgram(id) => {
+                    out.failure.is_some() || (out.queue.is_empty() && engine.all_acked(id))
+                }
+                OutLink::Tcp(_) => true,
+            });
+            if settled || Instant::now() >= deadline {
+                return;
+            }
+            let mut fds = [libc::pollfd {
+                fd: engine.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let _ = sys::poll(
+                &mut fds,
+                Some(engine.timeout_within(Duration::from_millis(1))),
+            );
+        }
+    }
+
     /// Closes every network edge (endpoint drop).
     pub(super) fn close_net(&mut self) {
         for out in &mut self.net_out {
@@ -711,11 +749,13 @@ impl Endpoint {
                     let _ = stream.write_all(&StreamHeader::close().emit());
                     let _ = stream.shutdown(std::net::Shutdown::Write);
                 }
-                OutLink::Dgram(id) => {
-                    if let Some(engine) = &self.ctx.dgram {
-                        engine.close(*id);
-                    }
-                }
+                OutLink::Dgram(_) => {}
+            }
+        }
+        self.linger_dgram();
+        for out in &self.net_out {
+            if let (OutLink::Dgram(id), Some(engine)) = (&out.link, &self.ctx.dgram) {
+                engine.close(*id);
             }
         }
         for inb in &self.net_in {

@@ -482,6 +482,15 @@ impl DgramShared {
         Ok(done)
     }
 
+    /// Whether everything written to connection `id` was acknowledged (true for a
+    /// connection that failed or is gone: nothing more will be).
+    pub(crate) fn all_acked(&self, id: u64) -> bool {
+        let engine = self.lock();
+        engine.conns.get(&id).is_none_or(|e| {
+            e.core.all_acked() || matches!(e.status, Status::Failed(_) | Status::Closed)
+        })
+    }
+
     /// Whether connection `id` has the start of a message to read.
     pub(crate) fn readable(&self, id: u64) -> bool {
         let engine = self.lock();
