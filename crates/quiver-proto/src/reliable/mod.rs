@@ -352,6 +352,10 @@ pub struct Transmit<'a> {
     pub header_len: usize,
     /// The payload, borrowed from the connection (send buffer or handshake message).
     pub payload: &'a [u8],
+    /// For a data frame, the stream offset of its payload: [`ReliableConnection::payload_at`]
+    /// gives the same bytes back later, so a caller can gather several frames into one
+    /// system call without copying their payloads.
+    pub stream_offset: Option<u64>,
 }
 
 /// Counters of a connection. All counts since creation.
@@ -646,6 +650,13 @@ impl ReliableConnection {
         None
     }
 
+    /// The payload of a data frame transmitted earlier (see [`Transmit::stream_offset`]),
+    /// while it is still in the send buffer: until the next `handle_datagram`, nothing a
+    /// `poll_transmit` handed out is released. None for a range not (or no longer) held.
+    pub fn payload_at(&self, stream_offset: u64, len: usize) -> Option<&[u8]> {
+        self.send.payload_at(stream_offset, len)
+    }
+
     /// Earliest time [`handle_timeout`](Self::handle_timeout) must be called (retransmit,
     /// delayed ack, keepalive, idle/handshake timeout). `None`: nothing scheduled.
     pub fn poll_timeout(&self) -> Option<Nanos> {
@@ -903,6 +914,7 @@ impl ReliableConnection {
         Some(Transmit {
             header_len,
             payload,
+            stream_offset: None,
         })
     }
 
@@ -1160,6 +1172,7 @@ impl ReliableConnection {
         Transmit {
             header_len,
             payload,
+            stream_offset: (!sent.is_close).then_some(sent.payload_offset),
         }
     }
 
@@ -1179,6 +1192,7 @@ impl ReliableConnection {
         Some(Transmit {
             header_len,
             payload: &[],
+            stream_offset: None,
         })
     }
 

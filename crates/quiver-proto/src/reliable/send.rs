@@ -273,6 +273,17 @@ impl SendState {
     }
 
     /// The payload bytes of a frame (contiguous in the ring by construction).
+    /// Bytes `[offset, offset + len)` of the stream while still buffered (written and not
+    /// yet acknowledged) and contiguous in the ring; None otherwise.
+    pub(super) fn payload_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len as u64)?;
+        if offset < self.acked_offset || end > self.write_offset {
+            return None;
+        }
+        let start = self.ring_position(offset);
+        self.ring.get(start..start.checked_add(len)?)
+    }
+
     pub(super) fn payload(&self, frame: &SentFrame) -> &[u8] {
         let start = self.ring_position(frame.payload_offset);
         &self.ring[start..start + frame.payload_len as usize]

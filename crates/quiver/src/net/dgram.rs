@@ -54,42 +54,82 @@ const RX_MESSAGES: usize = 32;
 #[derive(Debug)]
 struct UdpIo {
     socket: UdpSocket,
-    rx: RecvBatch,
+    /// Taken out while its datagrams are dispatched (they are read in place).
+    rx: Option<RecvBatch>,
     tx: Vec<u8>,
-    tx_lens: Vec<usize>,
+    tx_out: Vec<TxEntry>,
+}
+
+/// Payloads at least this long are sent from the connection's send buffer in place
+/// (gathered with their header); shorter ones are copied next to their header so that runs
+/// of them can leave as GSO segments.
+const IN_PLACE_PAYLOAD: usize = 8 << 10;
+
+/// One datagram laid out for sending.
+#[derive(Debug, Clone, Copy)]
+enum TxEntry {
+    /// Header and payload copied back to back into `tx` at `offset`, `len` bytes.
+    Copied { offset: usize, len: usize },
+    /// Header in `tx` at `offset` (`header_len` bytes); the payload is still in the
+    /// connection's send buffer at `stream_offset`.
+    InPlace {
+        offset: usize,
+        header_len: usize,
+        stream_offset: u64,
+        payload_len: usize,
+    },
 }
 
 impl UdpIo {
-    /// Sends the datagrams laid out in `tx` to `to`. A datagram the kernel cannot take now
-    /// (socket buffer full after a short wait) is lost like any other; the protocol resends.
-    fn send_all(&mut self, to: SocketAddr) {
+    /// Sends the datagrams laid out in `tx_out` to `to`; in-place payloads come from
+    /// `core`. A datagram the kernel cannot take now (socket buffer full after a short
+    /// wait) is lost like any other; the protocol resends it.
+    fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection) {
         let gso = self.socket.gso_supported();
-        let mut batch: Vec<OutDatagram<'_>> = Vec::with_capacity(self.tx_lens.len());
-        let mut offset = 0;
+        let mut batch: Vec<OutDatagram<'_>> = Vec::with_capacity(self.tx_out.len());
+        let entries = &self.tx_out;
+        let tx = &self.tx;
         let mut i = 0;
-        while i < self.tx_lens.len() {
-            let size = self.tx_lens[i];
-            let mut end = offset + size;
-            let mut j = i + 1;
-            if gso {
-                let limit = max_gso_bytes(size, to.is_ipv6());
-                // Equal-size datagrams (the last one of a run may be shorter) share one send.
-                while j < self.tx_lens.len()
-                    && self.tx_lens[j - 1] == size
-                    && self.tx_lens[j] <= size
-                    && end - offset + self.tx_lens[j] <= limit
-                {
-                    end += self.tx_lens[j];
-                    j += 1;
+        while i < entries.len() {
+            match entries[i] {
+                TxEntry::InPlace {
+                    offset,
+                    header_len,
+                    stream_offset,
+                    payload_len,
+                } => {
+                    if let Some(payload) = core.payload_at(stream_offset, payload_len) {
+                        batch.push(OutDatagram::new(
+                            to,
+                            &tx[offset..offset + header_len],
+                            payload,
+                        ));
+                    }
+                    i += 1;
+                }
+                TxEntry::Copied { offset, len: size } => {
+                    let mut end = offset + size;
+                    let mut j = i + 1;
+                    if gso {
+                        let limit = max_gso_bytes(size, to.is_ipv6());
+                        // Equal-size datagrams (the last of a run may be shorter) share a send.
+                        while let Some(&TxEntry::Copied { len, .. }) = entries.get(j) {
+                            let previous_full = matches!(entries[j - 1], TxEntry::Copied { len: l, .. } if l == size);
+                            if !previous_full || len > size || end - offset + len > limit {
+                                break;
+                            }
+                            end += len;
+                            j += 1;
+                        }
+                    }
+                    let mut d = OutDatagram::new(to, &[], &tx[offset..end]);
+                    if j > i + 1 {
+                        d.segment_size = u16::try_from(size).ok();
+                    }
+                    batch.push(d);
+                    i = j;
                 }
             }
-            let mut d = OutDatagram::new(to, &[], &self.tx[offset..end]);
-            if j > i + 1 {
-                d.segment_size = u16::try_from(size).ok();
-            }
-            batch.push(d);
-            offset = end;
-            i = j;
         }
         let mut sent = 0;
         let mut waited = false;
@@ -172,6 +212,18 @@ struct Engine {
     next_timer: Option<Nanos>,
     /// Counters of connections already forgotten.
     retired: DatagramStats,
+    /// Connections whose acknowledgements wait for the next poll: a message of theirs was
+    /// just delivered (or is about to be), and the application's answer should leave
+    /// before our ack does.
+    deferred: Vec<u64>,
+}
+
+impl Engine {
+    fn defer(&mut self, id: u64) {
+        if !self.deferred.contains(&id) {
+            self.deferred.push(id);
+        }
+    }
 }
 
 /// Counters of a context's reliable datagram protocol (udp or mem), summed over its
@@ -248,9 +300,9 @@ impl DgramShared {
                 let _ = socket.set_gro(true);
                 Socket::Udp(Box::new(UdpIo {
                     socket,
-                    rx: RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES),
+                    rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
                     tx: Vec::with_capacity(TX_BYTES + 65536),
-                    tx_lens: Vec::with_capacity(1024),
+                    tx_out: Vec::with_capacity(1024),
                 }))
             }
             TransportKind::Mem => Socket::Mem(
@@ -282,6 +334,7 @@ impl DgramShared {
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
                 retired: DatagramStats::default(),
+                deferred: Vec::new(),
             }),
         })
     }
@@ -540,7 +593,7 @@ impl DgramShared {
                 return Ok(None);
             }
             buf.copy_from_slice(&partial);
-            engine.flush(id);
+            engine.defer(id);
             return Ok(Some(len as usize));
         }
         let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
@@ -549,7 +602,7 @@ impl DgramShared {
             let (n, complete) = entry.core.read_message(&mut buf[filled..]);
             filled += n;
             if complete {
-                engine.flush(id);
+                engine.defer(id);
                 return Ok(Some(len as usize));
             }
             if let Status::Failed(why) = &entry.status {
@@ -622,23 +675,36 @@ impl Engine {
             }
             Socket::Udp(io) => loop {
                 io.tx.clear();
-                io.tx_lens.clear();
+                io.tx_out.clear();
                 let mut more = true;
-                while io.tx.len() < TX_BYTES {
-                    match entry.core.poll_transmit(now, &mut self.header) {
-                        Some(t) => {
-                            io.tx.extend_from_slice(&self.header[..t.header_len]);
-                            io.tx.extend_from_slice(t.payload);
-                            io.tx_lens.push(t.header_len + t.payload.len());
+                // Lay out at most TX_BYTES of copies and 1024 datagrams per system call.
+                while io.tx.len() < TX_BYTES && io.tx_out.len() < 1024 {
+                    let Some(t) = entry.core.poll_transmit(now, &mut self.header) else {
+                        more = false;
+                        break;
+                    };
+                    let offset = io.tx.len();
+                    io.tx.extend_from_slice(&self.header[..t.header_len]);
+                    match t.stream_offset {
+                        Some(stream_offset) if t.payload.len() >= IN_PLACE_PAYLOAD => {
+                            io.tx_out.push(TxEntry::InPlace {
+                                offset,
+                                header_len: t.header_len,
+                                stream_offset,
+                                payload_len: t.payload.len(),
+                            });
                         }
-                        None => {
-                            more = false;
-                            break;
+                        _ => {
+                            io.tx.extend_from_slice(t.payload);
+                            io.tx_out.push(TxEntry::Copied {
+                                offset,
+                                len: t.header_len + t.payload.len(),
+                            });
                         }
                     }
                 }
-                if !io.tx_lens.is_empty() {
-                    io.send_all(entry.to);
+                if !io.tx_out.is_empty() {
+                    io.send_all(entry.to, &entry.core);
                 }
                 if !more {
                     break;
@@ -650,18 +716,16 @@ impl Engine {
     /// Hands one received datagram to its connection (or opens one for a Hello).
     fn dispatch(
         &mut self,
-        datagram_at: (usize, usize),
+        datagram: &[u8],
         from: SocketAddr,
         now: Nanos,
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
     ) {
-        let (offset, len) = datagram_at;
-        let datagram = &self.rx[offset..offset + len];
         match frame::dest_id(datagram) {
             Some(0) => {
-                if let Some(id) = self.accept(from, offset, len, now, ctx, shared) {
+                if let Some(id) = self.accept(from, datagram, now, ctx, shared) {
                     touched.push(id);
                 }
             }
@@ -691,6 +755,9 @@ impl Engine {
 
     fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
         let now = self.now();
+        for id in std::mem::take(&mut self.deferred) {
+            self.flush(id);
+        }
         let mut touched: Vec<u64> = Vec::new();
         match &self.socket {
             Socket::Mem(_) => {
@@ -698,11 +765,16 @@ impl Engine {
                     let Socket::Mem(socket) = &self.socket else {
                         unreachable!()
                     };
-                    let (n, from) = match socket.recv(&mut self.rx) {
+                    let mut rx = std::mem::take(&mut self.rx);
+                    let (n, from) = match socket.recv(&mut rx) {
                         Ok(Some(x)) => x,
-                        Ok(None) | Err(_) => break,
+                        Ok(None) | Err(_) => {
+                            self.rx = rx;
+                            break;
+                        }
                     };
-                    self.dispatch((0, n), from, now, ctx, shared, &mut touched);
+                    self.dispatch(&rx[..n], from, now, ctx, shared, &mut touched);
+                    self.rx = rx;
                 }
             }
             Socket::Udp(_) => {
@@ -710,30 +782,21 @@ impl Engine {
                     let Socket::Udp(io) = &mut self.socket else {
                         unreachable!()
                     };
-                    let got = match io.socket.recv_batch(&mut io.rx) {
-                        Ok(n) => n,
-                        Err(_) => break,
+                    let Some(mut rx) = io.rx.take() else {
+                        break;
                     };
-                    // Copy each message out of the batch (it is borrowed from the socket),
-                    // one at a time, then dispatch its datagrams.
+                    let got = io.socket.recv_batch(&mut rx).unwrap_or(0);
                     for m in 0..got {
-                        let Socket::Udp(io) = &mut self.socket else {
-                            unreachable!()
-                        };
-                        let msg = io.rx.message(m);
+                        let msg = rx.message(m);
                         if msg.truncated {
                             continue;
                         }
-                        let from = msg.source;
-                        let segment = msg.segment_bytes.max(1);
-                        let total = msg.data.len();
-                        self.rx[..total].copy_from_slice(msg.data);
-                        let mut offset = 0;
-                        while offset < total {
-                            let len = segment.min(total - offset);
-                            self.dispatch((offset, len), from, now, ctx, shared, &mut touched);
-                            offset += len;
+                        for datagram in msg.datagrams() {
+                            self.dispatch(datagram, msg.source, now, ctx, shared, &mut touched);
                         }
+                    }
+                    if let Socket::Udp(io) = &mut self.socket {
+                        io.rx = Some(rx);
                     }
                     if got < RX_MESSAGES {
                         break;
@@ -754,7 +817,15 @@ impl Engine {
         touched.sort_unstable();
         touched.dedup();
         for id in touched {
-            self.flush(id);
+            let waiting = self
+                .conns
+                .get(&id)
+                .is_some_and(|e| e.core.peek_message_len().is_some());
+            if waiting {
+                self.defer(id);
+            } else {
+                self.flush(id);
+            }
             self.settle(id, ctx, shared);
         }
         for entry in self.conns.values() {
@@ -778,20 +849,16 @@ impl Engine {
     fn accept(
         &mut self,
         from: SocketAddr,
-        offset: usize,
-        n: usize,
+        datagram: &[u8],
         now: Nanos,
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
     ) -> Option<u64> {
-        let datagram = &self.rx[offset..offset + n];
         let their_id = frame::Frame::parse(datagram).ok()?.header().src_id;
         if let Some(&id) = self.hellos.get(&(from, their_id)) {
             // A retransmitted Hello: the connection exists; let it answer again.
             if let Some(entry) = self.conns.get_mut(&id) {
-                entry
-                    .core
-                    .handle_datagram(now, &self.rx[offset..offset + n]);
+                entry.core.handle_datagram(now, datagram);
             }
             return Some(id);
         }
