@@ -10,12 +10,10 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use quiver::{Addr, Config, Context, TransportKind};
-use support::testbed::{is_root, Testbed};
+use support::testbed::{is_root, spawn_in, Testbed};
 
 /// Bytes moved per test: messages worth 1 GiB, some shorter; at least 1 GB arrives.
 const TOTAL_BYTES: u64 = 1 << 30;
@@ -23,27 +21,6 @@ const TOTAL_BYTES: u64 = 1 << 30;
 const AT_LEAST_BYTES: u64 = 1_000_000_000;
 /// Message size: 1 MiB (a quarter of them shorter, so fragment tails vary).
 const MESSAGE_BYTES: usize = 1 << 20;
-
-/// Runs `work` on a new thread inside network namespace `namespace`.
-fn spawn_in<T: Send + 'static>(
-    namespace: &str,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let path = format!("/run/netns/{namespace}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: setns on a valid namespace descriptor changes only this thread's network
-        // namespace; the thread is ours and ends with `work`.
-        let result = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(
-            result,
-            0,
-            "setns {path}: {}",
-            std::io::Error::last_os_error()
-        );
-        work()
-    })
-}
 
 /// Content of message `index` (cheap to make, different everywhere).
 fn fill(buf: &mut [u8], index: u64) {

@@ -102,6 +102,17 @@ pub(crate) fn in_namespace<T: Send + 'static>(
     namespace: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> T {
+    spawn_in(namespace, work)
+        .join()
+        .expect("namespace thread panicked")
+}
+
+/// Starts `work` on a new thread inside network namespace `namespace` (everything the
+/// thread opens, and the threads it starts, belong there); join the handle for its result.
+pub(crate) fn spawn_in<T: Send + 'static>(
+    namespace: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     let path = format!("/run/netns/{namespace}");
     std::thread::spawn(move || {
         let file = std::fs::File::open(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
@@ -117,6 +128,4 @@ pub(crate) fn in_namespace<T: Send + 'static>(
         );
         work()
     })
-    .join()
-    .expect("namespace thread panicked")
 }

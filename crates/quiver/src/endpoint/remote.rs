@@ -132,6 +132,29 @@ fn tcp_write(
     Ok(true)
 }
 
+/// Hands more of `data` to an outbound link's transport (the socket for tcp, the protocol's
+/// send window for datagrams); true once all of it is taken. `written` and `started` carry
+/// the progress between calls.
+fn write_link(
+    link: &mut OutLink,
+    kind: TransportKind,
+    engine: Option<&crate::net::dgram::DgramShared>,
+    data: &[u8],
+    written: &mut usize,
+    started: &mut bool,
+) -> std::result::Result<bool, Failure> {
+    match link {
+        OutLink::Tcp(stream) => {
+            let header = StreamHeader::message(data.len() as u64).emit();
+            tcp_write(stream, &header, data, written).map_err(|e| io_failure(kind, &e))
+        }
+        OutLink::Dgram(id) => match engine {
+            Some(engine) => engine.write(*id, data, written, started),
+            None => Err(lost(kind, "the datagram engine is gone")),
+        },
+    }
+}
+
 /// One non-blocking read into `buf`: Some(n > 0), None when nothing is there.
 fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
     loop {
@@ -262,32 +285,17 @@ impl Endpoint {
             let Some(q) = out.queue.front_mut() else {
                 return Ok(());
             };
-            let complete = match &mut out.link {
-                OutLink::Tcp(stream) => {
-                    let header = StreamHeader::message(q.data.len() as u64).emit();
-                    match tcp_write(stream, &header, &q.data, &mut q.written) {
-                        Ok(done) => done,
-                        Err(e) => {
-                            return Err(self.fail_net_out(
-                                idx,
-                                io_failure(kind, &e),
-                                "while sending",
-                            ))
-                        }
-                    }
-                }
-                OutLink::Dgram(id) => {
-                    let id = *id;
-                    let engine = self
-                        .ctx
-                        .dgram
-                        .as_ref()
-                        .expect("dgram connections need the engine");
-                    match engine.write(id, &q.data, &mut q.written, &mut q.started) {
-                        Ok(done) => done,
-                        Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
-                    }
-                }
+            let engine = self.ctx.dgram.as_deref();
+            let complete = match write_link(
+                &mut out.link,
+                kind,
+                engine,
+                &q.data,
+                &mut q.written,
+                &mut q.started,
+            ) {
+                Ok(done) => done,
+                Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
             };
             if !complete {
                 return Ok(());
@@ -326,21 +334,15 @@ impl Endpoint {
         let (mut written, mut started) = (0, false);
         loop {
             let out = &mut self.net_out[idx];
-            let done = match &mut out.link {
-                OutLink::Tcp(stream) => {
-                    let header = StreamHeader::message(data.len() as u64).emit();
-                    tcp_write(stream, &header, data, &mut written).map_err(|e| io_failure(kind, &e))
-                }
-                OutLink::Dgram(id) => {
-                    let id = *id;
-                    let engine = self
-                        .ctx
-                        .dgram
-                        .as_ref()
-                        .expect("dgram connections need the engine");
-                    engine.write(id, data, &mut written, &mut started)
-                }
-            };
+            let engine = self.ctx.dgram.as_deref();
+            let done = write_link(
+                &mut out.link,
+                kind,
+                engine,
+                data,
+                &mut written,
+                &mut started,
+            );
             match done {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
@@ -364,24 +366,20 @@ impl Endpoint {
         let kind = self.net_out[idx].kind;
         let out = &mut self.net_out[idx];
         let (mut written, mut started) = (0, false);
-        let done = match &mut out.link {
-            OutLink::Tcp(stream) => {
-                let header = StreamHeader::message(data.len() as u64).emit();
-                tcp_write(stream, &header, data, &mut written).map_err(|e| io_failure(kind, &e))
+        let engine = self.ctx.dgram.as_deref();
+        if let (OutLink::Dgram(id), Some(engine)) = (&out.link, engine) {
+            if !engine.can_take(*id, data.len()) {
+                return Err(Error::WouldBlock);
             }
-            OutLink::Dgram(id) => {
-                let id = *id;
-                let engine = self
-                    .ctx
-                    .dgram
-                    .as_ref()
-                    .expect("dgram connections need the engine");
-                if !engine.can_take(id, data.len()) {
-                    return Err(Error::WouldBlock);
-                }
-                engine.write(id, data, &mut written, &mut started)
-            }
-        };
+        }
+        let done = write_link(
+            &mut out.link,
+            kind,
+            engine,
+            data,
+            &mut written,
+            &mut started,
+        );
         match done {
             Ok(true) => Ok(()),
             Ok(false) if written == 0 && !started => Err(Error::WouldBlock),
