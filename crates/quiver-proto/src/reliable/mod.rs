@@ -32,6 +32,7 @@
 mod recv;
 mod rtt;
 mod send;
+mod stream_ring;
 #[cfg(test)]
 mod tests;
 

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use quiver_wire::frame::{SackRange, SackRanges};
 
 use super::send::MESSAGE_HEADER_LEN;
+use super::stream_ring::StreamRing;
 use super::Nanos;
 
 /// Why a Data or Close frame was not taken.
@@ -37,7 +38,7 @@ pub(super) enum Arrival {
 
 #[derive(Debug)]
 pub(super) struct RecvState {
-    ring: Vec<u8>,
+    ring: StreamRing,
     /// Stream bytes consumed by the application.
     read_offset: u64,
     /// Every stream byte below it is present (all packets below `cumulative` arrived).
@@ -70,7 +71,7 @@ pub(super) struct RecvState {
 impl RecvState {
     pub(super) fn new(window_bytes: usize, max_in_flight: usize) -> Self {
         Self {
-            ring: vec![0; window_bytes],
+            ring: StreamRing::new(window_bytes),
             read_offset: 0,
             readable_end: 0,
             cumulative: 0,
@@ -131,9 +132,9 @@ impl RecvState {
             return Err(Refusal::CreditViolation);
         }
         if first_fragment {
-            self.copy_in(stream_start, &message_len.to_le_bytes());
+            self.ring.copy_in(stream_start, &message_len.to_le_bytes());
         }
-        self.copy_in(payload_offset, payload);
+        self.ring.copy_in(payload_offset, payload);
         if is_close {
             self.close_packet = Some(packet_number);
         }
@@ -233,7 +234,7 @@ impl RecvState {
             return None;
         }
         let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-        self.copy_out(self.read_offset, &mut header);
+        self.ring.copy_out(self.read_offset, &mut header);
         Some(u64::from_le_bytes(header))
     }
 
@@ -251,7 +252,7 @@ impl RecvState {
         let count = (out.len() as u64)
             .min(self.message_remaining)
             .min(available) as usize;
-        self.copy_out(self.read_offset, &mut out[..count]);
+        self.ring.copy_out(self.read_offset, &mut out[..count]);
         self.read_offset += count as u64;
         self.message_remaining -= count as u64;
         let complete = self.message_remaining == 0;
@@ -317,26 +318,5 @@ impl RecvState {
                 },
             ),
         }
-    }
-
-    fn ring_position(&self, offset: u64) -> usize {
-        // Invariant: the ring is non-empty (config validation).
-        (offset % self.ring.len() as u64) as usize
-    }
-
-    fn copy_in(&mut self, offset: u64, data: &[u8]) {
-        let start = self.ring_position(offset);
-        let first = data.len().min(self.ring.len() - start);
-        self.ring[start..start + first].copy_from_slice(&data[..first]);
-        let rest = data.len() - first;
-        self.ring[..rest].copy_from_slice(&data[first..]);
-    }
-
-    fn copy_out(&self, offset: u64, out: &mut [u8]) {
-        let start = self.ring_position(offset);
-        let first = out.len().min(self.ring.len() - start);
-        out[..first].copy_from_slice(&self.ring[start..start + first]);
-        let rest = out.len() - first;
-        out[first..].copy_from_slice(&self.ring[..rest]);
     }
 }

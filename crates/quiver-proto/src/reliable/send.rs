@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use quiver_wire::frame::SackRange;
 
+use super::stream_ring::StreamRing;
 use super::Nanos;
 
 /// Bytes of stream each message header takes.
@@ -79,7 +80,7 @@ const DUPLICATE_ACK_THRESHOLD: u32 = 3;
 
 #[derive(Debug)]
 pub(super) struct SendState {
-    ring: Vec<u8>,
+    ring: StreamRing,
     /// Stream bytes released: every byte below it was acknowledged.
     acked_offset: u64,
     /// Stream bytes written by the application (headers included).
@@ -129,7 +130,7 @@ pub(super) struct FrameToSend {
 impl SendState {
     pub(super) fn new(buffer_bytes: usize, max_in_flight: usize) -> Self {
         Self {
-            ring: vec![0; buffer_bytes],
+            ring: StreamRing::new(buffer_bytes),
             acked_offset: 0,
             write_offset: 0,
             next_offset: 0,
@@ -172,7 +173,7 @@ impl SendState {
     pub(super) fn start_message(&mut self, len: u64) {
         debug_assert!(!self.message_open() && self.capacity() >= MESSAGE_HEADER_LEN as usize);
         let at = self.write_offset;
-        self.copy_in(at, &len.to_le_bytes());
+        self.ring.copy_in(at, &len.to_le_bytes());
         self.write_offset += MESSAGE_HEADER_LEN;
         self.write_remaining = len;
     }
@@ -183,7 +184,7 @@ impl SendState {
         let count = data.len().min(remaining).min(self.capacity());
         if count > 0 {
             let at = self.write_offset;
-            self.copy_in(at, &data[..count]);
+            self.ring.copy_in(at, &data[..count]);
             self.write_offset += count as u64;
             self.write_remaining -= count as u64;
         }
@@ -280,12 +281,12 @@ impl SendState {
         if offset < self.acked_offset || end > self.write_offset {
             return None;
         }
-        let start = self.ring_position(offset);
+        let start = self.ring.position(offset);
         self.ring.get(start..start.checked_add(len)?)
     }
 
     pub(super) fn payload(&self, frame: &SentFrame) -> &[u8] {
-        let start = self.ring_position(frame.payload_offset);
+        let start = self.ring.position(frame.payload_offset);
         &self.ring[start..start + frame.payload_len as usize]
     }
 
@@ -423,7 +424,7 @@ impl SendState {
                 return None;
             }
             let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-            self.copy_out(start, &mut header);
+            self.ring.copy_out(start, &mut header);
             let len = u64::from_le_bytes(header);
             self.tx_message_id = self.tx_next_message_id;
             self.tx_next_message_id += 1;
@@ -437,7 +438,7 @@ impl SendState {
             .write_offset
             .min(self.tx_message_end)
             .min(self.peer_credit);
-        let ring_room = self.ring.len() - self.ring_position(payload_offset);
+        let ring_room = self.ring.len() - self.ring.position(payload_offset);
         let len = available_end
             .saturating_sub(payload_offset)
             .min(max_payload as u64)
@@ -523,26 +524,5 @@ impl SendState {
                         .is_some_and(|frame| frame.status == FrameStatus::Lost)
             });
         }
-    }
-
-    fn ring_position(&self, offset: u64) -> usize {
-        // Invariant: the ring is non-empty (config validation), so the result is < ring.len().
-        (offset % self.ring.len() as u64) as usize
-    }
-
-    fn copy_in(&mut self, offset: u64, data: &[u8]) {
-        let start = self.ring_position(offset);
-        let first = data.len().min(self.ring.len() - start);
-        self.ring[start..start + first].copy_from_slice(&data[..first]);
-        let rest = data.len() - first;
-        self.ring[..rest].copy_from_slice(&data[first..]);
-    }
-
-    fn copy_out(&self, offset: u64, out: &mut [u8]) {
-        let start = self.ring_position(offset);
-        let first = out.len().min(self.ring.len() - start);
-        out[..first].copy_from_slice(&self.ring[start..start + first]);
-        let rest = out.len() - first;
-        out[first..].copy_from_slice(&self.ring[..rest]);
     }
 }
