@@ -769,6 +769,13 @@ impl ReliableConnection {
         self.recv.peek_message_len()
     }
 
+    /// Whether the rest of the message `peek_message_len` describes has arrived, so that
+    /// `read_message` with a large enough buffer completes it now. A message longer than
+    /// the receive window minus 8 bytes never is: read it as it arrives.
+    pub fn message_ready(&self) -> bool {
+        self.recv.message_ready()
+    }
+
     /// Copies the next in-order bytes of the current message into `out`; returns (bytes
     /// copied, message complete). Frees receive credit (a window update is sent with the
     /// next `poll_transmit` once a quarter of the window was freed). A 0-length message

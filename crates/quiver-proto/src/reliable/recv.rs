@@ -238,6 +238,19 @@ impl RecvState {
         Some(u64::from_le_bytes(header))
     }
 
+    /// Whether the rest of the current (or next) message is all in order in the ring.
+    pub(super) fn message_ready(&self) -> bool {
+        let (start, remaining) = if self.in_message {
+            (self.read_offset, self.message_remaining)
+        } else {
+            match self.peek_message_len() {
+                Some(len) => (self.read_offset + MESSAGE_HEADER_LEN, len),
+                None => return false,
+            }
+        };
+        self.readable_end - start >= remaining
+    }
+
     pub(super) fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
         if !self.in_message {
             let Some(len) = self.peek_message_len() else {

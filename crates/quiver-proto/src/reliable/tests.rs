@@ -912,3 +912,30 @@ fn ping_pong_adds_one_datagram_per_message() {
         elapsed.as_nanos() as f64 / f64::from(rounds)
     );
 }
+
+#[test]
+fn message_ready_only_once_the_whole_message_arrived() {
+    let mut pair = Pair::established();
+    let start = pair.sent;
+    // The second Data frame of the message is lost once: the start is readable, the message
+    // is not whole until the retransmission.
+    pair.filter = Box::new(move |index, from_a, header| {
+        if from_a && header.frame_type == FrameType::Data && index - start == 1 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let message = patterned(5000, 3);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.write_message(&message), message.len());
+    pair.flush();
+    pair.deliver();
+    assert_eq!(pair.b().peek_message_len(), Some(5000));
+    assert!(!pair.b().message_ready());
+    pair.run_until(|pair| pair.b().message_ready());
+    let mut out = vec![0u8; 5000];
+    assert_eq!(pair.b().read_message(&mut out), (5000, true));
+    assert_eq!(out, message);
+    assert!(!pair.b().message_ready());
+}

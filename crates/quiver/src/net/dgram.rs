@@ -192,9 +192,6 @@ struct Entry {
     status: Status,
     /// The endpoint gave the connection up; drop it once it is closed or failed.
     abandoned: bool,
-    /// A message a non-blocking receive began to copy out (its bytes and how many are
-    /// here): at most half the receive window, so bounded.
-    partial: Option<(Vec<u8>, usize)>,
 }
 
 #[derive(Debug)]
@@ -415,7 +412,6 @@ impl DgramShared {
                         inbound: false,
                         status: Status::Connecting,
                         abandoned: false,
-                        partial: None,
                     },
                 );
                 engine.flush(id);
@@ -578,24 +574,12 @@ impl DgramShared {
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
-        let entry = engine.conns.get_mut(&id).expect("looked up above");
-        let mut filled = 0usize;
-        if let Some((partial, got)) = entry.partial.take() {
-            buf[..got].copy_from_slice(&partial[..got]);
-            filled = got;
-        } else if !wait && len <= window / 2 {
-            // Non-blocking: copy what is here aside and deliver only a whole message.
-            let mut partial = vec![0u8; len as usize];
-            let (n, complete) = entry.core.read_message(&mut partial);
-            if !complete {
-                entry.partial = Some((partial, n));
-                engine.flush(id);
-                return Ok(None);
-            }
-            buf.copy_from_slice(&partial);
-            engine.defer(id);
-            return Ok(Some(len as usize));
+        // Non-blocking: deliver only a whole message (one that fits the window).
+        let entry = engine.conns.get(&id).expect("looked up above");
+        if !wait && len <= window / 2 && !entry.core.message_ready() {
+            return Ok(None);
         }
+        let mut filled = 0usize;
         let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
         loop {
             let entry = engine.conns.get_mut(&id).expect("looked up above");
@@ -898,7 +882,6 @@ impl Engine {
                 inbound: true,
                 status: Status::Connecting,
                 abandoned: !open,
-                partial: None,
             },
         );
         Some(id)
