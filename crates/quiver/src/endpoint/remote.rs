@@ -419,48 +419,36 @@ impl Endpoint {
 
     /// One step of waiting for a network connection to take more data.
     fn wait_net_out(&mut self, idx: usize, wait: &mut Wait, what: &'static str) -> Result<()> {
-        let (spinning, periodic) = wait.spinning(self.config.spin);
-        if periodic {
-            wait.check_deadline(what)?;
-        }
+        // Acknowledgements (and credit) arrive through the engine: take them every round.
         if let Some(engine) = &self.ctx.dgram {
             engine.poll_io(&self.ctx);
         }
-        if spinning {
-            std::hint::spin_loop();
-            return Ok(());
-        }
-        let out = &self.net_out[idx];
-        let (fd, timeout) = match &out.link {
-            OutLink::Tcp(stream) => (stream.as_raw_fd(), SLEEP_SLICE),
+        let spin = self.config.spin;
+        match &self.net_out[idx].link {
+            OutLink::Tcp(stream) => wait_fd(
+                stream.as_raw_fd(),
+                libc::POLLOUT,
+                || SLEEP_SLICE,
+                wait,
+                spin,
+                what,
+            ),
             OutLink::Dgram(_) => {
                 let engine = self
                     .ctx
                     .dgram
                     .as_ref()
                     .expect("dgram connections need the engine");
-                (engine.raw_fd(), engine.timeout_within(SLEEP_SLICE))
+                wait_fd(
+                    engine.raw_fd(),
+                    libc::POLLIN,
+                    || engine.timeout_within(SLEEP_SLICE),
+                    wait,
+                    spin,
+                    what,
+                )
             }
-        };
-        let events = match &out.link {
-            OutLink::Tcp(_) => libc::POLLOUT,
-            OutLink::Dgram(_) => libc::POLLIN,
-        };
-        let mut fds = [libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        }];
-        let slice = match wait.deadline() {
-            Some(d) => timeout.min(d.saturating_duration_since(Instant::now())),
-            None => timeout,
-        };
-        let _ = sys::poll(&mut fds, Some(slice));
-        if let Some(engine) = &self.ctx.dgram {
-            engine.poll_io(&self.ctx);
         }
-        wait.check_deadline(what)?;
-        Ok(())
     }
 
     /// Adopts a network edge the context accepted for this endpoint.
@@ -610,6 +598,7 @@ impl Endpoint {
                             Ok(None) => wait_fd(
                                 tcp.stream.as_raw_fd(),
                                 libc::POLLIN,
+                                || SLEEP_SLICE,
                                 &mut w,
                                 spin,
                                 "waiting for the rest of a message",
@@ -634,6 +623,7 @@ impl Endpoint {
             wait_fd(
                 tcp.stream.as_raw_fd(),
                 libc::POLLIN,
+                || SLEEP_SLICE,
                 w,
                 spin,
                 "waiting for the rest of a message",
@@ -776,10 +766,13 @@ pub(crate) enum DgramTake {
     Error(Error),
 }
 
-/// Waits for `fd` to become ready: spin first, then sleep in slices; honours the timeout.
+/// One step of waiting for `fd` to become ready (`events`): spin while the spin budget
+/// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
+/// time left before the deadline; honours the timeout.
 pub(super) fn wait_fd(
     fd: std::os::fd::RawFd,
     events: i16,
+    cap: impl FnOnce() -> Duration,
     wait: &mut Wait,
     spin: Duration,
     what: &'static str,
@@ -797,39 +790,27 @@ pub(super) fn wait_fd(
         events,
         revents: 0,
     }];
-    let slice = match wait.deadline() {
-        Some(d) => SLEEP_SLICE.min(d.saturating_duration_since(Instant::now())),
-        None => SLEEP_SLICE,
-    };
+    let mut slice = cap();
+    if let Some(d) = wait.deadline() {
+        slice = slice.min(d.saturating_duration_since(Instant::now()));
+    }
     let _ = sys::poll(&mut fds, Some(slice));
     wait.check_deadline(what)
 }
 
-/// Waits for the datagram engine to have news: spin first, then sleep on its descriptor
-/// until data arrives or its next protocol timer; honours the timeout.
+/// One step of waiting for the datagram engine to have news: [`wait_fd`] on its descriptor,
+/// sleeping no longer than its next protocol timer.
 pub(crate) fn wait_engine(
     engine: &crate::net::dgram::DgramShared,
     wait: &mut Wait,
     spin: Duration,
 ) -> Result<()> {
-    const WHAT: &str = "waiting for the rest of a message";
-    let (spinning, periodic) = wait.spinning(spin);
-    if periodic {
-        wait.check_deadline(WHAT)?;
-    }
-    if spinning {
-        std::hint::spin_loop();
-        return Ok(());
-    }
-    let mut fds = [libc::pollfd {
-        fd: engine.raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let mut slice = engine.timeout_within(SLEEP_SLICE);
-    if let Some(d) = wait.deadline() {
-        slice = slice.min(d.saturating_duration_since(Instant::now()));
-    }
-    let _ = sys::poll(&mut fds, Some(slice));
-    wait.check_deadline(WHAT)
+    wait_fd(
+        engine.raw_fd(),
+        libc::POLLIN,
+        || engine.timeout_within(SLEEP_SLICE),
+        wait,
+        spin,
+        "waiting for the rest of a message",
+    )
 }
