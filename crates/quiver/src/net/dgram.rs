@@ -213,6 +213,8 @@ struct Engine {
     /// just delivered (or is about to be), and the application's answer should leave
     /// before our ack does.
     deferred: Vec<u64>,
+    /// Connections a poll fed or timed out (reused: polls allocate nothing).
+    touched: Vec<u64>,
 }
 
 impl Engine {
@@ -332,6 +334,7 @@ impl DgramShared {
                 next_timer: None,
                 retired: DatagramStats::default(),
                 deferred: Vec::new(),
+                touched: Vec::new(),
             }),
         })
     }
@@ -742,7 +745,8 @@ impl Engine {
         for id in std::mem::take(&mut self.deferred) {
             self.flush(id);
         }
-        let mut touched: Vec<u64> = Vec::new();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
         match &self.socket {
             Socket::Mem(_) => {
                 for _ in 0..RECV_BATCH {
@@ -800,7 +804,7 @@ impl Engine {
         }
         touched.sort_unstable();
         touched.dedup();
-        for id in touched {
+        for &id in &touched {
             let waiting = self
                 .conns
                 .get(&id)
@@ -812,6 +816,7 @@ impl Engine {
             }
             self.settle(id, ctx, shared);
         }
+        self.touched = touched;
         for entry in self.conns.values() {
             if let Some(t) = entry.core.poll_timeout() {
                 next = Some(next.map_or(t, |n: Nanos| n.min(t)));
