@@ -682,36 +682,46 @@ fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
 /// Connects endpoint `src` of this process to `dst`, retrying while the peer is not (yet)
 /// listening or its endpoint is not yet open, up to the connect timeout.
 pub(crate) fn connect(shared: &ContextShared, src: Addr, dst: Addr) -> Result<NewOutbound> {
-    if dst.rank >= shared.size {
-        return Err(Error::InvalidArgument(format!(
-            "rank {} is not in this job of {} ranks",
-            dst.rank, shared.size
-        )));
-    }
     let timeout = shared.config.connect_timeout;
-    let deadline = Instant::now() + timeout;
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        match try_connect(shared, src, dst) {
-            Ok(x) => return Ok(x),
-            Err(Attempt::Retry(why)) => {
-                if Instant::now() >= deadline {
-                    return Err(Error::Refused {
-                        peer: dst,
-                        reason: format!("{why} (gave up after {} ms)", timeout.as_millis()),
-                    });
-                }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(50));
-            }
-            Err(Attempt::Fail(e)) => return Err(e),
-        }
-    }
+    let suffix = format!("gave up after {} ms", timeout.as_millis());
+    retry_until(dst, Instant::now() + timeout, &suffix, || {
+        try_connect(shared, src, dst)
+    })
 }
 
-enum Attempt {
+/// The outcome of one connection attempt that did not succeed.
+pub(crate) enum Attempt {
+    /// The peer is not there yet (not listening, endpoint not open): try again.
     Retry(String),
+    /// A final error.
     Fail(Error),
+}
+
+/// Repeats `attempt` with a backoff of 1..50 ms while it says `Retry`, until `deadline`;
+/// then fails with `Refused`, naming the last reason and `suffix`.
+pub(crate) fn retry_until<T>(
+    dst: Addr,
+    deadline: Instant,
+    suffix: &str,
+    mut attempt: impl FnMut() -> std::result::Result<T, Attempt>,
+) -> Result<T> {
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let why = match attempt() {
+            Ok(x) => return Ok(x),
+            Err(Attempt::Retry(why)) => why,
+            Err(Attempt::Fail(e)) => return Err(e),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Refused {
+                peer: dst,
+                reason: format!("{why} ({suffix})"),
+            });
+        }
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_millis(50));
+    }
 }
 
 fn try_connect(

@@ -13,7 +13,9 @@ use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator, RejectR
 use quiver_transport::sys;
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
 
-use crate::context::{describe_handshake_error, random, ContextShared, NetInbound};
+use crate::context::{
+    describe_handshake_error, random, retry_until, Attempt, ContextShared, NetInbound,
+};
 use crate::error::{Error, Result};
 use crate::Addr;
 
@@ -133,28 +135,9 @@ pub(crate) fn connect(
     to: SocketAddr,
     deadline: Instant,
 ) -> Result<TcpStream> {
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        let why = match try_connect(shared, src, dst, to) {
-            Ok(stream) => return Ok(stream),
-            Err(Attempt::Retry(why)) => why,
-            Err(Attempt::Fail(e)) => return Err(e),
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(Error::Refused {
-                peer: dst,
-                reason: format!("{why} (tcp {to})"),
-            });
-        }
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_millis(50));
-    }
-}
-
-enum Attempt {
-    Retry(String),
-    Fail(Error),
+    retry_until(dst, deadline, &format!("tcp {to}"), || {
+        try_connect(shared, src, dst, to)
+    })
 }
 
 fn try_connect(
