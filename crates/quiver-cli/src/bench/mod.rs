@@ -124,10 +124,18 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
         }
     };
     if args.worker {
-        return if plan.transport.is_raw() {
-            raw::main(&plan)
+        let result = if plan.transport.is_raw() {
+            raw::run(&plan)
         } else {
-            worker::main(&plan)
+            worker::run(&plan)
+        };
+        return match result {
+            Ok(()) => 0,
+            Err(message) => {
+                let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+                eprintln!("quiver bench: rank {rank}: {message}");
+                EXIT_FAILURE
+            }
         };
     }
     let cpus = match choose_cpus(args.cpus.as_deref()) {

@@ -55,18 +55,6 @@ const SPINS_PER_CLOCK_READ: u32 = 4096;
 /// The quiver endpoint port used to exchange socket addresses.
 const BOOTSTRAP_PORT: u16 = 0;
 
-/// Runs this process as a raw-socket bench rank; returns the exit code.
-pub(crate) fn main(plan: &Plan) -> i32 {
-    match run(plan) {
-        Ok(()) => 0,
-        Err(message) => {
-            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
-            eprintln!("quiver bench: rank {rank}: {message}");
-            1
-        }
-    }
-}
-
 /// A message channel between the two ranks over plain sockets.
 trait RawLink {
     /// Sends `message` (spinning while the socket is full).
@@ -79,7 +67,7 @@ trait RawLink {
     fn wait_window_ack(&mut self) -> io::Result<()>;
 }
 
-fn run(plan: &Plan) -> Result<(), String> {
+pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
     if context.size() != 2 {
         return Err(format!(

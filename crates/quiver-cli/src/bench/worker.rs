@@ -28,18 +28,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 const ACK_BYTES: usize = 1;
 
-/// Runs this process as a bench rank; returns the exit code.
-pub(crate) fn main(plan: &Plan) -> i32 {
-    match run(plan) {
-        Ok(()) => 0,
-        Err(message) => {
-            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
-            eprintln!("quiver bench: rank {rank}: {message}");
-            1
-        }
-    }
-}
-
 /// The connection to the other rank.
 struct Link {
     endpoint: Endpoint,
@@ -57,7 +45,7 @@ struct Buffers {
     stamps: Vec<Instant>,
 }
 
-fn run(plan: &Plan) -> Result<(), String> {
+pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
     if context.size() != 2 {
         return Err(format!(
