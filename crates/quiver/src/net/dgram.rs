@@ -85,27 +85,29 @@ impl UdpIo {
     /// `core`. A datagram the kernel cannot take now (socket buffer full after a short
     /// wait) is lost like any other; the protocol resends it.
     fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection) {
-        let gso = self.socket.gso_supported();
-        let mut batch: Vec<OutDatagram<'_>> = Vec::with_capacity(self.tx_out.len());
-        let entries = &self.tx_out;
-        let tx = &self.tx;
+        let UdpIo {
+            socket, tx, tx_out, ..
+        } = self;
+        let gso = socket.gso_supported();
+        // Gathered in a fixed array and sent SEND_CHUNK at a time: nothing is allocated.
+        let mut slots = [OutDatagram::new(to, &[], &[]); SEND_CHUNK];
+        let mut filled = 0;
         let mut i = 0;
-        while i < entries.len() {
-            match entries[i] {
+        while i < tx_out.len() {
+            let datagram = match tx_out[i] {
                 TxEntry::InPlace {
                     offset,
                     header_len,
                     stream_offset,
                     payload_len,
                 } => {
-                    if let Some(payload) = core.payload_at(stream_offset, payload_len) {
-                        batch.push(OutDatagram::new(
-                            to,
-                            &tx[offset..offset + header_len],
-                            payload,
-                        ));
-                    }
                     i += 1;
+                    match core.payload_at(stream_offset, payload_len) {
+                        Some(payload) => {
+                            OutDatagram::new(to, &tx[offset..offset + header_len], payload)
+                        }
+                        None => continue,
+                    }
                 }
                 TxEntry::Copied { offset, len: size } => {
                     let mut end = offset + size;
@@ -113,8 +115,8 @@ impl UdpIo {
                     if gso {
                         let limit = max_gso_bytes(size, to.is_ipv6());
                         // Equal-size datagrams (the last of a run may be shorter) share a send.
-                        while let Some(&TxEntry::Copied { len, .. }) = entries.get(j) {
-                            let previous_full = matches!(entries[j - 1], TxEntry::Copied { len: l, .. } if l == size);
+                        while let Some(&TxEntry::Copied { len, .. }) = tx_out.get(j) {
+                            let previous_full = matches!(tx_out[j - 1], TxEntry::Copied { len: l, .. } if l == size);
                             if !previous_full || len > size || end - offset + len > limit {
                                 break;
                             }
@@ -126,29 +128,43 @@ impl UdpIo {
                     if j > i + 1 {
                         d.segment_size = u16::try_from(size).ok();
                     }
-                    batch.push(d);
                     i = j;
+                    d
                 }
+            };
+            slots[filled] = datagram;
+            filled += 1;
+            if filled == SEND_CHUNK {
+                send_batch_fully(socket, &slots);
+                filled = 0;
             }
         }
-        let mut sent = 0;
-        let mut waited = false;
-        while sent < batch.len() {
-            match self.socket.send_batch(&batch[sent..]) {
-                Ok(n) => sent += n.max(1),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
-                    waited = true;
-                    let mut fds = [libc::pollfd {
-                        fd: self.socket.as_raw_fd(),
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    }];
-                    let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
-                Err(_) => sent += 1,
+        send_batch_fully(socket, &slots[..filled]);
+    }
+}
+
+/// Datagrams handed to one `sendmmsg` at most.
+const SEND_CHUNK: usize = 64;
+
+/// Sends every entry of `batch`, waiting once (briefly) for room if the socket is full.
+fn send_batch_fully(socket: &mut UdpSocket, batch: &[OutDatagram<'_>]) {
+    let mut sent = 0;
+    let mut waited = false;
+    while sent < batch.len() {
+        match socket.send_batch(&batch[sent..]) {
+            Ok(n) => sent += n.max(1),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                waited = true;
+                let mut fds = [libc::pollfd {
+                    fd: socket.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                }];
+                let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
+            Err(_) => sent += 1,
         }
     }
 }
