@@ -36,7 +36,7 @@ use crate::slab::{Key, Slab};
 use crate::Addr;
 
 mod remote;
-pub(crate) use remote::{wait_engine, DgramTake as DgramTakeError};
+pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
 /// A reliable, ordered, message-preserving directed channel from one of this process's

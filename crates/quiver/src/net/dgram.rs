@@ -31,7 +31,7 @@ use quiver_wire::frame::{self, MAX_HEADER_LEN};
 use super::mem::MemSocket;
 use crate::config::{Config, TransportKind};
 use crate::context::{random, ContextShared, NetInbound};
-use crate::endpoint::{Dest, DgramTakeError as DgramTake, Failure};
+use crate::endpoint::{Dest, DgramTake, Failure};
 use crate::error::{Error, Result};
 use crate::Addr;
 
