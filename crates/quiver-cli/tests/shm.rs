@@ -17,6 +17,9 @@ struct Job {
     _serial: std::sync::MutexGuard<'static, ()>,
     children: Vec<Child>,
     lines: mpsc::Receiver<(u32, String)>,
+    /// Lines read while looking for another one: ranks print concurrently, so a later
+    /// `expect_line` may want a line that arrived earlier.
+    seen: std::cell::RefCell<Vec<(u32, String)>>,
 }
 
 impl Job {
@@ -62,11 +65,19 @@ impl Job {
             _serial: serial,
             children,
             lines,
+            seen: std::cell::RefCell::new(Vec::new()),
         }
     }
 
     /// Waits for a line from `rank` containing `text`; returns it.
     fn expect_line(&self, rank: u32, text: &str, within: Duration) -> String {
+        let mut seen = self.seen.borrow_mut();
+        if let Some(at) = seen
+            .iter()
+            .position(|(r, line)| *r == rank && line.contains(text))
+        {
+            return seen.remove(at).1;
+        }
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -76,6 +87,7 @@ impl Job {
                     if r == rank && line.contains(text) {
                         return line;
                     }
+                    seen.push((r, line));
                 }
                 Err(_) => panic!("rank {rank} did not print {text:?} within {within:?}"),
             }
