@@ -4,11 +4,13 @@
 //! owns the operating-system side of the shared-memory transport: shared rings ([`ring`]),
 //! wake-ups ([`notify`]) and the system calls behind them ([`sys`]), plus the
 //! socket layer of the network transports: batched UDP with GSO/GRO ([`udp`]) and TCP
-//! helpers ([`tcp`]). It is one of the few
+//! helpers ([`tcp`]), and the node's interface addresses and network namespaces ([`netif`],
+//! for bootstraps). It is one of the few
 //! places where `unsafe` is allowed, because it maps memory shared with other processes and
 //! makes system calls; each block carries a `SAFETY:` comment. It decides nothing about
 //! protocols (which path a message takes is the caller's choice).
 
+pub mod netif;
 pub mod notify;
 pub mod ring;
 pub mod sys;

@@ -27,6 +27,7 @@ use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
+use crate::bootstrap::Bootstrap;
 use crate::config::{Config, TransportKind};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -54,6 +55,9 @@ pub struct ContextStats {
     pub connections_accepted: u64,
     /// Handshakes refused or failed (strangers, wrong key, wrong job, no such endpoint).
     pub connections_refused: u64,
+    /// Of the connections accepted, those over shared memory (the rest came over tcp, udp
+    /// or mem).
+    pub shm_connections_accepted: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
@@ -69,6 +73,8 @@ pub(crate) struct ContextShared {
     pub(crate) config: Config,
     /// Network address of every rank (empty: this job uses no network transport).
     pub(crate) addrs: Vec<SocketAddr>,
+    /// How this context learnt its job.
+    pub(crate) bootstrap: Bootstrap,
     /// The datagram engine (udp or mem), when one of them is configured.
     pub(crate) dgram: Option<Arc<DgramShared>>,
     endpoints: Mutex<HashMap<u16, Arc<EndpointShared>>>,
@@ -149,11 +155,86 @@ pub struct ContextBuilder {
     key: [u8; 32],
     config: Option<Config>,
     addrs: Vec<SocketAddr>,
+    bootstrap: Bootstrap,
+}
+
+/// A rank's network sockets, bound before its peers' addresses are known (a bootstrap binds
+/// port 0, publishes the port it got, then builds the context with everyone's addresses).
+#[derive(Debug)]
+pub(crate) struct NetworkSockets {
+    tcp: Option<std::net::TcpListener>,
+    dgram: Option<Arc<DgramShared>>,
+    /// The address bound (port 0 replaced by the port the kernel chose); None when the
+    /// configuration names no network transport or no address was given.
+    pub(crate) local: Option<SocketAddr>,
+}
+
+/// Attempts at finding a port free for both tcp and the datagram socket.
+const PORT_ATTEMPTS: u32 = 32;
+
+/// Binds this rank's tcp listener and datagram socket (whichever `config.transports` names)
+/// at `own`. Port 0 picks one port free for both: the kernel chooses it for tcp, and the
+/// datagram socket binds the same number (another is tried if that one is taken for udp).
+pub(crate) fn bind_network(
+    own: Option<SocketAddr>,
+    config: &Config,
+    job_id: u64,
+    key: [u8; 32],
+) -> Result<NetworkSockets> {
+    let networked = config.transports.iter().any(|t| *t != TransportKind::Shm);
+    let want_tcp = networked && config.transports.contains(&TransportKind::Tcp);
+    let dgram_kind = config.transports.iter().copied().find(|t| t.is_datagram());
+    let none = NetworkSockets {
+        tcp: None,
+        dgram: None,
+        local: None,
+    };
+    let Some(own) = own else { return Ok(none) };
+    if !want_tcp && dgram_kind.is_none() {
+        return Ok(none);
+    }
+    let bind_dgram = |at: SocketAddr| -> Result<Option<Arc<DgramShared>>> {
+        dgram_kind
+            .map(|kind| {
+                DgramShared::bind(kind, at, config, job_id, JobKey::from_bytes(key)).map(Arc::new)
+            })
+            .transpose()
+    };
+    if own.port() != 0 {
+        let tcp = want_tcp.then(|| crate::net::tcp::bind(own)).transpose()?;
+        let dgram = bind_dgram(own)?;
+        return Ok(NetworkSockets {
+            tcp,
+            dgram,
+            local: Some(own),
+        });
+    }
+    let mut last = None;
+    for _ in 0..PORT_ATTEMPTS {
+        let tcp = crate::net::tcp::bind(own)?;
+        let port = tcp
+            .local_addr()
+            .map_err(|e| Error::io(format!("reading the port bound at {own}"), e))?
+            .port();
+        let at = SocketAddr::new(own.ip(), port);
+        match bind_dgram(at) {
+            Ok(dgram) => {
+                return Ok(NetworkSockets {
+                    tcp: want_tcp.then_some(tcp),
+                    dgram,
+                    local: Some(at),
+                })
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Config(format!("no free port at {own}"))))
 }
 
 impl ContextBuilder {
     /// The network address of every rank, in rank order (as `QUIVER_ADDRS`): this rank's
-    /// TCP listener and UDP socket bind its own entry. Without addresses only shm is used.
+    /// TCP listener and UDP socket bind its own entry (port 0: any free port, reported by
+    /// [`Context::local_addr`]). Without addresses only shm is used.
     pub fn addrs(mut self, addrs: Vec<SocketAddr>) -> Self {
         self.addrs = addrs;
         self
@@ -184,12 +265,24 @@ impl ContextBuilder {
         self
     }
 
+    /// Records how the job was learnt (for [`Context::bootstrap`]).
+    pub(crate) fn bootstrap(mut self, bootstrap: Bootstrap) -> Self {
+        self.bootstrap = bootstrap;
+        self
+    }
+
     /// Creates the context and starts listening for connections.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if rank >= size, [`Error::Config`], or [`Error::Io`] if
     /// the listening socket cannot be created (e.g. the same rank already runs).
     pub fn build(self) -> Result<Context> {
+        self.build_with(None)
+    }
+
+    /// [`ContextBuilder::build`], with the network sockets already bound by a bootstrap
+    /// (`Some`), or bound here at this rank's entry of the addresses (`None`).
+    pub(crate) fn build_with(self, bound: Option<NetworkSockets>) -> Result<Context> {
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
                 "rank {} is not in a job of size {}",
@@ -215,7 +308,6 @@ impl ContextBuilder {
             )
         })?;
         let listener = Arc::new(listener);
-        let networked = config.transports.iter().any(|t| *t != TransportKind::Shm);
         if !self.addrs.is_empty() && self.addrs.len() != self.size as usize {
             return Err(Error::Config(format!(
                 "QUIVER_ADDRS names {} addresses for a job of {} ranks",
@@ -224,30 +316,24 @@ impl ContextBuilder {
             )));
         }
         let own_addr = self.addrs.get(self.rank as usize).copied();
-        let tcp_listener = match own_addr {
-            Some(addr) if networked && config.transports.contains(&TransportKind::Tcp) => {
-                Some(crate::net::tcp::bind(addr)?)
-            }
-            _ => None,
+        let bound = match bound {
+            Some(bound) => bound,
+            None => bind_network(own_addr, &config, self.job_id, self.key)?,
         };
-        let dgram_kind = config.transports.iter().copied().find(|t| t.is_datagram());
-        let dgram = match (own_addr, dgram_kind) {
-            (Some(addr), Some(kind)) => Some(Arc::new(DgramShared::bind(
-                kind,
-                addr,
-                &config,
-                self.job_id,
-                JobKey::from_bytes(self.key),
-            )?)),
-            _ => None,
-        };
+        let (tcp_listener, dgram) = (bound.tcp, bound.dgram);
+        let mut addrs = self.addrs;
+        if let (Some(own), Some(local)) = (addrs.get_mut(self.rank as usize), bound.local) {
+            // Port 0 asked for any port: report the one bound.
+            *own = local;
+        }
         let shared = Arc::new(ContextShared {
             rank: self.rank,
             size: self.size,
             job_id: self.job_id,
             key: self.key,
             config,
-            addrs: self.addrs,
+            addrs,
+            bootstrap: self.bootstrap,
             dgram,
             endpoints: Mutex::new(HashMap::new()),
             next_endpoint_id: AtomicU64::new(1),
@@ -284,13 +370,26 @@ impl ContextBuilder {
 }
 
 impl Context {
-    /// Builds the context from the environment `quiver run` provides: `QUIVER_RANK`,
-    /// `QUIVER_SIZE`, `QUIVER_JOB_ID` (16 hex digits), `QUIVER_JOB_KEY` (64 hex digits),
-    /// plus any `QUIVER_*` settings (see [`Config`]).
+    /// Builds the context from whatever launched this process (docs/launchers.md), in this
+    /// order: `quiver run`'s variables (`QUIVER_RANK` set); a PMIx launcher (`mpirun`,
+    /// `srun --mpi=pmix`: `PMIX_RANK` or `PMIX_NAMESPACE` set), which exchanges the job key
+    /// and every rank's address through PMIx; otherwise rank and size from the launcher's
+    /// variables (`OMPI_COMM_WORLD_*`, `PMI_*`, `SLURM_PROCID`/`SLURM_NTASKS`) with
+    /// addresses exchanged through rank 0 at `QUIVER_RENDEZVOUS`. `QUIVER_BOOTSTRAP`
+    /// (`env`, `pmix`, `rendezvous`) forces one. Any `QUIVER_*` settings apply (see
+    /// [`Config`]).
     ///
     /// # Errors
-    /// [`Error::Config`] naming the missing or malformed variable.
+    /// [`Error::Config`] naming the missing or malformed variable; [`Error::Io`] when the
+    /// exchange with the launcher or rank 0 fails.
     pub fn from_env() -> Result<Context> {
+        crate::bootstrap::from_env()
+    }
+
+    /// Builds the context from the environment `quiver run` provides: `QUIVER_RANK`,
+    /// `QUIVER_SIZE`, `QUIVER_JOB_ID` (16 hex digits), `QUIVER_JOB_KEY` (64 hex digits),
+    /// `QUIVER_ADDRS` when network transports are used.
+    pub(crate) fn from_quiver_run_env() -> Result<Context> {
         let get = |k: &str| {
             std::env::var(k).map_err(|_| {
                 Error::Config(format!(
@@ -327,6 +426,7 @@ impl Context {
             .job_id(job_id)
             .job_key(key)
             .addrs(addrs)
+            .bootstrap(Bootstrap::QuiverRun)
             .build()
     }
 
@@ -339,6 +439,7 @@ impl Context {
             key: [0; 32],
             config: None,
             addrs: Vec::new(),
+            bootstrap: Bootstrap::Builder,
         }
     }
 
@@ -360,6 +461,16 @@ impl Context {
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// How this context learnt its rank, its job and its peers' addresses.
+    pub fn bootstrap(&self) -> Bootstrap {
+        self.shared.bootstrap
+    }
+
+    /// This rank's network address (its tcp listener and datagram socket), if it has one.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.addrs.get(self.shared.rank as usize).copied()
     }
 
     /// The listener's counters.
@@ -492,7 +603,7 @@ fn socket_name(job_id: u64, rank: u32) -> Vec<u8> {
     format!("quiver.{job_id:016x}.{rank}").into_bytes()
 }
 
-fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+pub(crate) fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     let s = s.trim().as_bytes();
     if s.len() != 2 * N {
         return None;
@@ -537,11 +648,9 @@ fn listen(shared: &ContextShared, listener: &OwnedFd) {
         }
         match respond(shared, &sock) {
             Ok(()) => {
-                shared
-                    .stats
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .connections_accepted += 1;
+                let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+                stats.connections_accepted += 1;
+                stats.shm_connections_accepted += 1;
             }
             Err(why) => shared.refused(why),
         }

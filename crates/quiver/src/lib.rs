@@ -19,6 +19,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod bootstrap;
 mod config;
 mod context;
 mod endpoint;
@@ -27,6 +28,7 @@ pub(crate) mod net;
 mod pool;
 mod slab;
 
+pub use bootstrap::Bootstrap;
 pub use config::{parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind};
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};

@@ -4,7 +4,8 @@
 //!
 //! Modes:
 //! - `alltoall MESSAGES MAX_BYTES SEED`: every rank sends MESSAGES messages of random sizes
-//!   (0..=MAX_BYTES) to every other rank with posted sends, receives all, verifies every byte.
+//!   (0..=MAX_BYTES) to every other rank with posted sends, receives all, verifies every byte;
+//!   then prints `transports rank R bootstrap B addr A accepted N shm S datagrams_received D`.
 //! - `slow-recv MESSAGES`: rank 0 sends as fast as it can, rank 1 sleeps between receives.
 //! - `send-until-error`: send 256 KiB messages to rank 1 until an error; print it.
 //! - `recv-until-error`: receive until an error; print it.
@@ -162,7 +163,24 @@ fn alltoall(ctx: &Context, ep: &mut Endpoint, messages: u64, max: u64, seed: u64
         "ok rank {me} received {bytes} bytes rss_kib {}",
         rss_kib()
     ));
+    say_transports(ctx);
     Ok(())
+}
+
+/// One line saying how the job was bootstrapped and which transports carried the
+/// connections this rank accepted (the launcher tests check it).
+fn say_transports(ctx: &Context) {
+    let stats = ctx.stats();
+    say(&format!(
+        "transports rank {} bootstrap {} addr {} accepted {} shm {} datagrams_received {}",
+        ctx.rank(),
+        ctx.bootstrap(),
+        ctx.local_addr()
+            .map_or_else(|| "-".to_owned(), |a| a.to_string()),
+        stats.connections_accepted,
+        stats.shm_connections_accepted,
+        stats.datagram.map_or(0, |d| d.datagrams_received),
+    ));
 }
 
 fn rss_kib() -> u64 {
