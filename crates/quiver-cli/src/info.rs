@@ -71,6 +71,7 @@ pub(crate) fn main() -> i32 {
     for s in config.describe() {
         let _ = writeln!(out, "  {:<26} {:>12}  {}", s.env, s.value, s.doc);
     }
+    write_bootstrap(&mut out);
     let _ = writeln!(out, "\njob:");
     match (std::env::var("QUIVER_RANK"), std::env::var("QUIVER_SIZE")) {
         (Ok(r), Ok(s)) => {
@@ -94,4 +95,63 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The bootstrap section: whether PMIx support is built in, and which bootstrap
+/// `Context::from_env` would use in this environment (docs/launchers.md).
+fn write_bootstrap(out: &mut impl Write) {
+    let _ = writeln!(out, "\nbootstrap (docs/launchers.md):");
+    match quiver::Bootstrap::pmix_version() {
+        Some(version) => {
+            let _ = writeln!(out, "  PMIx support: built in ({version})");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  PMIx support: not built in (install libpmix-dev and pkg-config, then rebuild)"
+            );
+        }
+    }
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "-".into());
+    match quiver::Bootstrap::detect() {
+        Ok(quiver::Bootstrap::Pmix) => {
+            let _ = writeln!(
+                out,
+                "  launcher: PMIx (PMIX_NAMESPACE={}, PMIX_RANK={}): Context::from_env \
+                 bootstraps through PMIx",
+                var("PMIX_NAMESPACE"),
+                var("PMIX_RANK")
+            );
+        }
+        Ok(quiver::Bootstrap::Rendezvous) => {
+            let _ = writeln!(
+                out,
+                "  launcher: rank variables without PMIx: Context::from_env meets rank 0 at \
+                 QUIVER_RENDEZVOUS={}",
+                var("QUIVER_RENDEZVOUS")
+            );
+        }
+        Ok(other) => {
+            let _ = writeln!(
+                out,
+                "  launcher: quiver run ({other}): Context::from_env reads QUIVER_RANK and friends"
+            );
+        }
+        Err(e) if e.to_string().contains("not started by a launcher") => {
+            let _ = writeln!(
+                out,
+                "  launcher: none detected (quiver run, mpirun, srun --mpi=pmix, or the \
+                 rendezvous variables)"
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  launcher: {e}");
+        }
+    }
+    if let Ok(netns) = std::env::var("QUIVER_NETNS") {
+        let _ = writeln!(
+            out,
+            "  QUIVER_NETNS={netns}: each rank enters its network namespace before binding"
+        );
+    }
 }

@@ -1,0 +1,467 @@
+//! quiver under other launchers (docs/launchers.md): `mpirun` through PMIx, a job whose
+//! ranks sit in two network namespaces (simulated nodes joined by a veth link), and the
+//! rendezvous fallback with plain processes. Every rank runs `quiver-testprog alltoall`,
+//! which verifies every byte and then prints which bootstrap it used and how many of the
+//! connections it accepted came over shm.
+//!
+//! Needs: `mpirun` (openmpi-bin) and quiver built with PMIx (libpmix-dev) for the PMIx
+//! tests, root for the namespace tests. Missing ones are skipped with a message, except
+//! under CI (CI=true), where they fail: CI installs them.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::testbed::{is_root, Testbed};
+
+const TESTPROG: &str = env!("CARGO_BIN_EXE_quiver-testprog");
+
+/// The jobs start several busy ranks on 2 cores: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Each job must finish within this.
+const JOB_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// Variables of launchers and of quiver that must not leak from the test's environment
+/// into the jobs (the tests set what they need).
+const SCRUBBED: &[&str] = &[
+    "QUIVER_RANK",
+    "QUIVER_SIZE",
+    "QUIVER_JOB_ID",
+    "QUIVER_JOB_KEY",
+    "QUIVER_JOB_KEY_FILE",
+    "QUIVER_ADDRS",
+    "QUIVER_TRANSPORTS",
+    "QUIVER_BOOTSTRAP",
+    "QUIVER_RENDEZVOUS",
+    "QUIVER_NETNS",
+    "QUIVER_BIND_ADDR",
+    "PMIX_RANK",
+    "PMIX_NAMESPACE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+];
+
+/// Whether a missing prerequisite must fail the test rather than skip it.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Returns false (after saying why) when `what` is missing and the test should skip.
+fn require(available: bool, what: &str) -> bool {
+    if available {
+        return true;
+    }
+    assert!(!in_ci(), "{what} is missing, and CI must run this test");
+    eprintln!("skipped: {what} is missing");
+    false
+}
+
+fn have_mpirun() -> bool {
+    Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn pmix_ready() -> bool {
+    require(
+        quiver::Bootstrap::pmix_version().is_some(),
+        "PMIx support in quiver (libpmix-dev and pkg-config at build time)",
+    ) && require(have_mpirun(), "mpirun (openmpi-bin)")
+}
+
+fn scrubbed(mut cmd: Command) -> Command {
+    for var in SCRUBBED {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// What a finished job printed.
+struct Output {
+    success: bool,
+    status: String,
+    lines: Vec<String>,
+}
+
+impl Output {
+    fn text(&self) -> String {
+        format!("status {}\n{}", self.status, self.lines.join("\n"))
+    }
+
+    /// The `transports rank R ...` line of each rank, as (rank, fields by name).
+    fn transports(&self, size: u32) -> Vec<std::collections::HashMap<String, String>> {
+        let mut by_rank = vec![None; size as usize];
+        for line in &self.lines {
+            let Some(rest) = line.strip_prefix("transports ") else {
+                continue;
+            };
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let fields: std::collections::HashMap<String, String> = words
+                .chunks(2)
+                .filter(|pair| pair.len() == 2)
+                .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+                .collect();
+            let rank: usize = fields["rank"].parse().expect("rank number");
+            by_rank[rank] = Some(fields);
+        }
+        by_rank
+            .into_iter()
+            .enumerate()
+            .map(|(rank, f)| {
+                f.unwrap_or_else(|| panic!("no transports line from rank {rank}:\n{}", self.text()))
+            })
+            .collect()
+    }
+}
+
+/// Runs `cmds` (one job: all started together, each in its own process group) to the end,
+/// merging their stdout and stderr lines; kills every group at the timeout.
+fn run_all(cmds: Vec<Command>) -> Output {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut children = Vec::new();
+    for mut cmd in cmds {
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .process_group(0);
+        let mut child = cmd.spawn().expect("start the job");
+        for stream in [
+            Box::new(child.stdout.take().expect("piped")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("piped")),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        children.push(child);
+    }
+    drop(tx);
+    let deadline = Instant::now() + JOB_TIMEOUT;
+    let mut statuses = vec![None; children.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (child, status) in children.iter_mut().zip(statuses.iter_mut()) {
+            if status.is_none() {
+                *status = child.try_wait().expect("wait for the job");
+            }
+        }
+        if Instant::now() >= deadline {
+            for child in &children {
+                // SAFETY: kill has no memory effects; the group is the child's own.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            }
+            for child in &mut children {
+                let _ = child.wait();
+            }
+            let lines: Vec<String> = rx.try_iter().collect();
+            panic!(
+                "the job did not finish within {JOB_TIMEOUT:?}:\n{}",
+                lines.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Ranks may have left grandchildren holding the pipes only if they misbehave; the
+    // groups go in any case.
+    for child in &children {
+        // SAFETY: as above; the group may already be gone (ESRCH is fine).
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    }
+    let lines: Vec<String> = rx.iter().collect();
+    let statuses: Vec<std::process::ExitStatus> = statuses.into_iter().flatten().collect();
+    Output {
+        success: statuses.iter().all(|s| s.success()),
+        status: statuses
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        lines,
+    }
+}
+
+fn mpirun(np: u32, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = scrubbed(Command::new("mpirun"));
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(np.to_string());
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    cmd.arg(TESTPROG).args(args);
+    run_all(vec![cmd])
+}
+
+fn random_key() -> String {
+    let mut key = [0u8; 32];
+    getrandom::getrandom(&mut key).expect("random");
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A loopback port free right now (for rank 0's rendezvous listener).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `size` plain processes with the fallback variables (`PMI_RANK`/`PMI_SIZE`), meeting at
+/// `rendezvous`; `key(rank)` gives each its job key.
+fn rendezvous_job(
+    size: u32,
+    rendezvous: &str,
+    key: impl Fn(u32) -> String,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Output {
+    let cmds = (0..size)
+        .map(|rank| {
+            let mut cmd = scrubbed(Command::new(TESTPROG));
+            cmd.args(args)
+                .env("PMI_RANK", rank.to_string())
+                .env("PMI_SIZE", size.to_string())
+                .env("QUIVER_RENDEZVOUS", rendezvous)
+                .env("QUIVER_JOB_KEY", key(rank))
+                .envs(env.iter().copied());
+            cmd
+        })
+        .collect();
+    run_all(cmds)
+}
+
+fn assert_alltoall_ok(out: &Output, size: u32) {
+    assert!(out.success, "job failed:\n{}", out.text());
+    for rank in 0..size {
+        assert!(
+            out.lines
+                .iter()
+                .any(|l| l.starts_with(&format!("ok rank {rank} received"))),
+            "rank {rank} did not verify its data:\n{}",
+            out.text()
+        );
+    }
+}
+
+#[test]
+fn mpirun_alltoall_through_pmix() {
+    if !pmix_ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = mpirun(4, &[], &["alltoall", "20", "1M", "7"]);
+    assert_alltoall_ok(&out, 4);
+    for (rank, t) in out.transports(4).iter().enumerate() {
+        assert_eq!(t["bootstrap"], "pmix", "rank {rank}:\n{}", out.text());
+        // One node: everything over shm, no sockets at all.
+        assert_eq!(t["addr"], "-", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["shm"], "3", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["accepted"], "3", "rank {rank}:\n{}", out.text());
+    }
+}
+
+/// Starts a 4-rank job with these extra environment variables.
+type Launch<'a> = &'a dyn Fn(&[(&str, &str)]) -> Output;
+
+/// Ranks 0,1 in namespace a (10.77.0.1), ranks 2,3 in namespace b (10.77.0.2): each rank
+/// accepts one shm connection (its namespace neighbour) and two over `transport`.
+fn two_namespace_job(transport: &str, launch: Launch<'_>, bootstrap: &str) {
+    let testbed = Testbed::up(1, "1gbit", 0.0).expect("testbed up");
+    let [a, b] = testbed.namespaces();
+    let netns = format!("{a},{b}");
+    let transports = format!("shm,{transport}");
+    let out = launch(&[
+        ("QUIVER_NETNS", &netns),
+        ("QUIVER_TRANSPORTS", &transports),
+        ("QUIVER_CONNECT_TIMEOUT_MS", "20000"),
+    ]);
+    assert_alltoall_ok(&out, 4);
+    for (rank, t) in out.transports(4).iter().enumerate() {
+        let ip = if rank < 2 { "10.77.0.1:" } else { "10.77.0.2:" };
+        assert_eq!(t["bootstrap"], bootstrap, "rank {rank}:\n{}", out.text());
+        assert!(t["addr"].starts_with(ip), "rank {rank}:\n{}", out.text());
+        assert_eq!(t["accepted"], "3", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["shm"], "1", "rank {rank}:\n{}", out.text());
+        let datagrams: u64 = t["datagrams_received"].parse().expect("a number");
+        if transport == "udp" {
+            assert!(datagrams > 0, "rank {rank}:\n{}", out.text());
+        } else {
+            assert_eq!(datagrams, 0, "rank {rank}:\n{}", out.text());
+        }
+    }
+}
+
+#[test]
+fn two_namespace_job_through_pmix() {
+    if !require(is_root(), "root (network namespaces)") || !pmix_ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // udp with messages up to 1 MiB; tcp with small ones (a blocking send over tcp makes no
+    // receive progress, so all ranks sending megabytes at once before receiving would
+    // wait on each other; that is the transport's behaviour, not the bootstrap's).
+    two_namespace_job(
+        "udp",
+        &|env| mpirun(4, env, &["alltoall", "20", "1M", "21"]),
+        "pmix",
+    );
+    two_namespace_job(
+        "tcp",
+        &|env| mpirun(4, env, &["alltoall", "40", "16K", "22"]),
+        "pmix",
+    );
+}
+
+#[test]
+fn two_namespace_job_through_the_rendezvous() {
+    if !require(is_root(), "root (network namespaces)") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let key = random_key();
+    two_namespace_job(
+        "udp",
+        &|env| {
+            // Rank 0 sits in namespace a, at 10.77.0.1.
+            let point = format!("10.77.0.1:{}", free_port());
+            rendezvous_job(
+                4,
+                &point,
+                |_| key.clone(),
+                env,
+                &["alltoall", "10", "1M", "23"],
+            )
+        },
+        "rendezvous",
+    );
+}
+
+#[test]
+fn rendezvous_fallback_with_plain_processes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let key = random_key();
+    let point = format!("127.0.0.1:{}", free_port());
+    let out = rendezvous_job(
+        3,
+        &point,
+        |_| key.clone(),
+        &[],
+        &["alltoall", "10", "1M", "9"],
+    );
+    assert_alltoall_ok(&out, 3);
+    for (rank, t) in out.transports(3).iter().enumerate() {
+        assert_eq!(t["bootstrap"], "rendezvous", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["shm"], "2", "rank {rank}:\n{}", out.text());
+    }
+    // Over the network (udp first): addresses are exchanged and used.
+    let point = format!("127.0.0.1:{}", free_port());
+    let out = rendezvous_job(
+        3,
+        &point,
+        |_| key.clone(),
+        &[("QUIVER_TRANSPORTS", "udp")],
+        &["alltoall", "10", "256K", "10"],
+    );
+    assert_alltoall_ok(&out, 3);
+    for (rank, t) in out.transports(3).iter().enumerate() {
+        assert!(
+            t["addr"].starts_with("127.0.0.1:"),
+            "rank {rank}:\n{}",
+            out.text()
+        );
+        assert_eq!(t["shm"], "0", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["accepted"], "2", "rank {rank}:\n{}", out.text());
+    }
+}
+
+#[test]
+fn rendezvous_with_a_wrong_key_fails_on_both_sides() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let point = format!("127.0.0.1:{}", free_port());
+    let (good, bad) = (random_key(), random_key());
+    let out = rendezvous_job(
+        2,
+        &point,
+        |rank| if rank == 0 { good.clone() } else { bad.clone() },
+        &[("QUIVER_CONNECT_TIMEOUT_MS", "3000")],
+        &["alltoall", "1", "1K", "1"],
+    );
+    assert!(!out.success, "{}", out.text());
+    let text = out.text();
+    assert!(text.contains("wrong job key"), "{text}");
+    assert!(text.contains("ranks 1 did not arrive"), "{text}");
+}
+
+#[test]
+fn without_a_launcher_the_error_names_the_ways_to_start() {
+    let out = run_all(vec![{
+        let mut cmd = scrubbed(Command::new(TESTPROG));
+        cmd.args(["alltoall", "1", "1K", "1"]);
+        cmd
+    }]);
+    assert!(!out.success);
+    let text = out.text();
+    assert!(
+        text.contains("not started by a launcher") && text.contains("mpirun"),
+        "{text}"
+    );
+    // Fallback variables without a rendezvous or a key: each named.
+    let out = run_all(vec![{
+        let mut cmd = scrubbed(Command::new(TESTPROG));
+        cmd.args(["alltoall", "1", "1K", "1"])
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_NTASKS", "2");
+        cmd
+    }]);
+    assert!(
+        out.text().contains("QUIVER_RENDEZVOUS is not set"),
+        "{}",
+        out.text()
+    );
+}
+
+#[test]
+fn info_reports_pmix_support_and_the_launcher() {
+    let out = run_all(vec![{
+        let mut cmd = scrubbed(support::testbed::quiver());
+        cmd.arg("info");
+        cmd
+    }]);
+    assert!(out.success, "{}", out.text());
+    let text = out.text();
+    let built = quiver::Bootstrap::pmix_version().is_some();
+    assert!(
+        text.contains(if built {
+            "PMIx support: built in"
+        } else {
+            "PMIx support: not built in"
+        }),
+        "{text}"
+    );
+    assert!(text.contains("launcher: none detected"), "{text}");
+    if !pmix_ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = run_all(vec![{
+        let mut cmd = scrubbed(Command::new("mpirun"));
+        cmd.args(["--allow-run-as-root", "-np", "1"])
+            .arg(env!("CARGO_BIN_EXE_quiver"))
+            .arg("info");
+        cmd
+    }]);
+    assert!(out.success, "{}", out.text());
+    assert!(out.text().contains("launcher: PMIx"), "{}", out.text());
+}
