@@ -465,3 +465,220 @@ fn info_reports_pmix_support_and_the_launcher() {
     assert!(out.success, "{}", out.text());
     assert!(out.text().contains("launcher: PMIx"), "{}", out.text());
 }
+
+// ----- Slurm: a one-node cluster (munged + slurmctld + slurmd, no systemd) ----------------
+
+/// A one-node Slurm cluster private to one test: its own munge socket, configuration,
+/// state directories and ports under a temporary directory; the three daemons run in the
+/// foreground as children of the test and are stopped, and the directory removed, on drop.
+struct SlurmCluster {
+    dir: std::path::PathBuf,
+    conf: std::path::PathBuf,
+    daemons: Vec<std::process::Child>,
+}
+
+impl SlurmCluster {
+    /// The programs the cluster needs (Debian: slurmd slurmctld slurm-client munge
+    /// slurm-wlm-basic-plugins), and root.
+    fn available() -> bool {
+        let tools = ["munged", "slurmctld", "slurmd", "srun", "sinfo", "runuser"];
+        tools.iter().all(|tool| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
+    fn start() -> SlurmCluster {
+        let dir = std::env::temp_dir().join(format!("quiver-slurm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["state", "spool", "munge"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("create the cluster's directories");
+        }
+        let mut cluster = SlurmCluster {
+            conf: dir.join("slurm.conf"),
+            dir,
+            daemons: Vec::new(),
+        };
+        let d = cluster.dir.display().to_string();
+        // munged insists on owning its directory and on a socket directory others can enter.
+        let status = Command::new("chown")
+            .args(["munge:munge", &format!("{d}/munge")])
+            .status()
+            .expect("chown");
+        assert!(status.success(), "chown munge {d}/munge");
+        std::fs::set_permissions(
+            cluster.dir.join("munge"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("chmod");
+        let output = Command::new("hostname").output().expect("hostname");
+        let host = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let conf = format!(
+            "ClusterName=quivertest\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctld_port}\n\
+             SlurmdPort={slurmd_port}\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={d}/munge/socket\n\
+             CredType=cred/munge\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             StateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\n\
+             SlurmctldLogFile={d}/slurmctld.log\n\
+             SlurmdLogFile={d}/slurmd.log\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             SchedulerType=sched/builtin\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_CPU\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n\
+             PartitionName=quiver Nodes=ALL Default=YES MaxTime=10 State=UP OverSubscribe=YES\n",
+            ctld_port = free_port(),
+            slurmd_port = free_port(),
+        );
+        std::fs::write(&cluster.conf, conf).expect("write slurm.conf");
+        let conf = cluster.conf.display().to_string();
+        let mut munged = Command::new("runuser");
+        munged
+            .args(["-u", "munge", "--", "munged", "--foreground"])
+            .args([
+                format!("--socket={d}/munge/socket"),
+                format!("--pid-file={d}/munge/pid"),
+                format!("--seed-file={d}/munge/seed"),
+                format!("--log-file={d}/munge/log"),
+            ]);
+        let mut slurmctld = Command::new("slurmctld");
+        slurmctld.args(["-D", "-i", "-f", &conf]);
+        let mut slurmd = Command::new("slurmd");
+        slurmd.args(["-D", "-f", &conf]);
+        for (name, mut cmd) in [
+            ("munged", munged),
+            ("slurmctld", slurmctld),
+            ("slurmd", slurmd),
+        ] {
+            let child = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {name}: {e}"));
+            cluster.daemons.push(child);
+            if name == "munged" {
+                cluster.wait_for("munged's socket", || {
+                    cluster.dir.join("munge/socket").exists()
+                });
+            }
+        }
+        cluster.wait_for("the node to be idle", || {
+            cluster
+                .command("sinfo")
+                .args(["-h", "-o", "%T"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        });
+        cluster
+    }
+
+    /// A Slurm client command talking to this cluster.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = scrubbed(Command::new(program));
+        cmd.env("SLURM_CONF", &self.conf);
+        cmd
+    }
+
+    fn wait_for(&self, what: &str, mut ready: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready() {
+            assert!(
+                Instant::now() < deadline,
+                "slurm cluster: timed out waiting for {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn logs(&self) -> String {
+        ["munge/log", "slurmctld.log", "slurmd.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                format!(
+                    "--- {f}\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        // slurmd and slurmctld first (they use munge), then munged.
+        for child in self.daemons.iter_mut().rev() {
+            // SAFETY: kill has no memory effects; the pid is our child's, not yet reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn srun_alltoall_through_pmix() {
+    if !require(is_root(), "root (the Slurm daemons)")
+        || !require(
+            SlurmCluster::available(),
+            "Slurm and munge (slurmd slurmctld slurm-client munge slurm-wlm-basic-plugins)",
+        )
+        || !require(
+            quiver::Bootstrap::pmix_version().is_some(),
+            "PMIx support in quiver (libpmix-dev and pkg-config at build time)",
+        )
+    {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = SlurmCluster::start();
+    let mut srun = cluster.command("srun");
+    srun.args(["--mpi=pmix", "-n", "4", "--overcommit", "--time=1"])
+        .arg(TESTPROG)
+        .args(["alltoall", "20", "1M", "31"]);
+    let out = run_all(vec![srun]);
+    assert!(out.success, "{}\n{}", out.text(), cluster.logs());
+    assert_alltoall_ok(&out, 4);
+    for (rank, t) in out.transports(4).iter().enumerate() {
+        assert_eq!(t["bootstrap"], "pmix", "rank {rank}:\n{}", out.text());
+        assert_eq!(t["shm"], "3", "rank {rank}:\n{}", out.text());
+    }
+    // Without --mpi=pmix, srun gives only SLURM_PROCID/SLURM_NTASKS: the rendezvous fallback.
+    let mut srun = cluster.command("srun");
+    srun.args(["-n", "3", "--overcommit", "--time=1"])
+        .env("QUIVER_RENDEZVOUS", format!("127.0.0.1:{}", free_port()))
+        .env("QUIVER_JOB_KEY", random_key())
+        .arg(TESTPROG)
+        .args(["alltoall", "10", "256K", "32"]);
+    let out = run_all(vec![srun]);
+    assert_alltoall_ok(&out, 3);
+    for (rank, t) in out.transports(3).iter().enumerate() {
+        assert_eq!(t["bootstrap"], "rendezvous", "rank {rank}:\n{}", out.text());
+    }
+}
