@@ -379,8 +379,13 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidArgument`] if the port is already open, [`Error::Io`].
     pub fn endpoint(&self, port: u16) -> Result<Endpoint> {
-        let doorbell =
-            Doorbell::new().map_err(|e| Error::io("creating the endpoint's doorbell", e))?;
+        let doorbell = Doorbell::new().map_err(|e| {
+            Error::shared_memory(
+                format!("the doorbell of endpoint {}:{port}", self.shared.rank),
+                4096,
+                e,
+            )
+        })?;
         let clone = || {
             doorbell
                 .clone_remote_fds()
@@ -628,7 +633,13 @@ fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), St
             }
             .emit();
             let _ = sys::send_datagram(sock, &body);
-            return Err(format!("creating a ring for rank {}: {e}", peer.rank));
+            let error = Error::shared_memory(
+                format!("the ring from {peer} to port {}", request.dst_port),
+                ring_bytes,
+                e,
+            );
+            tracing::warn!(%peer, %error, "refused a shared-memory connection");
+            return Err(error.to_string());
         }
     };
     // Register before the sender can write: it only starts once it has the setup message.
@@ -693,6 +704,9 @@ pub(crate) fn connect(shared: &ContextShared, src: Addr, dst: Addr) -> Result<Ne
 pub(crate) enum Attempt {
     /// The peer is not there yet (not listening, endpoint not open): try again.
     Retry(String),
+    /// No answer at the peer's address over this transport (e.g. a tcp connect timed out):
+    /// try again; at the deadline this is [`Error::Unreachable`].
+    Silent(&'static str, String),
     /// A final error.
     Fail(Error),
 }
@@ -707,16 +721,25 @@ pub(crate) fn retry_until<T>(
 ) -> Result<T> {
     let mut backoff = Duration::from_millis(1);
     loop {
-        let why = match attempt() {
+        let (silent, why) = match attempt() {
             Ok(x) => return Ok(x),
-            Err(Attempt::Retry(why)) => why,
+            Err(Attempt::Retry(why)) => (None, why),
+            Err(Attempt::Silent(transport, why)) => (Some(transport), why),
             Err(Attempt::Fail(e)) => return Err(e),
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::Refused {
-                peer: dst,
-                reason: format!("{why} ({suffix})"),
+            tracing::warn!(peer = %dst, reason = %why, "connection attempts gave up");
+            return Err(match silent {
+                Some(transport) => Error::Unreachable {
+                    peer: dst,
+                    transport,
+                    detail: format!("{why} ({suffix})"),
+                },
+                None => Error::Refused {
+                    peer: dst,
+                    reason: format!("{why} ({suffix})"),
+                },
             });
         }
         std::thread::sleep(backoff.min(deadline - now));
@@ -757,7 +780,13 @@ fn try_connect(
     let mut hs = Initiator::new(shared.job_key(), request, random());
     let mut buf = [0u8; MAX_MESSAGE_LEN];
     let mut out = [0u8; MAX_MESSAGE_LEN];
-    let refused = |reason: String| Attempt::Fail(Error::Refused { peer: dst, reason });
+    // The peer answered, but not as the protocol says.
+    let refused = |reason: String| {
+        Attempt::Fail(Error::Corrupt {
+            peer: dst,
+            detail: format!("shared-memory connection setup: {reason}"),
+        })
+    };
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
             sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
@@ -773,17 +802,17 @@ fn try_connect(
     let mut params = [0u8; 16];
     params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
     params[8..].copy_from_slice(&probe_value.to_be_bytes());
+    let failed = |e| Attempt::Fail(Error::handshake(dst, "shm", e));
     match hs.handle_challenge(&buf[..n], &params) {
         Ok(_) => {}
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
         }
-        Err(e) => return Err(refused(describe_handshake_error(e))),
+        Err(e) => return Err(failed(e)),
     }
     transmit(&mut hs, &mut out)?;
     let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    hs.handle_verdict(&buf[..n])
-        .map_err(|e| refused(describe_handshake_error(e)))?;
+    hs.handle_verdict(&buf[..n]).map_err(failed)?;
     let (n, fds) =
         sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
     std::hint::black_box(&probe_word);
@@ -792,23 +821,40 @@ fn try_connect(
     match setup.status {
         SetupStatus::Ready => {}
         SetupStatus::CrossMemoryDenied => {
-            return Err(refused(
-                "the peer cannot read this process's memory with process_vm_readv \
-                 (run all ranks as the same user, or allow ptrace: kernel.yama.ptrace_scope=0)"
-                    .into(),
-            ))
+            return Err(Attempt::Fail(Error::PermissionDenied {
+                what: format!(
+                    "for cross-memory attach: rank {} cannot read this process's memory",
+                    dst.rank
+                ),
+                detail: "process_vm_readv failed its ptrace access check (EPERM)".into(),
+                fix: CMA_FIX,
+            }))
         }
         SetupStatus::NoResources => {
-            return Err(refused(
-                "the peer could not create a shared-memory ring (out of memory?)".into(),
-            ))
+            return Err(Attempt::Fail(Error::OutOfSharedMemory {
+                what: format!(
+                    "the ring from {src} to {dst}, which rank {} creates",
+                    dst.rank
+                ),
+                bytes: shared.config.shm_ring_bytes,
+                detail: format!(
+                    "rank {} could not allocate it; its listener counted the refusal",
+                    dst.rank
+                ),
+            }))
         }
     }
     let [ring_fd, bell_memfd, bell_eventfd]: [OwnedFd; 3] = fds
         .try_into()
         .map_err(|_| refused("setup message without the three descriptors".into()))?;
-    let ring = Producer::attach(&ring_fd)
-        .map_err(|e| refused(format!("the ring sent is unusable: {e}")))?;
+    let ring = Producer::attach(&ring_fd).map_err(|e| match e {
+        quiver_transport::ring::AttachError::Io(io) => Attempt::Fail(Error::shared_memory(
+            format!("the mapping of the ring from {src} to {dst}"),
+            shared.config.shm_ring_bytes,
+            io,
+        )),
+        other => refused(format!("the ring sent is unusable: {other}")),
+    })?;
     if ring.capacity() != setup.ring_bytes {
         return Err(refused("ring size disagrees with the setup message".into()));
     }
@@ -823,6 +869,12 @@ fn try_connect(
         bell,
     })
 }
+
+/// What to do when cross-memory attach between two ranks is denied.
+const CMA_FIX: &str = "run every rank as the same user (and keep them dumpable), or give the \
+    ranks CAP_SYS_PTRACE; under Yama, kernel.yama.ptrace_scope must be 0 or 1 (quiver \
+    declares its peers as ptracers), and a container's seccomp profile must allow \
+    process_vm_readv; QUIVER_TRANSPORTS=tcp or udp avoids shared memory altogether";
 
 pub(crate) fn describe_handshake_error(e: HandshakeError) -> String {
     match e {

@@ -306,7 +306,7 @@ impl DgramShared {
         let socket = match kind {
             TransportKind::Udp => {
                 let mut socket = UdpSocket::bind(addr).map_err(|e| {
-                    Error::io(
+                    Error::socket(
                         format!("binding the udp socket to {addr} (is the address in use, or not on this host?)"),
                         e,
                     )
@@ -447,10 +447,16 @@ impl DgramShared {
                     Some(Status::Connecting) => {}
                     Some(Status::Failed(why)) if why.starts_with(RETRY) => break why,
                     Some(Status::Failed(why)) => {
-                        self.lock().conns.remove(&id);
-                        return Err(Error::Refused {
-                            peer: dst,
-                            reason: format!("{why} ({} {to})", self.kind),
+                        let entry = self.lock().conns.remove(&id);
+                        let reason = entry.and_then(|e| e.core.fail_reason());
+                        return Err(match reason {
+                            Some(FailReason::Handshake(e)) => {
+                                Error::handshake(dst, self.kind.name(), e)
+                            }
+                            _ => Error::Refused {
+                                peer: dst,
+                                reason: format!("{why} ({} {to})", self.kind),
+                            },
                         });
                     }
                     Some(Status::Closed) | None => {
@@ -466,11 +472,12 @@ impl DgramShared {
                 }
                 if Instant::now() >= deadline {
                     self.lock().conns.remove(&id);
-                    return Err(Error::Refused {
+                    return Err(Error::Unreachable {
                         peer: dst,
-                        reason: format!(
-                            "no answer over {} from {to} before the connect timeout",
-                            self.kind
+                        transport: self.kind.name(),
+                        detail: format!(
+                            "no answer from {to} before the connect timeout (nobody \
+                             listening there, or no route)"
                         ),
                     });
                 }
