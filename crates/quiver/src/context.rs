@@ -108,6 +108,8 @@ pub(crate) enum NetInbound {
         peer: Addr,
         /// The stream.
         stream: std::net::TcpStream,
+        /// The peer's pid, when it runs on this node (for freeze detection).
+        pid: Option<libc::pid_t>,
     },
     /// A datagram connection accepted by the engine (its handshake completed).
     Dgram {
@@ -190,6 +192,7 @@ impl ContextBuilder {
     /// [`Error::InvalidArgument`] if rank >= size, [`Error::Config`], or [`Error::Io`] if
     /// the listening socket cannot be created (e.g. the same rank already runs).
     pub fn build(self) -> Result<Context> {
+        crate::log::init_from_env();
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
                 "rank {} is not in a job of size {}",
@@ -274,6 +277,14 @@ impl ContextBuilder {
                 .spawn(move || listen(&shared, &listener))
                 .map_err(|e| Error::io("starting the listener thread", e))?
         };
+        tracing::info!(
+            rank = shared.rank,
+            size = shared.size,
+            job = %format_args!("{:016x}", shared.job_id),
+            transports = ?shared.config.transports,
+            detect_ms = shared.config.detect.map_or(0, |d| d.as_millis() as u64),
+            "context ready"
+        );
         Ok(Context {
             shared,
             listener,
@@ -486,6 +497,7 @@ impl ContextShared {
     }
 
     pub(crate) fn refused(&self, why: String) {
+        tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.connections_refused += 1;
         s.last_refusal = Some(why);
@@ -638,7 +650,6 @@ fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), St
                 ring_bytes,
                 e,
             );
-            tracing::warn!(%peer, %error, "refused a shared-memory connection");
             return Err(error.to_string());
         }
     };

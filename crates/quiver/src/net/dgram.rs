@@ -820,8 +820,13 @@ impl Engine {
         for (&id, entry) in self.conns.iter_mut() {
             if let Some(t) = entry.core.poll_timeout() {
                 if t <= now {
+                    let before = entry.core.stats().rto_expirations;
                     entry.core.handle_timeout(now);
                     touched.push(id);
+                    let stats = entry.core.stats();
+                    if stats.rto_expirations != before {
+                        tracing::debug!(peer = %entry.peer, to = %entry.to, retransmits = stats.retransmits, timeouts = stats.rto_expirations, "retransmission timeout: resending what is unacknowledged");
+                    }
                 }
             }
         }
@@ -945,6 +950,7 @@ impl Engine {
                     }
                 }
                 Event::PeerUnreachable => {
+                    tracing::warn!(peer = %entry.peer, to = %entry.to, idle_ms = self.base.idle_timeout_ns / 1_000_000, "peer unreachable: no answer for the idle timeout");
                     let retry = if entry.status == Status::Connecting {
                         RETRY
                     } else {

@@ -108,31 +108,37 @@ fn respond(shared: &ContextShared, mut stream: TcpStream) -> std::result::Result
             request.src_rank, request.dst_port
         ));
     };
-    hs.accept(&[]).map_err(|e| e.to_string())?;
+    hs.accept(&crate::endpoint::identity_params())
+        .map_err(|e| e.to_string())?;
     flush(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
-    if let Err(e) = hs.handle_proof(&buf[..n]) {
-        let _ = flush(&mut hs, &mut out, &mut stream);
-        return Err(format!("rank {}: {e}", request.src_rank));
-    }
+    let pid = match hs.handle_proof(&buf[..n]) {
+        Ok(params) => crate::endpoint::local_peer_pid(params),
+        Err(e) => {
+            let _ = flush(&mut hs, &mut out, &mut stream);
+            return Err(format!("rank {}: {e}", request.src_rank));
+        }
+    };
     flush(&mut hs, &mut out, &mut stream)?;
     stream
         .set_nonblocking(true)
         .map_err(|e| format!("configuring the stream: {e}"))?;
     let peer = Addr::new(request.src_rank, request.src_port);
-    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream });
+    tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
+    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
     Ok(())
 }
 
 /// Connects endpoint `src` to `dst` over TCP at `to`, retrying while the peer is not
-/// listening yet or its endpoint is not open, until `deadline`.
+/// listening yet or its endpoint is not open, until `deadline`. Returns the stream and,
+/// when the peer runs on this node, its pid.
 pub(crate) fn connect(
     shared: &ContextShared,
     src: Addr,
     dst: Addr,
     to: SocketAddr,
     deadline: Instant,
-) -> Result<TcpStream> {
+) -> Result<(TcpStream, Option<libc::pid_t>)> {
     retry_until(dst, deadline, &format!("tcp {to}"), || {
         try_connect(shared, src, dst, to)
     })
@@ -143,7 +149,7 @@ fn try_connect(
     src: Addr,
     dst: Addr,
     to: SocketAddr,
-) -> std::result::Result<TcpStream, Attempt> {
+) -> std::result::Result<(TcpStream, Option<libc::pid_t>), Attempt> {
     let io_fail =
         |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
     let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
@@ -207,18 +213,18 @@ fn try_connect(
     };
     transmit(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    match hs.handle_challenge(&buf[..n], &[]) {
-        Ok(_) => {}
+    let pid = match hs.handle_challenge(&buf[..n], &crate::endpoint::identity_params()) {
+        Ok(params) => crate::endpoint::local_peer_pid(params),
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
         }
         Err(e) => return Err(failed(e)),
-    }
+    };
     transmit(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
     hs.handle_verdict(&buf[..n]).map_err(failed)?;
     stream
         .set_nonblocking(true)
         .map_err(|e| io_fail("configuring the stream to", e))?;
-    Ok(stream)
+    Ok((stream, pid))
 }
