@@ -224,6 +224,26 @@ impl Error {
         }
     }
 
+    /// A failed bind of this rank's `transport` socket at `addr` (its `QUIVER_ADDRS` entry).
+    pub(crate) fn bind(transport: &str, addr: std::net::SocketAddr, source: io::Error) -> Error {
+        let what = format!("binding the {transport} socket of this rank to {addr}");
+        match source.raw_os_error() {
+            Some(libc::EADDRINUSE) => Error::io(
+                format!(
+                    "{what} (another process holds the port: pick other ports in QUIVER_ADDRS)"
+                ),
+                source,
+            ),
+            Some(libc::EADDRNOTAVAIL) => Error::io(
+                format!(
+                    "{what} (not an address of this host: check this rank's entry in QUIVER_ADDRS)"
+                ),
+                source,
+            ),
+            _ => Error::socket(what, source),
+        }
+    }
+
     /// The error a failed handshake with `peer` over `transport` means to the caller.
     pub(crate) fn handshake(
         peer: Addr,

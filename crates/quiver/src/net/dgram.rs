@@ -305,12 +305,7 @@ impl DgramShared {
     ) -> Result<DgramShared> {
         let socket = match kind {
             TransportKind::Udp => {
-                let mut socket = UdpSocket::bind(addr).map_err(|e| {
-                    Error::socket(
-                        format!("binding the udp socket to {addr} (is the address in use, or not on this host?)"),
-                        e,
-                    )
-                })?;
+                let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
                 // Coalesced receives cut the per-datagram cost; best effort.
                 let _ = socket.set_gro(true);
                 Socket::Udp(Box::new(UdpIo {

@@ -24,14 +24,7 @@ const ACCEPT_SLICE: Duration = Duration::from_millis(100);
 
 /// Binds the rank's TCP listener.
 pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    let listener = TcpListener::bind(addr).map_err(|e| {
-        Error::socket(
-            format!(
-                "binding the tcp listener to {addr} (is the address in use, or not on this host?)"
-            ),
-            e,
-        )
-    })?;
+    let listener = TcpListener::bind(addr).map_err(|e| Error::bind("tcp", addr, e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("configuring the tcp listener", e))?;
