@@ -682,3 +682,44 @@ fn ranks_of_different_users_are_denied_cross_memory_attach() {
         );
     }
 }
+
+// ----- logging --------------------------------------------------------------------------
+
+/// Runs a small two-rank job with `QUIVER_LOG` set to `filter` (None: unset); returns its
+/// stderr.
+fn logged_job(filter: Option<&str>) -> String {
+    let mut cmd = Command::new(QUIVER);
+    cmd.args(["run", "-n", "2", "--", TESTPROG, "alltoall", "2", "1K", "1"])
+        .env_remove("QUIVER_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(filter) = filter {
+        cmd.env("QUIVER_LOG", filter);
+    }
+    let out = cmd.output().expect("run the job");
+    assert!(out.status.success(), "the job failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn logging_is_off_by_default_and_follows_quiver_log_filters() {
+    let _serial = serial();
+    let quiet = logged_job(None);
+    assert!(
+        !quiet.contains("quiver::"),
+        "logged without QUIVER_LOG: {quiet}"
+    );
+    let info = logged_job(Some("quiver=info"));
+    assert!(
+        info.contains("INFO quiver::endpoint: connected") && info.contains("transport=\"shm\""),
+        "no connection lines: {info}"
+    );
+    assert!(info.contains("quiver::context: context ready"), "{info}");
+    let net_only = logged_job(Some("quiver::net=debug"));
+    assert!(
+        !net_only.contains("quiver::endpoint"),
+        "filter ignored: {net_only}"
+    );
+    let bad = logged_job(Some("quiver=loud"));
+    assert!(bad.contains("is not a valid filter"), "{bad}");
+}

@@ -497,7 +497,12 @@ impl ContextShared {
     }
 
     pub(crate) fn refused(&self, why: String) {
-        tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
+        if why.contains("which is not open") {
+            // Usual while the job starts: the initiator retries.
+            tracing::debug!(rank = self.rank, reason = %why, "refused a connection");
+        } else {
+            tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
+        }
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.connections_refused += 1;
         s.last_refusal = Some(why);

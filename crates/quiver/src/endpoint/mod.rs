@@ -1167,6 +1167,7 @@ impl Endpoint {
                     match inb.state {
                         InboundState::Dying => {
                             inb.state = InboundState::Done;
+                            tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", "peer died without closing its connection");
                             return Err(Error::PeerDead {
                                 peer: inb.peer,
                                 during: "while receiving",
@@ -1439,7 +1440,7 @@ impl Endpoint {
                 continue;
             }
             if sys::pidfd_exited(&inb.pidfd) {
-                tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", "peer died");
+                tracing::debug!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", "peer process exited");
                 inb.state = InboundState::Dying;
             } else if let Some(ms) = detect.and_then(|d| inb.freeze.stopped(inb.pid, d, now)) {
                 tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", stopped_ms = ms, "peer stopped");
