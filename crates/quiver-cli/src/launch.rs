@@ -287,6 +287,8 @@ pub(crate) fn tear_down(ranks: &mut [Child], grace: Duration) {
     let own_pid = std::process::id();
     let grace_deadline = Instant::now() + grace;
     signal_job(ranks, own_pid, libc::SIGTERM);
+    // A stopped rank only acts on SIGTERM once it runs again.
+    signal_job(ranks, own_pid, libc::SIGCONT);
     while !job_is_gone(ranks, own_pid) && Instant::now() < grace_deadline {
         thread::sleep(TEAR_DOWN_POLL_INTERVAL);
     }
@@ -298,6 +300,29 @@ pub(crate) fn tear_down(ranks: &mut [Child], grace: Duration) {
     if ranks_have_exited(ranks) {
         reap_adopted_orphans(ranks, own_pid);
     }
+}
+
+/// The signal that keeps `child` stopped (SIGSTOP, SIGTSTP, ...), if it is stopped now.
+///
+/// Uses `waitid(WSTOPPED | WNOHANG | WNOWAIT)`, which neither reaps the child nor consumes
+/// the stop report, so `Child::try_wait` keeps working; a child that was continued is no
+/// longer reported.
+pub(crate) fn stop_signal(child: &Child) -> Option<i32> {
+    let pid = libc::id_t::from(child.id());
+    // SAFETY: siginfo_t is plain data; all-zero is a valid value for waitid to fill.
+    let mut info: libc::siginfo_t = unsafe { mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t; WNOHANG makes this never block.
+    let result = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: waitid filled `info` for a child event (si_pid 0 means no event).
+    let (event_pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    (result == 0 && event_pid != 0 && info.si_code == libc::CLD_STOPPED).then_some(status)
 }
 
 /// The conventional name of signal `signal` (`"SIGKILL"`), or `"unknown signal"`.

@@ -7,10 +7,17 @@
 //! exit and no interruption is missed between two checks. Output is forwarded by two
 //! threads per rank (stdout and stderr); the main thread only supervises.
 //!
+//! A rank fails when it exits non-zero, is killed by a signal, or stays stopped by a signal
+//! (SIGSTOP, SIGTSTP: seen with `waitid(WSTOPPED | WNOWAIT)`) for longer than
+//! `--stop-timeout`. The launcher names the rank and the cause on stderr. By default it then
+//! stops the job; with `--keep-going` the other ranks run on (they see typed errors on their
+//! connections with the failed rank), each further failure is reported as it happens, and
+//! the launcher exits once the others have ended.
+//!
 //! Exit status of the launcher: 0 when every rank exits 0; otherwise the status of the
-//! first rank seen failing (128 + S for a rank killed by signal S); 124 on timeout;
-//! 128 + S when the launcher itself receives SIGINT, SIGTERM or SIGHUP; 2 for bad input or
-//! a program that cannot be started; 1 for other failures of the launcher itself.
+//! first rank seen failing (128 + S for a rank killed, or left stopped, by signal S); 124 on
+//! timeout; 128 + S when the launcher itself receives SIGINT, SIGTERM or SIGHUP; 2 for bad
+//! input or a program that cannot be started; 1 for other failures of the launcher itself.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -76,6 +83,17 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<Duration>,
 
+    /// When a rank fails, keep the other ranks running (they get errors on their
+    /// connections with it) instead of stopping the job; exit non-zero naming the first
+    /// failed rank once the others have ended
+    #[arg(long)]
+    keep_going: bool,
+
+    /// A rank stopped by a signal (SIGSTOP, SIGTSTP) for longer than SECS seconds counts
+    /// as failed
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "1")]
+    stop_timeout: Duration,
+
     /// The program each rank runs, and its arguments
     #[arg(
         value_name = "PROGRAM",
@@ -92,8 +110,11 @@ Every rank gets QUIVER_RANK, QUIVER_SIZE, QUIVER_JOB_ID, QUIVER_JOB_KEY and
 QUIVER_LAUNCHER in its environment. Each line a rank prints is forwarded as
 `[RANK] line`, stdout to stdout and stderr to stderr. Rank 0 inherits stdin.
 
-When a rank exits non-zero or is killed, the other ranks get SIGTERM, then SIGKILL
-after 500 ms, and the launcher exits with that rank's status (128+S for signal S).
+When a rank exits non-zero, is killed, or stays stopped (SIGSTOP) for longer than
+--stop-timeout, the launcher names it and the cause; the other ranks get SIGTERM, then
+SIGKILL after 500 ms, and the launcher exits with that rank's status (128+S for signal
+S). With --keep-going the other ranks run on and the launcher exits with that status
+once they have ended.
 Ctrl-C or SIGTERM stops the whole job (exit 130 / 143); --timeout exits 124;
 bad input or a program that cannot be started exits 2.
 
@@ -137,10 +158,15 @@ pub(crate) fn main(args: RunArgs) -> i32 {
             return failure.exit_status;
         }
     }
-    let outcome = supervise(&mut job.ranks, &signals, deadline);
+    let policy = Policy {
+        deadline,
+        keep_going: args.keep_going,
+        stop_timeout: args.stop_timeout,
+    };
+    let outcome = supervise(&mut job.ranks, &signals, &policy);
     job.finish();
     drop(signals);
-    report_outcome(&outcome, args.timeout)
+    report_outcome(&outcome, args.timeout, args.keep_going)
 }
 
 /// Why the job ended.
@@ -150,6 +176,13 @@ enum Outcome {
     Success,
     /// Rank `rank` was the first seen to exit non-zero or be killed.
     RankFailed { rank: usize, status: ExitStatus },
+    /// Rank `rank` was the first to stay stopped by `signal` for the stop timeout (or, with
+    /// `--keep-going`, was still stopped when every other rank had ended).
+    RankStopped {
+        rank: usize,
+        signal: i32,
+        stopped: Duration,
+    },
     /// The launcher received this termination signal.
     Interrupted { signal: i32 },
     /// The job ran past `--timeout`.
@@ -264,30 +297,96 @@ impl Job {
     }
 }
 
-/// Waits until the job succeeds, a rank fails, a termination signal arrives or `deadline`
-/// passes.
-fn supervise(ranks: &mut [Child], signals: &SignalPipe, deadline: Option<Instant>) -> Outcome {
+/// How the supervisor treats failures.
+struct Policy {
+    deadline: Option<Instant>,
+    keep_going: bool,
+    stop_timeout: Duration,
+}
+
+/// What the supervisor knows of one rank.
+#[derive(Default)]
+struct RankWatch {
+    /// Exited (successfully or not).
+    ended: bool,
+    /// Stopped by a signal since then (cleared when it runs again).
+    stopped: Option<(Instant, i32)>,
+    /// Its failure has been reported (with `--keep-going`).
+    reported: bool,
+}
+
+/// How often the job is looked at while a rank is stopped (to time `--stop-timeout`).
+const STOPPED_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Waits until the job succeeds, a rank fails (or, with `--keep-going`, every rank has
+/// ended), a termination signal arrives or the deadline passes.
+fn supervise(ranks: &mut [Child], signals: &SignalPipe, policy: &Policy) -> Outcome {
+    let mut watch: Vec<RankWatch> = ranks.iter().map(|_| RankWatch::default()).collect();
+    let mut first_failure: Option<Outcome> = None;
     loop {
         // Signals first: when Ctrl-C kills ranks too, the cause is the interruption.
         if let Some(signal) = signals.take_termination_signal() {
             return Outcome::Interrupted { signal };
         }
-        let mut all_exited = true;
+        let now = Instant::now();
+        let mut running = 0;
+        let mut any_stopped = false;
         for (rank, child) in ranks.iter_mut().enumerate() {
-            match child.try_wait() {
-                Ok(Some(status)) if !status.success() => {
-                    return Outcome::RankFailed { rank, status };
+            let state = &mut watch[rank];
+            if state.ended {
+                continue;
+            }
+            let failure = match child.try_wait() {
+                Ok(Some(status)) => {
+                    state.ended = true;
+                    state.stopped = None;
+                    (!status.success()).then_some(Outcome::RankFailed { rank, status })
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => all_exited = false,
+                Ok(None) => match launch::stop_signal(child) {
+                    Some(signal) => {
+                        any_stopped = true;
+                        let (since, _) = *state.stopped.get_or_insert((now, signal));
+                        let stopped = now.saturating_duration_since(since);
+                        (stopped >= policy.stop_timeout).then_some(Outcome::RankStopped {
+                            rank,
+                            signal,
+                            stopped,
+                        })
+                    }
+                    None => {
+                        state.stopped = None;
+                        running += 1;
+                        None
+                    }
+                },
                 Err(error) => return Outcome::WaitFailed { rank, error },
+            };
+            let Some(failure) = failure else {
+                continue;
+            };
+            if !policy.keep_going {
+                return failure;
+            }
+            if !state.reported {
+                state.reported = true;
+                report(&format!(
+                    "{}; the other ranks keep running (--keep-going)",
+                    describe_failure(&failure)
+                ));
+                first_failure.get_or_insert(failure);
             }
         }
-        if all_exited {
-            return Outcome::Success;
+        // Done when every rank has ended or failed; a rank stopped for less than the stop
+        // timeout may still resume.
+        if running == 0 && watch.iter().all(|w| w.ended || w.reported) {
+            return first_failure.unwrap_or(Outcome::Success);
         }
-        let mut wait = MAX_POLL_INTERVAL;
-        if let Some(deadline) = deadline {
+        let mut wait = if any_stopped {
+            STOPPED_POLL_INTERVAL
+        } else {
+            MAX_POLL_INTERVAL
+        };
+        if let Some(deadline) = policy.deadline {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Outcome::TimedOut;
@@ -298,24 +397,58 @@ fn supervise(ranks: &mut [Child], signals: &SignalPipe, deadline: Option<Instant
     }
 }
 
-/// Prints why the job ended (nothing on success) and returns the launcher's exit status.
-fn report_outcome(outcome: &Outcome, timeout: Option<Duration>) -> i32 {
+/// One line naming a failed rank and the cause.
+fn describe_failure(outcome: &Outcome) -> String {
     match outcome {
-        Outcome::Success => 0,
         Outcome::RankFailed { rank, status } => {
             if let Some(code) = status.code() {
-                report(&format!("rank {rank} exited with status {code}"));
-                code
+                format!("rank {rank} exited with status {code}")
             } else if let Some(signal) = status.signal() {
-                report(&format!(
+                format!(
                     "rank {rank} killed by signal {signal} ({})",
                     launch::signal_name(signal)
-                ));
+                )
+            } else {
+                format!("rank {rank} ended abnormally: {status}")
+            }
+        }
+        Outcome::RankStopped {
+            rank,
+            signal,
+            stopped,
+        } => format!(
+            "rank {rank} stopped by signal {signal} ({}) for {:.1} s: counted as failed",
+            launch::signal_name(*signal),
+            stopped.as_secs_f64()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Prints why the job ended (nothing on success) and returns the launcher's exit status.
+fn report_outcome(outcome: &Outcome, timeout: Option<Duration>, keep_going: bool) -> i32 {
+    let ending = if keep_going {
+        "the other ranks have ended"
+    } else {
+        "stopped the job"
+    };
+    // (With --keep-going, the failure was already reported as it happened; this names it
+    // again as the reason for the exit status.)
+    match outcome {
+        Outcome::Success => 0,
+        Outcome::RankFailed { status, .. } => {
+            report(&format!("{}; {ending}", describe_failure(outcome)));
+            if let Some(code) = status.code() {
+                code
+            } else if let Some(signal) = status.signal() {
                 128 + signal
             } else {
-                report(&format!("rank {rank} ended abnormally: {status}"));
                 EXIT_LAUNCHER_FAILURE
             }
+        }
+        Outcome::RankStopped { signal, .. } => {
+            report(&format!("{}; {ending}", describe_failure(outcome)));
+            128 + signal
         }
         Outcome::Interrupted { signal } => {
             report(&format!(
@@ -590,10 +723,8 @@ fn install_handler(signal: i32) -> io::Result<libc::sigaction> {
     let handler: extern "C" fn(libc::c_int) = on_signal;
     action.sa_sigaction = handler as libc::sighandler_t;
     // SA_RESTART keeps the forwarders' reads from failing with EINTR.
+    // SIGCHLD also for stopped ranks (no SA_NOCLDSTOP): a stop wakes the supervisor.
     action.sa_flags = libc::SA_RESTART;
-    if signal == libc::SIGCHLD {
-        action.sa_flags |= libc::SA_NOCLDSTOP;
-    }
     // SAFETY: `action.sa_mask` is a valid sigset_t to initialise.
     unsafe { libc::sigemptyset(&mut action.sa_mask) };
     // SAFETY: all-zero is a valid sigaction for the kernel to overwrite.

@@ -40,6 +40,17 @@ pub fn memfd(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: plain syscall on a descriptor we own.
     check(unsafe { libc::ftruncate(owned.as_raw_fd(), len_bytes as libc::off_t) })?;
+    // Reserve the pages now: when memory (or the cgroup's limit) is exhausted, this fails
+    // with ENOSPC/ENOMEM here instead of SIGBUS or an OOM kill on first touch later.
+    // SAFETY: plain syscall on a descriptor we own.
+    let reserved = unsafe { libc::fallocate(owned.as_raw_fd(), 0, 0, len_bytes as libc::off_t) };
+    if reserved != 0 {
+        let error = io::Error::last_os_error();
+        // A file system without fallocate still works, with the old lazy behaviour.
+        if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(error);
+        }
+    }
     Ok(owned)
 }
 

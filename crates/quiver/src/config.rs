@@ -41,8 +41,13 @@ pub struct Config {
     /// Bytes a datagram connection buffers for sending and for receiving (its window).
     pub net_window_bytes: usize,
     /// A network peer silent for this long (no data, no keepalive answer) is reported
-    /// unreachable.
+    /// unreachable. Defaults to the detection time.
     pub net_idle_timeout: Duration,
+    /// Failure detection time (`QUIVER_DETECT_MS`, default 1 s; None: off). A call waiting
+    /// on a peer process of this node that has been stopped (SIGSTOP) reports it within
+    /// this time; udp's idle timeout defaults to it. Off also skips the periodic death
+    /// checks of spinning calls (a sleeping call still wakes when a peer dies).
+    pub detect: Option<Duration>,
 }
 
 /// A way to reach a peer.
@@ -141,6 +146,7 @@ impl Default for Config {
             udp_datagram_bytes: 0,
             net_window_bytes: 8 << 20,
             net_idle_timeout: Duration::from_secs(1),
+            detect: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -209,7 +215,11 @@ impl Config {
         let mut w = c.net_window_bytes as u64;
         size("QUIVER_NET_WINDOW_BYTES", &mut w)?;
         c.net_window_bytes = w as usize;
-        let mut idle = c.net_idle_timeout.as_millis() as u64;
+        let mut detect = c.detect.map_or(0, |d| d.as_millis() as u64);
+        size("QUIVER_DETECT_MS", &mut detect)?;
+        c.detect = (detect > 0).then(|| Duration::from_millis(detect));
+        // The udp idle timeout follows the detection time unless set on its own.
+        let mut idle = c.detect.unwrap_or(c.net_idle_timeout).as_millis() as u64;
         size("QUIVER_NET_IDLE_TIMEOUT_MS", &mut idle)?;
         c.net_idle_timeout = Duration::from_millis(idle);
         c.validate()?;
@@ -253,6 +263,12 @@ impl Config {
                 self.net_window_bytes
             )));
         }
+        if self.detect.is_some_and(|d| d < Duration::from_millis(10)) {
+            return Err(Error::Config(format!(
+                "QUIVER_DETECT_MS={}: must be 0 (off) or at least 10",
+                self.detect.map_or(0, |d| d.as_millis())
+            )));
+        }
         if self.net_idle_timeout < Duration::from_millis(10) {
             return Err(Error::Config(format!(
                 "QUIVER_NET_IDLE_TIMEOUT_MS={}: must be at least 10",
@@ -283,6 +299,7 @@ impl Config {
             s("QUIVER_UDP_DATAGRAM_BYTES", if self.udp_datagram_bytes == 0 { "auto (65000 on loopback, 1472 otherwise)".into() } else { format!("{} B", self.udp_datagram_bytes) }, "largest UDP datagram of the reliable protocol"),
             s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
             s("QUIVER_NET_IDLE_TIMEOUT_MS", format!("{} ms", self.net_idle_timeout.as_millis()), "a silent network peer is reported unreachable after this"),
+            s("QUIVER_DETECT_MS", self.detect.map_or("off".into(), |d| format!("{} ms", d.as_millis())), "failure detection time: a peer stopped (SIGSTOP) this long while a call waits on it is reported; 0 turns detection off"),
         ]
     }
 
@@ -384,5 +401,14 @@ mod tests {
             Config::from_lookup(|k| (k == "QUIVER_SHM_RING_BYTES").then(|| "16K".into())).unwrap();
         assert_eq!(small.shm_eager_max, 4096);
         assert!(small.shm_frag_bytes <= 4096 - 24);
+        let slow =
+            Config::from_lookup(|k| (k == "QUIVER_DETECT_MS").then(|| "3000".into())).unwrap();
+        assert_eq!(slow.detect, Some(Duration::from_secs(3)));
+        assert_eq!(slow.net_idle_timeout, Duration::from_secs(3));
+        let off = Config::from_lookup(|k| (k == "QUIVER_DETECT_MS").then(|| "0".into())).unwrap();
+        assert_eq!(off.detect, None);
+        assert_eq!(off.net_idle_timeout, Duration::from_secs(1));
+        let e = Config::from_lookup(|k| (k == "QUIVER_DETECT_MS").then(|| "5".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_DETECT_MS")));
     }
 }

@@ -114,6 +114,8 @@ pub(crate) enum NetInbound {
         peer: Addr,
         /// The stream.
         stream: std::net::TcpStream,
+        /// The peer's pid, when it runs on this node (for freeze detection).
+        pid: Option<libc::pid_t>,
     },
     /// A datagram connection accepted by the engine (its handshake completed).
     Dgram {
@@ -283,6 +285,7 @@ impl ContextBuilder {
     /// [`ContextBuilder::build`], with the network sockets already bound by a bootstrap
     /// (`Some`), or bound here at this rank's entry of the addresses (`None`).
     pub(crate) fn build_with(self, bound: Option<NetworkSockets>) -> Result<Context> {
+        crate::log::init_from_env();
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
                 "rank {} is not in a job of size {}",
@@ -360,6 +363,14 @@ impl ContextBuilder {
                 .spawn(move || listen(&shared, &listener))
                 .map_err(|e| Error::io("starting the listener thread", e))?
         };
+        tracing::info!(
+            rank = shared.rank,
+            size = shared.size,
+            job = %format_args!("{:016x}", shared.job_id),
+            transports = ?shared.config.transports,
+            detect_ms = shared.config.detect.map_or(0, |d| d.as_millis() as u64),
+            "context ready"
+        );
         Ok(Context {
             shared,
             listener,
@@ -490,8 +501,13 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidArgument`] if the port is already open, [`Error::Io`].
     pub fn endpoint(&self, port: u16) -> Result<Endpoint> {
-        let doorbell =
-            Doorbell::new().map_err(|e| Error::io("creating the endpoint's doorbell", e))?;
+        let doorbell = Doorbell::new().map_err(|e| {
+            Error::shared_memory(
+                format!("the doorbell of endpoint {}:{port}", self.shared.rank),
+                4096,
+                e,
+            )
+        })?;
         let clone = || {
             doorbell
                 .clone_remote_fds()
@@ -592,6 +608,12 @@ impl ContextShared {
     }
 
     pub(crate) fn refused(&self, why: String) {
+        if why.contains("which is not open") {
+            // Usual while the job starts: the initiator retries.
+            tracing::debug!(rank = self.rank, reason = %why, "refused a connection");
+        } else {
+            tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
+        }
         let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.connections_refused += 1;
         s.last_refusal = Some(why);
@@ -737,7 +759,12 @@ fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), St
             }
             .emit();
             let _ = sys::send_datagram(sock, &body);
-            return Err(format!("creating a ring for rank {}: {e}", peer.rank));
+            let error = Error::shared_memory(
+                format!("the ring from {peer} to port {}", request.dst_port),
+                ring_bytes,
+                e,
+            );
+            return Err(error.to_string());
         }
     };
     // Register before the sender can write: it only starts once it has the setup message.
@@ -802,6 +829,9 @@ pub(crate) fn connect(shared: &ContextShared, src: Addr, dst: Addr) -> Result<Ne
 pub(crate) enum Attempt {
     /// The peer is not there yet (not listening, endpoint not open): try again.
     Retry(String),
+    /// No answer at the peer's address over this transport (e.g. a tcp connect timed out):
+    /// try again; at the deadline this is [`Error::Unreachable`].
+    Silent(&'static str, String),
     /// A final error.
     Fail(Error),
 }
@@ -816,16 +846,25 @@ pub(crate) fn retry_until<T>(
 ) -> Result<T> {
     let mut backoff = Duration::from_millis(1);
     loop {
-        let why = match attempt() {
+        let (silent, why) = match attempt() {
             Ok(x) => return Ok(x),
-            Err(Attempt::Retry(why)) => why,
+            Err(Attempt::Retry(why)) => (None, why),
+            Err(Attempt::Silent(transport, why)) => (Some(transport), why),
             Err(Attempt::Fail(e)) => return Err(e),
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::Refused {
-                peer: dst,
-                reason: format!("{why} ({suffix})"),
+            tracing::warn!(peer = %dst, reason = %why, "connection attempts gave up");
+            return Err(match silent {
+                Some(transport) => Error::Unreachable {
+                    peer: dst,
+                    transport,
+                    detail: format!("{why} ({suffix})"),
+                },
+                None => Error::Refused {
+                    peer: dst,
+                    reason: format!("{why} ({suffix})"),
+                },
             });
         }
         std::thread::sleep(backoff.min(deadline - now));
@@ -866,7 +905,13 @@ fn try_connect(
     let mut hs = Initiator::new(shared.job_key(), request, random());
     let mut buf = [0u8; MAX_MESSAGE_LEN];
     let mut out = [0u8; MAX_MESSAGE_LEN];
-    let refused = |reason: String| Attempt::Fail(Error::Refused { peer: dst, reason });
+    // The peer answered, but not as the protocol says.
+    let refused = |reason: String| {
+        Attempt::Fail(Error::Corrupt {
+            peer: dst,
+            detail: format!("shared-memory connection setup: {reason}"),
+        })
+    };
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
             sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
@@ -882,17 +927,17 @@ fn try_connect(
     let mut params = [0u8; 16];
     params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
     params[8..].copy_from_slice(&probe_value.to_be_bytes());
+    let failed = |e| Attempt::Fail(Error::handshake(dst, "shm", e));
     match hs.handle_challenge(&buf[..n], &params) {
         Ok(_) => {}
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
         }
-        Err(e) => return Err(refused(describe_handshake_error(e))),
+        Err(e) => return Err(failed(e)),
     }
     transmit(&mut hs, &mut out)?;
     let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    hs.handle_verdict(&buf[..n])
-        .map_err(|e| refused(describe_handshake_error(e)))?;
+    hs.handle_verdict(&buf[..n]).map_err(failed)?;
     let (n, fds) =
         sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
     std::hint::black_box(&probe_word);
@@ -901,23 +946,40 @@ fn try_connect(
     match setup.status {
         SetupStatus::Ready => {}
         SetupStatus::CrossMemoryDenied => {
-            return Err(refused(
-                "the peer cannot read this process's memory with process_vm_readv \
-                 (run all ranks as the same user, or allow ptrace: kernel.yama.ptrace_scope=0)"
-                    .into(),
-            ))
+            return Err(Attempt::Fail(Error::PermissionDenied {
+                what: format!(
+                    "for cross-memory attach: rank {} cannot read this process's memory",
+                    dst.rank
+                ),
+                detail: "process_vm_readv failed its ptrace access check (EPERM)".into(),
+                fix: CMA_FIX,
+            }))
         }
         SetupStatus::NoResources => {
-            return Err(refused(
-                "the peer could not create a shared-memory ring (out of memory?)".into(),
-            ))
+            return Err(Attempt::Fail(Error::OutOfSharedMemory {
+                what: format!(
+                    "the ring from {src} to {dst}, which rank {} creates",
+                    dst.rank
+                ),
+                bytes: shared.config.shm_ring_bytes,
+                detail: format!(
+                    "rank {} could not allocate it; its listener counted the refusal",
+                    dst.rank
+                ),
+            }))
         }
     }
     let [ring_fd, bell_memfd, bell_eventfd]: [OwnedFd; 3] = fds
         .try_into()
         .map_err(|_| refused("setup message without the three descriptors".into()))?;
-    let ring = Producer::attach(&ring_fd)
-        .map_err(|e| refused(format!("the ring sent is unusable: {e}")))?;
+    let ring = Producer::attach(&ring_fd).map_err(|e| match e {
+        quiver_transport::ring::AttachError::Io(io) => Attempt::Fail(Error::shared_memory(
+            format!("the mapping of the ring from {src} to {dst}"),
+            shared.config.shm_ring_bytes,
+            io,
+        )),
+        other => refused(format!("the ring sent is unusable: {other}")),
+    })?;
     if ring.capacity() != setup.ring_bytes {
         return Err(refused("ring size disagrees with the setup message".into()));
     }
@@ -932,6 +994,12 @@ fn try_connect(
         bell,
     })
 }
+
+/// What to do when cross-memory attach between two ranks is denied.
+const CMA_FIX: &str = "run every rank as the same user (and keep them dumpable), or give the \
+    ranks CAP_SYS_PTRACE; under Yama, kernel.yama.ptrace_scope must be 0 or 1 (quiver \
+    declares its peers as ptracers), and a container's seccomp profile must allow \
+    process_vm_readv; QUIVER_TRANSPORTS=tcp or udp avoids shared memory altogether";
 
 pub(crate) fn describe_handshake_error(e: HandshakeError) -> String {
     match e {

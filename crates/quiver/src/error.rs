@@ -9,8 +9,13 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// Everything that can go wrong, sorted by who caused it: a busy resource (`WouldBlock`),
 /// the caller (`BufferTooSmall`, `InvalidArgument`, `Config`), a peer (`PeerDead`,
-/// `PeerClosed`, `Corrupt`, `Refused`), time (`Timeout`) or the operating system (`Io`).
-/// Peer errors affect one connection; every other connection keeps working.
+/// `PeerStopped`, `PeerClosed`, `Corrupt`, `Unreachable`), connection setup (`Refused`,
+/// `WrongKey`, `VersionMismatch`, `PermissionDenied`, `OutOfSharedMemory`), time
+/// (`Timeout`) or the operating system (`Io`).
+///
+/// Every message names the cause and what to do about it. Peer errors affect one
+/// connection (and, for a dead or stopped peer, every connection with that peer); every
+/// other connection keeps working. [`Error::peer`] tells which peer an error is about.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -27,12 +32,26 @@ pub enum Error {
         buffer: usize,
     },
     /// The peer process exited (or was killed) while this connection was in use.
-    #[error("peer {peer} died (its process exited) {during}")]
+    #[error("peer {peer} died (its process exited) {during}; its connections with this endpoint are closed, the others keep working (the launcher's output says how rank {} ended)", .peer.rank)]
     PeerDead {
         /// The peer's address.
         peer: Addr,
         /// What was happening, e.g. "while receiving".
         during: &'static str,
+    },
+    /// The peer process has been stopped (SIGSTOP, SIGTSTP: process state `T`) for longer
+    /// than the detection time (`QUIVER_DETECT_MS`) while a call waited on it. The
+    /// connection is closed, as for a dead peer.
+    #[error("peer {peer} ({transport}) has been stopped by a signal (process state T) for {stopped_ms} ms {during}; its connections with this endpoint are closed, the others keep working (send it SIGCONT sooner, or raise QUIVER_DETECT_MS; 0 turns detection off)")]
+    PeerStopped {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the connection ("shm", "tcp").
+        transport: &'static str,
+        /// What was happening, e.g. "while receiving".
+        during: &'static str,
+        /// How long it was seen stopped.
+        stopped_ms: u64,
     },
     /// The peer closed its end of the connection.
     #[error("peer {peer} closed the connection")]
@@ -49,10 +68,11 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
-    /// The connection to the peer broke on the network side: a TCP reset or end of stream
-    /// without a close, or no answer (not even to keepalives) for the idle timeout over
-    /// udp. The peer may have died, frozen, or the network between may be down.
-    #[error("peer {peer} unreachable over {transport}: {detail}")]
+    /// The peer cannot be reached over the network: at connect time no route or no answer,
+    /// or later a TCP reset or end of stream without a close, or no answer (not even to
+    /// keepalives) for the detection time over udp. The peer may have died, frozen, or the
+    /// network between may be down.
+    #[error("peer {peer} unreachable over {transport}: {detail} (check that rank {} is alive, that its address in QUIVER_ADDRS is right and reachable from here, and the firewall; QUIVER_DETECT_MS sets how long silence is tolerated)", .peer.rank)]
     Unreachable {
         /// The peer's address.
         peer: Addr,
@@ -61,16 +81,62 @@ pub enum Error {
         /// What was seen, and when.
         detail: String,
     },
-    /// The peer refused the connection or failed to prove membership of the job.
-    #[error("connection to {peer} refused: {reason}")]
+    /// Nobody accepted the connection before the connect timeout: the peer rank is not
+    /// listening (not started yet, exited, in another job) or has not opened the endpoint.
+    #[error("connection to {peer} refused: {reason} (is rank {} running in this job, with endpoint port {} open? QUIVER_CONNECT_TIMEOUT_MS waits longer for slow starters)", .peer.rank, .peer.port)]
     Refused {
         /// The peer's address.
         peer: Addr,
-        /// Why, e.g. "wrong job key".
+        /// What was seen, e.g. "rank 3 is not listening (gave up after 30000 ms)".
         reason: String,
     },
+    /// The peer does not hold this job's key (or belongs to another job): the handshake
+    /// failed its authentication.
+    #[error("wrong job key: {peer} over {transport} could not prove membership of this job, or we could not ({detail}); start every rank from one `quiver run`, or give all of them the same QUIVER_JOB_ID and QUIVER_JOB_KEY")]
+    WrongKey {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the handshake.
+        transport: &'static str,
+        /// What failed.
+        detail: String,
+    },
+    /// The peer speaks another protocol version.
+    #[error("version mismatch: {peer} over {transport} speaks protocol version {theirs}, this process speaks {ours}; run the same quiver version on every rank")]
+    VersionMismatch {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the handshake.
+        transport: &'static str,
+        /// Our version.
+        ours: u8,
+        /// Theirs.
+        theirs: u8,
+    },
+    /// The operating system refused an operation for lack of permission: cross-memory attach
+    /// between ranks (ptrace rules), or a socket (a privileged port, a firewall).
+    #[error("permission denied {what}: {detail}; {fix}")]
+    PermissionDenied {
+        /// What quiver was doing.
+        what: String,
+        /// What the system said.
+        detail: String,
+        /// What the user can do.
+        fix: &'static str,
+    },
+    /// Shared memory for a ring or a doorbell could not be created: the memory (or the
+    /// memory limit of the job's cgroup or container) is exhausted.
+    #[error("out of shared memory: cannot create {bytes} bytes for {what} ({detail}); rings are memfds, not files in /dev/shm, so a small /dev/shm does not matter: free memory, raise the memory limit of the job's cgroup or container, or make rings smaller with QUIVER_SHM_RING_BYTES")]
+    OutOfSharedMemory {
+        /// What was being created.
+        what: String,
+        /// Its size.
+        bytes: u64,
+        /// What the system said.
+        detail: String,
+    },
     /// A blocking operation did not complete in time.
-    #[error("timed out after {millis} ms {what}")]
+    #[error("timed out after {millis} ms {what} (the bound is QUIVER_TIMEOUT_MS or Endpoint::set_timeout)")]
     Timeout {
         /// What was being waited for.
         what: &'static str,
@@ -105,5 +171,148 @@ impl Error {
     /// Whether this is [`Error::WouldBlock`].
     pub fn is_would_block(&self) -> bool {
         matches!(self, Error::WouldBlock)
+    }
+
+    /// The peer this error is about, if it is about one: the connection (or all connections
+    /// with that peer) that failed.
+    pub fn peer(&self) -> Option<Addr> {
+        match self {
+            Error::PeerDead { peer, .. }
+            | Error::PeerStopped { peer, .. }
+            | Error::PeerClosed { peer }
+            | Error::Corrupt { peer, .. }
+            | Error::Unreachable { peer, .. }
+            | Error::Refused { peer, .. }
+            | Error::WrongKey { peer, .. }
+            | Error::VersionMismatch { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+
+    /// An operating-system error while creating shared memory, sorted: ENOSPC and ENOMEM
+    /// become [`Error::OutOfSharedMemory`], EPERM and EACCES [`Error::PermissionDenied`],
+    /// anything else [`Error::Io`].
+    pub(crate) fn shared_memory(what: impl Into<String>, bytes: u64, source: io::Error) -> Error {
+        let what = what.into();
+        match source.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::ENOMEM) => Error::OutOfSharedMemory {
+                what,
+                bytes,
+                detail: source.to_string(),
+            },
+            Some(libc::EPERM) | Some(libc::EACCES) => Error::PermissionDenied {
+                what: format!("creating {what}"),
+                detail: source.to_string(),
+                fix: "check the seccomp or LSM policy of the container (memfd_create, mmap)",
+            },
+            _ => Error::io(format!("creating {what}"), source),
+        }
+    }
+
+    /// An operating-system error of a socket operation, sorted: EACCES and EPERM become
+    /// [`Error::PermissionDenied`], anything else [`Error::Io`].
+    pub(crate) fn socket(what: impl Into<String>, source: io::Error) -> Error {
+        let what = what.into();
+        match source.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => Error::PermissionDenied {
+                what,
+                detail: source.to_string(),
+                fix: "ports below 1024 need root or CAP_NET_BIND_SERVICE (pick others in \
+                      QUIVER_ADDRS), and a firewall rule may reject the traffic",
+            },
+            _ => Error::io(what, source),
+        }
+    }
+
+    /// A failed bind of this rank's `transport` socket at `addr` (its `QUIVER_ADDRS` entry).
+    pub(crate) fn bind(transport: &str, addr: std::net::SocketAddr, source: io::Error) -> Error {
+        let what = format!("binding the {transport} socket of this rank to {addr}");
+        match source.raw_os_error() {
+            Some(libc::EADDRINUSE) => Error::io(
+                format!(
+                    "{what} (another process holds the port: pick other ports in QUIVER_ADDRS)"
+                ),
+                source,
+            ),
+            Some(libc::EADDRNOTAVAIL) => Error::io(
+                format!(
+                    "{what} (not an address of this host: check this rank's entry in QUIVER_ADDRS)"
+                ),
+                source,
+            ),
+            _ => Error::socket(what, source),
+        }
+    }
+
+    /// The error a failed handshake with `peer` over `transport` means to the caller.
+    pub(crate) fn handshake(
+        peer: Addr,
+        transport: &'static str,
+        e: quiver_proto::handshake::HandshakeError,
+    ) -> Error {
+        use quiver_proto::handshake::HandshakeError as H;
+        match e {
+            H::AuthenticationFailed { .. } => Error::WrongKey {
+                peer,
+                transport,
+                detail: e.to_string(),
+            },
+            H::WrongJob { .. } => Error::WrongKey {
+                peer,
+                transport,
+                detail: format!("the peer belongs to another job: {e}"),
+            },
+            H::VersionMismatch { ours, theirs } => Error::VersionMismatch {
+                peer,
+                transport,
+                ours,
+                theirs,
+            },
+            H::NoSuchEndpoint { port } => Error::Refused {
+                peer,
+                reason: format!("rank {} has no endpoint at port {port}", peer.rank),
+            },
+            other => Error::Corrupt {
+                peer,
+                detail: format!("the {transport} handshake failed: {other}"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_cause_and_fix() {
+        let peer = Addr::new(3, 0);
+        let e = Error::shared_memory(
+            "a ring",
+            1 << 20,
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert!(
+            matches!(e, Error::OutOfSharedMemory { bytes: 1048576, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("QUIVER_SHM_RING_BYTES"), "{e}");
+        let e = Error::socket(
+            "binding 127.0.0.1:80",
+            io::Error::from_raw_os_error(libc::EACCES),
+        );
+        assert!(e.to_string().contains("CAP_NET_BIND_SERVICE"), "{e}");
+        let e = Error::handshake(
+            peer,
+            "tcp",
+            quiver_proto::handshake::HandshakeError::VersionMismatch { ours: 1, theirs: 2 },
+        );
+        assert!(e.to_string().contains("same quiver version"), "{e}");
+        assert_eq!(e.peer(), Some(peer));
+        let e = Error::Refused {
+            peer,
+            reason: "rank 3 is not listening".into(),
+        };
+        assert!(e.to_string().contains("is rank 3 running"), "{e}");
     }
 }

@@ -24,6 +24,7 @@ mod config;
 mod context;
 mod endpoint;
 mod error;
+mod log;
 pub(crate) mod net;
 mod pool;
 mod slab;
@@ -33,6 +34,7 @@ pub use config::{parse_size, parse_transports, Config, Setting, SizeParseError, 
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
 pub use error::{Error, Result};
+pub use log::LOG_ENV;
 pub use net::dgram::DatagramStats;
 pub use pool::PooledBuf;
 

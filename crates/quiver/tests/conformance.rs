@@ -408,8 +408,8 @@ fn wrong_key_is_refused(t: TransportKind) {
         done.store(true, Ordering::Release);
         assert!(ctx.stats().connections_refused > 0, "refusal not counted");
         match result {
-            Err(Error::Refused { .. }) => {}
-            other => panic!("expected Refused, got {other:?}"),
+            Err(Error::WrongKey { .. }) => {}
+            other => panic!("expected WrongKey, got {other:?}"),
         }
     });
     assert_eq!(ctx.stats().connections_accepted, 0);

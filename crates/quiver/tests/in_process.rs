@@ -170,7 +170,7 @@ fn wrong_key_is_refused_and_counted() {
     let mut ep = stranger.endpoint(0).unwrap();
     let err = ep.connect(Addr::new(0, 0)).unwrap_err();
     assert!(
-        matches!(&err, Error::Refused { reason, .. } if reason.contains("wrong job key")),
+        matches!(&err, Error::WrongKey { .. }) && err.to_string().contains("wrong job key"),
         "{err}"
     );
     std::thread::sleep(Duration::from_millis(50));

@@ -94,6 +94,35 @@ pub(crate) struct BenchArgs {
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     worker: bool,
+
+    /// Failure detection in the ranks: on (QUIVER_DETECT_MS as set, default 1000 ms), off
+    /// (QUIVER_DETECT_MS=0), or both: the tests run four times, on, off, on, off, in this
+    /// one run, so the cost of detection can be read against the same floors.
+    #[arg(long, value_enum, value_name = "on|off|both", default_value_t = Detect::On)]
+    detect: Detect,
+}
+
+/// `--detect`: failure detection in the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Detect {
+    /// As configured (on by default).
+    On,
+    /// Off: QUIVER_DETECT_MS=0.
+    Off,
+    /// On and off, alternating twice.
+    Both,
+}
+
+impl Detect {
+    /// The runs to make: each with the QUIVER_DETECT_MS value to give the ranks (None:
+    /// leave the environment alone).
+    fn runs(self) -> Vec<Option<&'static str>> {
+        match self {
+            Detect::On => vec![None],
+            Detect::Off => vec![Some("0")],
+            Detect::Both => vec![None, Some("0"), None, Some("0")],
+        }
+    }
 }
 
 /// Parses exactly two `ip:port` addresses.
@@ -173,13 +202,31 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
         .floors(&floors)
         .map_err(|error| format!("writing the floors: {error}"))?;
     if plan.needs_ranks() {
-        ranks::run(
-            plan,
-            cpus,
-            &floors,
-            &mut report,
-            Duration::from_secs(args.timeout),
-        )?;
+        let on = std::env::var("QUIVER_DETECT_MS").ok();
+        for detect in args.detect.runs() {
+            // The ranks inherit the environment. Rust's own environment accesses (spawning
+            // included) are serialised by std's lock; no C code of ours reads it meanwhile.
+            match (detect, &on) {
+                (Some(off), _) => std::env::set_var("QUIVER_DETECT_MS", off),
+                (None, Some(value)) => std::env::set_var("QUIVER_DETECT_MS", value),
+                (None, None) => std::env::remove_var("QUIVER_DETECT_MS"),
+            }
+            if args.detect == Detect::Both {
+                let value = std::env::var("QUIVER_DETECT_MS");
+                eprintln!(
+                    "quiver bench: failure detection {} (QUIVER_DETECT_MS={})",
+                    if detect.is_some() { "off" } else { "on" },
+                    value.as_deref().unwrap_or("default 1000")
+                );
+            }
+            ranks::run(
+                plan,
+                cpus,
+                &floors,
+                &mut report,
+                Duration::from_secs(args.timeout),
+            )?;
+        }
         // The hand-off depends on where the host runs the vCPUs, which can change during
         // a run: measure it again and say so when it moved.
         let after = floor::measure_handoff(cpus[0], cpus[1])

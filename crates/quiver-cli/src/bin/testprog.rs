@@ -14,6 +14,14 @@
 //!   rank 0 by writing to its memfd through /proc/self/fd.
 //! - `victim`: rank 0 of `scribble`: receive until an error, print it, then receive one more
 //!   message from rank 2 to show other connections still work.
+//! - `survive ROUNDS MAX_BYTES SEED`: all-to-all in lockstep rounds (each rank sends one
+//!   message to every live peer, then receives one from each), verifying every byte, for
+//!   ROUNDS rounds. Prints `ready pid P`, then `running` after 100 rounds. A peer whose
+//!   connection fails (it died or froze) is dropped with a line `lost RANK KIND after MS ms:
+//!   ERROR` (MS since its last message arrived); the others go on. Ends with `ok rank R
+//!   finished ROUNDS rounds, N after the first loss, with ranks [...]`.
+//! - `connect-to RANK`: connect to RANK's endpoint 0 and send it one message; prints
+//!   `ok connected` or `error KIND: MESSAGE`.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -72,6 +80,15 @@ fn run(args: &[String]) -> AnyResult {
             }
         }
         "victim" => victim(&mut ep),
+        "survive" => survive(&ctx, &mut ep, num(1, 3000), num(2, 64 << 10), num(3, 1)),
+        "connect-to" => {
+            let peer = Addr::new(num(1, 1) as u32, 0);
+            match ep.connect(peer).and_then(|c| ep.send(c, b"hello")) {
+                Ok(()) => say("ok connected"),
+                Err(e) => say(&format!("error {}: {e}", kind(&e))),
+            }
+            Ok(())
+        }
         "scribble" => scribble(
             &mut ep,
             args.get(1).map(String::as_str).unwrap_or("garbage"),
@@ -309,5 +326,106 @@ fn scribble(ep: &mut Endpoint, how: &str) -> AnyResult {
     }
     say("scribbled");
     std::thread::sleep(Duration::from_secs(30));
+    Ok(())
+}
+
+/// The variant name of an error, for the tests to check.
+fn kind(e: &Error) -> &'static str {
+    match e {
+        Error::PeerDead { .. } => "PeerDead",
+        Error::PeerStopped { .. } => "PeerStopped",
+        Error::PeerClosed { .. } => "PeerClosed",
+        Error::Corrupt { .. } => "Corrupt",
+        Error::Unreachable { .. } => "Unreachable",
+        Error::Refused { .. } => "Refused",
+        Error::WrongKey { .. } => "WrongKey",
+        Error::VersionMismatch { .. } => "VersionMismatch",
+        Error::PermissionDenied { .. } => "PermissionDenied",
+        Error::OutOfSharedMemory { .. } => "OutOfSharedMemory",
+        Error::Timeout { .. } => "Timeout",
+        Error::Io { .. } => "Io",
+        _ => "Other",
+    }
+}
+
+fn survive(ctx: &Context, ep: &mut Endpoint, rounds: u64, max: u64, seed: u64) -> AnyResult {
+    let (me, size) = (ctx.rank(), ctx.size());
+    let mut live: Vec<u32> = (0..size).filter(|&r| r != me).collect();
+    let mut conns = std::collections::HashMap::new();
+    for &p in &live {
+        conns.insert(p, ep.connect(Addr::new(p, 0))?);
+    }
+    say(&format!("ready pid {}", std::process::id()));
+    let mut received = vec![0u64; size as usize];
+    let mut last_heard = vec![Instant::now(); size as usize];
+    let mut lost: Vec<u32> = Vec::new();
+    let mut first_loss_round = None;
+    // A failed peer: drop it (its later messages and errors are ignored).
+    let mut drop_peer = |peer: u32,
+                         e: &Error,
+                         live: &mut Vec<u32>,
+                         lost: &mut Vec<u32>,
+                         last_heard: &[Instant],
+                         round: u64| {
+        if let Some(at) = live.iter().position(|&p| p == peer) {
+            live.remove(at);
+            lost.push(peer);
+            first_loss_round.get_or_insert(round);
+            say(&format!(
+                "lost {peer} {} after {} ms: {e}",
+                kind(e),
+                last_heard[peer as usize].elapsed().as_millis()
+            ));
+        }
+    };
+    let failed_peer = |e: &Error| -> Option<u32> {
+        match e {
+            Error::PeerDead { .. }
+            | Error::PeerStopped { .. }
+            | Error::PeerClosed { .. }
+            | Error::Unreachable { .. } => e.peer().map(|p| p.rank),
+            _ => None,
+        }
+    };
+    for round in 0..rounds {
+        if round == 100 {
+            say("running");
+        }
+        for &p in &live.clone() {
+            let msg = message(seed, me, p, round, max);
+            if let Err(e) = ep.send(conns[&p], &msg) {
+                match failed_peer(&e) {
+                    Some(peer) => drop_peer(peer, &e, &mut live, &mut lost, &last_heard, round),
+                    None => return Err(e.into()),
+                }
+            }
+        }
+        while live.iter().any(|&p| received[p as usize] <= round) {
+            match ep.recv_pooled() {
+                Ok(got) => {
+                    let src = got.src().rank;
+                    if !live.contains(&src) {
+                        continue;
+                    }
+                    let index = received[src as usize];
+                    if got[..] != message(seed, src, me, index, max)[..] {
+                        return Err(
+                            format!("rank {me}: message {index} from rank {src} differs").into(),
+                        );
+                    }
+                    received[src as usize] += 1;
+                    last_heard[src as usize] = Instant::now();
+                }
+                Err(e) => match failed_peer(&e) {
+                    Some(peer) => drop_peer(peer, &e, &mut live, &mut lost, &last_heard, round),
+                    None => return Err(e.into()),
+                },
+            }
+        }
+    }
+    let after = first_loss_round.map_or(0, |r| rounds - r);
+    say(&format!(
+        "ok rank {me} finished {rounds} rounds, {after} after the first loss, with ranks {live:?}, lost {lost:?}"
+    ));
     Ok(())
 }

@@ -35,7 +35,10 @@ use crate::pool::{Pool, PooledBuf};
 use crate::slab::{Key, Slab};
 use crate::Addr;
 
+mod liveness;
 mod remote;
+pub(crate) use liveness::{identity_params, local_peer_pid};
+use liveness::{FreezeWatch, PeerProcess};
 pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
@@ -99,6 +102,8 @@ enum RecvState {
 #[derive(Debug, Clone)]
 pub(crate) enum Failure {
     Dead,
+    /// The peer process has been stopped by a signal: (transport, milliseconds seen).
+    Stopped(&'static str, u64),
     Closed,
     Corrupt(String),
     TimedOut,
@@ -110,6 +115,12 @@ impl Failure {
     fn to_error(&self, peer: Addr, during: &'static str) -> Error {
         match self {
             Failure::Dead => Error::PeerDead { peer, during },
+            Failure::Stopped(transport, stopped_ms) => Error::PeerStopped {
+                peer,
+                transport,
+                during,
+                stopped_ms: *stopped_ms,
+            },
             Failure::Closed => Error::PeerClosed { peer },
             Failure::Corrupt(detail) => Error::Corrupt {
                 peer,
@@ -133,6 +144,9 @@ enum InboundState {
     Open,
     /// The peer exited: deliver what it wrote, then report its death once.
     Dying,
+    /// The peer process has been stopped (milliseconds seen): deliver what it wrote, then
+    /// report once.
+    Stopped(u64),
     /// The ring failed a check while idle: report once, then skip.
     Broken(String),
     /// Closed gracefully or failed and reported: skipped.
@@ -144,6 +158,7 @@ struct Inbound {
     peer: Addr,
     pid: libc::pid_t,
     pidfd: OwnedFd,
+    freeze: FreezeWatch,
     ring: Consumer,
     state: InboundState,
 }
@@ -173,6 +188,7 @@ struct Outbound {
     queue: VecDeque<Queued>,
     inflight: VecDeque<(u64, InflightOwner)>,
     failure: Option<Failure>,
+    freeze: FreezeWatch,
 }
 
 /// Where a received message goes.
@@ -367,6 +383,19 @@ impl Endpoint {
         self.addr
     }
 
+    /// Bounds every later blocking call of this endpoint (`send`, `recv*`, `wait_*`): past
+    /// `timeout` it returns [`Error::Timeout`]. `None` waits as long as the peers live.
+    /// The default is `QUIVER_TIMEOUT_MS`. Costs nothing per message: the clock is read only
+    /// once a call has to wait.
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.config.op_timeout = timeout;
+    }
+
+    /// The bound of blocking calls set by [`Endpoint::set_timeout`] or `QUIVER_TIMEOUT_MS`.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.config.op_timeout
+    }
+
     /// Number of peers currently connected to this endpoint (inbound edges).
     pub fn inbound_count(&mut self) -> usize {
         self.adopt_new_inbound();
@@ -457,8 +486,10 @@ impl Endpoint {
             queue: VecDeque::new(),
             inflight: VecDeque::new(),
             failure: None,
+            freeze: FreezeWatch::default(),
         });
         self.by_peer.insert(peer, index);
+        tracing::info!(from = %self.addr, to = %peer, transport = "shm", "connected");
         Ok(self.connection(index))
     }
 
@@ -870,7 +901,9 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            self.check_out_alive(idx, what)?;
+            if self.config.detect.is_some() {
+                self.check_out_alive(idx, what)?;
+            }
             wait.check_deadline(what)?;
         }
         if spinning {
@@ -892,12 +925,20 @@ impl Endpoint {
     }
 
     fn check_out_alive(&mut self, idx: usize, what: &'static str) -> Result<()> {
-        let out = &self.outbound[idx];
+        let detect = self.config.detect;
+        let out = &mut self.outbound[idx];
         if let Some(f) = &out.failure {
             return Err(f.to_error(out.peer, what));
         }
         let closed = out.ring.consumer_closed();
         if !closed && !sys::pidfd_exited(&out.pidfd) {
+            if let Some(detect) = detect {
+                if let Some(ms) = out.freeze.stopped(out.pid, detect, Instant::now()) {
+                    // Whatever it completed before it stopped still counts.
+                    self.progress_out(idx)?;
+                    return Err(self.fail_out(idx, Failure::Stopped("shm", ms), what));
+                }
+            }
             return Ok(());
         }
         // The receiver is gone, but it may have finished our requests first: harvest
@@ -987,7 +1028,9 @@ impl Endpoint {
         if self.idle_polls % 256 == 0 {
             // Nothing is arriving: let senders see the space we freed, and notice dead peers.
             self.flush_inbound();
-            self.check_liveness_throttled();
+            if self.config.detect.is_some() {
+                self.check_liveness_throttled();
+            }
         }
         Err(Error::WouldBlock)
     }
@@ -1112,7 +1155,7 @@ impl Endpoint {
                     self.inbound[i].state = InboundState::Done;
                     return Err(err);
                 }
-                InboundState::Open | InboundState::Dying => {}
+                InboundState::Open | InboundState::Dying | InboundState::Stopped(_) => {}
             }
             match self.take_from(i, dest, wait) {
                 Ok(Some(len)) => {
@@ -1121,12 +1164,26 @@ impl Endpoint {
                 }
                 Ok(None) => {
                     let inb = &mut self.inbound[i];
-                    if inb.state == InboundState::Dying {
-                        inb.state = InboundState::Done;
-                        return Err(Error::PeerDead {
-                            peer: inb.peer,
-                            during: "while receiving",
-                        });
+                    match inb.state {
+                        InboundState::Dying => {
+                            inb.state = InboundState::Done;
+                            tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", "peer died without closing its connection");
+                            return Err(Error::PeerDead {
+                                peer: inb.peer,
+                                during: "while receiving",
+                            });
+                        }
+                        InboundState::Stopped(stopped_ms) => {
+                            inb.state = InboundState::Done;
+                            inb.ring.close();
+                            return Err(Error::PeerStopped {
+                                peer: inb.peer,
+                                transport: "shm",
+                                during: "while receiving",
+                                stopped_ms,
+                            });
+                        }
+                        _ => {}
                     }
                 }
                 Err(e @ Error::BufferTooSmall { .. }) => return Err(e),
@@ -1208,6 +1265,7 @@ impl Endpoint {
     ) -> Result<Option<usize>> {
         let spin = self.config.spin;
         let op_timeout = self.config.op_timeout;
+        let detect = self.config.detect;
         let inb = &mut self.inbound[i];
         let peer = inb.peer;
         let total = first.total_len;
@@ -1245,7 +1303,7 @@ impl Endpoint {
                     wait_on_sender(
                         inb,
                         &mut waited,
-                        spin,
+                        (spin, detect),
                         "in the middle of a message",
                         "waiting for the rest of a message",
                     )?;
@@ -1272,10 +1330,12 @@ impl Endpoint {
             ring,
         } in incoming.drain(..)
         {
+            tracing::debug!(endpoint = %self.addr, %peer, transport = "shm", "peer connected");
             self.inbound.push(Inbound {
                 peer,
                 pid,
                 pidfd,
+                freeze: FreezeWatch::default(),
                 ring,
                 state: InboundState::Open,
             });
@@ -1308,7 +1368,9 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            self.check_liveness();
+            if self.config.detect.is_some() {
+                self.check_liveness();
+            }
             wait.check_deadline(what)?;
         }
         if spinning {
@@ -1370,26 +1432,42 @@ impl Endpoint {
     /// Notices peers that exited: inbound ones are drained and then reported; outbound
     /// ones fail their pending sends.
     fn check_liveness(&mut self) {
-        self.last_liveness_check = Instant::now();
+        let now = Instant::now();
+        self.last_liveness_check = now;
+        let detect = self.config.detect;
         for inb in &mut self.inbound {
-            if inb.state == InboundState::Open && sys::pidfd_exited(&inb.pidfd) {
+            if inb.state != InboundState::Open {
+                continue;
+            }
+            if sys::pidfd_exited(&inb.pidfd) {
+                tracing::debug!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", "peer process exited");
                 inb.state = InboundState::Dying;
+            } else if let Some(ms) = detect.and_then(|d| inb.freeze.stopped(inb.pid, d, now)) {
+                tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = "shm", stopped_ms = ms, "peer stopped");
+                inb.state = InboundState::Stopped(ms);
             }
         }
         for idx in 0..self.outbound.len() {
-            let out = &self.outbound[idx];
-            if out.failure.is_none()
-                && (!out.queue.is_empty() || !out.inflight.is_empty())
-                && sys::pidfd_exited(&out.pidfd)
-                && self.progress_out(idx).is_ok()
-            {
+            let out = &mut self.outbound[idx];
+            if out.failure.is_some() || (out.queue.is_empty() && out.inflight.is_empty()) {
+                continue;
+            }
+            let failure = if sys::pidfd_exited(&out.pidfd) {
+                Failure::Dead
+            } else if let Some(ms) = detect.and_then(|d| out.freeze.stopped(out.pid, d, now)) {
+                Failure::Stopped("shm", ms)
+            } else {
+                continue;
+            };
+            if self.progress_out(idx).is_ok() {
                 // Whatever the receiver completed before it died has been harvested above.
                 let out = &self.outbound[idx];
                 if !out.queue.is_empty() || !out.inflight.is_empty() {
-                    self.fail_out(idx, Failure::Dead, "while sending");
+                    self.fail_out(idx, failure, "while sending");
                 }
             }
         }
+        self.check_net_liveness(now);
     }
 
     /// Re-reads the ring headers while idle: a scribbled ring becomes an error on its
@@ -1417,6 +1495,7 @@ impl AsRawFd for Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        tracing::debug!(endpoint = %self.addr, outbound = self.outbound.len() + self.net_out.len(), inbound = self.inbound.len() + self.net_in.len(), "closing the endpoint");
         for out in &mut self.outbound {
             if out.failure.is_none() {
                 out.ring.close();
@@ -1534,7 +1613,7 @@ fn pull(pid: libc::pid_t, peer: Addr, dst: &mut [u8], addr: u64) -> Result<()> {
 
 /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
 /// reported failure (the caller then copies the part itself).
-fn wait_second_part(inb: &Inbound, seq: u64, config: &Config) -> Result<bool> {
+fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool> {
     let mut wait = Wait::new(config);
     loop {
         if let Some(ok) = inb.ring.second_part_done(seq) {
@@ -1543,7 +1622,7 @@ fn wait_second_part(inb: &Inbound, seq: u64, config: &Config) -> Result<bool> {
         wait_on_sender(
             inb,
             &mut wait,
-            config.spin,
+            (config.spin, config.detect),
             "while it copied part of a large message",
             "waiting for the sender's part of a large message",
         )?;
@@ -1554,18 +1633,27 @@ fn wait_second_part(inb: &Inbound, seq: u64, config: &Config) -> Result<bool> {
 /// spin, and every ~1000 polls check that it lives and that the deadline has not passed;
 /// past the spin budget, give the CPU away now and then.
 fn wait_on_sender(
-    inb: &Inbound,
+    inb: &mut Inbound,
     wait: &mut Wait,
-    spin: Duration,
+    (spin, detect): (Duration, Option<Duration>),
     during: &'static str,
     what: &'static str,
 ) -> Result<()> {
     let (_, periodic) = wait.spinning(spin);
     if periodic {
-        if sys::pidfd_exited(&inb.pidfd) {
+        // With detection off, death is still noticed once the spin budget is spent.
+        if (detect.is_some() || wait.start().elapsed() > spin) && sys::pidfd_exited(&inb.pidfd) {
             return Err(Error::PeerDead {
                 peer: inb.peer,
                 during,
+            });
+        }
+        if let Some(ms) = detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())) {
+            return Err(Error::PeerStopped {
+                peer: inb.peer,
+                transport: "shm",
+                during,
+                stopped_ms: ms,
             });
         }
         wait.check_deadline(what)?;

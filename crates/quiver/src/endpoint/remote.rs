@@ -48,6 +48,8 @@ pub(super) struct NetOut {
     link: OutLink,
     queue: VecDeque<NetQueued>,
     pub(super) failure: Option<Failure>,
+    /// The peer's process, when it runs on this node (tcp): watched for a freeze.
+    process: Option<PeerProcess>,
 }
 
 #[derive(Debug)]
@@ -71,6 +73,8 @@ pub(super) struct NetIn {
     kind: TransportKind,
     link: InLink,
     state: InboundState,
+    /// The peer's process, when it runs on this node (tcp): watched for a freeze.
+    process: Option<PeerProcess>,
 }
 
 impl NetIn {
@@ -86,6 +90,20 @@ impl NetIn {
         };
         self.state = InboundState::Done;
         Some(err)
+    }
+
+    /// A stopped peer's error, once (the edge is done afterwards).
+    fn report_stopped(&mut self) -> Option<Error> {
+        let InboundState::Stopped(stopped_ms) = self.state else {
+            return None;
+        };
+        self.state = InboundState::Done;
+        Some(Error::PeerStopped {
+            peer: self.peer,
+            transport: self.kind.name(),
+            during: "while receiving",
+            stopped_ms,
+        })
     }
 
     /// Whether the edge still delivers (or has an error to report).
@@ -208,18 +226,22 @@ impl Endpoint {
     pub(super) fn connect_net(&mut self, kind: TransportKind, peer: Addr) -> Result<Connection> {
         let to = self.ctx.addrs[peer.rank as usize];
         let deadline = Instant::now() + self.config.connect_timeout;
-        let link = match kind {
-            TransportKind::Tcp => OutLink::Tcp(crate::net::tcp::connect(
-                &self.ctx, self.addr, peer, to, deadline,
-            )?),
+        let (link, process) = match kind {
+            TransportKind::Tcp => {
+                let (stream, pid) =
+                    crate::net::tcp::connect(&self.ctx, self.addr, peer, to, deadline)?;
+                (OutLink::Tcp(stream), pid.and_then(PeerProcess::open))
+            }
             TransportKind::Udp | TransportKind::Mem => {
                 let engine = self.ctx.dgram.as_ref().ok_or_else(|| {
                     Error::Config(format!("{kind} is not set up in this context"))
                 })?;
-                OutLink::Dgram(engine.connect(&self.ctx, self.addr, peer, to, deadline)?)
+                let id = engine.connect(&self.ctx, self.addr, peer, to, deadline)?;
+                (OutLink::Dgram(id), None)
             }
             TransportKind::Shm => unreachable!("shm connections are not network connections"),
         };
+        tracing::info!(from = %self.addr, to = %peer, transport = kind.name(), address = %to, "connected");
         let index = self.net_out.len() as u32;
         self.net_out.push(NetOut {
             peer,
@@ -227,6 +249,7 @@ impl Endpoint {
             link,
             queue: VecDeque::new(),
             failure: None,
+            process,
         });
         let conn = Connection {
             endpoint_id: self.id,
@@ -257,6 +280,7 @@ impl Endpoint {
         let out = &mut self.net_out[idx];
         let peer = out.peer;
         if out.failure.is_none() {
+            tracing::warn!(endpoint = %self.addr, %peer, transport = out.kind.name(), failure = ?failure, during, "connection failed");
             out.failure = Some(failure.clone());
             while let Some(q) = out.queue.pop_front() {
                 self.pending_sends -= 1;
@@ -424,15 +448,30 @@ impl Endpoint {
             engine.poll_io(&self.ctx);
         }
         let spin = self.config.spin;
-        match &self.net_out[idx].link {
-            OutLink::Tcp(stream) => wait_fd(
-                stream.as_raw_fd(),
-                libc::POLLOUT,
-                || SLEEP_SLICE,
-                wait,
-                spin,
-                what,
-            ),
+        let detect = self.config.detect;
+        let out = &mut self.net_out[idx];
+        match &out.link {
+            OutLink::Tcp(stream) => {
+                let fd = stream.as_raw_fd();
+                let process = &mut out.process;
+                let mut stopped = None;
+                let waited = wait_fd(
+                    fd,
+                    libc::POLLOUT,
+                    || SLEEP_SLICE,
+                    wait,
+                    spin,
+                    what,
+                    || {
+                        stopped = stopped_for(process, detect);
+                        stopped.is_none()
+                    },
+                );
+                if let Some(ms) = stopped {
+                    return Err(self.fail_net_out(idx, Failure::Stopped("tcp", ms), what));
+                }
+                waited
+            }
             OutLink::Dgram(_) => {
                 let engine = self
                     .ctx
@@ -446,7 +485,35 @@ impl Endpoint {
                     wait,
                     spin,
                     what,
+                    || true,
                 )
+            }
+        }
+    }
+
+    /// Notices stopped peer processes of tcp edges (see [`Endpoint::check_liveness`]):
+    /// inbound edges report once their staged messages are taken; outbound edges with
+    /// queued sends fail them.
+    pub(super) fn check_net_liveness(&mut self, now: Instant) {
+        let Some(detect) = self.config.detect else {
+            return;
+        };
+        for inb in &mut self.net_in {
+            if inb.state != InboundState::Open {
+                continue;
+            }
+            if let Some(ms) = inb.process.as_mut().and_then(|p| p.stopped(detect, now)) {
+                tracing::warn!(endpoint = %self.addr, peer = %inb.peer, transport = inb.kind.name(), stopped_ms = ms, "peer stopped");
+                inb.state = InboundState::Stopped(ms);
+            }
+        }
+        for idx in 0..self.net_out.len() {
+            let out = &mut self.net_out[idx];
+            if out.failure.is_some() || out.queue.is_empty() {
+                continue;
+            }
+            if let Some(ms) = out.process.as_mut().and_then(|p| p.stopped(detect, now)) {
+                self.fail_net_out(idx, Failure::Stopped("tcp", ms), "while sending");
             }
         }
     }
@@ -454,17 +521,19 @@ impl Endpoint {
     /// Adopts a network edge the context accepted for this endpoint.
     pub(super) fn adopt_net(&mut self, inbound: NetInbound) {
         match inbound {
-            NetInbound::Tcp { peer, stream } => self.net_in.push(NetIn {
+            NetInbound::Tcp { peer, stream, pid } => self.net_in.push(NetIn {
                 peer,
                 kind: TransportKind::Tcp,
                 link: InLink::Tcp(TcpIn::new(stream)),
                 state: InboundState::Open,
+                process: pid.and_then(PeerProcess::open),
             }),
             NetInbound::Dgram { peer, kind, id } => self.net_in.push(NetIn {
                 peer,
                 kind,
                 link: InLink::Dgram(id),
                 state: InboundState::Open,
+                process: None,
             }),
         }
     }
@@ -524,6 +593,9 @@ impl Endpoint {
                     if let Some(err) = self.net_in[i].report_broken() {
                         return Err(err);
                     }
+                    if let Some(err) = self.net_in[i].report_stopped() {
+                        return Err(err);
+                    }
                 }
                 Err(e @ Error::BufferTooSmall { .. }) => return Err(e),
                 Err(e) => {
@@ -539,10 +611,24 @@ impl Endpoint {
     fn take_tcp(&mut self, i: usize, dest: &mut Dest<'_>, wait: bool) -> Result<Option<usize>> {
         let spin = self.config.spin;
         let op_timeout = self.config.op_timeout;
+        let detect = self.config.detect;
         let inb = &mut self.net_in[i];
         let peer = inb.peer;
-        let InLink::Tcp(tcp) = &mut inb.link else {
+        let NetIn {
+            link,
+            state,
+            process,
+            ..
+        } = inb;
+        let InLink::Tcp(tcp) = link else {
             unreachable!("take_tcp on a tcp edge")
+        };
+        let mut stopped = None;
+        let stopped_error = |ms: u64| Error::PeerStopped {
+            peer,
+            transport: "tcp",
+            during: "in the middle of a message",
+            stopped_ms: ms,
         };
         let broken = |detail: String| Error::Unreachable {
             peer,
@@ -571,7 +657,7 @@ impl Endpoint {
                     })?;
                 if header.kind == StreamKind::Close {
                     tcp.start += HEADER_LEN;
-                    inb.state = InboundState::Done;
+                    *state = InboundState::Done;
                     return Ok(None);
                 }
                 let len = header.length;
@@ -595,14 +681,23 @@ impl Endpoint {
                     while filled < dst.len() {
                         match read_some(&mut tcp.stream, &mut dst[filled..]) {
                             Ok(Some(n)) => filled += n,
-                            Ok(None) => wait_fd(
-                                tcp.stream.as_raw_fd(),
-                                libc::POLLIN,
-                                || SLEEP_SLICE,
-                                &mut w,
-                                spin,
-                                "waiting for the rest of a message",
-                            )?,
+                            Ok(None) => {
+                                wait_fd(
+                                    tcp.stream.as_raw_fd(),
+                                    libc::POLLIN,
+                                    || SLEEP_SLICE,
+                                    &mut w,
+                                    spin,
+                                    "waiting for the rest of a message",
+                                    || {
+                                        stopped = stopped_for(process, detect);
+                                        stopped.is_none()
+                                    },
+                                )?;
+                                if let Some(ms) = stopped {
+                                    return Err(stopped_error(ms));
+                                }
+                            }
                             Err(e) => return Err(read_error(e, true)),
                         }
                     }
@@ -627,7 +722,14 @@ impl Endpoint {
                 w,
                 spin,
                 "waiting for the rest of a message",
+                || {
+                    stopped = stopped_for(process, detect);
+                    stopped.is_none()
+                },
             )?;
+            if let Some(ms) = stopped {
+                return Err(stopped_error(ms));
+            }
         }
     }
 
@@ -766,9 +868,18 @@ pub(crate) enum DgramTake {
     Error(Error),
 }
 
+/// How long a watched peer process has been stopped, once that counts (see
+/// [`PeerProcess::stopped`]); None without a process or with detection off.
+fn stopped_for(process: &mut Option<PeerProcess>, detect: Option<Duration>) -> Option<u64> {
+    let detect = detect?;
+    process.as_mut()?.stopped(detect, Instant::now())
+}
+
 /// One step of waiting for `fd` to become ready (`events`): spin while the spin budget
 /// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
-/// time left before the deadline; honours the timeout.
+/// time left before the deadline; honours the timeout. `alive()` is asked periodically and
+/// after each sleep; when it says false the step returns at once (the caller knows why).
+#[allow(clippy::too_many_arguments)] // each is one concern of the wait
 pub(super) fn wait_fd(
     fd: std::os::fd::RawFd,
     events: i16,
@@ -776,9 +887,13 @@ pub(super) fn wait_fd(
     wait: &mut Wait,
     spin: Duration,
     what: &'static str,
+    mut alive: impl FnMut() -> bool,
 ) -> Result<()> {
     let (spinning, periodic) = wait.spinning(spin);
     if periodic {
+        if !alive() {
+            return Ok(());
+        }
         wait.check_deadline(what)?;
     }
     if spinning {
@@ -795,6 +910,9 @@ pub(super) fn wait_fd(
         slice = slice.min(d.saturating_duration_since(Instant::now()));
     }
     let _ = sys::poll(&mut fds, Some(slice));
+    if !alive() {
+        return Ok(());
+    }
     wait.check_deadline(what)
 }
 
@@ -812,5 +930,6 @@ pub(crate) fn wait_engine(
         wait,
         spin,
         "waiting for the rest of a message",
+        || true,
     )
 }

@@ -305,12 +305,7 @@ impl DgramShared {
     ) -> Result<DgramShared> {
         let socket = match kind {
             TransportKind::Udp => {
-                let mut socket = UdpSocket::bind(addr).map_err(|e| {
-                    Error::io(
-                        format!("binding the udp socket to {addr} (is the address in use, or not on this host?)"),
-                        e,
-                    )
-                })?;
+                let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
                 // Coalesced receives cut the per-datagram cost; best effort.
                 let _ = socket.set_gro(true);
                 Socket::Udp(Box::new(UdpIo {
@@ -447,10 +442,16 @@ impl DgramShared {
                     Some(Status::Connecting) => {}
                     Some(Status::Failed(why)) if why.starts_with(RETRY) => break why,
                     Some(Status::Failed(why)) => {
-                        self.lock().conns.remove(&id);
-                        return Err(Error::Refused {
-                            peer: dst,
-                            reason: format!("{why} ({} {to})", self.kind),
+                        let entry = self.lock().conns.remove(&id);
+                        let reason = entry.and_then(|e| e.core.fail_reason());
+                        return Err(match reason {
+                            Some(FailReason::Handshake(e)) => {
+                                Error::handshake(dst, self.kind.name(), e)
+                            }
+                            _ => Error::Refused {
+                                peer: dst,
+                                reason: format!("{why} ({} {to})", self.kind),
+                            },
                         });
                     }
                     Some(Status::Closed) | None => {
@@ -466,11 +467,12 @@ impl DgramShared {
                 }
                 if Instant::now() >= deadline {
                     self.lock().conns.remove(&id);
-                    return Err(Error::Refused {
+                    return Err(Error::Unreachable {
                         peer: dst,
-                        reason: format!(
-                            "no answer over {} from {to} before the connect timeout",
-                            self.kind
+                        transport: self.kind.name(),
+                        detail: format!(
+                            "no answer from {to} before the connect timeout (nobody \
+                             listening there, or no route)"
                         ),
                     });
                 }
@@ -813,8 +815,13 @@ impl Engine {
         for (&id, entry) in self.conns.iter_mut() {
             if let Some(t) = entry.core.poll_timeout() {
                 if t <= now {
+                    let before = entry.core.stats().rto_expirations;
                     entry.core.handle_timeout(now);
                     touched.push(id);
+                    let stats = entry.core.stats();
+                    if stats.rto_expirations != before {
+                        tracing::debug!(peer = %entry.peer, to = %entry.to, retransmits = stats.retransmits, timeouts = stats.rto_expirations, "retransmission timeout: resending what is unacknowledged");
+                    }
                 }
             }
         }
@@ -938,6 +945,7 @@ impl Engine {
                     }
                 }
                 Event::PeerUnreachable => {
+                    tracing::warn!(peer = %entry.peer, to = %entry.to, idle_ms = self.base.idle_timeout_ns / 1_000_000, "peer unreachable: no answer for the idle timeout");
                     let retry = if entry.status == Status::Connecting {
                         RETRY
                     } else {

@@ -13,9 +13,7 @@ use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator, RejectR
 use quiver_transport::sys;
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
 
-use crate::context::{
-    describe_handshake_error, random, retry_until, Attempt, ContextShared, NetInbound,
-};
+use crate::context::{random, retry_until, Attempt, ContextShared, NetInbound};
 use crate::error::{Error, Result};
 use crate::Addr;
 
@@ -26,14 +24,7 @@ const ACCEPT_SLICE: Duration = Duration::from_millis(100);
 
 /// Binds the rank's TCP listener.
 pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    let listener = TcpListener::bind(addr).map_err(|e| {
-        Error::io(
-            format!(
-                "binding the tcp listener to {addr} (is the address in use, or not on this host?)"
-            ),
-            e,
-        )
-    })?;
+    let listener = TcpListener::bind(addr).map_err(|e| Error::bind("tcp", addr, e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("configuring the tcp listener", e))?;
@@ -110,31 +101,37 @@ fn respond(shared: &ContextShared, mut stream: TcpStream) -> std::result::Result
             request.src_rank, request.dst_port
         ));
     };
-    hs.accept(&[]).map_err(|e| e.to_string())?;
+    hs.accept(&crate::endpoint::identity_params())
+        .map_err(|e| e.to_string())?;
     flush(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
-    if let Err(e) = hs.handle_proof(&buf[..n]) {
-        let _ = flush(&mut hs, &mut out, &mut stream);
-        return Err(format!("rank {}: {e}", request.src_rank));
-    }
+    let pid = match hs.handle_proof(&buf[..n]) {
+        Ok(params) => crate::endpoint::local_peer_pid(params),
+        Err(e) => {
+            let _ = flush(&mut hs, &mut out, &mut stream);
+            return Err(format!("rank {}: {e}", request.src_rank));
+        }
+    };
     flush(&mut hs, &mut out, &mut stream)?;
     stream
         .set_nonblocking(true)
         .map_err(|e| format!("configuring the stream: {e}"))?;
     let peer = Addr::new(request.src_rank, request.src_port);
-    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream });
+    tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
+    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
     Ok(())
 }
 
 /// Connects endpoint `src` to `dst` over TCP at `to`, retrying while the peer is not
-/// listening yet or its endpoint is not open, until `deadline`.
+/// listening yet or its endpoint is not open, until `deadline`. Returns the stream and,
+/// when the peer runs on this node, its pid.
 pub(crate) fn connect(
     shared: &ContextShared,
     src: Addr,
     dst: Addr,
     to: SocketAddr,
     deadline: Instant,
-) -> Result<TcpStream> {
+) -> Result<(TcpStream, Option<libc::pid_t>)> {
     retry_until(dst, deadline, &format!("tcp {to}"), || {
         try_connect(shared, src, dst, to)
     })
@@ -145,23 +142,44 @@ fn try_connect(
     src: Addr,
     dst: Addr,
     to: SocketAddr,
-) -> std::result::Result<TcpStream, Attempt> {
+) -> std::result::Result<(TcpStream, Option<libc::pid_t>), Attempt> {
     let io_fail =
         |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
     let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
         Ok(s) => s,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut
-            ) =>
-        {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             return Err(Attempt::Retry(format!(
-                "rank {} is not listening",
+                "rank {} is not listening at tcp {to}",
                 dst.rank
             )))
         }
-        Err(e) => return Err(io_fail("connecting to", e)),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            return Err(Attempt::Silent(
+                "tcp",
+                format!(
+                    "connecting to {to}: no answer within {} ms",
+                    STEP_TIMEOUT.as_millis()
+                ),
+            ))
+        }
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) | Some(libc::EADDRNOTAVAIL)
+            ) =>
+        {
+            return Err(Attempt::Fail(Error::Unreachable {
+                peer: dst,
+                transport: "tcp",
+                detail: format!("connecting to {to}: {e} (no route to that address from here)"),
+            }))
+        }
+        Err(e) => {
+            return Err(Attempt::Fail(Error::socket(
+                format!("connecting to {dst} (tcp {to})"),
+                e,
+            )))
+        }
     };
     stream
         .set_read_timeout(Some(STEP_TIMEOUT))
@@ -177,9 +195,9 @@ fn try_connect(
     let mut hs = Initiator::new(shared.job_key(), request, random());
     let mut buf = [0u8; MAX_MESSAGE_LEN];
     let mut out = [0u8; MAX_MESSAGE_LEN];
-    let refused = |reason: String| Attempt::Fail(Error::Refused { peer: dst, reason });
+    let failed = |e| Attempt::Fail(Error::handshake(dst, "tcp", e));
     let transmit = |hs: &mut Initiator, out: &mut [u8], stream: &mut TcpStream| {
-        while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
+        while let Some(n) = hs.poll_transmit(out).map_err(failed)? {
             stream
                 .write_all(&out[..n])
                 .map_err(|e| io_fail("handshaking with", e))?;
@@ -188,19 +206,18 @@ fn try_connect(
     };
     transmit(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    match hs.handle_challenge(&buf[..n], &[]) {
-        Ok(_) => {}
+    let pid = match hs.handle_challenge(&buf[..n], &crate::endpoint::identity_params()) {
+        Ok(params) => crate::endpoint::local_peer_pid(params),
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
         }
-        Err(e) => return Err(refused(describe_handshake_error(e))),
-    }
+        Err(e) => return Err(failed(e)),
+    };
     transmit(&mut hs, &mut out, &mut stream)?;
     let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    hs.handle_verdict(&buf[..n])
-        .map_err(|e| refused(describe_handshake_error(e)))?;
+    hs.handle_verdict(&buf[..n]).map_err(failed)?;
     stream
         .set_nonblocking(true)
         .map_err(|e| io_fail("configuring the stream to", e))?;
-    Ok(stream)
+    Ok((stream, pid))
 }

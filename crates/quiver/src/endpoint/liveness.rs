@@ -1,0 +1,191 @@
+//! Liveness of peer processes on this node, checked only while a call waits on them.
+//!
+//! - **Death**: a pidfd becomes readable when the process exits (`sys::pidfd_exited`).
+//! - **Freeze**: a process stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) shows
+//!   state `T` in `/proc/<pid>/stat`. A waiting call looks at that state at most every
+//!   quarter of the detection time (`QUIVER_DETECT_MS`), and reports the peer stopped once
+//!   it has been seen stopped for half of it, at successive looks. So a stopped peer is
+//!   reported within the detection time of the first look, and a brief stop (job control,
+//!   a profiler) is forgiven.
+//!
+//! The rule never fires for a slow peer: a process that computes, sleeps, or waits for
+//! I/O is in state `R`, `S` or `D`, never `T`. A process stopped under a debugger is in
+//! state `t` (tracing stop) and is not counted either.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use quiver_transport::sys;
+
+/// Freeze bookkeeping of one watched peer process.
+#[derive(Debug, Default)]
+pub(crate) struct FreezeWatch {
+    /// When the process was first seen stopped (reset when seen running).
+    stopped_since: Option<Instant>,
+    /// No look at /proc before this.
+    next_look: Option<Instant>,
+}
+
+impl FreezeWatch {
+    /// Looks at process `pid` if a look is due, and returns for how many milliseconds it
+    /// has been seen stopped once that reaches half of `detect`.
+    pub(crate) fn stopped(
+        &mut self,
+        pid: libc::pid_t,
+        detect: Duration,
+        now: Instant,
+    ) -> Option<u64> {
+        if self.next_look.is_some_and(|t| now < t) {
+            return None;
+        }
+        self.next_look = Some(now + detect / 4);
+        if process_state(pid) != Some(b'T') {
+            self.stopped_since = None;
+            return None;
+        }
+        let since = *self.stopped_since.get_or_insert(now);
+        let stopped = now.saturating_duration_since(since);
+        (stopped >= detect / 2).then_some(stopped.as_millis() as u64)
+    }
+}
+
+/// A peer process on this node whose identity the kernel vouches for (a pidfd), for the
+/// transports that learn the peer's pid (shm always, tcp when both ends share a node).
+#[derive(Debug)]
+pub(crate) struct PeerProcess {
+    pub(crate) pid: libc::pid_t,
+    pidfd: OwnedFd,
+    freeze: FreezeWatch,
+}
+
+impl PeerProcess {
+    /// Watches `pid`; None if it is already gone (or pidfds are not available).
+    pub(crate) fn open(pid: libc::pid_t) -> Option<PeerProcess> {
+        let pidfd = sys::pidfd_open(pid).ok()?;
+        Some(PeerProcess {
+            pid,
+            pidfd,
+            freeze: FreezeWatch::default(),
+        })
+    }
+
+    /// Whether the process exited.
+    pub(crate) fn exited(&self) -> bool {
+        sys::pidfd_exited(&self.pidfd)
+    }
+
+    /// See [`FreezeWatch::stopped`]; never for an exited process (its pid may be reused).
+    pub(crate) fn stopped(&mut self, detect: Duration, now: Instant) -> Option<u64> {
+        if self.exited() {
+            return None;
+        }
+        self.freeze.stopped(self.pid, detect, now)
+    }
+}
+
+/// The state letter of process `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...), read from
+/// `/proc/<pid>/stat`; None if it cannot be read.
+pub(crate) fn process_state(pid: libc::pid_t) -> Option<u8> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": comm is at most 64 bytes, so the state is within the first 128.
+    let mut buf = [0u8; 128];
+    let n = file.read(&mut buf).ok()?;
+    let text = &buf[..n];
+    let close = text.iter().rposition(|&b| b == b')')?;
+    text[close + 1..]
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+}
+
+/// A process identity for the tcp handshake's params: our pid and a node id, so that a
+/// peer on the same node (same boot, same pid namespace) can watch our process.
+pub(crate) fn identity_params() -> [u8; 12] {
+    let mut params = [0u8; 12];
+    params[..4].copy_from_slice(&(std::process::id()).to_be_bytes());
+    params[4..].copy_from_slice(&node_id().to_be_bytes());
+    params
+}
+
+/// The pid in a peer's identity params, if the peer shares our node.
+pub(crate) fn local_peer_pid(params: &[u8]) -> Option<libc::pid_t> {
+    let params: &[u8; 12] = params.try_into().ok()?;
+    let mut pid = [0u8; 4];
+    pid.copy_from_slice(&params[..4]);
+    let mut node = [0u8; 8];
+    node.copy_from_slice(&params[4..]);
+    let pid = libc::pid_t::try_from(u32::from_be_bytes(pid)).ok()?;
+    (u64::from_be_bytes(node) == node_id() && pid > 0).then_some(pid)
+}
+
+/// This boot and pid namespace, hashed (FNV-1a): equal ids mean pids mean the same
+/// processes. 0 when unknown (never equal to a real id by accident of both being 0: a
+/// peer that cannot tell is not watched).
+fn node_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    static NODE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NODE.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let pid_ns = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+        if boot.trim().is_empty() || pid_ns == 0 {
+            return 0;
+        }
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in boot.trim().bytes().chain(pid_ns.to_le_bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash | 1
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_running_and_params_round_trip() {
+        let me = std::process::id() as libc::pid_t;
+        assert!(matches!(process_state(me), Some(b'R') | Some(b'S')));
+        assert_eq!(local_peer_pid(&identity_params()), Some(me));
+        assert_eq!(local_peer_pid(&[]), None);
+        let mut watch = FreezeWatch::default();
+        assert_eq!(
+            watch.stopped(me, Duration::from_millis(100), Instant::now()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_stopped_child_is_reported_after_half_the_detection_time() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let mut watch = PeerProcess::open(pid).unwrap();
+        let detect = Duration::from_millis(200);
+        assert_eq!(watch.stopped(detect, Instant::now()), None);
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let start = Instant::now();
+        let mut seen = None;
+        while start.elapsed() < Duration::from_secs(5) && seen.is_none() {
+            seen = watch.stopped(detect, Instant::now());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let ms = seen.expect("the stopped child was reported");
+        assert!(ms >= 100, "{ms}");
+        assert!(
+            start.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}
