@@ -25,6 +25,7 @@ mod endpoint;
 mod error;
 pub(crate) mod net;
 mod pool;
+pub mod profile;
 mod slab;
 
 pub use config::{parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind};
