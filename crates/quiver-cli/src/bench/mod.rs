@@ -17,6 +17,7 @@
 //! ratios, table), `sizes` and `stats` (parsing and statistics).
 
 mod floor;
+mod loggp;
 mod plan;
 mod ranks;
 mod raw;
@@ -91,9 +92,54 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
 
+    /// A `QUIVER_*` setting for the ranks, NAME=VALUE (repeatable), e.g.
+    /// --set QUIVER_SHM_EAGER_MAX=64K: measure quiver with other thresholds.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
+
+    /// Internal: default iteration counts scaled to this percentage.
+    #[arg(long, hide = true, default_value_t = 100)]
+    effort: u64,
+
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     worker: bool,
+}
+
+/// Parses `--set NAME=VALUE` entries (only `QUIVER_*` names, not the job's identity).
+fn parse_settings(entries: &[String]) -> Result<Vec<(String, String)>, String> {
+    const RESERVED: [&str; 6] = [
+        "QUIVER_RANK",
+        "QUIVER_SIZE",
+        "QUIVER_JOB_ID",
+        "QUIVER_JOB_KEY",
+        "QUIVER_ADDRS",
+        "QUIVER_TRANSPORTS",
+    ];
+    entries
+        .iter()
+        .map(|entry| {
+            let Some((name, value)) = entry.split_once('=') else {
+                return Err(format!("--set {entry:?}: expected NAME=VALUE"));
+            };
+            let name = name.trim();
+            if !name.starts_with("QUIVER_")
+                || !name[7..]
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                return Err(format!(
+                    "--set {entry:?}: the name must be a QUIVER_* setting"
+                ));
+            }
+            if RESERVED.contains(&name) {
+                return Err(format!(
+                    "--set {name}: the bench sets the job's identity and transport itself"
+                ));
+            }
+            Ok((name.to_string(), value.trim().to_string()))
+        })
+        .collect()
 }
 
 /// Parses exactly two `ip:port` addresses.
@@ -165,10 +211,18 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let sweeps_sizes = plan
         .tests
         .iter()
-        .any(|&test| matches!(test, TestName::Floor | TestName::Pingpong | TestName::Bw));
+        .any(|&test| test == TestName::Floor || test.sweeps_sizes());
     let memcpy_sizes: &[u64] = if sweeps_sizes { &plan.sizes } else { &[] };
-    let floors = floor::measure(cpus[0], cpus[1], memcpy_sizes)
+    let mut floors = floor::measure(cpus[0], cpus[1], memcpy_sizes)
         .map_err(|error| format!("measuring the floors: {error}"))?;
+    // The extended floors (syscall, wake-up, cross-memory attach) when asked for, or when
+    // the cost model is measured (its overheads are compared with a system call).
+    if plan.tests.contains(&TestName::Floor) || plan.tests.contains(&TestName::Loggp) {
+        floors.extended = Some(
+            floor::measure_extended(cpus[0], cpus[1], memcpy_sizes)
+                .map_err(|error| format!("measuring the extended floors: {error}"))?,
+        );
+    }
     report
         .floors(&floors)
         .map_err(|error| format!("writing the floors: {error}"))?;
@@ -245,6 +299,25 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         (None, Some(_)) => Some(parse_two_addrs("10.77.0.1:7300,10.77.0.2:7300")?),
         (None, None) => None,
     };
+    if let Some(suite) = tests.iter().find(|test| test.is_suite()) {
+        if tests.len() > 1 {
+            return Err(format!(
+                "{} runs its own tests: name it alone",
+                suite.as_str()
+            ));
+        }
+    }
+    if transport.is_raw() && tests.contains(&TestName::Pool) {
+        return Err(
+            "pool measures quiver's receive buffers: use --transport shm, udp or tcp".to_string(),
+        );
+    }
+    if transport == Transport::RawUdp && tests.contains(&TestName::Bibw) {
+        return Err("bibw is not measured over raw-udp (its flow control is one-way)".to_string());
+    }
+    if !(1..=1000).contains(&args.effort) {
+        return Err("--effort must be between 1 and 1000".to_string());
+    }
     let plan = Plan {
         tests,
         transport,
@@ -253,9 +326,14 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         window: args.window,
         netns,
         addrs,
+        settings: parse_settings(&args.settings)?,
+        effort_percent: args.effort,
     };
     let window_bytes = plan.window.saturating_mul(plan.max_message_bytes());
-    if plan.tests.contains(&TestName::Bw) && window_bytes > MAX_WINDOW_BYTES {
+    let windowed = plan.tests.contains(&TestName::Bw)
+        || plan.tests.contains(&TestName::Bibw)
+        || plan.tests.contains(&TestName::Loggp);
+    if windowed && window_bytes > MAX_WINDOW_BYTES {
         return Err(format!(
             "bw would hold --window {} x {} = {} in posted buffers (at most {}); use a smaller window or size",
             plan.window,
@@ -356,6 +434,25 @@ mod tests {
         assert_eq!(plan.transport, Transport::Shm);
         assert_eq!(plan.window, 64);
         assert_eq!(plan.iters, None);
+        assert!(plan.settings.is_empty());
+        assert_eq!(plan.effort_percent, 100);
+    }
+
+    #[test]
+    fn settings_and_suites_are_validated() {
+        let plan = plan(&["--set", "QUIVER_SHM_EAGER_MAX=64K", "pingpong"]).expect("valid");
+        assert_eq!(
+            plan.settings,
+            vec![("QUIVER_SHM_EAGER_MAX".to_string(), "64K".to_string())]
+        );
+        assert!(super::tests::plan(&["--set", "PATH=/"]).is_err());
+        assert!(super::tests::plan(&["--set", "QUIVER_RANK=1"]).is_err());
+        assert!(super::tests::plan(&["--set", "QUIVER_X"]).is_err());
+        assert!(super::tests::plan(&["compare", "pingpong"]).is_err());
+        assert!(super::tests::plan(&["compare"]).is_ok());
+        assert!(super::tests::plan(&["pool", "--transport", "raw-tcp"]).is_err());
+        assert!(super::tests::plan(&["bibw", "--transport", "raw-udp"]).is_err());
+        assert!(super::tests::plan(&["bibw", "--transport", "raw-tcp"]).is_ok());
     }
 
     #[test]
@@ -405,8 +502,20 @@ mod tests {
 
     #[test]
     fn worker_args_parse_back_to_the_same_plan() {
-        let original =
-            plan(&["--sizes", "8,64K", "--iters", "200", "bw", "pingpong"]).expect("valid");
+        let original = plan(&[
+            "--sizes",
+            "8,64K",
+            "--iters",
+            "200",
+            "--set",
+            "QUIVER_SPIN_US=100",
+            "--effort",
+            "20",
+            "bw",
+            "pingpong",
+            "loggp",
+        ])
+        .expect("valid");
         let worker_args = original.worker_args();
         assert_eq!(worker_args[0], "bench");
         let arguments: Vec<&str> = worker_args[1..].iter().map(String::as_str).collect();

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::floor::{Floors, HandoffFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
+use super::floor::{Floors, HandoffFloor, LatencyFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
 use super::plan::TestName;
 use super::sizes::format_size;
 
@@ -20,6 +20,12 @@ use super::sizes::format_size;
 pub(crate) const FLOOR_HANDOFF: &str = "cacheline_handoff";
 /// `floor` value of a memcpy floor record.
 pub(crate) const FLOOR_MEMCPY: &str = "memcpy";
+/// `floor` value of the trivial system call floor record.
+pub(crate) const FLOOR_SYSCALL: &str = "syscall";
+/// `floor` value of the cross-core wake-up floor records (`mechanism` says which).
+pub(crate) const FLOOR_WAKEUP: &str = "wakeup";
+/// `floor` value of the cross-memory attach (`process_vm_readv`) bandwidth records.
+pub(crate) const FLOOR_CMA: &str = "cma";
 /// `transport` value of floor records (no transport is involved).
 pub(crate) const TRANSPORT_NONE: &str = "none";
 /// `size` of the hand-off floor record: one cache line.
@@ -103,6 +109,54 @@ pub(crate) struct Record {
     /// The two CPUs (rank 0, rank 1; or the hand-off's two threads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cpus: Option<[usize; 2]>,
+    /// loggp: send overhead, median time inside the blocking send call, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) o_s_us: Option<f64>,
+    /// loggp: receive overhead, median time inside a receive of an already-arrived
+    /// message, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) o_r_us: Option<f64>,
+    /// loggp: latency L = round trip / 2 - o_s - o_r, in µs (the fit record: at the
+    /// smallest size).
+    #[serde(rename = "L_us", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) l_us: Option<f64>,
+    /// loggp: gap per message in a saturated stream (time / messages), in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) g_us: Option<f64>,
+    /// loggp: gap per byte; on a size point the slope of g from the previous size, on the
+    /// fit record the least-squares slope of g over the fitted sizes; ns per byte.
+    #[serde(
+        rename = "G_ns_per_byte",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) big_g_ns_per_byte: Option<f64>,
+    /// loggp: median round trip of this size, in µs (L is derived from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) round_trip_us: Option<f64>,
+    /// loggp: median cost of one clock read pair, subtracted from o_s and o_r, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) clock_overhead_us: Option<f64>,
+    /// loggp fit record: the sizes fitted (smallest, largest) and the fit's r².
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fit_sizes: Option<[u64; 2]>,
+    /// loggp fit record: coefficient of determination of the G fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fit_r2: Option<f64>,
+    /// pool / crossover: which variant this point measured ("pooled", "fresh"; "copy",
+    /// "zero_copy"; "default", "tuned").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) variant: Option<String>,
+    /// crossover: the `QUIVER_*` settings the ranks ran with, as NAME=VALUE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) settings: Option<Vec<String>>,
+    /// floor records: the floor's median in µs for syscall and wake-up floors is in
+    /// `latency_us`; this names the mechanism ("eventfd_poll", "futex").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mechanism: Option<String>,
+    /// Free-form result of a suite (crossover size, verdict), for people and scripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<serde_json::Value>,
 }
 
 /// Fills in `floor_*` and `floor_ratio` of a rank's record from this run's floors.
@@ -123,6 +177,21 @@ pub(crate) fn apply_floor(record: &mut Record, floors: &Floors) {
             let floor_us = handoff_us.max(copy_us);
             record.floor_us = Some(floor_us);
             record.floor_ratio = record.latency_us.map(|latency| latency / floor_us);
+        }
+        "pool" => {
+            let copy_us = memcpy_mbps.map_or(0.0, |mbps| record.size as f64 / mbps);
+            let floor_us = handoff_us.max(copy_us);
+            record.floor_us = Some(floor_us);
+            record.floor_ratio = record.latency_us.map(|latency| latency / floor_us);
+        }
+        "bibw" => {
+            // Both directions at once: at best each core copies at memcpy speed.
+            let floor = memcpy_mbps.map(|mbps| 2.0 * mbps);
+            record.floor_mbps = floor;
+            record.floor_ratio = record
+                .bandwidth_mbps
+                .zip(floor)
+                .map(|(bandwidth, floor)| bandwidth / floor);
         }
         "bw" => {
             record.floor_mbps = memcpy_mbps;
@@ -155,6 +224,51 @@ pub(crate) fn floor_records(floors: &Floors) -> Vec<Record> {
         cpus: Some([floors.handoff.cpu_a, floors.handoff.cpu_a]),
         ..Record::default()
     }));
+    if let Some(extended) = &floors.extended {
+        let cpu_a = floors.handoff.cpu_a;
+        let latency = |floor: &str, mechanism: Option<&str>, value: &LatencyFloor, cpus| Record {
+            test: TestName::Floor.as_str().to_string(),
+            floor: Some(floor.to_string()),
+            mechanism: mechanism.map(str::to_string),
+            transport: TRANSPORT_NONE.to_string(),
+            size: CACHE_LINE_BYTES,
+            iters: value.count,
+            latency_us: Some(value.median_us),
+            latency_p99_us: Some(value.p99_us),
+            cpus: Some(cpus),
+            ..Record::default()
+        };
+        let pair = [floors.handoff.cpu_a, floors.handoff.cpu_b];
+        records.push(latency(
+            FLOOR_SYSCALL,
+            None,
+            &extended.syscall,
+            [cpu_a, cpu_a],
+        ));
+        records.push(latency(
+            FLOOR_WAKEUP,
+            Some("eventfd_poll"),
+            &extended.wakeup_eventfd,
+            pair,
+        ));
+        records.push(latency(
+            FLOOR_WAKEUP,
+            Some("futex"),
+            &extended.wakeup_futex,
+            pair,
+        ));
+        records.extend(extended.cma.iter().map(|cma| Record {
+            test: TestName::Floor.as_str().to_string(),
+            floor: Some(FLOOR_CMA.to_string()),
+            transport: TRANSPORT_NONE.to_string(),
+            size: cma.size_bytes,
+            iters: cma.copies,
+            bandwidth_mbps: Some(cma.median_mbps),
+            bandwidth_best_mbps: Some(cma.best_mbps),
+            cpus: Some([cpu_a, cpu_a]),
+            ..Record::default()
+        }));
+    }
     records
 }
 
@@ -270,6 +384,45 @@ impl Report {
                 )?;
             }
         }
+        if let Some(extended) = &floors.extended {
+            writeln!(
+                table,
+                "  trivial system call (getppid) on CPU {}: median {} µs, p99 {} µs",
+                handoff.cpu_a,
+                format_microseconds(extended.syscall.median_us),
+                format_microseconds(extended.syscall.p99_us)
+            )?;
+            for (name, wakeup) in [
+                ("eventfd + poll", &extended.wakeup_eventfd),
+                ("futex", &extended.wakeup_futex),
+            ] {
+                writeln!(
+                    table,
+                    "  cross-core wake-up ({name}) CPU {} <-> CPU {}, one way: median {} µs, p99 {} µs",
+                    handoff.cpu_a,
+                    handoff.cpu_b,
+                    format_microseconds(wakeup.median_us),
+                    format_microseconds(wakeup.p99_us)
+                )?;
+            }
+            if !extended.cma.is_empty() {
+                writeln!(
+                    table,
+                    "  cross-memory attach (process_vm_readv of own memory) on CPU {}:",
+                    handoff.cpu_a
+                )?;
+                writeln!(table, "  {:>10} {:>11} {:>12}", "size", "MB/s", "best MB/s")?;
+                for cma in &extended.cma {
+                    writeln!(
+                        table,
+                        "  {:>10} {:>11} {:>12}",
+                        format_size(cma.size_bytes),
+                        format_mbps(cma.median_mbps),
+                        format_mbps(cma.best_mbps)
+                    )?;
+                }
+            }
+        }
         table.flush()
     }
 
@@ -367,6 +520,35 @@ impl Report {
                     "size", "messages", "Mmsg/s", "floor Mmsg/s", "x floor"
                 )?;
             }
+            "bibw" => {
+                writeln!(table, "bibw: both ranks stream windows of {window} posted sends to each other at once (osu_bibw style); MB/s = bytes both ways / time")?;
+                writeln!(
+                    table,
+                    "  of floor = MB/s / (2 x memcpy MB/s at that size: both cores copying)"
+                )?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+                    "size", "windows", "MB/s", "floor MB/s", "of floor"
+                )?;
+            }
+            "loggp" => {
+                writeln!(table, "loggp: LogGP cost model per size, µs (o_s = inside send, o_r = inside a receive of an arrived message,")?;
+                writeln!(table, "  L = round trip/2 - o_s - o_r, g = time per message in a saturated stream, G = slope of g, ns/byte)")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}",
+                    "size", "RTT/2 µs", "o_s µs", "o_r µs", "L µs", "g µs", "G ns/B", ""
+                )?;
+            }
+            "pool" => {
+                writeln!(table, "pool: pingpong, rank 0 receiving with recv_pooled (pre-registered buffers) or into a fresh buffer per message")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>8} {:>11} {:>11} {:>11} {:>9}",
+                    "size", "iters", "buffers", "median µs", "p99 µs", "floor µs", "x floor"
+                )?;
+            }
             other => writeln!(table, "{other}:")?,
         }
         Ok(())
@@ -411,6 +593,44 @@ fn table_row(record: &Record) -> String {
             record.iters * record.window.unwrap_or(1),
             or_dash(record.rate_mmsgs, format_mmsgs),
             or_dash(record.floor_mmsgs, format_mmsgs),
+            ratio
+        ),
+        "bibw" => format!(
+            "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+            size,
+            record.iters,
+            or_dash(record.bandwidth_mbps, format_mbps),
+            or_dash(record.floor_mbps, format_mbps),
+            ratio
+        ),
+        "loggp" => format!(
+            "  {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}",
+            size,
+            or_dash(record.latency_us, format_microseconds),
+            or_dash(record.o_s_us, format_microseconds),
+            or_dash(record.o_r_us, format_microseconds),
+            or_dash(record.l_us, format_microseconds),
+            or_dash(record.g_us, format_microseconds),
+            or_dash(record.big_g_ns_per_byte, format_ratio),
+            match (record.variant.as_deref(), record.fit_sizes) {
+                (Some("fit"), Some([low, high])) => format!(
+                    "<- model: G fitted over {}..{}, r² {}",
+                    format_size(low),
+                    format_size(high),
+                    or_dash(record.fit_r2, format_ratio)
+                ),
+                (Some("fit"), None) => "<- model (one size: no G)".to_string(),
+                _ => String::new(),
+            }
+        ),
+        "pool" => format!(
+            "  {:>10} {:>9} {:>8} {:>11} {:>11} {:>11} {:>9}",
+            size,
+            record.iters,
+            record.variant.as_deref().unwrap_or("-"),
+            or_dash(record.latency_us, format_microseconds),
+            or_dash(record.latency_p99_us, format_microseconds),
+            or_dash(record.floor_us, format_microseconds),
             ratio
         ),
         _ => format!("  {size:>10} {:?}", record),
@@ -468,6 +688,7 @@ mod tests {
                 best_mbps: 25_000.0,
                 copies: 10,
             }],
+            extended: None,
         }
     }
 

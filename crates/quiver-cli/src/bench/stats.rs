@@ -62,13 +62,6 @@ pub(crate) struct LineFit {
     pub(crate) points: usize,
 }
 
-impl LineFit {
-    /// y on the fitted line at `x`.
-    pub(crate) fn at(&self, x: f64) -> f64 {
-        self.intercept + self.slope * x
-    }
-}
-
 /// Fits `y = a + b x` to the points `(xs[i], ys[i])` by ordinary least squares.
 /// `None` when the slices differ in length, there are fewer than two points, all x are
 /// equal, or a value is not finite.
@@ -206,7 +199,6 @@ mod tests {
         assert!((fit.intercept - 3.0).abs() < 1e-12, "{fit:?}");
         assert!((fit.r_squared - 1.0).abs() < 1e-12, "{fit:?}");
         assert_eq!(fit.points, 4);
-        assert!((fit.at(6.0) - 6.0).abs() < 1e-12);
     }
 
     #[test]
