@@ -19,12 +19,18 @@
 mod floor;
 mod loggp;
 mod plan;
+mod plot;
+mod progress;
 mod ranks;
 mod raw;
 mod report;
 mod sizes;
 mod stats;
+mod suite;
 mod worker;
+
+pub(crate) use plan::Transport as BenchTransport;
+pub(crate) use suite::CrossoverResult;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -96,6 +102,34 @@ pub(crate) struct BenchArgs {
     /// --set QUIVER_SHM_EAGER_MAX=64K: measure quiver with other thresholds.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     settings: Vec<String>,
+
+    /// Human-readable output: quiver's table with floors and ratios, or the columns of the
+    /// OSU micro-benchmarks (`# Size  Latency (us)`, `# Size  Bandwidth (MB/s)`, ...).
+    #[arg(long, value_enum, value_name = "STYLE", default_value = "table")]
+    format: report::Style,
+
+    /// Also draw latency vs size (log-log) and bandwidth vs size, one line per transport
+    /// (and variant), into FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Show a progress bar with the time left on stderr even when it is not a terminal.
+    #[arg(long)]
+    progress: bool,
+
+    /// compare and crossover: a small, fast sweep (about 1% of the iterations; for CI and
+    /// smoke tests, not for figures).
+    #[arg(long)]
+    quick: bool,
+
+    /// crossover only: measure this machine's profile (from
+    /// `quiver tune`) against the built-in defaults instead of the two paths.
+    #[arg(long)]
+    compare_profile: bool,
+
+    /// crossover: the transports whose switch point is measured.
+    #[arg(long, value_name = "LIST", default_value = "shm,tcp,udp")]
+    transports: String,
 
     /// Internal: default iteration counts scaled to this percentage.
     #[arg(long, hide = true, default_value_t = 100)]
@@ -203,6 +237,194 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
 /// Measures the floors, runs the ranks' tests and reports everything.
 fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let mut report = open_report(args.json.as_deref())?;
+    report.set_style(args.format);
+    if let Some(suite) = plan.tests.iter().copied().find(|test| test.is_suite()) {
+        run_suite(args, suite, cpus, &mut report)?;
+    } else {
+        run_tests(args, plan, cpus, &mut report)?;
+    }
+    report.clear_progress();
+    if let Some(path) = &args.plot {
+        plot::draw(path, report.collected())?;
+        eprintln!("quiver bench: plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs compare or crossover (which start their own rank jobs).
+fn run_suite(
+    args: &BenchArgs,
+    suite: TestName,
+    cpus: [usize; 2],
+    report: &mut Report,
+) -> Result<(), String> {
+    let effort_percent = if args.quick {
+        suite::QUICK_EFFORT_PERCENT
+    } else if args.effort != 100 {
+        args.effort
+    } else if suite == TestName::Compare {
+        suite::COMPARE_EFFORT_PERCENT
+    } else {
+        suite::CROSSOVER_EFFORT_PERCENT
+    };
+    let transports = parse_transport_list(&args.transports)?;
+    let floor_sizes: Vec<u64> = if suite == TestName::Compare {
+        suite::COMPARE_SIZES_BYTES.to_vec()
+    } else {
+        let mut sizes: Vec<u64> = suite::knobs()
+            .iter()
+            .filter(|knob| transports.contains(&knob.transport))
+            .flat_map(|knob| knob.sizes.clone())
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    };
+    report
+        .preamble(suite.as_str(), cpus)
+        .map_err(|error| format!("writing the table: {error}"))?;
+    let floors = suite::measure_floors(cpus, &floor_sizes)?;
+    report
+        .floors(&floors)
+        .map_err(|error| format!("writing the floors: {error}"))?;
+    let mut table = report.take_table();
+    report.set_progress(progress::Progress::new(0, args.progress));
+    let mut run = suite::SuiteRun {
+        cpus,
+        timeout: Duration::from_secs(args.timeout),
+        effort_percent,
+        window: args.window,
+        report,
+        floors: &floors,
+    };
+    let outcome = {
+        let table_ref: Option<&mut dyn Write> = match table.as_mut() {
+            Some(table) => Some(&mut **table),
+            None => None,
+        };
+        match suite {
+            TestName::Compare => suite::compare(&mut run, table_ref),
+            _ if args.compare_profile => this_machines_profile().and_then(|tuned| {
+                suite::compare_profile(&mut run, &transports, &tuned, table_ref).map(|_| ())
+            }),
+            _ => {
+                suite::measure_crossovers(&mut run, &transports).and_then(|results| match table_ref
+                {
+                    Some(table) => suite::print_crossovers(table, &results)
+                        .map_err(|error| format!("writing the table: {error}")),
+                    None => Ok(()),
+                })
+            }
+        }
+    };
+    report.restore_table(table);
+    outcome?;
+    let after = floor::measure_handoff(cpus[0], cpus[1])
+        .map_err(|error| format!("measuring the hand-off again: {error}"))?;
+    report
+        .handoff_after(&floors.handoff, &after)
+        .map_err(|error| format!("writing the floors: {error}"))
+}
+
+/// The thresholds of this machine's profile entry.
+fn this_machines_profile() -> Result<Vec<(String, u64)>, String> {
+    use quiver::profile::{profile_path, MachineIdentity, ProfileFile};
+    let lookup = |name: &str| std::env::var(name).ok();
+    let Some(path) = profile_path(&lookup) else {
+        return Err("--compare-profile: no profile (QUIVER_PROFILE=off or no HOME)".to_string());
+    };
+    let file = ProfileFile::load(&path)
+        .map_err(|error| error.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--compare-profile: {} does not exist: run `quiver tune` first",
+                path.display()
+            )
+        })?;
+    let machine = MachineIdentity::current();
+    let entry = file.entry_for(&machine).ok_or_else(|| {
+        format!(
+            "--compare-profile: {} has no entry for this machine ({}, {}): run `quiver tune`",
+            path.display(),
+            machine.hostname,
+            machine.cpu_model
+        )
+    })?;
+    Ok(entry
+        .thresholds
+        .iter()
+        .map(|(name, value)| (name.clone(), *value))
+        .collect())
+}
+
+/// Parses `--transports shm,tcp,udp` (quiver's transports only).
+pub(crate) fn parse_transport_list(list: &str) -> Result<Vec<Transport>, String> {
+    list.split(',')
+        .filter(|name| !name.trim().is_empty())
+        .map(|name| match Transport::from_name(name.trim()) {
+            Some(transport) if !transport.is_raw() => Ok(transport),
+            _ => Err(format!(
+                "--transports: {name:?} is not one of shm, tcp, udp"
+            )),
+        })
+        .collect()
+}
+
+/// Measures the crossovers for `quiver tune`: floors are not needed beyond what the
+/// records carry, so only the hand-off and memcpy at the sweep sizes are measured.
+pub(crate) fn measure_crossovers_for_tune(
+    cpus: Option<&str>,
+    transports: &[BenchTransport],
+    quick: bool,
+    timeout: Duration,
+    json: Option<&str>,
+) -> Result<Vec<CrossoverResult>, String> {
+    let cpus = choose_cpus(cpus)?;
+    let mut report = open_report(json)?;
+    report.take_table();
+    report.set_progress(progress::Progress::new(0, false));
+    let mut sizes: Vec<u64> = suite::knobs()
+        .iter()
+        .flat_map(|knob| knob.sizes.clone())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let floors = floor::measure(cpus[0], cpus[1], &sizes)
+        .map_err(|error| format!("measuring the floors: {error}"))?;
+    let mut run = suite::SuiteRun {
+        cpus,
+        timeout,
+        effort_percent: if quick {
+            suite::QUICK_EFFORT_PERCENT
+        } else {
+            suite::CROSSOVER_EFFORT_PERCENT
+        },
+        window: DEFAULT_WINDOW,
+        report: &mut report,
+        floors: &floors,
+    };
+    suite::measure_crossovers(&mut run, transports)
+}
+
+/// Prints crossover results (for `quiver tune`).
+pub(crate) fn print_crossovers(
+    table: &mut dyn Write,
+    results: &[CrossoverResult],
+) -> io::Result<()> {
+    suite::print_crossovers(table, results)
+}
+
+/// Runs the tests of one rank job: floors, the ranks, the hand-off again.
+fn run_tests(
+    args: &BenchArgs,
+    plan: &Plan,
+    cpus: [usize; 2],
+    report: &mut Report,
+) -> Result<(), String> {
+    report.set_progress(progress::Progress::new(
+        plan.rank_record_count(),
+        args.progress,
+    ));
     report
         .preamble(plan.transport.as_str(), cpus)
         .map_err(|error| format!("writing the table: {error}"))?;
@@ -231,7 +453,7 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
             plan,
             cpus,
             &floors,
-            &mut report,
+            report,
             Duration::from_secs(args.timeout),
         )?;
         // The hand-off depends on where the host runs the vCPUs, which can change during

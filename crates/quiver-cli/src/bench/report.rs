@@ -302,12 +302,30 @@ pub(crate) fn handoff_drift(before: &HandoffFloor, after: &HandoffFloor) -> f64 
     }
 }
 
+/// How the human-readable output looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Style {
+    /// quiver's table: every figure with its floor and ratio.
+    Table,
+    /// The columns the OSU micro-benchmarks print (`# Size  Latency (us)`, ...); floors
+    /// and notes as `#` comment lines.
+    Osu,
+}
+
 /// Where results go: a table (human), JSON lines (machines), either or both.
 pub(crate) struct Report {
     table: Option<Box<dyn Write>>,
     json: Option<Box<dyn Write>>,
-    /// Test whose table section is open (its header printed).
+    style: Style,
+    /// Test (and transport and variant) whose table section is open (its header printed).
     open_section: Option<String>,
+    /// Every rank result so far, in order (for plots and suites).
+    collected: Vec<Record>,
+    /// The progress bar on stderr, when the run has one.
+    progress: Option<super::progress::Progress>,
+    /// Variant and settings given to every following result without a variant (a suite
+    /// says which path or side its current job measures).
+    tag: Option<(String, Vec<String>)>,
 }
 
 impl Report {
@@ -316,8 +334,65 @@ impl Report {
         Report {
             table,
             json,
+            style: Style::Table,
             open_section: None,
+            collected: Vec::new(),
+            progress: None,
+            tag: None,
         }
+    }
+
+    /// Tags every following result that has no variant of its own with `variant` and
+    /// `settings` (`None`: stop tagging).
+    pub(crate) fn set_tag(&mut self, variant: Option<&str>, settings: Vec<String>) {
+        self.tag = variant.map(|variant| (variant.to_string(), settings));
+    }
+
+    /// Prints the human-readable part in `style`.
+    pub(crate) fn set_style(&mut self, style: Style) {
+        self.style = style;
+    }
+
+    /// Shows a progress bar over `points` points (more may be added with `add_points`).
+    pub(crate) fn set_progress(&mut self, progress: super::progress::Progress) {
+        self.progress = Some(progress);
+    }
+
+    /// Adds points to the progress bar's total.
+    pub(crate) fn add_points(&mut self, points: usize) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress.add_points(points);
+        }
+    }
+
+    /// Removes the progress bar from the screen.
+    pub(crate) fn clear_progress(&mut self) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress.clear();
+        }
+    }
+
+    /// Stops printing the table (a suite prints its own summary instead).
+    pub(crate) fn take_table(&mut self) -> Option<Box<dyn Write>> {
+        self.table.take()
+    }
+
+    /// Gives back the table taken with [`Report::take_table`].
+    pub(crate) fn restore_table(&mut self, table: Option<Box<dyn Write>>) {
+        self.table = table;
+    }
+
+    /// Every rank result reported so far.
+    pub(crate) fn collected(&self) -> &[Record] {
+        &self.collected
+    }
+
+    /// Writes a record to the JSON output only (suite summaries).
+    ///
+    /// # Errors
+    /// If writing fails.
+    pub(crate) fn json_only(&mut self, record: &Record) -> io::Result<()> {
+        self.json_line(record)
     }
 
     /// Prints the run's first lines: what is measured, where, and the units.
@@ -325,6 +400,13 @@ impl Report {
     /// # Errors
     /// If writing the table fails.
     pub(crate) fn preamble(&mut self, transport: &str, cpus: [usize; 2]) -> io::Result<()> {
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.preamble_table(transport, cpus));
+        }
+        self.preamble_table(transport, cpus)
+    }
+
+    fn preamble_table(&mut self, transport: &str, cpus: [usize; 2]) -> io::Result<()> {
         let Some(table) = self.table.as_mut() else {
             return Ok(());
         };
@@ -345,6 +427,13 @@ impl Report {
     /// # Errors
     /// If writing either output fails.
     pub(crate) fn floors(&mut self, floors: &Floors) -> io::Result<()> {
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.floors_table(floors));
+        }
+        self.floors_table(floors)
+    }
+
+    fn floors_table(&mut self, floors: &Floors) -> io::Result<()> {
         for record in floor_records(floors) {
             self.json_line(&record)?;
         }
@@ -436,6 +525,41 @@ impl Report {
         before: &HandoffFloor,
         after: &HandoffFloor,
     ) -> io::Result<()> {
+        self.clear_progress();
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.handoff_after_table(before, after));
+        }
+        self.handoff_after_table(before, after)
+    }
+
+    /// Runs `print` with the table going to a buffer, then writes the buffer's lines as
+    /// `# ` comments (the OSU layout keeps only data rows uncommented).
+    fn as_comments(&mut self, print: impl FnOnce(&mut Report) -> io::Result<()>) -> io::Result<()> {
+        let Some(mut real) = self.table.take() else {
+            return print(self);
+        };
+        let buffer = SharedBuffer::default();
+        self.table = Some(Box::new(buffer.clone()));
+        let printed = print(self);
+        self.table = Some(Box::new(std::io::sink()));
+        let text = buffer.text();
+        for line in text.lines() {
+            if line.is_empty() {
+                writeln!(real)?;
+            } else {
+                writeln!(real, "# {line}")?;
+            }
+        }
+        real.flush()?;
+        self.table = Some(real);
+        printed
+    }
+
+    fn handoff_after_table(
+        &mut self,
+        before: &HandoffFloor,
+        after: &HandoffFloor,
+    ) -> io::Result<()> {
         self.json_line(&handoff_record(after, PHASE_AFTER))?;
         let drift = handoff_drift(before, after);
         let warning = (drift > HANDOFF_DRIFT_WARNING_FACTOR).then(|| {
@@ -470,19 +594,102 @@ impl Report {
     /// # Errors
     /// If writing either output fails.
     pub(crate) fn result(&mut self, record: &Record) -> io::Result<()> {
+        let tagged;
+        let record = match &self.tag {
+            Some((variant, settings)) if record.variant.is_none() => {
+                let mut copy = record.clone();
+                copy.variant = Some(variant.clone());
+                if !settings.is_empty() {
+                    copy.settings = Some(settings.clone());
+                }
+                tagged = copy;
+                &tagged
+            }
+            _ => record,
+        };
+        self.collected.push(record.clone());
+        if let Some(progress) = self.progress.as_mut() {
+            let what = format!(
+                "{} {} {}",
+                record.transport,
+                record.test,
+                format_size(record.size)
+            );
+            progress.point_done(&what);
+        }
         self.json_line(record)?;
         if self.table.is_none() {
             return Ok(());
         }
-        if self.open_section.as_deref() != Some(record.test.as_str()) {
-            self.open_section = Some(record.test.clone());
-            self.section_header(record)?;
+        let section = format!(
+            "{} {} {}",
+            record.test,
+            record.transport,
+            record.variant.as_deref().unwrap_or("")
+        );
+        let style = self.style;
+        if self.open_section.as_deref() != Some(section.as_str()) {
+            let continues_loggp = style == Style::Table
+                && record.test == "loggp"
+                && self
+                    .open_section
+                    .as_deref()
+                    .is_some_and(|open| open.starts_with("loggp "));
+            self.open_section = Some(section);
+            if !continues_loggp {
+                self.clear_progress();
+                match style {
+                    Style::Table => self.section_header(record)?,
+                    Style::Osu => self.osu_header(record)?,
+                }
+            }
         }
-        let row = table_row(record);
+        let row = match style {
+            Style::Table => table_row(record),
+            Style::Osu => osu_row(record),
+        };
+        self.clear_progress();
         if let Some(table) = self.table.as_mut() {
             writeln!(table, "{row}")?;
             table.flush()?;
         }
+        Ok(())
+    }
+
+    /// The OSU micro-benchmarks' title and column line for `record`'s test.
+    fn osu_header(&mut self, record: &Record) -> io::Result<()> {
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let transport = &record.transport;
+        let variant = record
+            .variant
+            .as_deref()
+            .map_or(String::new(), |variant| format!(", {variant}"));
+        let (title, columns) = match record.test.as_str() {
+            "pingpong" => ("Latency Test", "# Size          Latency (us)"),
+            "bw" => ("Bandwidth Test", "# Size      Bandwidth (MB/s)"),
+            "bibw" => (
+                "Bi-Directional Bandwidth Test",
+                "# Size      Bandwidth (MB/s)",
+            ),
+            "rate" => (
+                "Multiple Bandwidth / Message Rate Test",
+                "# Size                  MB/s        Messages/s",
+            ),
+            "pool" => (
+                "Latency Test (receive buffers)",
+                "# Size          Latency (us)",
+            ),
+            "loggp" => (
+                "LogGP Parameters",
+                "# Size      o_s (us)      o_r (us)        L (us)        g (us)     G (ns/B)",
+            ),
+            _ => ("Test", "# Size"),
+        };
+        writeln!(table)?;
+        writeln!(table, "# quiver bench {title} ({transport}{variant})")?;
+        writeln!(table, "{columns}")?;
         Ok(())
     }
 
@@ -492,6 +699,18 @@ impl Report {
         };
         let window = record.window.unwrap_or(0);
         writeln!(table)?;
+        if record.variant.is_some() && record.test != "pool" && record.test != "loggp" {
+            writeln!(
+                table,
+                "[{} {}: {}]",
+                record.transport,
+                record.variant.as_deref().unwrap_or(""),
+                record
+                    .settings
+                    .as_ref()
+                    .map_or(String::new(), |settings| settings.join(" "))
+            )?;
+        }
         match record.test.as_str() {
             "pingpong" => {
                 writeln!(table, "pingpong: one-way latency = round trip / 2, median and p99 (nearest rank) over round trips")?;
@@ -634,6 +853,66 @@ fn table_row(record: &Record) -> String {
             ratio
         ),
         _ => format!("  {size:>10} {:?}", record),
+    }
+}
+
+/// A `Write` into memory that can be read back while a clone was handed out.
+#[derive(Clone, Default)]
+struct SharedBuffer(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl SharedBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.borrow()).into_owned()
+    }
+}
+
+impl Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One line in the OSU micro-benchmarks' layout (size left, figures right-aligned, two
+/// decimals).
+fn osu_row(record: &Record) -> String {
+    let figure = |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:.2}"));
+    match record.test.as_str() {
+        "pingpong" | "pool" => format!("{:<10}{:>18}", record.size, figure(record.latency_us)),
+        "bw" | "bibw" => format!("{:<10}{:>18}", record.size, figure(record.bandwidth_mbps)),
+        "rate" => {
+            let rate = record.rate_mmsgs.map(|mmsgs| mmsgs * 1e6);
+            let mbps = record.rate_mmsgs.map(|mmsgs| mmsgs * record.size as f64);
+            format!(
+                "{:<10}{:>18}{:>18}",
+                record.size,
+                figure(mbps),
+                figure(rate)
+            )
+        }
+        "loggp" => {
+            let size = if record.variant.as_deref() == Some("fit") {
+                format!("# model at {}", record.size)
+            } else {
+                record.size.to_string()
+            };
+            let g_per_byte = record
+                .big_g_ns_per_byte
+                .map_or("-".to_string(), |value| format!("{value:.4}"));
+            format!(
+                "{size:<10}{:>14}{:>14}{:>14}{:>14}{:>13}",
+                figure(record.o_s_us),
+                figure(record.o_r_us),
+                figure(record.l_us),
+                figure(record.g_us),
+                g_per_byte
+            )
+        }
+        _ => format!("# {} {}", record.test, record.size),
     }
 }
 
