@@ -350,7 +350,25 @@ pub(crate) struct Knob {
     /// The setting's value that copies messages up to `largest_copied` bytes (None: none
     /// of the sweep) and sends larger ones the zero-copy way.
     pub(crate) value_for: fn(Option<u64>) -> u64,
+    /// Whether a message of `size` bytes takes the copy path when the setting is `value`.
+    pub(crate) copies: fn(u64, u64) -> bool,
 }
+
+impl Knob {
+    /// The largest size of the sweep the default copies (None: none).
+    fn default_candidate(&self) -> Option<u64> {
+        self.sizes
+            .iter()
+            .copied()
+            .filter(|&size| (self.copies)(size, self.default_value))
+            .max()
+    }
+}
+
+/// A measured threshold replaces the default only when it lowers the sweep's total cost
+/// ([`threshold_cost`]) by more than this fraction: the run-to-run noise of one size must
+/// not move a switch point.
+pub(crate) const TUNING_MARGIN: f64 = 0.02;
 
 /// The three switch points, one per quiver transport.
 pub(crate) fn knobs() -> Vec<Knob> {
@@ -366,6 +384,7 @@ pub(crate) fn knobs() -> Vec<Knob> {
             zero_copy_value: (4 << 10) - 1,
             default_value: defaults.shm_eager_max,
             value_for: |largest| largest.unwrap_or((4 << 10) - 1),
+            copies: |size, value| size <= value,
         },
         Knob {
             transport: Transport::Tcp,
@@ -377,6 +396,7 @@ pub(crate) fn knobs() -> Vec<Knob> {
             default_value: defaults.tcp_staging_bytes as u64,
             // A message is staged when its 16-byte header and payload fit.
             value_for: |largest| largest.map_or(4 << 10, |size| (size + 16).max(4 << 10)),
+            copies: |size, value| size + 16 <= value,
         },
         Knob {
             transport: Transport::Udp,
@@ -387,6 +407,7 @@ pub(crate) fn knobs() -> Vec<Knob> {
             zero_copy_value: 0,
             default_value: defaults.udp_in_place_min as u64,
             value_for: |largest| largest.map_or(0, |size| size + 1),
+            copies: |size, value| size < value,
         },
     ]
 }
@@ -494,7 +515,13 @@ pub(crate) fn summarise_crossover(
     let latency_crossing = stats::crossing(&xs, &column(0, false), &column(1, false));
     let bandwidth_crossing = stats::crossing(&xs, &column(2, true), &column(3, true));
     let largest_copied = best_threshold(&points);
-    let best_value = (knob.value_for)(largest_copied);
+    let default_cost = threshold_cost(&points, knob.default_candidate());
+    let best_value =
+        if threshold_cost(&points, largest_copied) < default_cost * (1.0 - TUNING_MARGIN) {
+            (knob.value_for)(largest_copied)
+        } else {
+            knob.default_value
+        };
     CrossoverResult {
         knob,
         points,
@@ -512,32 +539,38 @@ pub(crate) fn summarise_crossover(
 /// skipped.
 pub(crate) fn best_threshold(points: &[(u64, [Option<f64>; 4])]) -> Option<u64> {
     let candidates = std::iter::once(None).chain(points.iter().map(|(size, _)| Some(*size)));
-    let cost = |candidate: Option<u64>| -> f64 {
-        points
-            .iter()
-            .map(|(size, figures)| {
-                let copy = candidate.is_some_and(|largest| *size <= largest);
-                let [Some(lat_copy), Some(lat_zero), Some(bw_copy), Some(bw_zero)] = *figures
-                else {
-                    return 0.0;
-                };
-                let (latency, bandwidth) = if copy {
-                    (lat_copy, bw_copy)
-                } else {
-                    (lat_zero, bw_zero)
-                };
-                latency / lat_copy.min(lat_zero) + bw_copy.max(bw_zero) / bandwidth
-            })
-            .sum()
-    };
     let mut best: Option<(Option<u64>, f64)> = None;
     for candidate in candidates {
-        let this = cost(candidate);
+        let this = threshold_cost(points, candidate);
         if best.is_none_or(|(_, lowest)| this <= lowest + 1e-12) {
             best = Some((candidate, this));
         }
     }
     best.and_then(|(candidate, _)| candidate)
+}
+
+/// The cost of copying every size up to `largest_copied` (None: none) and sending the rest
+/// the zero-copy way: per size, chosen latency / best latency + best bandwidth / chosen
+/// bandwidth (2 per size = the best path everywhere); sizes missing a figure count 0.
+pub(crate) fn threshold_cost(
+    points: &[(u64, [Option<f64>; 4])],
+    largest_copied: Option<u64>,
+) -> f64 {
+    points
+        .iter()
+        .map(|(size, figures)| {
+            let copy = largest_copied.is_some_and(|largest| *size <= largest);
+            let [Some(lat_copy), Some(lat_zero), Some(bw_copy), Some(bw_zero)] = *figures else {
+                return 0.0;
+            };
+            let (latency, bandwidth) = if copy {
+                (lat_copy, bw_copy)
+            } else {
+                (lat_zero, bw_zero)
+            };
+            latency / lat_copy.min(lat_zero) + bw_copy.max(bw_zero) / bandwidth
+        })
+        .sum()
 }
 
 fn crossing_text(crossing: Crossing) -> String {
@@ -630,10 +663,18 @@ pub(crate) fn print_crossovers(
             crossing_text(result.latency_crossing),
             crossing_text(result.bandwidth_crossing)
         )?;
+        let verdict = if result.best_value == knob.default_value {
+            format!(
+                "keep the default: no threshold lowers the sweep's cost by more than {:.0}%",
+                TUNING_MARGIN * 100.0
+            )
+        } else {
+            format!("default {}", knob.default_value)
+        };
         writeln!(
             table,
-            "  least-cost threshold: {}={} (default {})",
-            knob.setting, result.best_value, knob.default_value
+            "  tuned threshold: {}={} ({verdict})",
+            knob.setting, result.best_value
         )?;
     }
     table.flush()
@@ -687,7 +728,7 @@ pub(crate) fn compare_profile(
             knob.default_value
         ));
         lines.push(format!(
-            "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}",
+            "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}  path (tuned vs default)",
             "size", "default µs", "tuned µs", "ratio", "default MB/s", "tuned MB/s", "ratio"
         ));
         let mut worse_sizes = Vec::new();
@@ -702,14 +743,25 @@ pub(crate) fn compare_profile(
             );
             let latency_ratio = latency.1.zip(latency.0).map(|(t, d)| t / d);
             let bandwidth_ratio = bandwidth.1.zip(bandwidth.0).map(|(t, d)| t / d);
-            if latency_ratio.is_some_and(|ratio| ratio > NOISE_TOLERANCE)
-                || bandwidth_ratio.is_some_and(|ratio| ratio < 1.0 / NOISE_TOLERANCE)
-            {
+            // Sizes whose path the tuned value does not change run the same code on both
+            // sides: their difference is noise and does not count against the profile.
+            let path_changes =
+                (knob.copies)(size, knob.default_value) != (knob.copies)(size, value);
+            let worse = latency_ratio.is_some_and(|ratio| ratio > NOISE_TOLERANCE)
+                || bandwidth_ratio.is_some_and(|ratio| ratio < 1.0 / NOISE_TOLERANCE);
+            if path_changes && worse {
                 worse_sizes.push(format_size(size));
             }
+            let path = if !path_changes {
+                "same path"
+            } else if (knob.copies)(size, value) {
+                "now copy"
+            } else {
+                "now zero-copy"
+            };
             let show = |value: Option<f64>| value.map_or("-".to_string(), significant);
             lines.push(format!(
-                "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}",
+                "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}  {path}",
                 format_size(size),
                 show(latency.0),
                 show(latency.1),
@@ -721,13 +773,13 @@ pub(crate) fn compare_profile(
         }
         if worse_sizes.is_empty() {
             lines.push(format!(
-                "  verdict: tuned is never worse than the default beyond the {:.0}% noise tolerance",
+                "  verdict: where the path changes, tuned is never worse than the default beyond the {:.0}% noise tolerance",
                 (NOISE_TOLERANCE - 1.0) * 100.0
             ));
         } else {
             never_worse = false;
             lines.push(format!(
-                "  verdict: tuned is worse than the default beyond {:.0}% at {}",
+                "  verdict: where the path changes, tuned is worse than the default beyond {:.0}% at {}",
                 (NOISE_TOLERANCE - 1.0) * 100.0,
                 worse_sizes.join(", ")
             ));
@@ -768,6 +820,53 @@ mod tests {
             .collect();
         assert_eq!(best_threshold(&zero), None);
         assert_eq!(best_threshold(&[]), None);
+        // Perfect choice: 2 per size.
+        assert!((threshold_cost(&points, Some(16)) - 8.0).abs() < 1e-12);
+        assert!(threshold_cost(&points, None) > 8.0);
+    }
+
+    #[test]
+    fn noise_does_not_move_the_default() {
+        let mut knob = knobs().remove(0);
+        knob.sizes = vec![4096, 8192];
+        // Zero-copy 1% faster at 8 KiB: within the margin, the default (copy both) stays.
+        let copy = vec![
+            record("pingpong", 4096, 1.0),
+            record("pingpong", 8192, 2.0),
+            record("bw", 4096, 100.0),
+            record("bw", 8192, 100.0),
+        ];
+        let zero = vec![
+            record("pingpong", 4096, 3.0),
+            record("pingpong", 8192, 1.98),
+            record("bw", 4096, 50.0),
+            record("bw", 8192, 101.0),
+        ];
+        let result = summarise_crossover(knob.clone(), &copy, &zero);
+        assert_eq!(result.best_value, knob.default_value);
+        // Zero-copy twice as fast at 8 KiB: the threshold moves to 4 KiB.
+        let zero = vec![
+            record("pingpong", 4096, 3.0),
+            record("pingpong", 8192, 1.0),
+            record("bw", 4096, 50.0),
+            record("bw", 8192, 200.0),
+        ];
+        let result = summarise_crossover(knob, &copy, &zero);
+        assert_eq!(result.best_value, 4096);
+        assert_eq!(
+            result.latency_crossing,
+            Crossing::At(4096.0 + 4096.0 * 2.0 / 3.0)
+        );
+    }
+
+    fn record(test: &str, size: u64, value: f64) -> Record {
+        Record {
+            test: test.into(),
+            size,
+            latency_us: (test == "pingpong").then_some(value),
+            bandwidth_mbps: (test == "bw").then_some(value),
+            ..Record::default()
+        }
     }
 
     #[test]
@@ -785,7 +884,21 @@ mod tests {
         assert_eq!((udp.value_for)(None), 0);
         for knob in &knobs {
             assert!(knob.sizes.windows(2).all(|pair| pair[0] < pair[1]));
+            // The mapping and the path rule agree: value_for(T) copies exactly sizes <= T.
+            for &largest in &knob.sizes {
+                let value = (knob.value_for)(Some(largest));
+                for &size in &knob.sizes {
+                    assert_eq!(
+                        (knob.copies)(size, value),
+                        size <= largest,
+                        "{knob:?} {largest} {size}"
+                    );
+                }
+            }
         }
+        assert_eq!(knobs[0].default_candidate(), Some(256 << 10));
+        assert_eq!(knobs[1].default_candidate(), Some(128 << 10));
+        assert_eq!(knobs[2].default_candidate(), Some(4 << 10));
     }
 
     #[test]
