@@ -67,8 +67,21 @@ pub(crate) fn main() -> i32 {
         };
         let _ = writeln!(out, "  {low:>8} B .. {high:<10} {name}");
     }
+    let _ = writeln!(
+        out,
+        "\nprotocol thresholds (source: environment > this machine's profile > default):"
+    );
+    let _ = writeln!(out, "  profile: {}", config.profile);
+    let settings = config.describe();
+    for (name, source) in &config.threshold_sources {
+        let value = settings
+            .iter()
+            .find(|setting| setting.env == *name)
+            .map_or(String::new(), |setting| setting.value.clone());
+        let _ = writeln!(out, "  {name:<26} {value:>12}  from {}", source.name());
+    }
     let _ = writeln!(out, "\nsettings (override with the environment variable):");
-    for s in config.describe() {
+    for s in settings {
         let _ = writeln!(out, "  {:<26} {:>12}  {}", s.env, s.value, s.doc);
     }
     write_bootstrap(&mut out);

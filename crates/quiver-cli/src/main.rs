@@ -1,8 +1,8 @@
 //! The `quiver` command: the user-facing tool on top of the quiver library.
 //!
 //! Subcommands: `run` (start a local job of N ranks), `bench` (end-to-end benchmarks),
-//! `info` (what this machine and build support) and `testbed` (network namespaces for
-//! tests). This file only parses the command line and dispatches; each subcommand lives in
+//! `info` (what this machine and build support), `testbed` (network namespaces for
+//! tests) and `tune` (measure this machine's protocol thresholds into its profile). This file only parses the command line and dispatches; each subcommand lives in
 //! its own module and returns the exit status.
 
 mod bench;
@@ -10,6 +10,7 @@ mod info;
 mod launch;
 mod run;
 mod testbed;
+mod tune;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,8 @@ enum Command {
     Info,
     /// Build or remove a two-namespace network testbed (root): N rate-limited, lossy links
     Testbed(testbed::TestbedArgs),
+    /// Measure this machine's protocol switch points and write them to its profile
+    Tune(tune::TuneArgs),
 }
 
 fn main() {
@@ -50,6 +53,7 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Info => info::main(),
         Command::Testbed(args) => testbed::main(args),
+        Command::Tune(args) => tune::main(args),
     };
     std::process::exit(exit_status);
 }

@@ -68,7 +68,31 @@ fn of_test<'a>(records: &'a [Value], test: &str) -> Vec<&'a Value> {
 fn floor_alone_measures_the_handoff_and_memcpy_per_size() {
     let output = quiver_bench(&["floor", "--sizes", "8,64K", "--json", "-"]);
     let records = json_lines(&output);
-    assert_eq!(records.len(), 3, "{records:?}");
+    // Hand-off, memcpy x 2, syscall, wake-up x 2 (eventfd, futex), cross-memory attach x 2.
+    assert_eq!(records.len(), 8, "{records:?}");
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|record| record["floor"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "cacheline_handoff",
+            "memcpy",
+            "memcpy",
+            "syscall",
+            "wakeup",
+            "wakeup",
+            "cma",
+            "cma"
+        ]
+    );
+    for record in &records[3..6] {
+        positive(record, "latency_us");
+    }
+    for record in &records[6..] {
+        positive(record, "bandwidth_MBps");
+    }
     let handoff: Vec<&Value> = records
         .iter()
         .filter(|record| record["floor"] == "cacheline_handoff")
@@ -93,9 +117,10 @@ fn small_sweep_reports_every_point_with_its_floor_ratio() {
     let output = quiver_bench(&["--sizes", "8,64K", "--iters", "200", "--json", "-"]);
     let records = json_lines(&output);
 
-    // The hand-off before and after the ranks, memcpy at both sizes.
+    // The hand-off before and after the ranks, memcpy at both sizes, and the extended
+    // floors (syscall, two wake-ups, cross-memory attach at both sizes).
     let floors = of_test(&records, "floor");
-    assert_eq!(floors.len(), 4, "{records:?}");
+    assert_eq!(floors.len(), 9, "{records:?}");
     let phases: Vec<&str> = floors
         .iter()
         .filter(|record| record["floor"] == "cacheline_handoff")
@@ -176,7 +201,8 @@ fn json_to_a_file_keeps_the_table_on_stdout() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("hand-off"));
     let written = written.expect("JSON file written");
-    assert_eq!(written.lines().count(), 2, "{written}");
+    // Hand-off, memcpy, syscall, two wake-ups, cross-memory attach.
+    assert_eq!(written.lines().count(), 6, "{written}");
     for line in written.lines() {
         let value: Value = serde_json::from_str(line).expect("JSON line");
         assert_eq!(value["test"], "floor");
@@ -252,4 +278,308 @@ fn raw_udp_baseline_reports_every_point() {
 #[test]
 fn raw_tcp_baseline_reports_every_point() {
     raw_baseline_reports_every_point("raw-tcp");
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let directory =
+        std::env::temp_dir().join(format!("quiver-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    directory
+}
+
+#[test]
+fn loggp_reports_the_five_parameters_and_the_fit() {
+    let output = quiver_bench(&[
+        "loggp", "--sizes", "8,4K,64K", "--iters", "200", "--window", "16", "--json", "-",
+    ]);
+    let records = json_lines(&output);
+    let points: Vec<&Value> = of_test(&records, "loggp")
+        .into_iter()
+        .filter(|record| record.get("variant").is_none())
+        .collect();
+    assert_eq!(points.len(), 3, "{records:?}");
+    for record in &points {
+        for key in ["o_s_us", "o_r_us", "g_us", "round_trip_us"] {
+            assert!(
+                record[key].as_f64().is_some_and(|v| v >= 0.0),
+                "{key} in {record}"
+            );
+        }
+        assert!(
+            record["L_us"].as_f64().is_some_and(f64::is_finite),
+            "{record}"
+        );
+    }
+    assert!(points[0].get("G_ns_per_byte").is_none());
+    assert!(
+        points[2]["G_ns_per_byte"].as_f64().is_some(),
+        "{}",
+        points[2]
+    );
+    let fit: Vec<&Value> = of_test(&records, "loggp")
+        .into_iter()
+        .filter(|record| record["variant"] == "fit")
+        .collect();
+    assert_eq!(fit.len(), 1, "{records:?}");
+    assert_eq!(fit[0]["size"], 8);
+    assert_eq!(fit[0]["fit_sizes"], serde_json::json!([4096, 65536]));
+    assert!(fit[0]["G_ns_per_byte"].as_f64().is_some(), "{}", fit[0]);
+    // loggp measures the extended floors: a system call and the wake-ups.
+    let floors: Vec<&str> = of_test(&records, "floor")
+        .iter()
+        .filter_map(|record| record["floor"].as_str())
+        .collect();
+    for floor in ["syscall", "wakeup", "cma"] {
+        assert!(floors.contains(&floor), "{floor} missing: {floors:?}");
+    }
+}
+
+#[test]
+fn bibw_and_pool_report_every_point() {
+    let output = quiver_bench(&[
+        "bibw", "pool", "--sizes", "8,64K", "--iters", "50", "--window", "8", "--json", "-",
+    ]);
+    let records = json_lines(&output);
+    let bibw = of_test(&records, "bibw");
+    assert_eq!(bibw.len(), 2, "{records:?}");
+    for record in bibw {
+        positive(record, "bandwidth_MBps");
+        positive(record, "floor_ratio");
+    }
+    let variants: Vec<(u64, &str)> = of_test(&records, "pool")
+        .iter()
+        .map(|record| {
+            positive(record, "latency_us");
+            (
+                record["size"].as_u64().unwrap_or(0),
+                record["variant"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        variants,
+        vec![
+            (8, "pooled"),
+            (8, "fresh"),
+            (65536, "pooled"),
+            (65536, "fresh")
+        ]
+    );
+}
+
+#[test]
+fn osu_format_prints_the_osu_columns() {
+    let output = quiver_bench(&[
+        "pingpong", "bw", "--sizes", "8,1K", "--iters", "50", "--format", "osu",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("# Size          Latency (us)"), "{stdout}");
+    assert!(stdout.contains("# Size      Bandwidth (MB/s)"), "{stdout}");
+    // Data rows: a size and a number; everything else is a # comment or blank.
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for row in rows {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields.len(), 2, "{row}");
+        assert!(fields[0] == "8" || fields[0] == "1024", "{row}");
+        assert!(fields[1].parse::<f64>().is_ok_and(|v| v > 0.0), "{row}");
+    }
+}
+
+#[test]
+fn plot_writes_a_valid_png() {
+    let directory = temp_dir("plot");
+    let path = directory.join("latency.png");
+    let output = quiver_bench(&[
+        "pingpong",
+        "bw",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "50",
+        "--plot",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    let written = std::fs::read(&path);
+    std::fs::remove_dir_all(&directory).expect("remove temp dir");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bytes = written.expect("plot written");
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("PNG header");
+    let mut pixels = vec![0u8; reader.output_buffer_size().expect("buffer size")];
+    let info = reader.next_frame(&mut pixels).expect("PNG data decodes");
+    assert!(info.width >= 400 && info.height >= 200, "{info:?}");
+    // Not a blank image: the axes and lines are drawn over the white background.
+    assert!(pixels.iter().any(|&byte| byte < 128));
+}
+
+/// The CI end-to-end run of `compare`: the table on stdout (a row per figure, a column per
+/// transport, every cell with its ratio), every transport's JSON points in a file, and the
+/// plot checked as an SVG document.
+#[test]
+fn compare_quick_measures_every_transport_tables_and_plots() {
+    let directory = temp_dir("compare");
+    let plot = directory.join("compare.svg");
+    let json = directory.join("compare.jsonl");
+    let output = quiver_bench(&[
+        "compare",
+        "--quick",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+        "--plot",
+        plot.to_str().expect("utf-8 path"),
+    ]);
+    let svg = std::fs::read_to_string(&plot);
+    let lines = std::fs::read_to_string(&json);
+    std::fs::remove_dir_all(&directory).expect("remove temp dir");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let header = stdout
+        .lines()
+        .find(|line| line.contains("raw-udp") && line.contains("floor"))
+        .unwrap_or_else(|| panic!("no header line: {stdout}"));
+    for transport in ["shm", "udp", "tcp", "raw-tcp"] {
+        assert!(header.contains(transport), "{header}");
+    }
+    for row in [
+        "8 B one-way latency (µs)",
+        "1 KiB one-way latency (µs)",
+        "64 KiB bandwidth (MB/s)",
+        "1 MiB bandwidth (MB/s)",
+        "8 B message rate (Mmsg/s)",
+        "o_s, 8 B (µs)",
+        "o_r, 8 B (µs)",
+        "L, 8 B (µs)",
+        "g, 8 B (µs)",
+        "G, 64 KiB..1 MiB (ns/B)",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row}: {stdout}"));
+        assert!(line.contains("x)"), "no ratio in {line}");
+    }
+    let records: Vec<Value> = lines
+        .expect("JSON written")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
+        .collect();
+    for transport in ["shm", "udp", "tcp", "raw-udp", "raw-tcp"] {
+        let of_transport: Vec<&Value> = records
+            .iter()
+            .filter(|record| record["transport"] == transport)
+            .collect();
+        let has = |test: &str, size: u64| {
+            of_transport
+                .iter()
+                .any(|record| record["test"] == test && record["size"] == size)
+        };
+        assert!(has("pingpong", 8) && has("pingpong", 1024), "{transport}");
+        assert!(has("bw", 65536) && has("bw", 1 << 20), "{transport}");
+        assert!(has("rate", 8), "{transport}");
+        let fit = of_transport
+            .iter()
+            .find(|record| record["test"] == "loggp" && record["variant"] == "fit")
+            .unwrap_or_else(|| panic!("no loggp fit for {transport}"));
+        for key in ["o_s_us", "o_r_us", "L_us", "g_us", "G_ns_per_byte"] {
+            assert!(fit[key].as_f64().is_some(), "{key} of {transport}: {fit}");
+        }
+    }
+    let svg = svg.expect("plot written");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for label in ["latency (µs)", "bandwidth (MB/s)", "raw-tcp", "shm"] {
+        assert!(svg.contains(label), "{label} missing from the plot");
+    }
+}
+
+#[test]
+fn crossover_quick_finds_a_threshold_per_transport() {
+    let output = quiver_bench(&[
+        "crossover",
+        "--quick",
+        "--transports",
+        "shm,tcp",
+        "--json",
+        "-",
+    ]);
+    let records = json_lines(&output);
+    let summaries = of_test(&records, "crossover");
+    assert_eq!(summaries.len(), 2, "{records:?}");
+    for summary in summaries {
+        let details = &summary["summary"];
+        assert!(details["setting"].is_string(), "{summary}");
+        assert!(details["best"].as_u64().is_some(), "{summary}");
+        assert_eq!(details["best"], summary["size"]);
+    }
+    let variants: Vec<&str> = of_test(&records, "pingpong")
+        .iter()
+        .filter_map(|record| record["variant"].as_str())
+        .collect();
+    assert!(variants.contains(&"copy") && variants.contains(&"zero_copy"));
+}
+
+#[test]
+fn tune_writes_a_profile_that_info_reports() {
+    let _guard = ONE_BENCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let directory = temp_dir("tune");
+    let profile = directory.join("profile.json");
+    let tune = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["tune", "--quick", "--transports", "shm", "--profile"])
+        .arg(&profile)
+        .output()
+        .expect("run quiver tune");
+    let written = std::fs::read_to_string(&profile);
+    let info = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("info")
+        .env("QUIVER_PROFILE", &profile)
+        .env("QUIVER_UDP_IN_PLACE_MIN", "4K")
+        .output()
+        .expect("run quiver info");
+    std::fs::remove_dir_all(&directory).expect("remove temp dir");
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let value: Value = serde_json::from_str(&written.expect("profile written")).expect("JSON");
+    assert_eq!(value["format"], "quiver-profile-1");
+    let thresholds = &value["machines"][0]["thresholds"];
+    assert!(
+        thresholds["QUIVER_SHM_EAGER_MAX"].as_u64().is_some(),
+        "{value}"
+    );
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("(loaded)"), "{info}");
+    let line = |name: &str| {
+        info.lines()
+            .find(|line| line.trim_start().starts_with(name) && line.contains(" from "))
+            .unwrap_or_else(|| panic!("no {name} line: {info}"))
+            .to_string()
+    };
+    assert!(
+        line("QUIVER_SHM_EAGER_MAX").ends_with("from profile"),
+        "{info}"
+    );
+    assert!(
+        line("QUIVER_UDP_IN_PLACE_MIN").ends_with("from environment"),
+        "{info}"
+    );
+    assert!(
+        line("QUIVER_TCP_STAGING_BYTES").ends_with("from default"),
+        "{info}"
+    );
 }

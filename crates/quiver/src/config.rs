@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::profile::{self, MachineIdentity, ProfileFile, ProfileState, SettingSource};
 
 /// Tunable settings of a context. Build with [`Config::from_env`] (defaults plus
 /// environment overrides) or [`Config::default`] and adjust fields.
@@ -48,6 +49,19 @@ pub struct Config {
     /// this time; udp's idle timeout defaults to it. Off also skips the periodic death
     /// checks of spinning calls (a sleeping call still wakes when a peer dies).
     pub detect: Option<Duration>,
+    /// Bytes each inbound tcp edge stages: a message whose header and payload fit is read
+    /// into this buffer and copied out (and may arrive with others in one read); a larger
+    /// one is read straight into the destination once it starts (no extra copy).
+    pub tcp_staging_bytes: usize,
+    /// udp datagram payloads at least this long leave from the connection's send buffer in
+    /// place (gathered with their header); shorter ones are copied next to their header,
+    /// so runs of them can leave as one GSO send.
+    pub udp_in_place_min: usize,
+    /// Where the tunable thresholds came from (the settings of
+    /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
+    pub threshold_sources: [(&'static str, SettingSource); 3],
+    /// What loading found about the per-machine profile (see [`crate::profile`]).
+    pub profile: ProfileState,
 }
 
 /// A way to reach a peer.
@@ -147,6 +161,10 @@ impl Default for Config {
             net_window_bytes: 8 << 20,
             net_idle_timeout: Duration::from_secs(1),
             detect: Some(Duration::from_secs(1)),
+            tcp_staging_bytes: 256 << 10,
+            udp_in_place_min: 8 << 10,
+            threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
+            profile: ProfileState::Disabled,
         }
     }
 }
@@ -189,6 +207,7 @@ impl Config {
                 .shm_frag_bytes
                 .min(quiver_transport::ring::max_frag_len(c.shm_ring_bytes));
         }
+        c.apply_profile(&get)?;
         size("QUIVER_SHM_EAGER_MAX", &mut c.shm_eager_max)?;
         size("QUIVER_SHM_FRAG_BYTES", &mut c.shm_frag_bytes)?;
         let mut micros = c.spin.as_micros() as u64;
@@ -222,8 +241,62 @@ impl Config {
         let mut idle = c.detect.unwrap_or(c.net_idle_timeout).as_millis() as u64;
         size("QUIVER_NET_IDLE_TIMEOUT_MS", &mut idle)?;
         c.net_idle_timeout = Duration::from_millis(idle);
+        let mut staging = c.tcp_staging_bytes as u64;
+        size("QUIVER_TCP_STAGING_BYTES", &mut staging)?;
+        c.tcp_staging_bytes = staging as usize;
+        let mut in_place = c.udp_in_place_min as u64;
+        size("QUIVER_UDP_IN_PLACE_MIN", &mut in_place)?;
+        c.udp_in_place_min = in_place as usize;
+        for (name, source) in c.threshold_sources.iter_mut() {
+            if get(name).is_some() {
+                *source = SettingSource::Environment;
+            }
+        }
         c.validate()?;
         Ok(c)
+    }
+
+    /// Takes this machine's thresholds from the profile (see [`crate::profile`]), if there
+    /// is one; environment variables are applied afterwards and win. The shm eager limit
+    /// is capped at a quarter of the ring, as its default is.
+    fn apply_profile(&mut self, get: &impl Fn(&str) -> Option<String>) -> Result<()> {
+        let Some(path) = profile::profile_path(get) else {
+            self.profile = ProfileState::Disabled;
+            return Ok(());
+        };
+        let Some(file) = ProfileFile::load(&path)? else {
+            self.profile = ProfileState::NotFound(path);
+            return Ok(());
+        };
+        let Some(entry) = file.entry_for(&MachineIdentity::current()) else {
+            self.profile = ProfileState::NoEntry(path);
+            return Ok(());
+        };
+        for (name, &value) in &entry.thresholds {
+            match name.as_str() {
+                "QUIVER_SHM_EAGER_MAX" => {
+                    self.shm_eager_max = value.min(self.shm_ring_bytes / 4);
+                }
+                "QUIVER_TCP_STAGING_BYTES" => self.tcp_staging_bytes = value as usize,
+                "QUIVER_UDP_IN_PLACE_MIN" => self.udp_in_place_min = value as usize,
+                // ProfileFile::load rejects any other name.
+                _ => continue,
+            }
+            if let Some(slot) = self.threshold_sources.iter_mut().find(|(n, _)| n == name) {
+                slot.1 = SettingSource::Profile;
+            }
+        }
+        self.profile = ProfileState::Loaded(path);
+        Ok(())
+    }
+
+    /// Where the value of the tunable threshold `env` (e.g. `QUIVER_SHM_EAGER_MAX`) came
+    /// from; `None` for a setting that is not tunable.
+    pub fn threshold_source(&self, env: &str) -> Option<SettingSource> {
+        self.threshold_sources
+            .iter()
+            .find(|(name, _)| *name == env)
+            .map(|(_, source)| *source)
     }
 
     /// Checks the relations between settings.
@@ -280,6 +353,12 @@ impl Config {
                 "QUIVER_TRANSPORTS: name at least one transport".into(),
             ));
         }
+        if !(MIN_TCP_STAGING_BYTES..=(1 << 30)).contains(&self.tcp_staging_bytes) {
+            return Err(Error::Config(format!(
+                "QUIVER_TCP_STAGING_BYTES={}: must be between 4K and 1G",
+                self.tcp_staging_bytes
+            )));
+        }
         Ok(())
     }
 
@@ -300,6 +379,9 @@ impl Config {
             s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
             s("QUIVER_NET_IDLE_TIMEOUT_MS", format!("{} ms", self.net_idle_timeout.as_millis()), "a silent network peer is reported unreachable after this"),
             s("QUIVER_DETECT_MS", self.detect.map_or("off".into(), |d| format!("{} ms", d.as_millis())), "failure detection time: a peer stopped (SIGSTOP) this long while a call waits on it is reported; 0 turns detection off"),
+            s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read straight into the destination"),
+            s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
+            s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
 
@@ -321,6 +403,9 @@ impl Config {
         ]
     }
 }
+
+/// Smallest tcp staging buffer (a stream header must always fit, with room to spare).
+const MIN_TCP_STAGING_BYTES: usize = 4 << 10;
 
 /// Why a size did not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,5 +495,85 @@ mod tests {
         assert_eq!(off.net_idle_timeout, Duration::from_secs(1));
         let e = Config::from_lookup(|k| (k == "QUIVER_DETECT_MS").then(|| "5".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_DETECT_MS")));
+    }
+
+    #[test]
+    fn profile_thresholds_apply_and_environment_wins() {
+        use crate::profile::{MachineProfile, PROFILE_ENV};
+        let dir =
+            std::env::temp_dir().join(format!("quiver-config-profile-{}", std::process::id()));
+        let path = dir.join("profile.json");
+        let me = MachineIdentity::current();
+        let mut file = ProfileFile::new();
+        file.upsert(MachineProfile {
+            hostname: me.hostname.clone(),
+            cpu_model: me.cpu_model.clone(),
+            quiver_version: String::new(),
+            created_unix_s: 0,
+            thresholds: [
+                ("QUIVER_SHM_EAGER_MAX".to_string(), 65536),
+                ("QUIVER_TCP_STAGING_BYTES".to_string(), 32768),
+            ]
+            .into_iter()
+            .collect(),
+            evidence: String::new(),
+        });
+        file.save(&path).unwrap();
+        let path_text = path.to_str().unwrap().to_string();
+        let with = |extra: &'static [(&'static str, &'static str)]| {
+            let path_text = path_text.clone();
+            Config::from_lookup(move |k| {
+                if k == PROFILE_ENV {
+                    return Some(path_text.clone());
+                }
+                extra
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        let c = with(&[]).unwrap();
+        assert_eq!(c.shm_eager_max, 65536);
+        assert_eq!(c.tcp_staging_bytes, 32768);
+        assert_eq!(c.udp_in_place_min, 8192);
+        assert_eq!(c.profile, ProfileState::Loaded(path.clone()));
+        assert_eq!(
+            c.threshold_source("QUIVER_SHM_EAGER_MAX"),
+            Some(SettingSource::Profile)
+        );
+        assert_eq!(
+            c.threshold_source("QUIVER_UDP_IN_PLACE_MIN"),
+            Some(SettingSource::Default)
+        );
+        let c = with(&[("QUIVER_SHM_EAGER_MAX", "4K")]).unwrap();
+        assert_eq!(c.shm_eager_max, 4096);
+        assert_eq!(
+            c.threshold_source("QUIVER_SHM_EAGER_MAX"),
+            Some(SettingSource::Environment)
+        );
+        // A smaller ring caps the profile's eager limit instead of failing.
+        let c = with(&[("QUIVER_SHM_RING_BYTES", "64K")]).unwrap();
+        assert_eq!(c.shm_eager_max, 16384);
+        std::fs::write(&path, "[1, 2").unwrap();
+        let e = with(&[]).expect_err("corrupt profile");
+        assert!(matches!(e, Error::Config(m) if m.contains("profile.json")));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let c = with(&[]).unwrap();
+        assert_eq!(c.profile, ProfileState::NotFound(path));
+        assert_eq!(c.shm_eager_max, 256 << 10);
+    }
+
+    #[test]
+    fn network_thresholds_parse_and_validate() {
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_TCP_STAGING_BYTES" => Some("1M".into()),
+            "QUIVER_UDP_IN_PLACE_MIN" => Some("0".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.tcp_staging_bytes, c.udp_in_place_min), (1 << 20, 0));
+        assert_eq!(c.profile, ProfileState::Disabled);
+        let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
     }
 }

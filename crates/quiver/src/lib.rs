@@ -27,6 +27,7 @@ mod error;
 mod log;
 pub(crate) mod net;
 mod pool;
+pub mod profile;
 mod slab;
 
 pub use bootstrap::Bootstrap;

@@ -13,6 +13,20 @@
 //!   best batch is reported too), at the fastest of a few relative alignments of the
 //!   two buffers ([`MEMCPY_DESTINATION_OFFSETS`]).
 //!
+//! - **trivial system call**: `getppid` through `syscall(2)` (glibc does not cache it),
+//!   timed in batches on one pinned thread: the price of entering the kernel at all, which
+//!   every socket operation pays and shared-memory polling does not.
+//! - **cross-core wake-up**: two pinned threads take turns sleeping and waking each other,
+//!   once with an eventfd slept on in `poll` (quiver's doorbell) and once with a futex;
+//!   one way = round trip / 2, median over round trips. What a transport pays when the
+//!   receiver sleeps instead of polling.
+//! - **cross-memory attach bandwidth per size**: `process_vm_readv` of this process's own
+//!   memory (one kernel copy, page pinning included), median over batches: the copy at
+//!   the heart of shm rendezvous.
+//!
+//! The last three are the *extended* floors ([`measure_extended`]): `floor`, `loggp`,
+//! `compare` and `crossover` measure them; the other tests need only the first two.
+//!
 //! Also holds [`pin_current_thread`] (`sched_setaffinity` for one thread).
 
 use std::hint::black_box;
@@ -81,6 +95,32 @@ pub(crate) struct Floors {
     pub(crate) handoff: HandoffFloor,
     /// memcpy bandwidth per size, ascending by size.
     pub(crate) memcpy: Vec<MemcpyFloor>,
+    /// The extended floors, when this run measured them.
+    pub(crate) extended: Option<ExtendedFloors>,
+}
+
+/// A latency floor: median and p99 over samples, in µs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LatencyFloor {
+    /// Median, in µs.
+    pub(crate) median_us: f64,
+    /// 99th percentile (nearest rank), in µs.
+    pub(crate) p99_us: f64,
+    /// Operations timed in all.
+    pub(crate) count: u64,
+}
+
+/// Floors beyond the hand-off and memcpy: kernel entry, wake-up, cross-memory attach.
+#[derive(Debug, Clone)]
+pub(crate) struct ExtendedFloors {
+    /// One trivial system call (`getppid`), per call.
+    pub(crate) syscall: LatencyFloor,
+    /// One-way cross-core wake-up through an eventfd slept on in `poll`.
+    pub(crate) wakeup_eventfd: LatencyFloor,
+    /// One-way cross-core wake-up through a futex.
+    pub(crate) wakeup_futex: LatencyFloor,
+    /// `process_vm_readv` bandwidth per size (same shape as memcpy), ascending by size.
+    pub(crate) cma: Vec<MemcpyFloor>,
 }
 
 impl Floors {
@@ -107,7 +147,244 @@ pub(crate) fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<F
             .join()
             .map_err(|_| io::Error::other("the memcpy measuring thread panicked"))?
     })?;
-    Ok(Floors { handoff, memcpy })
+    Ok(Floors {
+        handoff,
+        memcpy,
+        extended: None,
+    })
+}
+
+/// Measures the extended floors: a trivial syscall and cross-memory attach per size on
+/// `cpu_a`, wake-ups between `cpu_a` and `cpu_b`.
+///
+/// # Errors
+/// If a measuring thread cannot be started or pinned, or a system call fails.
+pub(crate) fn measure_extended(
+    cpu_a: usize,
+    cpu_b: usize,
+    sizes: &[u64],
+) -> io::Result<ExtendedFloors> {
+    let (syscall, cma) = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> io::Result<(LatencyFloor, Vec<MemcpyFloor>)> {
+                pin_current_thread(cpu_a)?;
+                let syscall = measure_syscall();
+                let cma = sizes
+                    .iter()
+                    .map(|&size| measure_cma(size))
+                    .collect::<io::Result<Vec<_>>>()?;
+                Ok((syscall, cma))
+            })
+            .join()
+            .map_err(|_| io::Error::other("the syscall measuring thread panicked"))?
+    })?;
+    let wakeup_eventfd = measure_wakeup(cpu_a, cpu_b, WakeMechanism::EventfdPoll)?;
+    let wakeup_futex = measure_wakeup(cpu_a, cpu_b, WakeMechanism::Futex)?;
+    Ok(ExtendedFloors {
+        syscall,
+        wakeup_eventfd,
+        wakeup_futex,
+        cma,
+    })
+}
+
+/// Calls per timed syscall batch, and timed batches.
+const SYSCALL_CALLS_PER_BATCH: u64 = 1_000;
+const SYSCALL_BATCHES: usize = 200;
+/// Wake-up round trips timed (each one timed alone: they take microseconds), and untimed.
+const WAKEUP_ROUND_TRIPS: usize = 2_000;
+const WAKEUP_WARMUP_ROUND_TRIPS: usize = 200;
+
+/// Times `getppid` through `syscall(2)` in batches; per call, median over batches.
+fn measure_syscall() -> LatencyFloor {
+    let mut per_call_us = Vec::with_capacity(SYSCALL_BATCHES);
+    for batch in 0..SYSCALL_BATCHES + 10 {
+        let start = Instant::now();
+        for _ in 0..SYSCALL_CALLS_PER_BATCH {
+            // SAFETY: getppid takes no arguments, touches no memory and cannot fail.
+            black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+        }
+        let elapsed_us = start.elapsed().as_secs_f64() * 1e6;
+        if batch >= 10 {
+            per_call_us.push(elapsed_us / SYSCALL_CALLS_PER_BATCH as f64);
+        }
+    }
+    latency_floor(
+        per_call_us,
+        SYSCALL_BATCHES as u64 * SYSCALL_CALLS_PER_BATCH,
+    )
+}
+
+fn latency_floor(mut samples_us: Vec<f64>, count: u64) -> LatencyFloor {
+    stats::sort_samples(&mut samples_us);
+    LatencyFloor {
+        // The callers always take at least one sample.
+        median_us: stats::median(&samples_us).unwrap_or(0.0),
+        p99_us: stats::percentile(&samples_us, 99.0).unwrap_or(0.0),
+        count,
+    }
+}
+
+/// `process_vm_readv` from this process's own memory, `size_bytes` per call, timed like
+/// memcpy (median MB/s over batches, best batch too).
+fn measure_cma(size_bytes: u64) -> io::Result<MemcpyFloor> {
+    let length = size_bytes as usize;
+    let source: Vec<u8> = (0..length).map(|index| index as u8).collect();
+    let mut destination = vec![0u8; length];
+    let pid = quiver_transport::sys::getpid();
+    let remote = source.as_ptr() as u64;
+    let copies_per_batch =
+        (MEMCPY_BYTES_PER_BATCH / size_bytes).clamp(1, MEMCPY_MAX_COPIES_PER_BATCH / 10);
+    let mut batch_mbps = Vec::with_capacity(MEMCPY_BATCHES);
+    for batch in 0..MEMCPY_WARMUP_BATCHES + MEMCPY_BATCHES {
+        let start = Instant::now();
+        for _ in 0..copies_per_batch {
+            let copied =
+                quiver_transport::sys::process_vm_read(pid, black_box(&mut destination), remote)?;
+            if copied != length {
+                return Err(io::Error::other(format!(
+                    "process_vm_readv copied {copied} of {length} bytes"
+                )));
+            }
+        }
+        let batch_us = start.elapsed().as_secs_f64() * 1e6;
+        if batch >= MEMCPY_WARMUP_BATCHES {
+            batch_mbps.push((copies_per_batch * size_bytes) as f64 / batch_us.max(1e-3));
+        }
+    }
+    black_box(&source);
+    stats::sort_samples(&mut batch_mbps);
+    Ok(MemcpyFloor {
+        size_bytes,
+        median_mbps: stats::median(&batch_mbps).unwrap_or(0.0),
+        best_mbps: batch_mbps.last().copied().unwrap_or(0.0),
+        copies: copies_per_batch * MEMCPY_BATCHES as u64,
+    })
+}
+
+/// How a sleeping thread is woken in [`measure_wakeup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WakeMechanism {
+    /// Sleep in `poll` on an eventfd; wake by writing it (quiver's doorbell).
+    EventfdPoll,
+    /// Sleep in `FUTEX_WAIT`; wake with `FUTEX_WAKE`.
+    Futex,
+}
+
+/// A one-shot signal between two threads that sleeps in the kernel until raised.
+struct Sleeper {
+    mechanism: WakeMechanism,
+    eventfd: std::os::fd::OwnedFd,
+    word: std::sync::atomic::AtomicU32,
+}
+
+impl Sleeper {
+    fn new(mechanism: WakeMechanism) -> io::Result<Sleeper> {
+        Ok(Sleeper {
+            mechanism,
+            eventfd: quiver_transport::sys::eventfd()?,
+            word: std::sync::atomic::AtomicU32::new(0),
+        })
+    }
+
+    /// Sleeps until [`Sleeper::raise`] was called (consumes the signal).
+    fn sleep(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        match self.mechanism {
+            WakeMechanism::EventfdPoll => loop {
+                let mut fds = [libc::pollfd {
+                    fd: self.eventfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                quiver_transport::sys::poll(&mut fds, None)?;
+                if fds[0].revents & libc::POLLIN != 0 {
+                    quiver_transport::sys::eventfd_drain(self.eventfd.as_raw_fd());
+                    return Ok(());
+                }
+            },
+            WakeMechanism::Futex => {
+                while self.word.swap(0, Ordering::Acquire) == 0 {
+                    quiver_transport::sys::futex_wait(
+                        &self.word,
+                        0,
+                        std::time::Duration::from_secs(1),
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Wakes the thread sleeping in (or about to call) [`Sleeper::sleep`].
+    fn raise(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        match self.mechanism {
+            WakeMechanism::EventfdPoll => {
+                quiver_transport::sys::eventfd_signal(self.eventfd.as_raw_fd())
+            }
+            WakeMechanism::Futex => {
+                self.word.store(1, Ordering::Release);
+                quiver_transport::sys::futex_wake(&self.word);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Two threads pinned to `cpu_a` and `cpu_b` wake each other in turn; one way = round trip
+/// / 2, each round trip timed on its own (they take microseconds, the clock ~30 ns).
+fn measure_wakeup(
+    cpu_a: usize,
+    cpu_b: usize,
+    mechanism: WakeMechanism,
+) -> io::Result<LatencyFloor> {
+    let to_b = Sleeper::new(mechanism)?;
+    let to_a = Sleeper::new(mechanism)?;
+    let total = WAKEUP_WARMUP_ROUND_TRIPS + WAKEUP_ROUND_TRIPS;
+    let pinned_a = AtomicBool::new(false);
+    let pinned_b = AtomicBool::new(false);
+    let start_line = Barrier::new(2);
+    let (result_a, result_b) = std::thread::scope(|scope| {
+        let responder = scope.spawn(|| -> io::Result<()> {
+            let pin_result = pin_current_thread(cpu_b);
+            pinned_b.store(pin_result.is_ok(), Ordering::SeqCst);
+            start_line.wait();
+            pin_result?;
+            if !pinned_a.load(Ordering::SeqCst) {
+                return Ok(()); // The initiator reports its own error.
+            }
+            for _ in 0..total {
+                to_b.sleep()?;
+                to_a.raise()?;
+            }
+            Ok(())
+        });
+        let initiator = scope.spawn(|| -> io::Result<Vec<f64>> {
+            let pin_result = pin_current_thread(cpu_a);
+            pinned_a.store(pin_result.is_ok(), Ordering::SeqCst);
+            start_line.wait();
+            pin_result?;
+            if !pinned_b.load(Ordering::SeqCst) {
+                return Ok(Vec::new()); // The responder reports its own error.
+            }
+            let mut one_way_us = Vec::with_capacity(WAKEUP_ROUND_TRIPS);
+            for round_trip in 0..total {
+                let start = Instant::now();
+                to_b.raise()?;
+                to_a.sleep()?;
+                if round_trip >= WAKEUP_WARMUP_ROUND_TRIPS {
+                    one_way_us.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
+                }
+            }
+            Ok(one_way_us)
+        });
+        (initiator.join(), responder.join())
+    });
+    let panicked = || io::Error::other("a wake-up measuring thread panicked");
+    let one_way_us = result_a.map_err(|_| panicked())??;
+    result_b.map_err(|_| panicked())??;
+    Ok(latency_floor(one_way_us, WAKEUP_ROUND_TRIPS as u64))
 }
 
 /// Pins the calling thread to one CPU.
@@ -284,6 +561,20 @@ mod tests {
             .join()
             .expect("thread")
             .expect("pin to an allowed CPU");
+    }
+
+    #[test]
+    fn extended_floors_are_positive() {
+        let cpus = crate::launch::allowed_cpus().expect("sched_getaffinity");
+        let (a, b) = (cpus[0], *cpus.last().expect("one CPU"));
+        let floors = measure_extended(a, b, &[4096]).expect("extended floors");
+        assert!(
+            floors.syscall.median_us > 0.0 && floors.syscall.p99_us >= floors.syscall.median_us
+        );
+        assert!(floors.wakeup_eventfd.median_us > 0.0);
+        assert!(floors.wakeup_futex.median_us > 0.0);
+        assert_eq!(floors.cma.len(), 1);
+        assert!(floors.cma[0].median_mbps > 0.0);
     }
 
     #[test]

@@ -17,13 +17,20 @@
 //! ratios, table), `sizes` and `stats` (parsing and statistics).
 
 mod floor;
+mod loggp;
 mod plan;
+mod plot;
+mod progress;
 mod ranks;
 mod raw;
 mod report;
 mod sizes;
 mod stats;
+mod suite;
 mod worker;
+
+pub(crate) use plan::Transport as BenchTransport;
+pub(crate) use suite::CrossoverResult;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -91,6 +98,43 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
 
+    /// A `QUIVER_*` setting for the ranks, NAME=VALUE (repeatable), e.g.
+    /// --set QUIVER_SHM_EAGER_MAX=64K: measure quiver with other thresholds.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
+
+    /// Human-readable output: quiver's table with floors and ratios, or the columns of the
+    /// OSU micro-benchmarks (`# Size  Latency (us)`, `# Size  Bandwidth (MB/s)`, ...).
+    #[arg(long, value_enum, value_name = "STYLE", default_value = "table")]
+    format: report::Style,
+
+    /// Also draw latency vs size (log-log) and bandwidth vs size, one line per transport
+    /// (and variant), into FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Show a progress bar with the time left on stderr even when it is not a terminal.
+    #[arg(long)]
+    progress: bool,
+
+    /// compare and crossover: a small, fast sweep (about 1% of the iterations; for CI and
+    /// smoke tests, not for figures).
+    #[arg(long)]
+    quick: bool,
+
+    /// crossover only: measure this machine's profile (from
+    /// `quiver tune`) against the built-in defaults instead of the two paths.
+    #[arg(long)]
+    compare_profile: bool,
+
+    /// crossover: the transports whose switch point is measured.
+    #[arg(long, value_name = "LIST", default_value = "shm,tcp,udp")]
+    transports: String,
+
+    /// Internal: default iteration counts scaled to this percentage.
+    #[arg(long, hide = true, default_value_t = 100)]
+    effort: u64,
+
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     worker: bool,
@@ -123,6 +167,42 @@ impl Detect {
             Detect::Both => vec![None, Some("0"), None, Some("0")],
         }
     }
+}
+
+/// Parses `--set NAME=VALUE` entries (only `QUIVER_*` names, not the job's identity).
+fn parse_settings(entries: &[String]) -> Result<Vec<(String, String)>, String> {
+    const RESERVED: [&str; 6] = [
+        "QUIVER_RANK",
+        "QUIVER_SIZE",
+        "QUIVER_JOB_ID",
+        "QUIVER_JOB_KEY",
+        "QUIVER_ADDRS",
+        "QUIVER_TRANSPORTS",
+    ];
+    entries
+        .iter()
+        .map(|entry| {
+            let Some((name, value)) = entry.split_once('=') else {
+                return Err(format!("--set {entry:?}: expected NAME=VALUE"));
+            };
+            let name = name.trim();
+            if !name.starts_with("QUIVER_")
+                || !name[7..]
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                return Err(format!(
+                    "--set {entry:?}: the name must be a QUIVER_* setting"
+                ));
+            }
+            if RESERVED.contains(&name) {
+                return Err(format!(
+                    "--set {name}: the bench sets the job's identity and transport itself"
+                ));
+            }
+            Ok((name.to_string(), value.trim().to_string()))
+        })
+        .collect()
 }
 
 /// Parses exactly two `ip:port` addresses.
@@ -186,6 +266,194 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
 /// Measures the floors, runs the ranks' tests and reports everything.
 fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let mut report = open_report(args.json.as_deref())?;
+    report.set_style(args.format);
+    if let Some(suite) = plan.tests.iter().copied().find(|test| test.is_suite()) {
+        run_suite(args, suite, cpus, &mut report)?;
+    } else {
+        run_tests(args, plan, cpus, &mut report)?;
+    }
+    report.clear_progress();
+    if let Some(path) = &args.plot {
+        plot::draw(path, report.collected())?;
+        eprintln!("quiver bench: plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs compare or crossover (which start their own rank jobs).
+fn run_suite(
+    args: &BenchArgs,
+    suite: TestName,
+    cpus: [usize; 2],
+    report: &mut Report,
+) -> Result<(), String> {
+    let effort_percent = if args.quick {
+        suite::QUICK_EFFORT_PERCENT
+    } else if args.effort != 100 {
+        args.effort
+    } else if suite == TestName::Compare {
+        suite::COMPARE_EFFORT_PERCENT
+    } else {
+        suite::CROSSOVER_EFFORT_PERCENT
+    };
+    let transports = parse_transport_list(&args.transports)?;
+    let floor_sizes: Vec<u64> = if suite == TestName::Compare {
+        suite::COMPARE_SIZES_BYTES.to_vec()
+    } else {
+        let mut sizes: Vec<u64> = suite::knobs()
+            .iter()
+            .filter(|knob| transports.contains(&knob.transport))
+            .flat_map(|knob| knob.sizes.clone())
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    };
+    report
+        .preamble(suite.as_str(), cpus)
+        .map_err(|error| format!("writing the table: {error}"))?;
+    let floors = suite::measure_floors(cpus, &floor_sizes)?;
+    report
+        .floors(&floors)
+        .map_err(|error| format!("writing the floors: {error}"))?;
+    let mut table = report.take_table();
+    report.set_progress(progress::Progress::new(0, args.progress));
+    let mut run = suite::SuiteRun {
+        cpus,
+        timeout: Duration::from_secs(args.timeout),
+        effort_percent,
+        window: args.window,
+        report,
+        floors: &floors,
+    };
+    let outcome = {
+        let table_ref: Option<&mut dyn Write> = match table.as_mut() {
+            Some(table) => Some(&mut **table),
+            None => None,
+        };
+        match suite {
+            TestName::Compare => suite::compare(&mut run, table_ref),
+            _ if args.compare_profile => this_machines_profile().and_then(|tuned| {
+                suite::compare_profile(&mut run, &transports, &tuned, table_ref).map(|_| ())
+            }),
+            _ => {
+                suite::measure_crossovers(&mut run, &transports).and_then(|results| match table_ref
+                {
+                    Some(table) => suite::print_crossovers(table, &results)
+                        .map_err(|error| format!("writing the table: {error}")),
+                    None => Ok(()),
+                })
+            }
+        }
+    };
+    report.restore_table(table);
+    outcome?;
+    let after = floor::measure_handoff(cpus[0], cpus[1])
+        .map_err(|error| format!("measuring the hand-off again: {error}"))?;
+    report
+        .handoff_after(&floors.handoff, &after)
+        .map_err(|error| format!("writing the floors: {error}"))
+}
+
+/// The thresholds of this machine's profile entry.
+fn this_machines_profile() -> Result<Vec<(String, u64)>, String> {
+    use quiver::profile::{profile_path, MachineIdentity, ProfileFile};
+    let lookup = |name: &str| std::env::var(name).ok();
+    let Some(path) = profile_path(&lookup) else {
+        return Err("--compare-profile: no profile (QUIVER_PROFILE=off or no HOME)".to_string());
+    };
+    let file = ProfileFile::load(&path)
+        .map_err(|error| error.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--compare-profile: {} does not exist: run `quiver tune` first",
+                path.display()
+            )
+        })?;
+    let machine = MachineIdentity::current();
+    let entry = file.entry_for(&machine).ok_or_else(|| {
+        format!(
+            "--compare-profile: {} has no entry for this machine ({}, {}): run `quiver tune`",
+            path.display(),
+            machine.hostname,
+            machine.cpu_model
+        )
+    })?;
+    Ok(entry
+        .thresholds
+        .iter()
+        .map(|(name, value)| (name.clone(), *value))
+        .collect())
+}
+
+/// Parses `--transports shm,tcp,udp` (quiver's transports only).
+pub(crate) fn parse_transport_list(list: &str) -> Result<Vec<Transport>, String> {
+    list.split(',')
+        .filter(|name| !name.trim().is_empty())
+        .map(|name| match Transport::from_name(name.trim()) {
+            Some(transport) if !transport.is_raw() => Ok(transport),
+            _ => Err(format!(
+                "--transports: {name:?} is not one of shm, tcp, udp"
+            )),
+        })
+        .collect()
+}
+
+/// Measures the crossovers for `quiver tune`: floors are not needed beyond what the
+/// records carry, so only the hand-off and memcpy at the sweep sizes are measured.
+pub(crate) fn measure_crossovers_for_tune(
+    cpus: Option<&str>,
+    transports: &[BenchTransport],
+    quick: bool,
+    timeout: Duration,
+    json: Option<&str>,
+) -> Result<Vec<CrossoverResult>, String> {
+    let cpus = choose_cpus(cpus)?;
+    let mut report = open_report(json)?;
+    report.take_table();
+    report.set_progress(progress::Progress::new(0, false));
+    let mut sizes: Vec<u64> = suite::knobs()
+        .iter()
+        .flat_map(|knob| knob.sizes.clone())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let floors = floor::measure(cpus[0], cpus[1], &sizes)
+        .map_err(|error| format!("measuring the floors: {error}"))?;
+    let mut run = suite::SuiteRun {
+        cpus,
+        timeout,
+        effort_percent: if quick {
+            suite::QUICK_EFFORT_PERCENT
+        } else {
+            suite::CROSSOVER_EFFORT_PERCENT
+        },
+        window: DEFAULT_WINDOW,
+        report: &mut report,
+        floors: &floors,
+    };
+    suite::measure_crossovers(&mut run, transports)
+}
+
+/// Prints crossover results (for `quiver tune`).
+pub(crate) fn print_crossovers(
+    table: &mut dyn Write,
+    results: &[CrossoverResult],
+) -> io::Result<()> {
+    suite::print_crossovers(table, results)
+}
+
+/// Runs the tests of one rank job: floors, the ranks, the hand-off again.
+fn run_tests(
+    args: &BenchArgs,
+    plan: &Plan,
+    cpus: [usize; 2],
+    report: &mut Report,
+) -> Result<(), String> {
+    report.set_progress(progress::Progress::new(
+        plan.rank_record_count(),
+        args.progress,
+    ));
     report
         .preamble(plan.transport.as_str(), cpus)
         .map_err(|error| format!("writing the table: {error}"))?;
@@ -194,10 +462,18 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let sweeps_sizes = plan
         .tests
         .iter()
-        .any(|&test| matches!(test, TestName::Floor | TestName::Pingpong | TestName::Bw));
+        .any(|&test| test == TestName::Floor || test.sweeps_sizes());
     let memcpy_sizes: &[u64] = if sweeps_sizes { &plan.sizes } else { &[] };
-    let floors = floor::measure(cpus[0], cpus[1], memcpy_sizes)
+    let mut floors = floor::measure(cpus[0], cpus[1], memcpy_sizes)
         .map_err(|error| format!("measuring the floors: {error}"))?;
+    // The extended floors (syscall, wake-up, cross-memory attach) when asked for, or when
+    // the cost model is measured (its overheads are compared with a system call).
+    if plan.tests.contains(&TestName::Floor) || plan.tests.contains(&TestName::Loggp) {
+        floors.extended = Some(
+            floor::measure_extended(cpus[0], cpus[1], memcpy_sizes)
+                .map_err(|error| format!("measuring the extended floors: {error}"))?,
+        );
+    }
     report
         .floors(&floors)
         .map_err(|error| format!("writing the floors: {error}"))?;
@@ -223,7 +499,7 @@ fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
                 plan,
                 cpus,
                 &floors,
-                &mut report,
+                report,
                 Duration::from_secs(args.timeout),
             )?;
         }
@@ -292,6 +568,25 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         (None, Some(_)) => Some(parse_two_addrs("10.77.0.1:7300,10.77.0.2:7300")?),
         (None, None) => None,
     };
+    if let Some(suite) = tests.iter().find(|test| test.is_suite()) {
+        if tests.len() > 1 {
+            return Err(format!(
+                "{} runs its own tests: name it alone",
+                suite.as_str()
+            ));
+        }
+    }
+    if transport.is_raw() && tests.contains(&TestName::Pool) {
+        return Err(
+            "pool measures quiver's receive buffers: use --transport shm, udp or tcp".to_string(),
+        );
+    }
+    if transport == Transport::RawUdp && tests.contains(&TestName::Bibw) {
+        return Err("bibw is not measured over raw-udp (its flow control is one-way)".to_string());
+    }
+    if !(1..=1000).contains(&args.effort) {
+        return Err("--effort must be between 1 and 1000".to_string());
+    }
     let plan = Plan {
         tests,
         transport,
@@ -300,9 +595,14 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         window: args.window,
         netns,
         addrs,
+        settings: parse_settings(&args.settings)?,
+        effort_percent: args.effort,
     };
     let window_bytes = plan.window.saturating_mul(plan.max_message_bytes());
-    if plan.tests.contains(&TestName::Bw) && window_bytes > MAX_WINDOW_BYTES {
+    let windowed = plan.tests.contains(&TestName::Bw)
+        || plan.tests.contains(&TestName::Bibw)
+        || plan.tests.contains(&TestName::Loggp);
+    if windowed && window_bytes > MAX_WINDOW_BYTES {
         return Err(format!(
             "bw would hold --window {} x {} = {} in posted buffers (at most {}); use a smaller window or size",
             plan.window,
@@ -403,6 +703,25 @@ mod tests {
         assert_eq!(plan.transport, Transport::Shm);
         assert_eq!(plan.window, 64);
         assert_eq!(plan.iters, None);
+        assert!(plan.settings.is_empty());
+        assert_eq!(plan.effort_percent, 100);
+    }
+
+    #[test]
+    fn settings_and_suites_are_validated() {
+        let plan = plan(&["--set", "QUIVER_SHM_EAGER_MAX=64K", "pingpong"]).expect("valid");
+        assert_eq!(
+            plan.settings,
+            vec![("QUIVER_SHM_EAGER_MAX".to_string(), "64K".to_string())]
+        );
+        assert!(super::tests::plan(&["--set", "PATH=/"]).is_err());
+        assert!(super::tests::plan(&["--set", "QUIVER_RANK=1"]).is_err());
+        assert!(super::tests::plan(&["--set", "QUIVER_X"]).is_err());
+        assert!(super::tests::plan(&["compare", "pingpong"]).is_err());
+        assert!(super::tests::plan(&["compare"]).is_ok());
+        assert!(super::tests::plan(&["pool", "--transport", "raw-tcp"]).is_err());
+        assert!(super::tests::plan(&["bibw", "--transport", "raw-udp"]).is_err());
+        assert!(super::tests::plan(&["bibw", "--transport", "raw-tcp"]).is_ok());
     }
 
     #[test]
@@ -452,8 +771,20 @@ mod tests {
 
     #[test]
     fn worker_args_parse_back_to_the_same_plan() {
-        let original =
-            plan(&["--sizes", "8,64K", "--iters", "200", "bw", "pingpong"]).expect("valid");
+        let original = plan(&[
+            "--sizes",
+            "8,64K",
+            "--iters",
+            "200",
+            "--set",
+            "QUIVER_SPIN_US=100",
+            "--effort",
+            "20",
+            "bw",
+            "pingpong",
+            "loggp",
+        ])
+        .expect("valid");
         let worker_args = original.worker_args();
         assert_eq!(worker_args[0], "bench");
         let arguments: Vec<&str> = worker_args[1..].iter().map(String::as_str).collect();

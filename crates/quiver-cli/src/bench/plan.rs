@@ -15,8 +15,19 @@ pub(crate) enum TestName {
     Pingpong,
     /// Streaming bandwidth with a window of outstanding sends, over the size sweep.
     Bw,
+    /// Bidirectional streaming bandwidth: both ranks send windows to each other at once.
+    Bibw,
     /// 8-byte message rate with a window of outstanding sends.
     Rate,
+    /// The LogGP cost model per size: o_s, o_r, L, g, and G fitted over the sizes.
+    Loggp,
+    /// recv_pooled (pre-registered buffers) against a fresh buffer per message.
+    Pool,
+    /// For each transport, where the copy path and the zero-copy path cross (runs the
+    /// ranks once per path, with the threshold forced each way).
+    Crossover,
+    /// Every transport and baseline side by side, with the floors (one table).
+    Compare,
 }
 
 impl TestName {
@@ -26,13 +37,35 @@ impl TestName {
             TestName::Floor => "floor",
             TestName::Pingpong => "pingpong",
             TestName::Bw => "bw",
+            TestName::Bibw => "bibw",
             TestName::Rate => "rate",
+            TestName::Loggp => "loggp",
+            TestName::Pool => "pool",
+            TestName::Crossover => "crossover",
+            TestName::Compare => "compare",
         }
     }
 
-    /// Whether the test runs between the two ranks (everything but the floors).
+    /// Whether the test runs between the two ranks of one job (everything but the floors
+    /// and the tests that start several jobs themselves).
     pub(crate) fn needs_ranks(self) -> bool {
-        self != TestName::Floor
+        !matches!(
+            self,
+            TestName::Floor | TestName::Crossover | TestName::Compare
+        )
+    }
+
+    /// Whether the test starts rank jobs of its own (and must be named alone).
+    pub(crate) fn is_suite(self) -> bool {
+        matches!(self, TestName::Crossover | TestName::Compare)
+    }
+
+    /// Whether the test sweeps the message sizes (one point per size).
+    pub(crate) fn sweeps_sizes(self) -> bool {
+        matches!(
+            self,
+            TestName::Pingpong | TestName::Bw | TestName::Bibw | TestName::Loggp | TestName::Pool
+        )
     }
 }
 
@@ -113,6 +146,10 @@ const DEFAULT_BW_MIN_WINDOWS: u64 = 20;
 const DEFAULT_BW_MAX_WINDOWS: u64 = 5_000;
 /// Windows in the rate test by default.
 const DEFAULT_RATE_WINDOWS: u64 = 20_000;
+/// Fewest round trips a scaled-down default gives (enough for a median and a p99).
+const MIN_SCALED_ITERS: u64 = 20;
+/// Fewest windows a scaled-down default gives.
+const MIN_SCALED_WINDOWS: u64 = 3;
 
 /// A validated bench run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +168,12 @@ pub(crate) struct Plan {
     pub(crate) netns: Option<[String; 2]>,
     /// The ranks' addresses (`QUIVER_ADDRS`) when given; loopback ports otherwise.
     pub(crate) addrs: Option<Vec<std::net::SocketAddr>>,
+    /// `QUIVER_*` settings the ranks apply before they build their context (`--set`):
+    /// how a suite forces one protocol path or the other.
+    pub(crate) settings: Vec<(String, String)>,
+    /// Default iteration counts scaled to this percentage (100: as documented; suites
+    /// and `--quick` use less). Given `--iters` are not scaled.
+    pub(crate) effort_percent: u64,
 }
 
 impl Plan {
@@ -155,34 +198,58 @@ impl Plan {
         sweep_max.max(RATE_MESSAGE_BYTES)
     }
 
+    /// A default count scaled by `effort_percent`, at least `minimum`.
+    fn scaled(&self, count: u64, minimum: u64) -> u64 {
+        (count.saturating_mul(self.effort_percent) / 100).max(minimum)
+    }
+
     /// Measured round trips of pingpong at `size_bytes`.
     pub(crate) fn pingpong_iters(&self, size_bytes: u64) -> u64 {
         self.iters.unwrap_or_else(|| {
-            (DEFAULT_PINGPONG_BYTES / (2 * size_bytes))
-                .clamp(DEFAULT_PINGPONG_MIN_ITERS, DEFAULT_PINGPONG_MAX_ITERS)
+            self.scaled(
+                (DEFAULT_PINGPONG_BYTES / (2 * size_bytes))
+                    .clamp(DEFAULT_PINGPONG_MIN_ITERS, DEFAULT_PINGPONG_MAX_ITERS),
+                MIN_SCALED_ITERS,
+            )
         })
     }
 
-    /// Measured windows of bw at `size_bytes`.
+    /// Measured windows of bw (and bibw) at `size_bytes`.
     pub(crate) fn bw_windows(&self, size_bytes: u64) -> u64 {
         self.iters.unwrap_or_else(|| {
-            (DEFAULT_BW_BYTES / (size_bytes * self.window))
-                .clamp(DEFAULT_BW_MIN_WINDOWS, DEFAULT_BW_MAX_WINDOWS)
+            self.scaled(
+                (DEFAULT_BW_BYTES / (size_bytes * self.window))
+                    .clamp(DEFAULT_BW_MIN_WINDOWS, DEFAULT_BW_MAX_WINDOWS),
+                MIN_SCALED_WINDOWS,
+            )
         })
     }
 
     /// Measured windows of rate.
     pub(crate) fn rate_windows(&self) -> u64 {
-        self.iters.unwrap_or(DEFAULT_RATE_WINDOWS)
+        self.iters
+            .unwrap_or_else(|| self.scaled(DEFAULT_RATE_WINDOWS, MIN_SCALED_WINDOWS))
+    }
+
+    /// loggp at `size_bytes`: (round trips for L, timed send/receive pairs for o_s and
+    /// o_r, windows of the saturated stream for g). A fifth of pingpong's round trips
+    /// each (the overhead loop waits two round trips per sample), and bw's windows.
+    pub(crate) fn loggp_counts(&self, size_bytes: u64) -> (u64, u64, u64) {
+        let round_trips = (self.pingpong_iters(size_bytes) / 5).max(MIN_SCALED_ITERS);
+        (round_trips, round_trips, self.bw_windows(size_bytes))
     }
 
     /// How many result records the ranks produce (one per measured point).
     pub(crate) fn rank_record_count(&self) -> usize {
         self.rank_tests()
             .map(|test| match test {
-                TestName::Pingpong | TestName::Bw => self.sizes.len(),
+                TestName::Pingpong | TestName::Bw | TestName::Bibw => self.sizes.len(),
+                // Two points per size (pooled, fresh).
+                TestName::Pool => 2 * self.sizes.len(),
+                // One point per size and the fit.
+                TestName::Loggp => self.sizes.len() + 1,
                 TestName::Rate => 1,
-                TestName::Floor => 0,
+                TestName::Floor | TestName::Crossover | TestName::Compare => 0,
             })
             .sum()
     }
@@ -203,6 +270,14 @@ impl Plan {
         if let Some(iters) = self.iters {
             args.push("--iters".to_string());
             args.push(iters.to_string());
+        }
+        if self.effort_percent != 100 {
+            args.push("--effort".to_string());
+            args.push(self.effort_percent.to_string());
+        }
+        for (name, value) in &self.settings {
+            args.push("--set".to_string());
+            args.push(format!("{name}={value}"));
         }
         args.extend(self.rank_tests().map(|test| test.as_str().to_string()));
         args
@@ -232,6 +307,8 @@ mod tests {
             window: 64,
             netns: None,
             addrs: None,
+            settings: Vec::new(),
+            effort_percent: 100,
         }
     }
 
@@ -244,6 +321,14 @@ mod tests {
         assert_eq!(plan.bw_windows(8), 5_000);
         assert_eq!(plan.bw_windows(1 << 20), 128);
         assert_eq!(plan.bw_windows(64 << 20), 20);
+        let quick = Plan {
+            effort_percent: 10,
+            ..plan
+        };
+        assert_eq!(quick.pingpong_iters(8), 10_000);
+        assert_eq!(quick.pingpong_iters(1 << 30), 20);
+        assert_eq!(quick.bw_windows(64 << 20), 3);
+        assert_eq!(quick.loggp_counts(8), (2_000, 2_000, 500));
     }
 
     #[test]

@@ -36,10 +36,11 @@ use std::time::{Duration, Instant};
 
 use quiver::{Addr, Connection, Context, Endpoint};
 
+use super::loggp::{self, BenchLink};
 use super::plan::{self, Plan, TestName, Transport, RATE_MESSAGE_BYTES};
 use super::report::Record;
 use super::stats;
-use super::worker::{connect, emit};
+use super::worker::{connect, emit, run_loggp};
 
 /// Largest payload of one IPv4 UDP datagram; larger raw-udp messages are split.
 pub(crate) const MAX_DATAGRAM_BYTES: usize = 65_507;
@@ -65,6 +66,66 @@ trait RawLink {
     fn send_window_ack(&mut self) -> io::Result<()>;
     /// Sender, end of a bw/rate window: wait until the receiver has everything.
     fn wait_window_ack(&mut self) -> io::Result<()>;
+    /// bibw: sends `count` copies of `message` while receiving `count` messages of
+    /// `receive.len()` bytes (each into `receive`), both at once.
+    fn exchange(&mut self, message: &[u8], receive: &mut [u8], count: u64) -> io::Result<()> {
+        let _ = (message, receive, count);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "bibw is not measured over this baseline",
+        ))
+    }
+}
+
+/// A raw link as the generic tests see it, with the buffers of one bibw window.
+struct Generic<'a> {
+    link: &'a mut dyn RawLink,
+    rank: u32,
+    exchange_send: Vec<u8>,
+    exchange_receive: Vec<u8>,
+}
+
+impl BenchLink for Generic<'_> {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn send_message(&mut self, message: &[u8]) -> Result<(), String> {
+        self.link
+            .send_message(message)
+            .map_err(|error| error.to_string())
+    }
+
+    fn receive_message(&mut self, buffer: &mut [u8]) -> Result<(), String> {
+        self.link
+            .receive_message(buffer)
+            .map_err(|error| error.to_string())
+    }
+
+    fn send_window_ack(&mut self) -> Result<(), String> {
+        self.link
+            .send_window_ack()
+            .map_err(|error| error.to_string())
+    }
+
+    fn wait_window_ack(&mut self) -> Result<(), String> {
+        self.link
+            .wait_window_ack()
+            .map_err(|error| error.to_string())
+    }
+
+    fn prepare_exchange(&mut self, size: u64, _count: u64) -> Result<(), String> {
+        let length = size as usize;
+        self.exchange_send = (0..length).map(|index| index as u8).collect();
+        self.exchange_receive = vec![0u8; length];
+        Ok(())
+    }
+
+    fn exchange(&mut self, count: u64) -> Result<(), String> {
+        self.link
+            .exchange(&self.exchange_send, &mut self.exchange_receive, count)
+            .map_err(|error| error.to_string())
+    }
 }
 
 pub(crate) fn run(plan: &Plan) -> Result<(), String> {
@@ -153,7 +214,32 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
                     emit(&mut output, record, plan)?;
                 }
             }
-            TestName::Floor => {}
+            TestName::Bibw => {
+                let mut generic = Generic {
+                    link: &mut *link,
+                    rank,
+                    exchange_send: Vec::new(),
+                    exchange_receive: Vec::new(),
+                };
+                for &size in &plan.sizes {
+                    let record =
+                        loggp::bibw_point(&mut generic, size, plan.window, plan.bw_windows(size))
+                            .map_err(|error| format!("bibw at {size} bytes: {error}"))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Loggp => {
+                let mut generic = Generic {
+                    link: &mut *link,
+                    rank,
+                    exchange_send: Vec::new(),
+                    exchange_receive: Vec::new(),
+                };
+                for record in run_loggp(&mut generic, plan, &send, &mut receive)? {
+                    emit(&mut output, Some(record), plan)?;
+                }
+            }
+            TestName::Floor | TestName::Pool | TestName::Crossover | TestName::Compare => {}
         }
     }
     Ok(())
@@ -404,6 +490,56 @@ impl RawLink for TcpLink {
 
     fn wait_window_ack(&mut self) -> io::Result<()> {
         self.receive_message(&mut [0])
+    }
+
+    /// Both directions at once on the one stream: write what the socket takes, read what
+    /// has arrived, until `count` messages went each way (the stream of `count` messages
+    /// is `count` back-to-back copies; the receive side overwrites `receive` per message).
+    fn exchange(&mut self, message: &[u8], receive: &mut [u8], count: u64) -> io::Result<()> {
+        let length = message.len();
+        let total = length as u64 * count;
+        let (mut written, mut read) = (0u64, 0u64);
+        let mut spins = 0u32;
+        let mut stalled_since: Option<Instant> = None;
+        while written < total || read < total {
+            let mut progress = false;
+            if written < total && ready(&self.stream, libc::POLLOUT)? {
+                let offset = (written % length as u64) as usize;
+                if let Some(count) = would_block(self.stream.write(&message[offset..]))? {
+                    written += count as u64;
+                    progress = true;
+                }
+            }
+            if read < total && ready(&self.stream, libc::POLLIN)? {
+                let offset = (read % length as u64) as usize;
+                match would_block(self.stream.read(&mut receive[offset..]))? {
+                    Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Some(count) => {
+                        read += count as u64;
+                        progress = true;
+                    }
+                    None => {}
+                }
+            }
+            if progress {
+                spins = 0;
+                stalled_since = None;
+                continue;
+            }
+            std::hint::spin_loop();
+            spins += 1;
+            if spins == SPINS_PER_CLOCK_READ {
+                spins = 0;
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > STALL_TIMEOUT {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no progress in bibw (a dead peer?)",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::floor::{Floors, HandoffFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
+use super::floor::{Floors, HandoffFloor, LatencyFloor, HANDOFF_ROUND_TRIPS_PER_BATCH};
 use super::plan::TestName;
 use super::sizes::format_size;
 
@@ -20,6 +20,12 @@ use super::sizes::format_size;
 pub(crate) const FLOOR_HANDOFF: &str = "cacheline_handoff";
 /// `floor` value of a memcpy floor record.
 pub(crate) const FLOOR_MEMCPY: &str = "memcpy";
+/// `floor` value of the trivial system call floor record.
+pub(crate) const FLOOR_SYSCALL: &str = "syscall";
+/// `floor` value of the cross-core wake-up floor records (`mechanism` says which).
+pub(crate) const FLOOR_WAKEUP: &str = "wakeup";
+/// `floor` value of the cross-memory attach (`process_vm_readv`) bandwidth records.
+pub(crate) const FLOOR_CMA: &str = "cma";
 /// `transport` value of floor records (no transport is involved).
 pub(crate) const TRANSPORT_NONE: &str = "none";
 /// `size` of the hand-off floor record: one cache line.
@@ -103,6 +109,54 @@ pub(crate) struct Record {
     /// The two CPUs (rank 0, rank 1; or the hand-off's two threads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cpus: Option<[usize; 2]>,
+    /// loggp: send overhead, median time inside the blocking send call, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) o_s_us: Option<f64>,
+    /// loggp: receive overhead, median time inside a receive of an already-arrived
+    /// message, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) o_r_us: Option<f64>,
+    /// loggp: latency L = round trip / 2 - o_s - o_r, in µs (the fit record: at the
+    /// smallest size).
+    #[serde(rename = "L_us", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) l_us: Option<f64>,
+    /// loggp: gap per message in a saturated stream (time / messages), in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) g_us: Option<f64>,
+    /// loggp: gap per byte; on a size point the slope of g from the previous size, on the
+    /// fit record the least-squares slope of g over the fitted sizes; ns per byte.
+    #[serde(
+        rename = "G_ns_per_byte",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) big_g_ns_per_byte: Option<f64>,
+    /// loggp: median round trip of this size, in µs (L is derived from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) round_trip_us: Option<f64>,
+    /// loggp: median cost of one clock read pair, subtracted from o_s and o_r, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) clock_overhead_us: Option<f64>,
+    /// loggp fit record: the sizes fitted (smallest, largest) and the fit's r².
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fit_sizes: Option<[u64; 2]>,
+    /// loggp fit record: coefficient of determination of the G fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fit_r2: Option<f64>,
+    /// pool / crossover: which variant this point measured ("pooled", "fresh"; "copy",
+    /// "zero_copy"; "default", "tuned").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) variant: Option<String>,
+    /// crossover: the `QUIVER_*` settings the ranks ran with, as NAME=VALUE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) settings: Option<Vec<String>>,
+    /// floor records: the floor's median in µs for syscall and wake-up floors is in
+    /// `latency_us`; this names the mechanism ("eventfd_poll", "futex").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mechanism: Option<String>,
+    /// Free-form result of a suite (crossover size, verdict), for people and scripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<serde_json::Value>,
 }
 
 /// Fills in `floor_*` and `floor_ratio` of a rank's record from this run's floors.
@@ -123,6 +177,21 @@ pub(crate) fn apply_floor(record: &mut Record, floors: &Floors) {
             let floor_us = handoff_us.max(copy_us);
             record.floor_us = Some(floor_us);
             record.floor_ratio = record.latency_us.map(|latency| latency / floor_us);
+        }
+        "pool" => {
+            let copy_us = memcpy_mbps.map_or(0.0, |mbps| record.size as f64 / mbps);
+            let floor_us = handoff_us.max(copy_us);
+            record.floor_us = Some(floor_us);
+            record.floor_ratio = record.latency_us.map(|latency| latency / floor_us);
+        }
+        "bibw" => {
+            // Both directions at once: at best each core copies at memcpy speed.
+            let floor = memcpy_mbps.map(|mbps| 2.0 * mbps);
+            record.floor_mbps = floor;
+            record.floor_ratio = record
+                .bandwidth_mbps
+                .zip(floor)
+                .map(|(bandwidth, floor)| bandwidth / floor);
         }
         "bw" => {
             record.floor_mbps = memcpy_mbps;
@@ -155,6 +224,51 @@ pub(crate) fn floor_records(floors: &Floors) -> Vec<Record> {
         cpus: Some([floors.handoff.cpu_a, floors.handoff.cpu_a]),
         ..Record::default()
     }));
+    if let Some(extended) = &floors.extended {
+        let cpu_a = floors.handoff.cpu_a;
+        let latency = |floor: &str, mechanism: Option<&str>, value: &LatencyFloor, cpus| Record {
+            test: TestName::Floor.as_str().to_string(),
+            floor: Some(floor.to_string()),
+            mechanism: mechanism.map(str::to_string),
+            transport: TRANSPORT_NONE.to_string(),
+            size: CACHE_LINE_BYTES,
+            iters: value.count,
+            latency_us: Some(value.median_us),
+            latency_p99_us: Some(value.p99_us),
+            cpus: Some(cpus),
+            ..Record::default()
+        };
+        let pair = [floors.handoff.cpu_a, floors.handoff.cpu_b];
+        records.push(latency(
+            FLOOR_SYSCALL,
+            None,
+            &extended.syscall,
+            [cpu_a, cpu_a],
+        ));
+        records.push(latency(
+            FLOOR_WAKEUP,
+            Some("eventfd_poll"),
+            &extended.wakeup_eventfd,
+            pair,
+        ));
+        records.push(latency(
+            FLOOR_WAKEUP,
+            Some("futex"),
+            &extended.wakeup_futex,
+            pair,
+        ));
+        records.extend(extended.cma.iter().map(|cma| Record {
+            test: TestName::Floor.as_str().to_string(),
+            floor: Some(FLOOR_CMA.to_string()),
+            transport: TRANSPORT_NONE.to_string(),
+            size: cma.size_bytes,
+            iters: cma.copies,
+            bandwidth_mbps: Some(cma.median_mbps),
+            bandwidth_best_mbps: Some(cma.best_mbps),
+            cpus: Some([cpu_a, cpu_a]),
+            ..Record::default()
+        }));
+    }
     records
 }
 
@@ -188,12 +302,30 @@ pub(crate) fn handoff_drift(before: &HandoffFloor, after: &HandoffFloor) -> f64 
     }
 }
 
+/// How the human-readable output looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Style {
+    /// quiver's table: every figure with its floor and ratio.
+    Table,
+    /// The columns the OSU micro-benchmarks print (`# Size  Latency (us)`, ...); floors
+    /// and notes as `#` comment lines.
+    Osu,
+}
+
 /// Where results go: a table (human), JSON lines (machines), either or both.
 pub(crate) struct Report {
     table: Option<Box<dyn Write>>,
     json: Option<Box<dyn Write>>,
-    /// Test whose table section is open (its header printed).
+    style: Style,
+    /// Test (and transport and variant) whose table section is open (its header printed).
     open_section: Option<String>,
+    /// Every rank result so far, in order (for plots and suites).
+    collected: Vec<Record>,
+    /// The progress bar on stderr, when the run has one.
+    progress: Option<super::progress::Progress>,
+    /// Variant and settings given to every following result without a variant (a suite
+    /// says which path or side its current job measures).
+    tag: Option<(String, Vec<String>)>,
 }
 
 impl Report {
@@ -202,8 +334,65 @@ impl Report {
         Report {
             table,
             json,
+            style: Style::Table,
             open_section: None,
+            collected: Vec::new(),
+            progress: None,
+            tag: None,
         }
+    }
+
+    /// Tags every following result that has no variant of its own with `variant` and
+    /// `settings` (`None`: stop tagging).
+    pub(crate) fn set_tag(&mut self, variant: Option<&str>, settings: Vec<String>) {
+        self.tag = variant.map(|variant| (variant.to_string(), settings));
+    }
+
+    /// Prints the human-readable part in `style`.
+    pub(crate) fn set_style(&mut self, style: Style) {
+        self.style = style;
+    }
+
+    /// Shows a progress bar over `points` points (more may be added with `add_points`).
+    pub(crate) fn set_progress(&mut self, progress: super::progress::Progress) {
+        self.progress = Some(progress);
+    }
+
+    /// Adds points to the progress bar's total.
+    pub(crate) fn add_points(&mut self, points: usize) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress.add_points(points);
+        }
+    }
+
+    /// Removes the progress bar from the screen.
+    pub(crate) fn clear_progress(&mut self) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress.clear();
+        }
+    }
+
+    /// Stops printing the table (a suite prints its own summary instead).
+    pub(crate) fn take_table(&mut self) -> Option<Box<dyn Write>> {
+        self.table.take()
+    }
+
+    /// Gives back the table taken with [`Report::take_table`].
+    pub(crate) fn restore_table(&mut self, table: Option<Box<dyn Write>>) {
+        self.table = table;
+    }
+
+    /// Every rank result reported so far.
+    pub(crate) fn collected(&self) -> &[Record] {
+        &self.collected
+    }
+
+    /// Writes a record to the JSON output only (suite summaries).
+    ///
+    /// # Errors
+    /// If writing fails.
+    pub(crate) fn json_only(&mut self, record: &Record) -> io::Result<()> {
+        self.json_line(record)
     }
 
     /// Prints the run's first lines: what is measured, where, and the units.
@@ -211,6 +400,13 @@ impl Report {
     /// # Errors
     /// If writing the table fails.
     pub(crate) fn preamble(&mut self, transport: &str, cpus: [usize; 2]) -> io::Result<()> {
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.preamble_table(transport, cpus));
+        }
+        self.preamble_table(transport, cpus)
+    }
+
+    fn preamble_table(&mut self, transport: &str, cpus: [usize; 2]) -> io::Result<()> {
         let Some(table) = self.table.as_mut() else {
             return Ok(());
         };
@@ -231,6 +427,13 @@ impl Report {
     /// # Errors
     /// If writing either output fails.
     pub(crate) fn floors(&mut self, floors: &Floors) -> io::Result<()> {
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.floors_table(floors));
+        }
+        self.floors_table(floors)
+    }
+
+    fn floors_table(&mut self, floors: &Floors) -> io::Result<()> {
         for record in floor_records(floors) {
             self.json_line(&record)?;
         }
@@ -270,6 +473,45 @@ impl Report {
                 )?;
             }
         }
+        if let Some(extended) = &floors.extended {
+            writeln!(
+                table,
+                "  trivial system call (getppid) on CPU {}: median {} µs, p99 {} µs",
+                handoff.cpu_a,
+                format_microseconds(extended.syscall.median_us),
+                format_microseconds(extended.syscall.p99_us)
+            )?;
+            for (name, wakeup) in [
+                ("eventfd + poll", &extended.wakeup_eventfd),
+                ("futex", &extended.wakeup_futex),
+            ] {
+                writeln!(
+                    table,
+                    "  cross-core wake-up ({name}) CPU {} <-> CPU {}, one way: median {} µs, p99 {} µs",
+                    handoff.cpu_a,
+                    handoff.cpu_b,
+                    format_microseconds(wakeup.median_us),
+                    format_microseconds(wakeup.p99_us)
+                )?;
+            }
+            if !extended.cma.is_empty() {
+                writeln!(
+                    table,
+                    "  cross-memory attach (process_vm_readv of own memory) on CPU {}:",
+                    handoff.cpu_a
+                )?;
+                writeln!(table, "  {:>10} {:>11} {:>12}", "size", "MB/s", "best MB/s")?;
+                for cma in &extended.cma {
+                    writeln!(
+                        table,
+                        "  {:>10} {:>11} {:>12}",
+                        format_size(cma.size_bytes),
+                        format_mbps(cma.median_mbps),
+                        format_mbps(cma.best_mbps)
+                    )?;
+                }
+            }
+        }
         table.flush()
     }
 
@@ -279,6 +521,41 @@ impl Report {
     /// # Errors
     /// If writing either output fails.
     pub(crate) fn handoff_after(
+        &mut self,
+        before: &HandoffFloor,
+        after: &HandoffFloor,
+    ) -> io::Result<()> {
+        self.clear_progress();
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.handoff_after_table(before, after));
+        }
+        self.handoff_after_table(before, after)
+    }
+
+    /// Runs `print` with the table going to a buffer, then writes the buffer's lines as
+    /// `# ` comments (the OSU layout keeps only data rows uncommented).
+    fn as_comments(&mut self, print: impl FnOnce(&mut Report) -> io::Result<()>) -> io::Result<()> {
+        let Some(mut real) = self.table.take() else {
+            return print(self);
+        };
+        let buffer = SharedBuffer::default();
+        self.table = Some(Box::new(buffer.clone()));
+        let printed = print(self);
+        self.table = Some(Box::new(std::io::sink()));
+        let text = buffer.text();
+        for line in text.lines() {
+            if line.is_empty() {
+                writeln!(real)?;
+            } else {
+                writeln!(real, "# {line}")?;
+            }
+        }
+        real.flush()?;
+        self.table = Some(real);
+        printed
+    }
+
+    fn handoff_after_table(
         &mut self,
         before: &HandoffFloor,
         after: &HandoffFloor,
@@ -317,19 +594,102 @@ impl Report {
     /// # Errors
     /// If writing either output fails.
     pub(crate) fn result(&mut self, record: &Record) -> io::Result<()> {
+        let tagged;
+        let record = match &self.tag {
+            Some((variant, settings)) if record.variant.is_none() => {
+                let mut copy = record.clone();
+                copy.variant = Some(variant.clone());
+                if !settings.is_empty() {
+                    copy.settings = Some(settings.clone());
+                }
+                tagged = copy;
+                &tagged
+            }
+            _ => record,
+        };
+        self.collected.push(record.clone());
+        if let Some(progress) = self.progress.as_mut() {
+            let what = format!(
+                "{} {} {}",
+                record.transport,
+                record.test,
+                format_size(record.size)
+            );
+            progress.point_done(&what);
+        }
         self.json_line(record)?;
         if self.table.is_none() {
             return Ok(());
         }
-        if self.open_section.as_deref() != Some(record.test.as_str()) {
-            self.open_section = Some(record.test.clone());
-            self.section_header(record)?;
+        let section = format!(
+            "{} {} {}",
+            record.test,
+            record.transport,
+            record.variant.as_deref().unwrap_or("")
+        );
+        let style = self.style;
+        if self.open_section.as_deref() != Some(section.as_str()) {
+            let continues_loggp = style == Style::Table
+                && record.test == "loggp"
+                && self
+                    .open_section
+                    .as_deref()
+                    .is_some_and(|open| open.starts_with("loggp "));
+            self.open_section = Some(section);
+            if !continues_loggp {
+                self.clear_progress();
+                match style {
+                    Style::Table => self.section_header(record)?,
+                    Style::Osu => self.osu_header(record)?,
+                }
+            }
         }
-        let row = table_row(record);
+        let row = match style {
+            Style::Table => table_row(record),
+            Style::Osu => osu_row(record),
+        };
+        self.clear_progress();
         if let Some(table) = self.table.as_mut() {
             writeln!(table, "{row}")?;
             table.flush()?;
         }
+        Ok(())
+    }
+
+    /// The OSU micro-benchmarks' title and column line for `record`'s test.
+    fn osu_header(&mut self, record: &Record) -> io::Result<()> {
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let transport = &record.transport;
+        let variant = record
+            .variant
+            .as_deref()
+            .map_or(String::new(), |variant| format!(", {variant}"));
+        let (title, columns) = match record.test.as_str() {
+            "pingpong" => ("Latency Test", "# Size          Latency (us)"),
+            "bw" => ("Bandwidth Test", "# Size      Bandwidth (MB/s)"),
+            "bibw" => (
+                "Bi-Directional Bandwidth Test",
+                "# Size      Bandwidth (MB/s)",
+            ),
+            "rate" => (
+                "Multiple Bandwidth / Message Rate Test",
+                "# Size                  MB/s        Messages/s",
+            ),
+            "pool" => (
+                "Latency Test (receive buffers)",
+                "# Size          Latency (us)",
+            ),
+            "loggp" => (
+                "LogGP Parameters",
+                "# Size      o_s (us)      o_r (us)        L (us)        g (us)     G (ns/B)",
+            ),
+            _ => ("Test", "# Size"),
+        };
+        writeln!(table)?;
+        writeln!(table, "# quiver bench {title} ({transport}{variant})")?;
+        writeln!(table, "{columns}")?;
         Ok(())
     }
 
@@ -339,6 +699,18 @@ impl Report {
         };
         let window = record.window.unwrap_or(0);
         writeln!(table)?;
+        if record.variant.is_some() && record.test != "pool" && record.test != "loggp" {
+            writeln!(
+                table,
+                "[{} {}: {}]",
+                record.transport,
+                record.variant.as_deref().unwrap_or(""),
+                record
+                    .settings
+                    .as_ref()
+                    .map_or(String::new(), |settings| settings.join(" "))
+            )?;
+        }
         match record.test.as_str() {
             "pingpong" => {
                 writeln!(table, "pingpong: one-way latency = round trip / 2, median and p99 (nearest rank) over round trips")?;
@@ -365,6 +737,35 @@ impl Report {
                     table,
                     "  {:>10} {:>9} {:>11} {:>13} {:>9}",
                     "size", "messages", "Mmsg/s", "floor Mmsg/s", "x floor"
+                )?;
+            }
+            "bibw" => {
+                writeln!(table, "bibw: both ranks stream windows of {window} posted sends to each other at once (osu_bibw style); MB/s = bytes both ways / time")?;
+                writeln!(
+                    table,
+                    "  of floor = MB/s / (2 x memcpy MB/s at that size: both cores copying)"
+                )?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+                    "size", "windows", "MB/s", "floor MB/s", "of floor"
+                )?;
+            }
+            "loggp" => {
+                writeln!(table, "loggp: LogGP cost model per size, µs (o_s = inside send, o_r = inside a receive of an arrived message,")?;
+                writeln!(table, "  L = round trip/2 - o_s - o_r, g = time per message in a saturated stream, G = slope of g, ns/byte)")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}",
+                    "size", "RTT/2 µs", "o_s µs", "o_r µs", "L µs", "g µs", "G ns/B", ""
+                )?;
+            }
+            "pool" => {
+                writeln!(table, "pool: pingpong, rank 0 receiving with recv_pooled (pre-registered buffers) or into a fresh buffer per message")?;
+                writeln!(
+                    table,
+                    "  {:>10} {:>9} {:>8} {:>11} {:>11} {:>11} {:>9}",
+                    "size", "iters", "buffers", "median µs", "p99 µs", "floor µs", "x floor"
                 )?;
             }
             other => writeln!(table, "{other}:")?,
@@ -413,7 +814,105 @@ fn table_row(record: &Record) -> String {
             or_dash(record.floor_mmsgs, format_mmsgs),
             ratio
         ),
+        "bibw" => format!(
+            "  {:>10} {:>9} {:>11} {:>12} {:>9}",
+            size,
+            record.iters,
+            or_dash(record.bandwidth_mbps, format_mbps),
+            or_dash(record.floor_mbps, format_mbps),
+            ratio
+        ),
+        "loggp" => format!(
+            "  {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}",
+            size,
+            or_dash(record.latency_us, format_microseconds),
+            or_dash(record.o_s_us, format_microseconds),
+            or_dash(record.o_r_us, format_microseconds),
+            or_dash(record.l_us, format_microseconds),
+            or_dash(record.g_us, format_microseconds),
+            or_dash(record.big_g_ns_per_byte, format_ratio),
+            match (record.variant.as_deref(), record.fit_sizes) {
+                (Some("fit"), Some([low, high])) => format!(
+                    "<- model: G fitted over {}..{}, r² {}",
+                    format_size(low),
+                    format_size(high),
+                    or_dash(record.fit_r2, format_ratio)
+                ),
+                (Some("fit"), None) => "<- model (one size: no G)".to_string(),
+                _ => String::new(),
+            }
+        ),
+        "pool" => format!(
+            "  {:>10} {:>9} {:>8} {:>11} {:>11} {:>11} {:>9}",
+            size,
+            record.iters,
+            record.variant.as_deref().unwrap_or("-"),
+            or_dash(record.latency_us, format_microseconds),
+            or_dash(record.latency_p99_us, format_microseconds),
+            or_dash(record.floor_us, format_microseconds),
+            ratio
+        ),
         _ => format!("  {size:>10} {:?}", record),
+    }
+}
+
+/// A `Write` into memory that can be read back while a clone was handed out.
+#[derive(Clone, Default)]
+struct SharedBuffer(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl SharedBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.borrow()).into_owned()
+    }
+}
+
+impl Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One line in the OSU micro-benchmarks' layout (size left, figures right-aligned, two
+/// decimals).
+fn osu_row(record: &Record) -> String {
+    let figure = |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:.2}"));
+    match record.test.as_str() {
+        "pingpong" | "pool" => format!("{:<10}{:>18}", record.size, figure(record.latency_us)),
+        "bw" | "bibw" => format!("{:<10}{:>18}", record.size, figure(record.bandwidth_mbps)),
+        "rate" => {
+            let rate = record.rate_mmsgs.map(|mmsgs| mmsgs * 1e6);
+            let mbps = record.rate_mmsgs.map(|mmsgs| mmsgs * record.size as f64);
+            format!(
+                "{:<10}{:>18}{:>18}",
+                record.size,
+                figure(mbps),
+                figure(rate)
+            )
+        }
+        "loggp" => {
+            let size = if record.variant.as_deref() == Some("fit") {
+                format!("# model at {}", record.size)
+            } else {
+                record.size.to_string()
+            };
+            let g_per_byte = record
+                .big_g_ns_per_byte
+                .map_or("-".to_string(), |value| format!("{value:.4}"));
+            format!(
+                "{size:<10}{:>14}{:>14}{:>14}{:>14}{:>13}",
+                figure(record.o_s_us),
+                figure(record.o_r_us),
+                figure(record.l_us),
+                figure(record.g_us),
+                g_per_byte
+            )
+        }
+        _ => format!("# {} {}", record.test, record.size),
     }
 }
 
@@ -468,6 +967,7 @@ mod tests {
                 best_mbps: 25_000.0,
                 copies: 10,
             }],
+            extended: None,
         }
     }
 

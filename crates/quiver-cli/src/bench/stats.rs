@@ -1,7 +1,9 @@
-//! Order statistics over samples (median, percentiles) for `quiver bench`.
+//! Statistics for `quiver bench`: order statistics over samples (median, percentiles),
+//! the mean, and an ordinary least-squares line fit (for the per-byte gap G of the LogGP
+//! model and for crossovers).
 //!
-//! Pure functions over a slice of samples; no I/O. The caller sorts once
-//! ([`sort_samples`]) and then reads any number of statistics from the sorted slice.
+//! Pure functions over slices; no I/O, no allocation. The caller sorts once
+//! ([`sort_samples`]) and then reads any number of order statistics from the sorted slice.
 
 /// Sorts samples ascending in place (total order: NaN, which a timing never yields, sorts last).
 pub(crate) fn sort_samples(samples: &mut [f64]) {
@@ -36,6 +38,106 @@ pub(crate) fn percentile(sorted: &[f64], percent: f64) -> Option<f64> {
     // in floating point) from rounding up to the next rank.
     let rank = (percent / 100.0 * count as f64 - 1e-9).ceil() as usize;
     Some(sorted[rank.clamp(1, count) - 1])
+}
+
+/// Arithmetic mean; `None` for an empty slice.
+pub(crate) fn mean(samples: &[f64]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    Some(samples.iter().sum::<f64>() / samples.len() as f64)
+}
+
+/// A straight line `y = intercept + slope * x` fitted by ordinary least squares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LineFit {
+    /// dy/dx.
+    pub(crate) slope: f64,
+    /// y at x = 0.
+    pub(crate) intercept: f64,
+    /// Coefficient of determination, 0..=1 (1 = every point on the line); 1 when every y is
+    /// equal (the line explains all of zero variance).
+    pub(crate) r_squared: f64,
+    /// Points fitted.
+    pub(crate) points: usize,
+}
+
+/// Fits `y = a + b x` to the points `(xs[i], ys[i])` by ordinary least squares.
+/// `None` when the slices differ in length, there are fewer than two points, all x are
+/// equal, or a value is not finite.
+pub(crate) fn fit_line(xs: &[f64], ys: &[f64]) -> Option<LineFit> {
+    let count = xs.len();
+    if count != ys.len() || count < 2 {
+        return None;
+    }
+    if xs.iter().chain(ys.iter()).any(|value| !value.is_finite()) {
+        return None;
+    }
+    // Centred sums (numerically safer than the textbook sum-of-squares form).
+    let mean_x = mean(xs)?;
+    let mean_y = mean(ys)?;
+    let (mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0);
+    for (&x, &y) in xs.iter().zip(ys) {
+        let (dx, dy) = (x - mean_x, y - mean_y);
+        sxx += dx * dx;
+        sxy += dx * dy;
+        syy += dy * dy;
+    }
+    if sxx == 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let intercept = mean_y - slope * mean_x;
+    let r_squared = if syy == 0.0 {
+        1.0
+    } else {
+        (sxy * sxy / (sxx * syy)).clamp(0.0, 1.0)
+    };
+    Some(LineFit {
+        slope,
+        intercept,
+        r_squared,
+        points: count,
+    })
+}
+
+/// Where two piecewise-linear curves sampled at the same ascending `xs` cross: the first
+/// x from which `b` is below `a` (b better, for times) at every later sample. The crossing
+/// is interpolated linearly between the last sample where `a <= b` and the next one.
+/// Returns `Crossing::Never` when `b` is not below `a` at the last sample and
+/// `Crossing::Always` when `b` is below `a` at every sample.
+pub(crate) fn crossing(xs: &[f64], a: &[f64], b: &[f64]) -> Crossing {
+    let count = xs.len().min(a.len()).min(b.len());
+    if count == 0 {
+        return Crossing::Never;
+    }
+    // The last sample where b is not better; b must be better everywhere after it.
+    let last_not_better = (0..count).rev().find(|&i| b[i] >= a[i]);
+    match last_not_better {
+        None => Crossing::Always,
+        Some(i) if i + 1 == count => Crossing::Never,
+        Some(i) => {
+            // Difference d = a - b goes from <= 0 at i to > 0 at i + 1.
+            let (d0, d1) = (a[i] - b[i], a[i + 1] - b[i + 1]);
+            let fraction = if d1 - d0 > 0.0 {
+                (-d0 / (d1 - d0)).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            Crossing::At(xs[i] + fraction * (xs[i + 1] - xs[i]))
+        }
+    }
+}
+
+/// Result of [`crossing`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Crossing {
+    /// The second curve is better from this x on.
+    At(f64),
+    /// The second curve is better at every sample.
+    Always,
+    /// The second curve is not better at the last sample.
+    Never,
 }
 
 #[cfg(test)]
@@ -79,5 +181,70 @@ mod tests {
         sort_samples(&mut samples);
         assert_eq!(samples, vec![1.0, 2.0, 3.0]);
         assert_eq!(percentile(&samples, 99.0), Some(3.0));
+    }
+
+    #[test]
+    fn mean_of_known_values() {
+        assert_eq!(mean(&[]), None);
+        assert_eq!(mean(&[2.0, 4.0, 9.0]), Some(5.0));
+    }
+
+    #[test]
+    fn line_fit_recovers_an_exact_line() {
+        // y = 3 + 0.5 x.
+        let xs = [0.0, 2.0, 4.0, 10.0];
+        let ys: Vec<f64> = xs.iter().map(|x| 3.0 + 0.5 * x).collect();
+        let fit = fit_line(&xs, &ys).expect("fit");
+        assert!((fit.slope - 0.5).abs() < 1e-12, "{fit:?}");
+        assert!((fit.intercept - 3.0).abs() < 1e-12, "{fit:?}");
+        assert!((fit.r_squared - 1.0).abs() < 1e-12, "{fit:?}");
+        assert_eq!(fit.points, 4);
+    }
+
+    #[test]
+    fn line_fit_of_noisy_points_matches_the_textbook() {
+        // x = 1..5, y = 2, 4, 5, 4, 5: slope 0.6, intercept 2.2, r^2 = 0.6.
+        let fit = fit_line(&[1.0, 2.0, 3.0, 4.0, 5.0], &[2.0, 4.0, 5.0, 4.0, 5.0]).expect("fit");
+        assert!((fit.slope - 0.6).abs() < 1e-12, "{fit:?}");
+        assert!((fit.intercept - 2.2).abs() < 1e-12, "{fit:?}");
+        assert!((fit.r_squared - 0.6).abs() < 1e-12, "{fit:?}");
+    }
+
+    #[test]
+    fn line_fit_of_large_sizes_keeps_precision() {
+        // Sizes in bytes up to 4 MiB, times in µs: G = 0.05 ns/byte.
+        let xs = [65536.0, 262144.0, 1048576.0, 4194304.0];
+        let ys: Vec<f64> = xs.iter().map(|x| 1.5 + 0.00005 * x).collect();
+        let fit = fit_line(&xs, &ys).expect("fit");
+        assert!((fit.slope * 1e3 - 0.05).abs() < 1e-12, "{fit:?}");
+        assert!((fit.intercept - 1.5).abs() < 1e-9, "{fit:?}");
+    }
+
+    #[test]
+    fn line_fit_rejects_degenerate_input() {
+        assert_eq!(fit_line(&[1.0], &[1.0]), None);
+        assert_eq!(fit_line(&[1.0, 1.0], &[1.0, 2.0]), None);
+        assert_eq!(fit_line(&[1.0, 2.0], &[1.0]), None);
+        assert_eq!(fit_line(&[1.0, f64::NAN], &[1.0, 2.0]), None);
+        let flat = fit_line(&[1.0, 2.0, 3.0], &[4.0, 4.0, 4.0]).expect("flat fit");
+        assert_eq!(
+            (flat.slope, flat.intercept, flat.r_squared),
+            (0.0, 4.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn crossings_are_interpolated() {
+        let xs = [1.0, 2.0, 3.0, 4.0];
+        // a - b: -2, -1, +1, +3: crosses halfway between 2 and 3.
+        let a = [1.0, 2.0, 4.0, 6.0];
+        let b = [3.0, 3.0, 3.0, 3.0];
+        assert_eq!(crossing(&xs, &a, &b), Crossing::At(2.5));
+        assert_eq!(crossing(&xs, &b, &a), Crossing::Never);
+        assert_eq!(crossing(&xs, &a, &[0.0; 4]), Crossing::Always);
+        // Noise: b better at x = 2, worse at 3, better from 4 on: the crossing is after 3.
+        let noisy_b = [3.0, 1.0, 5.0, 3.0];
+        assert_eq!(crossing(&xs, &a, &noisy_b), Crossing::At(3.0 + 1.0 / 4.0));
+        assert_eq!(crossing(&[], &[], &[]), Crossing::Never);
     }
 }

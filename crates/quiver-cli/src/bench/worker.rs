@@ -15,8 +15,9 @@
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use quiver::{Addr, Connection, Context, Endpoint, Error, SendRequest};
+use quiver::{Addr, Connection, Context, Endpoint, Error, RecvRequest, SendRequest};
 
+use super::loggp::{self, BenchLink, LoggpBuffers};
 use super::plan::{self, Plan, TestName, RATE_MESSAGE_BYTES};
 use super::report::Record;
 use super::stats;
@@ -35,6 +36,11 @@ struct Link {
     rank: u32,
     /// Largest message the transport copies eagerly; larger ones go by rendezvous.
     eager_max: u64,
+    /// bibw: buffers of one window each way, and the requests in flight.
+    exchange_sends: Vec<Vec<u8>>,
+    exchange_receives: Vec<Vec<u8>>,
+    send_requests: Vec<SendRequest>,
+    receive_requests: Vec<RecvRequest>,
 }
 
 /// Buffers reused by every test, sized once for the largest message.
@@ -46,6 +52,7 @@ struct Buffers {
 }
 
 pub(crate) fn run(plan: &Plan) -> Result<(), String> {
+    apply_settings(plan)?;
     let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
     if context.size() != 2 {
         return Err(format!(
@@ -64,6 +71,10 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         connection,
         rank,
         eager_max: context.config().shm_eager_max,
+        exchange_sends: Vec::new(),
+        exchange_receives: Vec::new(),
+        send_requests: Vec::new(),
+        receive_requests: Vec::new(),
     };
     link.synchronise()
         .map_err(|error| format!("first exchange with rank {}: {error}", peer.rank))?;
@@ -114,11 +125,93 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
                     .map_err(|error| format!("rate: {error}"))?;
                 emit(&mut output, record, plan)?;
             }
-            TestName::Floor => {}
+            TestName::Bibw => {
+                for &size in &plan.sizes {
+                    let record =
+                        loggp::bibw_point(&mut link, size, plan.window, plan.bw_windows(size))
+                            .map_err(|error| format!("bibw at {size} bytes: {error}"))?;
+                    emit(&mut output, record, plan)?;
+                }
+            }
+            TestName::Loggp => {
+                let records = run_loggp(&mut link, plan, &buffers.send, &mut buffers.receive)?;
+                for record in records {
+                    emit(&mut output, Some(record), plan)?;
+                }
+            }
+            TestName::Pool => {
+                for &size in &plan.sizes {
+                    let iters = plan.pingpong_iters(size);
+                    for fresh in [false, true] {
+                        let record = link
+                            .pool_pingpong(&mut buffers, size, iters, fresh)
+                            .map_err(|error| format!("pool at {size} bytes: {error}"))?;
+                        emit(&mut output, record, plan)?;
+                    }
+                }
+            }
+            TestName::Floor | TestName::Crossover | TestName::Compare => {}
         }
     }
     link.finish()
         .map_err(|error| format!("last exchange with rank {}: {error}", peer.rank))
+}
+
+/// Applies the plan's `--set` settings to this process's environment, before the context
+/// reads it. Called first thing in a rank, while it is still single-threaded.
+pub(super) fn apply_settings(plan: &Plan) -> Result<(), String> {
+    for (name, value) in &plan.settings {
+        if !name.starts_with("QUIVER_") {
+            return Err(format!("--set {name}={value}: only QUIVER_* settings"));
+        }
+        std::env::set_var(name, value);
+    }
+    Ok(())
+}
+
+/// Runs loggp over every size of the plan; rank 0 returns the points (with their local G)
+/// and the fit record, rank 1 nothing.
+pub(super) fn run_loggp(
+    link: &mut dyn BenchLink,
+    plan: &Plan,
+    send: &[u8],
+    receive: &mut [u8],
+) -> Result<Vec<Record>, String> {
+    let most_samples = plan
+        .sizes
+        .iter()
+        .map(|&size| {
+            let (round_trips, overheads, _) = plan.loggp_counts(size);
+            round_trips.max(overheads)
+        })
+        .max()
+        .unwrap_or(0);
+    let mut samples = LoggpBuffers::new(most_samples);
+    let clock_overhead_us = if link.rank() == 0 {
+        loggp::clock_overhead_us()
+    } else {
+        0.0
+    };
+    let mut points = Vec::with_capacity(plan.sizes.len());
+    for &size in &plan.sizes {
+        let length = size as usize;
+        let point = loggp::loggp_point(
+            link,
+            (&send[..length], &mut receive[..length]),
+            plan.loggp_counts(size),
+            plan.window,
+            clock_overhead_us,
+            &mut samples,
+        )
+        .map_err(|error| format!("loggp at {size} bytes: {error}"))?;
+        points.extend(point);
+    }
+    if points.is_empty() {
+        return Ok(points);
+    }
+    loggp::fill_gap_per_byte(&mut points);
+    points.extend(loggp::fit_record(&points));
+    Ok(points)
 }
 
 /// Rank 0 writes the record (with the transport) as one JSON line; rank 1 has none.
@@ -210,6 +303,77 @@ impl Link {
         stats::sort_samples(&mut one_way_us);
         Ok(Some(Record {
             test: TestName::Pingpong.as_str().to_string(),
+            size,
+            iters,
+            latency_us: stats::median(&one_way_us),
+            latency_p99_us: stats::percentile(&one_way_us, 99.0),
+            ..Record::default()
+        }))
+    }
+
+    /// Ping-pong of `size` bytes where rank 0 receives with `recv_pooled` (buffers the
+    /// endpoint registered in advance and gets back on drop) or, with `fresh`, into a newly
+    /// allocated buffer per message (the cost of preparing memory on the fly: allocation,
+    /// zeroing, page faults). Rank 1 receives into its one reused buffer.
+    fn pool_pingpong(
+        &mut self,
+        buffers: &mut Buffers,
+        size: u64,
+        iters: u64,
+        fresh: bool,
+    ) -> StepResult<Option<Record>> {
+        let length = size as usize;
+        let warmup = plan::warmup_iters(iters);
+        let Buffers {
+            send,
+            receive,
+            stamps,
+        } = buffers;
+        let message = &send[..length];
+        if self.rank != 0 {
+            for _ in 0..warmup + iters {
+                self.receive_exact(receive, length)?;
+                self.send(message)?;
+            }
+            return Ok(None);
+        }
+        let receive_once = |link: &mut Link| -> StepResult<()> {
+            if fresh {
+                // The point of this variant: a new buffer per message.
+                let mut buffer = vec![0u8; length];
+                link.receive_exact(&mut buffer, length)?;
+                std::hint::black_box(&buffer);
+            } else {
+                let pooled = link.endpoint.recv_pooled()?;
+                if pooled.len() != length {
+                    return Err(StepError::UnexpectedLength {
+                        expected: length,
+                        received: pooled.len(),
+                        source: pooled.src(),
+                    });
+                }
+            }
+            Ok(())
+        };
+        for _ in 0..warmup {
+            self.send(message)?;
+            receive_once(self)?;
+        }
+        stamps.clear();
+        stamps.push(Instant::now());
+        for _ in 0..iters {
+            self.send(message)?;
+            receive_once(self)?;
+            stamps.push(Instant::now());
+        }
+        let mut one_way_us: Vec<f64> = stamps
+            .windows(2)
+            .map(|pair| (pair[1] - pair[0]).as_secs_f64() * 1e6 / 2.0)
+            .collect();
+        stats::sort_samples(&mut one_way_us);
+        Ok(Some(Record {
+            test: TestName::Pool.as_str().to_string(),
+            variant: Some(if fresh { "fresh" } else { "pooled" }.to_string()),
             size,
             iters,
             latency_us: stats::median(&one_way_us),
@@ -318,6 +482,81 @@ impl Link {
                 source,
             }),
         }
+    }
+}
+
+impl BenchLink for Link {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn send_message(&mut self, message: &[u8]) -> Result<(), String> {
+        self.send(message).map_err(|error| error.to_string())
+    }
+
+    fn receive_message(&mut self, buffer: &mut [u8]) -> Result<(), String> {
+        let length = buffer.len();
+        self.receive_exact(buffer, length)
+            .map_err(|error| error.to_string())
+    }
+
+    fn send_window_ack(&mut self) -> Result<(), String> {
+        self.send(&[0u8; ACK_BYTES])
+            .map_err(|error| error.to_string())
+    }
+
+    fn wait_window_ack(&mut self) -> Result<(), String> {
+        let mut ack = [0u8; ACK_BYTES];
+        self.receive_exact(&mut ack, ACK_BYTES)
+            .map_err(|error| error.to_string())
+    }
+
+    fn prepare_exchange(&mut self, size: u64, count: u64) -> Result<(), String> {
+        let length = size as usize;
+        self.exchange_sends = (0..count).map(|index| vec![index as u8; length]).collect();
+        self.exchange_receives = (0..count).map(|_| vec![0u8; length]).collect();
+        self.send_requests = Vec::with_capacity(count as usize);
+        self.receive_requests = Vec::with_capacity(count as usize);
+        Ok(())
+    }
+
+    /// Posts every receive, then every send, then waits for the sends and the receives
+    /// (osu_bibw's irecv/isend/waitall), handing the buffers back to the pools.
+    fn exchange(&mut self, count: u64) -> Result<(), String> {
+        let text = |error: Error| error.to_string();
+        let expected = self.exchange_sends.first().map_or(0, Vec::len);
+        for _ in 0..count {
+            let Some(buffer) = self.exchange_receives.pop() else {
+                return Err("bibw: more receives than prepared buffers".to_string());
+            };
+            let request = self.endpoint.post_recv(buffer).map_err(text)?;
+            self.receive_requests.push(request);
+        }
+        for _ in 0..count {
+            let Some(buffer) = self.exchange_sends.pop() else {
+                return Err("bibw: more sends than prepared buffers".to_string());
+            };
+            let request = self
+                .endpoint
+                .post_send(self.connection, buffer)
+                .map_err(text)?;
+            self.send_requests.push(request);
+        }
+        while let Some(request) = self.send_requests.pop() {
+            let buffer = self.endpoint.wait_send(request).map_err(text)?;
+            self.exchange_sends.push(buffer);
+        }
+        while let Some(request) = self.receive_requests.pop() {
+            let completion = self.endpoint.wait_recv(request).map_err(text)?;
+            if completion.len != expected {
+                return Err(format!(
+                    "bibw: expected a {expected}-byte message, got {} bytes",
+                    completion.len
+                ));
+            }
+            self.exchange_receives.push(completion.buf);
+        }
+        Ok(())
     }
 }
 

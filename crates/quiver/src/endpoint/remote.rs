@@ -17,10 +17,6 @@ use crate::context::NetInbound;
 /// Marks a [`Connection`] index as a network connection (index into `net_out`).
 pub(super) const NET_BIT: u32 = 1 << 31;
 
-/// Bytes a TCP inbound stream stages; messages that fit are received without blocking,
-/// larger ones are read straight into the destination once they start.
-const STAGING_BYTES: usize = 256 << 10;
-
 /// A send waiting for its turn on a network connection (posted, or the rest of a
 /// `try_send` the socket did not take at once).
 #[derive(Debug)]
@@ -187,10 +183,13 @@ fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>
 }
 
 impl TcpIn {
-    fn new(stream: TcpStream) -> TcpIn {
+    /// A TCP inbound stream staging `staging_bytes` (`Config::tcp_staging_bytes`):
+    /// messages that fit are received without blocking, larger ones are read straight
+    /// into the destination once they start.
+    fn new(stream: TcpStream, staging_bytes: usize) -> TcpIn {
         TcpIn {
             stream,
-            buf: vec![0u8; STAGING_BYTES].into_boxed_slice(),
+            buf: vec![0u8; staging_bytes].into_boxed_slice(),
             start: 0,
             end: 0,
         }
@@ -524,7 +523,7 @@ impl Endpoint {
             NetInbound::Tcp { peer, stream, pid } => self.net_in.push(NetIn {
                 peer,
                 kind: TransportKind::Tcp,
-                link: InLink::Tcp(TcpIn::new(stream)),
+                link: InLink::Tcp(TcpIn::new(stream, self.config.tcp_staging_bytes)),
                 state: InboundState::Open,
                 process: pid.and_then(PeerProcess::open),
             }),

@@ -60,10 +60,9 @@ struct UdpIo {
     tx_out: Vec<TxEntry>,
 }
 
-/// Payloads at least this long are sent from the connection's send buffer in place
-/// (gathered with their header); shorter ones are copied next to their header so that runs
-/// of them can leave as GSO segments.
-const IN_PLACE_PAYLOAD: usize = 8 << 10;
+// Payloads at least `Config::udp_in_place_min` long (8 KiB by default) are sent from the
+// connection's send buffer in place (gathered with their header); shorter ones are copied
+// next to their header so that runs of them can leave as GSO segments.
 
 /// One datagram laid out for sending.
 #[derive(Debug, Clone, Copy)]
@@ -218,6 +217,8 @@ struct Engine {
     hellos: HashMap<(SocketAddr, u64), u64>,
     base: ReliableConfig,
     config_datagram: usize,
+    /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
+    in_place_min: usize,
     start: Instant,
     header: [u8; MAX_HEADER_LEN],
     rx: Box<[u8]>,
@@ -339,6 +340,7 @@ impl DgramShared {
                 hellos: HashMap::new(),
                 base,
                 config_datagram: config.udp_datagram_bytes,
+                in_place_min: config.udp_in_place_min,
                 start: Instant::now(),
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
@@ -691,7 +693,7 @@ impl Engine {
                     let offset = io.tx.len();
                     io.tx.extend_from_slice(&self.header[..t.header_len]);
                     match t.stream_offset {
-                        Some(stream_offset) if t.payload.len() >= IN_PLACE_PAYLOAD => {
+                        Some(stream_offset) if t.payload.len() >= self.in_place_min => {
                             io.tx_out.push(TxEntry::InPlace {
                                 offset,
                                 header_len: t.header_len,
