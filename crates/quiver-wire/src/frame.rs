@@ -53,8 +53,9 @@ use core::fmt;
 
 /// The first two bytes of every frame (ASCII "QD", quiver datagram).
 pub const MAGIC: [u8; 2] = *b"QD";
-/// The frame format version this code speaks. Peers must match exactly.
-pub const VERSION: u8 = 1;
+/// The frame format version this code speaks. Peers must match exactly. Version 2 added
+/// [`flags::PING_REPLY`] (multi-path connections, `docs/striping.md`).
+pub const VERSION: u8 = 2;
 /// Length of the header without SACK ranges, in bytes.
 pub const FIXED_HEADER_LEN: usize = field::STREAM_OFFSET.end;
 /// Length of one encoded SACK range, in bytes.
@@ -110,8 +111,11 @@ pub mod flags {
     pub const ACK: u8 = 0x01;
     /// The sender asks for an immediate ack (no delayed ack).
     pub const ACK_REQUESTED: u8 = 0x02;
+    /// On an Ack: it answers the Ping whose `packet_number` it repeats, and was sent on the
+    /// path that Ping arrived on (how a path's liveness and RTT are probed).
+    pub const PING_REPLY: u8 = 0x04;
     /// All flag bits this version defines.
-    pub const ALL: u8 = ACK | ACK_REQUESTED;
+    pub const ALL: u8 = ACK | ACK_REQUESTED | PING_REPLY;
 }
 
 /// What a frame carries.
@@ -324,7 +328,8 @@ pub struct FrameHeader {
     pub dest_id: u64,
     /// Connection id of the sender.
     pub src_id: u64,
-    /// Packet number (Data, Close); informational on other types.
+    /// Packet number (Data, Close); a token on Ping, repeated by the Ack that answers it
+    /// ([`flags::PING_REPLY`]); informational on other types.
     pub packet_number: u64,
     /// Next packet number the sender expects: every packet below it arrived.
     pub cumulative_ack: u64,
@@ -627,7 +632,7 @@ mod tests {
     }
 
     fn fixture_bytes() -> Vec<u8> {
-        let mut bytes = vec![b'Q', b'D', 1, 2, 0x01, 1, 5, 0];
+        let mut bytes = vec![b'Q', b'D', 2, 2, 0x01, 1, 5, 0];
         bytes.extend_from_slice(&[0, 0, 0, 0]); // checksum, patched below
         bytes.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
         bytes.extend_from_slice(&[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
@@ -660,6 +665,28 @@ mod tests {
         let len = fixture_header().emit(&mut out, b"hello").unwrap();
         assert_eq!(len, 92);
         assert_eq!(&out[..len], &bytes[..len]);
+    }
+
+    #[test]
+    fn ping_reply_fixture() {
+        // An Ack answering Ping token 0x41 (ping 1 of path 1 with 64 paths), no SACK.
+        let mut bytes = vec![b'Q', b'D', 2, 3, 0x05, 0, 0, 0];
+        bytes.extend_from_slice(&[0, 0, 0, 0]);
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&2u64.to_le_bytes());
+        bytes.extend_from_slice(&0x41u64.to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 48]);
+        let mut crc = crc32c::crc32c(&bytes[..8]);
+        crc = crc32c::crc32c_append(crc, &bytes[12..]);
+        bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+        let frame = Frame::parse(&bytes).unwrap();
+        let mut expected = FrameHeader::new(FrameType::Ack, 1, 2);
+        expected.flags = flags::ACK | flags::PING_REPLY;
+        expected.packet_number = 0x41;
+        assert_eq!(*frame.header(), expected);
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let len = expected.emit(&mut out, &[]).unwrap();
+        assert_eq!(&out[..len], &bytes[..]);
     }
 
     #[test]
@@ -703,7 +730,7 @@ mod tests {
         assert_eq!(
             Frame::parse(&wrong),
             Err(FrameError::UnsupportedVersion {
-                expected: 1,
+                expected: 2,
                 actual: 9
             })
         );
@@ -725,7 +752,7 @@ mod tests {
             Frame::parse(&wrong),
             Err(FrameError::TooManySackRanges { actual: 17, .. })
         ));
-        assert_eq!(dest_id(&[b'Q', b'D', 1]), None);
+        assert_eq!(dest_id(&[b'Q', b'D', 2]), None);
     }
 
     #[test]
@@ -806,7 +833,7 @@ mod tests {
     fn header_strategy() -> impl Strategy<Value = FrameHeader> {
         (
             frame_type_strategy(),
-            0u8..4,
+            0u8..8,
             any::<[u64; 9]>(),
             proptest::collection::vec((1u64..1000, 1u64..1000), 0..=MAX_SACK_RANGES),
         )

@@ -734,7 +734,7 @@ impl Engine {
             }
             Some(id) => {
                 if let Some(entry) = self.conns.get_mut(&id) {
-                    entry.core.handle_datagram(now, datagram);
+                    entry.core.handle_datagram(now, 0, datagram);
                     touched.push(id);
                 } else if let Some(n) = reset_for(datagram, &mut self.header) {
                     // A stale connection (we forgot it) or a forged id: tell the sender.
@@ -863,7 +863,7 @@ impl Engine {
         if let Some(&id) = self.hellos.get(&(from, their_id)) {
             // A retransmitted Hello: the connection exists; let it answer again.
             if let Some(entry) = self.conns.get_mut(&id) {
-                entry.core.handle_datagram(now, datagram);
+                entry.core.handle_datagram(now, 0, datagram);
             }
             return Some(id);
         }
@@ -874,6 +874,7 @@ impl Engine {
             shared.key.clone(),
             shared.job_id,
             datagram,
+            0,
             id,
             random(),
             now,
