@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 
 use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
 use quiver_proto::reliable::{
-    reset_for, Event, ReliableConfig, ReliableConnection, ReliableStats, State,
+    reset_for, Event, PathStats, ReliableConfig, ReliableConnection, ReliableStats, State,
 };
 use quiver_wire::frame;
 
@@ -180,6 +180,8 @@ pub struct FlowReport {
     pub initiator_stats: Option<ReliableStats>,
     /// Counters of the responder connection.
     pub responder_stats: Option<ReliableStats>,
+    /// Per-path counters and gauges of the initiator connection, by path index.
+    pub initiator_paths: Vec<PathStats>,
     /// Largest `memory_bytes()` seen on either connection.
     pub peak_memory_bytes: usize,
     /// The bound it was checked against (`ReliableConfig::memory_bound_bytes`).
@@ -537,6 +539,13 @@ impl Sim {
                 .unwrap_or_default(),
             initiator_stats: initiator.map(|slot| slot.connection.stats().clone()),
             responder_stats: responder.map(|slot| slot.connection.stats().clone()),
+            initiator_paths: initiator
+                .map(|slot| {
+                    (0..slot.connection.path_count())
+                        .filter_map(|path| slot.connection.path_stats(path).cloned())
+                        .collect()
+                })
+                .unwrap_or_default(),
             peak_memory_bytes: initiator
                 .iter()
                 .chain(responder.iter())

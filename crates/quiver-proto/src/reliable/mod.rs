@@ -46,8 +46,8 @@ mod tests;
 use std::collections::VecDeque;
 
 use quiver_wire::frame::{
-    self, flags, Frame, FrameError, FrameHeader, FrameType, FIXED_HEADER_LEN, MAX_PAYLOAD_LEN,
-    MAX_SACK_RANGES, SACK_RANGE_LEN,
+    self, flags, Frame, FrameError, FrameHeader, FrameType, MoreSackRanges, SackRange,
+    FIXED_HEADER_LEN, MAX_ACK_RANGES, MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN,
 };
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
@@ -255,13 +255,28 @@ impl ReliableConfig {
     fn data_header_len(&self) -> usize {
         FIXED_HEADER_LEN + self.max_sack_ranges * SACK_RANGE_LEN
     }
+
+    /// SACK ranges a standalone Ack carries at most (header and payload): as many as fit the
+    /// datagram, up to [`MAX_ACK_RANGES`]; none when `max_sack_ranges` is 0.
+    fn ack_range_limit(&self) -> usize {
+        if self.max_sack_ranges == 0 {
+            return 0;
+        }
+        let room = self
+            .max_datagram_bytes
+            .saturating_sub(self.data_header_len())
+            / SACK_RANGE_LEN;
+        (self.max_sack_ranges + room).min(MAX_ACK_RANGES)
+    }
 }
 
-/// Memory of a connection that does not depend on the configuration.
+/// Memory of a connection that does not depend on the configuration (the Ack scratch
+/// buffers included).
 const FIXED_MEMORY_BYTES: usize = core::mem::size_of::<ReliableConnection>()
     + core::mem::size_of::<Initiator>()
     + core::mem::size_of::<Responder>()
-    + 16 * core::mem::size_of::<Event>();
+    + 16 * core::mem::size_of::<Event>()
+    + MAX_ACK_RANGES * (2 * core::mem::size_of::<SackRange>() + SACK_RANGE_LEN);
 
 /// A configuration value out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -513,6 +528,11 @@ pub struct ReliableConnection {
 
     events: VecDeque<Event>,
     stats: ReliableStats,
+    /// Scratch (allocated once, [`MAX_ACK_RANGES`] each): the SACK list of a received ack,
+    /// the ranges of an outgoing Ack beyond its header, and their encoding (its payload).
+    ack_ranges_in: Vec<SackRange>,
+    ack_ranges_out: Vec<SackRange>,
+    ack_payload: Vec<u8>,
 }
 
 impl ReliableConnection {
@@ -924,6 +944,9 @@ impl ReliableConnection {
             + self.send.memory_bytes()
             + self.recv.memory_bytes()
             + self.events.capacity() * core::mem::size_of::<Event>()
+            + (self.ack_ranges_in.capacity() + self.ack_ranges_out.capacity())
+                * core::mem::size_of::<SackRange>()
+            + self.ack_payload.capacity()
     }
 
     // ---- construction and handshake ----
@@ -948,7 +971,6 @@ impl ReliableConnection {
             config.max_in_flight_datagrams,
             paths,
             config.data_header_len() as u64,
-            config.max_sack_ranges,
         );
         let recv = RecvState::new(config.recv_window_bytes, config.max_in_flight_datagrams);
         let rtt = RttEstimator::new(config.initial_rto_ns, config.min_rto_ns, config.max_rto_ns);
@@ -983,6 +1005,9 @@ impl ReliableConnection {
                 rto_ns: config.initial_rto_ns,
                 ..ReliableStats::default()
             },
+            ack_ranges_in: Vec::with_capacity(MAX_ACK_RANGES),
+            ack_ranges_out: Vec::with_capacity(MAX_ACK_RANGES),
+            ack_payload: vec![0; MAX_ACK_RANGES * SACK_RANGE_LEN],
             config,
         }
     }
@@ -1170,10 +1195,19 @@ impl ReliableConnection {
         }
         self.last_received_at = now;
         if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
+            let Ok(more) = MoreSackRanges::parse(header, payload) else {
+                // Checksummed but malformed: the peer is broken.
+                self.stats.unexpected_dropped += 1;
+                return;
+            };
+            self.ack_ranges_in.clear();
+            self.ack_ranges_in.extend_from_slice(header.sack.as_slice());
+            self.ack_ranges_in.extend(more.iter());
             match self.send.on_ack(
                 now,
                 header.cumulative_ack,
-                header.sack.as_slice(),
+                &self.ack_ranges_in,
+                header.flags & flags::SACK_TRUNCATED != 0,
                 header.credit,
             ) {
                 Ok(outcome) => {
@@ -1284,7 +1318,7 @@ impl ReliableConnection {
         if self.send.will_stall() || sent.is_close {
             frame_header.flags |= flags::ACK_REQUESTED;
         }
-        self.fill_ack(&mut frame_header);
+        self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(path);
         let payload = self.send.payload(&sent);
@@ -1314,24 +1348,48 @@ impl ReliableConnection {
             FrameHeader::new(frame_type, self.peer_id.unwrap_or(0), self.local_id);
         frame_header.flags = flags::ACK | extra_flags;
         frame_header.packet_number = packet_number;
-        self.fill_ack(&mut frame_header);
-        let header_len = frame_header.emit(header, &[]).ok()?;
+        let mut payload_len = 0;
+        if frame_type == FrameType::Ack {
+            self.fill_ack(&mut frame_header, self.config.ack_range_limit());
+            let previous_end = frame_header.sack.as_slice().last().map(|range| range.end);
+            // Invariant: the ranges come from our own ordered range list, continue the
+            // header's, and the payload buffer holds MAX_ACK_RANGES of them.
+            payload_len = MoreSackRanges::emit(
+                frame_header.cumulative_ack,
+                previous_end,
+                &self.ack_ranges_out,
+                &mut self.ack_payload,
+            )
+            .unwrap_or(0);
+        } else {
+            self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
+        }
+        let payload = &self.ack_payload[..payload_len];
+        let header_len = frame_header.emit(header, payload).ok()?;
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(path);
         Some(Transmit {
             header_len,
-            payload: &[],
+            payload,
             stream_offset: None,
             path,
         })
     }
 
-    fn fill_ack(&mut self, frame_header: &mut FrameHeader) {
-        let (cumulative_ack, credit) = self
-            .recv
-            .write_ack(self.config.max_sack_ranges, &mut frame_header.sack);
+    /// Fills the ack fields of `frame_header` with up to `total_limit` SACK ranges: the
+    /// header's share in it, the rest in `ack_ranges_out` (for an Ack's payload).
+    fn fill_ack(&mut self, frame_header: &mut FrameHeader, total_limit: usize) {
+        let (cumulative_ack, credit, truncated) = self.recv.write_ack(
+            self.config.max_sack_ranges,
+            total_limit,
+            &mut frame_header.sack,
+            &mut self.ack_ranges_out,
+        );
         frame_header.cumulative_ack = cumulative_ack;
         frame_header.credit = credit;
+        if truncated {
+            frame_header.flags |= flags::SACK_TRUNCATED;
+        }
     }
 
     fn handle_connection_timers(&mut self, now: Nanos) {

@@ -7,9 +7,9 @@
 //! of different delays arrive out of packet-number order all the time. A frame is lost when
 //! [`PACKET_THRESHOLD`] frames sent after it on the *same* path were acknowledged while the
 //! acknowledgement shows it missing, or when its path's retransmission timer expires. An
-//! acknowledgement whose SACK list is full (the receiver had more ranges than fit) says
-//! nothing about the packets between its last two ranges; those are not judged until a later
-//! acknowledgement covers them.
+//! acknowledgement whose SACK list was truncated (the receiver had more ranges than fit)
+//! says nothing about the packets between its last two ranges; those are not judged (and
+//! their paths' timers are not run against them) until a later acknowledgement covers them.
 //!
 //! The byte stream holds, for each message, an 8-byte little-endian length followed by the
 //! message bytes. The length never travels as payload: the first fragment of a message
@@ -161,8 +161,6 @@ pub(super) struct SendState {
     pub(super) paths: Paths,
     /// Bytes a frame takes besides its payload (header estimate), for the windows.
     frame_overhead_bytes: u64,
-    /// SACK ranges the peer puts in an ack at most: a full list may leave ranges out.
-    sack_limit: usize,
 
     /// Stream offset (exclusive) the peer lets us send up to.
     peer_credit: u64,
@@ -200,7 +198,6 @@ impl SendState {
         max_in_flight: usize,
         paths: Paths,
         frame_overhead_bytes: u64,
-        sack_limit: usize,
     ) -> Self {
         Self {
             ring: StreamRing::new(buffer_bytes),
@@ -222,7 +219,6 @@ impl SendState {
             duplicate_acks: 0,
             paths,
             frame_overhead_bytes,
-            sack_limit,
             peer_credit: 0,
             close_requested: false,
             close_sent: false,
@@ -358,12 +354,14 @@ impl SendState {
         &self.ring[start..start + frame.payload_len as usize]
     }
 
-    /// Processes the ack fields of a frame from the peer.
+    /// Processes the ack fields of a frame from the peer: its cumulative ack, its whole SACK
+    /// list (header and Ack payload), whether that list was truncated, and its credit.
     pub(super) fn on_ack(
         &mut self,
         now: Nanos,
         cumulative_ack: u64,
         sack: &[SackRange],
+        truncated: bool,
         credit: u64,
     ) -> Result<AckOutcome, InvalidAck> {
         let next_pn = self.base_pn + self.in_flight.len() as u64;
@@ -408,13 +406,21 @@ impl SendState {
                 }
             }
         }
+        let unknown = Self::unknown_region(cumulative_ack, sack, truncated);
+        for path in 0..self.paths.len() {
+            let head = self.paths.get(path).head;
+            if head != NO_FRAME && unknown.contains(head) {
+                // This ack could not tell whether the path delivers: do not let its timer
+                // run against it (it is re-armed from now).
+                self.paths.get_mut(path).rto_deadline = None;
+            }
+        }
         if let Some((_, frame)) = newest {
             outcome.progress = true;
             self.duplicate_acks = 0;
             if !frame.retransmitted {
                 outcome.rtt_sample_ns = Some(now.saturating_sub(frame.sent_at));
             }
-            let unknown = self.unknown_region(cumulative_ack, sack);
             for path in 0..self.paths.len() {
                 if touched & (1 << path) != 0 {
                     outcome.declared_lost += self.detect_losses(path, unknown);
@@ -673,16 +679,18 @@ impl SendState {
         entry.delivered_bytes += bytes;
         entry.delivered_at = now;
         entry.stats.frames_acked += 1;
+        // A frame sent more than once may have been delivered by an earlier transmission on
+        // another path: neither its RTT (Karn) nor its delivery rate says anything here.
         if !frame.retransmitted {
             entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+            let send_interval = frame.sent_at.saturating_sub(frame.first_sent_at);
+            let ack_interval = now.saturating_sub(frame.delivered_at);
+            entry.on_rate_sample(
+                now,
+                entry.delivered_bytes - frame.delivered_bytes,
+                send_interval.max(ack_interval),
+            );
         }
-        let send_interval = frame.sent_at.saturating_sub(frame.first_sent_at);
-        let ack_interval = now.saturating_sub(frame.delivered_at);
-        entry.on_rate_sample(
-            now,
-            entry.delivered_bytes - frame.delivered_bytes,
-            send_interval.max(ack_interval),
-        );
         if frame.sent_at > entry.first_sent_at {
             entry.first_sent_at = frame.sent_at;
         }
@@ -696,29 +704,27 @@ impl SendState {
         *touched |= 1 << path;
     }
 
-    /// What an ack with these fields does not tell: when its SACK list is full, the packets
-    /// between its last two ranges (the receiver reports its lowest ranges and its highest).
-    fn unknown_region(&self, cumulative_ack: u64, sack: &[SackRange]) -> Unknown {
-        let none = Unknown { start: 0, end: 0 };
-        if self.sack_limit == 0 {
-            return Unknown {
-                start: cumulative_ack + 1,
-                end: u64::MAX,
-            };
+    /// What an ack with these fields does not tell: when its SACK list was truncated, the
+    /// packets between its last two ranges (the receiver reports its lowest ranges and its
+    /// highest), or everything above the cumulative ack when it reported none.
+    fn unknown_region(cumulative_ack: u64, sack: &[SackRange], truncated: bool) -> Unknown {
+        if !truncated {
+            return Unknown { start: 0, end: 0 };
         }
-        if sack.len() < self.sack_limit {
-            return none;
-        }
+        let above = cumulative_ack.saturating_add(1);
         match sack {
             [.., previous, last] => Unknown {
                 start: previous.end,
                 end: last.start,
             },
             [last] => Unknown {
-                start: cumulative_ack + 1,
+                start: above,
                 end: last.start,
             },
-            [] => none,
+            [] => Unknown {
+                start: above,
+                end: u64::MAX,
+            },
         }
     }
 
