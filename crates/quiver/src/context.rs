@@ -149,9 +149,19 @@ pub struct ContextBuilder {
     key: [u8; 32],
     config: Option<Config>,
     addrs: Vec<SocketAddr>,
+    links: Vec<Vec<SocketAddr>>,
 }
 
 impl ContextBuilder {
+    /// The link addresses of every rank, in rank order (as `QUIVER_LINKS`, see
+    /// [`crate::parse_links`]): this rank's datagram engine binds one socket per own link and
+    /// stripes each connection over the links both ranks have. Without [`addrs`](Self::addrs),
+    /// each rank's first link is also its address (tcp, and telling local from remote peers).
+    pub fn links(mut self, links: Vec<Vec<SocketAddr>>) -> Self {
+        self.links = links;
+        self
+    }
+
     /// The network address of every rank, in rank order (as `QUIVER_ADDRS`): this rank's
     /// TCP listener and UDP socket bind its own entry. Without addresses only shm is used.
     pub fn addrs(mut self, addrs: Vec<SocketAddr>) -> Self {
@@ -189,7 +199,7 @@ impl ContextBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] if rank >= size, [`Error::Config`], or [`Error::Io`] if
     /// the listening socket cannot be created (e.g. the same rank already runs).
-    pub fn build(self) -> Result<Context> {
+    pub fn build(mut self) -> Result<Context> {
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
                 "rank {} is not in a job of size {}",
@@ -215,6 +225,18 @@ impl ContextBuilder {
             )
         })?;
         let listener = Arc::new(listener);
+        if !self.links.is_empty() {
+            if self.links.len() != self.size as usize {
+                return Err(Error::Config(format!(
+                    "QUIVER_LINKS names links for {} ranks in a job of {} ranks",
+                    self.links.len(),
+                    self.size
+                )));
+            }
+            if self.addrs.is_empty() {
+                self.addrs = self.links.iter().map(|links| links[0]).collect();
+            }
+        }
         let networked = config.transports.iter().any(|t| *t != TransportKind::Shm);
         if !self.addrs.is_empty() && self.addrs.len() != self.size as usize {
             return Err(Error::Config(format!(
@@ -234,7 +256,11 @@ impl ContextBuilder {
         let dgram = match (own_addr, dgram_kind) {
             (Some(addr), Some(kind)) => Some(Arc::new(DgramShared::bind(
                 kind,
-                addr,
+                match self.links.get(self.rank as usize) {
+                    Some(own) => own.clone(),
+                    None => vec![addr],
+                },
+                self.links.clone(),
                 &config,
                 self.job_id,
                 JobKey::from_bytes(self.key),
@@ -321,12 +347,17 @@ impl Context {
             Ok(text) => crate::net::parse_addrs(&text)?,
             Err(_) => Vec::new(),
         };
+        let links = match std::env::var("QUIVER_LINKS") {
+            Ok(text) => crate::config::parse_links(&text)?,
+            Err(_) => Vec::new(),
+        };
         Context::builder()
             .rank(rank)
             .size(size)
             .job_id(job_id)
             .job_key(key)
             .addrs(addrs)
+            .links(links)
             .build()
     }
 
@@ -339,6 +370,7 @@ impl Context {
             key: [0; 32],
             config: None,
             addrs: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -372,6 +404,27 @@ impl Context {
             .clone();
         stats.datagram = self.shared.dgram.as_ref().map(|d| d.stats());
         stats
+    }
+
+    /// Traffic of each of this rank's datagram links (one entry per `QUIVER_LINKS` address of
+    /// this rank, or one for its address), over the connections still open; empty without a
+    /// datagram transport.
+    pub fn link_stats(&self) -> Vec<crate::net::dgram::LinkStats> {
+        self.shared
+            .dgram
+            .as_ref()
+            .map(|d| d.link_stats())
+            .unwrap_or_default()
+    }
+
+    /// This rank's own datagram link addresses, in link order (empty without a datagram
+    /// transport).
+    pub fn links(&self) -> Vec<SocketAddr> {
+        self.shared
+            .dgram
+            .as_ref()
+            .map(|d| d.local_links().to_vec())
+            .unwrap_or_default()
     }
 
     /// Opens endpoint `port` of this rank; peers reach it at `Addr { rank, port }`.
