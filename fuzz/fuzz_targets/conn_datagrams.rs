@@ -5,7 +5,8 @@
 //! checksum (the protocol does not authenticate data frames).
 //!
 //! Input: a sequence of ops, each one byte followed by its arguments:
-//! - 0 raw: `[len u8][bytes]` handed to `a.handle_datagram`;
+//! - 0 raw: `[len u8][bytes]` handed to `a.handle_datagram` on path `(op >> 3) & 3` (the
+//!   connections have 3 paths, so path 3 is out of range);
 //! - 1 forge: header fields from the input, emitted with a valid checksum and a's / b's ids;
 //! - 2 time: `[u16]` microseconds forward, then `handle_timeout` on both sides if due;
 //! - 3 write: `[u16 len]` b starts a message of that length and writes a pattern;
@@ -13,6 +14,8 @@
 //! - 5 pump: genuine datagrams are exchanged between a and b (`[u8]` rounds, lossless);
 //! - 6 accept: `[len u8][bytes]` handed to `ReliableConnection::accept`;
 //! - 7 close: a or b (`[u8]` bit 0) closes.
+//!
+//! Genuine datagrams (pump) arrive on the path their `Transmit` names.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -31,6 +34,7 @@ fn config() -> ReliableConfig {
         max_in_flight_datagrams: 32,
         max_datagram_bytes: 600,
         max_sack_ranges: 4,
+        path_count: 3,
         ..ReliableConfig::default()
     }
 }
@@ -65,13 +69,13 @@ fn pump(now: Nanos, from: &mut ReliableConnection, to: &mut ReliableConnection) 
     while let Some(transmit) = from.poll_transmit(now, &mut header) {
         let mut datagram = header[..transmit.header_len].to_vec();
         datagram.extend_from_slice(transmit.payload);
-        datagrams.push(datagram);
+        datagrams.push((transmit.path, datagram));
         if datagrams.len() > 10_000 {
             panic!("poll_transmit does not stop");
         }
     }
-    for datagram in datagrams {
-        to.handle_datagram(now, &datagram);
+    for (path, datagram) in datagrams {
+        to.handle_datagram(now, path, &datagram);
         moved = true;
     }
     moved
@@ -91,7 +95,7 @@ fn establish() -> (ReliableConnection, ReliableConnection) {
     let transmit = a.poll_transmit(0, &mut header).expect("a Hello");
     let mut hello = header[..transmit.header_len].to_vec();
     hello.extend_from_slice(transmit.payload);
-    let (mut b, _) = ReliableConnection::accept(config(), key, JOB_ID, &hello, B_ID, [2; 16], 0)
+    let (mut b, _) = ReliableConnection::accept(config(), key, JOB_ID, &hello, 0, B_ID, [2; 16], 0)
         .expect("our own Hello");
     while pump(0, &mut b, &mut a) | pump(0, &mut a, &mut b) {}
     while a.poll_event().is_some() {}
@@ -154,11 +158,11 @@ fuzz_target!(|data: &[u8]| {
             0 => {
                 let len = usize::from(input.byte().unwrap_or(0));
                 let datagram = input.bytes(len).to_vec();
-                a.handle_datagram(now, &datagram);
+                a.handle_datagram(now, usize::from((op >> 3) & 3), &datagram);
             }
             1 => {
                 let datagram = forge(&mut input, &a);
-                a.handle_datagram(now, &datagram);
+                a.handle_datagram(now, usize::from((op >> 3) % 3), &datagram);
                 // Forged data with valid ids may change what a reads from here on.
                 forged = true;
             }
@@ -208,6 +212,7 @@ fuzz_target!(|data: &[u8]| {
                     JobKey::from_bytes([9; 32]),
                     JOB_ID,
                     &datagram,
+                    usize::from((op >> 3) & 3),
                     0x5555,
                     [3; 16],
                     now,

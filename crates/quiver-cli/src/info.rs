@@ -51,6 +51,12 @@ pub(crate) fn main() -> i32 {
         Ok(addrs) => {
             let _ = writeln!(out, "  rank addresses (QUIVER_ADDRS): {addrs}");
         }
+        Err(_) if std::env::var_os("QUIVER_LINKS").is_some() => {
+            let _ = writeln!(
+                out,
+                "  rank addresses: the first link of each rank (no QUIVER_ADDRS)"
+            );
+        }
         Err(_) => {
             let _ = writeln!(
                 out,
@@ -58,6 +64,7 @@ pub(crate) fn main() -> i32 {
             );
         }
     }
+    print_links(&mut out);
     let _ = writeln!(out, "\nshm protocol by message size:");
     for (name, low, high) in config.protocol_ranges() {
         let high = if high == u64::MAX {
@@ -102,6 +109,32 @@ pub(crate) fn main() -> i32 {
         }
     }
     0
+}
+
+/// The links of every rank from `QUIVER_LINKS` (striping, `docs/striping.md`).
+fn print_links(out: &mut impl Write) {
+    let Ok(text) = std::env::var("QUIVER_LINKS") else {
+        let _ = writeln!(
+            out,
+            "  links: one per rank (set QUIVER_LINKS to stripe datagram connections over several)"
+        );
+        return;
+    };
+    match quiver::parse_links(&text) {
+        Ok(ranks) => {
+            let _ = writeln!(
+                out,
+                "  links (QUIVER_LINKS; a connection is striped over the links both ranks have, link i to link i):"
+            );
+            for (rank, links) in ranks.iter().enumerate() {
+                let list: Vec<String> = links.iter().map(ToString::to_string).collect();
+                let _ = writeln!(out, "    rank {rank}: {}", list.join(", "));
+            }
+        }
+        Err(error) => {
+            let _ = writeln!(out, "  links: {error}");
+        }
+    }
 }
 
 fn kernel_release() -> String {

@@ -8,6 +8,13 @@
 //! destination id 0, exactly as an engine would; later datagrams are demultiplexed with
 //! `quiver_wire::frame::dest_id`.
 //!
+//! Links and paths: several links may join the same pair of nodes (in creation order, the
+//! i-th link from `a` to `b` and the i-th from `b` to `a` form path i). A connection with
+//! `path_count > 1` sends each datagram on the link its `Transmit::path` names (the
+//! link-choice hook: path i = link i, modulo the number of links), and is told the path of
+//! every arrival. A single-path connection takes the first link that is up (a router's
+//! failover), and all its arrivals are path 0.
+//!
 //! Driving contract (what a real engine does, and what the core documents): after every
 //! input (`handle_datagram`, `handle_timeout`, an application read or write) the simulator
 //! calls `poll_transmit` until `None` and `poll_event` until `None`. Connection timers are
@@ -28,7 +35,7 @@ use std::collections::BTreeMap;
 
 use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
 use quiver_proto::reliable::{
-    reset_for, Event, ReliableConfig, ReliableConnection, ReliableStats, State,
+    reset_for, Event, PathStats, ReliableConfig, ReliableConnection, ReliableStats, State,
 };
 use quiver_wire::frame;
 
@@ -50,16 +57,18 @@ pub struct LinkId(pub usize);
 pub struct FlowId(pub usize);
 
 /// The simulator's own, independent upper bound on a connection's memory for `config`:
-/// both buffers, per-datagram tracking for every datagram allowed in flight (256 bytes
-/// each, generous for a packet number, offsets, times and a queue slot counted twice for
-/// growth), a few datagrams of scratch, and 64 KiB of fixed overhead. The core's own
+/// both buffers, per-datagram tracking for every datagram allowed in flight (384 bytes
+/// each, generous for a packet number, offsets, times, path bookkeeping and a queue slot
+/// counted twice for growth), a few datagrams of scratch, 1 KiB per path, and 64 KiB of
+/// fixed overhead. The core's own
 /// `ReliableConfig::memory_bound_bytes()` must not exceed it, and `memory_bytes()` must
 /// never exceed the core's bound.
 pub fn memory_bound_bytes(config: &ReliableConfig) -> usize {
     config.send_buffer_bytes
         + config.recv_window_bytes
-        + config.max_in_flight_datagrams * 256
+        + config.max_in_flight_datagrams * 384
         + 4 * config.max_datagram_bytes
+        + config.path_count * 1024
         + 64 * 1024
 }
 
@@ -171,6 +180,8 @@ pub struct FlowReport {
     pub initiator_stats: Option<ReliableStats>,
     /// Counters of the responder connection.
     pub responder_stats: Option<ReliableStats>,
+    /// Per-path counters and gauges of the initiator connection, by path index.
+    pub initiator_paths: Vec<PathStats>,
     /// Largest `memory_bytes()` seen on either connection.
     pub peak_memory_bytes: usize,
     /// The bound it was checked against (`ReliableConfig::memory_bound_bytes`).
@@ -264,10 +275,13 @@ pub struct Sim {
     queue: EventQueue<SimEvent>,
     nodes: Vec<Node>,
     links: Vec<Link>,
-    /// (from, to) -> links, in creation order; the first one that is up carries traffic.
+    /// (from, to) -> links, in creation order: link i is path i of multi-path connections;
+    /// single-path connections take the first one that is up.
     routes: BTreeMap<(NodeId, NodeId), Vec<LinkId>>,
     /// (from, to) of each link.
     link_ends: Vec<(NodeId, NodeId)>,
+    /// Position of each link among the links of its (from, to) pair: its path index.
+    link_paths: Vec<usize>,
     connections: Vec<Slot>,
     flows: Vec<Flow>,
     job_id: u64,
@@ -300,6 +314,7 @@ impl Sim {
             links: Vec::new(),
             routes: BTreeMap::new(),
             link_ends: Vec::new(),
+            link_paths: Vec::new(),
             connections: Vec::new(),
             flows: Vec::new(),
             job_id,
@@ -354,7 +369,9 @@ impl Sim {
         let rng = self.rng.fork(0x4C49_4E4B ^ id.0 as u64);
         self.links.push(Link::new(config, rng));
         self.link_ends.push((from, to));
-        self.routes.entry((from, to)).or_default().push(id);
+        let route = self.routes.entry((from, to)).or_default();
+        self.link_paths.push(route.len());
+        route.push(id);
         id
     }
 
@@ -522,6 +539,13 @@ impl Sim {
                 .unwrap_or_default(),
             initiator_stats: initiator.map(|slot| slot.connection.stats().clone()),
             responder_stats: responder.map(|slot| slot.connection.stats().clone()),
+            initiator_paths: initiator
+                .map(|slot| {
+                    (0..slot.connection.path_count())
+                        .filter_map(|path| slot.connection.path_stats(path).cloned())
+                        .collect()
+                })
+                .unwrap_or_default(),
             peak_memory_bytes: initiator
                 .iter()
                 .chain(responder.iter())
@@ -727,22 +751,28 @@ impl Sim {
             return;
         };
         if dest == 0 {
-            self.handle_stranger(now, from, to, datagram);
+            self.handle_stranger(now, from, to, self.link_paths[link.0], datagram);
             return;
         }
+        let path = self.link_paths[link.0];
         let Some(&slot) = self.nodes[to.0].by_local_id.get(&dest) else {
             self.nodes[to.0].stats.unknown_destination += 1;
             let mut header = std::mem::take(&mut self.header_scratch);
             if let Some(length) = reset_for(datagram, &mut header) {
                 self.nodes[to.0].stats.resets_sent += 1;
-                self.send(now, to, from, header[..length].to_vec());
+                let reply_path = (path > 0).then_some(path);
+                self.send(now, to, from, reply_path, header[..length].to_vec());
             }
             self.header_scratch = header;
             return;
         };
-        self.connections[slot]
-            .connection
-            .handle_datagram(now, datagram);
+        let connection = &mut self.connections[slot].connection;
+        let path = if path < connection.path_count() {
+            path
+        } else {
+            0
+        };
+        connection.handle_datagram(now, path, datagram);
         self.drive(now, slot);
     }
 
@@ -751,13 +781,24 @@ impl Sim {
     ///
     /// The responder's configuration is that of the first flow from `from` to `to` (a real
     /// endpoint has one configuration for all its connections).
-    fn handle_stranger(&mut self, now: Nanos, from: NodeId, to: NodeId, datagram: &[u8]) {
+    fn handle_stranger(
+        &mut self,
+        now: Nanos,
+        from: NodeId,
+        to: NodeId,
+        path: usize,
+        datagram: &[u8],
+    ) {
         if let Ok(parsed) = frame::Frame::parse(datagram) {
             let key = (from, parsed.header().src_id);
             if let Some(&existing) = self.nodes[to.0].by_hello.get(&key) {
-                self.connections[existing]
-                    .connection
-                    .handle_datagram(now, datagram);
+                let connection = &mut self.connections[existing].connection;
+                let path = if path < connection.path_count() {
+                    path
+                } else {
+                    0
+                };
+                connection.handle_datagram(now, path, datagram);
                 self.drive(now, existing);
                 return;
             }
@@ -770,11 +811,13 @@ impl Sim {
             .find(|flow| flow.config.to == to && flow.config.from == from)
             .map(|flow| flow.config.config.clone())
             .unwrap_or_default();
+        let path = if path < config.path_count { path } else { 0 };
         let accepted = ReliableConnection::accept(
             config,
             self.job_key.clone(),
             self.job_id,
             datagram,
+            path,
             local_id,
             nonce,
             now,
@@ -908,6 +951,7 @@ impl Sim {
             .config
             .config
             .max_datagram_bytes;
+        let multi_path = self.connections[slot].connection.path_count() > 1;
         let mut header = std::mem::take(&mut self.header_scratch);
         // Bounded: a connection may not emit unboundedly many datagrams for one input.
         for _ in 0..1_000_000 {
@@ -927,23 +971,36 @@ impl Sim {
                 datagram.len(),
                 max_datagram
             );
-            self.send(now, node, peer, datagram);
+            let path = multi_path.then_some(transmit.path);
+            self.send(now, node, peer, path, datagram);
         }
         panic!("connection {slot}: poll_transmit did not return None after 1e6 datagrams");
     }
 
-    fn send(&mut self, now: Nanos, from: NodeId, to: NodeId, datagram: Vec<u8>) {
+    /// Offers `datagram` to a link from `from` to `to`: with `path`, the path-th link of the
+    /// pair (modulo their number); without, the first that is up.
+    fn send(
+        &mut self,
+        now: Nanos,
+        from: NodeId,
+        to: NodeId,
+        path: Option<usize>,
+        datagram: Vec<u8>,
+    ) {
         self.datagrams_sent += 1;
         self.trace(&[now, 6, from.0 as u64, to.0 as u64]);
         let links = self
             .routes
             .get(&(from, to))
             .unwrap_or_else(|| panic!("no link from node {} to node {}", from.0, to.0));
-        let link = links
-            .iter()
-            .copied()
-            .find(|link| self.links[link.0].is_up(now))
-            .unwrap_or(links[0]);
+        let link = match path {
+            Some(path) => links[path % links.len()],
+            None => links
+                .iter()
+                .copied()
+                .find(|link| self.links[link.0].is_up(now))
+                .unwrap_or(links[0]),
+        };
         let deliveries = self.links[link.0].transmit(now, datagram);
         for (at, copy, corrupted) in deliveries.copies {
             self.queue.schedule(

@@ -343,6 +343,64 @@ impl AsFd for UdpSocket {
     }
 }
 
+/// One descriptor that becomes readable when any of several sockets (or other
+/// descriptors) is: an epoll set, for a process that receives on one UDP socket per link and
+/// sleeps in `poll` on a single descriptor.
+#[derive(Debug)]
+pub struct ReadinessSet {
+    epoll: OwnedFd,
+    members: usize,
+}
+
+impl ReadinessSet {
+    /// An empty set.
+    ///
+    /// # Errors
+    /// `epoll_create1` failed (descriptor limits).
+    pub fn new() -> io::Result<ReadinessSet> {
+        // SAFETY: plain syscall; the result is a fresh descriptor.
+        let raw = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `raw` was just created and is owned by nobody else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(ReadinessSet { epoll, members: 0 })
+    }
+
+    /// Adds `fd` (level-triggered, readable). The caller keeps `fd` open while the set is
+    /// used; closing it removes it from the set. (A raw descriptor: an invalid one is an
+    /// error from the kernel, nothing worse.)
+    ///
+    /// # Errors
+    /// `epoll_ctl` failed (e.g. `fd` is not open or not pollable, or already in the set).
+    pub fn add(&mut self, fd: RawFd) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: self.members as u64,
+        };
+        // SAFETY: both descriptors are valid; `event` is a valid epoll_event.
+        check(unsafe {
+            libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event)
+        })?;
+        self.members += 1;
+        Ok(())
+    }
+
+    /// Number of descriptors added.
+    pub fn len(&self) -> usize {
+        self.members
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.members == 0
+    }
+}
+
+impl AsRawFd for ReadinessSet {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+}
+
 /// Preallocated receive state for [`UdpSocket::recv_batch`]: `capacity` buffers of
 /// `buffer_bytes` each, plus the kernel-facing headers, addresses and control buffers.
 #[derive(Debug)]
@@ -817,6 +875,37 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
         Err(io::Error::last_os_error())
     } else {
         Ok(ret)
+    }
+}
+
+#[cfg(test)]
+mod readiness_tests {
+    use super::*;
+
+    #[test]
+    fn readiness_set_wakes_for_any_member() {
+        let receivers: Vec<UdpSocket> = (0..3)
+            .map(|_| UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap())
+            .collect();
+        let mut set = ReadinessSet::new().unwrap();
+        for socket in &receivers {
+            set.add(socket.as_raw_fd()).unwrap();
+        }
+        assert_eq!(set.len(), 3);
+        let mut fds = [libc::pollfd {
+            fd: set.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(crate::sys::poll(&mut fds, Some(Duration::ZERO)).unwrap(), 0);
+        let mut sender = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        sender
+            .send_to(receivers[2].local_address(), b"wake")
+            .unwrap();
+        assert_eq!(
+            crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap(),
+            1
+        );
     }
 }
 

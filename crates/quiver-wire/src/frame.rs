@@ -38,6 +38,11 @@
 //! frame expects; every packet below it arrived). Each range starts above the cumulative ack,
 //! is non-empty, and ranges are strictly ascending and do not touch (a gap separates them).
 //!
+//! The payload of an Ack frame holds further SACK ranges ([`MoreSackRanges`]), 8 bytes
+//! each in the same encoding, continuing the header's list under the same rules (at most
+//! [`MAX_ACK_RANGES`] in all): a connection striped over links of different delays has
+//! many more holes than the header has room for.
+//!
 //! # The no-panic contract
 //!
 //! - [`Frame::parse`] checks, in this order: length of the fixed header, magic, version,
@@ -53,8 +58,10 @@ use core::fmt;
 
 /// The first two bytes of every frame (ASCII "QD", quiver datagram).
 pub const MAGIC: [u8; 2] = *b"QD";
-/// The frame format version this code speaks. Peers must match exactly.
-pub const VERSION: u8 = 1;
+/// The frame format version this code speaks. Peers must match exactly. Version 2 added
+/// [`flags::PING_REPLY`], [`flags::SACK_TRUNCATED`] and further SACK ranges in the payload
+/// of Ack frames (multi-path connections, `docs/striping.md`).
+pub const VERSION: u8 = 2;
 /// Length of the header without SACK ranges, in bytes.
 pub const FIXED_HEADER_LEN: usize = field::STREAM_OFFSET.end;
 /// Length of one encoded SACK range, in bytes.
@@ -65,6 +72,8 @@ pub const MAX_SACK_RANGES: usize = 16;
 pub const MAX_HEADER_LEN: usize = FIXED_HEADER_LEN + MAX_SACK_RANGES * SACK_RANGE_LEN;
 /// Longest payload one frame can carry (the `payload_len` field is a u16).
 pub const MAX_PAYLOAD_LEN: usize = u16::MAX as usize;
+/// Most SACK ranges of one Ack frame, header and payload together.
+pub const MAX_ACK_RANGES: usize = 128;
 
 /// Byte offsets of every field of the fixed header.
 pub mod field {
@@ -110,8 +119,14 @@ pub mod flags {
     pub const ACK: u8 = 0x01;
     /// The sender asks for an immediate ack (no delayed ack).
     pub const ACK_REQUESTED: u8 = 0x02;
+    /// On an Ack: it answers the Ping whose `packet_number` it repeats, and was sent on the
+    /// path that Ping arrived on (how a path's liveness and RTT are probed).
+    pub const PING_REPLY: u8 = 0x04;
+    /// The SACK list leaves out ranges between its last two ranges (the receiver had more
+    /// than fit): the packets between them may or may not have arrived.
+    pub const SACK_TRUNCATED: u8 = 0x08;
     /// All flag bits this version defines.
-    pub const ALL: u8 = ACK | ACK_REQUESTED;
+    pub const ALL: u8 = ACK | ACK_REQUESTED | PING_REPLY | SACK_TRUNCATED;
 }
 
 /// What a frame carries.
@@ -243,6 +258,15 @@ pub enum FrameError {
         /// [`MAX_PAYLOAD_LEN`].
         max: usize,
     },
+    /// The payload of an Ack is not a whole number of SACK ranges, or holds more than
+    /// [`MAX_ACK_RANGES`] with the header's.
+    #[error("Ack payload of {len} bytes is not a list of at most {max} SACK ranges")]
+    BadAckPayload {
+        /// The payload length.
+        len: usize,
+        /// [`MAX_ACK_RANGES`].
+        max: usize,
+    },
 }
 
 /// A selectively acknowledged range of packet numbers, `start..end` (end exclusive).
@@ -324,7 +348,8 @@ pub struct FrameHeader {
     pub dest_id: u64,
     /// Connection id of the sender.
     pub src_id: u64,
-    /// Packet number (Data, Close); informational on other types.
+    /// Packet number (Data, Close); a token on Ping, repeated by the Ack that answers it
+    /// ([`flags::PING_REPLY`]); informational on other types.
     pub packet_number: u64,
     /// Next packet number the sender expects: every packet below it arrived.
     pub cumulative_ack: u64,
@@ -523,6 +548,135 @@ impl<'a> Frame<'a> {
     }
 }
 
+/// The further SACK ranges in the payload of an Ack frame, checked: they continue the
+/// header's list (ascending, gaps between, above the cumulative ack, u32 offsets and lengths)
+/// and the list holds at most [`MAX_ACK_RANGES`]. Built with [`MoreSackRanges::parse`],
+/// which reads every range once; iterating cannot fail afterwards.
+#[derive(Debug, Clone, Copy)]
+pub struct MoreSackRanges<'a> {
+    cumulative_ack: u64,
+    bytes: &'a [u8],
+}
+
+impl<'a> MoreSackRanges<'a> {
+    /// Checks `payload` (of an Ack frame whose header is `header`) as further SACK ranges.
+    /// An empty payload, or a frame of another type, yields no ranges.
+    ///
+    /// # Errors
+    /// [`FrameError::BadAckPayload`] (length), [`FrameError::BadSackRange`] (index counts
+    /// the header's ranges first).
+    pub fn parse(header: &FrameHeader, payload: &'a [u8]) -> Result<Self, FrameError> {
+        if header.frame_type != FrameType::Ack || payload.is_empty() {
+            return Ok(Self {
+                cumulative_ack: header.cumulative_ack,
+                bytes: &[],
+            });
+        }
+        let count = payload.len() / SACK_RANGE_LEN;
+        if payload.len() % SACK_RANGE_LEN != 0 || header.sack.len() + count > MAX_ACK_RANGES {
+            return Err(FrameError::BadAckPayload {
+                len: payload.len(),
+                max: MAX_ACK_RANGES,
+            });
+        }
+        let cumulative_ack = header.cumulative_ack;
+        let mut floor = match header.sack.as_slice().last() {
+            Some(last) => last.end.checked_add(1),
+            None => cumulative_ack.checked_add(1),
+        };
+        for index in 0..count {
+            let bad = FrameError::BadSackRange {
+                index: header.sack.len() + index,
+            };
+            let range = decode_range(cumulative_ack, payload, index * SACK_RANGE_LEN).ok_or(bad)?;
+            match floor {
+                Some(minimum) if range.start >= minimum && range.end > range.start => {}
+                _ => return Err(bad),
+            }
+            floor = range.end.checked_add(1);
+        }
+        Ok(Self {
+            cumulative_ack,
+            bytes: payload,
+        })
+    }
+
+    /// Number of ranges.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / SACK_RANGE_LEN
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The ranges, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = SackRange> + 'a {
+        let cumulative_ack = self.cumulative_ack;
+        let bytes = self.bytes;
+        (0..bytes.len() / SACK_RANGE_LEN).filter_map(move |index| {
+            // Invariant: parse decoded every range successfully.
+            decode_range(cumulative_ack, bytes, index * SACK_RANGE_LEN)
+        })
+    }
+
+    /// Writes `ranges` (which must continue a header list ending at `previous_end`, or
+    /// start above `cumulative_ack` when the header has none) into `out` as an Ack payload;
+    /// returns the bytes written.
+    ///
+    /// # Errors
+    /// [`FrameError::BufferTooSmall`], [`FrameError::BadSackRange`] (order, gaps, u32 fit).
+    pub fn emit(
+        cumulative_ack: u64,
+        previous_end: Option<u64>,
+        ranges: &[SackRange],
+        out: &mut [u8],
+    ) -> Result<usize, FrameError> {
+        let needed = ranges.len() * SACK_RANGE_LEN;
+        if out.len() < needed {
+            return Err(FrameError::BufferTooSmall {
+                needed,
+                actual: out.len(),
+            });
+        }
+        let mut floor = match previous_end {
+            Some(end) => end.checked_add(1),
+            None => cumulative_ack.checked_add(1),
+        };
+        for (index, range) in ranges.iter().enumerate() {
+            let bad = FrameError::BadSackRange { index };
+            let Some(minimum) = floor else {
+                return Err(bad);
+            };
+            if range.start < minimum
+                || range.end <= range.start
+                || range.start - cumulative_ack > u64::from(u32::MAX)
+                || range.end - range.start > u64::from(u32::MAX)
+            {
+                return Err(bad);
+            }
+            let at = index * SACK_RANGE_LEN;
+            // Invariant: both fit a u32 (checked above).
+            let offset = (range.start - cumulative_ack) as u32;
+            let len = (range.end - range.start) as u32;
+            out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
+            out[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+            floor = range.end.checked_add(1);
+        }
+        Ok(needed)
+    }
+}
+
+/// The SACK range encoded at `bytes[at..at + 8]`, or `None` if it overflows.
+fn decode_range(cumulative_ack: u64, bytes: &[u8], at: usize) -> Option<SackRange> {
+    let offset = u64::from(read_u32(bytes, at));
+    let len = u64::from(read_u32(bytes, at + 4));
+    let start = cumulative_ack.checked_add(offset)?;
+    let end = start.checked_add(len)?;
+    Some(SackRange { start, end })
+}
+
 /// Cheap demultiplexing peek: the destination connection id of a datagram, or `None` if it
 /// is too short or its magic or version is wrong. Does not verify the checksum, so the
 /// connection it names must still parse the frame. 0 means "to whoever takes new
@@ -627,7 +781,7 @@ mod tests {
     }
 
     fn fixture_bytes() -> Vec<u8> {
-        let mut bytes = vec![b'Q', b'D', 1, 2, 0x01, 1, 5, 0];
+        let mut bytes = vec![b'Q', b'D', 2, 2, 0x01, 1, 5, 0];
         bytes.extend_from_slice(&[0, 0, 0, 0]); // checksum, patched below
         bytes.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
         bytes.extend_from_slice(&[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
@@ -660,6 +814,81 @@ mod tests {
         let len = fixture_header().emit(&mut out, b"hello").unwrap();
         assert_eq!(len, 92);
         assert_eq!(&out[..len], &bytes[..len]);
+    }
+
+    #[test]
+    fn ping_reply_fixture() {
+        // An Ack answering Ping token 0x41 (ping 1 of path 1 with 64 paths), no SACK.
+        let mut bytes = vec![b'Q', b'D', 2, 3, 0x05, 0, 0, 0];
+        bytes.extend_from_slice(&[0, 0, 0, 0]);
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&2u64.to_le_bytes());
+        bytes.extend_from_slice(&0x41u64.to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 48]);
+        let mut crc = crc32c::crc32c(&bytes[..8]);
+        crc = crc32c::crc32c_append(crc, &bytes[12..]);
+        bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+        let frame = Frame::parse(&bytes).unwrap();
+        let mut expected = FrameHeader::new(FrameType::Ack, 1, 2);
+        expected.flags = flags::ACK | flags::PING_REPLY;
+        expected.packet_number = 0x41;
+        assert_eq!(*frame.header(), expected);
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let len = expected.emit(&mut out, &[]).unwrap();
+        assert_eq!(&out[..len], &bytes[..]);
+    }
+
+    #[test]
+    fn more_sack_ranges_continue_the_header_list() {
+        let mut header = FrameHeader::new(FrameType::Ack, 1, 2);
+        header.cumulative_ack = 100;
+        header.sack.push(SackRange {
+            start: 102,
+            end: 104,
+        });
+        let more = [
+            SackRange {
+                start: 110,
+                end: 111,
+            },
+            SackRange {
+                start: 200,
+                end: 300,
+            },
+        ];
+        let mut payload = [0u8; 16];
+        assert_eq!(
+            MoreSackRanges::emit(100, Some(104), &more, &mut payload),
+            Ok(16)
+        );
+        // Fixture: offset 10 length 1, offset 100 length 100, little-endian u32s.
+        assert_eq!(
+            payload,
+            [10, 0, 0, 0, 1, 0, 0, 0, 100, 0, 0, 0, 100, 0, 0, 0]
+        );
+        let parsed = MoreSackRanges::parse(&header, &payload).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed.iter().collect::<Vec<_>>(), more.to_vec());
+        // Touching the header's last range, a partial range, too many ranges: refused.
+        assert!(MoreSackRanges::emit(100, Some(110), &more, &mut payload).is_err());
+        let mut touching = payload;
+        touching[0] = 4;
+        assert_eq!(
+            MoreSackRanges::parse(&header, &touching).map(|more| more.len()),
+            Err(FrameError::BadSackRange { index: 1 })
+        );
+        assert!(matches!(
+            MoreSackRanges::parse(&header, &payload[..12]),
+            Err(FrameError::BadAckPayload { .. })
+        ));
+        let long = vec![0u8; MAX_ACK_RANGES * SACK_RANGE_LEN];
+        assert!(matches!(
+            MoreSackRanges::parse(&header, &long),
+            Err(FrameError::BadAckPayload { .. })
+        ));
+        // Other frame types carry data, not ranges.
+        let data = FrameHeader::new(FrameType::Data, 1, 2);
+        assert!(MoreSackRanges::parse(&data, &long).unwrap().is_empty());
     }
 
     #[test]
@@ -703,7 +932,7 @@ mod tests {
         assert_eq!(
             Frame::parse(&wrong),
             Err(FrameError::UnsupportedVersion {
-                expected: 1,
+                expected: 2,
                 actual: 9
             })
         );
@@ -725,7 +954,7 @@ mod tests {
             Frame::parse(&wrong),
             Err(FrameError::TooManySackRanges { actual: 17, .. })
         ));
-        assert_eq!(dest_id(&[b'Q', b'D', 1]), None);
+        assert_eq!(dest_id(&[b'Q', b'D', 2]), None);
     }
 
     #[test]
@@ -806,7 +1035,7 @@ mod tests {
     fn header_strategy() -> impl Strategy<Value = FrameHeader> {
         (
             frame_type_strategy(),
-            0u8..4,
+            0u8..16,
             any::<[u64; 9]>(),
             proptest::collection::vec((1u64..1000, 1u64..1000), 0..=MAX_SACK_RANGES),
         )
@@ -857,11 +1086,40 @@ mod tests {
         }
 
         #[test]
+        fn more_sack_ranges_round_trip(
+            cumulative_ack in 0u64..u64::MAX / 2,
+            gaps in proptest::collection::vec((1u64..1000, 1u64..1000), 0..40),
+        ) {
+            let mut ranges = Vec::new();
+            let mut cursor = cumulative_ack;
+            for (gap, len) in gaps {
+                ranges.push(SackRange { start: cursor + gap, end: cursor + gap + len });
+                cursor += gap + len;
+            }
+            let mut header = FrameHeader::new(FrameType::Ack, 1, 2);
+            header.cumulative_ack = cumulative_ack;
+            let split = ranges.len().min(3);
+            for range in &ranges[..split] {
+                header.sack.push(*range);
+            }
+            let mut payload = vec![0u8; (ranges.len() - split) * SACK_RANGE_LEN];
+            let previous = ranges[..split].last().map(|range| range.end);
+            let len = MoreSackRanges::emit(cumulative_ack, previous, &ranges[split..], &mut payload).unwrap();
+            prop_assert_eq!(len, payload.len());
+            let more = MoreSackRanges::parse(&header, &payload).unwrap();
+            prop_assert_eq!(more.iter().collect::<Vec<_>>(), ranges[split..].to_vec());
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic_and_reemit_identically(
             bytes in proptest::collection::vec(any::<u8>(), 0..400),
         ) {
             let _ = dest_id(&bytes);
             if let Ok(frame) = Frame::parse(&bytes) {
+                if let Ok(more) = MoreSackRanges::parse(frame.header(), frame.payload()) {
+                    let ranges: Vec<SackRange> = more.iter().collect();
+                    prop_assert_eq!(ranges.len(), more.len());
+                }
                 let mut out = [0u8; MAX_HEADER_LEN];
                 let len = frame.header().emit(&mut out, frame.payload()).unwrap();
                 prop_assert_eq!(&out[..len], &bytes[..len]);

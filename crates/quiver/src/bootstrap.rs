@@ -388,9 +388,9 @@ fn pmix() -> Result<Context> {
     let bound = if networked(&config) {
         let one_node = !moved && client.local_size() == Some(size);
         let own = bind_address(&get, one_node, None)?;
-        bind_network(Some(own), &config, job_id, key)?
+        bind_network(Some(own), &[], &[], &config, job_id, key)?
     } else {
-        bind_network(None, &config, job_id, key)?
+        bind_network(None, &[], &[], &config, job_id, key)?
     };
     client
         .put(PMIX_ADDR_KEY, &address_text(&bound))
@@ -541,7 +541,7 @@ fn rendezvous() -> Result<Context> {
         } else {
             None
         };
-        bind_network(own, &config, job_id, key)
+        bind_network(own, &[], &[], &config, job_id, key)
     };
     let (job_id, bound, texts) = if rank == 0 {
         let listener = TcpListener::bind(point).map_err(|e| {

@@ -139,6 +139,53 @@ pub fn parse_transports(text: &str) -> Result<Vec<TransportKind>> {
     Ok(list)
 }
 
+/// Most links one rank may list in `QUIVER_LINKS` (the protocol core's path limit).
+pub const MAX_LINKS: usize = quiver_proto::reliable::MAX_PATHS;
+
+/// Parses `QUIVER_LINKS`: the link addresses of every rank, in rank order. Ranks are
+/// separated by `;`, the links of one rank by `,`, each an `ip:port`, e.g. for two ranks with
+/// two links each (the `quiver testbed` layout):
+/// `10.77.0.1:7300,10.77.1.1:7300;10.77.0.2:7300,10.77.1.2:7300`.
+///
+/// A datagram connection between two ranks is striped over their first `min(a, b)` links:
+/// link i of one rank talks to link i of the other, so list them in the same order on every
+/// rank (one per NIC or subnet).
+///
+/// # Errors
+/// [`Error::Config`] naming the rank and entry: not an address, a rank with no link, more
+/// than [`MAX_LINKS`] links, or the same address twice.
+pub fn parse_links(text: &str) -> Result<Vec<Vec<std::net::SocketAddr>>> {
+    let mut ranks = Vec::new();
+    for (rank, list) in text.split(';').enumerate() {
+        if list.trim().is_empty() && rank > 0 && text.trim_end().ends_with(';') {
+            // A trailing `;` ends the list.
+            continue;
+        }
+        let mut links = Vec::new();
+        for (index, entry) in list.split(',').map(str::trim).enumerate() {
+            let address: std::net::SocketAddr = entry.parse().map_err(|_| {
+                Error::Config(format!(
+                    "QUIVER_LINKS: rank {rank}, link {index} ({entry:?}) is not an ip:port address"
+                ))
+            })?;
+            if links.contains(&address) {
+                return Err(Error::Config(format!(
+                    "QUIVER_LINKS: rank {rank} lists {address} twice"
+                )));
+            }
+            links.push(address);
+        }
+        if links.len() > MAX_LINKS {
+            return Err(Error::Config(format!(
+                "QUIVER_LINKS: rank {rank} lists {} links, at most {MAX_LINKS}",
+                links.len()
+            )));
+        }
+        ranks.push(links);
+    }
+    Ok(ranks)
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -470,6 +517,28 @@ mod tests {
         assert_eq!(parse_size(""), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("1T"), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("99999999999G"), Err(SizeParseError::Overflow));
+    }
+
+    #[test]
+    fn links_parse() {
+        let links = parse_links("10.77.0.1:7300,10.77.1.1:7300; 10.77.0.2:7300,10.77.1.2:7300;")
+            .expect("valid");
+        assert_eq!(links.len(), 2);
+        assert_eq!(links[1][1], "10.77.1.2:7300".parse().unwrap());
+        assert_eq!(
+            parse_links("127.0.0.1:1")
+                .expect("one rank, one link")
+                .len(),
+            1
+        );
+        let error = parse_links("10.0.0.1:1;10.0.0.2:1,nonsense").unwrap_err();
+        assert!(error.to_string().contains("rank 1, link 1"), "{error}");
+        assert!(parse_links("10.0.0.1:1,10.0.0.1:1").is_err());
+        assert!(parse_links("10.0.0.1:1;;10.0.0.2:1").is_err());
+        let many: Vec<String> = (0..=MAX_LINKS)
+            .map(|i| format!("10.0.0.1:{}", i + 1))
+            .collect();
+        assert!(parse_links(&many.join(",")).is_err());
     }
 
     #[test]

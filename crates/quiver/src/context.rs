@@ -158,6 +158,7 @@ pub struct ContextBuilder {
     config: Option<Config>,
     addrs: Vec<SocketAddr>,
     bootstrap: Bootstrap,
+    links: Vec<Vec<SocketAddr>>,
 }
 
 /// A rank's network sockets, bound before its peers' addresses are known (a bootstrap binds
@@ -179,6 +180,8 @@ const PORT_ATTEMPTS: u32 = 32;
 /// datagram socket binds the same number (another is tried if that one is taken for udp).
 pub(crate) fn bind_network(
     own: Option<SocketAddr>,
+    own_links: &[SocketAddr],
+    all_links: &[Vec<SocketAddr>],
     config: &Config,
     job_id: u64,
     key: [u8; 32],
@@ -198,7 +201,20 @@ pub(crate) fn bind_network(
     let bind_dgram = |at: SocketAddr| -> Result<Option<Arc<DgramShared>>> {
         dgram_kind
             .map(|kind| {
-                DgramShared::bind(kind, at, config, job_id, JobKey::from_bytes(key)).map(Arc::new)
+                let local = if own_links.is_empty() {
+                    vec![at]
+                } else {
+                    own_links.to_vec()
+                };
+                DgramShared::bind(
+                    kind,
+                    local,
+                    all_links.to_vec(),
+                    config,
+                    job_id,
+                    JobKey::from_bytes(key),
+                )
+                .map(Arc::new)
             })
             .transpose()
     };
@@ -234,6 +250,15 @@ pub(crate) fn bind_network(
 }
 
 impl ContextBuilder {
+    /// The link addresses of every rank, in rank order (as `QUIVER_LINKS`, see
+    /// [`crate::parse_links`]): this rank's datagram engine binds one socket per own link and
+    /// stripes each connection over the links both ranks have. Without [`addrs`](Self::addrs),
+    /// each rank's first link is also its address (tcp, and telling local from remote peers).
+    pub fn links(mut self, links: Vec<Vec<SocketAddr>>) -> Self {
+        self.links = links;
+        self
+    }
+
     /// The network address of every rank, in rank order (as `QUIVER_ADDRS`): this rank's
     /// TCP listener and UDP socket bind its own entry (port 0: any free port, reported by
     /// [`Context::local_addr`]). Without addresses only shm is used.
@@ -284,7 +309,7 @@ impl ContextBuilder {
 
     /// [`ContextBuilder::build`], with the network sockets already bound by a bootstrap
     /// (`Some`), or bound here at this rank's entry of the addresses (`None`).
-    pub(crate) fn build_with(self, bound: Option<NetworkSockets>) -> Result<Context> {
+    pub(crate) fn build_with(mut self, bound: Option<NetworkSockets>) -> Result<Context> {
         crate::log::init_from_env();
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
@@ -311,6 +336,18 @@ impl ContextBuilder {
             )
         })?;
         let listener = Arc::new(listener);
+        if !self.links.is_empty() {
+            if self.links.len() != self.size as usize {
+                return Err(Error::Config(format!(
+                    "QUIVER_LINKS names links for {} ranks in a job of {} ranks",
+                    self.links.len(),
+                    self.size
+                )));
+            }
+            if self.addrs.is_empty() {
+                self.addrs = self.links.iter().map(|links| links[0]).collect();
+            }
+        }
         if !self.addrs.is_empty() && self.addrs.len() != self.size as usize {
             return Err(Error::Config(format!(
                 "QUIVER_ADDRS names {} addresses for a job of {} ranks",
@@ -321,7 +358,11 @@ impl ContextBuilder {
         let own_addr = self.addrs.get(self.rank as usize).copied();
         let bound = match bound {
             Some(bound) => bound,
-            None => bind_network(own_addr, &config, self.job_id, self.key)?,
+            None => bind_network(
+                own_addr,
+                self.links.get(self.rank as usize).map_or(&[][..], |l| &l[..]),
+                &self.links,
+                &config, self.job_id, self.key)?,
         };
         let (tcp_listener, dgram) = (bound.tcp, bound.dgram);
         let mut addrs = self.addrs;
@@ -431,6 +472,10 @@ impl Context {
             Ok(text) => crate::net::parse_addrs(&text)?,
             Err(_) => Vec::new(),
         };
+        let links = match std::env::var("QUIVER_LINKS") {
+            Ok(text) => crate::config::parse_links(&text)?,
+            Err(_) => Vec::new(),
+        };
         Context::builder()
             .rank(rank)
             .size(size)
@@ -438,6 +483,7 @@ impl Context {
             .job_key(key)
             .addrs(addrs)
             .bootstrap(Bootstrap::QuiverRun)
+            .links(links)
             .build()
     }
 
@@ -451,6 +497,7 @@ impl Context {
             config: None,
             addrs: Vec::new(),
             bootstrap: Bootstrap::Builder,
+            links: Vec::new(),
         }
     }
 
@@ -494,6 +541,27 @@ impl Context {
             .clone();
         stats.datagram = self.shared.dgram.as_ref().map(|d| d.stats());
         stats
+    }
+
+    /// Traffic of each of this rank's datagram links (one entry per `QUIVER_LINKS` address of
+    /// this rank, or one for its address), over the connections still open; empty without a
+    /// datagram transport.
+    pub fn link_stats(&self) -> Vec<crate::net::dgram::LinkStats> {
+        self.shared
+            .dgram
+            .as_ref()
+            .map(|d| d.link_stats())
+            .unwrap_or_default()
+    }
+
+    /// This rank's own datagram link addresses, in link order (empty without a datagram
+    /// transport).
+    pub fn links(&self) -> Vec<SocketAddr> {
+        self.shared
+            .dgram
+            .as_ref()
+            .map(|d| d.local_links().to_vec())
+            .unwrap_or_default()
     }
 
     /// Opens endpoint `port` of this rank; peers reach it at `Addr { rank, port }`.

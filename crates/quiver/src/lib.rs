@@ -31,12 +31,15 @@ pub mod profile;
 mod slab;
 
 pub use bootstrap::Bootstrap;
-pub use config::{parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind};
+pub use config::{
+    parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
+    MAX_LINKS,
+};
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
 pub use error::{Error, Result};
 pub use log::LOG_ENV;
-pub use net::dgram::DatagramStats;
+pub use net::dgram::{DatagramStats, LinkStats};
 pub use pool::PooledBuf;
 
 /// The address of an endpoint: a rank of the job and a port chosen by that rank.

@@ -20,15 +20,22 @@
 //!   receive window, so memory does not grow with message size;
 //! - pings idle connections, reports [`Event::PeerUnreachable`] after `idle_timeout_ns`
 //!   without a datagram from the peer or `max_retransmits` timeouts in a row without
-//!   progress, and closes gracefully.
+//!   progress, and closes gracefully;
+//! - stripes one connection over `path_count` paths (links): every datagram arrives on a
+//!   path and every [`Transmit`] names the path to send it on; each path has its own RTT,
+//!   delivery rate, congestion window, loss detection and retransmission timer, goes down
+//!   when it stops working (its frames move to the others) and rejoins when a probe is
+//!   answered (`paths.rs`, `docs/striping.md`).
 //!
-//! What it does not do: congestion control (the window and the in-flight cap are the only
-//! brakes), authentication of frames after the handshake (the CRC32C catches corruption,
-//! not forgery), I/O, clocks, randomness.
+//! What it does not do: congestion control beyond each path's window (it follows the
+//! measured delivery rate and ignores random loss; there is no fairness between
+//! connections), authentication of frames after the handshake (the CRC32C catches
+//! corruption, not forgery), I/O, clocks, randomness.
 //!
 //! Deterministic: no clock, no randomness (ids and nonces are arguments), no hash-order
 //! dependence. Same inputs, same outputs, byte for byte.
 
+mod paths;
 mod recv;
 mod rtt;
 mod send;
@@ -39,14 +46,16 @@ mod tests;
 use std::collections::VecDeque;
 
 use quiver_wire::frame::{
-    self, flags, Frame, FrameError, FrameHeader, FrameType, FIXED_HEADER_LEN, MAX_PAYLOAD_LEN,
-    MAX_SACK_RANGES, SACK_RANGE_LEN,
+    self, flags, Frame, FrameError, FrameHeader, FrameType, MoreSackRanges, SackRange,
+    FIXED_HEADER_LEN, MAX_ACK_RANGES, MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN,
 };
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
 use crate::handshake::{
     ConnectRequest, HandshakeError, Initiator, JobKey, RejectReason, Responder,
 };
+use paths::Paths;
+pub use paths::{PathState, PathStats, MAX_PATHS};
 use recv::{RecvState, Refusal};
 use rtt::RttEstimator;
 use send::{SendState, MESSAGE_HEADER_LEN};
@@ -98,6 +107,10 @@ pub struct ReliableConfig {
     /// Data/Close frames sent and not cumulatively acknowledged; bounds the sender's and the
     /// receiver's per-packet tables. Default 4096, 1 to 2^20.
     pub max_in_flight_datagrams: usize,
+    /// Paths (links) the connection is striped over, 1 to [`MAX_PATHS`]; both ends must
+    /// agree. Path `i` is the same link in both directions; the I/O layer maps it to
+    /// addresses. Default 1.
+    pub path_count: usize,
 }
 
 impl Default for ReliableConfig {
@@ -116,6 +129,7 @@ impl Default for ReliableConfig {
             idle_timeout_ns: 1_000_000_000,
             handshake_timeout_ns: 5_000_000_000,
             max_in_flight_datagrams: 4096,
+            path_count: 1,
         }
     }
 }
@@ -198,6 +212,13 @@ impl ReliableConfig {
         if self.handshake_timeout_ns == 0 {
             return invalid("handshake_timeout_ns", 0, "greater than 0");
         }
+        if !(1..=MAX_PATHS).contains(&self.path_count) {
+            return invalid(
+                "path_count",
+                self.path_count as u64,
+                "between 1 and MAX_PATHS (64)",
+            );
+        }
         if !(1..=Self::MAX_IN_FLIGHT_DATAGRAMS).contains(&self.max_in_flight_datagrams) {
             return invalid(
                 "max_in_flight_datagrams",
@@ -227,19 +248,35 @@ impl ReliableConfig {
         self.send_buffer_bytes
             + self.recv_window_bytes
             + self.max_in_flight_datagrams.saturating_add(1) * per_packet
+            + self.path_count * core::mem::size_of::<paths::Path>()
             + FIXED_MEMORY_BYTES
     }
 
     fn data_header_len(&self) -> usize {
         FIXED_HEADER_LEN + self.max_sack_ranges * SACK_RANGE_LEN
     }
+
+    /// SACK ranges a standalone Ack carries at most (header and payload): as many as fit the
+    /// datagram, up to [`MAX_ACK_RANGES`]; none when `max_sack_ranges` is 0.
+    fn ack_range_limit(&self) -> usize {
+        if self.max_sack_ranges == 0 {
+            return 0;
+        }
+        let room = self
+            .max_datagram_bytes
+            .saturating_sub(self.data_header_len())
+            / SACK_RANGE_LEN;
+        (self.max_sack_ranges + room).min(MAX_ACK_RANGES)
+    }
 }
 
-/// Memory of a connection that does not depend on the configuration.
+/// Memory of a connection that does not depend on the configuration (the Ack scratch
+/// buffers included).
 const FIXED_MEMORY_BYTES: usize = core::mem::size_of::<ReliableConnection>()
     + core::mem::size_of::<Initiator>()
     + core::mem::size_of::<Responder>()
-    + 16 * core::mem::size_of::<Event>();
+    + 16 * core::mem::size_of::<Event>()
+    + MAX_ACK_RANGES * (2 * core::mem::size_of::<SackRange>() + SACK_RANGE_LEN);
 
 /// A configuration value out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -357,6 +394,8 @@ pub struct Transmit<'a> {
     /// gives the same bytes back later, so a caller can gather several frames into one
     /// system call without copying their payloads.
     pub stream_offset: Option<u64>,
+    /// The path to send it on (`0..path_count`).
+    pub path: usize,
 }
 
 /// Counters of a connection. All counts since creation.
@@ -404,6 +443,10 @@ pub struct ReliableStats {
     pub send_buffered_bytes: u64,
     /// Bytes received in order and not yet read.
     pub recv_buffered_bytes: u64,
+    /// Times a path went down (its frames moved to the other paths).
+    pub paths_down: u64,
+    /// Times a path that was down came back.
+    pub paths_rejoined: u64,
 }
 
 /// The handshake's part of a connection.
@@ -428,15 +471,21 @@ enum HandshakeSide {
 /// (responder; check the request's port and call [`ReliableConnection::reject`] to refuse).
 /// Then, in any order:
 ///
-/// - inputs: [`handle_datagram`](Self::handle_datagram) for every datagram whose dest id is
+/// - inputs: [`handle_datagram`](Self::handle_datagram) (with the path it arrived on) for
+///   every datagram whose dest id is
 ///   [`local_id`](Self::local_id) (and, for duplicates of the Hello that created a responder,
 ///   datagrams with dest id 0 from the same peer address and src id);
 ///   [`handle_timeout`](Self::handle_timeout) once `now >= poll_timeout()`; the application's
 ///   [`start_message`](Self::start_message) / [`write_message`](Self::write_message),
 ///   [`read_message`](Self::read_message) and [`close`](Self::close);
 /// - outputs, after every input: [`poll_transmit`](Self::poll_transmit) until `None`
-///   (send each datagram), [`poll_event`](Self::poll_event) until `None`, and re-read
+///   (send each datagram on the path its [`Transmit::path`] names),
+///   [`poll_event`](Self::poll_event) until `None`, and re-read
 ///   [`poll_timeout`](Self::poll_timeout).
+///
+/// Paths: `config.path_count` of them, numbered from 0; path `i` must be the same link in
+/// both directions (the I/O layer's mapping of index to addresses). With one path this is a
+/// plain single-link connection.
 ///
 /// Datagrams for unknown ids are answered with [`reset_for`]. The connection never reads a
 /// clock: `now` is monotonic nanoseconds from the caller, never decreasing.
@@ -461,21 +510,29 @@ pub struct ReliableConnection {
     handshake_retransmit_at: Option<Nanos>,
     handshake_interval_ns: Nanos,
     handshake_deadline: Nanos,
+    /// Path of the next handshake message: the initiator rotates over the paths with each
+    /// retransmission; the responder answers on the path the peer's message arrived on.
+    handshake_path: usize,
 
     send: SendState,
     recv: RecvState,
+    /// RTT over all paths: the credit probe's interval and the stats.
     rtt: RttEstimator,
-    rto_deadline: Option<Nanos>,
+    /// Retransmission timeouts (any path) in a row without an acknowledgement.
     consecutive_rtos: u32,
     probe_deadline: Option<Nanos>,
     probe_backoff_shift: u32,
 
     last_received_at: Nanos,
     last_ping_at: Nanos,
-    ping_pending: bool,
 
     events: VecDeque<Event>,
     stats: ReliableStats,
+    /// Scratch (allocated once, [`MAX_ACK_RANGES`] each): the SACK list of a received ack,
+    /// the ranges of an outgoing Ack beyond its header, and their encoding (its payload).
+    ack_ranges_in: Vec<SackRange>,
+    ack_ranges_out: Vec<SackRange>,
+    ack_payload: Vec<u8>,
 }
 
 impl ReliableConnection {
@@ -510,23 +567,33 @@ impl ReliableConnection {
     }
 
     /// Responder: built from the first datagram of a stranger (a Handshake frame with dest
-    /// id 0 carrying a Hello). Returns the connection (its Challenge goes out with the first
-    /// `poll_transmit` unless [`reject`](Self::reject) is called before) and the request so
-    /// the caller can check the destination port.
+    /// id 0 carrying a Hello) that arrived on `path`. Returns the connection (its Challenge
+    /// goes out on that path with the first `poll_transmit` unless [`reject`](Self::reject)
+    /// is called before) and the request so the caller can check the destination port.
     ///
     /// # Errors
     /// [`AcceptError`]: the datagram is not a valid Hello of our job (the caller counts and
-    /// drops it), or the configuration is invalid.
+    /// drops it), or the configuration is invalid (a `path` beyond `path_count` included).
+    #[allow(clippy::too_many_arguments)] // Each is one input of the responder; none is optional.
     pub fn accept(
         config: ReliableConfig,
         key: JobKey,
         job_id: u64,
         datagram: &[u8],
+        path: usize,
         local_id: u64,
         nonce: [u8; 16],
         now: Nanos,
     ) -> Result<(Self, ConnectRequest), AcceptError> {
         config.validate()?;
+        if path >= config.path_count {
+            return Err(ConfigError::Invalid {
+                field: "path",
+                value: path as u64,
+                requirement: "below path_count",
+            }
+            .into());
+        }
         if local_id == 0 {
             return Err(ConfigError::ZeroConnectionId.into());
         }
@@ -557,6 +624,8 @@ impl ReliableConnection {
         connection.remember_incoming(frame.payload());
         connection.last_received_at = now;
         connection.stats.datagrams_received = 1;
+        connection.handshake_path = path;
+        connection.send.paths.on_arrival(path);
         Ok((connection, request))
     }
 
@@ -586,11 +655,17 @@ impl ReliableConnection {
         self.fail(FailReason::Rejected(reason));
     }
 
-    /// Feeds one received datagram addressed to this connection. Corrupt (bad checksum),
-    /// malformed, duplicate, stale or out-of-window frames are dropped and counted in
-    /// [`stats`](Self::stats); they never change delivered data and never panic.
-    pub fn handle_datagram(&mut self, now: Nanos, datagram: &[u8]) {
+    /// Feeds one received datagram addressed to this connection, which arrived on `path`.
+    /// Corrupt (bad checksum), malformed, duplicate, stale or out-of-window frames are
+    /// dropped and counted in [`stats`](Self::stats); they never change delivered data and
+    /// never panic. A `path` beyond `path_count` (the caller's mistake) is counted as
+    /// unexpected and dropped.
+    pub fn handle_datagram(&mut self, now: Nanos, path: usize, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
+        if path >= self.send.paths.len() {
+            self.stats.unexpected_dropped += 1;
+            return;
+        }
         let frame = match Frame::parse(datagram) {
             Ok(frame) => frame,
             Err(_) => {
@@ -603,11 +678,17 @@ impl ReliableConnection {
             self.stats.unexpected_dropped += 1;
             return;
         }
+        self.send.paths.on_arrival(path);
         match header.frame_type {
-            FrameType::Handshake => self.handle_handshake_frame(now, header, frame.payload()),
+            FrameType::Handshake => {
+                if !self.is_initiator {
+                    self.handshake_path = path;
+                }
+                self.handle_handshake_frame(now, header, frame.payload());
+            }
             FrameType::Reset => self.handle_reset(),
             FrameType::Data | FrameType::Ack | FrameType::Ping | FrameType::Close => {
-                self.handle_connection_frame(now, header, frame.payload());
+                self.handle_connection_frame(now, path, header, frame.payload());
             }
         }
         self.refresh_timers(now);
@@ -615,9 +696,9 @@ impl ReliableConnection {
 
     /// Next datagram to send, if any: writes the header into `header` (at least
     /// [`frame::MAX_HEADER_LEN`] bytes; a shorter buffer yields `None`) and returns the
-    /// header length and the payload slice (borrowed from the send buffer; the datagram is
-    /// header followed by payload, sent with a gathered write). Call until `None` after every
-    /// `handle_*`, write, read or close.
+    /// header length, the payload slice (borrowed from the send buffer; the datagram is
+    /// header followed by payload, sent with a gathered write) and the path to send it on.
+    /// Call until `None` after every `handle_*`, write, read or close.
     pub fn poll_transmit<'a>(&'a mut self, now: Nanos, header: &mut [u8]) -> Option<Transmit<'a>> {
         if header.len() < frame::MAX_HEADER_LEN {
             return None;
@@ -632,23 +713,51 @@ impl ReliableConnection {
         ) {
             return None;
         }
+        if let Some(reply) = self.send.paths.take_reply() {
+            self.stats.acks_sent += 1;
+            return self.transmit_control(
+                FrameType::Ack,
+                flags::PING_REPLY,
+                header,
+                reply.path,
+                reply.token,
+            );
+        }
         if matches!(self.state, State::Established | State::Closing) {
             let max_payload = self.config.max_data_payload_bytes();
             if let Some(to_send) = self.send.next_frame(now, max_payload) {
-                return Some(self.transmit_frame(now, header, to_send));
+                return Some(self.transmit_frame(header, to_send));
             }
         }
-        if self.ping_pending && self.state != State::Closed {
-            self.ping_pending = false;
-            self.stats.pings_sent += 1;
-            return self.transmit_control(FrameType::Ping, flags::ACK_REQUESTED, header);
+        if self.state != State::Closed {
+            if let Some(ping) = self.send.paths.take_ping(now) {
+                self.stats.pings_sent += 1;
+                return self.transmit_control(
+                    FrameType::Ping,
+                    flags::ACK_REQUESTED,
+                    header,
+                    ping.path,
+                    ping.token,
+                );
+            }
         }
         if self.recv.ack_due(now) {
             self.stats.acks_sent += 1;
-            return self.transmit_control(FrameType::Ack, 0, header);
+            let path = self.send.paths.ack_path();
+            return self.transmit_control(FrameType::Ack, 0, header, path, 0);
         }
         self.refresh_timers(now);
         None
+    }
+
+    /// Number of paths (`config.path_count`).
+    pub fn path_count(&self) -> usize {
+        self.send.paths.len()
+    }
+
+    /// Counters and gauges of `path` (None beyond `path_count`).
+    pub fn path_stats(&self, path: usize) -> Option<&PathStats> {
+        self.send.paths.stats(path)
     }
 
     /// The payload of a data frame transmitted earlier (see [`Transmit::stream_offset`]),
@@ -667,7 +776,7 @@ impl ReliableConnection {
                 earliest(deadline, self.handshake_retransmit_at)
             }
             State::Established | State::Closing => {
-                let mut deadline = earliest(self.rto_deadline, self.probe_deadline);
+                let mut deadline = earliest(self.send.paths.next_deadline(), self.probe_deadline);
                 deadline = earliest(deadline, self.recv.ack_deadline());
                 deadline = earliest(deadline, Some(self.keepalive_at()));
                 earliest(deadline, Some(self.idle_deadline()))
@@ -688,6 +797,10 @@ impl ReliableConnection {
                     self.handshake_retransmit_at = None;
                     self.handshake_send_pending = self.handshake_out_len > 0;
                     self.stats.handshake_retransmits += 1;
+                    if self.is_initiator {
+                        // A dead first link must not keep the connection from opening.
+                        self.handshake_path = (self.handshake_path + 1) % self.send.paths.len();
+                    }
                     self.handshake_interval_ns = self
                         .handshake_interval_ns
                         .saturating_mul(2)
@@ -831,6 +944,9 @@ impl ReliableConnection {
             + self.send.memory_bytes()
             + self.recv.memory_bytes()
             + self.events.capacity() * core::mem::size_of::<Event>()
+            + (self.ack_ranges_in.capacity() + self.ack_ranges_out.capacity())
+                * core::mem::size_of::<SackRange>()
+            + self.ack_payload.capacity()
     }
 
     // ---- construction and handshake ----
@@ -843,7 +959,19 @@ impl ReliableConnection {
         handshake: HandshakeSide,
         now: Nanos,
     ) -> Self {
-        let send = SendState::new(config.send_buffer_bytes, config.max_in_flight_datagrams);
+        let paths = Paths::new(
+            config.path_count,
+            config.max_data_payload_bytes() as u64 + config.data_header_len() as u64,
+            config.initial_rto_ns,
+            config.min_rto_ns,
+            config.max_rto_ns,
+        );
+        let send = SendState::new(
+            config.send_buffer_bytes,
+            config.max_in_flight_datagrams,
+            paths,
+            config.data_header_len() as u64,
+        );
         let recv = RecvState::new(config.recv_window_bytes, config.max_in_flight_datagrams);
         let rtt = RttEstimator::new(config.initial_rto_ns, config.min_rto_ns, config.max_rto_ns);
         Self {
@@ -863,21 +991,23 @@ impl ReliableConnection {
             handshake_retransmit_at: None,
             handshake_interval_ns: config.initial_rto_ns,
             handshake_deadline: now.saturating_add(config.handshake_timeout_ns),
+            handshake_path: 0,
             send,
             recv,
             rtt,
-            rto_deadline: None,
             consecutive_rtos: 0,
             probe_deadline: None,
             probe_backoff_shift: 0,
             last_received_at: now,
             last_ping_at: now,
-            ping_pending: false,
             events: VecDeque::with_capacity(4),
             stats: ReliableStats {
                 rto_ns: config.initial_rto_ns,
                 ..ReliableStats::default()
             },
+            ack_ranges_in: Vec::with_capacity(MAX_ACK_RANGES),
+            ack_ranges_out: Vec::with_capacity(MAX_ACK_RANGES),
+            ack_payload: vec![0; MAX_ACK_RANGES * SACK_RANGE_LEN],
             config,
         }
     }
@@ -919,10 +1049,12 @@ impl ReliableConnection {
         let payload = &self.handshake_out[..self.handshake_out_len];
         let header_len = frame_header.emit(header, payload).ok()?;
         self.stats.datagrams_sent += 1;
+        self.send.paths.count_sent(self.handshake_path);
         Some(Transmit {
             header_len,
             payload,
             stream_offset: None,
+            path: self.handshake_path,
         })
     }
 
@@ -1046,7 +1178,13 @@ impl ReliableConnection {
         }
     }
 
-    fn handle_connection_frame(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+    fn handle_connection_frame(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        header: &FrameHeader,
+        payload: &[u8],
+    ) {
         if !matches!(
             self.state,
             State::Established | State::Closing | State::Closed
@@ -1057,10 +1195,19 @@ impl ReliableConnection {
         }
         self.last_received_at = now;
         if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
+            let Ok(more) = MoreSackRanges::parse(header, payload) else {
+                // Checksummed but malformed: the peer is broken.
+                self.stats.unexpected_dropped += 1;
+                return;
+            };
+            self.ack_ranges_in.clear();
+            self.ack_ranges_in.extend_from_slice(header.sack.as_slice());
+            self.ack_ranges_in.extend(more.iter());
             match self.send.on_ack(
                 now,
                 header.cumulative_ack,
-                header.sack.as_slice(),
+                &self.ack_ranges_in,
+                header.flags & flags::SACK_TRUNCATED != 0,
                 header.credit,
             ) {
                 Ok(outcome) => {
@@ -1070,7 +1217,6 @@ impl ReliableConnection {
                     self.stats.fast_retransmits += outcome.declared_lost;
                     if outcome.progress {
                         self.consecutive_rtos = 0;
-                        self.rto_deadline = None;
                     }
                 }
                 Err(_) => {
@@ -1084,7 +1230,14 @@ impl ReliableConnection {
         }
         match header.frame_type {
             FrameType::Data | FrameType::Close => self.take_data(now, header, payload),
-            FrameType::Ping => self.recv.request_ack(),
+            // Answered on the path it came by, so that the answer proves that path.
+            FrameType::Ping => self.send.paths.queue_reply(path, header.packet_number),
+            FrameType::Ack
+                if header.flags & flags::PING_REPLY != 0
+                    && self.send.paths.on_ping_reply(now, header.packet_number) =>
+            {
+                self.stats.paths_rejoined += 1;
+            }
             _ => {}
         }
         if header.flags & flags::ACK_REQUESTED != 0 {
@@ -1131,7 +1284,6 @@ impl ReliableConnection {
     fn check_closed(&mut self) {
         if self.state == State::Closing && self.send.close_acked() && self.recv.peer_closed() {
             self.state = State::Closed;
-            self.rto_deadline = None;
             self.probe_deadline = None;
             self.events.push_back(Event::Closed);
         }
@@ -1139,11 +1291,11 @@ impl ReliableConnection {
 
     fn transmit_frame<'a>(
         &'a mut self,
-        now: Nanos,
         header: &mut [u8],
         to_send: send::FrameToSend,
     ) -> Transmit<'a> {
         let sent = to_send.frame;
+        let path = to_send.path;
         if to_send.retransmission {
             self.stats.retransmits += 1;
         } else if !sent.is_close {
@@ -1166,11 +1318,9 @@ impl ReliableConnection {
         if self.send.will_stall() || sent.is_close {
             frame_header.flags |= flags::ACK_REQUESTED;
         }
-        self.fill_ack(&mut frame_header);
-        if self.rto_deadline.is_none() {
-            self.rto_deadline = Some(now.saturating_add(self.rtt.rto_ns()));
-        }
+        self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
         self.stats.datagrams_sent += 1;
+        self.send.paths.count_sent(path);
         let payload = self.send.payload(&sent);
         // Invariant: the payload is at most max_data_payload_bytes (<= u16::MAX) and the
         // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit); the SACK
@@ -1181,35 +1331,65 @@ impl ReliableConnection {
             header_len,
             payload,
             stream_offset: (!sent.is_close).then_some(sent.payload_offset),
+            path,
         }
     }
 
+    /// An Ack or Ping on `path`; `packet_number` carries a ping's token (0 otherwise).
     fn transmit_control<'a>(
         &'a mut self,
         frame_type: FrameType,
         extra_flags: u8,
         header: &mut [u8],
+        path: usize,
+        packet_number: u64,
     ) -> Option<Transmit<'a>> {
         let mut frame_header =
             FrameHeader::new(frame_type, self.peer_id.unwrap_or(0), self.local_id);
         frame_header.flags = flags::ACK | extra_flags;
-        frame_header.packet_number = 0;
-        self.fill_ack(&mut frame_header);
-        let header_len = frame_header.emit(header, &[]).ok()?;
+        frame_header.packet_number = packet_number;
+        let mut payload_len = 0;
+        if frame_type == FrameType::Ack {
+            self.fill_ack(&mut frame_header, self.config.ack_range_limit());
+            let previous_end = frame_header.sack.as_slice().last().map(|range| range.end);
+            // Invariant: the ranges come from our own ordered range list, continue the
+            // header's, and the payload buffer holds MAX_ACK_RANGES of them.
+            payload_len = MoreSackRanges::emit(
+                frame_header.cumulative_ack,
+                previous_end,
+                &self.ack_ranges_out,
+                &mut self.ack_payload,
+            )
+            .unwrap_or(0);
+        } else {
+            self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
+        }
+        let payload = &self.ack_payload[..payload_len];
+        let header_len = frame_header.emit(header, payload).ok()?;
         self.stats.datagrams_sent += 1;
+        self.send.paths.count_sent(path);
         Some(Transmit {
             header_len,
-            payload: &[],
+            payload,
             stream_offset: None,
+            path,
         })
     }
 
-    fn fill_ack(&mut self, frame_header: &mut FrameHeader) {
-        let (cumulative_ack, credit) = self
-            .recv
-            .write_ack(self.config.max_sack_ranges, &mut frame_header.sack);
+    /// Fills the ack fields of `frame_header` with up to `total_limit` SACK ranges: the
+    /// header's share in it, the rest in `ack_ranges_out` (for an Ack's payload).
+    fn fill_ack(&mut self, frame_header: &mut FrameHeader, total_limit: usize) {
+        let (cumulative_ack, credit, truncated) = self.recv.write_ack(
+            self.config.max_sack_ranges,
+            total_limit,
+            &mut frame_header.sack,
+            &mut self.ack_ranges_out,
+        );
         frame_header.cumulative_ack = cumulative_ack;
         frame_header.credit = credit;
+        if truncated {
+            frame_header.flags |= flags::SACK_TRUNCATED;
+        }
     }
 
     fn handle_connection_timers(&mut self, now: Nanos) {
@@ -1217,25 +1397,35 @@ impl ReliableConnection {
             self.unreachable();
             return;
         }
-        if self.rto_deadline.is_some_and(|deadline| deadline <= now) {
+        let due = self.send.due_path_rtos(now);
+        for path in (0..self.send.paths.len()).filter(|path| due & (1 << path) != 0) {
             self.stats.rto_expirations += 1;
             self.consecutive_rtos += 1;
             if self.consecutive_rtos > self.config.max_retransmits {
                 self.unreachable();
                 return;
             }
-            self.send.on_rto(now, self.rtt.rto_ns());
+            let (_, failed) = self.send.on_path_rto(now, path);
             self.rtt.back_off();
-            self.rto_deadline = None;
+            if failed && self.send.take_path_down(now, path) {
+                self.stats.paths_down += 1;
+            }
+        }
+        let failed = self.send.paths.handle_ping_timers(now);
+        for path in (0..self.send.paths.len()).filter(|path| failed & (1 << path) != 0) {
+            if self.send.take_path_down(now, path) {
+                self.stats.paths_down += 1;
+            }
         }
         if self.probe_deadline.is_some_and(|deadline| deadline <= now) {
-            self.ping_pending = true;
+            let best = self.send.paths.best();
+            self.send.paths.ping(best);
             self.last_ping_at = now;
             self.probe_deadline = None;
             self.probe_backoff_shift = (self.probe_backoff_shift + 1).min(16);
         }
         if now >= self.keepalive_at() {
-            self.ping_pending = true;
+            self.send.paths.ping_all_usable();
             self.last_ping_at = now;
         }
         self.refresh_timers(now);
@@ -1244,13 +1434,7 @@ impl ReliableConnection {
     /// Re-arms the RTO and the credit probe, and updates the gauges in the stats.
     fn refresh_timers(&mut self, now: Nanos) {
         if matches!(self.state, State::Established | State::Closing) {
-            if self.send.has_unsacked() {
-                if self.rto_deadline.is_none() {
-                    self.rto_deadline = Some(now.saturating_add(self.rtt.rto_ns()));
-                }
-            } else {
-                self.rto_deadline = None;
-            }
+            self.send.refresh_path_timers(now);
             if self.send.credit_blocked() && !self.send.has_unsacked() {
                 if self.probe_deadline.is_none() {
                     let interval = self
@@ -1267,7 +1451,8 @@ impl ReliableConnection {
         }
         self.stats.smoothed_rtt_ns = self.rtt.smoothed_ns();
         self.stats.rtt_variance_ns = self.rtt.variance_ns();
-        self.stats.rto_ns = self.rtt.rto_ns();
+        self.stats.rto_ns = self.send.paths.min_rto_ns();
+        self.send.paths.refresh_gauges();
         self.stats.send_buffered_bytes = self.send.buffered_bytes();
         self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
     }
@@ -1291,9 +1476,7 @@ impl ReliableConnection {
     fn unreachable(&mut self) {
         self.state = State::Failed;
         self.fail_reason = Some(FailReason::PeerUnreachable);
-        self.rto_deadline = None;
         self.probe_deadline = None;
-        self.ping_pending = false;
         self.events.push_back(Event::PeerUnreachable);
     }
 
@@ -1309,10 +1492,8 @@ impl ReliableConnection {
         }
         self.state = State::Failed;
         self.fail_reason = Some(reason);
-        self.rto_deadline = None;
         self.probe_deadline = None;
         self.handshake_retransmit_at = None;
-        self.ping_pending = false;
         self.events.push_back(Event::Failed(reason));
     }
 }

@@ -186,18 +186,32 @@ impl RecvState {
         self.ack_deadline
     }
 
-    /// Fills the ack fields of an outgoing frame and clears the pending ack.
-    pub(super) fn write_ack(&mut self, max_ranges: usize, sack: &mut SackRanges) -> (u64, u64) {
+    /// Fills the ack fields of an outgoing frame and clears the pending ack: up to
+    /// `header_limit` SACK ranges into `sack` and, up to `total_limit` in all, the rest into
+    /// `more` (an Ack frame's payload). Returns (cumulative ack, credit, truncated): when
+    /// there are more ranges than `total_limit`, the lowest `total_limit - 1` (where the
+    /// holes the sender must repair are) and the highest (how far the peer got) are written,
+    /// and `truncated` says that ranges between the last two were left out.
+    pub(super) fn write_ack(
+        &mut self,
+        header_limit: usize,
+        total_limit: usize,
+        sack: &mut SackRanges,
+        more: &mut Vec<SackRange>,
+    ) -> (u64, u64, bool) {
         sack.clear();
-        let count = self.ranges.len().min(max_ranges);
+        more.clear();
+        let total_limit = total_limit.max(header_limit);
+        let truncated = self.ranges.len() > total_limit;
+        let count = self.ranges.len().min(total_limit);
         if count > 0 {
-            // The lowest ranges tell the sender where the holes are; the highest tells it how
-            // far the peer got (for the packet-threshold loss rule).
-            for range in self.ranges.iter().take(count - 1) {
-                sack.push(*range);
-            }
-            if let Some(last) = self.ranges.back() {
-                sack.push(*last);
+            let selected = self.ranges.iter().take(count - 1).chain(self.ranges.back());
+            for (index, range) in selected.enumerate() {
+                if index < header_limit {
+                    sack.push(*range);
+                } else {
+                    more.push(*range);
+                }
             }
         }
         self.ack_now = false;
@@ -205,7 +219,7 @@ impl RecvState {
         self.unacked_frames = 0;
         let credit = self.credit();
         self.advertised_credit = credit;
-        (self.cumulative, credit)
+        (self.cumulative, credit, truncated)
     }
 
     /// Stream offset (exclusive) the peer may send up to.

@@ -1,6 +1,15 @@
 //! The sending half of a reliable connection: the send ring (bytes written by the application
 //! and not yet acknowledged), packetization into Data frames, the in-flight table indexed by
-//! packet number, acknowledgement processing and loss detection.
+//! packet number, the choice of path for each frame, acknowledgement processing and loss
+//! detection per path (`paths.rs`).
+//!
+//! Loss is decided per path, never from packet-number gaps alone: frames striped over paths
+//! of different delays arrive out of packet-number order all the time. A frame is lost when
+//! [`PACKET_THRESHOLD`] frames sent after it on the *same* path were acknowledged while the
+//! acknowledgement shows it missing, or when its path's retransmission timer expires. An
+//! acknowledgement whose SACK list was truncated (the receiver had more ranges than fit)
+//! says nothing about the packets between its last two ranges; those are not judged (and
+//! their paths' timers are not run against them) until a later acknowledgement covers them.
 //!
 //! The byte stream holds, for each message, an 8-byte little-endian length followed by the
 //! message bytes. The length never travels as payload: the first fragment of a message
@@ -12,13 +21,15 @@ use std::collections::VecDeque;
 
 use quiver_wire::frame::SackRange;
 
+use super::paths::{Paths, NO_FRAME};
 use super::stream_ring::StreamRing;
 use super::Nanos;
 
 /// Bytes of stream each message header takes.
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
 
-/// A frame after a transmission: enough to retransmit it byte for byte.
+/// A frame after a transmission: enough to retransmit it byte for byte, and to account for
+/// it on the path it was last sent on.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SentFrame {
     /// Data or Close.
@@ -35,22 +46,58 @@ pub(super) struct SentFrame {
     pub(super) fragment_offset: u64,
     /// When it was last sent.
     sent_at: Nanos,
-    /// Transmission order of the last send (new sends and retransmissions share the counter).
-    tx_seq: u64,
     /// Whether it was ever sent twice (Karn: no RTT sample from it).
     retransmitted: bool,
     status: FrameStatus,
+    /// Path of the last transmission, and its sequence number on that path.
+    path: u8,
+    path_seq: u64,
+    /// The path's delivery counters when it was sent (delivery-rate samples).
+    delivered_bytes: u64,
+    delivered_at: Nanos,
+    first_sent_at: Nanos,
+    /// Neighbours in its path's list of frames in flight (packet numbers, or NO_FRAME).
+    previous_on_path: u64,
+    next_on_path: u64,
 }
 
 impl SentFrame {
     fn stream_end(&self) -> u64 {
         self.payload_offset + u64::from(self.payload_len)
     }
+
+    fn new(
+        is_close: bool,
+        payload_offset: u64,
+        payload_len: u32,
+        message_id: u64,
+        message_len: u64,
+        fragment_offset: u64,
+    ) -> SentFrame {
+        SentFrame {
+            is_close,
+            payload_offset,
+            payload_len,
+            message_id,
+            message_len,
+            fragment_offset,
+            sent_at: 0,
+            retransmitted: false,
+            status: FrameStatus::InFlight,
+            path: 0,
+            path_seq: 0,
+            delivered_bytes: 0,
+            delivered_at: 0,
+            first_sent_at: 0,
+            previous_on_path: NO_FRAME,
+            next_on_path: NO_FRAME,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FrameStatus {
-    /// Sent, not acknowledged.
+    /// Sent, not acknowledged; linked into its path's list.
     InFlight,
     /// Declared lost and queued for retransmission.
     Lost,
@@ -73,9 +120,10 @@ pub(super) struct AckOutcome {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct InvalidAck;
 
-/// Packets above a lost one that must be acknowledged before it is declared lost.
+/// Frames sent later on the same path that must be acknowledged before a frame is lost.
 const PACKET_THRESHOLD: u64 = 3;
-/// Duplicate acks (acks that acknowledge nothing new) that trigger a fast retransmit.
+/// Duplicate acks (acks that acknowledge nothing new) that trigger a fast retransmit
+/// (single-path connections only: with several paths, acks without progress are normal).
 const DUPLICATE_ACK_THRESHOLD: u32 = 3;
 
 #[derive(Debug)]
@@ -106,10 +154,13 @@ pub(super) struct SendState {
     max_in_flight: usize,
     /// Packet numbers to retransmit (stale entries are skipped when popped).
     retransmit_queue: VecDeque<u64>,
-    next_tx_seq: u64,
-    largest_acked_tx_seq: u64,
     last_cumulative_ack: u64,
     duplicate_acks: u32,
+
+    /// The paths, their windows, timers and lists of frames in flight.
+    pub(super) paths: Paths,
+    /// Bytes a frame takes besides its payload (header estimate), for the windows.
+    frame_overhead_bytes: u64,
 
     /// Stream offset (exclusive) the peer lets us send up to.
     peer_credit: u64,
@@ -119,16 +170,35 @@ pub(super) struct SendState {
     close_acked: bool,
 }
 
-/// A frame to put on the wire now.
+/// A frame to put on the wire now, and the path to send it on.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FrameToSend {
     pub(super) packet_number: u64,
     pub(super) frame: SentFrame,
     pub(super) retransmission: bool,
+    pub(super) path: usize,
+}
+
+/// Packets an acknowledgement says nothing about: `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+struct Unknown {
+    start: u64,
+    end: u64,
+}
+
+impl Unknown {
+    fn contains(&self, packet_number: u64) -> bool {
+        (self.start..self.end).contains(&packet_number)
+    }
 }
 
 impl SendState {
-    pub(super) fn new(buffer_bytes: usize, max_in_flight: usize) -> Self {
+    pub(super) fn new(
+        buffer_bytes: usize,
+        max_in_flight: usize,
+        paths: Paths,
+        frame_overhead_bytes: u64,
+    ) -> Self {
         Self {
             ring: StreamRing::new(buffer_bytes),
             acked_offset: 0,
@@ -145,10 +215,10 @@ impl SendState {
             unsacked: 0,
             max_in_flight,
             retransmit_queue: VecDeque::new(),
-            next_tx_seq: 0,
-            largest_acked_tx_seq: 0,
             last_cumulative_ack: 0,
             duplicate_acks: 0,
+            paths,
+            frame_overhead_bytes,
             peer_credit: 0,
             close_requested: false,
             close_sent: false,
@@ -230,25 +300,30 @@ impl SendState {
                 && self.peer_credit < self.next_offset + MESSAGE_HEADER_LEN)
     }
 
-    /// Whether sending stalls after this frame (buffer full, no credit, in-flight cap): the
-    /// receiver should ack at once instead of delaying.
+    /// Whether sending stalls after this frame (buffer full, no credit, in-flight cap, every
+    /// path's window full): the receiver should ack at once instead of delaying.
     pub(super) fn will_stall(&self) -> bool {
         self.capacity() == 0
             || self.next_offset >= self.peer_credit
             || self.in_flight.len() >= self.max_in_flight
+            || !self.paths.any_room()
     }
 
-    /// The next frame to send: a retransmission first, then new data, then the Close.
-    /// `max_payload` bounds the payload length.
+    /// The next frame to send and its path: a retransmission first, then new data, then the
+    /// Close. `max_payload` bounds the payload length. `None` when there is nothing to send
+    /// or no path has room in its window.
     pub(super) fn next_frame(&mut self, now: Nanos, max_payload: usize) -> Option<FrameToSend> {
-        if let Some(frame) = self.next_retransmission(now) {
-            return Some(frame);
+        if self.retransmission_pending() {
+            return self.next_retransmission(now);
         }
         if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
+        let path = self
+            .paths
+            .choose(max_payload as u64 + self.frame_overhead_bytes)?;
         if let Some(frame) = self.next_new_data(max_payload) {
-            return Some(self.record_new(now, frame));
+            return Some(self.record_new(now, frame, path));
         }
         if self.close_requested
             && !self.close_sent
@@ -256,19 +331,8 @@ impl SendState {
             && self.next_offset == self.write_offset
         {
             self.close_sent = true;
-            let frame = SentFrame {
-                is_close: true,
-                payload_offset: self.write_offset,
-                payload_len: 0,
-                message_id: self.tx_next_message_id,
-                message_len: 0,
-                fragment_offset: 0,
-                sent_at: now,
-                tx_seq: 0,
-                retransmitted: false,
-                status: FrameStatus::InFlight,
-            };
-            return Some(self.record_new(now, frame));
+            let frame = SentFrame::new(true, self.write_offset, 0, self.tx_next_message_id, 0, 0);
+            return Some(self.record_new(now, frame, path));
         }
         None
     }
@@ -290,12 +354,14 @@ impl SendState {
         &self.ring[start..start + frame.payload_len as usize]
     }
 
-    /// Processes the ack fields of a frame from the peer.
+    /// Processes the ack fields of a frame from the peer: its cumulative ack, its whole SACK
+    /// list (header and Ack payload), whether that list was truncated, and its credit.
     pub(super) fn on_ack(
         &mut self,
         now: Nanos,
         cumulative_ack: u64,
         sack: &[SackRange],
+        truncated: bool,
         credit: u64,
     ) -> Result<AckOutcome, InvalidAck> {
         let next_pn = self.base_pn + self.in_flight.len() as u64;
@@ -304,16 +370,20 @@ impl SendState {
         }
         self.peer_credit = self.peer_credit.max(credit);
         let mut outcome = AckOutcome::default();
+        // Paths that had a frame acknowledged (a bit per path; MAX_PATHS is 64).
+        let mut touched = 0u64;
         // (packet number, frame) of the newest newly acknowledged frame.
         let mut newest: Option<(u64, SentFrame)> = None;
         while self.base_pn < cumulative_ack {
-            let Some(frame) = self.in_flight.pop_front() else {
+            let Some(&frame) = self.in_flight.front() else {
                 break;
             };
             if frame.status != FrameStatus::Sacked {
                 self.unsacked -= 1;
+                self.frame_acked(now, self.base_pn, &mut touched);
                 newest = Some((self.base_pn, frame));
             }
+            self.in_flight.pop_front();
             self.acked_offset = self.acked_offset.max(frame.stream_end());
             if frame.is_close {
                 self.close_acked = true;
@@ -325,27 +395,39 @@ impl SendState {
             let end = range.end.min(next_pn);
             for packet_number in start..end {
                 let index = (packet_number - self.base_pn) as usize;
-                let frame = &mut self.in_flight[index];
+                let frame = self.in_flight[index];
                 if frame.status != FrameStatus::Sacked {
-                    frame.status = FrameStatus::Sacked;
                     self.unsacked -= 1;
+                    self.frame_acked(now, packet_number, &mut touched);
+                    self.in_flight[index].status = FrameStatus::Sacked;
                     if newest.is_none_or(|(newest_pn, _)| packet_number > newest_pn) {
-                        newest = Some((packet_number, *frame));
+                        newest = Some((packet_number, frame));
                     }
                 }
             }
         }
-        if let Some((newest_pn, frame)) = newest {
+        let unknown = Self::unknown_region(cumulative_ack, sack, truncated);
+        for path in 0..self.paths.len() {
+            let head = self.paths.get(path).head;
+            if head != NO_FRAME && unknown.contains(head) {
+                // This ack could not tell whether the path delivers: do not let its timer
+                // run against it (it is re-armed from now).
+                self.paths.get_mut(path).rto_deadline = None;
+            }
+        }
+        if let Some((_, frame)) = newest {
             outcome.progress = true;
             self.duplicate_acks = 0;
             if !frame.retransmitted {
                 outcome.rtt_sample_ns = Some(now.saturating_sub(frame.sent_at));
             }
-            if frame.tx_seq > self.largest_acked_tx_seq {
-                self.largest_acked_tx_seq = frame.tx_seq;
-                outcome.declared_lost = self.detect_losses(newest_pn);
+            for path in 0..self.paths.len() {
+                if touched & (1 << path) != 0 {
+                    outcome.declared_lost += self.detect_losses(path, unknown);
+                }
             }
-        } else if cumulative_ack == self.last_cumulative_ack
+        } else if self.paths.len() == 1
+            && cumulative_ack == self.last_cumulative_ack
             && !sack.is_empty()
             && !self.in_flight.is_empty()
         {
@@ -361,22 +443,85 @@ impl SendState {
         Ok(outcome)
     }
 
-    /// Retransmission timeout: declares lost every unacknowledged frame last sent at least
-    /// `rto_ns` ago (and at least the oldest one). Returns how many were declared lost.
-    pub(super) fn on_rto(&mut self, now: Nanos, rto_ns: Nanos) -> u64 {
+    /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent
+    /// at least its RTO ago (and at least the oldest one), backs its timer off and marks it
+    /// suspect. Returns how many frames were declared lost and whether the path failed often
+    /// enough in a row to go down.
+    pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
+        let rto_ns = self.paths.get(path).rtt.rto_ns();
         let mut lost = 0;
-        let mut first = true;
-        for index in 0..self.in_flight.len() {
-            let frame = self.in_flight[index];
-            if frame.status != FrameStatus::InFlight {
-                continue;
+        loop {
+            let packet_number = self.paths.get(path).head;
+            if packet_number == NO_FRAME {
+                break;
             }
-            if (first || now.saturating_sub(frame.sent_at) >= rto_ns) && self.mark_lost(index) {
-                lost += 1;
+            let frame = self.in_flight[(packet_number - self.base_pn) as usize];
+            if lost > 0 && now.saturating_sub(frame.sent_at) < rto_ns {
+                break;
             }
-            first = false;
+            if !self.mark_lost((packet_number - self.base_pn) as usize) {
+                break;
+            }
+            lost += 1;
         }
-        lost
+        let entry = self.paths.get_mut(path);
+        entry.stats.rto_expirations += 1;
+        entry.consecutive_failures += 1;
+        entry.rtt.back_off();
+        entry.rto_deadline = None;
+        if entry.state == super::paths::PathState::Up {
+            entry.state = super::paths::PathState::Suspect;
+        }
+        (
+            lost,
+            entry.consecutive_failures >= super::paths::DOWN_AFTER_FAILURES,
+        )
+    }
+
+    /// Takes `path` down unless it is the last usable one: every frame in flight on it is
+    /// declared lost and queued for the other paths. Returns whether it went down.
+    pub(super) fn take_path_down(&mut self, now: Nanos, path: usize) -> bool {
+        let entry = self.paths.get(path);
+        if entry.state == super::paths::PathState::Down || self.paths.usable_count() <= 1 {
+            return false;
+        }
+        loop {
+            let packet_number = self.paths.get(path).head;
+            if packet_number == NO_FRAME || !self.mark_lost((packet_number - self.base_pn) as usize)
+            {
+                break;
+            }
+        }
+        self.paths.take_down(now, path)
+    }
+
+    /// Arms the retransmission timer of every path with frames in flight, and disarms the
+    /// others.
+    pub(super) fn refresh_path_timers(&mut self, now: Nanos) {
+        for path in 0..self.paths.len() {
+            let entry = self.paths.get_mut(path);
+            if entry.head == NO_FRAME {
+                entry.rto_deadline = None;
+            } else if entry.rto_deadline.is_none() {
+                entry.rto_deadline = Some(now.saturating_add(entry.rtt.rto_ns()));
+            }
+        }
+    }
+
+    /// Paths whose retransmission timer is due at `now`, as a bit set.
+    pub(super) fn due_path_rtos(&self, now: Nanos) -> u64 {
+        let mut due = 0u64;
+        for path in 0..self.paths.len() {
+            if self
+                .paths
+                .get(path)
+                .rto_deadline
+                .is_some_and(|deadline| deadline <= now)
+            {
+                due |= 1 << path;
+            }
+        }
+        due
     }
 
     /// Bytes of memory held.
@@ -384,33 +529,49 @@ impl SendState {
         self.ring.capacity()
             + self.in_flight.capacity() * core::mem::size_of::<SentFrame>()
             + self.retransmit_queue.capacity() * core::mem::size_of::<u64>()
+            + self.paths.len() * core::mem::size_of::<super::paths::Path>()
     }
 
     // ---- helpers ----
 
-    fn next_retransmission(&mut self, now: Nanos) -> Option<FrameToSend> {
-        while let Some(packet_number) = self.retransmit_queue.pop_front() {
-            let Some(index) = packet_number.checked_sub(self.base_pn) else {
-                continue;
-            };
-            let Some(frame) = self.in_flight.get_mut(index as usize) else {
-                continue;
-            };
-            if frame.status != FrameStatus::Lost {
-                continue;
+    /// Bytes a frame takes in a path's window.
+    fn frame_bytes(&self, frame: &SentFrame) -> u64 {
+        u64::from(frame.payload_len) + self.frame_overhead_bytes
+    }
+
+    /// Whether a frame declared lost waits for retransmission (drops stale entries).
+    fn retransmission_pending(&mut self) -> bool {
+        while let Some(&packet_number) = self.retransmit_queue.front() {
+            let live = packet_number
+                .checked_sub(self.base_pn)
+                .and_then(|index| self.in_flight.get(index as usize))
+                .is_some_and(|frame| frame.status == FrameStatus::Lost);
+            if live {
+                return true;
             }
-            frame.status = FrameStatus::InFlight;
-            frame.retransmitted = true;
-            frame.sent_at = now;
-            frame.tx_seq = self.next_tx_seq;
-            self.next_tx_seq += 1;
-            return Some(FrameToSend {
-                packet_number,
-                frame: *frame,
-                retransmission: true,
-            });
+            self.retransmit_queue.pop_front();
         }
-        None
+        false
+    }
+
+    /// The frame at the front of the retransmit queue (live: checked by the caller) on the
+    /// path that can take it, or `None` while every window is full.
+    fn next_retransmission(&mut self, now: Nanos) -> Option<FrameToSend> {
+        let packet_number = *self.retransmit_queue.front()?;
+        let index = (packet_number - self.base_pn) as usize;
+        let bytes = self.frame_bytes(&self.in_flight[index]);
+        let path = self.paths.choose(bytes)?;
+        self.retransmit_queue.pop_front();
+        let frame = &mut self.in_flight[index];
+        frame.status = FrameStatus::InFlight;
+        frame.retransmitted = true;
+        self.on_transmit(now, packet_number, path);
+        Some(FrameToSend {
+            packet_number,
+            frame: self.in_flight[index],
+            retransmission: true,
+            path,
+        })
     }
 
     /// Cuts the next Data frame from the stream, or `None` if no data, credit or room.
@@ -447,62 +608,202 @@ impl SendState {
             return None;
         }
         self.next_offset = payload_offset + len;
-        Some(SentFrame {
-            is_close: false,
+        // Invariant: len <= max_payload, which the caller bounds by the u16 payload field.
+        Some(SentFrame::new(
+            false,
             payload_offset,
-            // Invariant: len <= max_payload, which the caller bounds by the u16 payload field.
-            payload_len: len as u32,
-            message_id: self.tx_message_id,
-            message_len: self.tx_message_len,
-            fragment_offset: payload_offset - self.tx_payload_start,
-            sent_at: 0,
-            tx_seq: 0,
-            retransmitted: false,
-            status: FrameStatus::InFlight,
-        })
+            len as u32,
+            self.tx_message_id,
+            self.tx_message_len,
+            payload_offset - self.tx_payload_start,
+        ))
     }
 
-    fn record_new(&mut self, now: Nanos, mut frame: SentFrame) -> FrameToSend {
-        frame.sent_at = now;
-        frame.tx_seq = self.next_tx_seq;
-        self.next_tx_seq += 1;
+    fn record_new(&mut self, now: Nanos, frame: SentFrame, path: usize) -> FrameToSend {
         let packet_number = self.base_pn + self.in_flight.len() as u64;
         self.in_flight.push_back(frame);
         self.unsacked += 1;
+        self.on_transmit(now, packet_number, path);
         FrameToSend {
             packet_number,
-            frame,
+            frame: self.in_flight[self.in_flight.len() - 1],
             retransmission: false,
+            path,
         }
     }
 
-    /// Declares the frames before `newest_pn` lost whose last send is at least
-    /// [`PACKET_THRESHOLD`] transmissions older than the newest acknowledged one.
-    fn detect_losses(&mut self, newest_pn: u64) -> u64 {
-        let limit = ((newest_pn.saturating_sub(self.base_pn)) as usize).min(self.in_flight.len());
+    /// Accounts a transmission of `packet_number` (in `in_flight`, status InFlight) on
+    /// `path`: its sequence number there, the delivery snapshot, the window, the timer, the
+    /// path's list.
+    fn on_transmit(&mut self, now: Nanos, packet_number: u64, path: usize) {
+        let index = (packet_number - self.base_pn) as usize;
+        let bytes = self.frame_bytes(&self.in_flight[index]);
+        let entry = self.paths.get_mut(path);
+        if entry.bytes_in_flight == 0 {
+            // Restarting from idle: rate samples must not span the idle time.
+            entry.first_sent_at = now;
+            entry.delivered_at = now;
+        }
+        let frame = &mut self.in_flight[index];
+        frame.sent_at = now;
+        // Invariant: path < MAX_PATHS (64), so it fits a u8.
+        frame.path = path as u8;
+        frame.path_seq = entry.next_seq;
+        frame.delivered_bytes = entry.delivered_bytes;
+        frame.delivered_at = entry.delivered_at;
+        frame.first_sent_at = entry.first_sent_at;
+        entry.next_seq += 1;
+        entry.bytes_in_flight += bytes;
+        entry.stats.frames_sent += 1;
+        entry.stats.payload_bytes_sent += u64::from(frame.payload_len);
+        if entry.rto_deadline.is_none() {
+            entry.rto_deadline = Some(now.saturating_add(entry.rtt.rto_ns()));
+        }
+        self.link(packet_number);
+    }
+
+    /// A frame acknowledged for the first time: if its last transmission was still in
+    /// flight, its path gets an RTT sample (Karn's rule), a delivery-rate sample and a sign
+    /// of life.
+    fn frame_acked(&mut self, now: Nanos, packet_number: u64, touched: &mut u64) {
+        let index = (packet_number - self.base_pn) as usize;
+        let frame = self.in_flight[index];
+        if frame.status != FrameStatus::InFlight {
+            return;
+        }
+        self.unlink(packet_number);
+        let bytes = self.frame_bytes(&frame);
+        let path = usize::from(frame.path);
+        let entry = self.paths.get_mut(path);
+        entry.bytes_in_flight -= bytes;
+        entry.delivered_bytes += bytes;
+        entry.delivered_at = now;
+        entry.stats.frames_acked += 1;
+        // A frame sent more than once may have been delivered by an earlier transmission on
+        // another path: neither its RTT (Karn) nor its delivery rate says anything here.
+        if !frame.retransmitted {
+            entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+            let send_interval = frame.sent_at.saturating_sub(frame.first_sent_at);
+            let ack_interval = now.saturating_sub(frame.delivered_at);
+            entry.on_rate_sample(
+                now,
+                entry.delivered_bytes - frame.delivered_bytes,
+                send_interval.max(ack_interval),
+            );
+        }
+        if frame.sent_at > entry.first_sent_at {
+            entry.first_sent_at = frame.sent_at;
+        }
+        entry.largest_acked_seq = Some(
+            entry
+                .largest_acked_seq
+                .map_or(frame.path_seq, |largest| largest.max(frame.path_seq)),
+        );
+        entry.on_alive();
+        entry.rto_deadline = None;
+        *touched |= 1 << path;
+    }
+
+    /// What an ack with these fields does not tell: when its SACK list was truncated, the
+    /// packets between its last two ranges (the receiver reports its lowest ranges and its
+    /// highest), or everything above the cumulative ack when it reported none.
+    fn unknown_region(cumulative_ack: u64, sack: &[SackRange], truncated: bool) -> Unknown {
+        if !truncated {
+            return Unknown { start: 0, end: 0 };
+        }
+        let above = cumulative_ack.saturating_add(1);
+        match sack {
+            [.., previous, last] => Unknown {
+                start: previous.end,
+                end: last.start,
+            },
+            [last] => Unknown {
+                start: above,
+                end: last.start,
+            },
+            [] => Unknown {
+                start: above,
+                end: u64::MAX,
+            },
+        }
+    }
+
+    /// Declares lost the oldest frames in flight on `path` that [`PACKET_THRESHOLD`] later
+    /// frames of the same path overtook (acknowledged) while the ack shows them missing.
+    fn detect_losses(&mut self, path: usize, unknown: Unknown) -> u64 {
         let mut lost = 0;
-        for index in 0..limit {
-            let frame = self.in_flight[index];
-            if frame.status == FrameStatus::InFlight
-                && frame.tx_seq + PACKET_THRESHOLD <= self.largest_acked_tx_seq
-                && self.mark_lost(index)
-            {
-                lost += 1;
+        loop {
+            let entry = self.paths.get(path);
+            let (packet_number, Some(largest)) = (entry.head, entry.largest_acked_seq) else {
+                break;
+            };
+            if packet_number == NO_FRAME || unknown.contains(packet_number) {
+                break;
             }
+            let index = (packet_number - self.base_pn) as usize;
+            if self.in_flight[index].path_seq + PACKET_THRESHOLD > largest {
+                break;
+            }
+            if !self.mark_lost(index) {
+                break;
+            }
+            lost += 1;
         }
         lost
     }
 
     fn mark_lost(&mut self, index: usize) -> bool {
-        let Some(frame) = self.in_flight.get_mut(index) else {
+        let Some(&frame) = self.in_flight.get(index) else {
             return false;
         };
         if frame.status != FrameStatus::InFlight {
             return false;
         }
-        frame.status = FrameStatus::Lost;
-        self.retransmit_queue.push_back(self.base_pn + index as u64);
+        let packet_number = self.base_pn + index as u64;
+        self.unlink(packet_number);
+        let bytes = self.frame_bytes(&frame);
+        let entry = self.paths.get_mut(usize::from(frame.path));
+        entry.bytes_in_flight -= bytes;
+        entry.stats.frames_lost += 1;
+        self.in_flight[index].status = FrameStatus::Lost;
+        self.retransmit_queue.push_back(packet_number);
         true
+    }
+
+    /// Appends `packet_number` (in flight, its `path` set) to its path's list.
+    fn link(&mut self, packet_number: u64) {
+        let index = (packet_number - self.base_pn) as usize;
+        let path = usize::from(self.in_flight[index].path);
+        let tail = self.paths.get(path).tail;
+        self.in_flight[index].previous_on_path = tail;
+        self.in_flight[index].next_on_path = NO_FRAME;
+        if tail == NO_FRAME {
+            self.paths.get_mut(path).head = packet_number;
+        } else {
+            self.in_flight[(tail - self.base_pn) as usize].next_on_path = packet_number;
+        }
+        self.paths.get_mut(path).tail = packet_number;
+    }
+
+    /// Removes `packet_number` from its path's list (it must be linked: status InFlight).
+    fn unlink(&mut self, packet_number: u64) {
+        let index = (packet_number - self.base_pn) as usize;
+        let frame = self.in_flight[index];
+        let path = usize::from(frame.path);
+        if frame.previous_on_path == NO_FRAME {
+            self.paths.get_mut(path).head = frame.next_on_path;
+        } else {
+            self.in_flight[(frame.previous_on_path - self.base_pn) as usize].next_on_path =
+                frame.next_on_path;
+        }
+        if frame.next_on_path == NO_FRAME {
+            self.paths.get_mut(path).tail = frame.previous_on_path;
+        } else {
+            self.in_flight[(frame.next_on_path - self.base_pn) as usize].previous_on_path =
+                frame.previous_on_path;
+        }
+        self.in_flight[index].previous_on_path = NO_FRAME;
+        self.in_flight[index].next_on_path = NO_FRAME;
     }
 
     /// Keeps the retransmit queue within `max_in_flight` entries.

@@ -187,12 +187,13 @@ impl Pair {
         while let Some(datagram) = self.to_b.pop_front() {
             any = true;
             match self.b.as_mut() {
-                Some(b) => b.handle_datagram(self.now, &datagram),
+                Some(b) => b.handle_datagram(self.now, 0, &datagram),
                 None => match ReliableConnection::accept(
                     self.config_b.clone(),
                     self.key_b.clone(),
                     JOB_ID,
                     &datagram,
+                    0,
                     0xb,
                     [2; 16],
                     self.now,
@@ -207,7 +208,7 @@ impl Pair {
         }
         while let Some(datagram) = self.to_a.pop_front() {
             any = true;
-            self.a.handle_datagram(self.now, &datagram);
+            self.a.handle_datagram(self.now, 0, &datagram);
         }
         any
     }
@@ -335,7 +336,7 @@ fn stranger_datagrams_are_refused_by_accept() {
     let config = small_config();
     let garbage = [0u8; 100];
     assert!(matches!(
-        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &garbage, 1, [0; 16], 0),
+        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &garbage, 0, 1, [0; 16], 0),
         Err(AcceptError::Frame(_))
     ));
     // A Hello of another job.
@@ -350,11 +351,11 @@ fn stranger_datagrams_are_refused_by_accept() {
     let mut hello = header[..transmit.header_len].to_vec();
     hello.extend_from_slice(transmit.payload);
     assert!(matches!(
-        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &hello, 1, [0; 16], 0),
+        ReliableConnection::accept(config.clone(), key(7), JOB_ID, &hello, 0, 1, [0; 16], 0),
         Err(AcceptError::Handshake(HandshakeError::WrongJob { .. }))
     ));
     assert!(matches!(
-        ReliableConnection::accept(config, key(7), JOB_ID + 1, &hello, 0, [0; 16], 0),
+        ReliableConnection::accept(config, key(7), JOB_ID + 1, &hello, 0, 0, [0; 16], 0),
         Err(AcceptError::Config(ConfigError::ZeroConnectionId))
     ));
 }
@@ -624,7 +625,7 @@ fn reset_answers_unknown_ids() {
         None,
         "no reset for a reset"
     );
-    pair.a.handle_datagram(pair.now, &reset[..len]);
+    pair.a.handle_datagram(pair.now, 0, &reset[..len]);
     assert_eq!(pair.a.state(), State::Failed);
     assert_eq!(
         pair.a.poll_event(),
@@ -897,7 +898,7 @@ fn ping_pong_adds_one_datagram_per_message() {
         datagram[..transmit.header_len].copy_from_slice(&header[..transmit.header_len]);
         datagram[transmit.header_len..len].copy_from_slice(transmit.payload);
         assert!(from.poll_transmit(now, &mut header).is_none());
-        to.handle_datagram(now, &datagram[..len]);
+        to.handle_datagram(now, 0, &datagram[..len]);
         assert_eq!(to.read_message(&mut buffer), (8, true));
         assert!(
             to.poll_transmit(now, &mut header).is_none(),

@@ -1,5 +1,6 @@
-//! The datagram engine: one per context, it owns the UDP socket (or the in-process `mem`
-//! socket) of this rank and every reliable connection over it, in both directions.
+//! The datagram engine: one per context, it owns the UDP sockets (or the in-process `mem`
+//! sockets) of this rank, one per link, and every reliable connection over them, in both
+//! directions.
 //!
 //! The protocol itself is [`quiver_proto::reliable`] (sans-IO); the engine feeds it
 //! datagrams and time, sends what it produces, and routes connections to endpoints:
@@ -7,7 +8,13 @@
 //!   connection (a Hello), which the engine answers only for an open endpoint port;
 //! - progress is driven by whoever calls into the API (every endpoint call polls the
 //!   engine), so no thread competes for the cores; a sleeping endpoint sleeps in poll on
-//!   the engine's descriptor with the protocol's next timer as its timeout.
+//!   the engine's descriptor with the protocol's next timer as its timeout;
+//! - links (`QUIVER_LINKS`, `docs/striping.md`): with several links the engine binds one
+//!   socket per own link, and a connection to a rank is striped over the links both have:
+//!   path i of the connection is (own socket i, the peer's link i). The protocol core
+//!   chooses the path of every datagram; the engine only maps it. A datagram's arrival path
+//!   is the socket it came in on. The engine's descriptor is then an epoll set of the
+//!   sockets.
 //!
 //! All state sits behind one mutex; endpoints of one context on different threads take
 //! turns.
@@ -24,9 +31,10 @@ use quiver_proto::reliable::{
     reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
 };
 use quiver_transport::udp::{
-    max_gso_bytes, OutDatagram, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
+    max_gso_bytes, OutDatagram, ReadinessSet, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
 };
 use quiver_wire::frame::{self, MAX_HEADER_LEN};
+use quiver_wire::handshake::Hello;
 
 use super::mem::MemSocket;
 use crate::config::{Config, TransportKind};
@@ -197,7 +205,10 @@ enum Status {
 #[derive(Debug)]
 struct Entry {
     core: ReliableConnection,
+    /// The peer's address on path 0 (for messages).
     to: SocketAddr,
+    /// The peer's address on each path (index = path = own socket).
+    paths: Vec<SocketAddr>,
     /// The local endpoint's port.
     local_port: u16,
     /// The endpoint at the other end.
@@ -211,10 +222,14 @@ struct Entry {
 
 #[derive(Debug)]
 struct Engine {
-    socket: Socket,
+    /// One socket per own link (index = path).
+    sockets: Vec<Socket>,
+    /// Link addresses of every rank (`QUIVER_LINKS`; empty: one link each).
+    links: Vec<Vec<SocketAddr>>,
     conns: HashMap<u64, Entry>,
-    /// Connection id of a Hello already answered, by (source address, initiator's id).
-    hellos: HashMap<(SocketAddr, u64), u64>,
+    /// Connection id of a Hello already answered, by (source rank, initiator's id): its
+    /// repeats may come over any link.
+    hellos: HashMap<(u32, u64), u64>,
     base: ReliableConfig,
     config_datagram: usize,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
@@ -260,6 +275,10 @@ pub struct DatagramStats {
     pub duplicates_dropped: u64,
     /// Corrupted datagrams received and dropped.
     pub corrupt_dropped: u64,
+    /// Times a link of a striped connection went down (its traffic moved to the others).
+    pub paths_down: u64,
+    /// Times such a link came back.
+    pub paths_rejoined: u64,
 }
 
 impl DatagramStats {
@@ -271,16 +290,41 @@ impl DatagramStats {
         self.timeouts += s.rto_expirations;
         self.duplicates_dropped += s.duplicates_dropped;
         self.corrupt_dropped += s.corrupt_dropped;
+        self.paths_down += s.paths_down;
+        self.paths_rejoined += s.paths_rejoined;
     }
+}
+
+/// Traffic of one of this rank's links, summed over the datagram connections (those still
+/// open).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// The link's local address.
+    pub address: Option<SocketAddr>,
+    /// Datagrams sent on it.
+    pub datagrams_sent: u64,
+    /// Datagrams received on it.
+    pub datagrams_received: u64,
+    /// Payload bytes of data frames sent on it (retransmissions included).
+    pub payload_bytes_sent: u64,
+    /// Frames sent on it and declared lost.
+    pub frames_lost: u64,
+    /// Times it went down in some connection.
+    pub times_down: u64,
 }
 
 /// The engine as the context shares it with its endpoints.
 #[derive(Debug)]
 pub(crate) struct DgramShared {
     kind: TransportKind,
+    /// The socket's descriptor, or with several links the epoll set of them.
     fd: RawFd,
+    /// Keeps the epoll set (several links) open.
+    _readiness: Option<ReadinessSet>,
     job_id: u64,
     key: JobKey,
+    /// Own link addresses, by link (path) index.
+    local_links: Vec<SocketAddr>,
     engine: Mutex<Engine>,
 }
 
@@ -295,35 +339,59 @@ fn reliable_config(config: &Config) -> ReliableConfig {
     }
 }
 
+/// Binds one link's socket.
+fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
+    Ok(match kind {
+        TransportKind::Udp => {
+            let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
+            // Coalesced receives cut the per-datagram cost; best effort.
+            let _ = socket.set_gro(true);
+            Socket::Udp(Box::new(UdpIo {
+                socket,
+                rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
+                tx: Vec::with_capacity(TX_BYTES + 65536),
+                tx_out: Vec::with_capacity(1024),
+            }))
+        }
+        TransportKind::Mem => Socket::Mem(
+            MemSocket::bind(addr)
+                .map_err(|e| Error::io(format!("binding the mem socket {addr}"), e))?,
+        ),
+        other => {
+            return Err(Error::Config(format!(
+                "{other} is not a datagram transport"
+            )))
+        }
+    })
+}
+
 impl DgramShared {
-    /// Binds this rank's datagram socket at `addr`.
+    /// Binds this rank's datagram sockets, one per own link in `local` (its `QUIVER_LINKS`
+    /// entry, or just its address); `links` are every rank's links (empty: one each).
     pub(crate) fn bind(
         kind: TransportKind,
-        addr: SocketAddr,
+        local: Vec<SocketAddr>,
+        links: Vec<Vec<SocketAddr>>,
         config: &Config,
         job_id: u64,
         key: JobKey,
     ) -> Result<DgramShared> {
-        let socket = match kind {
-            TransportKind::Udp => {
-                let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
-                // Coalesced receives cut the per-datagram cost; best effort.
-                let _ = socket.set_gro(true);
-                Socket::Udp(Box::new(UdpIo {
-                    socket,
-                    rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
-                    tx: Vec::with_capacity(TX_BYTES + 65536),
-                    tx_out: Vec::with_capacity(1024),
-                }))
-            }
-            TransportKind::Mem => Socket::Mem(
-                MemSocket::bind(addr)
-                    .map_err(|e| Error::io(format!("binding the mem socket {addr}"), e))?,
-            ),
-            other => {
-                return Err(Error::Config(format!(
-                    "{other} is not a datagram transport"
-                )))
+        let mut sockets = Vec::with_capacity(local.len());
+        for &addr in &local {
+            sockets.push(bind_socket(kind, addr)?);
+        }
+        let (fd, readiness) = match sockets.as_slice() {
+            [only] => (only.raw_fd(), None),
+            _ => {
+                let mut set = ReadinessSet::new()
+                    .map_err(|e| Error::io("creating the epoll set of the link sockets", e))?;
+                // The sockets live in the engine, as long as the set (both are owned by this
+                // DgramShared).
+                for socket in &sockets {
+                    set.add(socket.raw_fd())
+                        .map_err(|e| Error::io("adding a link socket to the epoll set", e))?;
+                }
+                (set.as_raw_fd(), Some(set))
             }
         };
         let base = reliable_config(config);
@@ -331,11 +399,14 @@ impl DgramShared {
             .map_err(|e| Error::Config(format!("network settings: {e}")))?;
         Ok(DgramShared {
             kind,
-            fd: socket.raw_fd(),
+            fd,
+            _readiness: readiness,
             job_id,
             key,
+            local_links: local,
             engine: Mutex::new(Engine {
-                socket,
+                sockets,
+                links,
                 conns: HashMap::new(),
                 hellos: HashMap::new(),
                 base,
@@ -350,6 +421,36 @@ impl DgramShared {
                 touched: Vec::new(),
             }),
         })
+    }
+
+    /// This rank's own link addresses, by link index.
+    pub(crate) fn local_links(&self) -> &[SocketAddr] {
+        &self.local_links
+    }
+
+    /// Traffic of each own link over the open connections.
+    pub(crate) fn link_stats(&self) -> Vec<LinkStats> {
+        let engine = self.lock();
+        let mut links: Vec<LinkStats> = self
+            .local_links
+            .iter()
+            .map(|&address| LinkStats {
+                address: Some(address),
+                ..LinkStats::default()
+            })
+            .collect();
+        for entry in engine.conns.values() {
+            for (path, link) in links.iter_mut().enumerate() {
+                if let Some(stats) = entry.core.path_stats(path) {
+                    link.datagrams_sent += stats.datagrams_sent;
+                    link.datagrams_received += stats.datagrams_received;
+                    link.payload_bytes_sent += stats.payload_bytes_sent;
+                    link.frames_lost += stats.frames_lost;
+                    link.times_down += stats.times_down;
+                }
+            }
+        }
+        links
     }
 
     /// The protocol's counters over every connection so far.
@@ -408,7 +509,8 @@ impl DgramShared {
                 let mut engine = self.lock();
                 let id = engine.fresh_id();
                 let now = engine.now();
-                let config = engine.config_for(&to);
+                let paths = engine.peer_paths(dst.rank, to);
+                let config = engine.config_for(&to, paths.len());
                 let core = ReliableConnection::connect(
                     config,
                     self.key.clone(),
@@ -423,6 +525,7 @@ impl DgramShared {
                     Entry {
                         core,
                         to,
+                        paths,
                         local_port: src.port,
                         peer: dst,
                         inbound: false,
@@ -655,8 +758,20 @@ impl Engine {
         }
     }
 
-    fn config_for(&self, to: &SocketAddr) -> ReliableConfig {
-        let datagram = match (self.config_datagram, &self.socket) {
+    /// The peer's address on each path: its links (as many as both ranks have), or just
+    /// `to` without `QUIVER_LINKS`.
+    fn peer_paths(&self, rank: u32, to: SocketAddr) -> Vec<SocketAddr> {
+        match self.links.get(rank as usize) {
+            Some(theirs) if self.sockets.len() > 1 || theirs.len() > 1 => {
+                let count = theirs.len().min(self.sockets.len()).max(1);
+                theirs[..count].to_vec()
+            }
+            _ => vec![to],
+        }
+    }
+
+    fn config_for(&self, to: &SocketAddr, path_count: usize) -> ReliableConfig {
+        let datagram = match (self.config_datagram, &self.sockets[0]) {
             (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
             (0, _) if super::is_loopback(to) => LOOPBACK_DATAGRAM,
             (0, _) => ETHERNET_DATAGRAM,
@@ -664,67 +779,87 @@ impl Engine {
         };
         ReliableConfig {
             max_datagram_bytes: datagram,
+            path_count: path_count.max(1),
             ..self.base.clone()
         }
     }
 
-    /// Sends everything connection `id` has to send.
+    /// Sends everything connection `id` has to send, each datagram on the socket of its
+    /// path to the peer's address there.
     fn flush(&mut self, id: u64) {
         let now = self.now();
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
         };
-        match &mut self.socket {
-            Socket::Mem(socket) => {
-                while let Some(t) = entry.core.poll_transmit(now, &mut self.header) {
-                    let _ = socket.send(entry.to, &self.header[..t.header_len], t.payload);
+        let sockets = &mut self.sockets;
+        let in_place_min = self.in_place_min;
+        loop {
+            for socket in sockets.iter_mut() {
+                if let Socket::Udp(io) = socket {
+                    io.tx.clear();
+                    io.tx_out.clear();
                 }
             }
-            Socket::Udp(io) => loop {
-                io.tx.clear();
-                io.tx_out.clear();
-                let mut more = true;
-                // Lay out at most TX_BYTES of copies and 1024 datagrams per system call.
-                while io.tx.len() < TX_BYTES && io.tx_out.len() < 1024 {
-                    let Some(t) = entry.core.poll_transmit(now, &mut self.header) else {
-                        more = false;
-                        break;
-                    };
-                    let offset = io.tx.len();
-                    io.tx.extend_from_slice(&self.header[..t.header_len]);
-                    match t.stream_offset {
-                        Some(stream_offset) if t.payload.len() >= self.in_place_min => {
-                            io.tx_out.push(TxEntry::InPlace {
-                                offset,
-                                header_len: t.header_len,
-                                stream_offset,
-                                payload_len: t.payload.len(),
-                            });
+            let mut more = true;
+            let mut full = false;
+            // Lay out at most TX_BYTES of copies and 1024 datagrams per socket and system call.
+            while !full {
+                let Some(t) = entry.core.poll_transmit(now, &mut self.header) else {
+                    more = false;
+                    break;
+                };
+                let path = t.path.min(sockets.len() - 1);
+                let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                match &mut sockets[path] {
+                    Socket::Mem(socket) => {
+                        let _ = socket.send(to, &self.header[..t.header_len], t.payload);
+                    }
+                    Socket::Udp(io) => {
+                        let offset = io.tx.len();
+                        io.tx.extend_from_slice(&self.header[..t.header_len]);
+                        match t.stream_offset {
+                            Some(stream_offset) if t.payload.len() >= in_place_min => {
+                                io.tx_out.push(TxEntry::InPlace {
+                                    offset,
+                                    header_len: t.header_len,
+                                    stream_offset,
+                                    payload_len: t.payload.len(),
+                                });
+                            }
+                            _ => {
+                                io.tx.extend_from_slice(t.payload);
+                                io.tx_out.push(TxEntry::Copied {
+                                    offset,
+                                    len: t.header_len + t.payload.len(),
+                                });
+                            }
                         }
-                        _ => {
-                            io.tx.extend_from_slice(t.payload);
-                            io.tx_out.push(TxEntry::Copied {
-                                offset,
-                                len: t.header_len + t.payload.len(),
-                            });
-                        }
+                        full = io.tx.len() >= TX_BYTES || io.tx_out.len() >= 1024;
                     }
                 }
-                if !io.tx_out.is_empty() {
-                    io.send_all(entry.to, &entry.core);
+            }
+            for (path, socket) in sockets.iter_mut().enumerate() {
+                if let Socket::Udp(io) = socket {
+                    if !io.tx_out.is_empty() {
+                        let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                        io.send_all(to, &entry.core);
+                    }
                 }
-                if !more {
-                    break;
-                }
-            },
+            }
+            if !more {
+                break;
+            }
         }
     }
 
     /// Hands one received datagram to its connection (or opens one for a Hello).
+    /// `path` is the index of the socket it arrived on.
+    #[allow(clippy::too_many_arguments)] // One datagram and where it came from; no grouping helps.
     fn dispatch(
         &mut self,
         datagram: &[u8],
         from: SocketAddr,
+        path: usize,
         now: Nanos,
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
@@ -732,17 +867,19 @@ impl Engine {
     ) {
         match frame::dest_id(datagram) {
             Some(0) => {
-                if let Some(id) = self.accept(from, datagram, now, ctx, shared) {
+                if let Some(id) = self.accept(from, path, datagram, now, ctx, shared) {
                     touched.push(id);
                 }
             }
             Some(id) => {
                 if let Some(entry) = self.conns.get_mut(&id) {
-                    entry.core.handle_datagram(now, datagram);
+                    // A socket beyond the connection's paths (a peer with fewer links): the
+                    // core counts and drops it.
+                    entry.core.handle_datagram(now, path, datagram);
                     touched.push(id);
                 } else if let Some(n) = reset_for(datagram, &mut self.header) {
                     // A stale connection (we forgot it) or a forged id: tell the sender.
-                    match &mut self.socket {
+                    match &mut self.sockets[path] {
                         Socket::Mem(s) => {
                             let _ = s.send(from, &self.header[..n], &[]);
                         }
@@ -760,17 +897,19 @@ impl Engine {
         }
     }
 
-    fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
-        let now = self.now();
-        for id in std::mem::take(&mut self.deferred) {
-            self.flush(id);
-        }
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.clear();
-        match &self.socket {
+    /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams) and dispatches it.
+    fn receive(
+        &mut self,
+        path: usize,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+    ) {
+        match &self.sockets[path] {
             Socket::Mem(_) => {
                 for _ in 0..RECV_BATCH {
-                    let Socket::Mem(socket) = &self.socket else {
+                    let Socket::Mem(socket) = &self.sockets[path] else {
                         unreachable!()
                     };
                     let mut rx = std::mem::take(&mut self.rx);
@@ -781,13 +920,13 @@ impl Engine {
                             break;
                         }
                     };
-                    self.dispatch(&rx[..n], from, now, ctx, shared, &mut touched);
+                    self.dispatch(&rx[..n], from, path, now, ctx, shared, touched);
                     self.rx = rx;
                 }
             }
             Socket::Udp(_) => {
                 for _ in 0..RECV_BATCH / RX_MESSAGES {
-                    let Socket::Udp(io) = &mut self.socket else {
+                    let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
                     };
                     let Some(mut rx) = io.rx.take() else {
@@ -800,10 +939,10 @@ impl Engine {
                             continue;
                         }
                         for datagram in msg.datagrams() {
-                            self.dispatch(datagram, msg.source, now, ctx, shared, &mut touched);
+                            self.dispatch(datagram, msg.source, path, now, ctx, shared, touched);
                         }
                     }
-                    if let Socket::Udp(io) = &mut self.socket {
+                    if let Socket::Udp(io) = &mut self.sockets[path] {
                         io.rx = Some(rx);
                     }
                     if got < RX_MESSAGES {
@@ -811,6 +950,18 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+
+    fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
+        let now = self.now();
+        for id in std::mem::take(&mut self.deferred) {
+            self.flush(id);
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        for path in 0..self.sockets.len() {
+            self.receive(path, now, ctx, shared, &mut touched);
         }
         // Timers.
         let mut next: Option<Nanos> = None;
@@ -863,26 +1014,36 @@ impl Engine {
     fn accept(
         &mut self,
         from: SocketAddr,
+        path: usize,
         datagram: &[u8],
         now: Nanos,
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
     ) -> Option<u64> {
-        let their_id = frame::Frame::parse(datagram).ok()?.header().src_id;
-        if let Some(&id) = self.hellos.get(&(from, their_id)) {
-            // A retransmitted Hello: the connection exists; let it answer again.
+        let parsed = frame::Frame::parse(datagram).ok()?;
+        let their_id = parsed.header().src_id;
+        // The claimed rank picks the peer's links; the handshake then proves membership.
+        let their_rank = Hello::new_checked(parsed.payload()).map_or(u32::MAX, |h| h.src_rank());
+        if let Some(&id) = self.hellos.get(&(their_rank, their_id)) {
+            // A retransmitted Hello (on any link): the connection exists; let it answer again.
             if let Some(entry) = self.conns.get_mut(&id) {
-                entry.core.handle_datagram(now, datagram);
+                entry.core.handle_datagram(now, path, datagram);
             }
             return Some(id);
         }
+        let paths = self.peer_paths(their_rank, from);
+        if path >= paths.len() {
+            // A link the two ranks do not share: not a way to open a connection.
+            return None;
+        }
         let id = self.fresh_id();
-        let config = self.config_for(&from);
+        let config = self.config_for(&from, paths.len());
         let (mut core, request) = match ReliableConnection::accept(
             config,
             shared.key.clone(),
             shared.job_id,
             datagram,
+            path,
             id,
             random(),
             now,
@@ -901,12 +1062,13 @@ impl Engine {
         if !open {
             core.reject(RejectReason::NoSuchEndpoint);
         }
-        self.hellos.insert((from, their_id), id);
+        self.hellos.insert((request.src_rank, their_id), id);
         self.conns.insert(
             id,
             Entry {
                 core,
                 to: from,
+                paths,
                 local_port: request.dst_port,
                 peer: Addr::new(request.src_rank, request.src_port),
                 inbound: true,

@@ -1,0 +1,701 @@
+//! The paths of a connection: one connection striped over up to [`MAX_PATHS`] links
+//! (`docs/striping.md`).
+//!
+//! A path is an index `0..path_count`. The core never sees an address: the I/O layer maps
+//! index `i` to a (local socket, remote address) pair, tells
+//! [`ReliableConnection::handle_datagram`](super::ReliableConnection::handle_datagram) the
+//! path a datagram arrived on, and sends each [`Transmit`](super::Transmit) on the path it
+//! names. Path `i` is the same link in both directions.
+//!
+//! Per path this module keeps:
+//! - an RTT estimator (RFC 6298) and its own retransmission timer, with backoff;
+//! - the minimum RTT and a windowed maximum of delivery-rate samples (as BBR measures them:
+//!   bytes delivered between a frame's send and its ack over the longer of the send and ack
+//!   intervals);
+//! - the frames in flight on it, in send order, as a list threaded through the sender's
+//!   in-flight table (no container of its own, so memory stays within the connection's
+//!   bound), and their bytes;
+//! - a congestion window, `GAIN x rate x (min RTT + ACK_ALLOWANCE_NS)`, at least
+//!   `MIN_WINDOW_BYTES`: a tbf-shaped link drops what overflows its queue, and random loss
+//!   must not slow a path down (the window ignores loss);
+//! - its state: [`PathState::Up`], [`PathState::Suspect`] after a retransmission timeout or
+//!   an unanswered ping (one frame in flight until something sent on it is acknowledged),
+//!   [`PathState::Down`] after `DOWN_AFTER_FAILURES` failures in a row (its frames are
+//!   requeued on the others; it is probed with pings and rejoins when one is answered).
+//!   The last usable path never goes down: the connection's own liveness rules
+//!   (`max_retransmits`, `idle_timeout_ns`) decide when the peer is gone.
+//!
+//! Scheduling: a frame goes on the usable path with room whose expected arrival is
+//! earliest (bytes queued ahead of it at the path's rate, plus half its minimum RTT), so
+//! faster paths carry more and frames arrive nearly in order.
+//!
+//! Pure state: no I/O, no clock, no randomness.
+
+use super::rtt::RttEstimator;
+use super::Nanos;
+
+/// Most paths one connection can have.
+pub const MAX_PATHS: usize = 64;
+
+/// Window gain over the estimated bandwidth-delay product.
+const GAIN: u64 = 2;
+/// Added to the minimum RTT in the window: the time acks may be held back by the peer's
+/// batching and scheduling (its delayed ack is at most `ack_delay_ns`, its poll loop
+/// adds more). Without it the window of a path whose acks come in bursts stays too small.
+const ACK_ALLOWANCE_NS: Nanos = 1_000_000;
+/// Smallest window of an Up path, in bytes (and at least `MIN_WINDOW_DATAGRAMS`).
+const MIN_WINDOW_BYTES: u64 = 64 << 10;
+/// Smallest window of an Up path, in full datagrams.
+const MIN_WINDOW_DATAGRAMS: u64 = 4;
+/// Failures in a row (retransmission timeouts, unanswered pings) that take a path down.
+pub(super) const DOWN_AFTER_FAILURES: u32 = 3;
+/// Time over which the delivery-rate maximum is taken.
+const RATE_WINDOW_NS: Nanos = 100_000_000;
+/// "No frame": the end of a path's list of frames in flight.
+pub(super) const NO_FRAME: u64 = u64::MAX;
+
+/// What a path is good for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PathState {
+    /// Carries data up to its window.
+    #[default]
+    Up,
+    /// A retransmission timeout or an unanswered ping: one frame in flight at a time until
+    /// something sent on it is acknowledged.
+    Suspect,
+    /// Failed repeatedly: carries only probe pings; rejoins when one is answered.
+    Down,
+}
+
+/// Counters and gauges of one path, from [`ReliableConnection::path_stats`](super::ReliableConnection::path_stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathStats {
+    /// The path's state now.
+    pub state: PathState,
+    /// Smoothed RTT in ns (0 before the first sample).
+    pub smoothed_rtt_ns: u64,
+    /// Smallest RTT sample in ns (0 before the first sample).
+    pub min_rtt_ns: u64,
+    /// Retransmission timeout in ns, backoff included.
+    pub rto_ns: u64,
+    /// Windowed maximum of the delivery-rate samples, bytes per second (0: no sample).
+    pub delivery_rate_bytes_per_second: u64,
+    /// Frame bytes (header estimate included) sent on this path and not yet
+    /// acknowledged or declared lost.
+    pub bytes_in_flight: u64,
+    /// The congestion window in bytes now (0 when down).
+    pub window_bytes: u64,
+    /// Datagrams sent on this path (data, control, handshake).
+    pub datagrams_sent: u64,
+    /// Datagrams that arrived on this path.
+    pub datagrams_received: u64,
+    /// Data and Close frames sent on this path (retransmissions included).
+    pub frames_sent: u64,
+    /// Payload bytes of those frames.
+    pub payload_bytes_sent: u64,
+    /// Frames sent on this path that were acknowledged (their current transmission).
+    pub frames_acked: u64,
+    /// Frames sent on this path declared lost (by later frames of the path, by timeout, or
+    /// because the path went down).
+    pub frames_lost: u64,
+    /// Retransmission timeouts of this path.
+    pub rto_expirations: u64,
+    /// Times the path went down.
+    pub times_down: u64,
+    /// Times the path came back after being down.
+    pub times_rejoined: u64,
+}
+
+/// A windowed maximum over time (Kathleen Nichols' three-sample filter, as in BBR).
+#[derive(Debug, Clone, Default)]
+struct MaxFilter {
+    /// (value, time) of the best, second and third best samples; value 0: empty.
+    samples: [(u64, Nanos); 3],
+}
+
+impl MaxFilter {
+    fn get(&self) -> u64 {
+        self.samples[0].0
+    }
+
+    fn reset(&mut self) {
+        self.samples = [(0, 0); 3];
+    }
+
+    fn update(&mut self, now: Nanos, value: u64, window: Nanos) {
+        let sample = (value, now);
+        if self.samples[0].0 == 0
+            || value >= self.samples[0].0
+            || now.saturating_sub(self.samples[2].1) > window
+        {
+            self.samples = [sample; 3];
+            return;
+        }
+        if value >= self.samples[1].0 {
+            self.samples[1] = sample;
+            self.samples[2] = sample;
+        } else if value >= self.samples[2].0 {
+            self.samples[2] = sample;
+        }
+        let age = now.saturating_sub(self.samples[0].1);
+        if age > window {
+            self.samples[0] = self.samples[1];
+            self.samples[1] = self.samples[2];
+            self.samples[2] = sample;
+            if now.saturating_sub(self.samples[0].1) > window {
+                self.samples[0] = self.samples[1];
+                self.samples[1] = self.samples[2];
+            }
+        } else if self.samples[1] == self.samples[0] && age > window / 4 {
+            self.samples[1] = sample;
+            self.samples[2] = sample;
+        } else if self.samples[2] == self.samples[1] && age > window / 2 {
+            self.samples[2] = sample;
+        }
+    }
+}
+
+/// One path's state. Fields the sender updates directly are `pub(super)`.
+#[derive(Debug)]
+pub(super) struct Path {
+    pub(super) state: PathState,
+    pub(super) rtt: RttEstimator,
+    min_rtt_ns: Option<Nanos>,
+    rate: MaxFilter,
+    /// Frame bytes delivered (acknowledged) on this path so far.
+    pub(super) delivered_bytes: u64,
+    /// When `delivered_bytes` last grew (or the path restarted from idle).
+    pub(super) delivered_at: Nanos,
+    /// Send time of the newest acknowledged frame (or of the first frame after idle).
+    pub(super) first_sent_at: Nanos,
+    pub(super) bytes_in_flight: u64,
+    /// Transmissions on this path so far (each frame gets the next number).
+    pub(super) next_seq: u64,
+    /// Highest path sequence number acknowledged, if any.
+    pub(super) largest_acked_seq: Option<u64>,
+    /// Oldest and newest packet numbers in flight on this path ([`NO_FRAME`]: none).
+    pub(super) head: u64,
+    pub(super) tail: u64,
+    pub(super) rto_deadline: Option<Nanos>,
+    /// Retransmission timeouts and unanswered pings since the last sign of life.
+    pub(super) consecutive_failures: u32,
+    /// Ping to send on this path with the next transmit.
+    ping_due: bool,
+    /// Counter of pings sent on this path; the token of ping `n` is `n * MAX_PATHS + index`.
+    ping_count: u64,
+    /// The outstanding ping: its counter, when it left, and when it counts as unanswered.
+    ping_outstanding: Option<(u64, Nanos, Nanos)>,
+    /// Pings with a counter at least this answer a probe of a Down path.
+    probe_floor: u64,
+    /// Down: when to probe next, and the interval after that.
+    next_probe_at: Option<Nanos>,
+    probe_interval_ns: Nanos,
+    /// Token of a peer's ping to echo on this path.
+    reply_due: Option<u64>,
+    pub(super) stats: PathStats,
+}
+
+impl Path {
+    fn new(rtt: RttEstimator) -> Path {
+        Path {
+            state: PathState::Up,
+            rtt,
+            min_rtt_ns: None,
+            rate: MaxFilter::default(),
+            delivered_bytes: 0,
+            delivered_at: 0,
+            first_sent_at: 0,
+            bytes_in_flight: 0,
+            next_seq: 0,
+            largest_acked_seq: None,
+            head: NO_FRAME,
+            tail: NO_FRAME,
+            rto_deadline: None,
+            consecutive_failures: 0,
+            ping_due: false,
+            ping_count: 0,
+            ping_outstanding: None,
+            probe_floor: 0,
+            next_probe_at: None,
+            probe_interval_ns: 0,
+            reply_due: None,
+            stats: PathStats::default(),
+        }
+    }
+
+    /// The congestion window in bytes for frames of up to `max_frame_bytes`.
+    pub(super) fn window_bytes(&self, max_frame_bytes: u64) -> u64 {
+        match self.state {
+            PathState::Down => 0,
+            PathState::Suspect => max_frame_bytes,
+            PathState::Up => {
+                let floor = MIN_WINDOW_BYTES.max(MIN_WINDOW_DATAGRAMS * max_frame_bytes);
+                let rate = self.rate.get();
+                if rate == 0 {
+                    return floor;
+                }
+                let time_ns = self
+                    .min_rtt_ns
+                    .unwrap_or(0)
+                    .saturating_add(ACK_ALLOWANCE_NS);
+                let bdp = (u128::from(rate) * u128::from(time_ns) / 1_000_000_000) as u64;
+                bdp.saturating_mul(GAIN).max(floor)
+            }
+        }
+    }
+
+    /// Whether a frame of `frame_bytes` fits the window now.
+    pub(super) fn has_room(&self, frame_bytes: u64, max_frame_bytes: u64) -> bool {
+        match self.state {
+            PathState::Down => false,
+            PathState::Suspect => self.bytes_in_flight == 0,
+            PathState::Up => {
+                self.bytes_in_flight.saturating_add(frame_bytes)
+                    <= self.window_bytes(max_frame_bytes)
+            }
+        }
+    }
+
+    /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns.
+    fn expected_arrival_ns(&self, frame_bytes: u64) -> u128 {
+        let queued = u128::from(self.bytes_in_flight + frame_bytes);
+        // Before the first sample every path looks like 1 GB/s: the least loaded wins.
+        let rate = match self.rate.get() {
+            0 => 1_000_000_000,
+            rate => u128::from(rate),
+        };
+        queued * 1_000_000_000 / rate + u128::from(self.min_rtt_ns.unwrap_or(0) / 2)
+    }
+
+    /// Takes an RTT sample for this path.
+    pub(super) fn on_rtt_sample(&mut self, sample_ns: Nanos) {
+        self.rtt.on_sample(sample_ns);
+        self.min_rtt_ns = Some(self.min_rtt_ns.map_or(sample_ns, |min| min.min(sample_ns)));
+    }
+
+    /// Takes a delivery-rate sample: `bytes` delivered over `interval_ns`. Samples over
+    /// an interval shorter than the minimum RTT are ack bursts, not rates: ignored.
+    pub(super) fn on_rate_sample(&mut self, now: Nanos, bytes: u64, interval_ns: Nanos) {
+        if interval_ns == 0 || interval_ns < self.min_rtt_ns.unwrap_or(0) {
+            return;
+        }
+        let rate = (u128::from(bytes) * 1_000_000_000 / u128::from(interval_ns)) as u64;
+        self.rate.update(now, rate, RATE_WINDOW_NS);
+    }
+
+    /// Something sent on this path was acknowledged: it works.
+    pub(super) fn on_alive(&mut self) {
+        self.consecutive_failures = 0;
+        if self.state == PathState::Suspect {
+            self.state = PathState::Up;
+        }
+    }
+
+    fn refresh_gauges(&mut self, max_frame_bytes: u64) {
+        self.stats.state = self.state;
+        self.stats.smoothed_rtt_ns = self.rtt.smoothed_ns();
+        self.stats.min_rtt_ns = self.min_rtt_ns.unwrap_or(0);
+        self.stats.rto_ns = self.rtt.rto_ns();
+        self.stats.delivery_rate_bytes_per_second = self.rate.get();
+        self.stats.bytes_in_flight = self.bytes_in_flight;
+        self.stats.window_bytes = self.window_bytes(max_frame_bytes);
+    }
+}
+
+/// A ping to send: the path and the token it carries (in the packet-number field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PingToSend {
+    pub(super) path: usize,
+    pub(super) token: u64,
+}
+
+/// The paths of one connection.
+#[derive(Debug)]
+pub(super) struct Paths {
+    paths: Vec<Path>,
+    /// Largest frame (payload plus header estimate) the connection sends.
+    max_frame_bytes: u64,
+    max_rto_ns: Nanos,
+    /// Path the peer's most recent datagram arrived on: where standalone acks go.
+    ack_path: usize,
+}
+
+impl Paths {
+    /// `count` paths (1..=MAX_PATHS, checked by config validation), all Up.
+    pub(super) fn new(
+        count: usize,
+        max_frame_bytes: u64,
+        initial_rto_ns: Nanos,
+        min_rto_ns: Nanos,
+        max_rto_ns: Nanos,
+    ) -> Paths {
+        Paths {
+            paths: (0..count.clamp(1, MAX_PATHS))
+                .map(|_| Path::new(RttEstimator::new(initial_rto_ns, min_rto_ns, max_rto_ns)))
+                .collect(),
+            max_frame_bytes,
+            max_rto_ns,
+            ack_path: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    pub(super) fn get(&self, path: usize) -> &Path {
+        &self.paths[path]
+    }
+
+    pub(super) fn get_mut(&mut self, path: usize) -> &mut Path {
+        &mut self.paths[path]
+    }
+
+    /// The usable path with room for `frame_bytes` whose expected arrival is earliest.
+    pub(super) fn choose(&self, frame_bytes: u64) -> Option<usize> {
+        if self.paths.len() == 1 {
+            return self.paths[0]
+                .has_room(frame_bytes, self.max_frame_bytes)
+                .then_some(0);
+        }
+        let mut best: Option<(u128, usize)> = None;
+        for (index, path) in self.paths.iter().enumerate() {
+            if !path.has_room(frame_bytes, self.max_frame_bytes) {
+                continue;
+            }
+            let arrival = path.expected_arrival_ns(frame_bytes);
+            if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
+                best = Some((arrival, index));
+            }
+        }
+        best.map(|(_, index)| index)
+    }
+
+    /// Whether some path could take a full-size frame now.
+    pub(super) fn any_room(&self) -> bool {
+        self.paths
+            .iter()
+            .any(|path| path.has_room(self.max_frame_bytes, self.max_frame_bytes))
+    }
+
+    /// Paths that are not down.
+    pub(super) fn usable_count(&self) -> usize {
+        self.paths
+            .iter()
+            .filter(|path| path.state != PathState::Down)
+            .count()
+    }
+
+    /// The usable path with the smallest smoothed RTT (unmeasured paths last, then by index).
+    pub(super) fn best(&self) -> usize {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(_, path)| path.state != PathState::Down)
+            .min_by_key(|(index, path)| {
+                let srtt = path.rtt.smoothed_ns();
+                (path.state != PathState::Up, srtt == 0, srtt, *index)
+            })
+            .map_or(0, |(index, _)| index)
+    }
+
+    /// A datagram from the peer arrived on `path`.
+    pub(super) fn on_arrival(&mut self, path: usize) {
+        self.paths[path].stats.datagrams_received += 1;
+        self.ack_path = path;
+    }
+
+    /// Where a standalone ack goes: the arrival path of the peer's latest datagram, unless
+    /// that path is down.
+    pub(super) fn ack_path(&self) -> usize {
+        if self.paths[self.ack_path].state == PathState::Down {
+            self.best()
+        } else {
+            self.ack_path
+        }
+    }
+
+    /// Counts a datagram sent on `path`.
+    pub(super) fn count_sent(&mut self, path: usize) {
+        if let Some(path) = self.paths.get_mut(path) {
+            path.stats.datagrams_sent += 1;
+        }
+    }
+
+    // ---- pings: keepalive, probes of Down paths, replies ----
+
+    /// Keepalive: ping every path that is not down (a down path has its own probes).
+    pub(super) fn ping_all_usable(&mut self) {
+        for path in &mut self.paths {
+            if path.state != PathState::Down {
+                path.ping_due = true;
+            }
+        }
+    }
+
+    /// Ping one path (a credit probe).
+    pub(super) fn ping(&mut self, path: usize) {
+        self.paths[path].ping_due = true;
+    }
+
+    /// The peer pinged us on `path`: echo its token there.
+    pub(super) fn queue_reply(&mut self, path: usize, token: u64) {
+        self.paths[path].reply_due = Some(token);
+    }
+
+    /// The next ping reply to send, if any (path, token).
+    pub(super) fn take_reply(&mut self) -> Option<PingToSend> {
+        for (index, path) in self.paths.iter_mut().enumerate() {
+            if let Some(token) = path.reply_due.take() {
+                return Some(PingToSend { path: index, token });
+            }
+        }
+        None
+    }
+
+    /// The next ping to send, if any; records it as outstanding (answer due within the
+    /// path's RTO).
+    pub(super) fn take_ping(&mut self, now: Nanos) -> Option<PingToSend> {
+        for (index, path) in self.paths.iter_mut().enumerate() {
+            if !path.ping_due {
+                continue;
+            }
+            path.ping_due = false;
+            path.ping_count += 1;
+            let deadline = now.saturating_add(path.rtt.rto_ns());
+            path.ping_outstanding = Some((path.ping_count, now, deadline));
+            return Some(PingToSend {
+                path: index,
+                token: path.ping_count * MAX_PATHS as u64 + index as u64,
+            });
+        }
+        None
+    }
+
+    /// A reply to our ping `token` arrived. Returns true when it brought a Down path back.
+    pub(super) fn on_ping_reply(&mut self, now: Nanos, token: u64) -> bool {
+        let index = (token % MAX_PATHS as u64) as usize;
+        let counter = token / MAX_PATHS as u64;
+        let Some(path) = self.paths.get_mut(index) else {
+            return false;
+        };
+        if counter == 0 || counter > path.ping_count {
+            return false;
+        }
+        if let Some((outstanding, sent_at, _)) = path.ping_outstanding {
+            if outstanding == counter {
+                path.ping_outstanding = None;
+                path.on_rtt_sample(now.saturating_sub(sent_at));
+            }
+        }
+        if path.state == PathState::Down {
+            if counter < path.probe_floor {
+                return false;
+            }
+            path.state = PathState::Up;
+            path.consecutive_failures = 0;
+            path.next_probe_at = None;
+            path.rate.reset();
+            path.stats.times_rejoined += 1;
+            return true;
+        }
+        path.on_alive();
+        false
+    }
+
+    // ---- timers ----
+
+    /// Earliest timer of any path: retransmission timeouts, unanswered pings, probes.
+    pub(super) fn next_deadline(&self) -> Option<Nanos> {
+        let mut earliest: Option<Nanos> = None;
+        for path in &self.paths {
+            for deadline in [
+                path.rto_deadline,
+                path.ping_outstanding.map(|(_, _, deadline)| deadline),
+                path.next_probe_at,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                earliest = Some(earliest.map_or(deadline, |at: Nanos| at.min(deadline)));
+            }
+        }
+        earliest
+    }
+
+    /// Runs the ping and probe timers due at `now`: an unanswered ping is a failure of its
+    /// path (only with several paths: a single path is judged by the connection's own
+    /// liveness rules); a Down path due for a probe gets a ping. Returns paths that failed
+    /// often enough to go down (the caller requeues their frames) as a bit set.
+    pub(super) fn handle_ping_timers(&mut self, now: Nanos) -> u64 {
+        let several = self.paths.len() > 1;
+        let mut failed = 0u64;
+        let max_rto = self.max_rto_ns;
+        for (index, path) in self.paths.iter_mut().enumerate() {
+            if let Some((_, _, deadline)) = path.ping_outstanding {
+                if deadline <= now {
+                    path.ping_outstanding = None;
+                    if several && path.state != PathState::Down {
+                        path.consecutive_failures += 1;
+                        path.rtt.back_off();
+                        if path.state == PathState::Up {
+                            path.state = PathState::Suspect;
+                        }
+                        if path.consecutive_failures >= DOWN_AFTER_FAILURES {
+                            failed |= 1 << index;
+                        }
+                    }
+                }
+            }
+            if path.state == PathState::Down && path.next_probe_at.is_some_and(|at| at <= now) {
+                path.ping_due = true;
+                path.probe_interval_ns = path.probe_interval_ns.saturating_mul(2).min(max_rto);
+                path.next_probe_at = Some(now.saturating_add(path.probe_interval_ns));
+            }
+        }
+        failed
+    }
+
+    /// Marks `path` down if another path is still usable; returns whether it did. The
+    /// caller has requeued its frames (it holds none afterwards).
+    pub(super) fn take_down(&mut self, now: Nanos, path: usize) -> bool {
+        if self.paths[path].state == PathState::Down || self.usable_count() <= 1 {
+            return false;
+        }
+        let max_rto = self.max_rto_ns;
+        let entry = &mut self.paths[path];
+        debug_assert_eq!(entry.head, NO_FRAME, "a path going down still holds frames");
+        entry.state = PathState::Down;
+        entry.rto_deadline = None;
+        entry.ping_outstanding = None;
+        entry.rate.reset();
+        entry.min_rtt_ns = None;
+        entry.stats.times_down += 1;
+        entry.probe_floor = entry.ping_count + 1;
+        entry.probe_interval_ns = entry.rtt.rto_ns().clamp(1, max_rto);
+        entry.next_probe_at = Some(now.saturating_add(entry.probe_interval_ns));
+        if self.ack_path == path {
+            self.ack_path = self.best();
+        }
+        true
+    }
+
+    /// Updates the gauges in every path's stats.
+    pub(super) fn refresh_gauges(&mut self) {
+        let max_frame_bytes = self.max_frame_bytes;
+        for path in &mut self.paths {
+            path.refresh_gauges(max_frame_bytes);
+        }
+    }
+
+    /// The smallest RTO of a usable path.
+    pub(super) fn min_rto_ns(&self) -> Nanos {
+        self.paths
+            .iter()
+            .filter(|path| path.state != PathState::Down)
+            .map(|path| path.rtt.rto_ns())
+            .min()
+            .unwrap_or(self.max_rto_ns)
+    }
+
+    /// Stats of one path.
+    pub(super) fn stats(&self, path: usize) -> Option<&PathStats> {
+        self.paths.get(path).map(|path| &path.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(count: usize) -> Paths {
+        Paths::new(count, 1500, 10_000_000, 1_000_000, 1_000_000_000)
+    }
+
+    #[test]
+    fn max_filter_keeps_the_window_maximum() {
+        let mut filter = MaxFilter::default();
+        filter.update(0, 10, 100);
+        filter.update(10, 5, 100);
+        assert_eq!(filter.get(), 10);
+        filter.update(20, 20, 100);
+        assert_eq!(filter.get(), 20);
+        filter.update(200, 3, 100);
+        assert!(filter.get() <= 20);
+        filter.update(400, 4, 100);
+        assert_eq!(filter.get(), 4, "old maxima expire");
+    }
+
+    #[test]
+    fn window_follows_rate_and_min_rtt() {
+        let mut set = paths(1);
+        let path = set.get_mut(0);
+        assert_eq!(path.window_bytes(1500), MIN_WINDOW_BYTES);
+        path.on_rtt_sample(1_000_000);
+        // 1 GB/s over 1 ms: 1 MB per interval.
+        path.on_rate_sample(5_000_000, 1_000_000, 1_000_000);
+        // 2 x 1 GB/s x (1 ms + 1 ms allowance) = 4 MB.
+        assert_eq!(path.window_bytes(1500), 4_000_000);
+        // Shorter than the min RTT: an ack burst, ignored.
+        path.on_rate_sample(6_000_000, 10_000_000, 500_000);
+        assert_eq!(path.window_bytes(1500), 4_000_000);
+        path.state = PathState::Suspect;
+        assert!(path.has_room(1500, 1500));
+        path.bytes_in_flight = 1;
+        assert!(!path.has_room(1500, 1500));
+        path.state = PathState::Down;
+        assert_eq!(path.window_bytes(1500), 0);
+    }
+
+    #[test]
+    fn faster_paths_are_chosen_first_and_full_paths_skipped() {
+        let mut set = paths(2);
+        for (index, rate) in [(0, 100_000_000u64), (1, 1_000_000_000)] {
+            let path = set.get_mut(index);
+            path.on_rtt_sample(100_000);
+            path.on_rate_sample(1_000_000, rate / 1000, 1_000_000);
+        }
+        assert_eq!(set.choose(1500), Some(1));
+        set.get_mut(1).bytes_in_flight = set.get(1).window_bytes(1500);
+        assert_eq!(set.choose(1500), Some(0));
+        set.get_mut(0).bytes_in_flight = set.get(0).window_bytes(1500);
+        assert_eq!(set.choose(1500), None);
+    }
+
+    #[test]
+    fn the_last_usable_path_never_goes_down_and_probes_bring_paths_back() {
+        let mut set = paths(2);
+        assert!(set.take_down(0, 1));
+        assert_eq!(set.usable_count(), 1);
+        assert!(!set.take_down(0, 0), "the last usable path stays");
+        assert_eq!(set.best(), 0);
+        // The probe timer of path 1 queues a ping; its answer brings the path back.
+        let due = set.next_deadline().expect("probe scheduled");
+        assert_eq!(set.handle_ping_timers(due), 0);
+        let ping = set.take_ping(due).expect("probe ping");
+        assert_eq!(ping.path, 1);
+        assert!(
+            !set.on_ping_reply(due + 10, ping.token + MAX_PATHS as u64),
+            "unknown token"
+        );
+        assert!(set.on_ping_reply(due + 10, ping.token));
+        assert_eq!(set.get(1).state, PathState::Up);
+        assert_eq!(set.stats(1).map(|stats| stats.times_rejoined), Some(1));
+    }
+
+    #[test]
+    fn unanswered_pings_take_a_path_down_only_with_several_paths() {
+        for count in [1usize, 2] {
+            let mut set = paths(count);
+            let mut failed = 0;
+            let mut now = 0;
+            for _ in 0..DOWN_AFTER_FAILURES {
+                set.ping(count - 1);
+                set.take_ping(now).expect("ping");
+                now = set.next_deadline().expect("answer deadline");
+                failed |= set.handle_ping_timers(now);
+            }
+            assert_eq!(failed != 0, count > 1, "{count} path(s)");
+        }
+    }
+}

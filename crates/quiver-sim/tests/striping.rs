@@ -1,0 +1,349 @@
+//! Simulator scenarios for one connection striped over several links (issue 4).
+//!
+//! Two nodes joined by N duplex links (link i in each direction is path i of the
+//! connection), each with its own bandwidth, delay and drop-tail queue (20 ms at its rate,
+//! like the testbed's tbf). Every step checks the simulator's invariants (exactly-once,
+//! in-order, byte-identical delivery; bounded memory; bounded unread data); each test then
+//! checks the scenario: faster links carry more and the total nears the sum of the links; a
+//! link killed mid-transfer loses nothing and its traffic moves; a flapping link rejoins;
+//! loss on one link only costs little. A failure names the seed and the replay command:
+//! `QUIVER_SIM_SEED=<seed> cargo test -p quiver-sim --release <test name>`;
+//! `QUIVER_SIM_VERBOSE=1` (with `--nocapture`) prints each run's goodput and per-link bytes.
+//!
+//! Test names start with `striping_` and none is a substring of another.
+
+use quiver_proto::reliable::{Event, ReliableConfig};
+use quiver_sim::event::{Nanos, MICROSECOND_NS, MILLISECOND_NS, SECOND_NS};
+use quiver_sim::link::LinkConfig;
+use quiver_sim::rng::SimRng;
+use quiver_sim::seeds::{run_seeds, sweep_seeds};
+use quiver_sim::sim::{FlowConfig, FlowId, LinkId, Sim, SimReport, StopReason};
+use quiver_sim::workload::MessageScript;
+
+/// Deadline of every run: far beyond what a healthy one needs.
+const DEADLINE_NS: Nanos = 120 * SECOND_NS;
+/// Datagram size of the runs (Ethernet MTU 1500).
+const DATAGRAM_BYTES: usize = 1472;
+
+fn verbose() -> bool {
+    std::env::var_os("QUIVER_SIM_VERBOSE").is_some()
+}
+
+/// A connection over `paths` paths with windows large enough for a few hundred Mbit/s of
+/// striped traffic and LAN timers.
+fn striped_config(paths: usize) -> ReliableConfig {
+    ReliableConfig {
+        max_datagram_bytes: DATAGRAM_BYTES,
+        send_buffer_bytes: 4 << 20,
+        recv_window_bytes: 4 << 20,
+        initial_rto_ns: 20 * MILLISECOND_NS,
+        min_rto_ns: 2 * MILLISECOND_NS,
+        max_rto_ns: 200 * MILLISECOND_NS,
+        max_retransmits: 30,
+        keepalive_interval_ns: 100 * MILLISECOND_NS,
+        idle_timeout_ns: 5 * SECOND_NS,
+        handshake_timeout_ns: 5 * SECOND_NS,
+        max_in_flight_datagrams: 8192,
+        path_count: paths,
+        ..ReliableConfig::default()
+    }
+}
+
+/// A link of `rate_mbit` Mbit/s with `delay_us` µs of delay and a 20 ms drop-tail queue.
+fn link(rate_mbit: u64, delay_us: u64) -> LinkConfig {
+    let bits_per_second = rate_mbit * 1_000_000;
+    LinkConfig {
+        delay_ns: delay_us * MICROSECOND_NS,
+        bandwidth_bits_per_second: bits_per_second,
+        queue_capacity_bytes: (bits_per_second / 8 / 50) as usize,
+        ..LinkConfig::default()
+    }
+}
+
+/// Node 0 sends `total_bytes` (in messages of up to 256 KiB) to node 1 over one duplex
+/// link per entry of `links`. Returns the sim, the flow and the (forward, back) links.
+fn striped(
+    seed: u64,
+    links: &[LinkConfig],
+    total_bytes: u64,
+) -> (Sim, FlowId, Vec<(LinkId, LinkId)>) {
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    let ids = links
+        .iter()
+        .map(|config| sim.add_duplex_link(sender, receiver, config.clone()))
+        .collect();
+    let mut rng = sim.fork_rng(1);
+    let mut sizes = Vec::new();
+    let mut remaining = total_bytes;
+    while remaining > 0 {
+        let size = rng.range_inclusive(1, 256 << 10).min(remaining);
+        sizes.push(size);
+        remaining -= size;
+    }
+    let script = MessageScript::fixed(rng.next_u64(), sizes);
+    let flow = sim.add_flow(FlowConfig::new(
+        sender,
+        receiver,
+        striped_config(links.len()),
+        script,
+    ));
+    (sim, flow, ids)
+}
+
+/// Runs to completion; asserts every message arrived and no side failed.
+fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
+    let stop = sim.run_until(DEADLINE_NS);
+    let report = sim.report();
+    let flow_report = &report.flows[flow.0];
+    assert_eq!(
+        stop,
+        StopReason::AllFlowsSettled,
+        "run did not settle: {flow_report:#?}"
+    );
+    assert!(
+        flow_report.completed_at_ns.is_some(),
+        "flow settled without completing (a side failed): {flow_report:#?}"
+    );
+    assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
+    for (_, event) in flow_report
+        .initiator_events
+        .iter()
+        .chain(flow_report.responder_events.iter())
+    {
+        assert!(
+            matches!(event, Event::Established),
+            "unexpected event {event:?}: {flow_report:#?}"
+        );
+    }
+    report
+}
+
+/// Goodput as a fraction of what the links can carry: payload bytes per second over the
+/// sum of the rates, scaled by the payload share of a full data frame (the header is the
+/// protocol's, not the scheduler's, overhead).
+fn goodput_ratio(report: &SimReport, flow: FlowId, capacity_mbit: u64) -> f64 {
+    let config = striped_config(1);
+    let payload = config.max_data_payload_bytes() as f64;
+    let frame = payload + quiver_wire::frame::FIXED_HEADER_LEN as f64;
+    let payload_capacity = capacity_mbit as f64 * 1e6 / 8.0 * payload / frame;
+    report.flows[flow.0].goodput_bytes_per_second / payload_capacity
+}
+
+fn print_run(name: &str, seed: u64, report: &SimReport, flow: FlowId, ratio: f64) {
+    if verbose() {
+        let per_link: Vec<u64> = report
+            .links
+            .iter()
+            .step_by(2)
+            .map(|link| link.offered_bytes >> 10)
+            .collect();
+        let stats = report.flows[flow.0].initiator_stats.as_ref();
+        if std::env::var_os("QUIVER_SIM_VERBOSE_LINKS").is_some() {
+            for (index, link) in report.links.iter().enumerate() {
+                eprintln!("  link {index}: {link:?}");
+            }
+            eprintln!("  {stats:#?}");
+        }
+        eprintln!(
+            "{name} seed {seed}: {:.1} Mbit/s goodput, {ratio:.3} of capacity, KiB per link {per_link:?}, retransmits {:?}, paths down {:?} rejoined {:?}",
+            report.flows[flow.0].goodput_bytes_per_second * 8.0 / 1e6,
+            stats.map(|stats| stats.retransmits),
+            stats.map(|stats| stats.paths_down),
+            stats.map(|stats| stats.paths_rejoined),
+        );
+    }
+}
+
+/// Links of different speeds (and delays): the faster carries more, and the total goodput
+/// comes near the sum of the links.
+#[test]
+fn striping_unequal_speeds() {
+    let seeds = sweep_seeds(60);
+    run_seeds("striping_unequal_speeds", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x0571_71E5);
+        let count = rng.range_inclusive(2, 4) as usize;
+        let rates: Vec<u64> = (0..count)
+            .map(|_| [50, 100, 200, 400][rng.range_inclusive(0, 3) as usize])
+            .collect();
+        let links: Vec<LinkConfig> = rates
+            .iter()
+            .map(|&rate| link(rate, rng.range_inclusive(50, 400)))
+            .collect();
+        let capacity: u64 = rates.iter().sum();
+        if verbose() {
+            eprintln!("rates {rates:?} links {links:?}");
+        }
+        // About a quarter of a second at full speed.
+        let total = capacity * 1_000_000 / 8 / 4;
+        let (mut sim, flow, ids) = striped(seed, &links, total);
+        if std::env::var_os("QUIVER_SIM_TRACE").is_some() {
+            for step in 1..40 {
+                sim.run_until(step * 5 * MILLISECOND_NS);
+                let report = sim.report();
+                let drops: Vec<u64> = report.links.iter().map(|l| l.dropped_queue).collect();
+                eprintln!("t={}ms drops {drops:?}", step * 5);
+                for (index, path) in report.flows[flow.0].initiator_paths.iter().enumerate() {
+                    eprintln!("  path {index}: {:?} srtt {} min {} rate {} inflight {} window {} sent {} acked {} lost {}", path.state, path.smoothed_rtt_ns, path.min_rtt_ns, path.delivery_rate_bytes_per_second, path.bytes_in_flight, path.window_bytes, path.frames_sent, path.frames_acked, path.frames_lost);
+                }
+            }
+        }
+        let report = run_to_delivery(&mut sim, flow);
+        let ratio = goodput_ratio(&report, flow, capacity);
+        print_run("striping_unequal_speeds", seed, &report, flow, ratio);
+        assert!(
+            ratio >= 0.85,
+            "goodput {ratio:.3} of the sum of {rates:?} Mbit/s: {:#?}",
+            report.flows[flow.0]
+        );
+        let carried = |index: usize| report.links[ids[index].0 .0].offered_bytes;
+        let fastest = (0..count).max_by_key(|&i| rates[i]).expect("links");
+        let slowest = (0..count).min_by_key(|&i| rates[i]).expect("links");
+        if rates[fastest] >= 2 * rates[slowest] {
+            assert!(
+                carried(fastest) > carried(slowest) * 3 / 2,
+                "the {} Mbit/s link carried {} bytes, the {} Mbit/s one {}",
+                rates[fastest],
+                carried(fastest),
+                rates[slowest],
+                carried(slowest)
+            );
+        }
+    });
+}
+
+/// A link dies (both directions) mid-transfer and stays dead: nothing is lost, the path goes
+/// down, the survivors finish the transfer at close to their own capacity.
+#[test]
+fn striping_link_killed() {
+    let seeds = sweep_seeds(60);
+    run_seeds("striping_link_killed", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x00DE_AD11);
+        let count = rng.range_inclusive(2, 4) as usize;
+        let rate = 100;
+        let links: Vec<LinkConfig> = (0..count)
+            .map(|_| link(rate, rng.range_inclusive(50, 300)))
+            .collect();
+        let total = (count as u64 * rate) * 1_000_000 / 8 / 2;
+        let (mut sim, flow, ids) = striped(seed, &links, total);
+        let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
+        let kill_at = rng.range_inclusive(20, 200) * MILLISECOND_NS;
+        sim.partition(ids[victim].0, kill_at, Nanos::MAX);
+        sim.partition(ids[victim].1, kill_at, Nanos::MAX);
+        let report = run_to_delivery(&mut sim, flow);
+        let flow_report = &report.flows[flow.0];
+        let stats = flow_report.initiator_stats.as_ref().expect("initiator");
+        let completed = flow_report.completed_at_ns.expect("completed");
+        // Capacity: every link until the kill, the survivors after it.
+        let capacity_mbit_ns = (count as u64 * rate) as f64 * kill_at.min(completed) as f64
+            + ((count as u64 - 1) * rate) as f64 * completed.saturating_sub(kill_at) as f64;
+        let average_capacity = (capacity_mbit_ns / completed as f64) as u64;
+        let ratio = goodput_ratio(&report, flow, average_capacity);
+        print_run("striping_link_killed", seed, &report, flow, ratio);
+        if completed > kill_at + 100 * MILLISECOND_NS {
+            assert!(
+                stats.paths_down >= 1,
+                "link {victim} died at {kill_at} ns, the path never went down: {stats:#?}"
+            );
+        }
+        assert!(
+            ratio >= 0.75,
+            "goodput {ratio:.3} of the capacity left ({count} x {rate} Mbit/s, one dead at {kill_at} ns): {flow_report:#?}"
+        );
+    });
+}
+
+/// A link goes down and up again and again: the transfer completes, and the path goes down
+/// and rejoins.
+#[test]
+fn striping_flapping_link() {
+    let seeds = sweep_seeds(40);
+    run_seeds("striping_flapping_link", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0xF1A9);
+        let count = rng.range_inclusive(2, 3) as usize;
+        let links: Vec<LinkConfig> = (0..count).map(|_| link(100, 100)).collect();
+        let total = (count as u64 * 100) * 1_000_000 / 8; // about a second
+        let (mut sim, flow, ids) = striped(seed, &links, total);
+        let flapper = rng.range_inclusive(0, count as u64 - 1) as usize;
+        let mut at = rng.range_inclusive(10, 50) * MILLISECOND_NS;
+        while at < 2 * SECOND_NS {
+            let down = rng.range_inclusive(40, 150) * MILLISECOND_NS;
+            sim.partition(ids[flapper].0, at, at + down);
+            sim.partition(ids[flapper].1, at, at + down);
+            at += down + rng.range_inclusive(100, 300) * MILLISECOND_NS;
+        }
+        let report = run_to_delivery(&mut sim, flow);
+        print_run("striping_flapping_link", seed, &report, flow, 0.0);
+        let stats = report.flows[flow.0]
+            .initiator_stats
+            .as_ref()
+            .expect("initiator");
+        assert!(stats.paths_down >= 1, "{stats:#?}");
+        assert!(stats.paths_rejoined >= 1, "{stats:#?}");
+    });
+}
+
+/// Random loss on one link only: the transfer completes, and the lossy link costs little
+/// (the windows ignore random loss).
+#[test]
+fn striping_loss_on_one_link() {
+    let seeds = sweep_seeds(60);
+    run_seeds("striping_loss_on_one_link", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x1055);
+        let count = rng.range_inclusive(2, 4) as usize;
+        let lossy = rng.range_inclusive(0, count as u64 - 1) as usize;
+        let loss = [0.01, 0.05][rng.range_inclusive(0, 1) as usize];
+        let links: Vec<LinkConfig> = (0..count)
+            .map(|index| LinkConfig {
+                loss_probability: if index == lossy { loss } else { 0.0 },
+                ..link(100, rng.range_inclusive(50, 300))
+            })
+            .collect();
+        let capacity = count as u64 * 100;
+        let total = capacity * 1_000_000 / 8 / 4;
+        let (mut sim, flow, _) = striped(seed, &links, total);
+        let report = run_to_delivery(&mut sim, flow);
+        let ratio = goodput_ratio(&report, flow, capacity);
+        print_run("striping_loss_on_one_link", seed, &report, flow, ratio);
+        assert!(
+            ratio >= 0.75,
+            "goodput {ratio:.3} with {loss} loss on link {lossy} of {count}: {:#?}",
+            report.flows[flow.0]
+        );
+    });
+}
+
+/// Random multi-link networks (2 to 8 links; loss, jitter, duplication and corruption on
+/// some): delivery only, every invariant checked at every step.
+#[test]
+fn striping_random_networks() {
+    let seeds = sweep_seeds(150);
+    run_seeds("striping_random_networks", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x4A4D);
+        let count = rng.range_inclusive(2, 8) as usize;
+        let links: Vec<LinkConfig> = (0..count)
+            .map(|_| {
+                let rate = [20, 50, 100, 300][rng.range_inclusive(0, 3) as usize];
+                LinkConfig {
+                    loss_probability: [0.0, 0.0, 0.02, 0.1][rng.range_inclusive(0, 3) as usize],
+                    jitter_ns: rng.range_inclusive(0, 200) * MICROSECOND_NS,
+                    duplicate_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
+                    corrupt_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
+                    ..link(rate, rng.range_inclusive(20, 2000))
+                }
+            })
+            .collect();
+        let total = rng.range_inclusive(1, 2 << 20);
+        let (mut sim, flow, ids) = striped(seed, &links, total);
+        if rng.range_inclusive(0, 1) == 1 {
+            let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
+            let start = rng.range_inclusive(0, 100) * MILLISECOND_NS;
+            let end = start + rng.range_inclusive(1, 500) * MILLISECOND_NS;
+            sim.partition(ids[victim].0, start, end);
+            sim.partition(ids[victim].1, start, end);
+        }
+        let report = run_to_delivery(&mut sim, flow);
+        print_run("striping_random_networks", seed, &report, flow, 0.0);
+    });
+}
