@@ -360,9 +360,14 @@ impl ContextBuilder {
             Some(bound) => bound,
             None => bind_network(
                 own_addr,
-                self.links.get(self.rank as usize).map_or(&[][..], |l| &l[..]),
+                self.links
+                    .get(self.rank as usize)
+                    .map_or(&[][..], |l| &l[..]),
                 &self.links,
-                &config, self.job_id, self.key)?,
+                &config,
+                self.job_id,
+                self.key,
+            )?,
         };
         let (tcp_listener, dgram) = (bound.tcp, bound.dgram);
         let mut addrs = self.addrs;
