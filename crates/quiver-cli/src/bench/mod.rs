@@ -3,18 +3,29 @@
 //!
 //! - `pingpong`: one-way latency = round trip / 2, median and p99, over a size sweep;
 //! - `bw`: streaming bandwidth with a window of outstanding sends (as osu_bw does);
+//! - `bibw`: both ranks stream to each other at once (as osu_bibw does);
 //! - `rate`: 8-byte message rate with the same window;
-//! - `floor`: core-to-core cache-line hand-off latency and single-core memcpy bandwidth.
+//! - `loggp`: the LogGP cost model per size (o_s, o_r, L, g; G fitted), `loggp.rs`;
+//! - `pool`: `recv_pooled` against a fresh receive buffer per message;
+//! - `floor`: cache-line hand-off latency and memcpy bandwidth, plus the extended floors
+//!   (a system call, a cross-core wake-up, `process_vm_readv` bandwidth);
+//! - suites that start several rank jobs (`suite.rs`): `compare` (every transport and
+//!   baseline in one table) and `crossover` (copy vs zero-copy per transport, and
+//!   `--compare-profile`: this machine's profile against the defaults).
 //!
 //! The floors are always measured first (every result is printed as a ratio to its floor);
 //! naming only `floor` skips the ranks. The bench starts its two ranks itself (this
 //! executable, `quiver bench --worker`), pins them to two different CPUs, and both
-//! busy-poll. Output: a table by default; `--json FILE|-` writes one JSON object per
-//! measured point (JSON Lines), and with `-` only JSON goes to stdout.
+//! busy-poll. Output: a table by default (or `--format osu`); `--json FILE|-` writes one
+//! JSON object per measured point (JSON Lines), and with `-` only JSON goes to stdout;
+//! `--plot FILE.svg|.png` draws latency and bandwidth against size; a progress bar goes to
+//! stderr when it is a terminal.
 //!
 //! Layout: `plan` (what to measure), `floor` (the machine's floors), `ranks`
-//! (starting and watching the ranks), `worker` (what a rank does), `report` (records,
-//! ratios, table), `sizes` and `stats` (parsing and statistics).
+//! (starting and watching the ranks), `worker` (what a quiver rank does), `raw` (the
+//! raw-socket baselines), `loggp` (the tests written once for both), `suite` (compare,
+//! crossover), `report` (records, ratios, table, OSU columns), `plot`, `progress`, `sizes`
+//! and `stats` (parsing and statistics).
 
 mod floor;
 mod loggp;
@@ -51,8 +62,9 @@ const MAX_ITERS: u64 = 10_000_000;
 /// Options of `quiver bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Tests to run, in this order: floor, pingpong, bw, rate (default: all). The floors
-    /// are measured in every run; `floor` alone measures only them.
+    /// Tests to run, in this order: floor, pingpong, bw, bibw, rate, loggp, pool (default:
+    /// floor, pingpong, bw, rate); or one suite alone: compare, crossover. The floors are
+    /// measured in every run; `floor` alone measures only them.
     #[arg(value_enum, value_name = "TEST")]
     tests: Vec<TestName>,
 

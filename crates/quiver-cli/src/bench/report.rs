@@ -621,27 +621,26 @@ impl Report {
         if self.table.is_none() {
             return Ok(());
         }
+        // pool and loggp show their variant in a column; other tests get a section per
+        // variant (a suite's copy/zero-copy or default/tuned jobs).
+        let variant_in_column = matches!(record.test.as_str(), "pool" | "loggp");
         let section = format!(
             "{} {} {}",
             record.test,
             record.transport,
-            record.variant.as_deref().unwrap_or("")
+            if variant_in_column {
+                ""
+            } else {
+                record.variant.as_deref().unwrap_or("")
+            }
         );
         let style = self.style;
         if self.open_section.as_deref() != Some(section.as_str()) {
-            let continues_loggp = style == Style::Table
-                && record.test == "loggp"
-                && self
-                    .open_section
-                    .as_deref()
-                    .is_some_and(|open| open.starts_with("loggp "));
             self.open_section = Some(section);
-            if !continues_loggp {
-                self.clear_progress();
-                match style {
-                    Style::Table => self.section_header(record)?,
-                    Style::Osu => self.osu_header(record)?,
-                }
+            self.clear_progress();
+            match style {
+                Style::Table => self.section_header(record)?,
+                Style::Osu => self.osu_header(record)?,
             }
         }
         let row = match style {
