@@ -229,7 +229,10 @@ impl Dest<'_> {
 /// Spin-then-sleep bookkeeping of one blocking call. Reads no clock until the call
 /// actually has to wait (the clock costs ~30 ns a read here, as much as a message).
 pub(crate) struct Wait {
+    /// When the call started waiting (the deadline counts from here).
     start: Option<Instant>,
+    /// When the current spin phase started (reset after each wake-up).
+    spin_start: Option<Instant>,
     spins: u32,
     timeout: Option<Duration>,
     armed: bool,
@@ -244,6 +247,7 @@ impl Wait {
     pub(crate) fn with_timeout(timeout: Option<Duration>) -> Wait {
         Wait {
             start: None,
+            spin_start: None,
             spins: 0,
             timeout,
             armed: false,
@@ -276,13 +280,17 @@ impl Wait {
     fn spinning(&mut self, spin: Duration) -> (bool, bool) {
         self.spins = self.spins.wrapping_add(1);
         let periodic = self.spins % 1024 == 0;
-        let still = !periodic || self.start().elapsed() < spin;
+        let still = !periodic || {
+            let start = self.start();
+            self.spin_start.get_or_insert(start).elapsed() < spin
+        };
         (still, periodic)
     }
 
-    /// Spin again from now (after a wake-up).
+    /// Spin again from now (after a wake-up); the deadline stays where it was.
     fn restart(&mut self) {
-        self.start = Some(Instant::now());
+        self.start();
+        self.spin_start = Some(Instant::now());
     }
 }
 
