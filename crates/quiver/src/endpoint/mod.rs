@@ -237,6 +237,8 @@ pub(crate) struct Wait {
     timeout: Option<Duration>,
     armed: bool,
     seen: Option<u32>,
+    /// No liveness look of a spinning call before this.
+    next_liveness: Option<Instant>,
 }
 
 impl Wait {
@@ -252,7 +254,20 @@ impl Wait {
             timeout,
             armed: false,
             seen: None,
+            next_liveness: None,
         }
+    }
+
+    /// Whether a spinning call should look at its peers' liveness now: at most every
+    /// [`LIVENESS_INTERVAL`] (a look costs a system call per peer, which at every
+    /// periodic tick would cost a fast ping-pong several percent).
+    fn liveness_due(&mut self) -> bool {
+        let now = Instant::now();
+        if self.next_liveness.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.next_liveness = Some(now + LIVENESS_INTERVAL);
+        true
     }
 
     fn start(&mut self) -> Instant {
@@ -296,6 +311,9 @@ impl Wait {
 
 /// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// How often a spinning call looks at its peers' liveness (with detection on).
+const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
@@ -909,7 +927,7 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() {
+            if self.config.detect.is_some() && wait.liveness_due() {
                 self.check_out_alive(idx, what)?;
             }
             wait.check_deadline(what)?;
@@ -1376,7 +1394,7 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() {
+            if self.config.detect.is_some() && wait.liveness_due() {
                 self.check_liveness();
             }
             wait.check_deadline(what)?;
@@ -1649,14 +1667,21 @@ fn wait_on_sender(
 ) -> Result<()> {
     let (_, periodic) = wait.spinning(spin);
     if periodic {
-        // With detection off, death is still noticed once the spin budget is spent.
-        if (detect.is_some() || wait.start().elapsed() > spin) && sys::pidfd_exited(&inb.pidfd) {
+        let due = match detect {
+            Some(_) => wait.liveness_due(),
+            // With detection off, death is still noticed once the spin budget is spent.
+            None => wait.start().elapsed() > spin,
+        };
+        if due && sys::pidfd_exited(&inb.pidfd) {
             return Err(Error::PeerDead {
                 peer: inb.peer,
                 during,
             });
         }
-        if let Some(ms) = detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())) {
+        let stopped = due
+            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
+            .flatten();
+        if let Some(ms) = stopped {
             return Err(Error::PeerStopped {
                 peer: inb.peer,
                 transport: "shm",
