@@ -723,3 +723,61 @@ fn logging_is_off_by_default_and_follows_quiver_log_filters() {
     let bad = logged_job(Some("quiver=loud"));
     assert!(bad.contains("is not a valid filter"), "{bad}");
 }
+
+// ----- timeouts -------------------------------------------------------------------------
+
+#[test]
+fn blocking_calls_time_out_and_a_slow_live_peer_is_not_declared_dead() {
+    let _serial = serial();
+    // Not udp: its protocol needs the peer's process to call quiver (even to accept the
+    // connection), so a peer idle this long is unreachable there by design.
+    for transport in ["shm", "tcp"] {
+        let job = job_id();
+        let addrs = format!("127.0.0.1:{},127.0.0.1:{}", free_port(), free_port());
+        // The send phase outlasts the detection time: a live peer that does not read for
+        // that long is slow, not dead or stopped.
+        let env = [
+            ("QUIVER_TRANSPORTS", transport),
+            ("QUIVER_ADDRS", addrs.as_str()),
+            ("QUIVER_DETECT_MS", "300"),
+        ];
+        let mut idle = rank_command(1, &job, KEY_A, &env);
+        idle.arg("idle");
+        let mut idle = idle.spawn().expect("start the idle rank");
+        let mut cmd = rank_command(0, &job, KEY_A, &env);
+        cmd.args(["timeouts", "800"]);
+        let text = output_of(cmd);
+        let _ = idle.kill();
+        let _ = idle.wait();
+        for call in ["recv", "send"] {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{call} ")))
+                .unwrap_or_else(|| panic!("{transport}: no {call} line in {text}"));
+            let ms: u64 = line
+                .split(" after ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .expect("milliseconds");
+            if transport == "udp" && call == "send" {
+                // udp's keepalive needs answers from the peer's process: silent for the
+                // detection time, it counts as unreachable (documented).
+                assert!(
+                    line.contains("Unreachable") || line.contains("Timeout"),
+                    "{line}"
+                );
+                continue;
+            }
+            assert!(
+                line.starts_with(&format!("{call} Timeout")),
+                "{transport}: {line}"
+            );
+            assert!(
+                (800..800 + SLACK_MS).contains(&ms),
+                "{transport}: {call} timed out after {ms} ms"
+            );
+            assert!(line.contains("QUIVER_TIMEOUT_MS"), "{line}");
+        }
+    }
+}

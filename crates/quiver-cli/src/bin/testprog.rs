@@ -20,6 +20,10 @@
 //!   connection fails (it died or froze) is dropped with a line `lost RANK KIND after MS ms:
 //!   ERROR` (MS since its last message arrived); the others go on. Ends with `ok rank R
 //!   finished ROUNDS rounds, N after the first loss, with ranks [...]`.
+//! - `idle`: print `started`, then sleep for 30 s without calling quiver (a live but
+//!   unresponsive peer, in state `S`).
+//! - `timeouts MS`: with `Endpoint::set_timeout(MS)`, a `recv` nobody sends to, then sends
+//!   to rank 1 until one fails; prints `recv KIND after T ms` and `send KIND after T ms`.
 //! - `connect-to RANK`: connect to RANK's endpoint 0 and send it one message; prints
 //!   `ok connected` or `error KIND: MESSAGE`.
 
@@ -81,6 +85,40 @@ fn run(args: &[String]) -> AnyResult {
         }
         "victim" => victim(&mut ep),
         "survive" => survive(&ctx, &mut ep, num(1, 3000), num(2, 64 << 10), num(3, 1)),
+        "idle" => {
+            say("started");
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(())
+        }
+        "timeouts" => {
+            let limit = Duration::from_millis(num(1, 500));
+            ep.set_timeout(Some(limit));
+            let conn = ep.connect(Addr::new(1, 0))?;
+            let mut buf = [0u8; 64];
+            let start = Instant::now();
+            let e = ep
+                .recv(&mut buf)
+                .err()
+                .ok_or("a message arrived from nobody")?;
+            say(&format!(
+                "recv {} after {} ms: {e}",
+                kind(&e),
+                start.elapsed().as_millis()
+            ));
+            let msg = vec![1u8; 64 << 10];
+            let start = Instant::now();
+            let e = loop {
+                if let Err(e) = ep.send(conn, &msg) {
+                    break e;
+                }
+            };
+            say(&format!(
+                "send {} after {} ms: {e}",
+                kind(&e),
+                start.elapsed().as_millis()
+            ));
+            Ok(())
+        }
         "connect-to" => {
             let peer = Addr::new(num(1, 1) as u32, 0);
             match ep.connect(peer).and_then(|c| ep.send(c, b"hello")) {

@@ -229,11 +229,16 @@ impl Dest<'_> {
 /// Spin-then-sleep bookkeeping of one blocking call. Reads no clock until the call
 /// actually has to wait (the clock costs ~30 ns a read here, as much as a message).
 pub(crate) struct Wait {
+    /// When the call started waiting (the deadline counts from here).
     start: Option<Instant>,
+    /// When the current spin phase started (reset after each wake-up).
+    spin_start: Option<Instant>,
     spins: u32,
     timeout: Option<Duration>,
     armed: bool,
     seen: Option<u32>,
+    /// No liveness look of a spinning call before this.
+    next_liveness: Option<Instant>,
 }
 
 impl Wait {
@@ -244,11 +249,25 @@ impl Wait {
     pub(crate) fn with_timeout(timeout: Option<Duration>) -> Wait {
         Wait {
             start: None,
+            spin_start: None,
             spins: 0,
             timeout,
             armed: false,
             seen: None,
+            next_liveness: None,
         }
+    }
+
+    /// Whether a spinning call should look at its peers' liveness now: at most every
+    /// [`LIVENESS_INTERVAL`] (a look costs a system call per peer, which at every
+    /// periodic tick would cost a fast ping-pong several percent).
+    fn liveness_due(&mut self) -> bool {
+        let now = Instant::now();
+        if self.next_liveness.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.next_liveness = Some(now + LIVENESS_INTERVAL);
+        true
     }
 
     fn start(&mut self) -> Instant {
@@ -276,18 +295,25 @@ impl Wait {
     fn spinning(&mut self, spin: Duration) -> (bool, bool) {
         self.spins = self.spins.wrapping_add(1);
         let periodic = self.spins % 1024 == 0;
-        let still = !periodic || self.start().elapsed() < spin;
+        let still = !periodic || {
+            let start = self.start();
+            self.spin_start.get_or_insert(start).elapsed() < spin
+        };
         (still, periodic)
     }
 
-    /// Spin again from now (after a wake-up).
+    /// Spin again from now (after a wake-up); the deadline stays where it was.
     fn restart(&mut self) {
-        self.start = Some(Instant::now());
+        self.start();
+        self.spin_start = Some(Instant::now());
     }
 }
 
 /// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// How often a spinning call looks at its peers' liveness (with detection on).
+const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
@@ -901,7 +927,7 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() {
+            if self.config.detect.is_some() && wait.liveness_due() {
                 self.check_out_alive(idx, what)?;
             }
             wait.check_deadline(what)?;
@@ -1368,7 +1394,7 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() {
+            if self.config.detect.is_some() && wait.liveness_due() {
                 self.check_liveness();
             }
             wait.check_deadline(what)?;
@@ -1641,14 +1667,21 @@ fn wait_on_sender(
 ) -> Result<()> {
     let (_, periodic) = wait.spinning(spin);
     if periodic {
-        // With detection off, death is still noticed once the spin budget is spent.
-        if (detect.is_some() || wait.start().elapsed() > spin) && sys::pidfd_exited(&inb.pidfd) {
+        let due = match detect {
+            Some(_) => wait.liveness_due(),
+            // With detection off, death is still noticed once the spin budget is spent.
+            None => wait.start().elapsed() > spin,
+        };
+        if due && sys::pidfd_exited(&inb.pidfd) {
             return Err(Error::PeerDead {
                 peer: inb.peer,
                 during,
             });
         }
-        if let Some(ms) = detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())) {
+        let stopped = due
+            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
+            .flatten();
+        if let Some(ms) = stopped {
             return Err(Error::PeerStopped {
                 peer: inb.peer,
                 transport: "shm",
