@@ -311,7 +311,18 @@ impl Config {
             self.profile = ProfileState::Disabled;
             return Ok(());
         };
-        let Some(file) = ProfileFile::load(&path)? else {
+        // The default path sits in $HOME, which a rank running as another user (setpriv,
+        // su without -l) may not be allowed to read: then there is no profile for it. A path
+        // named by QUIVER_PROFILE must be readable.
+        let explicit = get(profile::PROFILE_ENV).is_some();
+        let loaded = match ProfileFile::load(&path) {
+            Err(_) if !explicit && !readable_dir(&path) => {
+                self.profile = ProfileState::Unreadable(path);
+                return Ok(());
+            }
+            other => other?,
+        };
+        let Some(file) = loaded else {
             self.profile = ProfileState::NotFound(path);
             return Ok(());
         };
@@ -499,6 +510,15 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, SizeParseError> {
     count
         .checked_mul(multiplier)
         .ok_or(SizeParseError::Overflow)
+}
+
+/// Whether this process may look into the directory holding `path` (false when a parent
+/// directory denies it, as another user's home does).
+fn readable_dir(path: &std::path::Path) -> bool {
+    match std::fs::metadata(path) {
+        Err(e) => e.kind() != std::io::ErrorKind::PermissionDenied,
+        Ok(_) => std::fs::File::open(path).is_ok(),
+    }
 }
 
 #[cfg(test)]

@@ -140,6 +140,8 @@ pub enum ProfileState {
     NotFound(PathBuf),
     /// The file exists but has no entry for this machine.
     NoEntry(PathBuf),
+    /// The default path cannot be read by this user (another user's home): no profile.
+    Unreadable(PathBuf),
     /// This machine's entry was used.
     Loaded(PathBuf),
 }
@@ -155,6 +157,13 @@ impl std::fmt::Display for ProfileState {
                 write!(f, "{} (no entry for this machine)", path.display())
             }
             ProfileState::Loaded(path) => write!(f, "{} (loaded)", path.display()),
+            ProfileState::Unreadable(path) => {
+                write!(
+                    f,
+                    "{} (not readable by this user; defaults)",
+                    path.display()
+                )
+            }
         }
     }
 }
