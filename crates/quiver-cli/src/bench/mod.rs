@@ -23,6 +23,7 @@ mod raw;
 mod report;
 mod sizes;
 mod stats;
+pub(crate) mod stripe;
 mod worker;
 
 use std::fs::File;

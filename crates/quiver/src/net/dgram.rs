@@ -49,6 +49,9 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
+/// A connection's ack waits for the next poll (for the application's answer to carry it)
+/// only while it owes the peer at most this many frames.
+const DEFER_ACK_MAX_FRAMES: u32 = 4;
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
 
@@ -310,6 +313,15 @@ pub struct LinkStats {
     pub frames_lost: u64,
     /// Times it went down in some connection.
     pub times_down: u64,
+    /// Largest over the connections: congestion window, delivery rate (bytes/s), smoothed
+    /// and minimum RTT (ns) on this link.
+    pub window_bytes: u64,
+    /// See `window_bytes`.
+    pub delivery_rate_bytes_per_second: u64,
+    /// See `window_bytes`.
+    pub smoothed_rtt_ns: u64,
+    /// See `window_bytes`.
+    pub min_rtt_ns: u64,
 }
 
 /// The engine as the context shares it with its endpoints.
@@ -450,6 +462,12 @@ impl DgramShared {
                     link.payload_bytes_sent += stats.payload_bytes_sent;
                     link.frames_lost += stats.frames_lost;
                     link.times_down += stats.times_down;
+                    link.window_bytes = link.window_bytes.max(stats.window_bytes);
+                    link.delivery_rate_bytes_per_second = link
+                        .delivery_rate_bytes_per_second
+                        .max(stats.delivery_rate_bytes_per_second);
+                    link.smoothed_rtt_ns = link.smoothed_rtt_ns.max(stats.smoothed_rtt_ns);
+                    link.min_rtt_ns = link.min_rtt_ns.max(stats.min_rtt_ns);
                 }
             }
         }
@@ -971,10 +989,15 @@ impl Engine {
         touched.sort_unstable();
         touched.dedup();
         for &id in &touched {
-            let waiting = self
-                .conns
-                .get(&id)
-                .is_some_and(|e| e.core.peek_message_len().is_some());
+            // Hold the ack back for the application's answer only when a whole message is
+            // there for it to take (a partial one needs more frames first, so no answer
+            // comes), and only for a small exchange: a stream of frames needs its acks now
+            // (the sender's windows wait for them).
+            let waiting = self.conns.get(&id).is_some_and(|e| {
+                e.core.peek_message_len().is_some()
+                    && e.core.message_ready()
+                    && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
+            });
             if waiting {
                 self.defer(id);
             } else {
