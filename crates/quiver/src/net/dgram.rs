@@ -49,6 +49,9 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
+/// Smallest retransmission timeout of a connection striped over several links (a path that
+/// times out a few times in a row goes down: about 70 ms with backoff).
+const STRIPED_MIN_RTO_NS: Nanos = 10_000_000;
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
 const DEFER_ACK_MAX_FRAMES: u32 = 4;
@@ -791,9 +794,19 @@ impl Engine {
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };
+        // A striped connection's timeouts take paths down: they must not fire for the few
+        // milliseconds a process is off its CPU on a shared host.
+        let min_rto_ns = if path_count > 1 {
+            self.base.min_rto_ns.max(STRIPED_MIN_RTO_NS)
+        } else {
+            self.base.min_rto_ns
+        };
         ReliableConfig {
             max_datagram_bytes: datagram,
             path_count: path_count.max(1),
+            min_rto_ns,
+            initial_rto_ns: self.base.initial_rto_ns.max(min_rto_ns),
+            max_rto_ns: self.base.max_rto_ns.max(min_rto_ns),
             ..self.base.clone()
         }
     }
