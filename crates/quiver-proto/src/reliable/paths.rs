@@ -258,13 +258,19 @@ impl Path {
     }
 
     /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns.
-    fn expected_arrival_ns(&self, frame_bytes: u64) -> u128 {
+    ///
+    /// The rate is the larger of the measured one and what the window allows per RTT: a
+    /// path that carried little measured little, and must not look too slow to be given
+    /// the traffic that would show its real rate (it would starve).
+    fn expected_arrival_ns(&self, frame_bytes: u64, max_frame_bytes: u64) -> u128 {
         let queued = u128::from(self.bytes_in_flight + frame_bytes);
-        // Before the first sample every path looks like 1 GB/s: the least loaded wins.
-        let rate = match self.rate.get() {
+        let window = u128::from(self.window_bytes(max_frame_bytes));
+        let by_window = match self.rtt.smoothed_ns() {
+            // Before the first sample every path looks like 1 GB/s: the least loaded wins.
             0 => 1_000_000_000,
-            rate => u128::from(rate),
+            srtt => window * 1_000_000_000 / u128::from(srtt),
         };
+        let rate = u128::from(self.rate.get()).max(by_window).max(1);
         queued * 1_000_000_000 / rate + u128::from(self.min_rtt_ns.unwrap_or(0) / 2)
     }
 
@@ -382,7 +388,7 @@ impl Paths {
             if !path.has_room(frame_bytes, self.max_frame_bytes) {
                 continue;
             }
-            let arrival = path.expected_arrival_ns(frame_bytes);
+            let arrival = path.expected_arrival_ns(frame_bytes, self.max_frame_bytes);
             if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
                 best = Some((arrival, index));
             }
