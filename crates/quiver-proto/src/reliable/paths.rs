@@ -166,10 +166,11 @@ pub(super) struct Path {
     pub(super) rtt: RttEstimator,
     min_rtt_ns: Option<Nanos>,
     rate: MaxFilter,
-    /// The rate meter: when the current interval started (None: idle) and the bytes
-    /// acknowledged in it.
+    /// The rate meter: when the current interval started (None: idle), the bytes
+    /// acknowledged in it, and when the last of them was.
     meter_start: Option<Nanos>,
     meter_bytes: u64,
+    meter_last_at: Nanos,
     pub(super) bytes_in_flight: u64,
     /// Transmissions on this path so far (each frame gets the next number).
     pub(super) next_seq: u64,
@@ -206,6 +207,7 @@ impl Path {
             rate: MaxFilter::default(),
             meter_start: None,
             meter_bytes: 0,
+            meter_last_at: 0,
             bytes_in_flight: 0,
             next_seq: 0,
             largest_acked_seq: None,
@@ -280,12 +282,16 @@ impl Path {
         self.min_rtt_ns = Some(self.min_rtt_ns.map_or(sample_ns, |min| min.min(sample_ns)));
     }
 
-    /// A frame starts out on this path: an idle path starts a new meter interval (idle
-    /// time is not delivery time).
+    /// A frame starts out on this path: a path that was idle for a meter interval starts a
+    /// new one (idle time is not delivery time). Shorter gaps (a window acknowledged at
+    /// once, then refilled) stay in the interval, or no interval would ever complete.
     pub(super) fn on_send(&mut self, now: Nanos) {
-        if self.bytes_in_flight == 0 {
+        let idle = self.bytes_in_flight == 0
+            && now.saturating_sub(self.meter_last_at) >= RATE_METER_MIN_NS;
+        if self.meter_start.is_none() || idle {
             self.meter_start = Some(now);
             self.meter_bytes = 0;
+            self.meter_last_at = now;
         }
     }
 
@@ -295,9 +301,11 @@ impl Path {
         let Some(start) = self.meter_start else {
             self.meter_start = Some(now);
             self.meter_bytes = 0;
+            self.meter_last_at = now;
             return;
         };
         self.meter_bytes += bytes;
+        self.meter_last_at = now;
         let interval_ns = now.saturating_sub(start);
         if interval_ns >= RATE_METER_MIN_NS.max(self.rtt.smoothed_ns()) {
             let rate =
@@ -678,6 +686,26 @@ mod tests {
         assert!(!path.has_room(1500, 1500));
         path.state = PathState::Down;
         assert_eq!(path.window_bytes(1500), 0);
+    }
+
+    #[test]
+    fn a_window_acknowledged_at_once_still_gets_metered() {
+        let mut set = paths(1);
+        let path = set.get_mut(0);
+        path.on_rtt_sample(500_000);
+        // Stop and wait: 64 KB out, all acknowledged 0.5 ms later, again and again.
+        let mut now = 0;
+        for _ in 0..40 {
+            path.on_send(now);
+            path.bytes_in_flight = 65_536;
+            now += 500_000;
+            path.bytes_in_flight = 0;
+            path.on_delivered(now, 65_536);
+        }
+        // 64 KB per 0.5 ms = 131 MB/s.
+        let rate = path.rate.get();
+        assert!((120_000_000..=140_000_000).contains(&rate), "rate {rate}");
+        assert!(path.window_bytes(1500) > MIN_WINDOW_BYTES);
     }
 
     #[test]

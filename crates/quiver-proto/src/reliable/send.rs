@@ -450,8 +450,8 @@ impl SendState {
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent
-    /// at least its RTO ago (and at least the oldest one), backs its timer off and marks it
-    /// suspect. Returns how many frames were declared lost and whether the path failed often
+    /// at least its RTO ago (and at least the oldest one), backs its timer off and, if there
+    /// are other paths, marks it suspect. Returns how many frames were declared lost and whether the path failed often
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
         let rto_ns = self.paths.get(path).rtt.rto_ns();
@@ -475,9 +475,11 @@ impl SendState {
         entry.consecutive_failures += 1;
         entry.rtt.back_off();
         entry.rto_deadline = None;
-        if entry.state == super::paths::PathState::Up {
-            entry.state = super::paths::PathState::Suspect;
+        // Suspect steers traffic to the other paths; a single path has none to steer to.
+        if entry.state == super::paths::PathState::Up && self.paths.len() > 1 {
+            self.paths.get_mut(path).state = super::paths::PathState::Suspect;
         }
+        let entry = self.paths.get(path);
         (
             lost,
             entry.consecutive_failures >= super::paths::DOWN_AFTER_FAILURES,

@@ -49,9 +49,10 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
-/// Smallest retransmission timeout of a connection striped over several links (a path that
-/// times out a few times in a row goes down: about 70 ms with backoff).
-const STRIPED_MIN_RTO_NS: Nanos = 10_000_000;
+/// Smallest retransmission timeout of a connection over a real network or striped over
+/// several links (a path that times out a few times in a row goes down: about 70 ms with
+/// backoff).
+const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
 const DEFER_ACK_MAX_FRAMES: u32 = 4;
@@ -77,7 +78,7 @@ struct UdpIo {
 /// Payloads at least this long are sent from the connection's send buffer in place
 /// (gathered with their header); shorter ones are copied next to their header so that runs
 /// of them can leave as GSO segments.
-const IN_PLACE_PAYLOAD: usize = 8 << 10;
+const IN_PLACE_PAYLOAD: usize = 32 << 10;
 
 /// One datagram laid out for sending.
 #[derive(Debug, Clone, Copy)]
@@ -794,10 +795,12 @@ impl Engine {
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };
-        // A striped connection's timeouts take paths down: they must not fire for the few
-        // milliseconds a process is off its CPU on a shared host.
-        let min_rto_ns = if path_count > 1 {
-            self.base.min_rto_ns.max(STRIPED_MIN_RTO_NS)
+        // Over a network the timeouts must not fire for the few milliseconds a process is off
+        // its CPU on a shared host (a striped connection's take paths down); on loopback
+        // and in memory the protocol's own floor stays.
+        let networked = matches!(self.sockets[0], Socket::Udp(_)) && !super::is_loopback(to);
+        let min_rto_ns = if path_count > 1 || networked {
+            self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
         } else {
             self.base.min_rto_ns
         };
