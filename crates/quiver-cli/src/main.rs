@@ -36,7 +36,8 @@ struct Cli {
 enum Command {
     /// Start N ranks of a program on this machine and supervise them
     Run(run::RunArgs),
-    /// Measure quiver's latency and bandwidth end to end
+    /// Measure quiver's latency and bandwidth end to end (`quiver bench stripe --help`: one
+    /// connection striped over N links against N TCP streams)
     Bench(bench::BenchArgs),
     /// Show what this machine and quiver build support
     Info,
@@ -47,6 +48,13 @@ enum Command {
 }
 
 fn main() {
+    // `quiver bench stripe ...` has options of its own (bench/stripe.rs).
+    let arguments: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if arguments.get(1).is_some_and(|a| a == "bench")
+        && arguments.get(2).is_some_and(|a| a == "stripe")
+    {
+        std::process::exit(bench::stripe::main(arguments[3..].to_vec()));
+    }
     let cli = Cli::parse();
     let exit_status = match cli.command {
         Command::Run(args) => run::main(args),

@@ -215,6 +215,34 @@ fn up_command(spec: &Spec, args: &UpArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Builds testbed `spec` for another command (`quiver bench stripe`): removes an old one of
+/// the same name first, rolls back on failure. The caller owns the result: it must call
+/// [`down`] when done, and should call [`install_signal_handlers`] first so that Ctrl-C
+/// stops the build (see [`interrupted`]).
+///
+/// # Errors
+/// A message naming the step that failed, or "interrupted".
+pub(crate) fn build(spec: &Spec) -> Result<(), String> {
+    check_name(&spec.name)?;
+    require_root_and_tools().map_err(|failure| match failure {
+        Failure::Usage(message) | Failure::Failed(message) => message,
+        Failure::Interrupted => "interrupted".to_string(),
+    })?;
+    down(&spec.name)?;
+    up(spec).map_err(|failure| {
+        let _ = down(&spec.name);
+        match failure {
+            Failure::Usage(message) | Failure::Failed(message) => message,
+            Failure::Interrupted => "interrupted".to_string(),
+        }
+    })
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`install_signal_handlers`].
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// Builds the testbed step by step; stops at the first failure or interruption.
 fn up(spec: &Spec) -> Result<(), Failure> {
     let [a, b] = namespaces(&spec.name);
@@ -541,8 +569,9 @@ extern "C" fn on_signal(_signal: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// SIGINT/SIGTERM only set [`INTERRUPTED`]; `up` notices, rolls back and exits 130.
-fn install_signal_handlers() {
+/// SIGINT/SIGTERM only set [`INTERRUPTED`]; `up` notices, rolls back and exits 130 (and
+/// `quiver bench stripe` stops its ranks and removes its testbed).
+pub(crate) fn install_signal_handlers() {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };

@@ -209,7 +209,7 @@ impl Default for Config {
             net_idle_timeout: Duration::from_secs(1),
             detect: Some(Duration::from_secs(1)),
             tcp_staging_bytes: 256 << 10,
-            udp_in_place_min: 8 << 10,
+            udp_in_place_min: 32 << 10,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }

@@ -38,6 +38,7 @@ mod report;
 mod sizes;
 mod stats;
 mod suite;
+pub(crate) mod stripe;
 mod worker;
 
 pub(crate) use plan::Transport as BenchTransport;

@@ -750,6 +750,13 @@ impl ReliableConnection {
         None
     }
 
+    /// Data frames received since this side last sent an acknowledgement. An engine that
+    /// holds acks back (to let an answer carry them) should not do so when this is large:
+    /// the peer's windows wait for them.
+    pub fn unacknowledged_frames(&self) -> u32 {
+        self.recv.unacked_frames()
+    }
+
     /// Number of paths (`config.path_count`).
     pub fn path_count(&self) -> usize {
         self.send.paths.len()

@@ -9,9 +9,10 @@
 //!
 //! Per path this module keeps:
 //! - an RTT estimator (RFC 6298) and its own retransmission timer, with backoff;
-//! - the minimum RTT and a windowed maximum of delivery-rate samples (as BBR measures them:
-//!   bytes delivered between a frame's send and its ack over the longer of the send and ack
-//!   intervals);
+//! - the minimum RTT and a windowed maximum of delivery-rate samples: bytes acknowledged
+//!   (first transmissions only) over intervals of at least `RATE_METER_MIN_NS` or one
+//!   smoothed RTT, long enough that acks arriving in bursts (batched receives, GRO, GSO
+//!   sends) do not read as a faster link;
 //! - the frames in flight on it, in send order, as a list threaded through the sender's
 //!   in-flight table (no container of its own, so memory stays within the connection's
 //!   bound), and their bytes;
@@ -51,6 +52,9 @@ const MIN_WINDOW_DATAGRAMS: u64 = 4;
 pub(super) const DOWN_AFTER_FAILURES: u32 = 3;
 /// Time over which the delivery-rate maximum is taken.
 const RATE_WINDOW_NS: Nanos = 100_000_000;
+/// Shortest interval of one delivery-rate sample: long against a shaper's burst (tbf lets
+/// its bucket, 2 ms at the rate on the testbed, through at memory speed after a pause).
+const RATE_METER_MIN_NS: Nanos = 10_000_000;
 /// "No frame": the end of a path's list of frames in flight.
 pub(super) const NO_FRAME: u64 = u64::MAX;
 
@@ -162,12 +166,11 @@ pub(super) struct Path {
     pub(super) rtt: RttEstimator,
     min_rtt_ns: Option<Nanos>,
     rate: MaxFilter,
-    /// Frame bytes delivered (acknowledged) on this path so far.
-    pub(super) delivered_bytes: u64,
-    /// When `delivered_bytes` last grew (or the path restarted from idle).
-    pub(super) delivered_at: Nanos,
-    /// Send time of the newest acknowledged frame (or of the first frame after idle).
-    pub(super) first_sent_at: Nanos,
+    /// The rate meter: when the current interval started (None: idle), the bytes
+    /// acknowledged in it, and when the last of them was.
+    meter_start: Option<Nanos>,
+    meter_bytes: u64,
+    meter_last_at: Nanos,
     pub(super) bytes_in_flight: u64,
     /// Transmissions on this path so far (each frame gets the next number).
     pub(super) next_seq: u64,
@@ -202,9 +205,9 @@ impl Path {
             rtt,
             min_rtt_ns: None,
             rate: MaxFilter::default(),
-            delivered_bytes: 0,
-            delivered_at: 0,
-            first_sent_at: 0,
+            meter_start: None,
+            meter_bytes: 0,
+            meter_last_at: 0,
             bytes_in_flight: 0,
             next_seq: 0,
             largest_acked_seq: None,
@@ -257,13 +260,19 @@ impl Path {
     }
 
     /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns.
-    fn expected_arrival_ns(&self, frame_bytes: u64) -> u128 {
+    ///
+    /// The rate is the larger of the measured one and what the window allows per RTT: a
+    /// path that carried little measured little, and must not look too slow to be given
+    /// the traffic that would show its real rate (it would starve).
+    fn expected_arrival_ns(&self, frame_bytes: u64, max_frame_bytes: u64) -> u128 {
         let queued = u128::from(self.bytes_in_flight + frame_bytes);
-        // Before the first sample every path looks like 1 GB/s: the least loaded wins.
-        let rate = match self.rate.get() {
+        let window = u128::from(self.window_bytes(max_frame_bytes));
+        let by_window = match self.rtt.smoothed_ns() {
+            // Before the first sample every path looks like 1 GB/s: the least loaded wins.
             0 => 1_000_000_000,
-            rate => u128::from(rate),
+            srtt => window * 1_000_000_000 / u128::from(srtt),
         };
+        let rate = u128::from(self.rate.get()).max(by_window).max(1);
         queued * 1_000_000_000 / rate + u128::from(self.min_rtt_ns.unwrap_or(0) / 2)
     }
 
@@ -273,14 +282,38 @@ impl Path {
         self.min_rtt_ns = Some(self.min_rtt_ns.map_or(sample_ns, |min| min.min(sample_ns)));
     }
 
-    /// Takes a delivery-rate sample: `bytes` delivered over `interval_ns`. Samples over
-    /// an interval shorter than the minimum RTT are ack bursts, not rates: ignored.
-    pub(super) fn on_rate_sample(&mut self, now: Nanos, bytes: u64, interval_ns: Nanos) {
-        if interval_ns == 0 || interval_ns < self.min_rtt_ns.unwrap_or(0) {
-            return;
+    /// A frame starts out on this path: a path that was idle for a meter interval starts a
+    /// new one (idle time is not delivery time). Shorter gaps (a window acknowledged at
+    /// once, then refilled) stay in the interval, or no interval would ever complete.
+    pub(super) fn on_send(&mut self, now: Nanos) {
+        let idle = self.bytes_in_flight == 0
+            && now.saturating_sub(self.meter_last_at) >= RATE_METER_MIN_NS;
+        if self.meter_start.is_none() || idle {
+            self.meter_start = Some(now);
+            self.meter_bytes = 0;
+            self.meter_last_at = now;
         }
-        let rate = (u128::from(bytes) * 1_000_000_000 / u128::from(interval_ns)) as u64;
-        self.rate.update(now, rate, RATE_WINDOW_NS);
+    }
+
+    /// `bytes` of a first transmission were acknowledged: counted by the rate meter, which
+    /// takes a sample once its interval is long enough.
+    pub(super) fn on_delivered(&mut self, now: Nanos, bytes: u64) {
+        let Some(start) = self.meter_start else {
+            self.meter_start = Some(now);
+            self.meter_bytes = 0;
+            self.meter_last_at = now;
+            return;
+        };
+        self.meter_bytes += bytes;
+        self.meter_last_at = now;
+        let interval_ns = now.saturating_sub(start);
+        if interval_ns >= RATE_METER_MIN_NS.max(self.rtt.smoothed_ns()) {
+            let rate =
+                (u128::from(self.meter_bytes) * 1_000_000_000 / u128::from(interval_ns)) as u64;
+            self.rate.update(now, rate, RATE_WINDOW_NS);
+            self.meter_start = Some(now);
+            self.meter_bytes = 0;
+        }
     }
 
     /// Something sent on this path was acknowledged: it works.
@@ -363,7 +396,7 @@ impl Paths {
             if !path.has_room(frame_bytes, self.max_frame_bytes) {
                 continue;
             }
-            let arrival = path.expected_arrival_ns(frame_bytes);
+            let arrival = path.expected_arrival_ns(frame_bytes, self.max_frame_bytes);
             if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
                 best = Some((arrival, index));
             }
@@ -496,6 +529,7 @@ impl Paths {
             path.consecutive_failures = 0;
             path.next_probe_at = None;
             path.rate.reset();
+            path.meter_start = None;
             path.stats.times_rejoined += 1;
             return true;
         }
@@ -632,12 +666,19 @@ mod tests {
         let path = set.get_mut(0);
         assert_eq!(path.window_bytes(1500), MIN_WINDOW_BYTES);
         path.on_rtt_sample(1_000_000);
-        // 1 GB/s over 1 ms: 1 MB per interval.
-        path.on_rate_sample(5_000_000, 1_000_000, 1_000_000);
+        // 1 GB/s: 1 MB per ms, metered over 10 ms.
+        path.on_send(0);
+        path.on_delivered(5_000_000, 5_000_000);
+        assert_eq!(
+            path.window_bytes(1500),
+            MIN_WINDOW_BYTES,
+            "interval too short"
+        );
+        path.on_delivered(10_000_000, 5_000_000);
         // 2 x 1 GB/s x (1 ms + 1 ms allowance) = 4 MB.
         assert_eq!(path.window_bytes(1500), 4_000_000);
-        // Shorter than the min RTT: an ack burst, ignored.
-        path.on_rate_sample(6_000_000, 10_000_000, 500_000);
+        // A burst of acks right after: not a sample of its own.
+        path.on_delivered(10_100_000, 10_000_000);
         assert_eq!(path.window_bytes(1500), 4_000_000);
         path.state = PathState::Suspect;
         assert!(path.has_room(1500, 1500));
@@ -648,12 +689,33 @@ mod tests {
     }
 
     #[test]
+    fn a_window_acknowledged_at_once_still_gets_metered() {
+        let mut set = paths(1);
+        let path = set.get_mut(0);
+        path.on_rtt_sample(500_000);
+        // Stop and wait: 64 KB out, all acknowledged 0.5 ms later, again and again.
+        let mut now = 0;
+        for _ in 0..40 {
+            path.on_send(now);
+            path.bytes_in_flight = 65_536;
+            now += 500_000;
+            path.bytes_in_flight = 0;
+            path.on_delivered(now, 65_536);
+        }
+        // 64 KB per 0.5 ms = 131 MB/s.
+        let rate = path.rate.get();
+        assert!((120_000_000..=140_000_000).contains(&rate), "rate {rate}");
+        assert!(path.window_bytes(1500) > MIN_WINDOW_BYTES);
+    }
+
+    #[test]
     fn faster_paths_are_chosen_first_and_full_paths_skipped() {
         let mut set = paths(2);
         for (index, rate) in [(0, 100_000_000u64), (1, 1_000_000_000)] {
             let path = set.get_mut(index);
             path.on_rtt_sample(100_000);
-            path.on_rate_sample(1_000_000, rate / 1000, 1_000_000);
+            path.on_send(0);
+            path.on_delivered(10_000_000, rate / 100);
         }
         assert_eq!(set.choose(1500), Some(1));
         set.get_mut(1).bytes_in_flight = set.get(1).window_bytes(1500);

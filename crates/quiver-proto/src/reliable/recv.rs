@@ -177,6 +177,11 @@ impl RecvState {
         self.ack_now = true;
     }
 
+    /// Data frames taken since our last ack.
+    pub(super) fn unacked_frames(&self) -> u32 {
+        self.unacked_frames
+    }
+
     /// Whether a standalone ack is due.
     pub(super) fn ack_due(&self, now: Nanos) -> bool {
         self.ack_now || self.ack_deadline.is_some_and(|deadline| deadline <= now)

@@ -48,14 +48,13 @@ pub(super) struct SentFrame {
     sent_at: Nanos,
     /// Whether it was ever sent twice (Karn: no RTT sample from it).
     retransmitted: bool,
+    /// Whether its transmissions went on more than one path (an ack of it then tells
+    /// nothing about any one path).
+    paths_mixed: bool,
     status: FrameStatus,
     /// Path of the last transmission, and its sequence number on that path.
     path: u8,
     path_seq: u64,
-    /// The path's delivery counters when it was sent (delivery-rate samples).
-    delivered_bytes: u64,
-    delivered_at: Nanos,
-    first_sent_at: Nanos,
     /// Neighbours in its path's list of frames in flight (packet numbers, or NO_FRAME).
     previous_on_path: u64,
     next_on_path: u64,
@@ -83,12 +82,10 @@ impl SentFrame {
             fragment_offset,
             sent_at: 0,
             retransmitted: false,
+            paths_mixed: false,
             status: FrameStatus::InFlight,
             path: 0,
             path_seq: 0,
-            delivered_bytes: 0,
-            delivered_at: 0,
-            first_sent_at: 0,
             previous_on_path: NO_FRAME,
             next_on_path: NO_FRAME,
         }
@@ -156,6 +153,11 @@ pub(super) struct SendState {
     retransmit_queue: VecDeque<u64>,
     last_cumulative_ack: u64,
     duplicate_acks: u32,
+    /// Highest packet an ack has reported (its last SACK range's end, or its cumulative
+    /// ack): the receiver's highest received packet only grows, so an ack reporting less is
+    /// older than one already processed (acks overtake each other on different paths) and
+    /// must not declare losses.
+    freshest_ack_high: u64,
 
     /// The paths, their windows, timers and lists of frames in flight.
     pub(super) paths: Paths,
@@ -217,6 +219,7 @@ impl SendState {
             retransmit_queue: VecDeque::new(),
             last_cumulative_ack: 0,
             duplicate_acks: 0,
+            freshest_ack_high: 0,
             paths,
             frame_overhead_bytes,
             peer_credit: 0,
@@ -415,6 +418,9 @@ impl SendState {
                 self.paths.get_mut(path).rto_deadline = None;
             }
         }
+        let high = sack.last().map_or(cumulative_ack, |range| range.end);
+        let fresh = high >= self.freshest_ack_high;
+        self.freshest_ack_high = self.freshest_ack_high.max(high);
         if let Some((_, frame)) = newest {
             outcome.progress = true;
             self.duplicate_acks = 0;
@@ -422,7 +428,7 @@ impl SendState {
                 outcome.rtt_sample_ns = Some(now.saturating_sub(frame.sent_at));
             }
             for path in 0..self.paths.len() {
-                if touched & (1 << path) != 0 {
+                if fresh && touched & (1 << path) != 0 {
                     outcome.declared_lost += self.detect_losses(path, unknown);
                 }
             }
@@ -444,8 +450,8 @@ impl SendState {
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent
-    /// at least its RTO ago (and at least the oldest one), backs its timer off and marks it
-    /// suspect. Returns how many frames were declared lost and whether the path failed often
+    /// at least its RTO ago (and at least the oldest one), backs its timer off and, if there
+    /// are other paths, marks it suspect. Returns how many frames were declared lost and whether the path failed often
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
         let rto_ns = self.paths.get(path).rtt.rto_ns();
@@ -469,9 +475,11 @@ impl SendState {
         entry.consecutive_failures += 1;
         entry.rtt.back_off();
         entry.rto_deadline = None;
-        if entry.state == super::paths::PathState::Up {
-            entry.state = super::paths::PathState::Suspect;
+        // Suspect steers traffic to the other paths; a single path has none to steer to.
+        if entry.state == super::paths::PathState::Up && self.paths.len() > 1 {
+            self.paths.get_mut(path).state = super::paths::PathState::Suspect;
         }
+        let entry = self.paths.get(path);
         (
             lost,
             entry.consecutive_failures >= super::paths::DOWN_AFTER_FAILURES,
@@ -565,6 +573,7 @@ impl SendState {
         let frame = &mut self.in_flight[index];
         frame.status = FrameStatus::InFlight;
         frame.retransmitted = true;
+        frame.paths_mixed |= usize::from(frame.path) != path;
         self.on_transmit(now, packet_number, path);
         Some(FrameToSend {
             packet_number,
@@ -639,19 +648,12 @@ impl SendState {
         let index = (packet_number - self.base_pn) as usize;
         let bytes = self.frame_bytes(&self.in_flight[index]);
         let entry = self.paths.get_mut(path);
-        if entry.bytes_in_flight == 0 {
-            // Restarting from idle: rate samples must not span the idle time.
-            entry.first_sent_at = now;
-            entry.delivered_at = now;
-        }
+        entry.on_send(now);
         let frame = &mut self.in_flight[index];
         frame.sent_at = now;
         // Invariant: path < MAX_PATHS (64), so it fits a u8.
         frame.path = path as u8;
         frame.path_seq = entry.next_seq;
-        frame.delivered_bytes = entry.delivered_bytes;
-        frame.delivered_at = entry.delivered_at;
-        frame.first_sent_at = entry.first_sent_at;
         entry.next_seq += 1;
         entry.bytes_in_flight += bytes;
         entry.stats.frames_sent += 1;
@@ -668,32 +670,38 @@ impl SendState {
     fn frame_acked(&mut self, now: Nanos, packet_number: u64, touched: &mut u64) {
         let index = (packet_number - self.base_pn) as usize;
         let frame = self.in_flight[index];
-        if frame.status != FrameStatus::InFlight {
-            return;
+        match frame.status {
+            FrameStatus::InFlight => {}
+            FrameStatus::Lost if !frame.retransmitted => {
+                // Declared lost (a timeout that came too early, most likely) and yet it
+                // arrived, over the one path it took: that path works, and this is a clean
+                // RTT sample of it.
+                let entry = self.paths.get_mut(usize::from(frame.path));
+                entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+                entry.on_alive();
+                return;
+            }
+            FrameStatus::Lost | FrameStatus::Sacked => return,
         }
         self.unlink(packet_number);
         let bytes = self.frame_bytes(&frame);
         let path = usize::from(frame.path);
         let entry = self.paths.get_mut(path);
         entry.bytes_in_flight -= bytes;
-        entry.delivered_bytes += bytes;
-        entry.delivered_at = now;
         entry.stats.frames_acked += 1;
-        // A frame sent more than once may have been delivered by an earlier transmission on
-        // another path: neither its RTT (Karn) nor its delivery rate says anything here.
-        if !frame.retransmitted {
-            entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
-            let send_interval = frame.sent_at.saturating_sub(frame.first_sent_at);
-            let ack_interval = now.saturating_sub(frame.delivered_at);
-            entry.on_rate_sample(
-                now,
-                entry.delivered_bytes - frame.delivered_bytes,
-                send_interval.max(ack_interval),
-            );
+        if frame.retransmitted {
+            // An earlier transmission may be the one that arrived, and it left before the
+            // frames now in flight on this path: its RTT (Karn), its delivery and its place
+            // in the path's order say nothing. Only if every transmission took this path
+            // does the ack show the path works.
+            if !frame.paths_mixed {
+                entry.on_alive();
+                entry.rto_deadline = None;
+            }
+            return;
         }
-        if frame.sent_at > entry.first_sent_at {
-            entry.first_sent_at = frame.sent_at;
-        }
+        entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+        entry.on_delivered(now, bytes);
         entry.largest_acked_seq = Some(
             entry
                 .largest_acked_seq

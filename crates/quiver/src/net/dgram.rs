@@ -49,6 +49,13 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
+/// Smallest retransmission timeout of a connection over a real network or striped over
+/// several links (a path that times out a few times in a row goes down: about 70 ms with
+/// backoff).
+const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
+/// A connection's ack waits for the next poll (for the application's answer to carry it)
+/// only while it owes the peer at most this many frames.
+const DEFER_ACK_MAX_FRAMES: u32 = 4;
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
 
@@ -68,7 +75,7 @@ struct UdpIo {
     tx_out: Vec<TxEntry>,
 }
 
-// Payloads at least `Config::udp_in_place_min` long (8 KiB by default) are sent from the
+// Payloads at least `Config::udp_in_place_min` long (32 KiB by default, so that MTU-9000 datagrams still leave as GSO runs) are sent from the
 // connection's send buffer in place (gathered with their header); shorter ones are copied
 // next to their header so that runs of them can leave as GSO segments.
 
@@ -311,6 +318,15 @@ pub struct LinkStats {
     pub frames_lost: u64,
     /// Times it went down in some connection.
     pub times_down: u64,
+    /// Largest over the connections: congestion window, delivery rate (bytes/s), smoothed
+    /// and minimum RTT (ns) on this link.
+    pub window_bytes: u64,
+    /// See `window_bytes`.
+    pub delivery_rate_bytes_per_second: u64,
+    /// See `window_bytes`.
+    pub smoothed_rtt_ns: u64,
+    /// See `window_bytes`.
+    pub min_rtt_ns: u64,
 }
 
 /// The engine as the context shares it with its endpoints.
@@ -447,6 +463,12 @@ impl DgramShared {
                     link.payload_bytes_sent += stats.payload_bytes_sent;
                     link.frames_lost += stats.frames_lost;
                     link.times_down += stats.times_down;
+                    link.window_bytes = link.window_bytes.max(stats.window_bytes);
+                    link.delivery_rate_bytes_per_second = link
+                        .delivery_rate_bytes_per_second
+                        .max(stats.delivery_rate_bytes_per_second);
+                    link.smoothed_rtt_ns = link.smoothed_rtt_ns.max(stats.smoothed_rtt_ns);
+                    link.min_rtt_ns = link.min_rtt_ns.max(stats.min_rtt_ns);
                 }
             }
         }
@@ -777,9 +799,21 @@ impl Engine {
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };
+        // Over a network the timeouts must not fire for the few milliseconds a process is off
+        // its CPU on a shared host (a striped connection's take paths down); on loopback
+        // and in memory the protocol's own floor stays.
+        let networked = matches!(self.sockets[0], Socket::Udp(_)) && !super::is_loopback(to);
+        let min_rto_ns = if path_count > 1 || networked {
+            self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
+        } else {
+            self.base.min_rto_ns
+        };
         ReliableConfig {
             max_datagram_bytes: datagram,
             path_count: path_count.max(1),
+            min_rto_ns,
+            initial_rto_ns: self.base.initial_rto_ns.max(min_rto_ns),
+            max_rto_ns: self.base.max_rto_ns.max(min_rto_ns),
             ..self.base.clone()
         }
     }
@@ -981,10 +1015,15 @@ impl Engine {
         touched.sort_unstable();
         touched.dedup();
         for &id in &touched {
-            let waiting = self
-                .conns
-                .get(&id)
-                .is_some_and(|e| e.core.peek_message_len().is_some());
+            // Hold the ack back for the application's answer only when a whole message is
+            // there for it to take (a partial one needs more frames first, so no answer
+            // comes), and only for a small exchange: a stream of frames needs its acks now
+            // (the sender's windows wait for them).
+            let waiting = self.conns.get(&id).is_some_and(|e| {
+                e.core.peek_message_len().is_some()
+                    && e.core.message_ready()
+                    && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
+            });
             if waiting {
                 self.defer(id);
             } else {
