@@ -37,8 +37,8 @@ mod raw;
 mod report;
 mod sizes;
 mod stats;
-mod suite;
 pub(crate) mod stripe;
+mod suite;
 mod worker;
 
 pub(crate) use plan::Transport as BenchTransport;
