@@ -589,6 +589,10 @@ impl Endpoint {
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
+    /// Over a network connection it blocks until the transport took the message, and
+    /// receives meanwhile: posted receives advance, and tcp edges are read ahead into
+    /// internal buffers (at most `max_buffered_bytes`), so two ranks sending each other
+    /// large messages do not wait on each other within that bound.
     ///
     /// # Errors
     /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
