@@ -367,6 +367,32 @@ fn bibw_and_pool_report_every_point() {
     );
 }
 
+/// bibw over tcp with messages far above the staging buffer and what a connection holds
+/// in flight (it refused them while a tcp receive read a large message to its end even
+/// inside progress, so both ranks waited for each other).
+#[test]
+fn bibw_over_tcp_takes_large_messages() {
+    let output = quiver_bench(&[
+        "bibw",
+        "--transport",
+        "tcp",
+        "--sizes",
+        "1M,4M",
+        "--iters",
+        "20",
+        "--window",
+        "4",
+        "--json",
+        "-",
+    ]);
+    let records = json_lines(&output);
+    let bibw = of_test(&records, "bibw");
+    assert_eq!(bibw.len(), 2, "{records:?}");
+    for record in bibw {
+        positive(record, "bandwidth_MBps");
+    }
+}
+
 #[test]
 fn osu_format_prints_the_osu_columns() {
     let output = quiver_bench(&[

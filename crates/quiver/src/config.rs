@@ -30,7 +30,9 @@ pub struct Config {
     pub pool_buffer_bytes: usize,
     /// Most bytes of capacity the pool keeps cached.
     pub pool_max_bytes: usize,
-    /// Most bytes `try_send` may hold in internal copies of large messages in flight.
+    /// Most bytes `try_send` may hold in internal copies of large messages in flight; and,
+    /// separately, most bytes tcp receives hold in internal buffers (messages read ahead
+    /// while a send waits, large messages begun by a non-blocking receive).
     pub max_buffered_bytes: usize,
     /// Transports to try, in order, for a peer (`QUIVER_TRANSPORTS`, e.g. `shm,udp,tcp`).
     /// `shm` is used only for a peer on this node (whose listener is reachable here).
@@ -51,7 +53,8 @@ pub struct Config {
     pub detect: Option<Duration>,
     /// Bytes each inbound tcp edge stages: a message whose header and payload fit is read
     /// into this buffer and copied out (and may arrive with others in one read); a larger
-    /// one is read straight into the destination once it starts (no extra copy).
+    /// one is read as it arrives, straight into the destination when the receive has one
+    /// (no extra copy; see docs/ARCHITECTURE.md §8).
     pub tcp_staging_bytes: usize,
     /// udp datagram payloads at least this long leave from the connection's send buffer in
     /// place (gathered with their header); shorter ones are copied next to their header,
@@ -437,7 +440,7 @@ impl Config {
             s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
             s("QUIVER_NET_IDLE_TIMEOUT_MS", format!("{} ms", self.net_idle_timeout.as_millis()), "a silent network peer is reported unreachable after this"),
             s("QUIVER_DETECT_MS", self.detect.map_or("off".into(), |d| format!("{} ms", d.as_millis())), "failure detection time: a peer stopped (SIGSTOP) this long while a call waits on it is reported; 0 turns detection off"),
-            s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read straight into the destination"),
+            s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read as they arrive, into the destination when there is one"),
             s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]

@@ -370,6 +370,121 @@ fn closed_peer_is_reported(t: TransportKind) {
     });
 }
 
+/// Large messages exchanged by both ranks at once, each far larger than any staging
+/// buffer, ring or socket buffer.
+const EXCHANGE_SIZES: [usize; 4] = [1 << 20, 3 << 20, (1 << 20) + 3, (3 << 20) - 1];
+
+/// The seed of message `index` sent by `rank` in the exchange tests.
+fn exchange_seed(rank: u32, index: usize) -> u32 {
+    1000 * (rank + 1) + index as u32
+}
+
+/// Both ranks post every send and every receive at once, then wait: each side must keep
+/// pushing its own sends while the peer's large messages arrive (over tcp a receive that
+/// read a large message to its end inside `progress` made both sides wait forever).
+fn exchange_large_posted(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(20)));
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        let sends: Vec<_> = EXCHANGE_SIZES
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                ep.post_send(conn, pattern(len, exchange_seed(rank, i)))
+                    .unwrap()
+            })
+            .collect();
+        let recvs: Vec<_> = EXCHANGE_SIZES
+            .iter()
+            .map(|_| ep.post_recv(vec![0u8; 3 << 20]).unwrap())
+            .collect();
+        for (i, req) in recvs.into_iter().enumerate() {
+            let c = ep.wait_recv(req).unwrap();
+            assert_eq!((c.len, c.src), (EXCHANGE_SIZES[i], Addr::new(1 - rank, 0)));
+            let want = pattern(EXCHANGE_SIZES[i], exchange_seed(1 - rank, i));
+            assert!(c.buf[..c.len] == want[..], "message {i} differs");
+        }
+        for (i, req) in sends.into_iter().enumerate() {
+            assert_eq!(ep.wait_send(req).unwrap().len(), EXCHANGE_SIZES[i]);
+        }
+    });
+}
+
+/// Both ranks post their large sends, then poll with `try_recv`/`try_recv_pooled` and
+/// `progress` only: no call may wait for a half-arrived message. The 6 MiB message is
+/// more than a loopback tcp connection holds in flight (~4 MiB), so it is still being
+/// written while it is received. A too-small buffer gets `BufferTooSmall` and the message
+/// stays.
+fn exchange_large_polling(t: TransportKind) {
+    const SIZES: [usize; 4] = [1 << 20, (6 << 20) + 5, (3 << 20) - 1, (1 << 20) + 3];
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(20)));
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        let mut sends: Vec<_> = SIZES
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                Some(
+                    ep.post_send(conn, pattern(len, exchange_seed(rank, i)))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let mut buf = vec![0u8; 7 << 20];
+        let mut small = [0u8; 100];
+        let mut received = 0;
+        let mut too_small_seen = false;
+        while received < SIZES.len() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "rank {rank}: {received} messages after 20 s"
+            );
+            ep.progress().unwrap();
+            if !too_small_seen {
+                match ep.try_recv(&mut small) {
+                    Err(Error::BufferTooSmall { message, buffer }) => {
+                        assert_eq!((message, buffer), (SIZES[0], 100));
+                        too_small_seen = true;
+                    }
+                    Err(Error::WouldBlock) => {}
+                    other => panic!("expected BufferTooSmall, got {other:?}"),
+                }
+                continue;
+            }
+            let want = pattern(SIZES[received], exchange_seed(1 - rank, received));
+            let got = if received % 2 == 1 {
+                match ep.try_recv(&mut buf) {
+                    Ok((n, src)) => Some((buf[..n] == want[..], n, src)),
+                    Err(Error::WouldBlock) => None,
+                    Err(e) => panic!("try_recv: {e}"),
+                }
+            } else {
+                match ep.try_recv_pooled() {
+                    Ok(msg) => Some((msg[..] == want[..], msg.len(), msg.src())),
+                    Err(Error::WouldBlock) => None,
+                    Err(e) => panic!("try_recv_pooled: {e}"),
+                }
+            };
+            if let Some((same, n, src)) = got {
+                assert_eq!((n, src), (SIZES[received], Addr::new(1 - rank, 0)));
+                assert!(same, "message {received} differs");
+                received += 1;
+            }
+            for slot in sends.iter_mut() {
+                if slot.as_ref().is_some_and(|req| ep.test_send(req).unwrap()) {
+                    ep.wait_send(slot.take().unwrap()).unwrap();
+                }
+            }
+        }
+        for req in sends.into_iter().flatten() {
+            ep.wait_send(req).unwrap();
+        }
+    });
+}
+
 fn wrong_key_is_refused(t: TransportKind) {
     let job = job(t, 2);
     let ctx = job.context(0, 2);
@@ -415,6 +530,140 @@ fn wrong_key_is_refused(t: TransportKind) {
     assert_eq!(ctx.stats().connections_accepted, 0);
 }
 
+/// Both ranks `send` (blocking) several large messages, then receive them: over a
+/// network transport a blocking send receives meanwhile (tcp reads ahead within
+/// `max_buffered_bytes`, the datagram engine within its window). Not over shm, where a
+/// blocking send of a rendezvous message waits for the receiver, as `MPI_Send` may.
+fn blocking_sends_both_ways(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(20)));
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        for (i, &len) in EXCHANGE_SIZES.iter().enumerate() {
+            ep.send(conn, &pattern(len, exchange_seed(rank, i)))
+                .unwrap();
+        }
+        let mut buf = vec![0u8; 3 << 20];
+        for (i, &len) in EXCHANGE_SIZES.iter().enumerate() {
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(n, len);
+            assert!(
+                buf[..n] == pattern(len, exchange_seed(1 - rank, i))[..],
+                "message {i}"
+            );
+        }
+        ep.send(conn, b"bye").unwrap();
+        ep.recv(&mut buf).unwrap();
+    });
+}
+
+#[test]
+fn tcp_blocking_sends_both_ways() {
+    blocking_sends_both_ways(TransportKind::Tcp)
+}
+
+#[test]
+fn udp_blocking_sends_both_ways() {
+    blocking_sends_both_ways(TransportKind::Udp)
+}
+
+#[test]
+fn mem_blocking_sends_both_ways() {
+    blocking_sends_both_ways(TransportKind::Mem)
+}
+
+/// tcp: a large message half arrived survives receives that end before it is whole (a
+/// blocking `recv` that times out, a `try_recv`), is taken over by the next receive (a
+/// blocking one, a posted one), and arrives whole and in order. In each step the sender
+/// posts a message larger than a fresh connection holds in flight (~4 MiB on loopback;
+/// one endpoint pair per step, as the window grows with use) and then makes no call until
+/// told to (`STEP`), so the receiver surely sees the message half arrived.
+#[test]
+fn tcp_half_arrived_message_survives() {
+    const LEN: usize = (6 << 20) + 9;
+    static STEP: AtomicU32 = AtomicU32::new(0);
+    fn wait_for(step: u32) {
+        let start = std::time::Instant::now();
+        while STEP.load(Ordering::Acquire) < step {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "step {step} never came"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    /// Waits until message `LEN` has begun (a too-small buffer: kept), then starts
+    /// reading it with `try_recv`, which cannot finish it.
+    fn start_with_try_recv(ep: &mut quiver::Endpoint, buf: &mut [u8]) {
+        let mut small = vec![0u8; LEN - 1];
+        loop {
+            match ep.try_recv(&mut small) {
+                Err(Error::BufferTooSmall { message, .. }) => {
+                    assert_eq!(message, LEN);
+                    break;
+                }
+                Err(Error::WouldBlock) => thread::yield_now(),
+                other => panic!("expected BufferTooSmall, got {other:?}"),
+            }
+        }
+        let got = ep.try_recv(buf).map(|(n, _)| n);
+        assert!(matches!(got, Err(Error::WouldBlock)), "{got:?}");
+    }
+    run(TransportKind::Tcp, 2, |rank, ctx| {
+        let mut eps: Vec<_> = (0..3).map(|port| ctx.endpoint(port).unwrap()).collect();
+        for ep in &mut eps {
+            ep.set_timeout(Some(Duration::from_secs(20)));
+        }
+        let mut buf = vec![0u8; LEN];
+        if rank == 0 {
+            for (i, ep) in eps.iter_mut().enumerate() {
+                let i = i as u32;
+                let conn = ep.connect(Addr::new(1, i as u16)).unwrap();
+                let req = ep.post_send(conn, pattern(LEN, i)).unwrap();
+                STEP.store(2 * i + 1, Ordering::Release);
+                wait_for(2 * i + 2);
+                ep.wait_send(req).unwrap();
+                ep.send(conn, &pattern(100, 10 + i)).unwrap();
+            }
+            eps[2].recv(&mut buf[..8]).unwrap();
+        } else {
+            // 1: a blocking recv times out in the middle of the message, the next one
+            // takes it over.
+            wait_for(1);
+            eps[0].set_timeout(Some(Duration::from_millis(100)));
+            match eps[0].recv(&mut buf) {
+                Err(Error::Timeout { .. }) => {}
+                other => panic!("expected a timeout, got {other:?}"),
+            }
+            eps[0].set_timeout(Some(Duration::from_secs(20)));
+            STEP.store(2, Ordering::Release);
+            assert_eq!(eps[0].recv(&mut buf).unwrap().0, LEN);
+            assert!(buf == pattern(LEN, 0), "message 0 differs");
+            // 2: try_recv starts it, a blocking recv finishes it.
+            wait_for(3);
+            start_with_try_recv(&mut eps[1], &mut buf);
+            STEP.store(4, Ordering::Release);
+            assert_eq!(eps[1].recv(&mut buf).unwrap().0, LEN);
+            assert!(buf == pattern(LEN, 1), "message 1 differs");
+            // 3: try_recv starts it, a posted receive finishes it.
+            wait_for(5);
+            start_with_try_recv(&mut eps[2], &mut buf);
+            let req = eps[2].post_recv(vec![0u8; LEN + 1]).unwrap();
+            STEP.store(6, Ordering::Release);
+            let c = eps[2].wait_recv(req).unwrap();
+            assert_eq!((c.len, c.buf.len()), (LEN, LEN + 1));
+            assert!(c.buf[..LEN] == pattern(LEN, 2)[..], "message 2 differs");
+            // What followed on each connection comes next, whole.
+            for (i, ep) in eps.iter_mut().enumerate() {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                assert!(buf[..n] == pattern(100, 10 + i as u32)[..], "follower {i}");
+            }
+            let conn = eps[2].connect(Addr::new(0, 2)).unwrap();
+            eps[2].send(conn, b"bye").unwrap();
+        }
+    });
+}
+
 macro_rules! conformance {
     ($($name:ident: $kind:expr;)*) => {$(
         mod $name {
@@ -428,6 +677,8 @@ macro_rules! conformance {
             #[test] fn three_senders_one_receiver() { super::three_senders_one_receiver($kind) }
             #[test] fn closed_peer_is_reported() { super::closed_peer_is_reported($kind) }
             #[test] fn wrong_key_is_refused() { super::wrong_key_is_refused($kind) }
+            #[test] fn exchange_large_posted() { super::exchange_large_posted($kind) }
+            #[test] fn exchange_large_polling() { super::exchange_large_polling($kind) }
         }
     )*};
 }

@@ -36,9 +36,6 @@ struct Link {
     rank: u32,
     /// Largest message the transport copies eagerly; larger ones go by rendezvous.
     eager_max: u64,
-    /// Over tcp, `QUIVER_TCP_STAGING_BYTES`: a larger message is read to its end once it
-    /// starts, even by non-blocking progress (see `prepare_exchange`).
-    tcp_staging_bytes: Option<u64>,
     /// bibw: buffers of one window each way, and the requests in flight.
     exchange_sends: Vec<Vec<u8>>,
     exchange_receives: Vec<Vec<u8>>,
@@ -74,8 +71,6 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         connection,
         rank,
         eager_max: context.config().shm_eager_max,
-        tcp_staging_bytes: (plan.transport == super::plan::Transport::Tcp)
-            .then_some(context.config().tcp_staging_bytes as u64),
         exchange_sends: Vec::new(),
         exchange_receives: Vec::new(),
         send_requests: Vec::new(),
@@ -517,21 +512,6 @@ impl BenchLink for Link {
     }
 
     fn prepare_exchange(&mut self, size: u64, count: u64) -> Result<(), String> {
-        // quiver's tcp receive reads a message larger than its staging buffer straight
-        // into the destination and does not return before its end, even from progress:
-        // two ranks doing that to each other while both have sends queued wait forever.
-        // Refuse instead of hanging.
-        if let Some(staging) = self
-            .tcp_staging_bytes
-            .filter(|&staging| size + 16 > staging)
-        {
-            return Err(format!(
-                "bibw over tcp needs messages that fit the staging buffer (QUIVER_TCP_STAGING_BYTES = {staging}): \
-                 a larger message is read to its end once it starts, so two ranks sending each \
-                 other large messages would both wait; use --set QUIVER_TCP_STAGING_BYTES={}",
-                (size + 16).next_power_of_two()
-            ));
-        }
         let length = size as usize;
         self.exchange_sends = (0..count).map(|index| vec![index as u8; length]).collect();
         self.exchange_receives = (0..count).map(|_| vec![0u8; length]).collect();

@@ -95,6 +95,9 @@ enum SendState {
 #[derive(Debug)]
 enum RecvState {
     Pending(Vec<u8>),
+    /// Matched to a large tcp message still arriving; its buffer is held by that edge
+    /// (`remote::PartialInto::Posted`) until the message is whole.
+    Bound,
     Done(Result<RecvCompletion>),
 }
 
@@ -195,11 +198,45 @@ struct Outbound {
 pub(crate) enum Dest<'a> {
     Slice(&'a mut [u8]),
     Owned(&'a mut Vec<u8>),
+    /// The buffer of posted receive `key` (its whole length is usable). A tcp edge may
+    /// take the buffer to read a large message into it over several calls; it then sets
+    /// `bound` and marks the request [`RecvState::Bound`].
+    Posted {
+        key: Key,
+        buf: &'a mut Vec<u8>,
+        bound: bool,
+    },
 }
 
 impl Dest<'_> {
+    /// Whether a `len`-byte message can go here: `BufferTooSmall` otherwise (an owned
+    /// destination takes any length).
+    pub(crate) fn fits(&self, len: u64) -> Result<()> {
+        let capacity = match self {
+            Dest::Slice(s) => s.len(),
+            Dest::Posted { buf, .. } => buf.len(),
+            Dest::Owned(_) => return Ok(()),
+        };
+        if len > capacity as u64 {
+            return Err(Error::BufferTooSmall {
+                message: len as usize,
+                buffer: capacity,
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
         match self {
+            Dest::Posted { buf, .. } => {
+                if len > buf.len() as u64 {
+                    return Err(Error::BufferTooSmall {
+                        message: len as usize,
+                        buffer: buf.len(),
+                    });
+                }
+                Ok(&mut buf[..len as usize])
+            }
             Dest::Slice(s) => {
                 if len > s.len() as u64 {
                     return Err(Error::BufferTooSmall {
@@ -351,6 +388,11 @@ pub struct Endpoint {
     next_net_in: usize,
     /// A receive polled the datagram engine since the last `progress`.
     engine_polled: bool,
+    /// The tcp edge whose large message the blocking `recv` in progress is reading
+    /// straight into its buffer (only ever set inside `recv`; see `remote.rs`).
+    committed: Option<usize>,
+    /// Posted receives bound to a large tcp message still arriving ([`RecvState::Bound`]).
+    bound_recvs: usize,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -401,6 +443,8 @@ impl Endpoint {
             net_in: Vec::new(),
             next_net_in: 0,
             engine_polled: false,
+            committed: None,
+            bound_recvs: 0,
         }
     }
 
@@ -545,6 +589,10 @@ impl Endpoint {
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
+    /// Over a network connection it blocks until the transport took the message, and
+    /// receives meanwhile: posted receives advance, and tcp edges are read ahead into
+    /// internal buffers (at most `max_buffered_bytes`), so two ranks sending each other
+    /// large messages do not wait on each other within that bound.
     ///
     /// # Errors
     /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
@@ -773,6 +821,8 @@ impl Endpoint {
             }
             self.progress()?;
             if let Some(SendState::Pending) = self.sends.get_mut(req.key) {
+                // The peer may be blocked sending to us: take what it sent, within bounds.
+                self.tcp_read_ahead();
                 self.idle(&mut wait, "waiting for a posted send")?;
             }
         }
@@ -803,6 +853,9 @@ impl Endpoint {
                 // Failures are recorded in the requests of that connection.
                 let _ = self.progress_net_out(idx);
             }
+        }
+        if self.bound_recvs > 0 {
+            self.progress_bound_recvs();
         }
         if !self.posted_recvs.is_empty() {
             self.progress_recvs();
@@ -990,12 +1043,16 @@ impl Endpoint {
         let mut wait = Wait::new(&self.config);
         loop {
             if self.posted_recvs.is_empty() {
-                if let Some(got) = self.poll_once(&mut Dest::Slice(buf), true)? {
-                    return Ok(got);
+                match self.poll_once(&mut Dest::Slice(buf), true) {
+                    Ok(Some(got)) => return Ok(got),
+                    Ok(None) => {}
+                    Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
             self.progress()?;
-            self.idle(&mut wait, "waiting for a message")?;
+            if let Err(e) = self.idle(&mut wait, "waiting for a message") {
+                return Err(self.uncommit(buf, e));
+            }
         }
     }
 
@@ -1106,7 +1163,7 @@ impl Endpoint {
     pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
         self.progress()?;
         match self.recvs.get_mut(req.key) {
-            Some(RecvState::Pending(_)) => Ok(false),
+            Some(RecvState::Pending(_) | RecvState::Bound) => Ok(false),
             Some(RecvState::Done(_)) => Ok(true),
             None => Err(Error::InvalidArgument("unknown receive request".into())),
         }
@@ -1128,7 +1185,7 @@ impl Endpoint {
                         _ => unreachable!("checked just above"),
                     }
                 }
-                Some(RecvState::Pending(_)) => {}
+                Some(RecvState::Pending(_) | RecvState::Bound) => {}
                 None => return Err(Error::InvalidArgument("unknown receive request".into())),
             }
             self.idle(&mut wait, "waiting for a posted receive")?;
@@ -1144,7 +1201,18 @@ impl Endpoint {
                     continue;
                 }
             };
-            let result = self.poll_once(&mut Dest::Slice(&mut buf), false);
+            let mut dest = Dest::Posted {
+                key,
+                buf: &mut buf,
+                bound: false,
+            };
+            let result = self.poll_once(&mut dest, false);
+            if let Dest::Posted { bound: true, .. } = dest {
+                // Matched to a large tcp message, which now holds the buffer; the next
+                // posted receive may take the next message.
+                self.posted_recvs.pop_front();
+                continue;
+            }
             let state = match result {
                 Ok(None) => {
                     if let Some(RecvState::Pending(b)) = self.recvs.get_mut(key) {
@@ -1165,6 +1233,10 @@ impl Endpoint {
     /// Looks once at every inbound ring (round robin) for a message to deliver into `dest`.
     /// With `wait`, a multi-fragment message that has begun is waited for to its end.
     fn poll_once(&mut self, dest: &mut Dest<'_>, wait: bool) -> Result<Option<(usize, Addr)>> {
+        if self.committed.is_some() {
+            // This `recv` is in the middle of a large tcp message: nothing else goes in.
+            return self.poll_net(dest, wait);
+        }
         if self.shared.has_incoming.load(Ordering::Relaxed) {
             self.adopt_new_inbound();
         }

@@ -48,12 +48,49 @@ pub(super) struct NetOut {
     process: Option<PeerProcess>,
 }
 
+/// The receiving side of a tcp stream. Messages come out in stream order: first `ready`,
+/// then `partial`, then the staged bytes `buf[start..end]`, then the socket.
 #[derive(Debug)]
 pub(super) struct TcpIn {
     stream: TcpStream,
+    /// Staging buffer (`Config::tcp_staging_bytes`): messages that fit are read here and
+    /// copied out once whole.
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// Whole messages read ahead of any receive (while this endpoint waited for a send).
+    ready: VecDeque<Vec<u8>>,
+    /// The large message being read, once it has started.
+    partial: Option<Partial>,
+    /// Bytes of `ready` plus a `Held` partial's length: internal copies, bounded by
+    /// `Config::max_buffered_bytes` over all edges.
+    held_bytes: usize,
+    /// Read-ahead stopped here for want of budget: not worth waking up for.
+    stalled: bool,
+}
+
+/// A large tcp message (more than the staging buffer) being read over several calls.
+#[derive(Debug)]
+struct Partial {
+    /// Payload length.
+    len: usize,
+    /// Payload bytes received so far.
+    filled: usize,
+    into: PartialInto,
+}
+
+/// Where the bytes of a [`Partial`] go.
+#[derive(Debug)]
+enum PartialInto {
+    /// An internal buffer of `len` bytes: read ahead of any receive, by a non-blocking
+    /// receive (which has no buffer that outlives the call), or by a pooled receive (the
+    /// buffer is then handed over whole, no copy).
+    Held(Vec<u8>),
+    /// The buffer of a posted receive (moved out of its request until the message is
+    /// whole; its length is unchanged).
+    Posted(Key, Vec<u8>),
+    /// The buffer of the blocking `recv` in progress (`Endpoint::committed`).
+    Caller,
 }
 
 #[derive(Debug)]
@@ -84,7 +121,7 @@ impl NetIn {
             transport: self.kind.name(),
             detail: detail.clone(),
         };
-        self.state = InboundState::Done;
+        self.finish();
         Some(err)
     }
 
@@ -93,13 +130,48 @@ impl NetIn {
         let InboundState::Stopped(stopped_ms) = self.state else {
             return None;
         };
-        self.state = InboundState::Done;
+        let during = match self.tcp() {
+            Some(tcp) if tcp.partial.is_some() => "in the middle of a message",
+            _ => "while receiving",
+        };
+        self.finish();
         Some(Error::PeerStopped {
             peer: self.peer,
             transport: self.kind.name(),
-            during: "while receiving",
+            during,
             stopped_ms,
         })
+    }
+
+    /// Marks the edge done and drops what it held.
+    fn finish(&mut self) {
+        self.state = InboundState::Done;
+        if let InLink::Tcp(tcp) = &mut self.link {
+            tcp.release();
+        }
+    }
+
+    /// The tcp side of the edge, if it is one.
+    fn tcp(&self) -> Option<&TcpIn> {
+        match &self.link {
+            InLink::Tcp(tcp) => Some(tcp),
+            InLink::Dgram(_) => None,
+        }
+    }
+
+    /// Whether a posted receive is bound to this edge's message in progress (the edge
+    /// then reports its errors to that request).
+    fn bound_to_posted(&self) -> bool {
+        matches!(
+            self.tcp(),
+            Some(TcpIn {
+                partial: Some(Partial {
+                    into: PartialInto::Posted(..),
+                    ..
+                }),
+                ..
+            })
+        )
     }
 
     /// Whether the edge still delivers (or has an error to report).
@@ -182,17 +254,103 @@ fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>
     }
 }
 
+/// Reads what the stream has into `dst[*filled..]`, never waiting; true once `dst` is full.
+fn read_into(stream: &mut TcpStream, dst: &mut [u8], filled: &mut usize) -> io::Result<bool> {
+    while *filled < dst.len() {
+        match read_some(stream, &mut dst[*filled..])? {
+            Some(n) => *filled += n,
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// What a failed read on a tcp stream means (`mid`: in the middle of a message).
+fn tcp_read_detail(e: &io::Error, mid: bool) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        if mid {
+            "the stream ended in the middle of a message".into()
+        } else {
+            "the stream ended without a close (the peer exited or crashed)".into()
+        }
+    } else {
+        format!("receiving: {e}")
+    }
+}
+
+/// An internal buffer of exactly `len` bytes for a message, from the pool when it can;
+/// an out-of-memory error rather than an abort for an absurd length.
+fn held_buffer(pool: &crate::pool::Pool, len: u64) -> Result<Vec<u8>> {
+    let mut buf = pool.take(0);
+    Dest::Owned(&mut buf).prepare(len)?;
+    Ok(buf)
+}
+
+/// Binds posted receive `dest` (if it is one) to the large message starting on a tcp
+/// edge: its buffer moves into the edge and the request becomes [`RecvState::Bound`].
+fn bind_posted(
+    dest: &mut Dest<'_>,
+    recvs: &mut Slab<RecvState>,
+    bound_recvs: &mut usize,
+) -> Option<PartialInto> {
+    let Dest::Posted { key, buf, bound } = dest else {
+        return None;
+    };
+    *bound = true;
+    if let Some(state) = recvs.get_mut(*key) {
+        *state = RecvState::Bound;
+    }
+    *bound_recvs += 1;
+    Some(PartialInto::Posted(*key, std::mem::take(*buf)))
+}
+
+/// Hands `msg`, a whole message held internally, to `dest` (checked with
+/// [`Dest::fits`] first): moved into an owned destination, copied otherwise. Spent
+/// buffers go back to the pool.
+fn deliver_held(dest: &mut Dest<'_>, msg: Vec<u8>, pool: &crate::pool::Pool) -> Result<usize> {
+    let len = msg.len();
+    if let Dest::Owned(v) = dest {
+        pool.give(std::mem::replace(*v, msg));
+    } else {
+        dest.prepare(len as u64)?.copy_from_slice(&msg);
+        pool.give(msg);
+    }
+    Ok(len)
+}
+
 impl TcpIn {
     /// A TCP inbound stream staging `staging_bytes` (`Config::tcp_staging_bytes`):
-    /// messages that fit are received without blocking, larger ones are read straight
-    /// into the destination once they start.
+    /// messages that fit are received once whole; larger ones are read as they arrive,
+    /// straight into the destination when there is one (see [`Endpoint::take_tcp`]).
     fn new(stream: TcpStream, staging_bytes: usize) -> TcpIn {
         TcpIn {
             stream,
             buf: vec![0u8; staging_bytes].into_boxed_slice(),
             start: 0,
             end: 0,
+            ready: VecDeque::new(),
+            partial: None,
+            held_bytes: 0,
+            stalled: false,
         }
+    }
+
+    /// Whether a held (internal) partial message is being read.
+    fn holds_partial(&self) -> bool {
+        matches!(
+            self.partial,
+            Some(Partial {
+                into: PartialInto::Held(_),
+                ..
+            })
+        )
+    }
+
+    /// Drops everything held (the edge is done).
+    fn release(&mut self) {
+        self.ready.clear();
+        self.partial = None;
+        self.held_bytes = 0;
     }
 
     /// Reads more into the staging buffer; false when nothing was there.
@@ -440,23 +598,33 @@ impl Endpoint {
         Ok(SendRequest { key })
     }
 
-    /// One step of waiting for a network connection to take more data.
+    /// One step of waiting for a network connection to take more data. Meanwhile the
+    /// endpoint receives what it can (the peer may be blocked sending to us): posted
+    /// receives advance, and tcp edges are read ahead within `max_buffered_bytes`.
     fn wait_net_out(&mut self, idx: usize, wait: &mut Wait, what: &'static str) -> Result<()> {
         // Acknowledgements (and credit) arrive through the engine: take them every round.
         if let Some(engine) = &self.ctx.dgram {
             engine.poll_io(&self.ctx);
+            self.engine_polled = true;
         }
+        self.progress()?;
+        self.tcp_read_ahead();
         let spin = self.config.spin;
         let detect = self.config.detect;
         let out = &mut self.net_out[idx];
         match &out.link {
             OutLink::Tcp(stream) => {
-                let fd = stream.as_raw_fd();
+                self.pollfds.clear();
+                self.pollfds.push(libc::pollfd {
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                });
+                push_tcp_readable(&self.net_in, &mut self.pollfds);
                 let process = &mut out.process;
                 let mut stopped = None;
-                let waited = wait_fd(
-                    fd,
-                    libc::POLLOUT,
+                let waited = wait_fds(
+                    &mut self.pollfds,
                     || SLEEP_SLICE,
                     wait,
                     spin,
@@ -538,6 +706,7 @@ impl Endpoint {
     }
 
     /// Looks once at every inbound network edge (round robin) for a message for `dest`.
+    /// Inside a blocking `recv` that has begun a large tcp message, only at that edge.
     pub(super) fn poll_net(
         &mut self,
         dest: &mut Dest<'_>,
@@ -546,6 +715,10 @@ impl Endpoint {
         if let Some(engine) = &self.ctx.dgram {
             engine.poll_io(&self.ctx);
             self.engine_polled = true;
+        }
+        if let Some(i) = self.committed {
+            let got = self.poll_net_in(i, dest, wait)?;
+            return Ok(got.map(|len| (len, self.net_in[i].peer)));
         }
         let n = self.net_in.len();
         for k in 0..n {
@@ -556,97 +729,190 @@ impl Endpoint {
             if self.net_in[i].state == InboundState::Done {
                 continue;
             }
-            if let Some(err) = self.net_in[i].report_broken() {
-                return Err(err);
+            if let Some(len) = self.poll_net_in(i, dest, wait)? {
+                self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
+                return Ok(Some((len, self.net_in[i].peer)));
             }
-            let got = match &mut self.net_in[i].link {
-                InLink::Tcp(_) => self.take_tcp(i, dest, wait),
-                InLink::Dgram(id) => {
-                    let id = *id;
-                    let engine = self
-                        .ctx
-                        .dgram
-                        .clone()
-                        .expect("dgram connections need the engine");
-                    match engine.take(&self.ctx, id, dest, wait, &self.config) {
-                        Ok(Some(len)) => Ok(Some(len)),
-                        Ok(None) => Ok(None),
-                        Err(DgramTake::Closed) => {
-                            self.net_in[i].state = InboundState::Done;
-                            Ok(None)
-                        }
-                        Err(DgramTake::Failed(detail)) => {
-                            self.net_in[i].state = InboundState::Broken(detail);
-                            Ok(None)
-                        }
-                        Err(DgramTake::Error(e)) => Err(e),
-                    }
-                }
-            };
-            match got {
-                Ok(Some(len)) => {
-                    self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
-                    return Ok(Some((len, self.net_in[i].peer)));
-                }
-                Ok(None) => {
-                    if let Some(err) = self.net_in[i].report_broken() {
-                        return Err(err);
-                    }
-                    if let Some(err) = self.net_in[i].report_stopped() {
-                        return Err(err);
-                    }
-                }
-                Err(e @ Error::BufferTooSmall { .. }) => return Err(e),
-                Err(e) => {
-                    self.net_in[i].state = InboundState::Done;
-                    return Err(e);
-                }
+            if let Dest::Posted { bound: true, .. } = dest {
+                // The posted receive took a large message that is still arriving.
+                self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
+                return Ok(None);
             }
         }
         Ok(None)
     }
 
-    /// Takes the next message of TCP inbound edge `i` into `dest`, if there is one.
+    /// One look at inbound network edge `i`: a message, nothing, or the edge's error
+    /// (reported once; the edge is done afterwards, except after `BufferTooSmall`).
+    fn poll_net_in(&mut self, i: usize, dest: &mut Dest<'_>, wait: bool) -> Result<Option<usize>> {
+        let got = match &mut self.net_in[i].link {
+            InLink::Tcp(_) => self.take_tcp(i, dest, wait),
+            InLink::Dgram(id) => {
+                let id = *id;
+                if let Some(err) = self.net_in[i].report_broken() {
+                    return Err(err);
+                }
+                let engine = self
+                    .ctx
+                    .dgram
+                    .clone()
+                    .expect("dgram connections need the engine");
+                match engine.take(&self.ctx, id, dest, wait, &self.config) {
+                    Ok(Some(len)) => Ok(Some(len)),
+                    Ok(None) => Ok(None),
+                    Err(DgramTake::Closed) => {
+                        self.net_in[i].state = InboundState::Done;
+                        Ok(None)
+                    }
+                    Err(DgramTake::Failed(detail)) => {
+                        self.net_in[i].state = InboundState::Broken(detail);
+                        Ok(None)
+                    }
+                    Err(DgramTake::Error(e)) => Err(e),
+                }
+            }
+        };
+        let result = match got {
+            Ok(Some(len)) => Ok(Some(len)),
+            // A posted receive bound to this edge's message gets its errors.
+            Ok(None) if self.net_in[i].bound_to_posted() => Ok(None),
+            Ok(None) => match self.net_in[i].report_broken() {
+                Some(err) => Err(err),
+                None => match self.net_in[i].report_stopped() {
+                    Some(err) => Err(err),
+                    None => Ok(None),
+                },
+            },
+            Err(e @ Error::BufferTooSmall { .. }) => Err(e),
+            Err(e) => {
+                self.net_in[i].finish();
+                Err(e)
+            }
+        };
+        if self.committed == Some(i) && self.net_in[i].state == InboundState::Done {
+            self.committed = None;
+        }
+        result
+    }
+
+    /// Takes the next message of tcp inbound edge `i` into `dest` if it is whole; never
+    /// waits (a blocking receive waits outside, making progress on sends meanwhile).
+    ///
+    /// A message larger than the staging buffer is read as it arrives, over as many calls
+    /// as it takes, and is delivered only once whole. Its bytes go where they last:
+    /// - a blocking `recv`'s buffer (`PartialInto::Caller`; that `recv` then looks at this
+    ///   edge only until the message is whole; if it ends early, [`Endpoint::uncommit`]
+    ///   keeps the bytes);
+    /// - a posted receive's buffer, moved into the edge (`PartialInto::Posted`, driven by
+    ///   [`Endpoint::progress_bound_recvs`]);
+    /// - otherwise (`try_recv`, pooled receives) an internal buffer (`PartialInto::Held`)
+    ///   of the message's length, started by a non-blocking receive only while all held
+    ///   buffers stay within `max_buffered_bytes` or no other large message is held. A
+    ///   later receive with a lasting buffer takes the message over (what arrived is
+    ///   copied once); a pooled receive gets the held buffer itself.
+    ///
+    /// `BufferTooSmall` is checked before anything is consumed, so the message stays.
     fn take_tcp(&mut self, i: usize, dest: &mut Dest<'_>, wait: bool) -> Result<Option<usize>> {
-        let spin = self.config.spin;
-        let op_timeout = self.config.op_timeout;
-        let detect = self.config.detect;
-        let inb = &mut self.net_in[i];
-        let peer = inb.peer;
-        let NetIn {
-            link,
-            state,
-            process,
+        let max_held = self.config.max_buffered_bytes as u64;
+        let Endpoint {
+            net_in,
+            recvs,
+            pool,
+            committed,
+            bound_recvs,
             ..
-        } = inb;
+        } = self;
+        let (before, rest) = net_in.split_at_mut(i);
+        let Some((inb, after)) = rest.split_first_mut() else {
+            unreachable!("take_tcp is given an edge index")
+        };
+        let others = || before.iter().chain(after.iter()).filter_map(NetIn::tcp);
+        let peer = inb.peer;
+        let NetIn { link, state, .. } = inb;
         let InLink::Tcp(tcp) = link else {
             unreachable!("take_tcp on a tcp edge")
         };
-        let mut stopped = None;
-        let stopped_error = |ms: u64| Error::PeerStopped {
+        tcp.stalled = false;
+        // What the peer wrote is still read once it stopped; not after the stream failed.
+        let readable = matches!(state, InboundState::Open | InboundState::Stopped(_));
+        let broken = |e: io::Error, mid: bool| Error::Unreachable {
             peer,
             transport: "tcp",
-            during: "in the middle of a message",
-            stopped_ms: ms,
+            detail: tcp_read_detail(&e, mid),
         };
-        let broken = |detail: String| Error::Unreachable {
-            peer,
-            transport: "tcp",
-            detail,
-        };
-        let read_error = |e: io::Error, mid: bool| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                if mid {
-                    broken("the stream ended in the middle of a message".into())
-                } else {
-                    broken("the stream ended without a close (the peer exited or crashed)".into())
-                }
-            } else {
-                broken(format!("receiving: {e}"))
-            }
-        };
-        let mut waited: Option<Wait> = None;
         loop {
+            // Whole messages read ahead come first.
+            if let Some(front) = tcp.ready.front() {
+                dest.fits(front.len() as u64)?;
+                let msg = tcp.ready.pop_front().expect("looked at just above");
+                tcp.held_bytes -= msg.len();
+                return deliver_held(dest, msg, pool).map(Some);
+            }
+            // Then the large message in progress.
+            if let Some(p) = &mut tcp.partial {
+                let len = p.len;
+                match &mut p.into {
+                    // Its posted receive gets it (progress reads it).
+                    PartialInto::Posted(..) => return Ok(None),
+                    PartialInto::Caller => {
+                        let dst = dest.prepare(len as u64)?;
+                        if !readable
+                            || !read_into(&mut tcp.stream, dst, &mut p.filled)
+                                .map_err(|e| broken(e, true))?
+                        {
+                            return Ok(None);
+                        }
+                        tcp.partial = None;
+                        *committed = None;
+                        return Ok(Some(len));
+                    }
+                    PartialInto::Held(held) => {
+                        dest.fits(len as u64)?;
+                        if !readable {
+                            return Ok(None);
+                        }
+                        if read_into(&mut tcp.stream, held, &mut p.filled)
+                            .map_err(|e| broken(e, true))?
+                        {
+                            let Some(Partial {
+                                into: PartialInto::Held(msg),
+                                ..
+                            }) = tcp.partial.take()
+                            else {
+                                unreachable!("matched just above")
+                            };
+                            tcp.held_bytes -= len;
+                            return deliver_held(dest, msg, pool).map(Some);
+                        }
+                        // Not whole yet: a receive whose buffer lasts takes it over.
+                        let lasting = matches!(dest, Dest::Posted { .. })
+                            || (wait && matches!(dest, Dest::Slice(_)));
+                        if !lasting {
+                            return Ok(None);
+                        }
+                        let Some(Partial {
+                            filled,
+                            into: PartialInto::Held(held),
+                            ..
+                        }) = tcp.partial.take()
+                        else {
+                            unreachable!("matched just above")
+                        };
+                        dest.prepare(len as u64)?[..filled].copy_from_slice(&held[..filled]);
+                        let into = match bind_posted(dest, recvs, bound_recvs) {
+                            Some(into) => into,
+                            None => {
+                                *committed = Some(i);
+                                PartialInto::Caller
+                            }
+                        };
+                        tcp.held_bytes -= len;
+                        pool.give(held);
+                        tcp.partial = Some(Partial { len, filled, into });
+                        continue;
+                    }
+                }
+            }
             let avail = tcp.end - tcp.start;
             if avail >= HEADER_LEN {
                 let header = StreamHeader::parse(&tcp.buf[tcp.start..tcp.start + HEADER_LEN])
@@ -669,76 +935,272 @@ impl Endpoint {
                     return Ok(Some(len as usize));
                 }
                 if whole > tcp.buf.len() as u64 {
-                    // Large: stream it straight into the destination.
-                    let dst = dest.prepare(len)?;
+                    // Large: start reading it (see above for where it goes).
+                    dest.fits(len)?;
+                    let mut into = if let Some(into) = bind_posted(dest, recvs, bound_recvs) {
+                        into
+                    } else if wait && matches!(dest, Dest::Slice(_)) {
+                        *committed = Some(i);
+                        PartialInto::Caller
+                    } else {
+                        let held_total: u64 = others().map(|t| t.held_bytes as u64).sum();
+                        let within = held_total + len <= max_held;
+                        let blocking_pooled = wait && matches!(dest, Dest::Owned(_));
+                        if !(within || blocking_pooled || !others().any(TcpIn::holds_partial)) {
+                            return Ok(None);
+                        }
+                        let held = held_buffer(pool, len)?;
+                        tcp.held_bytes += len as usize;
+                        PartialInto::Held(held)
+                    };
                     let staged = avail - HEADER_LEN;
-                    dst[..staged].copy_from_slice(&tcp.buf[tcp.start + HEADER_LEN..tcp.end]);
+                    let target = match &mut into {
+                        PartialInto::Held(buf) | PartialInto::Posted(_, buf) => &mut buf[..],
+                        PartialInto::Caller => dest.prepare(len)?,
+                    };
+                    target[..staged].copy_from_slice(&tcp.buf[tcp.start + HEADER_LEN..tcp.end]);
                     tcp.start = 0;
                     tcp.end = 0;
-                    let mut filled = staged;
-                    let mut w = Wait::with_timeout(op_timeout);
-                    while filled < dst.len() {
-                        match read_some(&mut tcp.stream, &mut dst[filled..]) {
-                            Ok(Some(n)) => filled += n,
-                            Ok(None) => {
-                                wait_fd(
-                                    tcp.stream.as_raw_fd(),
-                                    libc::POLLIN,
-                                    || SLEEP_SLICE,
-                                    &mut w,
-                                    spin,
-                                    "waiting for the rest of a message",
-                                    || {
-                                        stopped = stopped_for(process, detect);
-                                        stopped.is_none()
-                                    },
-                                )?;
-                                if let Some(ms) = stopped {
-                                    return Err(stopped_error(ms));
-                                }
-                            }
-                            Err(e) => return Err(read_error(e, true)),
-                        }
-                    }
-                    return Ok(Some(len as usize));
+                    tcp.partial = Some(Partial {
+                        len: len as usize,
+                        filled: staged,
+                        into,
+                    });
+                    continue;
                 }
+            }
+            if !readable {
+                return Ok(None);
             }
             match tcp.fill() {
                 Ok(true) => continue,
-                Ok(false) => {}
-                Err(e) => return Err(read_error(e, avail > 0)),
-            }
-            // Nothing staged, or (for a non-blocking call) a message that has begun but is
-            // not all here yet: come back later. Nothing was consumed.
-            if !wait || avail == 0 {
-                return Ok(None);
-            }
-            let w = waited.get_or_insert_with(|| Wait::with_timeout(op_timeout));
-            wait_fd(
-                tcp.stream.as_raw_fd(),
-                libc::POLLIN,
-                || SLEEP_SLICE,
-                w,
-                spin,
-                "waiting for the rest of a message",
-                || {
-                    stopped = stopped_for(process, detect);
-                    stopped.is_none()
-                },
-            )?;
-            if let Some(ms) = stopped {
-                return Err(stopped_error(ms));
+                // Nothing more now, or (a small message) not all here yet: nothing was
+                // consumed; a blocking receive waits outside and comes back.
+                Ok(false) => return Ok(None),
+                Err(e) => return Err(broken(e, avail > 0)),
             }
         }
     }
 
-    /// Descriptors a sleeping receive should wake up for.
+    /// Reads more of every large tcp message bound to a posted receive; completes the
+    /// request once its message is whole, or with the edge's error.
+    pub(super) fn progress_bound_recvs(&mut self) {
+        let Endpoint {
+            net_in,
+            recvs,
+            bound_recvs,
+            ..
+        } = self;
+        for inb in net_in.iter_mut() {
+            if !inb.bound_to_posted() {
+                continue;
+            }
+            let peer = inb.peer;
+            let InLink::Tcp(tcp) = &mut inb.link else {
+                continue;
+            };
+            let Some(Partial {
+                len,
+                filled,
+                into: PartialInto::Posted(key, buf),
+            }) = &mut tcp.partial
+            else {
+                continue;
+            };
+            let key = *key;
+            let outcome = match read_into(&mut tcp.stream, &mut buf[..*len], filled) {
+                Ok(true) => {
+                    let Some(Partial {
+                        len,
+                        into: PartialInto::Posted(_, buf),
+                        ..
+                    }) = tcp.partial.take()
+                    else {
+                        unreachable!("matched just above")
+                    };
+                    Ok(RecvCompletion {
+                        buf,
+                        len,
+                        src: peer,
+                    })
+                }
+                Ok(false) if inb.state == InboundState::Open => continue,
+                Ok(false) => Err(inb
+                    .report_stopped()
+                    .or_else(|| inb.report_broken())
+                    .unwrap_or_else(|| Error::Unreachable {
+                        peer,
+                        transport: "tcp",
+                        detail: "the connection ended in the middle of a message".into(),
+                    })),
+                Err(e) => {
+                    inb.finish();
+                    Err(Error::Unreachable {
+                        peer,
+                        transport: "tcp",
+                        detail: tcp_read_detail(&e, true),
+                    })
+                }
+            };
+            *bound_recvs -= 1;
+            if let Some(state) = recvs.get_mut(key) {
+                *state = RecvState::Done(outcome);
+            }
+        }
+    }
+
+    /// A blocking `recv` ends early (an error, a timeout) in the middle of a large tcp
+    /// message it was reading into `buf`: what arrived is copied into an internal buffer,
+    /// so the message stays whole and in place for a later receive. Returns `err`.
+    pub(super) fn uncommit(&mut self, buf: &[u8], err: Error) -> Error {
+        let Some(i) = self.committed.take() else {
+            return err;
+        };
+        let inb = &mut self.net_in[i];
+        let InLink::Tcp(tcp) = &mut inb.link else {
+            return err;
+        };
+        let Some(p) = &mut tcp.partial else {
+            return err;
+        };
+        if !matches!(p.into, PartialInto::Caller) {
+            return err;
+        }
+        match held_buffer(&self.pool, p.len as u64) {
+            Ok(mut held) => {
+                held[..p.filled].copy_from_slice(&buf[..p.filled]);
+                p.into = PartialInto::Held(held);
+                tcp.held_bytes += p.len;
+            }
+            Err(_) => {
+                tcp.partial = None;
+                inb.state = InboundState::Broken(
+                    "out of memory keeping a half-received message after a receive ended".into(),
+                );
+            }
+        }
+        err
+    }
+
+    /// While this endpoint waits for a send, takes what its tcp peers sent into internal
+    /// buffers: whole messages, and large ones as they arrive, at most
+    /// `max_buffered_bytes` held over all edges. A peer blocked sending to us can then go
+    /// on (and take what we are sending it). Order is kept; receives take them later (a
+    /// copy). Edges where the bound stopped it are marked `stalled`.
+    pub(super) fn tcp_read_ahead(&mut self) {
+        if self.shared.has_incoming.load(Ordering::Relaxed) {
+            self.adopt_new_inbound();
+        }
+        let max_held = self.config.max_buffered_bytes as u64;
+        let mut held_total: u64 = self
+            .net_in
+            .iter()
+            .filter_map(NetIn::tcp)
+            .map(|t| t.held_bytes as u64)
+            .sum();
+        let pool = &self.pool;
+        for inb in &mut self.net_in {
+            if inb.state != InboundState::Open {
+                continue;
+            }
+            let InLink::Tcp(tcp) = &mut inb.link else {
+                continue;
+            };
+            let failed = loop {
+                match &mut tcp.partial {
+                    None => {}
+                    Some(Partial {
+                        filled,
+                        into: PartialInto::Held(held),
+                        ..
+                    }) => match read_into(&mut tcp.stream, held, filled) {
+                        Ok(true) => {
+                            if let Some(Partial {
+                                into: PartialInto::Held(msg),
+                                ..
+                            }) = tcp.partial.take()
+                            {
+                                tcp.ready.push_back(msg);
+                            }
+                            continue;
+                        }
+                        Ok(false) => break None,
+                        Err(e) => break Some(tcp_read_detail(&e, true)),
+                    },
+                    // Bound to a receive, which reads it.
+                    Some(_) => break None,
+                }
+                let avail = tcp.end - tcp.start;
+                if avail >= HEADER_LEN {
+                    // A header that fails its check is left for a receive to report.
+                    let Ok(header) =
+                        StreamHeader::parse(&tcp.buf[tcp.start..tcp.start + HEADER_LEN])
+                    else {
+                        break None;
+                    };
+                    if header.kind == StreamKind::Close {
+                        break None;
+                    }
+                    let len = header.length;
+                    let whole = HEADER_LEN as u64 + len;
+                    let large = whole > tcp.buf.len() as u64;
+                    if whole <= avail as u64 || large {
+                        if held_total + len > max_held {
+                            tcp.stalled = true;
+                            break None;
+                        }
+                        let Ok(mut msg) = held_buffer(pool, len) else {
+                            tcp.stalled = true;
+                            break None;
+                        };
+                        held_total += len;
+                        tcp.held_bytes += len as usize;
+                        let from = tcp.start + HEADER_LEN;
+                        if large {
+                            let staged = avail - HEADER_LEN;
+                            msg[..staged].copy_from_slice(&tcp.buf[from..tcp.end]);
+                            tcp.start = 0;
+                            tcp.end = 0;
+                            tcp.partial = Some(Partial {
+                                len: len as usize,
+                                filled: staged,
+                                into: PartialInto::Held(msg),
+                            });
+                        } else {
+                            msg.copy_from_slice(&tcp.buf[from..from + len as usize]);
+                            tcp.start += whole as usize;
+                            tcp.ready.push_back(msg);
+                        }
+                        continue;
+                    }
+                }
+                match tcp.fill() {
+                    Ok(true) => {}
+                    Ok(false) => break None,
+                    Err(e) => break Some(tcp_read_detail(&e, avail > 0)),
+                }
+            };
+            if let Some(detail) = failed {
+                // Whole messages are still delivered; then the failure is reported.
+                if let Some(p) = tcp.partial.take() {
+                    tcp.held_bytes -= p.len;
+                }
+                inb.state = InboundState::Broken(detail);
+            }
+        }
+    }
+
+    /// Descriptors a sleeping call should wake up for: tcp streams to read (unless
+    /// read-ahead stalled on them) and tcp connections with queued sends to write.
     pub(super) fn net_pollfds(&mut self) -> Option<Duration> {
-        for inb in &self.net_in {
-            if let (InboundState::Open, InLink::Tcp(tcp)) = (&inb.state, &inb.link) {
+        push_tcp_readable(&self.net_in, &mut self.pollfds);
+        for out in &self.net_out {
+            if let (None, false, OutLink::Tcp(stream)) =
+                (&out.failure, out.queue.is_empty(), &out.link)
+            {
                 self.pollfds.push(libc::pollfd {
-                    fd: tcp.stream.as_raw_fd(),
-                    events: libc::POLLIN,
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLOUT,
                     revents: 0,
                 });
             }
@@ -763,7 +1225,7 @@ impl Endpoint {
             }
             match &inb.link {
                 InLink::Tcp(tcp) => {
-                    if tcp.end > tcp.start {
+                    if tcp.end > tcp.start || !tcp.ready.is_empty() || tcp.holds_partial() {
                         return true;
                     }
                 }
@@ -874,14 +1336,46 @@ fn stopped_for(process: &mut Option<PeerProcess>, detect: Option<Duration>) -> O
     process.as_mut()?.stopped(detect, Instant::now())
 }
 
-/// One step of waiting for `fd` to become ready (`events`): spin while the spin budget
-/// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
-/// time left before the deadline; honours the timeout. `alive()` is asked periodically and
-/// after each sleep; when it says false the step returns at once (the caller knows why).
+/// Adds the tcp streams worth waking up for (open, not stalled by read-ahead) to `fds`.
+fn push_tcp_readable(net_in: &[NetIn], fds: &mut Vec<libc::pollfd>) {
+    for inb in net_in {
+        if let (InboundState::Open, InLink::Tcp(tcp)) = (&inb.state, &inb.link) {
+            if !tcp.stalled {
+                fds.push(libc::pollfd {
+                    fd: tcp.stream.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+    }
+}
+
+/// One step of waiting for `fd` to become ready (`events`): [`wait_fds`] on one descriptor.
 #[allow(clippy::too_many_arguments)] // each is one concern of the wait
 pub(super) fn wait_fd(
     fd: std::os::fd::RawFd,
     events: i16,
+    cap: impl FnOnce() -> Duration,
+    wait: &mut Wait,
+    spin: Duration,
+    what: &'static str,
+    alive: impl FnMut() -> bool,
+) -> Result<()> {
+    let mut fds = [libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    wait_fds(&mut fds, cap, wait, spin, what, alive)
+}
+
+/// One step of waiting for any of `fds` to become ready: spin while the spin budget
+/// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
+/// time left before the deadline; honours the timeout. `alive()` is asked periodically and
+/// after each sleep; when it says false the step returns at once (the caller knows why).
+pub(super) fn wait_fds(
+    fds: &mut [libc::pollfd],
     cap: impl FnOnce() -> Duration,
     wait: &mut Wait,
     spin: Duration,
@@ -899,16 +1393,11 @@ pub(super) fn wait_fd(
         std::hint::spin_loop();
         return Ok(());
     }
-    let mut fds = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
     let mut slice = cap();
     if let Some(d) = wait.deadline() {
         slice = slice.min(d.saturating_duration_since(Instant::now()));
     }
-    let _ = sys::poll(&mut fds, Some(slice));
+    let _ = sys::poll(fds, Some(slice));
     if !alive() {
         return Ok(());
     }
