@@ -7,7 +7,8 @@
 //! Input: a sequence of ops, each one byte followed by its arguments:
 //! - 0 raw: `[len u8][bytes]` handed to `a.handle_datagram` on path `(op >> 3) & 3` (the
 //!   connections have 3 paths, so path 3 is out of range);
-//! - 1 forge: header fields from the input, emitted with a valid checksum and a's / b's ids;
+//! - 1 forge: header fields from the input (any frame type, Stream included), emitted with
+//!   a valid checksum and a's / b's ids;
 //! - 2 time: `[u16]` microseconds forward, then `handle_timeout` on both sides if due;
 //! - 3 write: `[u16 len]` b starts a message of that length and writes a pattern;
 //! - 4 read: a reads up to `[u16]` bytes;
@@ -35,6 +36,7 @@ fn config() -> ReliableConfig {
         max_datagram_bytes: 600,
         max_sack_ranges: 4,
         path_count: 3,
+        compact_data_frames: true,
         ..ReliableConfig::default()
     }
 }
@@ -106,7 +108,7 @@ fn establish() -> (ReliableConnection, ReliableConnection) {
 fn forge(input: &mut Input<'_>, a: &ReliableConnection) -> Vec<u8> {
     let type_byte = input.byte().unwrap_or(0);
     let mut header = FrameHeader::new(
-        FrameType::from_code(type_byte % 6 + 1).unwrap_or(FrameType::Data),
+        FrameType::from_code(type_byte % 7 + 1).unwrap_or(FrameType::Data),
         if type_byte & 0x80 != 0 {
             0
         } else {
@@ -131,6 +133,11 @@ fn forge(input: &mut Input<'_>, a: &ReliableConnection) -> Vec<u8> {
         cursor = end;
     }
     header.sack = sack;
+    if header.frame_type == FrameType::Stream {
+        // A Stream frame has no flags and no SACK ranges.
+        header.flags = 0;
+        header.sack = SackRanges::new();
+    }
     let payload_len = usize::from(input.byte().unwrap_or(0)) * 3;
     let payload = input.bytes(payload_len).to_vec();
     let mut out = [0u8; MAX_HEADER_LEN];

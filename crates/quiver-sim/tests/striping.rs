@@ -45,6 +45,7 @@ fn striped_config(paths: usize) -> ReliableConfig {
         handshake_timeout_ns: 5 * SECOND_NS,
         max_in_flight_datagrams: 8192,
         path_count: paths,
+        compact_data_frames: true,
         ..ReliableConfig::default()
     }
 }
@@ -67,6 +68,16 @@ fn striped(
     links: &[LinkConfig],
     total_bytes: u64,
 ) -> (Sim, FlowId, Vec<(LinkId, LinkId)>) {
+    striped_with(seed, links, total_bytes, true)
+}
+
+/// [`striped`], with compact Stream frames or full Data frames.
+fn striped_with(
+    seed: u64,
+    links: &[LinkConfig],
+    total_bytes: u64,
+    compact: bool,
+) -> (Sim, FlowId, Vec<(LinkId, LinkId)>) {
     let mut sim = Sim::new(seed);
     let sender = sim.add_node();
     let receiver = sim.add_node();
@@ -83,12 +94,11 @@ fn striped(
         remaining -= size;
     }
     let script = MessageScript::fixed(rng.next_u64(), sizes);
-    let flow = sim.add_flow(FlowConfig::new(
-        sender,
-        receiver,
-        striped_config(links.len()),
-        script,
-    ));
+    let config = ReliableConfig {
+        compact_data_frames: compact,
+        ..striped_config(links.len())
+    };
+    let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
     (sim, flow, ids)
 }
 
@@ -125,8 +135,8 @@ fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
 /// protocol's, not the scheduler's, overhead).
 fn goodput_ratio(report: &SimReport, flow: FlowId, capacity_mbit: u64) -> f64 {
     let config = striped_config(1);
-    let payload = config.max_data_payload_bytes() as f64;
-    let frame = payload + quiver_wire::frame::FIXED_HEADER_LEN as f64;
+    let payload = config.max_stream_payload_bytes() as f64;
+    let frame = payload + quiver_wire::frame::STREAM_HEADER_LEN as f64;
     let payload_capacity = capacity_mbit as f64 * 1e6 / 8.0 * payload / frame;
     report.flows[flow.0].goodput_bytes_per_second / payload_capacity
 }
@@ -335,7 +345,8 @@ fn striping_random_networks() {
             })
             .collect();
         let total = rng.range_inclusive(1, 2 << 20);
-        let (mut sim, flow, ids) = striped(seed, &links, total);
+        // Full Data frames on odd seeds, compact Stream frames on even ones.
+        let (mut sim, flow, ids) = striped_with(seed, &links, total, seed % 2 == 0);
         if rng.range_inclusive(0, 1) == 1 {
             let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
             let start = rng.range_inclusive(0, 100) * MILLISECOND_NS;

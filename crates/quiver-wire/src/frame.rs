@@ -38,6 +38,28 @@
 //! frame expects; every packet below it arrived). Each range starts above the cumulative ack,
 //! is non-empty, and ranges are strictly ascending and do not touch (a gap separates them).
 //!
+//! # Stream frames (type 7)
+//!
+//! A compact data frame for the common case of a sender with nothing to acknowledge: raw
+//! bytes of the connection's stream (message length prefixes included), no ack fields, no
+//! message fields, a 24-byte header instead of 84, so that a 1500-byte MTU carries as much
+//! payload as a TCP segment with timestamps:
+//!
+//! ```text
+//!  0       2       3       4              8                      16             20             24
+//! +-------+-------+-------+---------------+----------------------+--------------+--------------+
+//! | "QD"  |version| type 7|   checksum    |     dest_id u64      | pn low 32 bit| offset low 32|
+//! +-------+-------+-------+---------------+----------------------+--------------+--------------+
+//! then the payload: the rest of the datagram.
+//! ```
+//!
+//! `checksum` is CRC32C over bytes `0..4`, `8..24` and the payload. The packet number and
+//! the stream offset travel as their low 32 bits; the receiver takes the values nearest to
+//! what it expects (its cumulative ack, its in-order stream end), which is unambiguous
+//! while the in-flight cap and the receive window stay far below 2^31.
+//! [`FrameHeader`] holds those low bits in `packet_number` and `stream_offset`, every other
+//! field zero; [`FrameHeader::emit`] writes only the low 32 bits of both.
+//!
 //! The payload of an Ack frame holds further SACK ranges ([`MoreSackRanges`]), 8 bytes
 //! each in the same encoding, continuing the header's list under the same rules (at most
 //! [`MAX_ACK_RANGES`] in all): a connection striped over links of different delays has
@@ -47,7 +69,9 @@
 //!
 //! - [`Frame::parse`] checks, in this order: length of the fixed header, magic, version,
 //!   type, flags, SACK count, total length (`header_len + payload_len == datagram length`),
-//!   checksum, SACK ranges. On success every accessor of the returned view is infallible.
+//!   checksum, SACK ranges (a Stream frame: magic, version and type, then its 24-byte
+//!   length, then the checksum). On success every accessor of the returned view is
+//!   infallible.
 //! - [`FrameHeader::emit`] checks its inputs (buffer room, payload length, SACK ranges) and
 //!   returns an error instead of panicking.
 //! - [`dest_id`] never panics and validates only the magic and version.
@@ -70,6 +94,8 @@ pub const SACK_RANGE_LEN: usize = 8;
 pub const MAX_SACK_RANGES: usize = 16;
 /// Longest header, in bytes: a buffer of this size holds any header.
 pub const MAX_HEADER_LEN: usize = FIXED_HEADER_LEN + MAX_SACK_RANGES * SACK_RANGE_LEN;
+/// Length of a Stream frame's header, in bytes.
+pub const STREAM_HEADER_LEN: usize = field::stream::STREAM_OFFSET.end;
 /// Longest payload one frame can carry (the `payload_len` field is a u16).
 pub const MAX_PAYLOAD_LEN: usize = u16::MAX as usize;
 /// Most SACK ranges of one Ack frame, header and payload together.
@@ -111,6 +137,20 @@ pub mod field {
     pub const FRAGMENT_OFFSET: Range<usize> = 68..76;
     /// Offset of the payload within the connection's byte stream, u64.
     pub const STREAM_OFFSET: Range<usize> = 76..84;
+
+    /// The fields of a Stream frame (type 7) after the first 4 bytes (magic, version, type).
+    pub mod stream {
+        use core::ops::Range;
+
+        /// CRC32C, u32.
+        pub const CHECKSUM: Range<usize> = 4..8;
+        /// Destination connection id, u64.
+        pub const DEST_ID: Range<usize> = 8..16;
+        /// Low 32 bits of the packet number.
+        pub const PACKET_NUMBER: Range<usize> = 16..20;
+        /// Low 32 bits of the payload's stream offset.
+        pub const STREAM_OFFSET: Range<usize> = 20..24;
+    }
 }
 
 /// Flag bits of the `flags` byte.
@@ -145,6 +185,9 @@ pub enum FrameType {
     Close = 5,
     /// The receiver does not know the connection named by the offending frame.
     Reset = 6,
+    /// Raw stream bytes in the compact 24-byte layout (see the module docs); consumes a
+    /// packet number and is acknowledged.
+    Stream = 7,
 }
 
 impl FrameType {
@@ -157,6 +200,7 @@ impl FrameType {
             4 => Some(Self::Ping),
             5 => Some(Self::Close),
             6 => Some(Self::Reset),
+            7 => Some(Self::Stream),
             _ => None,
         }
     }
@@ -388,6 +432,9 @@ impl FrameHeader {
 
     /// Length of the encoded header in bytes.
     pub fn header_len(&self) -> usize {
+        if self.frame_type == FrameType::Stream {
+            return STREAM_HEADER_LEN;
+        }
         FIXED_HEADER_LEN + self.sack.len() * SACK_RANGE_LEN
     }
 
@@ -400,6 +447,9 @@ impl FrameHeader {
     /// [`FrameError::UnknownFlags`], [`FrameError::BadSackRange`] (ranges must ascend, be
     /// non-empty, start above `cumulative_ack`, leave gaps and fit u32 offsets/lengths).
     pub fn emit(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
+        if self.frame_type == FrameType::Stream {
+            return self.emit_stream(out, payload);
+        }
         let header_len = self.header_len();
         let Some(out) = out.get_mut(..header_len) else {
             return Err(FrameError::BufferTooSmall {
@@ -447,6 +497,46 @@ impl FrameHeader {
     }
 }
 
+impl FrameHeader {
+    /// A Stream frame's header: flags must be 0 and there are no SACK ranges; only the low
+    /// 32 bits of the packet number and stream offset are written.
+    fn emit_stream(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
+        let Some(out) = out.get_mut(..STREAM_HEADER_LEN) else {
+            return Err(FrameError::BufferTooSmall {
+                needed: STREAM_HEADER_LEN,
+                actual: out.len(),
+            });
+        };
+        if payload.len() > MAX_PAYLOAD_LEN {
+            return Err(FrameError::PayloadTooLong {
+                actual: payload.len(),
+                max: MAX_PAYLOAD_LEN,
+            });
+        }
+        if self.flags != 0 {
+            return Err(FrameError::UnknownFlags { actual: self.flags });
+        }
+        if !self.sack.is_empty() {
+            return Err(FrameError::TooManySackRanges {
+                actual: self.sack.len(),
+                max: 0,
+            });
+        }
+        out[field::MAGIC].copy_from_slice(&MAGIC);
+        out[field::VERSION] = VERSION;
+        out[field::TYPE] = FrameType::Stream.code();
+        write_u64(out, field::stream::DEST_ID.start, self.dest_id);
+        // The low 32 bits, by design (see the module docs).
+        out[field::stream::PACKET_NUMBER]
+            .copy_from_slice(&(self.packet_number as u32).to_le_bytes());
+        out[field::stream::STREAM_OFFSET]
+            .copy_from_slice(&(self.stream_offset as u32).to_le_bytes());
+        let checksum = stream_checksum(out, payload);
+        out[field::stream::CHECKSUM].copy_from_slice(&checksum.to_le_bytes());
+        Ok(STREAM_HEADER_LEN)
+    }
+}
+
 /// A checked view of one received datagram: the header parsed and the checksum verified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
@@ -461,6 +551,18 @@ impl<'a> Frame<'a> {
     /// # Errors
     /// Every [`FrameError`] variant except the emit-only ones.
     pub fn parse(datagram: &'a [u8]) -> Result<Self, FrameError> {
+        if datagram.len() > field::TYPE
+            && datagram[field::TYPE] == FrameType::Stream.code()
+            && check_magic_version(datagram).is_ok()
+        {
+            if datagram.len() < STREAM_HEADER_LEN {
+                return Err(FrameError::Truncated {
+                    needed: STREAM_HEADER_LEN,
+                    actual: datagram.len(),
+                });
+            }
+            return Self::parse_stream(datagram);
+        }
         if datagram.len() < FIXED_HEADER_LEN {
             return Err(FrameError::Truncated {
                 needed: FIXED_HEADER_LEN,
@@ -528,6 +630,36 @@ impl<'a> Frame<'a> {
         Ok(Self {
             header,
             header_len,
+            payload,
+        })
+    }
+
+    /// A Stream frame (magic and version already checked; at least the fixed header long).
+    fn parse_stream(datagram: &'a [u8]) -> Result<Self, FrameError> {
+        let (header_bytes, payload) = datagram.split_at(STREAM_HEADER_LEN);
+        if payload.len() > MAX_PAYLOAD_LEN {
+            return Err(FrameError::LengthMismatch {
+                declared: STREAM_HEADER_LEN + MAX_PAYLOAD_LEN,
+                actual: datagram.len(),
+            });
+        }
+        let declared = read_u32(header_bytes, field::stream::CHECKSUM.start);
+        let computed = stream_checksum(header_bytes, payload);
+        if declared != computed {
+            return Err(FrameError::ChecksumMismatch { declared, computed });
+        }
+        let mut header = FrameHeader::new(
+            FrameType::Stream,
+            read_u64(header_bytes, field::stream::DEST_ID.start),
+            0,
+        );
+        header.packet_number =
+            u64::from(read_u32(header_bytes, field::stream::PACKET_NUMBER.start));
+        header.stream_offset =
+            u64::from(read_u32(header_bytes, field::stream::STREAM_OFFSET.start));
+        Ok(Self {
+            header,
+            header_len: STREAM_HEADER_LEN,
             payload,
         })
     }
@@ -682,10 +814,25 @@ fn decode_range(cumulative_ack: u64, bytes: &[u8], at: usize) -> Option<SackRang
 /// connection it names must still parse the frame. 0 means "to whoever takes new
 /// connections".
 pub fn dest_id(datagram: &[u8]) -> Option<u64> {
-    if datagram.len() < field::DEST_ID.end || check_magic_version(datagram).is_err() {
+    if datagram.len() <= field::TYPE || check_magic_version(datagram).is_err() {
         return None;
     }
-    Some(read_u64(datagram, field::DEST_ID.start))
+    let at = if datagram[field::TYPE] == FrameType::Stream.code() {
+        field::stream::DEST_ID
+    } else {
+        field::DEST_ID
+    };
+    if datagram.len() < at.end {
+        return None;
+    }
+    Some(read_u64(datagram, at.start))
+}
+
+/// CRC32C of a Stream frame: its header without the checksum field, then the payload.
+fn stream_checksum(header: &[u8], payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&header[..field::stream::CHECKSUM.start]);
+    let crc = crc32c::crc32c_append(crc, &header[field::stream::CHECKSUM.end..STREAM_HEADER_LEN]);
+    crc32c::crc32c_append(crc, payload)
 }
 
 /// CRC32C over `header` without its checksum field, then `payload`.
@@ -814,6 +961,54 @@ mod tests {
         let len = fixture_header().emit(&mut out, b"hello").unwrap();
         assert_eq!(len, 92);
         assert_eq!(&out[..len], &bytes[..len]);
+    }
+
+    fn stream_fixture() -> Vec<u8> {
+        let mut bytes = vec![b'Q', b'D', 2, 7, 0, 0, 0, 0];
+        bytes.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+        bytes.extend_from_slice(&0x0000_4000u32.to_le_bytes());
+        bytes.extend_from_slice(b"raw stream bytes");
+        let mut crc = crc32c::crc32c(&bytes[..4]);
+        crc = crc32c::crc32c_append(crc, &bytes[8..]);
+        bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn stream_fixture_parses_and_emits() {
+        let bytes = stream_fixture();
+        assert_eq!(bytes.len(), STREAM_HEADER_LEN + 16);
+        let frame = Frame::parse(&bytes).unwrap();
+        let mut expected = FrameHeader::new(FrameType::Stream, 0x0102_0304_0506_0708, 0);
+        expected.packet_number = 0x8000_0001;
+        expected.stream_offset = 0x4000;
+        assert_eq!(*frame.header(), expected);
+        assert_eq!(frame.payload(), b"raw stream bytes");
+        assert_eq!(frame.header_len(), STREAM_HEADER_LEN);
+        assert_eq!(dest_id(&bytes), Some(0x0102_0304_0506_0708));
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let len = expected.emit(&mut out, frame.payload()).unwrap();
+        assert_eq!(&out[..len], &bytes[..STREAM_HEADER_LEN]);
+        // Only the low 32 bits travel.
+        let mut wide = expected;
+        wide.packet_number |= 7 << 32;
+        wide.emit(&mut out, frame.payload()).unwrap();
+        assert_eq!(&out[..len], &bytes[..STREAM_HEADER_LEN]);
+        for index in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut corrupted = bytes.clone();
+                corrupted[index] ^= 1 << bit;
+                assert!(
+                    Frame::parse(&corrupted).is_err(),
+                    "flip of bit {bit} in byte {index} of a Stream frame went unnoticed"
+                );
+            }
+        }
+        assert!(Frame::parse(&bytes[..STREAM_HEADER_LEN - 1]).is_err());
+        let mut flagged = expected;
+        flagged.flags = flags::ACK;
+        assert!(flagged.emit(&mut out, &[]).is_err());
     }
 
     #[test]
@@ -1029,7 +1224,7 @@ mod tests {
     }
 
     fn frame_type_strategy() -> impl Strategy<Value = FrameType> {
-        (1u8..=6).prop_map(|code| FrameType::from_code(code).unwrap())
+        (1u8..=7).prop_map(|code| FrameType::from_code(code).unwrap())
     }
 
     fn header_strategy() -> impl Strategy<Value = FrameHeader> {
@@ -1050,6 +1245,12 @@ mod tests {
                         end: start + len,
                     });
                     cursor = start + len;
+                }
+                if frame_type == FrameType::Stream {
+                    let mut header = FrameHeader::new(frame_type, numbers[0], 0);
+                    header.packet_number = numbers[2] & u64::from(u32::MAX);
+                    header.stream_offset = numbers[8] & u64::from(u32::MAX);
+                    return header;
                 }
                 FrameHeader {
                     frame_type,

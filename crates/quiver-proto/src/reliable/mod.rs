@@ -111,6 +111,11 @@ pub struct ReliableConfig {
     /// agree. Path `i` is the same link in both directions; the I/O layer maps it to
     /// addresses. Default 1.
     pub path_count: usize,
+    /// Send data in compact Stream frames (24-byte header, `frame::FrameType::Stream`)
+    /// whenever no acknowledgement waits to ride along; full Data frames otherwise. Needs
+    /// both buffers at most [`ReliableConfig::MAX_COMPACT_BUFFER_BYTES`] (the frame carries
+    /// 32-bit offsets). A receiver takes Stream frames either way. Default false.
+    pub compact_data_frames: bool,
 }
 
 impl Default for ReliableConfig {
@@ -130,6 +135,7 @@ impl Default for ReliableConfig {
             handshake_timeout_ns: 5_000_000_000,
             max_in_flight_datagrams: 4096,
             path_count: 1,
+            compact_data_frames: false,
         }
     }
 }
@@ -145,6 +151,8 @@ impl ReliableConfig {
     pub const MIN_BUFFER_BYTES: usize = 64;
     /// Largest send buffer and receive window.
     pub const MAX_BUFFER_BYTES: usize = 1 << 40;
+    /// Largest send buffer and receive window with `compact_data_frames`.
+    pub const MAX_COMPACT_BUFFER_BYTES: usize = 1 << 30;
 
     /// Checks every limit.
     ///
@@ -212,6 +220,20 @@ impl ReliableConfig {
         if self.handshake_timeout_ns == 0 {
             return invalid("handshake_timeout_ns", 0, "greater than 0");
         }
+        if self.compact_data_frames {
+            for (field, value) in [
+                ("send_buffer_bytes", self.send_buffer_bytes),
+                ("recv_window_bytes", self.recv_window_bytes),
+            ] {
+                if value > Self::MAX_COMPACT_BUFFER_BYTES {
+                    return invalid(
+                        field,
+                        value as u64,
+                        "at most 1 GiB with compact_data_frames",
+                    );
+                }
+            }
+        }
         if !(1..=MAX_PATHS).contains(&self.path_count) {
             return invalid(
                 "path_count",
@@ -233,6 +255,13 @@ impl ReliableConfig {
     pub fn max_data_payload_bytes(&self) -> usize {
         self.max_datagram_bytes
             .saturating_sub(self.data_header_len())
+            .min(MAX_PAYLOAD_LEN)
+    }
+
+    /// Largest payload of a Stream frame under this configuration.
+    pub fn max_stream_payload_bytes(&self) -> usize {
+        self.max_datagram_bytes
+            .saturating_sub(frame::STREAM_HEADER_LEN)
             .min(MAX_PAYLOAD_LEN)
     }
 
@@ -687,7 +716,11 @@ impl ReliableConnection {
                 self.handle_handshake_frame(now, header, frame.payload());
             }
             FrameType::Reset => self.handle_reset(),
-            FrameType::Data | FrameType::Ack | FrameType::Ping | FrameType::Close => {
+            FrameType::Data
+            | FrameType::Ack
+            | FrameType::Ping
+            | FrameType::Close
+            | FrameType::Stream => {
                 self.handle_connection_frame(now, path, header, frame.payload());
             }
         }
@@ -725,7 +758,10 @@ impl ReliableConnection {
         }
         if matches!(self.state, State::Established | State::Closing) {
             let max_payload = self.config.max_data_payload_bytes();
-            if let Some(to_send) = self.send.next_frame(now, max_payload) {
+            // Compact frames carry no acknowledgement: only when none waits to ride along.
+            let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
+                .then(|| self.config.max_stream_payload_bytes());
+            if let Some(to_send) = self.send.next_frame(now, max_payload, compact_payload) {
                 return Some(self.transmit_frame(header, to_send));
             }
         }
@@ -1167,6 +1203,8 @@ impl ReliableConnection {
                 && header.frame_type == FrameType::Handshake
                 && !self.is_initiator);
         let from_peer = match self.peer_id {
+            // A Stream frame names only its receiver.
+            Some(_) if header.frame_type == FrameType::Stream => true,
             Some(peer_id) => header.src_id == peer_id,
             None => header.src_id != 0,
         };
@@ -1237,6 +1275,7 @@ impl ReliableConnection {
         }
         match header.frame_type {
             FrameType::Data | FrameType::Close => self.take_data(now, header, payload),
+            FrameType::Stream => self.take_stream(now, header, payload),
             // Answered on the path it came by, so that the answer proves that path.
             FrameType::Ping => self.send.paths.queue_reply(path, header.packet_number),
             FrameType::Ack
@@ -1288,6 +1327,31 @@ impl ReliableConnection {
         }
     }
 
+    /// A Stream frame: raw stream bytes, its packet number and offset in their low 32 bits.
+    fn take_stream(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+        let packet_number = expand_low32(header.packet_number, self.recv.cumulative());
+        let stream_offset = expand_low32(header.stream_offset, self.recv.readable_end());
+        match self
+            .recv
+            .on_frame(packet_number, false, false, 0, stream_offset, payload)
+        {
+            Ok(arrival) => {
+                self.recv
+                    .schedule_ack(now, arrival, false, self.config.ack_delay_ns);
+            }
+            Err(refusal) => {
+                match refusal {
+                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::CreditViolation => self.stats.credit_violations += 1,
+                    Refusal::OutOfWindow | Refusal::Inconsistent => {
+                        self.stats.out_of_window_dropped += 1;
+                    }
+                }
+                self.recv.request_ack();
+            }
+        }
+    }
+
     fn check_closed(&mut self) {
         if self.state == State::Closing && self.send.close_acked() && self.recv.peer_closed() {
             self.state = State::Closed;
@@ -1308,6 +1372,9 @@ impl ReliableConnection {
         } else if !sent.is_close {
             self.stats.data_frames_sent += 1;
             self.stats.payload_bytes_sent += u64::from(sent.payload_len);
+        }
+        if sent.compact {
+            return self.transmit_stream(header, to_send);
         }
         let frame_type = if sent.is_close {
             FrameType::Close
@@ -1339,6 +1406,31 @@ impl ReliableConnection {
             payload,
             stream_offset: (!sent.is_close).then_some(sent.payload_offset),
             path,
+        }
+    }
+
+    /// A compact Stream frame (raw stream bytes, no ack fields).
+    fn transmit_stream<'a>(
+        &'a mut self,
+        header: &mut [u8],
+        to_send: send::FrameToSend,
+    ) -> Transmit<'a> {
+        let sent = to_send.frame;
+        let mut frame_header = FrameHeader::new(FrameType::Stream, self.peer_id.unwrap_or(0), 0);
+        frame_header.packet_number = to_send.packet_number;
+        frame_header.stream_offset = sent.payload_offset;
+        self.stats.datagrams_sent += 1;
+        self.send.paths.count_sent(to_send.path);
+        let payload = self.send.payload(&sent);
+        // Invariant: the payload is at most max_stream_payload_bytes (<= u16::MAX) and the
+        // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit).
+        let header_len = frame_header.emit(header, payload).unwrap_or(0);
+        debug_assert!(header_len > 0, "emitting our own stream frame failed");
+        Transmit {
+            header_len,
+            payload,
+            stream_offset: Some(sent.payload_offset),
+            path: to_send.path,
         }
     }
 
@@ -1533,6 +1625,20 @@ fn expand_nonce(nonce: [u8; 16], local_id: u64) -> [u8; NONCE_LEN] {
 fn parse_params(params: &[u8]) -> Option<u64> {
     let bytes: [u8; PARAMS_LEN] = params.try_into().ok()?;
     Some(u64::from_le_bytes(bytes))
+}
+
+/// The value whose low 32 bits are `low` nearest to `expected` (a Stream frame's packet
+/// number or offset; unambiguous while the true value is within 2^31 of `expected`).
+fn expand_low32(low: u64, expected: u64) -> u64 {
+    const SPAN: u64 = 1 << 32;
+    let candidate = (expected & !(SPAN - 1)) | (low & (SPAN - 1));
+    if candidate > expected.saturating_add(SPAN / 2) && candidate >= SPAN {
+        candidate - SPAN
+    } else if candidate.saturating_add(SPAN / 2) < expected {
+        candidate.saturating_add(SPAN)
+    } else {
+        candidate
+    }
 }
 
 fn earliest(left: Option<Nanos>, right: Option<Nanos>) -> Option<Nanos> {

@@ -177,6 +177,16 @@ impl RecvState {
         self.ack_now = true;
     }
 
+    /// Next expected packet number (the cumulative ack).
+    pub(super) fn cumulative(&self) -> u64 {
+        self.cumulative
+    }
+
+    /// Every stream byte below this has arrived.
+    pub(super) fn readable_end(&self) -> u64 {
+        self.readable_end
+    }
+
     /// Data frames taken since our last ack.
     pub(super) fn unacked_frames(&self) -> u32 {
         self.unacked_frames

@@ -34,6 +34,9 @@ pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
 pub(super) struct SentFrame {
     /// Data or Close.
     pub(super) is_close: bool,
+    /// Sent as a compact Stream frame: raw stream bytes (length prefixes included), the
+    /// message fields unused.
+    pub(super) compact: bool,
     /// Stream offset of the payload.
     pub(super) payload_offset: u64,
     /// Payload length in bytes.
@@ -75,6 +78,7 @@ impl SentFrame {
     ) -> SentFrame {
         SentFrame {
             is_close,
+            compact: false,
             payload_offset,
             payload_len,
             message_id,
@@ -119,6 +123,8 @@ pub(super) struct InvalidAck;
 
 /// Frames sent later on the same path that must be acknowledged before a frame is lost.
 const PACKET_THRESHOLD: u64 = 3;
+/// Header bytes of a compact Stream frame.
+const STREAM_OVERHEAD_BYTES: u64 = quiver_wire::frame::STREAM_HEADER_LEN as u64;
 /// Duplicate acks (acks that acknowledge nothing new) that trigger a fast retransmit
 /// (single-path connections only: with several paths, acks without progress are normal).
 const DUPLICATE_ACK_THRESHOLD: u32 = 3;
@@ -313,19 +319,32 @@ impl SendState {
     }
 
     /// The next frame to send and its path: a retransmission first, then new data, then the
-    /// Close. `max_payload` bounds the payload length. `None` when there is nothing to send
-    /// or no path has room in its window.
-    pub(super) fn next_frame(&mut self, now: Nanos, max_payload: usize) -> Option<FrameToSend> {
+    /// Close. `max_payload` bounds the payload of a Data frame; with `compact_payload`, new
+    /// data goes in a compact Stream frame of up to that many raw stream bytes. `None` when
+    /// there is nothing to send or no path has room in its window.
+    pub(super) fn next_frame(
+        &mut self,
+        now: Nanos,
+        max_payload: usize,
+        compact_payload: Option<usize>,
+    ) -> Option<FrameToSend> {
         if self.retransmission_pending() {
             return self.next_retransmission(now);
         }
         if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
-        let path = self
-            .paths
-            .choose(max_payload as u64 + self.frame_overhead_bytes)?;
-        if let Some(frame) = self.next_new_data(max_payload) {
+        let largest = match compact_payload {
+            Some(payload) => payload as u64 + STREAM_OVERHEAD_BYTES,
+            None => max_payload as u64 + self.frame_overhead_bytes,
+        };
+        let path = self.paths.choose(largest)?;
+        // A length prefix that wraps around the end of the ring cannot travel as raw bytes;
+        // a Data frame carries it implicitly (its first fragment covers the prefix).
+        let frame = compact_payload
+            .and_then(|payload| self.next_raw_data(payload))
+            .or_else(|| self.next_new_data(max_payload));
+        if let Some(frame) = frame {
             return Some(self.record_new(now, frame, path));
         }
         if self.close_requested
@@ -544,7 +563,12 @@ impl SendState {
 
     /// Bytes a frame takes in a path's window.
     fn frame_bytes(&self, frame: &SentFrame) -> u64 {
-        u64::from(frame.payload_len) + self.frame_overhead_bytes
+        let overhead = if frame.compact {
+            STREAM_OVERHEAD_BYTES
+        } else {
+            self.frame_overhead_bytes
+        };
+        u64::from(frame.payload_len) + overhead
     }
 
     /// Whether a frame declared lost waits for retransmission (drops stale entries).
@@ -581,6 +605,52 @@ impl SendState {
             retransmission: true,
             path,
         })
+    }
+
+    /// Cuts the next Stream frame: raw stream bytes from `next_offset`, possibly across
+    /// message boundaries, never ending inside a message's 8-byte length prefix (a Data
+    /// frame must be able to follow). Keeps the message bookkeeping of [`Self::next_new_data`]
+    /// up to date by reading the prefixes it passes. `None` if no data, credit or room.
+    fn next_raw_data(&mut self, max_payload: usize) -> Option<SentFrame> {
+        let start = self.next_offset;
+        let ring_room = (self.ring.len() - self.ring.position(start)) as u64;
+        let mut end = self
+            .write_offset
+            .min(self.peer_credit)
+            .min(start.saturating_add(max_payload as u64))
+            .min(start + ring_room);
+        if end <= start {
+            return None;
+        }
+        let mut cursor = start;
+        loop {
+            if cursor == self.tx_message_end {
+                // A message's length prefix starts here: all of it, or the frame ends here.
+                if end < cursor + MESSAGE_HEADER_LEN {
+                    end = cursor;
+                    break;
+                }
+                let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+                self.ring.copy_out(cursor, &mut header);
+                let len = u64::from_le_bytes(header);
+                self.tx_message_id = self.tx_next_message_id;
+                self.tx_next_message_id += 1;
+                self.tx_message_len = len;
+                self.tx_payload_start = cursor + MESSAGE_HEADER_LEN;
+                self.tx_message_end = self.tx_payload_start.saturating_add(len);
+            }
+            if self.tx_message_end >= end {
+                break;
+            }
+            cursor = self.tx_message_end;
+        }
+        if end <= start {
+            return None;
+        }
+        self.next_offset = end;
+        let mut frame = SentFrame::new(false, start, (end - start) as u32, 0, 0, 0);
+        frame.compact = true;
+        Some(frame)
     }
 
     /// Cuts the next Data frame from the stream, or `None` if no data, credit or room.

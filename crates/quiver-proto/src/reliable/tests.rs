@@ -387,6 +387,61 @@ fn messages_of_many_sizes_arrive_identical() {
     assert!(pair.a.memory_bytes() <= small_config().memory_bound_bytes());
 }
 
+/// Compact Stream frames (raw stream bytes, 24-byte header): every size arrives intact, the
+/// data frames are Stream frames while nothing waits to be acknowledged, and each carries
+/// as many bytes as fit the datagram.
+#[test]
+fn compact_frames_carry_every_size() {
+    let config = ReliableConfig {
+        compact_data_frames: true,
+        ..small_config()
+    };
+    let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+    let mut stream_frames = 0u64;
+    let mut largest = 0usize;
+    pair.filter = Box::new(|_, _, _| Fate::Deliver);
+    let sizes = [
+        0usize, 1, 7, 8, 9, 1447, 1448, 1449, 4096, 65_536, 200_000, 0, 3,
+    ];
+    let messages: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &len)| patterned(len, index as u8))
+        .collect();
+    let counter = std::rc::Rc::new(std::cell::RefCell::new((0u64, 0usize)));
+    {
+        let counter = counter.clone();
+        pair.filter = Box::new(move |_, from_a, header| {
+            if from_a && header.frame_type == FrameType::Stream {
+                counter.borrow_mut().0 += 1;
+            }
+            Fate::Deliver
+        });
+    }
+    let received = transfer(&mut pair, &messages, 10_000);
+    assert_eq!(received, messages);
+    let datagrams = pair.a.stats().data_frames_sent;
+    stream_frames += counter.borrow().0;
+    largest = largest.max(config.max_stream_payload_bytes());
+    assert!(
+        stream_frames * 10 >= datagrams * 9,
+        "{stream_frames} of {datagrams} data frames were Stream frames"
+    );
+    assert_eq!(largest, 1472 - frame::STREAM_HEADER_LEN);
+    // The 8-byte length prefixes travel in the stream: 13 messages, 8 bytes each.
+    let total: u64 = sizes.iter().map(|&len| len as u64 + 8).sum();
+    assert_eq!(pair.a.stats().payload_bytes_sent, total);
+}
+
+#[test]
+fn expand_low32_takes_the_nearest_value() {
+    assert_eq!(expand_low32(5, 3), 5);
+    assert_eq!(expand_low32(0xFFFF_FFFF, 1 << 32), 0xFFFF_FFFF);
+    assert_eq!(expand_low32(2, (1 << 32) - 3), (1 << 32) + 2);
+    assert_eq!(expand_low32(7, 10 << 32), (10 << 32) + 7);
+    assert_eq!(expand_low32(0xFFFF_FFF0, 0), 0xFFFF_FFF0);
+}
+
 fn some_messages() -> Vec<Vec<u8>> {
     [0usize, 5, 1324, 5000, 70_000, 3, 0, 150_000]
         .iter()
@@ -743,6 +798,7 @@ proptest! {
         sizes in proptest::collection::vec(0usize..20_000, 1..12),
         read_chunk in 1usize..5000,
         window in 256usize..40_000,
+        compact in any::<bool>(),
     ) {
         let config = ReliableConfig {
             send_buffer_bytes: window,
@@ -751,6 +807,7 @@ proptest! {
             idle_timeout_ns: 30_000_000_000,
             handshake_timeout_ns: 30_000_000_000,
             max_retransmits: 40,
+            compact_data_frames: compact,
             ..ReliableConfig::default()
         };
         let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);

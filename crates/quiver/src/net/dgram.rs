@@ -351,6 +351,9 @@ fn reliable_config(config: &Config) -> ReliableConfig {
         recv_window_bytes: config.net_window_bytes,
         idle_timeout_ns: idle,
         keepalive_interval_ns: (idle / 4).max(1_000_000),
+        // 24-byte data headers where nothing needs acknowledging (their 32-bit offsets need
+        // windows of at most 1 GiB).
+        compact_data_frames: config.net_window_bytes <= ReliableConfig::MAX_COMPACT_BUFFER_BYTES,
         ..ReliableConfig::default()
     }
 }
