@@ -627,7 +627,7 @@ mod tests {
         let c = with(&[]).unwrap();
         assert_eq!(c.shm_eager_max, 65536);
         assert_eq!(c.tcp_staging_bytes, 32768);
-        assert_eq!(c.udp_in_place_min, 8192);
+        assert_eq!(c.udp_in_place_min, Config::default().udp_in_place_min);
         assert_eq!(c.profile, ProfileState::Loaded(path.clone()));
         assert_eq!(
             c.threshold_source("QUIVER_SHM_EAGER_MAX"),
