@@ -237,9 +237,8 @@ pub(crate) fn build(spec: &Spec) -> Result<(), String> {
         }
     })?;
     // Even if this process is killed outright, the testbed goes with it.
-    start_watcher(&spec.name, std::process::id() as i32).map_err(|message| {
+    start_watcher(&spec.name, std::process::id() as i32).inspect_err(|_| {
         let _ = down(&spec.name);
-        message
     })
 }
 
