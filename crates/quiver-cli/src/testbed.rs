@@ -216,9 +216,9 @@ fn up_command(spec: &Spec, args: &UpArgs) -> Result<(), Failure> {
 }
 
 /// Builds testbed `spec` for another command (`quiver bench stripe`): removes an old one of
-/// the same name first, rolls back on failure. The caller owns the result: it must call
-/// [`down`] when done, and should call [`install_signal_handlers`] first so that Ctrl-C
-/// stops the build (see [`interrupted`]).
+/// the same name first, rolls back on failure, and starts a watcher that removes it when
+/// this process exits. The caller should still call [`down`] when done, and should call
+/// [`install_signal_handlers`] first so that Ctrl-C stops the build (see [`interrupted`]).
 ///
 /// # Errors
 /// A message naming the step that failed, or "interrupted".
@@ -235,6 +235,10 @@ pub(crate) fn build(spec: &Spec) -> Result<(), String> {
             Failure::Usage(message) | Failure::Failed(message) => message,
             Failure::Interrupted => "interrupted".to_string(),
         }
+    })?;
+    // Even if this process is killed outright, the testbed goes with it.
+    start_watcher(&spec.name, std::process::id() as i32).inspect_err(|_| {
+        let _ = down(&spec.name);
     })
 }
 

@@ -914,9 +914,12 @@ fn quiver_sender(seconds: Duration) -> Result<SenderReport, String> {
     while start.elapsed() < seconds {
         let body = &mut bodies[messages as usize % CONTENTS];
         body[..8].copy_from_slice(&messages.to_le_bytes());
-        endpoint
-            .send(connection, body)
-            .map_err(|error| format!("sending message {messages}: {error}"))?;
+        endpoint.send(connection, body).map_err(|error| {
+            format!(
+                "sending message {messages}: {error}; {}",
+                diagnostics(&context)
+            )
+        })?;
         messages += 1;
     }
     let mut end = [0u8; 16];
@@ -986,9 +989,13 @@ fn quiver_receiver() -> Result<ReceiverReport, String> {
     let mut cpu_at_first = 0.0;
     let mut next_sample = Instant::now();
     loop {
-        let (len, _) = endpoint
-            .recv(&mut buffer)
-            .map_err(|error| format!("receiving message {}: {error}", report.messages))?;
+        let (len, _) = endpoint.recv(&mut buffer).map_err(|error| {
+            format!(
+                "receiving message {}: {error}; {}",
+                report.messages,
+                diagnostics(&context)
+            )
+        })?;
         let now_ns = monotonic_ns();
         if len == 16 && &buffer[..8] == END_MARKER {
             let sent = u64::from_le_bytes(buffer[8..16].try_into().unwrap_or([0; 8]));
@@ -1127,6 +1134,16 @@ fn tcp_client(links: u32, seconds: Duration) -> Result<TcpReport, String> {
         last_ns: 0,
         cpu_seconds: cpu_seconds() - cpu_before,
     })
+}
+
+/// What the engine and the kernel say, for a failure report.
+fn diagnostics(context: &Context) -> String {
+    format!(
+        "engine {:?}; links {:?}; kernel udp {}",
+        context.stats().datagram,
+        context.link_stats(),
+        udp_counters()
+    )
 }
 
 /// The `Udp:` counters of this network namespace, as `name=value` pairs.

@@ -1500,7 +1500,12 @@ impl ReliableConnection {
         for path in (0..self.send.paths.len()).filter(|path| due & (1 << path) != 0) {
             self.stats.rto_expirations += 1;
             self.consecutive_rtos += 1;
-            if self.consecutive_rtos > self.config.max_retransmits {
+            // Each usable path times out on its own: as many rounds as with a single path.
+            let limit = self
+                .config
+                .max_retransmits
+                .saturating_mul(self.send.paths.usable_count().max(1) as u32);
+            if self.consecutive_rtos > limit {
                 self.unreachable();
                 return;
             }

@@ -494,9 +494,13 @@ impl SendState {
         entry.consecutive_failures += 1;
         entry.rtt.back_off();
         entry.rto_deadline = None;
-        // Suspect steers traffic to the other paths; a single path has none to steer to.
+        // Suspect steers traffic to the other paths; a single path has none to steer to. A
+        // ping probes it at once: the frames it carries while suspect are mostly
+        // retransmissions, whose acks cannot tell which path delivered them, but the
+        // answer to a ping sent on it can.
         if entry.state == super::paths::PathState::Up && self.paths.len() > 1 {
             self.paths.get_mut(path).state = super::paths::PathState::Suspect;
+            self.paths.ping(path);
         }
         let entry = self.paths.get(path);
         (
