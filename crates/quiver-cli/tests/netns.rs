@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use quiver::{Addr, Config, Context, TransportKind};
+use support::pattern::fill;
 use support::testbed::{is_root, spawn_in, Testbed};
 
 /// Bytes moved per test: messages worth 1 GiB, some shorter; at least 1 GB arrives.
@@ -21,18 +22,6 @@ const TOTAL_BYTES: u64 = 1 << 30;
 const AT_LEAST_BYTES: u64 = 1_000_000_000;
 /// Message size: 1 MiB (a quarter of them shorter, so fragment tails vary).
 const MESSAGE_BYTES: usize = 1 << 20;
-
-/// Content of message `index` (cheap to make, different everywhere).
-fn fill(buf: &mut [u8], index: u64) {
-    let mut state = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in buf.chunks_mut(8) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let bytes = state.to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
-    }
-}
 
 fn message_len(index: u64) -> usize {
     if index % 4 == 3 {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver::{Addr, Config, Context, TransportKind};
+use support::pattern::fill;
 use support::testbed::{is_root, spawn_in, Testbed};
 
 /// Messages per test and their size: 48 MiB, 2 s at the two links' 400 Mbit/s.
@@ -23,17 +24,6 @@ const MESSAGES: u64 = 48;
 const MESSAGE_BYTES: usize = 1 << 20;
 /// Link rate of the testbed.
 const RATE: &str = "200mbit";
-
-/// Content of message `index`.
-fn fill(buf: &mut [u8], index: u64) {
-    let mut state = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in buf.chunks_mut(8) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
-    }
-}
 
 /// Message `index` is a little shorter every third time, so fragment tails vary.
 fn message_len(index: u64) -> usize {
