@@ -338,6 +338,13 @@ fn run_suite(
         window: args.window,
         report,
         floors: &floors,
+        // compare runs each transport once; crossover and --compare-profile alternate
+        // their variants over several rounds (quick: one).
+        rounds: if args.quick || suite == TestName::Compare {
+            1
+        } else {
+            suite::CROSSOVER_ROUNDS
+        },
     };
     let outcome = {
         let table_ref: Option<&mut dyn Write> = match table.as_mut() {
@@ -444,6 +451,7 @@ pub(crate) fn measure_crossovers_for_tune(
         window: DEFAULT_WINDOW,
         report: &mut report,
         floors: &floors,
+        rounds: if quick { 1 } else { suite::CROSSOVER_ROUNDS },
     };
     suite::measure_crossovers(&mut run, transports)
 }

@@ -47,6 +47,11 @@ pub(crate) const CROSSOVER_EFFORT_PERCENT: u64 = 10;
 /// A tuned figure more than this factor worse than the default's counts as worse (the
 /// run-to-run spread of these shared VMs is of this order).
 pub(crate) const NOISE_TOLERANCE: f64 = 1.10;
+/// Rank jobs per variant in crossover, `quiver tune` and `--compare-profile`: the variants
+/// alternate (a, b, a, b, ...) and each figure is the median over the rounds. The figures
+/// of one launch of the ranks move by up to 3x between launches on these VMs (tcp
+/// bandwidth is bimodal), so one job per variant can pick the wrong threshold.
+pub(crate) const CROSSOVER_ROUNDS: usize = 3;
 
 /// How a suite runs its jobs.
 pub(crate) struct SuiteRun<'a> {
@@ -62,6 +67,8 @@ pub(crate) struct SuiteRun<'a> {
     pub(crate) report: &'a mut Report,
     /// The floors of this run.
     pub(crate) floors: &'a Floors,
+    /// Jobs per variant where a suite compares variants (see [`CROSSOVER_ROUNDS`]).
+    pub(crate) rounds: usize,
 }
 
 impl SuiteRun<'_> {
@@ -437,26 +444,37 @@ pub(crate) fn measure_crossovers(
         if !transports.contains(&knob.transport) {
             continue;
         }
-        let mut by_path = Vec::new();
-        for (variant, value) in [
-            ("copy", knob.copy_value),
-            ("zero_copy", knob.zero_copy_value),
-        ] {
-            let settings = vec![(knob.setting.to_string(), value.to_string())];
-            run.report
-                .set_tag(Some(variant), vec![format!("{}={value}", knob.setting)]);
-            let records = run
-                .job(
-                    knob.transport,
-                    vec![TestName::Pingpong, TestName::Bw],
-                    &knob.sizes,
-                    &settings,
-                )
-                .map_err(|error| format!("{} {variant} path: {error}", knob.transport.as_str()));
-            run.report.set_tag(None, Vec::new());
-            by_path.push(records?);
+        let mut by_path: [Vec<Vec<Record>>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..run.rounds.max(1) {
+            for (path, (variant, value)) in [
+                ("copy", knob.copy_value),
+                ("zero_copy", knob.zero_copy_value),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let settings = vec![(knob.setting.to_string(), value.to_string())];
+                run.report
+                    .set_tag(Some(variant), vec![format!("{}={value}", knob.setting)]);
+                let records = run
+                    .job(
+                        knob.transport,
+                        vec![TestName::Pingpong, TestName::Bw],
+                        &knob.sizes,
+                        &settings,
+                    )
+                    .map_err(|error| {
+                        format!("{} {variant} path: {error}", knob.transport.as_str())
+                    });
+                run.report.set_tag(None, Vec::new());
+                by_path[path].push(records?);
+            }
         }
-        let result = summarise_crossover(knob, &by_path[0], &by_path[1]);
+        let result = summarise_crossover(
+            knob,
+            &median_records(&by_path[0]),
+            &median_records(&by_path[1]),
+        );
         run.report
             .json_only(&crossover_record(&result))
             .map_err(|error| format!("writing JSON: {error}"))?;
@@ -464,6 +482,40 @@ pub(crate) fn measure_crossovers(
     }
     run.report.clear_progress();
     Ok(results)
+}
+
+/// One variant's records over several rounds, merged: each point's latency and bandwidth
+/// are the medians of that point over the rounds that measured it (the other fields are
+/// the first round's). Points are those of the first round.
+pub(crate) fn median_records(rounds: &[Vec<Record>]) -> Vec<Record> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    let median_of = |values: Vec<f64>| -> Option<f64> {
+        let mut values = values;
+        values.sort_by(f64::total_cmp);
+        stats::median(&values)
+    };
+    first
+        .iter()
+        .map(|template| {
+            let same: Vec<&Record> = rounds
+                .iter()
+                .filter_map(|round| {
+                    round.iter().find(|record| {
+                        record.test == template.test
+                            && record.size == template.size
+                            && record.transport == template.transport
+                    })
+                })
+                .collect();
+            let mut merged = template.clone();
+            merged.latency_us = median_of(same.iter().filter_map(|r| r.latency_us).collect());
+            merged.bandwidth_mbps =
+                median_of(same.iter().filter_map(|r| r.bandwidth_mbps).collect());
+            merged
+        })
+        .collect()
 }
 
 fn figure(records: &[Record], test: &str, size: u64) -> Option<f64> {
@@ -712,20 +764,29 @@ pub(crate) fn compare_profile(
             continue;
         }
         let tests = vec![TestName::Pingpong, TestName::Bw];
-        run.report.set_tag(Some("default"), Vec::new());
-        let default = run.job(knob.transport, tests.clone(), &knob.sizes, &[]);
         let settings = vec![(knob.setting.to_string(), value.to_string())];
-        run.report
-            .set_tag(Some("tuned"), vec![format!("{}={value}", knob.setting)]);
-        let tuned_records = run.job(knob.transport, tests, &knob.sizes, &settings);
-        run.report.set_tag(None, Vec::new());
-        let (default, tuned_records) = (default?, tuned_records?);
+        let (mut default_rounds, mut tuned_rounds) = (Vec::new(), Vec::new());
+        for _ in 0..run.rounds.max(1) {
+            run.report.set_tag(Some("default"), Vec::new());
+            let default = run.job(knob.transport, tests.clone(), &knob.sizes, &[]);
+            run.report
+                .set_tag(Some("tuned"), vec![format!("{}={value}", knob.setting)]);
+            let tuned_records = run.job(knob.transport, tests.clone(), &knob.sizes, &settings);
+            run.report.set_tag(None, Vec::new());
+            default_rounds.push(default?);
+            tuned_rounds.push(tuned_records?);
+        }
+        let (default, tuned_records) = (
+            median_records(&default_rounds),
+            median_records(&tuned_rounds),
+        );
         lines.push(String::new());
         lines.push(format!(
-            "profile vs defaults: {} {}: default {} -> tuned {value}",
+            "profile vs defaults: {} {}: default {} -> tuned {value} (medians of {} alternating jobs each)",
             knob.transport.as_str(),
             knob.setting,
-            knob.default_value
+            knob.default_value,
+            default_rounds.len()
         ));
         lines.push(format!(
             "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}  path (tuned vs default)",
@@ -797,6 +858,29 @@ pub(crate) fn compare_profile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_records_takes_each_points_median_over_rounds() {
+        let point = |test: &str, size: u64, latency: f64, bandwidth: f64| Record {
+            test: test.to_string(),
+            transport: "tcp".to_string(),
+            size,
+            latency_us: Some(latency),
+            bandwidth_mbps: Some(bandwidth),
+            ..Record::default()
+        };
+        let rounds = vec![
+            vec![point("pingpong", 8, 5.0, 1.0), point("bw", 8, 0.0, 100.0)],
+            vec![point("pingpong", 8, 50.0, 1.0), point("bw", 8, 0.0, 300.0)],
+            // A round that lost a point still counts for the others.
+            vec![point("bw", 8, 0.0, 200.0)],
+        ];
+        let merged = median_records(&rounds);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].latency_us, Some(27.5));
+        assert_eq!(merged[1].bandwidth_mbps, Some(200.0));
+        assert!(median_records(&[]).is_empty());
+    }
 
     #[test]
     fn best_threshold_follows_the_faster_path() {
