@@ -158,11 +158,12 @@ fn profile_entry(
         .iter()
         .map(|result| {
             format!(
-                "{}: {} sizes {}..{} B, least-cost {}={}",
+                "{}: {} sizes {}..{} B at a cross-core hand-off of {:.3} us, least-cost {}={}",
                 result.knob.transport.as_str(),
                 result.points.len(),
                 result.knob.sizes.first().copied().unwrap_or(0),
                 result.knob.sizes.last().copied().unwrap_or(0),
+                result.handoff_us,
                 result.knob.setting,
                 result.best_value
             )
