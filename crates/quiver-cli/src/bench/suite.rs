@@ -469,6 +469,10 @@ pub(crate) fn knobs() -> Vec<Knob> {
     ]
 }
 
+/// One size of a crossover sweep: (size, [copy latency µs, zero-copy latency µs, copy
+/// MB/s, zero-copy MB/s]).
+pub(crate) type CrossoverPoint = (u64, [Option<f64>; 4]);
+
 /// What crossover measured for one knob.
 #[derive(Debug, Clone)]
 pub(crate) struct CrossoverResult {
@@ -586,9 +590,7 @@ fn figure(records: &[Record], test: &str, size: u64) -> Option<f64> {
 
 /// Reads both paths' records, one list per round (round r of copy pairs with round r of
 /// zero-copy), into a result. The points shown are the per-point medians over the rounds;
-/// the least-cost threshold over those medians replaces the default only if it beats the
-/// default by more than [`TUNING_MARGIN`] in *every* round, so a threshold that one noisy
-/// launch favours does not get in.
+/// the threshold is [`safe_threshold`] over the rounds and the medians.
 pub(crate) fn summarise_crossover(
     knob: Knob,
     copy_rounds: &[Vec<Record>],
@@ -616,21 +618,14 @@ pub(crate) fn summarise_crossover(
     };
     let latency_crossing = stats::crossing(&xs, &column(0, false), &column(1, false));
     let bandwidth_crossing = stats::crossing(&xs, &column(2, true), &column(3, true));
-    let largest_copied = best_threshold(&points);
-    let wins_every_round = copy_rounds
+    let rounds: Vec<_> = copy_rounds
         .iter()
         .zip(zero_copy_rounds)
         .map(|(copy, zero_copy)| crossover_points(&knob, copy, zero_copy))
         .chain(std::iter::once(points.clone()))
-        .all(|round| {
-            threshold_cost(&round, largest_copied)
-                < threshold_cost(&round, knob.default_candidate()) * (1.0 - TUNING_MARGIN)
-        });
-    let best_value = if wins_every_round {
-        (knob.value_for)(largest_copied)
-    } else {
-        knob.default_value
-    };
+        .collect();
+    let best_value = safe_threshold(&knob, &rounds)
+        .map_or(knob.default_value, |largest| (knob.value_for)(largest));
     CrossoverResult {
         knob,
         points,
@@ -663,22 +658,61 @@ fn crossover_points(
         .collect()
 }
 
-/// The largest size to send by the copy path (None: none of the sweep), chosen to cost
-/// least over the sweep. A candidate copies every size up to it and sends the rest the
-/// zero-copy way; its cost is the sum over sizes of (chosen latency / best latency) +
-/// (best bandwidth / chosen bandwidth), so 2 per size is perfect. Ties go to the larger
-/// candidate (fewer protocol switches for mid-size messages). Sizes missing a figure are
-/// skipped.
-pub(crate) fn best_threshold(points: &[(u64, [Option<f64>; 4])]) -> Option<u64> {
-    let candidates = std::iter::once(None).chain(points.iter().map(|(size, _)| Some(*size)));
+/// The threshold to replace the default with, as the largest size to copy (`Some(None)`:
+/// copy none), or None to keep the default. A candidate qualifies only if, in every one of
+/// `rounds` (each round's points, and the medians), it lowers the cost
+/// ([`threshold_cost`]) by more than [`TUNING_MARGIN`] *and* is no worse than the default
+/// beyond [`NOISE_TOLERANCE`] on latency or on bandwidth at any size whose path it changes.
+/// So a tuned threshold trades nothing away that `--compare-profile` would count as worse,
+/// and one noisy launch cannot move it. Of the qualifying candidates the one with the
+/// lowest cost in the medians (the last round) wins.
+pub(crate) fn safe_threshold(knob: &Knob, rounds: &[Vec<CrossoverPoint>]) -> Option<Option<u64>> {
+    let default = knob.default_candidate();
+    let medians = rounds.last()?;
+    let candidates = std::iter::once(None).chain(medians.iter().map(|(size, _)| Some(*size)));
+    let qualifies = |candidate: Option<u64>| {
+        candidate != default
+            && rounds.iter().all(|points| {
+                threshold_cost(points, candidate)
+                    < threshold_cost(points, default) * (1.0 - TUNING_MARGIN)
+                    && no_worse_where_changed(points, default, candidate)
+            })
+    };
+    // Ties go to the larger candidate (fewer protocol switches for mid-size messages).
     let mut best: Option<(Option<u64>, f64)> = None;
-    for candidate in candidates {
-        let this = threshold_cost(points, candidate);
-        if best.is_none_or(|(_, lowest)| this <= lowest + 1e-12) {
-            best = Some((candidate, this));
+    for candidate in candidates.filter(|candidate| qualifies(*candidate)) {
+        let cost = threshold_cost(medians, candidate);
+        if best.is_none_or(|(_, lowest)| cost <= lowest + 1e-12) {
+            best = Some((candidate, cost));
         }
     }
-    best.and_then(|(candidate, _)| candidate)
+    best.map(|(candidate, _)| candidate)
+}
+
+/// Whether copying up to `candidate` instead of up to `default` is within
+/// [`NOISE_TOLERANCE`] of the default on both latency and bandwidth at every size whose
+/// path changes (a size missing a figure fails).
+fn no_worse_where_changed(
+    points: &[(u64, [Option<f64>; 4])],
+    default: Option<u64>,
+    candidate: Option<u64>,
+) -> bool {
+    points.iter().all(|(size, figures)| {
+        let copies_now = candidate.is_some_and(|largest| *size <= largest);
+        if copies_now == default.is_some_and(|largest| *size <= largest) {
+            return true;
+        }
+        let [Some(lat_copy), Some(lat_zero), Some(bw_copy), Some(bw_zero)] = *figures else {
+            return false;
+        };
+        let (latency, latency_before, bandwidth, bandwidth_before) = if copies_now {
+            (lat_copy, lat_zero, bw_copy, bw_zero)
+        } else {
+            (lat_zero, lat_copy, bw_zero, bw_copy)
+        };
+        latency <= latency_before * NOISE_TOLERANCE
+            && bandwidth >= bandwidth_before / NOISE_TOLERANCE
+    })
 }
 
 /// The cost of copying every size up to `largest_copied` (None: none) and sending the rest
@@ -983,17 +1017,24 @@ mod tests {
     }
 
     #[test]
-    fn best_threshold_follows_the_faster_path() {
+    fn safe_threshold_follows_the_faster_path() {
+        let mut knob = knobs().remove(0);
+        knob.sizes = vec![8, 16, 32, 64];
+        // The default copies every size of this sweep.
+        assert_eq!(knob.default_candidate(), Some(64));
         // Copy faster up to 16, zero-copy faster from 32 on, in both figures.
-        let points: Vec<(u64, [Option<f64>; 4])> = vec![
+        let points: Vec<CrossoverPoint> = vec![
             (8, [Some(1.0), Some(2.0), Some(100.0), Some(50.0)]),
             (16, [Some(2.0), Some(3.0), Some(200.0), Some(150.0)]),
             (32, [Some(5.0), Some(4.0), Some(300.0), Some(400.0)]),
             (64, [Some(9.0), Some(6.0), Some(400.0), Some(600.0)]),
         ];
-        assert_eq!(best_threshold(&points), Some(16));
+        assert_eq!(
+            safe_threshold(&knob, std::slice::from_ref(&points)),
+            Some(Some(16))
+        );
         // Zero-copy better everywhere: copy nothing.
-        let zero: Vec<(u64, [Option<f64>; 4])> = points
+        let zero: Vec<CrossoverPoint> = points
             .iter()
             .map(|(size, f)| {
                 (
@@ -1002,8 +1043,16 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(best_threshold(&zero), None);
-        assert_eq!(best_threshold(&[]), None);
+        assert_eq!(safe_threshold(&knob, &[zero]), Some(None));
+        // A round in which zero-copy is slower at 32: only 64 may change, and copying up
+        // to 32 still wins in both rounds.
+        let mut other = points.clone();
+        other[2].1[1] = Some(20.0);
+        assert_eq!(
+            safe_threshold(&knob, &[other, points.clone()]),
+            Some(Some(32))
+        );
+        assert_eq!(safe_threshold(&knob, &[]), None);
         // Perfect choice: 2 per size.
         assert!((threshold_cost(&points, Some(16)) - 8.0).abs() < 1e-12);
         assert!(threshold_cost(&points, None) > 8.0);
@@ -1059,8 +1108,21 @@ mod tests {
         let result = summarise_crossover(knob.clone(), &copies, &three(slow));
         assert_eq!(result.points[1].1[1], Some(1.0), "the median of 1, 1, 4");
         assert_eq!(result.best_value, knob.default_value);
-        let result = summarise_crossover(knob, &copies, &three(zero.clone()));
+        let result = summarise_crossover(knob.clone(), &copies, &three(zero.clone()));
         assert_eq!(result.best_value, 4096);
+        // A trade: zero-copy has three times the bandwidth at 8 KiB but 1.5x the latency.
+        // Its cost is lower, but the tuned profile would be worse on latency there: kept.
+        let trade = vec![
+            record("pingpong", 4096, 3.0),
+            record("pingpong", 8192, 3.0),
+            record("bw", 4096, 50.0),
+            record("bw", 8192, 300.0),
+        ];
+        let result = summarise_crossover(knob.clone(), &copies, &three(trade.clone()));
+        assert!(
+            threshold_cost(&result.points, Some(4096)) < threshold_cost(&result.points, Some(8192))
+        );
+        assert_eq!(result.best_value, knob.default_value);
     }
 
     fn record(test: &str, size: u64, value: f64) -> Record {
