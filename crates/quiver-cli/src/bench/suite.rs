@@ -831,8 +831,9 @@ pub(crate) fn print_crossovers(
         )?;
         let verdict = if result.best_value == knob.default_value {
             format!(
-                "keep the default: no threshold lowers the sweep's cost by more than {:.0}%",
-                TUNING_MARGIN * 100.0
+                "keep the default: no threshold lowers the sweep's cost by more than {:.0}% while staying within {:.0}% of the default's latency and bandwidth wherever it changes the path, in every round",
+                TUNING_MARGIN * 100.0,
+                (NOISE_TOLERANCE - 1.0) * 100.0
             )
         } else {
             format!("default {}", knob.default_value)
