@@ -37,6 +37,7 @@ use crate::Addr;
 
 mod liveness;
 mod remote;
+pub use liveness::DetectionStats;
 pub(crate) use liveness::{identity_params, local_peer_pid};
 use liveness::{FreezeWatch, PeerProcess};
 pub(crate) use remote::{wait_engine, DgramTake};
@@ -276,6 +277,9 @@ pub(crate) struct Wait {
     seen: Option<u32>,
     /// No liveness look of a spinning call before this.
     next_liveness: Option<Instant>,
+    /// The clock as the last periodic tick read it, for [`Wait::liveness_due`] (so that
+    /// detection adds no clock read of its own to a spinning call).
+    tick_now: Option<Instant>,
 }
 
 impl Wait {
@@ -292,6 +296,7 @@ impl Wait {
             armed: false,
             seen: None,
             next_liveness: None,
+            tick_now: None,
         }
     }
 
@@ -299,7 +304,7 @@ impl Wait {
     /// [`LIVENESS_INTERVAL`] (a look costs a system call per peer, which at every
     /// periodic tick would cost a fast ping-pong several percent).
     fn liveness_due(&mut self) -> bool {
-        let now = Instant::now();
+        let now = self.tick_now.take().unwrap_or_else(Instant::now);
         if self.next_liveness.is_some_and(|t| now < t) {
             return false;
         }
@@ -334,7 +339,9 @@ impl Wait {
         let periodic = self.spins % 1024 == 0;
         let still = !periodic || {
             let start = self.start();
-            self.spin_start.get_or_insert(start).elapsed() < spin
+            let now = Instant::now();
+            self.tick_now = Some(now);
+            now.saturating_duration_since(*self.spin_start.get_or_insert(start)) < spin
         };
         (still, periodic)
     }
@@ -393,6 +400,8 @@ pub struct Endpoint {
     committed: Option<usize>,
     /// Posted receives bound to a large tcp message still arriving ([`RecvState::Bound`]).
     bound_recvs: usize,
+    /// What the liveness looks cost so far ([`Endpoint::detection_stats`]).
+    detection: DetectionStats,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -445,7 +454,16 @@ impl Endpoint {
             engine_polled: false,
             committed: None,
             bound_recvs: 0,
+            detection: DetectionStats::default(),
         }
+    }
+
+    /// How many liveness looks this endpoint has made and how long they took in total:
+    /// the cost of failure detection, measured where it is paid (see
+    /// [`DetectionStats`]). Take a snapshot before and after a stretch of work and
+    /// subtract ([`DetectionStats::since`]).
+    pub fn detection_stats(&self) -> DetectionStats {
+        self.detection
     }
 
     /// This endpoint's address.
@@ -981,7 +999,10 @@ impl Endpoint {
         if periodic {
             self.flush_inbound();
             if self.config.detect.is_some() && wait.liveness_due() {
-                self.check_out_alive(idx, what)?;
+                let started = Instant::now();
+                let alive = self.check_out_alive(idx, what);
+                self.detection.record(started);
+                alive?;
             }
             wait.check_deadline(what)?;
         }
@@ -996,7 +1017,10 @@ impl Endpoint {
             Some(seen) => {
                 out.ring.wait(seen, SLEEP_SLICE);
                 out.ring.end_wait();
-                self.check_out_alive(idx, what)?;
+                let started = Instant::now();
+                let alive = self.check_out_alive(idx, what);
+                self.detection.record(started);
+                alive?;
                 wait.check_deadline(what)?;
             }
         }
@@ -1336,7 +1360,9 @@ impl Endpoint {
                     let sender_copies = !inb.ring.claim_second_part(seq);
                     // While the sender writes `second` from its side, nothing here touches
                     // it; we only return once it reported completion.
-                    if !sender_copies || !wait_second_part(inb, seq, &self.config)? {
+                    if !sender_copies
+                        || !wait_second_part(inb, seq, &self.config, &mut self.detection)?
+                    {
                         pull(inb.pid, peer, second, addr + split)?;
                     }
                 }
@@ -1401,7 +1427,7 @@ impl Endpoint {
                     wait_on_sender(
                         inb,
                         &mut waited,
-                        (spin, detect),
+                        (spin, detect, &mut self.detection),
                         "in the middle of a message",
                         "waiting for the rest of a message",
                     )?;
@@ -1566,6 +1592,7 @@ impl Endpoint {
             }
         }
         self.check_net_liveness(now);
+        self.detection.record(now);
     }
 
     /// Re-reads the ring headers while idle: a scribbled ring becomes an error on its
@@ -1711,7 +1738,12 @@ fn pull(pid: libc::pid_t, peer: Addr, dst: &mut [u8], addr: u64) -> Result<()> {
 
 /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
 /// reported failure (the caller then copies the part itself).
-fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool> {
+fn wait_second_part(
+    inb: &mut Inbound,
+    seq: u64,
+    config: &Config,
+    detection: &mut DetectionStats,
+) -> Result<bool> {
     let mut wait = Wait::new(config);
     loop {
         if let Some(ok) = inb.ring.second_part_done(seq) {
@@ -1720,7 +1752,7 @@ fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool
         wait_on_sender(
             inb,
             &mut wait,
-            (config.spin, config.detect),
+            (config.spin, config.detect, &mut *detection),
             "while it copied part of a large message",
             "waiting for the sender's part of a large message",
         )?;
@@ -1733,7 +1765,7 @@ fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool
 fn wait_on_sender(
     inb: &mut Inbound,
     wait: &mut Wait,
-    (spin, detect): (Duration, Option<Duration>),
+    (spin, detect, detection): (Duration, Option<Duration>, &mut DetectionStats),
     during: &'static str,
     what: &'static str,
 ) -> Result<()> {
@@ -1744,15 +1776,20 @@ fn wait_on_sender(
             // With detection off, death is still noticed once the spin budget is spent.
             None => wait.start().elapsed() > spin,
         };
-        if due && sys::pidfd_exited(&inb.pidfd) {
+        let started = due.then(Instant::now);
+        let exited = due && sys::pidfd_exited(&inb.pidfd);
+        let stopped = (due && !exited)
+            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
+            .flatten();
+        if let Some(started) = started {
+            detection.record(started);
+        }
+        if exited {
             return Err(Error::PeerDead {
                 peer: inb.peer,
                 during,
             });
         }
-        let stopped = due
-            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
-            .flatten();
         if let Some(ms) = stopped {
             return Err(Error::PeerStopped {
                 peer: inb.peer,
