@@ -176,6 +176,13 @@ pub(crate) struct Record {
     /// were on the critical path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) detect_share: Option<f64>,
+    /// Of `detect_looks`, those longer than 50 µs (`DetectionStats::SLOW_LOOK_NS`): the
+    /// thread was most likely preempted during them (a busy machine, not the look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_slow_looks: Option<u64>,
+    /// Time the slow looks took, in nanoseconds (included in `detect_ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_slow_ns: Option<u64>,
 }
 
 /// `variant` of the summary records of `--detect both` (one per test, transport and size).
@@ -848,8 +855,15 @@ fn detection_line(record: &Record) -> Option<String> {
     } else {
         "the timed run"
     };
+    let slow = match (record.detect_slow_looks, record.detect_slow_ns) {
+        (Some(slow), Some(slow_ns)) if slow > 0 => format!(
+            "; {slow} of them over 50 µs took {} µs (preempted?)",
+            format_microseconds(slow_ns as f64 / 1e3)
+        ),
+        _ => String::new(),
+    };
     Some(format!(
-        "detection{mode}: {looks} looks, {} µs in total = {} ppm of {run} (both ranks)",
+        "detection{mode}: {looks} looks, {} µs in total = {} ppm of {run} (both ranks){slow}",
         format_microseconds(ns as f64 / 1e3),
         format_significant(share * 1e6, 2)
     ))
@@ -895,6 +909,8 @@ pub(crate) struct DetectComparison {
     pub(crate) share_on: Option<f64>,
     /// Median `detect_share` of the off rounds.
     pub(crate) share_off: Option<f64>,
+    /// Median share of the on rounds without the slow looks (`detect_slow_ns`).
+    pub(crate) share_on_without_slow: Option<f64>,
 }
 
 /// Compares on against off over the rounds in `records` (results of `--detect both`, with
@@ -926,6 +942,7 @@ pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
         // Per round: (on, off) figures and shares.
         let mut by_round: std::collections::BTreeMap<u32, [Option<f64>; 2]> = Default::default();
         let mut shares: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut shares_without_slow: Vec<f64> = Vec::new();
         for record in records.iter().filter(of_key) {
             let (Some((name, value)), Some(round)) = (detect_metric(record), record.round) else {
                 continue;
@@ -938,6 +955,19 @@ pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
             metric = name;
             by_round.entry(round).or_default()[side] = Some(value);
             shares[side].extend(record.detect_share);
+            if let (0, Some(share), Some(ns), Some(slow_ns)) = (
+                side,
+                record.detect_share,
+                record.detect_ns,
+                record.detect_slow_ns,
+            ) {
+                let kept = if ns > 0 {
+                    ns.saturating_sub(slow_ns) as f64 / ns as f64
+                } else {
+                    1.0
+                };
+                shares_without_slow.push(share * kept);
+            }
         }
         let pairs: Vec<(f64, f64)> = by_round
             .values()
@@ -956,6 +986,7 @@ pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
         for samples in shares.iter_mut() {
             sort_samples(samples);
         }
+        sort_samples(&mut shares_without_slow);
         let (Some(median_on), Some(median_off), Some(paired_median)) =
             (median(&on), median(&off), median(&paired_ratios))
         else {
@@ -975,6 +1006,7 @@ pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
             paired_median,
             share_on: median(&shares[0]),
             share_off: median(&shares[1]),
+            share_on_without_slow: median(&shares_without_slow),
         });
     }
     comparisons
@@ -1002,6 +1034,7 @@ impl DetectComparison {
                 "interval_confidence": self.interval.map(|interval| interval.confidence),
                 "detect_share_on": self.share_on,
                 "detect_share_off": self.share_off,
+                "detect_share_on_without_slow": self.share_on_without_slow,
             })),
             ..Record::default()
         }
@@ -1041,11 +1074,15 @@ impl Report {
         )?;
         writeln!(
             table,
-            "{prefix}  slower; bandwidth and rate: below 1 = slower. looks = median share of the timed run the looks took (on)."
+            "{prefix}  slower; bandwidth and rate: below 1 = slower. looks = median share of the timed run the looks took (on),"
         )?;
         writeln!(
             table,
-            "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7} {:>7} {:>19} {:>9}",
+            "{prefix}  both ranks summed; w/o slow = the same without the looks over 50 µs (preempted?)."
+        )?;
+        writeln!(
+            table,
+            "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7} {:>7} {:>19} {:>9} {:>9}",
             "test",
             "via",
             "size",
@@ -1055,22 +1092,25 @@ impl Report {
             "on/off",
             "paired",
             "interval",
-            "looks"
+            "looks",
+            "w/o slow"
         )?;
         for comparison in &comparisons {
             let interval = comparison.interval.map_or("- (too few)".to_string(), |i| {
                 format!("{:.3} .. {:.3}", i.low, i.high)
             });
-            let looks = comparison.share_on.map_or("-".to_string(), |share| {
-                format!("{} ppm", format_significant(share * 1e6, 2))
-            });
+            let ppm = |share: Option<f64>| {
+                share.map_or("-".to_string(), |share| {
+                    format!("{} ppm", format_significant(share * 1e6, 2))
+                })
+            };
             let test = match &comparison.variant {
                 Some(variant) => format!("{} {variant}", comparison.test),
                 None => comparison.test.clone(),
             };
             writeln!(
                 table,
-                "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7.3} {:>7.3} {:>19} {:>9}",
+                "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7.3} {:>7.3} {:>19} {:>9} {:>9}",
                 test,
                 comparison.transport,
                 format_size(comparison.size),
@@ -1080,7 +1120,8 @@ impl Report {
                 comparison.median_on / comparison.median_off,
                 comparison.paired_median,
                 interval,
-                looks
+                ppm(comparison.share_on),
+                ppm(comparison.share_on_without_slow)
             )?;
         }
         table.flush()
@@ -1397,6 +1438,8 @@ mod tests {
             detect: Some(detect.into()),
             round: Some(round),
             detect_share: Some(if detect == "on" { 2e-6 } else { 0.0 }),
+            detect_ns: Some(1000),
+            detect_slow_ns: Some(if detect == "on" { 500 } else { 0 }),
             ..Record::default()
         }
     }
@@ -1437,6 +1480,7 @@ mod tests {
         assert!((interval.low - 1.1).abs() < 1e-12 && (interval.high - 1.6).abs() < 1e-12);
         assert_eq!(comparison.share_on, Some(2e-6));
         assert_eq!(comparison.share_off, Some(0.0));
+        assert_eq!(comparison.share_on_without_slow, Some(1e-6));
         let summary = comparison.record();
         assert_eq!(summary.variant.as_deref(), Some(VARIANT_DETECT_SUMMARY));
         let value = summary.summary.expect("summary");
@@ -1459,6 +1503,14 @@ mod tests {
             Some(
                 "detection on: 12 looks, 3.400 µs in total = 5.2 ppm of the timed run (both ranks)"
             )
+        );
+        record.detect_slow_looks = Some(1);
+        record.detect_slow_ns = Some(60_000);
+        assert!(
+            detection_line(&record).is_some_and(
+                |line| line.ends_with("; 1 of them over 50 µs took 60.000 µs (preempted?)")
+            ),
+            "{record:?}"
         );
         record.detect_ns = None;
         assert_eq!(detection_line(&record), None);

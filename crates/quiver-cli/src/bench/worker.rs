@@ -35,8 +35,9 @@ const BENCH_PORT: u16 = 0;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 const ACK_BYTES: usize = 1;
-/// Size of the message carrying rank 1's detection cost: looks and nanoseconds, two u64.
-const DETECTION_BYTES: usize = 16;
+/// Size of the message carrying rank 1's detection cost: the four counters of
+/// [`DetectionStats`], u64 each.
+const DETECTION_BYTES: usize = 32;
 
 /// The connection to the other rank.
 struct Link {
@@ -499,21 +500,27 @@ impl Link {
     /// rank 0 receives that and returns the sum with its own `own` (rank 1 returns `own`).
     fn total_detection(&mut self, own: DetectionStats) -> StepResult<DetectionStats> {
         let mut bytes = [0u8; DETECTION_BYTES];
+        let own_words = [own.looks, own.look_ns, own.slow_looks, own.slow_look_ns];
         if self.rank != 0 {
-            bytes[..8].copy_from_slice(&own.looks.to_le_bytes());
-            bytes[8..].copy_from_slice(&own.look_ns.to_le_bytes());
+            for (chunk, word) in bytes.chunks_exact_mut(8).zip(own_words) {
+                chunk.copy_from_slice(&word.to_le_bytes());
+            }
             self.send(&bytes)?;
             return Ok(own);
         }
         self.receive_exact(&mut bytes, DETECTION_BYTES)?;
-        let [looks, look_ns] = [&bytes[..8], &bytes[8..]].map(|half| {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(half);
-            u64::from_le_bytes(word)
-        });
+        let mut sum = [0u64; 4];
+        for ((total, chunk), word) in sum.iter_mut().zip(bytes.chunks_exact(8)).zip(own_words) {
+            let mut peer = [0u8; 8];
+            peer.copy_from_slice(chunk);
+            *total = word.saturating_add(u64::from_le_bytes(peer));
+        }
+        let [looks, look_ns, slow_looks, slow_look_ns] = sum;
         Ok(DetectionStats {
-            looks: own.looks.saturating_add(looks),
-            look_ns: own.look_ns.saturating_add(look_ns),
+            looks,
+            look_ns,
+            slow_looks,
+            slow_look_ns,
         })
     }
 
@@ -522,6 +529,8 @@ impl Link {
         record.detect = Some(if self.detect_on { "on" } else { "off" }.to_string());
         record.detect_looks = Some(both.looks);
         record.detect_ns = Some(both.look_ns);
+        record.detect_slow_looks = Some(both.slow_looks);
+        record.detect_slow_ns = Some(both.slow_look_ns);
         let timed_ns = timed.as_nanos() as f64;
         record.detect_share = (timed_ns > 0.0).then(|| both.look_ns as f64 / timed_ns);
     }

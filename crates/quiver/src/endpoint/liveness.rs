@@ -33,14 +33,28 @@ pub struct DetectionStats {
     pub looks: u64,
     /// Time spent in them, in nanoseconds (including the one clock read that ends each).
     pub look_ns: u64,
+    /// Of the looks, those that took longer than [`DetectionStats::SLOW_LOOK_NS`]: far
+    /// more than a look's system calls take (~0.5 µs for a pidfd poll, ~5 µs for a
+    /// `/proc` read), so the thread was most likely preempted or interrupted meanwhile
+    /// (a system call is where a busy machine's scheduler switches).
+    pub slow_looks: u64,
+    /// Time the slow looks took, in nanoseconds (included in `look_ns`).
+    pub slow_look_ns: u64,
 }
 
 impl DetectionStats {
+    /// A look longer than this (50 µs) counts as slow.
+    pub const SLOW_LOOK_NS: u64 = 50_000;
+
     /// Counts one look that began at `started`.
     pub(crate) fn record(&mut self, started: Instant) {
         self.looks += 1;
         let elapsed_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.look_ns = self.look_ns.saturating_add(elapsed_ns);
+        if elapsed_ns > Self::SLOW_LOOK_NS {
+            self.slow_looks += 1;
+            self.slow_look_ns = self.slow_look_ns.saturating_add(elapsed_ns);
+        }
     }
 
     /// The looks and time since `earlier` (a snapshot of the same endpoint's stats).
@@ -48,6 +62,8 @@ impl DetectionStats {
         DetectionStats {
             looks: self.looks.saturating_sub(earlier.looks),
             look_ns: self.look_ns.saturating_sub(earlier.look_ns),
+            slow_looks: self.slow_looks.saturating_sub(earlier.slow_looks),
+            slow_look_ns: self.slow_look_ns.saturating_sub(earlier.slow_look_ns),
         }
     }
 }
@@ -199,11 +215,15 @@ mod tests {
         stats.record(started);
         assert_eq!(stats.looks, 1);
         assert!(stats.look_ns >= 2_000_000, "{stats:?}");
+        // 2 ms is a slow look.
+        assert_eq!(stats.slow_looks, 1);
+        assert_eq!(stats.slow_look_ns, stats.look_ns);
         let snapshot = stats;
         stats.record(Instant::now());
         let delta = stats.since(&snapshot);
         assert_eq!(delta.looks, 1);
         assert_eq!(delta.look_ns, stats.look_ns - snapshot.look_ns);
+        assert_eq!(delta.slow_looks, stats.slow_looks - snapshot.slow_looks);
         assert_eq!(snapshot.since(&stats), DetectionStats::default());
     }
 
