@@ -15,8 +15,16 @@
 //! **Cost accounting** ([`DetectionStats`]): every liveness look an endpoint makes (a pass
 //! over its peers' pidfds and `/proc` states, a waiting call's check of the peer it waits
 //! on) is counted and timed, so a benchmark can say what detection cost in the same run.
-//! Only the looks read the clock for this (at most ~1 per millisecond of waiting, and after
-//! each sleep); the fast path of a call that finds its message at once is untouched.
+//! Only the looks read the clock for this; the fast path of a call that finds its message
+//! at once is untouched.
+//!
+//! **How often** ([`Looks::due`]): a spinning call looks at its periodic tick (every 1024
+//! polls), and the endpoint as a whole at most every [`look_interval`] (10 ms, or an
+//! eighth of a shorter detection time), whichever of its calls waits; a call that sleeps
+//! looks after each wake-up. Measured on a busy 2-vCPU VM a look took ~1-7 µs (a pidfd
+//! `poll` per peer, a `/proc` read every quarter of the detection time per peer), so at
+//! one look per millisecond a rank that never stopped waiting spent 0.1-0.5% of its time
+//! looking (docs/PERFORMANCE.md); every 10 ms it is a tenth of that.
 
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -65,6 +73,48 @@ impl DetectionStats {
             slow_looks: self.slow_looks.saturating_sub(earlier.slow_looks),
             slow_look_ns: self.slow_look_ns.saturating_sub(earlier.slow_look_ns),
         }
+    }
+}
+
+/// Longest time between two looks of a spinning endpoint (with detection on).
+const LOOK_INTERVAL_MAX: Duration = Duration::from_millis(10);
+
+/// How often a spinning endpoint may look at its peers: [`LOOK_INTERVAL_MAX`], or an
+/// eighth of a shorter detection time `detect` (the freeze rule needs looks every quarter
+/// of it; a stop is reported within the detection time of the first look that sees it).
+pub(crate) fn look_interval(detect: Duration) -> Duration {
+    LOOK_INTERVAL_MAX.min(detect / 8)
+}
+
+/// An endpoint's liveness looks: when a spinning call may make the next one, and what
+/// they have cost ([`DetectionStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Looks {
+    stats: DetectionStats,
+    /// No look of a spinning call before this.
+    next: Option<Instant>,
+}
+
+impl Looks {
+    /// Whether a spinning call may look now (`now`: the clock as its tick read it): at
+    /// most every [`look_interval`] for the whole endpoint. Says yes at most once per
+    /// interval (the caller then looks).
+    pub(crate) fn due(&mut self, now: Instant, detect: Duration) -> bool {
+        if self.next.is_some_and(|next| now < next) {
+            return false;
+        }
+        self.next = Some(now + look_interval(detect));
+        true
+    }
+
+    /// Counts one look that began at `started`.
+    pub(crate) fn record(&mut self, started: Instant) {
+        self.stats.record(started);
+    }
+
+    /// What the looks have cost so far.
+    pub(crate) fn stats(&self) -> DetectionStats {
+        self.stats
     }
 }
 
@@ -225,6 +275,25 @@ mod tests {
         assert_eq!(delta.look_ns, stats.look_ns - snapshot.look_ns);
         assert_eq!(delta.slow_looks, stats.slow_looks - snapshot.slow_looks);
         assert_eq!(snapshot.since(&stats), DetectionStats::default());
+    }
+
+    #[test]
+    fn looks_are_due_once_per_interval() {
+        let detect = Duration::from_secs(1);
+        assert_eq!(look_interval(detect), Duration::from_millis(10));
+        assert_eq!(
+            look_interval(Duration::from_millis(40)),
+            Duration::from_millis(5)
+        );
+        let mut looks = Looks::default();
+        let start = Instant::now();
+        assert!(looks.due(start, detect));
+        assert!(!looks.due(start, detect));
+        assert!(!looks.due(start + Duration::from_millis(9), detect));
+        assert!(looks.due(start + Duration::from_millis(10), detect));
+        assert!(!looks.due(start + Duration::from_millis(19), detect));
+        looks.record(start);
+        assert_eq!(looks.stats().looks, 1);
     }
 
     #[test]

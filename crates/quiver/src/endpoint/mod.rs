@@ -39,7 +39,7 @@ mod liveness;
 mod remote;
 pub use liveness::DetectionStats;
 pub(crate) use liveness::{identity_params, local_peer_pid};
-use liveness::{FreezeWatch, PeerProcess};
+use liveness::{FreezeWatch, Looks, PeerProcess};
 pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
@@ -275,8 +275,6 @@ pub(crate) struct Wait {
     timeout: Option<Duration>,
     armed: bool,
     seen: Option<u32>,
-    /// No liveness look of a spinning call before this.
-    next_liveness: Option<Instant>,
     /// The clock as the last periodic tick read it, for [`Wait::liveness_due`] (so that
     /// detection adds no clock read of its own to a spinning call).
     tick_now: Option<Instant>,
@@ -295,21 +293,15 @@ impl Wait {
             timeout,
             armed: false,
             seen: None,
-            next_liveness: None,
             tick_now: None,
         }
     }
 
-    /// Whether a spinning call should look at its peers' liveness now: at most every
-    /// [`LIVENESS_INTERVAL`] (a look costs a system call per peer, which at every
-    /// periodic tick would cost a fast ping-pong several percent).
-    fn liveness_due(&mut self) -> bool {
+    /// Whether a spinning call should look at its peers' liveness now, at its periodic
+    /// tick: at most every [`liveness::look_interval`] for the whole endpoint (`looks`).
+    fn liveness_due(&mut self, looks: &mut Looks, detect: Duration) -> bool {
         let now = self.tick_now.take().unwrap_or_else(Instant::now);
-        if self.next_liveness.is_some_and(|t| now < t) {
-            return false;
-        }
-        self.next_liveness = Some(now + LIVENESS_INTERVAL);
-        true
+        looks.due(now, detect)
     }
 
     fn start(&mut self) -> Instant {
@@ -356,9 +348,6 @@ impl Wait {
 /// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
-/// How often a spinning call looks at its peers' liveness (with detection on).
-const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
-
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
 ///
@@ -400,8 +389,9 @@ pub struct Endpoint {
     committed: Option<usize>,
     /// Posted receives bound to a large tcp message still arriving ([`RecvState::Bound`]).
     bound_recvs: usize,
-    /// What the liveness looks cost so far ([`Endpoint::detection_stats`]).
-    detection: DetectionStats,
+    /// The liveness looks: when the next is due, what they cost so far
+    /// ([`Endpoint::detection_stats`]).
+    detection: Looks,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -454,7 +444,7 @@ impl Endpoint {
             engine_polled: false,
             committed: None,
             bound_recvs: 0,
-            detection: DetectionStats::default(),
+            detection: Looks::default(),
         }
     }
 
@@ -463,7 +453,7 @@ impl Endpoint {
     /// [`DetectionStats`]). Take a snapshot before and after a stretch of work and
     /// subtract ([`DetectionStats::since`]).
     pub fn detection_stats(&self) -> DetectionStats {
-        self.detection
+        self.detection.stats()
     }
 
     /// This endpoint's address.
@@ -998,7 +988,8 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() && wait.liveness_due() {
+            let detect = self.config.detect;
+            if detect.is_some_and(|detect| wait.liveness_due(&mut self.detection, detect)) {
                 let started = Instant::now();
                 let alive = self.check_out_alive(idx, what);
                 self.detection.record(started);
@@ -1492,7 +1483,8 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() && wait.liveness_due() {
+            let detect = self.config.detect;
+            if detect.is_some_and(|detect| wait.liveness_due(&mut self.detection, detect)) {
                 self.check_liveness();
             }
             wait.check_deadline(what)?;
@@ -1742,7 +1734,7 @@ fn wait_second_part(
     inb: &mut Inbound,
     seq: u64,
     config: &Config,
-    detection: &mut DetectionStats,
+    detection: &mut Looks,
 ) -> Result<bool> {
     let mut wait = Wait::new(config);
     loop {
@@ -1765,14 +1757,14 @@ fn wait_second_part(
 fn wait_on_sender(
     inb: &mut Inbound,
     wait: &mut Wait,
-    (spin, detect, detection): (Duration, Option<Duration>, &mut DetectionStats),
+    (spin, detect, detection): (Duration, Option<Duration>, &mut Looks),
     during: &'static str,
     what: &'static str,
 ) -> Result<()> {
     let (_, periodic) = wait.spinning(spin);
     if periodic {
         let due = match detect {
-            Some(_) => wait.liveness_due(),
+            Some(detect) => wait.liveness_due(detection, detect),
             // With detection off, death is still noticed once the spin budget is spent.
             None => wait.start().elapsed() > spin,
         };

@@ -1331,16 +1331,20 @@ pub(crate) enum DgramTake {
 }
 
 /// How long a watched peer process has been stopped, once that counts (see
-/// [`PeerProcess::stopped`]); None without a process or with detection off. A look
-/// made is counted in `detection`.
+/// [`PeerProcess::stopped`]); None without a process or with detection off. Looks at
+/// most as often as the endpoint's other looks ([`super::liveness::Looks::due`]) and
+/// counts the look in `detection`.
 fn stopped_for(
     process: &mut Option<PeerProcess>,
     detect: Option<Duration>,
-    detection: &mut super::DetectionStats,
+    detection: &mut super::liveness::Looks,
 ) -> Option<u64> {
     let detect = detect?;
     let process = process.as_mut()?;
     let now = Instant::now();
+    if !detection.due(now, detect) {
+        return None;
+    }
     let stopped = process.stopped(detect, now);
     detection.record(now);
     stopped
