@@ -609,3 +609,65 @@ fn tune_writes_a_profile_that_info_reports() {
         "{info}"
     );
 }
+
+#[test]
+fn detect_both_pairs_rounds_and_reports_the_looks() {
+    let output = quiver_bench(&[
+        "pingpong", "bw", "--sizes", "8", "--iters", "200", "--detect", "both", "--rounds", "2",
+        "--json", "-",
+    ]);
+    let records = json_lines(&output);
+    for test in ["pingpong", "bw"] {
+        let points: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["variant"].is_null())
+            .collect();
+        let modes: Vec<(String, u64)> = points
+            .iter()
+            .map(|record| {
+                (
+                    record["detect"].as_str().unwrap_or("?").to_string(),
+                    record["round"].as_u64().unwrap_or(99),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, u64)> = [("on", 0), ("off", 0), ("on", 1), ("off", 1)]
+            .iter()
+            .map(|&(mode, round)| (mode.to_string(), round))
+            .collect();
+        assert_eq!(modes, expected, "{test}");
+        for record in &points {
+            assert!(record["detect_looks"].as_u64().is_some(), "{record}");
+            assert!(record["detect_ns"].as_u64().is_some(), "{record}");
+            let share = record["detect_share"].as_f64().expect("detect_share");
+            assert!((0.0..1.0).contains(&share), "{record}");
+        }
+        let summaries: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["variant"] == "detect_on_off")
+            .collect();
+        assert_eq!(summaries.len(), 1, "{test}: {summaries:?}");
+        let summary = &summaries[0]["summary"];
+        assert_eq!(summary["rounds"], 2, "{summary}");
+        positive(summary, "median_on");
+        positive(summary, "median_off");
+        positive(summary, "paired_ratio_median");
+        // Two rounds are too few for a 95% interval.
+        assert!(summary["interval"].is_null(), "{summary}");
+    }
+    let table = quiver_bench(&[
+        "pingpong",
+        "--sizes",
+        "8",
+        "--iters",
+        "200",
+        "--transport",
+        "tcp",
+    ]);
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("detection on: ") && stdout.contains("ppm of the timed run"),
+        "{stdout}"
+    );
+}

@@ -36,7 +36,9 @@ pub use config::{
     MAX_LINKS,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
+pub use endpoint::{
+    Connection, DetectionStats, Endpoint, RecvCompletion, RecvRequest, SendRequest,
+};
 pub use error::{Error, Result};
 pub use log::LOG_ENV;
 pub use net::dgram::{DatagramStats, LinkStats};

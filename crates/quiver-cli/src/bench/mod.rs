@@ -153,11 +153,23 @@ pub(crate) struct BenchArgs {
     worker: bool,
 
     /// Failure detection in the ranks: on (QUIVER_DETECT_MS as set, default 1000 ms), off
-    /// (QUIVER_DETECT_MS=0), or both: the tests run four times, on, off, on, off, in this
-    /// one run, so the cost of detection can be read against the same floors.
+    /// (QUIVER_DETECT_MS=0), or both: the tests run in --rounds rounds of on then off, in
+    /// this one run, so the cost of detection can be read against the same floors (a
+    /// summary with a 95% interval of on/off ends the report). Every point also reports
+    /// the liveness looks both ranks made and the share of the timed run they took.
     #[arg(long, value_enum, value_name = "on|off|both", default_value_t = Detect::On)]
     detect: Detect,
+
+    /// --detect both: rounds of on, off [default: 2]; 6 or more give a 95% interval of the
+    /// on/off ratio.
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
 }
+
+/// `--rounds` when not given.
+const DEFAULT_DETECT_ROUNDS: u32 = 2;
+/// Largest `--rounds`.
+const MAX_DETECT_ROUNDS: u32 = 100;
 
 /// `--detect`: failure detection in the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -172,12 +184,14 @@ enum Detect {
 
 impl Detect {
     /// The runs to make: each with the QUIVER_DETECT_MS value to give the ranks (None:
-    /// leave the environment alone).
-    fn runs(self) -> Vec<Option<&'static str>> {
+    /// leave the environment alone) and, for `Both`, its round (`rounds` of on, off).
+    fn runs(self, rounds: u32) -> Vec<(Option<&'static str>, Option<u32>)> {
         match self {
-            Detect::On => vec![None],
-            Detect::Off => vec![Some("0")],
-            Detect::Both => vec![None, Some("0"), None, Some("0")],
+            Detect::On => vec![(None, None)],
+            Detect::Off => vec![(Some("0"), None)],
+            Detect::Both => (0..rounds)
+                .flat_map(|round| [(None, Some(round)), (Some("0"), Some(round))])
+                .collect(),
         }
     }
 }
@@ -500,7 +514,10 @@ fn run_tests(
         .map_err(|error| format!("writing the floors: {error}"))?;
     if plan.needs_ranks() {
         let on = std::env::var("QUIVER_DETECT_MS").ok();
-        for detect in args.detect.runs() {
+        let rounds = args.rounds.unwrap_or(DEFAULT_DETECT_ROUNDS);
+        let runs = args.detect.runs(rounds);
+        report.add_points(plan.rank_record_count() * (runs.len() - 1));
+        for (detect, round) in runs {
             // The ranks inherit the environment. Rust's own environment accesses (spawning
             // included) are serialised by std's lock; no C code of ours reads it meanwhile.
             match (detect, &on) {
@@ -511,11 +528,13 @@ fn run_tests(
             if args.detect == Detect::Both {
                 let value = std::env::var("QUIVER_DETECT_MS");
                 eprintln!(
-                    "quiver bench: failure detection {} (QUIVER_DETECT_MS={})",
+                    "quiver bench: round {} of {rounds}: failure detection {} (QUIVER_DETECT_MS={})",
+                    round.map_or(0, |round| round + 1),
                     if detect.is_some() { "off" } else { "on" },
                     value.as_deref().unwrap_or("default 1000")
                 );
             }
+            report.set_round(round);
             ranks::run(
                 plan,
                 cpus,
@@ -524,6 +543,7 @@ fn run_tests(
                 Duration::from_secs(args.timeout),
             )?;
         }
+        report.set_round(None);
         // The hand-off depends on where the host runs the vCPUs, which can change during
         // a run: measure it again and say so when it moved.
         let after = floor::measure_handoff(cpus[0], cpus[1])
@@ -531,6 +551,11 @@ fn run_tests(
         report
             .handoff_after(&floors.handoff, &after)
             .map_err(|error| format!("writing the floors: {error}"))?;
+        if args.detect == Detect::Both {
+            report
+                .detect_summary(rounds)
+                .map_err(|error| format!("writing the detection summary: {error}"))?;
+        }
     }
     Ok(())
 }
@@ -607,6 +632,17 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
     }
     if !(1..=1000).contains(&args.effort) {
         return Err("--effort must be between 1 and 1000".to_string());
+    }
+    match args.rounds {
+        Some(_) if args.detect != Detect::Both => {
+            return Err("--rounds needs --detect both".to_string());
+        }
+        Some(rounds) if !(1..=MAX_DETECT_ROUNDS).contains(&rounds) => {
+            return Err(format!(
+                "--rounds must be between 1 and {MAX_DETECT_ROUNDS}"
+            ));
+        }
+        _ => {}
     }
     let plan = Plan {
         tests,
@@ -812,6 +848,26 @@ mod tests {
         let parsed = parse(&arguments).expect("worker command line parses");
         assert!(parsed.worker);
         assert_eq!(plan_from_args(&parsed).expect("valid"), original);
+    }
+
+    #[test]
+    fn detect_rounds_alternate_on_and_off() {
+        assert_eq!(Detect::On.runs(6), vec![(None, None)]);
+        assert_eq!(Detect::Off.runs(6), vec![(Some("0"), None)]);
+        assert_eq!(
+            Detect::Both.runs(2),
+            vec![
+                (None, Some(0)),
+                (Some("0"), Some(0)),
+                (None, Some(1)),
+                (Some("0"), Some(1))
+            ]
+        );
+        assert_eq!(Detect::Both.runs(6).len(), 12);
+        assert!(plan(&["--detect", "both", "--rounds", "6"]).is_ok());
+        assert!(plan(&["--rounds", "6"]).is_err());
+        assert!(plan(&["--detect", "both", "--rounds", "0"]).is_err());
+        assert!(plan(&["--detect", "both", "--rounds", "101"]).is_err());
     }
 
     #[test]

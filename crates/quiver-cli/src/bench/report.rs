@@ -157,7 +157,39 @@ pub(crate) struct Record {
     /// Free-form result of a suite (crossover size, verdict), for people and scripts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) summary: Option<serde_json::Value>,
+    /// quiver transports: failure detection in the ranks for this point, "on" or "off"
+    /// (as rank 0's configuration says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect: Option<String>,
+    /// `--detect both`: the on/off round this point belongs to (0, 1, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) round: Option<u32>,
+    /// Liveness looks both ranks' endpoints made during the timed run (bibw: during the
+    /// whole point, warm-up included), from `Endpoint::detection_stats`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_looks: Option<u64>,
+    /// Time those looks took, in nanoseconds, summed over both ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_ns: Option<u64>,
+    /// `detect_ns` / the timed run's duration: what the looks took, as a share of the run
+    /// (an upper bound of detection's share: both ranks' looks are summed, as if every one
+    /// were on the critical path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_share: Option<f64>,
+    /// Of `detect_looks`, those longer than 50 µs (`DetectionStats::SLOW_LOOK_NS`): the
+    /// thread was most likely preempted during them (a busy machine, not the look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_slow_looks: Option<u64>,
+    /// Time the slow looks took, in nanoseconds (included in `detect_ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) detect_slow_ns: Option<u64>,
 }
+
+/// `variant` of the summary records of `--detect both` (one per test, transport and size).
+pub(crate) const VARIANT_DETECT_SUMMARY: &str = "detect_on_off";
+
+/// Confidence of the interval of the on/off ratio in the `--detect both` summary.
+pub(crate) const DETECT_CONFIDENCE: f64 = 0.95;
 
 /// Fills in `floor_*` and `floor_ratio` of a rank's record from this run's floors.
 /// Records without a matching floor (e.g. a size without a memcpy floor) are left as they are.
@@ -326,6 +358,8 @@ pub(crate) struct Report {
     /// Variant and settings given to every following result without a variant (a suite
     /// says which path or side its current job measures).
     tag: Option<(String, Vec<String>)>,
+    /// `--detect both`: the round given to every following result.
+    round: Option<u32>,
 }
 
 impl Report {
@@ -339,7 +373,13 @@ impl Report {
             collected: Vec::new(),
             progress: None,
             tag: None,
+            round: None,
         }
+    }
+
+    /// Gives every following result `round` (`--detect both`; `None`: no round).
+    pub(crate) fn set_round(&mut self, round: Option<u32>) {
+        self.round = round;
     }
 
     /// Tags every following result that has no variant of its own with `variant` and
@@ -607,6 +647,16 @@ impl Report {
             }
             _ => record,
         };
+        let rounded;
+        let record = match self.round {
+            Some(round) if record.round.is_none() => {
+                let mut copy = record.clone();
+                copy.round = Some(round);
+                rounded = copy;
+                &rounded
+            }
+            _ => record,
+        };
         self.collected.push(record.clone());
         if let Some(progress) = self.progress.as_mut() {
             let what = format!(
@@ -650,6 +700,12 @@ impl Report {
         self.clear_progress();
         if let Some(table) = self.table.as_mut() {
             writeln!(table, "{row}")?;
+            if let Some(line) = detection_line(record) {
+                match style {
+                    Style::Table => writeln!(table, "  {:>10} {line}", "")?,
+                    Style::Osu => writeln!(table, "# {line}")?,
+                }
+            }
             table.flush()?;
         }
         Ok(())
@@ -779,6 +835,296 @@ impl Report {
         serde_json::to_writer(&mut *json, record)?;
         writeln!(json)?;
         json.flush()
+    }
+}
+
+/// "detection on: N looks, X µs in total = Y ppm of the timed run" for a record that
+/// carries the detection cost.
+fn detection_line(record: &Record) -> Option<String> {
+    let (looks, ns, share) = (
+        record.detect_looks?,
+        record.detect_ns?,
+        record.detect_share?,
+    );
+    let mode = record
+        .detect
+        .as_deref()
+        .map_or(String::new(), |mode| format!(" {mode}"));
+    let run = if record.test == "bibw" {
+        "the point (warm-up included)"
+    } else {
+        "the timed run"
+    };
+    let slow = match (record.detect_slow_looks, record.detect_slow_ns) {
+        (Some(slow), Some(slow_ns)) if slow > 0 => format!(
+            "; {slow} of them over 50 µs took {} µs (preempted?)",
+            format_microseconds(slow_ns as f64 / 1e3)
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "detection{mode}: {looks} looks, {} µs in total = {} ppm of {run} (both ranks){slow}",
+        format_microseconds(ns as f64 / 1e3),
+        format_significant(share * 1e6, 2)
+    ))
+}
+
+/// The figure the `--detect both` summary compares for a test, and its name.
+fn detect_metric(record: &Record) -> Option<(&'static str, f64)> {
+    match record.test.as_str() {
+        "pingpong" | "pool" => record.latency_us.map(|value| ("latency_us", value)),
+        "bw" | "bibw" => record.bandwidth_mbps.map(|value| ("bandwidth_MBps", value)),
+        "rate" => record.rate_mmsgs.map(|value| ("rate_Mmsgs", value)),
+        _ => None,
+    }
+}
+
+/// The on/off comparison of one test, transport, variant and size over the rounds of
+/// `--detect both`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DetectComparison {
+    /// Test, transport, variant and size compared.
+    pub(crate) test: String,
+    /// See `test`.
+    pub(crate) transport: String,
+    /// See `test`.
+    pub(crate) variant: Option<String>,
+    /// See `test`.
+    pub(crate) size: u64,
+    /// "latency_us", "bandwidth_MBps" or "rate_Mmsgs".
+    pub(crate) metric: &'static str,
+    /// Rounds with both an on and an off figure.
+    pub(crate) rounds: usize,
+    /// Median of the on figures and of the off figures.
+    pub(crate) median_on: f64,
+    /// See `median_on`.
+    pub(crate) median_off: f64,
+    /// Per round on / off (paired: each round's off runs right after its on), sorted.
+    pub(crate) paired_ratios: Vec<f64>,
+    /// Median of `paired_ratios`.
+    pub(crate) paired_median: f64,
+    /// Order-statistics interval of the median paired ratio (None: too few rounds).
+    pub(crate) interval: Option<super::stats::MedianInterval>,
+    /// Median `detect_share` of the on rounds (the looks' own cost, in the same runs).
+    pub(crate) share_on: Option<f64>,
+    /// Median `detect_share` of the off rounds.
+    pub(crate) share_off: Option<f64>,
+    /// Median share of the on rounds without the slow looks (`detect_slow_ns`).
+    pub(crate) share_on_without_slow: Option<f64>,
+}
+
+/// Compares on against off over the rounds in `records` (results of `--detect both`, with
+/// `detect` and `round` set), per test, transport, variant and size, in first-seen order.
+pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
+    use super::stats::{median, median_interval, sort_samples};
+    type Key = (String, String, Option<String>, u64);
+    let mut keys: Vec<Key> = Vec::new();
+    for record in records {
+        let key = (
+            record.test.clone(),
+            record.transport.clone(),
+            record.variant.clone(),
+            record.size,
+        );
+        if detect_metric(record).is_some() && record.round.is_some() && !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let mut comparisons = Vec::new();
+    for (test, transport, variant, size) in keys {
+        let of_key = |record: &&Record| {
+            record.test == test
+                && record.transport == transport
+                && record.variant == variant
+                && record.size == size
+        };
+        let mut metric = "";
+        // Per round: (on, off) figures and shares.
+        let mut by_round: std::collections::BTreeMap<u32, [Option<f64>; 2]> = Default::default();
+        let mut shares: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut shares_without_slow: Vec<f64> = Vec::new();
+        for record in records.iter().filter(of_key) {
+            let (Some((name, value)), Some(round)) = (detect_metric(record), record.round) else {
+                continue;
+            };
+            let side = match record.detect.as_deref() {
+                Some("on") => 0,
+                Some("off") => 1,
+                _ => continue,
+            };
+            metric = name;
+            by_round.entry(round).or_default()[side] = Some(value);
+            shares[side].extend(record.detect_share);
+            if let (0, Some(share), Some(ns), Some(slow_ns)) = (
+                side,
+                record.detect_share,
+                record.detect_ns,
+                record.detect_slow_ns,
+            ) {
+                let kept = if ns > 0 {
+                    ns.saturating_sub(slow_ns) as f64 / ns as f64
+                } else {
+                    1.0
+                };
+                shares_without_slow.push(share * kept);
+            }
+        }
+        let pairs: Vec<(f64, f64)> = by_round
+            .values()
+            .filter_map(|[on, off]| on.zip(*off))
+            .filter(|&(_, off)| off > 0.0)
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let mut on: Vec<f64> = pairs.iter().map(|pair| pair.0).collect();
+        let mut off: Vec<f64> = pairs.iter().map(|pair| pair.1).collect();
+        let mut paired_ratios: Vec<f64> = pairs.iter().map(|(on, off)| on / off).collect();
+        for samples in [&mut on, &mut off, &mut paired_ratios] {
+            sort_samples(samples);
+        }
+        for samples in shares.iter_mut() {
+            sort_samples(samples);
+        }
+        sort_samples(&mut shares_without_slow);
+        let (Some(median_on), Some(median_off), Some(paired_median)) =
+            (median(&on), median(&off), median(&paired_ratios))
+        else {
+            continue;
+        };
+        comparisons.push(DetectComparison {
+            interval: median_interval(&paired_ratios, DETECT_CONFIDENCE),
+            test,
+            transport,
+            variant,
+            size,
+            metric,
+            rounds: pairs.len(),
+            median_on,
+            median_off,
+            paired_ratios,
+            paired_median,
+            share_on: median(&shares[0]),
+            share_off: median(&shares[1]),
+            share_on_without_slow: median(&shares_without_slow),
+        });
+    }
+    comparisons
+}
+
+impl DetectComparison {
+    /// The summary as a JSON record (`variant` = [`VARIANT_DETECT_SUMMARY`]).
+    pub(crate) fn record(&self) -> Record {
+        Record {
+            test: self.test.clone(),
+            transport: self.transport.clone(),
+            size: self.size,
+            iters: self.rounds as u64,
+            variant: Some(VARIANT_DETECT_SUMMARY.to_string()),
+            summary: Some(serde_json::json!({
+                "variant": self.variant,
+                "metric": self.metric,
+                "rounds": self.rounds,
+                "median_on": self.median_on,
+                "median_off": self.median_off,
+                "ratio_of_medians": self.median_on / self.median_off,
+                "paired_ratios": self.paired_ratios,
+                "paired_ratio_median": self.paired_median,
+                "interval": self.interval.map(|interval| [interval.low, interval.high]),
+                "interval_confidence": self.interval.map(|interval| interval.confidence),
+                "detect_share_on": self.share_on,
+                "detect_share_off": self.share_off,
+                "detect_share_on_without_slow": self.share_on_without_slow,
+            })),
+            ..Record::default()
+        }
+    }
+}
+
+impl Report {
+    /// Ends a `--detect both` run: per test, transport and size, the medians of on and off,
+    /// their ratio, the median of the paired per-round ratios with its order-statistics
+    /// 95% interval, and the looks' own cost; as a table and as JSON summary records.
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn detect_summary(&mut self, rounds: u32) -> io::Result<()> {
+        let comparisons = detect_comparisons(&self.collected);
+        for comparison in &comparisons {
+            self.json_line(&comparison.record())?;
+        }
+        let osu = self.style == Style::Osu;
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let prefix = if osu { "# " } else { "" };
+        writeln!(table)?;
+        writeln!(
+            table,
+            "{prefix}failure detection on against off, {rounds} rounds (each: on, then off; all against the floors above)"
+        )?;
+        writeln!(
+            table,
+            "{prefix}  on/off = median on / median off; paired = median over the rounds of on / off of that round, with its"
+        )?;
+        writeln!(
+            table,
+            "{prefix}  distribution-free {:.0}% interval (order statistics; needs 6 rounds or more). Latency: above 1 = detection",
+            DETECT_CONFIDENCE * 100.0
+        )?;
+        writeln!(
+            table,
+            "{prefix}  slower; bandwidth and rate: below 1 = slower. looks = median share of the timed run the looks took (on),"
+        )?;
+        writeln!(
+            table,
+            "{prefix}  both ranks summed; w/o slow = the same without the looks over 50 µs (preempted?)."
+        )?;
+        writeln!(
+            table,
+            "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7} {:>7} {:>19} {:>9} {:>9}",
+            "test",
+            "via",
+            "size",
+            "figure",
+            "median on",
+            "median off",
+            "on/off",
+            "paired",
+            "interval",
+            "looks",
+            "w/o slow"
+        )?;
+        for comparison in &comparisons {
+            let interval = comparison.interval.map_or("- (too few)".to_string(), |i| {
+                format!("{:.3} .. {:.3}", i.low, i.high)
+            });
+            let ppm = |share: Option<f64>| {
+                share.map_or("-".to_string(), |share| {
+                    format!("{} ppm", format_significant(share * 1e6, 2))
+                })
+            };
+            let test = match &comparison.variant {
+                Some(variant) => format!("{} {variant}", comparison.test),
+                None => comparison.test.clone(),
+            };
+            writeln!(
+                table,
+                "{prefix}  {:<9} {:<5} {:>10} {:<15} {:>11} {:>11} {:>7.3} {:>7.3} {:>19} {:>9} {:>9}",
+                test,
+                comparison.transport,
+                format_size(comparison.size),
+                comparison.metric,
+                format_significant(comparison.median_on, 3),
+                format_significant(comparison.median_off, 3),
+                comparison.median_on / comparison.median_off,
+                comparison.paired_median,
+                interval,
+                ppm(comparison.share_on),
+                ppm(comparison.share_on_without_slow)
+            )?;
+        }
+        table.flush()
     }
 }
 
@@ -1081,6 +1427,93 @@ mod tests {
         assert!((handoff_drift(&before, &after) - 3.0).abs() < 1e-9);
         assert!((handoff_drift(&after, &before) - 3.0).abs() < 1e-9);
         assert_eq!(handoff_drift(&before, &before), 1.0);
+    }
+
+    fn detect_point(round: u32, detect: &str, latency_us: f64) -> Record {
+        Record {
+            test: "pingpong".into(),
+            transport: "shm".into(),
+            size: 8,
+            latency_us: Some(latency_us),
+            detect: Some(detect.into()),
+            round: Some(round),
+            detect_share: Some(if detect == "on" { 2e-6 } else { 0.0 }),
+            detect_ns: Some(1000),
+            detect_slow_ns: Some(if detect == "on" { 500 } else { 0 }),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn detect_comparisons_pair_each_round() {
+        // Six rounds; on is 1.1, 1.2, ... 1.6 times off (off = 1, 2, ..., 6).
+        let mut records = Vec::new();
+        for round in 0..6u32 {
+            let off = f64::from(round + 1);
+            let factor = 1.1 + 0.1 * f64::from(round);
+            records.push(detect_point(round, "on", off * factor));
+            records.push(detect_point(round, "off", off));
+        }
+        // A bw point and a floor record are kept apart or ignored.
+        records.push(Record {
+            test: "bw".into(),
+            transport: "shm".into(),
+            size: 8,
+            bandwidth_mbps: Some(5.0),
+            detect: Some("on".into()),
+            round: Some(0),
+            ..Record::default()
+        });
+        records.push(Record {
+            test: "floor".into(),
+            latency_us: Some(0.1),
+            ..Record::default()
+        });
+        let comparisons = detect_comparisons(&records);
+        assert_eq!(comparisons.len(), 1, "{comparisons:?}");
+        let comparison = &comparisons[0];
+        assert_eq!(comparison.rounds, 6);
+        assert_eq!(comparison.metric, "latency_us");
+        assert!((comparison.median_off - 3.5).abs() < 1e-12);
+        assert!((comparison.paired_median - 1.35).abs() < 1e-12);
+        let interval = comparison.interval.expect("6 rounds give a 95% interval");
+        assert!((interval.low - 1.1).abs() < 1e-12 && (interval.high - 1.6).abs() < 1e-12);
+        assert_eq!(comparison.share_on, Some(2e-6));
+        assert_eq!(comparison.share_off, Some(0.0));
+        assert_eq!(comparison.share_on_without_slow, Some(1e-6));
+        let summary = comparison.record();
+        assert_eq!(summary.variant.as_deref(), Some(VARIANT_DETECT_SUMMARY));
+        let value = summary.summary.expect("summary");
+        assert_eq!(value["rounds"], 6);
+        assert_eq!(value["metric"], "latency_us");
+        // Two rounds (today's default): medians and ratio, no 95% interval.
+        let two = detect_comparisons(&records[..4]);
+        assert_eq!(two[0].rounds, 2);
+        assert_eq!(two[0].interval, None);
+    }
+
+    #[test]
+    fn detection_line_says_looks_time_and_share() {
+        let mut record = detect_point(0, "on", 0.2);
+        record.detect_looks = Some(12);
+        record.detect_ns = Some(3400);
+        record.detect_share = Some(5.2e-6);
+        assert_eq!(
+            detection_line(&record).as_deref(),
+            Some(
+                "detection on: 12 looks, 3.400 µs in total = 5.2 ppm of the timed run (both ranks)"
+            )
+        );
+        record.detect_slow_looks = Some(1);
+        record.detect_slow_ns = Some(60_000);
+        assert!(
+            detection_line(&record).is_some_and(
+                |line| line.ends_with("; 1 of them over 50 µs took 60.000 µs (preempted?)")
+            ),
+            "{record:?}"
+        );
+        record.detect_ns = None;
+        assert_eq!(detection_line(&record), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Statistics for `quiver bench`: order statistics over samples (median, percentiles),
-//! the mean, and an ordinary least-squares line fit (for the per-byte gap G of the LogGP
-//! model and for crossovers).
+//! Statistics for `quiver bench`: order statistics over samples (median, percentiles, a
+//! distribution-free confidence interval of the median), the mean, and an ordinary
+//! least-squares line fit (for the per-byte gap G of the LogGP model and for crossovers).
 //!
 //! Pure functions over slices; no I/O, no allocation. The caller sorts once
 //! ([`sort_samples`]) and then reads any number of order statistics from the sorted slice.
@@ -38,6 +38,52 @@ pub(crate) fn percentile(sorted: &[f64], percent: f64) -> Option<f64> {
     // in floating point) from rounding up to the next rank.
     let rank = (percent / 100.0 * count as f64 - 1e-9).ceil() as usize;
     Some(sorted[rank.clamp(1, count) - 1])
+}
+
+/// A confidence interval of a median from order statistics ([`median_interval`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct MedianInterval {
+    /// The k-th smallest sample.
+    pub(crate) low: f64,
+    /// The k-th largest sample.
+    pub(crate) high: f64,
+    /// The probability that the interval covers the true median (at least the one asked
+    /// for; exact for continuous distributions).
+    pub(crate) confidence: f64,
+}
+
+/// The distribution-free confidence interval of the median of the population `sorted`
+/// (ascending) was drawn from: `[x(k), x(n+1-k)]` with the largest k whose coverage,
+/// `1 - 2 P(B <= k-1)` for B ~ Binomial(n, 1/2), is at least `confidence` (the sign-test
+/// interval; it assumes only independent samples). `None` when even `[min, max]` covers
+/// less (n = 5 reaches 93.75%, so 95% needs n >= 6), or `confidence` is not in (0, 1).
+pub(crate) fn median_interval(sorted: &[f64], confidence: f64) -> Option<MedianInterval> {
+    let count = sorted.len();
+    if count == 0 || !(confidence > 0.0 && confidence < 1.0) {
+        return None;
+    }
+    // P(B <= j) for j = 0, 1, ..., in log space (0.5^n underflows for n > 1074).
+    let ln_half_pow = -(count as f64) * std::f64::consts::LN_2;
+    let mut ln_choose = 0.0f64; // ln C(n, 0)
+    let mut below = 0.0f64; // P(B <= k - 1), starting at k = 1: P(B <= 0)
+    let mut best: Option<(usize, f64)> = None;
+    for k in 1..=count.div_ceil(2) {
+        let j = k - 1;
+        if j > 0 {
+            ln_choose += ((count - j + 1) as f64).ln() - (j as f64).ln();
+        }
+        below += (ln_choose + ln_half_pow).exp();
+        let coverage = 1.0 - 2.0 * below;
+        if coverage + 1e-12 < confidence {
+            break;
+        }
+        best = Some((k, coverage));
+    }
+    best.map(|(k, coverage)| MedianInterval {
+        low: sorted[k - 1],
+        high: sorted[count - k],
+        confidence: coverage,
+    })
 }
 
 /// Arithmetic mean; `None` for an empty slice.
@@ -181,6 +227,39 @@ mod tests {
         sort_samples(&mut samples);
         assert_eq!(samples, vec![1.0, 2.0, 3.0]);
         assert_eq!(percentile(&samples, 99.0), Some(3.0));
+    }
+
+    #[test]
+    fn median_intervals_match_the_sign_test_tables() {
+        let six = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        // n = 6: only [min, max] reaches 95%, with coverage 1 - 2/64.
+        let interval = median_interval(&six, 0.95).expect("n = 6 reaches 95%");
+        assert_eq!((interval.low, interval.high), (1.0, 6.0));
+        assert!((interval.confidence - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
+        // n = 5: [min, max] covers 1 - 2/32 = 93.75% only.
+        assert_eq!(median_interval(&six[..5], 0.95), None);
+        let interval = median_interval(&six[..5], 0.9).expect("90%");
+        assert_eq!((interval.low, interval.high), (1.0, 5.0));
+        assert!((interval.confidence - 0.9375).abs() < 1e-12);
+        // n = 10: ranks 2 and 9, coverage 1 - 2 * 11/1024 (k = 3 would give 89%).
+        let ten: Vec<f64> = (1..=10).map(f64::from).collect();
+        let interval = median_interval(&ten, 0.95).expect("n = 10");
+        assert_eq!((interval.low, interval.high), (2.0, 9.0));
+        assert!((interval.confidence - (1.0 - 22.0 / 1024.0)).abs() < 1e-12);
+        // n = 100: the textbook ranks are 40 and 61 (coverage 96.5%).
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        let interval = median_interval(&hundred, 0.95).expect("n = 100");
+        assert_eq!((interval.low, interval.high), (40.0, 61.0));
+        assert!(interval.confidence > 0.95 && interval.confidence < 0.97);
+        // Large n does not underflow.
+        let many: Vec<f64> = (1..=5000).map(f64::from).collect();
+        let interval = median_interval(&many, 0.95).expect("n = 5000");
+        assert!(
+            interval.low < 2500.5 && interval.high > 2500.5,
+            "{interval:?}"
+        );
+        assert_eq!(median_interval(&[], 0.95), None);
+        assert_eq!(median_interval(&six, 1.0), None);
     }
 
     #[test]

@@ -11,11 +11,18 @@
 //!
 //! Timed loops do no allocation, logging or formatting: buffers and timestamp vectors are
 //! sized before the loop; pingpong reads the clock once per round trip.
+//!
+//! Detection cost: around each timed run (pingpong, bw, rate, pool; bibw: the whole point)
+//! both ranks take their endpoint's [`DetectionStats`]; after it, rank 1 sends its share
+//! to rank 0 (one 16-byte message, outside the timing), which puts the sum of both in the
+//! record (`detect_looks`, `detect_ns`, `detect_share`) with `detect` = on or off.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use quiver::{Addr, Connection, Context, Endpoint, Error, RecvRequest, SendRequest};
+use quiver::{
+    Addr, Connection, Context, DetectionStats, Endpoint, Error, RecvRequest, SendRequest,
+};
 
 use super::loggp::{self, BenchLink, LoggpBuffers};
 use super::plan::{self, Plan, TestName, RATE_MESSAGE_BYTES};
@@ -28,12 +35,17 @@ const BENCH_PORT: u16 = 0;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 const ACK_BYTES: usize = 1;
+/// Size of the message carrying rank 1's detection cost: the four counters of
+/// [`DetectionStats`], u64 each.
+const DETECTION_BYTES: usize = 32;
 
 /// The connection to the other rank.
 struct Link {
     endpoint: Endpoint,
     connection: Connection,
     rank: u32,
+    /// Whether failure detection is on in this rank (`QUIVER_DETECT_MS` not 0).
+    detect_on: bool,
     /// Largest message the transport copies eagerly; larger ones go by rendezvous.
     eager_max: u64,
     /// bibw: buffers of one window each way, and the requests in flight.
@@ -70,6 +82,7 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         endpoint,
         connection,
         rank,
+        detect_on: context.config().detect.is_some(),
         eager_max: context.config().shm_eager_max,
         exchange_sends: Vec::new(),
         exchange_receives: Vec::new(),
@@ -127,9 +140,19 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
             }
             TestName::Bibw => {
                 for &size in &plan.sizes {
-                    let record =
+                    let before = link.endpoint.detection_stats();
+                    let start = Instant::now();
+                    let mut record =
                         loggp::bibw_point(&mut link, size, plan.window, plan.bw_windows(size))
                             .map_err(|error| format!("bibw at {size} bytes: {error}"))?;
+                    let point = start.elapsed();
+                    let own = link.endpoint.detection_stats().since(&before);
+                    let both = link
+                        .total_detection(own)
+                        .map_err(|error| format!("bibw at {size} bytes: {error}"))?;
+                    if let Some(record) = record.as_mut() {
+                        link.note_detection(record, both, point);
+                    }
                     emit(&mut output, record, plan)?;
                 }
             }
@@ -278,10 +301,17 @@ impl Link {
         } = buffers;
         let message = &send[..length];
         if self.rank != 0 {
-            for _ in 0..warmup + iters {
+            for _ in 0..warmup {
                 self.receive_exact(receive, length)?;
                 self.send(message)?;
             }
+            let before = self.endpoint.detection_stats();
+            for _ in 0..iters {
+                self.receive_exact(receive, length)?;
+                self.send(message)?;
+            }
+            let own = self.endpoint.detection_stats().since(&before);
+            self.total_detection(own)?;
             return Ok(None);
         }
         for _ in 0..warmup {
@@ -290,25 +320,31 @@ impl Link {
         }
         stamps.clear();
         stamps.reserve(iters as usize + 1);
+        let before = self.endpoint.detection_stats();
         stamps.push(Instant::now());
         for _ in 0..iters {
             self.send(message)?;
             self.receive_exact(receive, length)?;
             stamps.push(Instant::now());
         }
+        let own = self.endpoint.detection_stats().since(&before);
+        let both = self.total_detection(own)?;
+        let timed = timed_span(stamps);
         let mut one_way_us: Vec<f64> = stamps
             .windows(2)
             .map(|pair| (pair[1] - pair[0]).as_secs_f64() * 1e6 / 2.0)
             .collect();
         stats::sort_samples(&mut one_way_us);
-        Ok(Some(Record {
+        let mut record = Record {
             test: TestName::Pingpong.as_str().to_string(),
             size,
             iters,
             latency_us: stats::median(&one_way_us),
             latency_p99_us: stats::percentile(&one_way_us, 99.0),
             ..Record::default()
-        }))
+        };
+        self.note_detection(&mut record, both, timed);
+        Ok(Some(record))
     }
 
     /// Ping-pong of `size` bytes where rank 0 receives with `recv_pooled` (buffers the
@@ -331,10 +367,17 @@ impl Link {
         } = buffers;
         let message = &send[..length];
         if self.rank != 0 {
-            for _ in 0..warmup + iters {
+            for _ in 0..warmup {
                 self.receive_exact(receive, length)?;
                 self.send(message)?;
             }
+            let before = self.endpoint.detection_stats();
+            for _ in 0..iters {
+                self.receive_exact(receive, length)?;
+                self.send(message)?;
+            }
+            let own = self.endpoint.detection_stats().since(&before);
+            self.total_detection(own)?;
             return Ok(None);
         }
         let receive_once = |link: &mut Link| -> StepResult<()> {
@@ -360,18 +403,22 @@ impl Link {
             receive_once(self)?;
         }
         stamps.clear();
+        let before = self.endpoint.detection_stats();
         stamps.push(Instant::now());
         for _ in 0..iters {
             self.send(message)?;
             receive_once(self)?;
             stamps.push(Instant::now());
         }
+        let own = self.endpoint.detection_stats().since(&before);
+        let both = self.total_detection(own)?;
+        let timed = timed_span(stamps);
         let mut one_way_us: Vec<f64> = stamps
             .windows(2)
             .map(|pair| (pair[1] - pair[0]).as_secs_f64() * 1e6 / 2.0)
             .collect();
         stats::sort_samples(&mut one_way_us);
-        Ok(Some(Record {
+        let mut record = Record {
             test: TestName::Pool.as_str().to_string(),
             variant: Some(if fresh { "fresh" } else { "pooled" }.to_string()),
             size,
@@ -379,7 +426,9 @@ impl Link {
             latency_us: stats::median(&one_way_us),
             latency_p99_us: stats::percentile(&one_way_us, 99.0),
             ..Record::default()
-        }))
+        };
+        self.note_detection(&mut record, both, timed);
+        Ok(Some(record))
     }
 
     /// osu_bw-style streaming: rank 0 posts `window` sends of `size` bytes, waits for them,
@@ -396,12 +445,18 @@ impl Link {
         let length = size as usize;
         let warmup = plan::warmup_windows(windows);
         if self.rank != 0 {
-            for _ in 0..warmup + windows {
+            let mut before = self.endpoint.detection_stats();
+            for round in 0..warmup + windows {
+                if round == warmup {
+                    before = self.endpoint.detection_stats();
+                }
                 for _ in 0..window {
                     self.receive_exact(&mut buffers.receive, length)?;
                 }
                 self.send(&[0u8; ACK_BYTES])?;
             }
+            let own = self.endpoint.detection_stats().since(&before);
+            self.total_detection(own)?;
             return Ok(None);
         }
         // Owned send buffers for one window (one reused buffer above the eager limit, see
@@ -415,11 +470,15 @@ impl Link {
         for _ in 0..warmup {
             self.send_window(&mut pool, window, &mut requests, &mut ack)?;
         }
+        let before = self.endpoint.detection_stats();
         let start = Instant::now();
         for _ in 0..windows {
             self.send_window(&mut pool, window, &mut requests, &mut ack)?;
         }
-        let elapsed_us = start.elapsed().as_secs_f64() * 1e6;
+        let elapsed = start.elapsed();
+        let own = self.endpoint.detection_stats().since(&before);
+        let both = self.total_detection(own)?;
+        let elapsed_us = elapsed.as_secs_f64() * 1e6;
         let messages = (window * windows) as f64;
         let mut record = Record {
             test: test.as_str().to_string(),
@@ -433,7 +492,47 @@ impl Link {
             TestName::Rate => record.rate_mmsgs = Some(messages / elapsed_us),
             _ => record.bandwidth_mbps = Some(messages * size as f64 / elapsed_us),
         }
+        self.note_detection(&mut record, both, elapsed);
         Ok(Some(record))
+    }
+
+    /// After a timed run: rank 1 sends what its looks cost during it ([`DETECTION_BYTES`]);
+    /// rank 0 receives that and returns the sum with its own `own` (rank 1 returns `own`).
+    fn total_detection(&mut self, own: DetectionStats) -> StepResult<DetectionStats> {
+        let mut bytes = [0u8; DETECTION_BYTES];
+        let own_words = [own.looks, own.look_ns, own.slow_looks, own.slow_look_ns];
+        if self.rank != 0 {
+            for (chunk, word) in bytes.chunks_exact_mut(8).zip(own_words) {
+                chunk.copy_from_slice(&word.to_le_bytes());
+            }
+            self.send(&bytes)?;
+            return Ok(own);
+        }
+        self.receive_exact(&mut bytes, DETECTION_BYTES)?;
+        let mut sum = [0u64; 4];
+        for ((total, chunk), word) in sum.iter_mut().zip(bytes.chunks_exact(8)).zip(own_words) {
+            let mut peer = [0u8; 8];
+            peer.copy_from_slice(chunk);
+            *total = word.saturating_add(u64::from_le_bytes(peer));
+        }
+        let [looks, look_ns, slow_looks, slow_look_ns] = sum;
+        Ok(DetectionStats {
+            looks,
+            look_ns,
+            slow_looks,
+            slow_look_ns,
+        })
+    }
+
+    /// Puts the detection mode and both ranks' look cost `both` over `timed` into `record`.
+    fn note_detection(&self, record: &mut Record, both: DetectionStats, timed: Duration) {
+        record.detect = Some(if self.detect_on { "on" } else { "off" }.to_string());
+        record.detect_looks = Some(both.looks);
+        record.detect_ns = Some(both.look_ns);
+        record.detect_slow_looks = Some(both.slow_looks);
+        record.detect_slow_ns = Some(both.slow_look_ns);
+        let timed_ns = timed.as_nanos() as f64;
+        record.detect_share = (timed_ns > 0.0).then(|| both.look_ns as f64 / timed_ns);
     }
 
     /// Sends one window of `window` messages, then waits for the ack. Up to the eager limit,
@@ -557,6 +656,14 @@ impl BenchLink for Link {
             self.exchange_receives.push(completion.buf);
         }
         Ok(())
+    }
+}
+
+/// From the first to the last timestamp of a timed run (zero with fewer than two).
+fn timed_span(stamps: &[Instant]) -> Duration {
+    match (stamps.first(), stamps.last()) {
+        (Some(first), Some(last)) => last.saturating_duration_since(*first),
+        _ => Duration::ZERO,
     }
 }
 

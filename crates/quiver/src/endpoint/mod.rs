@@ -37,8 +37,9 @@ use crate::Addr;
 
 mod liveness;
 mod remote;
+pub use liveness::DetectionStats;
 pub(crate) use liveness::{identity_params, local_peer_pid};
-use liveness::{FreezeWatch, PeerProcess};
+use liveness::{FreezeWatch, Looks, PeerProcess};
 pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
@@ -274,8 +275,9 @@ pub(crate) struct Wait {
     timeout: Option<Duration>,
     armed: bool,
     seen: Option<u32>,
-    /// No liveness look of a spinning call before this.
-    next_liveness: Option<Instant>,
+    /// The clock as the last periodic tick read it, for [`Wait::liveness_due`] (so that
+    /// detection adds no clock read of its own to a spinning call).
+    tick_now: Option<Instant>,
 }
 
 impl Wait {
@@ -291,20 +293,15 @@ impl Wait {
             timeout,
             armed: false,
             seen: None,
-            next_liveness: None,
+            tick_now: None,
         }
     }
 
-    /// Whether a spinning call should look at its peers' liveness now: at most every
-    /// [`LIVENESS_INTERVAL`] (a look costs a system call per peer, which at every
-    /// periodic tick would cost a fast ping-pong several percent).
-    fn liveness_due(&mut self) -> bool {
-        let now = Instant::now();
-        if self.next_liveness.is_some_and(|t| now < t) {
-            return false;
-        }
-        self.next_liveness = Some(now + LIVENESS_INTERVAL);
-        true
+    /// Whether a spinning call should look at its peers' liveness now, at its periodic
+    /// tick: at most every [`liveness::look_interval`] for the whole endpoint (`looks`).
+    fn liveness_due(&mut self, looks: &mut Looks, detect: Duration) -> bool {
+        let now = self.tick_now.take().unwrap_or_else(Instant::now);
+        looks.due(now, detect)
     }
 
     fn start(&mut self) -> Instant {
@@ -334,7 +331,9 @@ impl Wait {
         let periodic = self.spins % 1024 == 0;
         let still = !periodic || {
             let start = self.start();
-            self.spin_start.get_or_insert(start).elapsed() < spin
+            let now = Instant::now();
+            self.tick_now = Some(now);
+            now.saturating_duration_since(*self.spin_start.get_or_insert(start)) < spin
         };
         (still, periodic)
     }
@@ -348,9 +347,6 @@ impl Wait {
 
 /// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
-
-/// How often a spinning call looks at its peers' liveness (with detection on).
-const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
@@ -393,6 +389,9 @@ pub struct Endpoint {
     committed: Option<usize>,
     /// Posted receives bound to a large tcp message still arriving ([`RecvState::Bound`]).
     bound_recvs: usize,
+    /// The liveness looks: when the next is due, what they cost so far
+    /// ([`Endpoint::detection_stats`]).
+    detection: Looks,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -445,7 +444,16 @@ impl Endpoint {
             engine_polled: false,
             committed: None,
             bound_recvs: 0,
+            detection: Looks::default(),
         }
+    }
+
+    /// How many liveness looks this endpoint has made and how long they took in total:
+    /// the cost of failure detection, measured where it is paid (see
+    /// [`DetectionStats`]). Take a snapshot before and after a stretch of work and
+    /// subtract ([`DetectionStats::since`]).
+    pub fn detection_stats(&self) -> DetectionStats {
+        self.detection.stats()
     }
 
     /// This endpoint's address.
@@ -980,8 +988,12 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() && wait.liveness_due() {
-                self.check_out_alive(idx, what)?;
+            let detect = self.config.detect;
+            if detect.is_some_and(|detect| wait.liveness_due(&mut self.detection, detect)) {
+                let started = Instant::now();
+                let alive = self.check_out_alive(idx, what);
+                self.detection.record(started);
+                alive?;
             }
             wait.check_deadline(what)?;
         }
@@ -996,7 +1008,10 @@ impl Endpoint {
             Some(seen) => {
                 out.ring.wait(seen, SLEEP_SLICE);
                 out.ring.end_wait();
-                self.check_out_alive(idx, what)?;
+                let started = Instant::now();
+                let alive = self.check_out_alive(idx, what);
+                self.detection.record(started);
+                alive?;
                 wait.check_deadline(what)?;
             }
         }
@@ -1336,7 +1351,9 @@ impl Endpoint {
                     let sender_copies = !inb.ring.claim_second_part(seq);
                     // While the sender writes `second` from its side, nothing here touches
                     // it; we only return once it reported completion.
-                    if !sender_copies || !wait_second_part(inb, seq, &self.config)? {
+                    if !sender_copies
+                        || !wait_second_part(inb, seq, &self.config, &mut self.detection)?
+                    {
                         pull(inb.pid, peer, second, addr + split)?;
                     }
                 }
@@ -1401,7 +1418,7 @@ impl Endpoint {
                     wait_on_sender(
                         inb,
                         &mut waited,
-                        (spin, detect),
+                        (spin, detect, &mut self.detection),
                         "in the middle of a message",
                         "waiting for the rest of a message",
                     )?;
@@ -1466,7 +1483,8 @@ impl Endpoint {
         let (spinning, periodic) = wait.spinning(self.config.spin);
         if periodic {
             self.flush_inbound();
-            if self.config.detect.is_some() && wait.liveness_due() {
+            let detect = self.config.detect;
+            if detect.is_some_and(|detect| wait.liveness_due(&mut self.detection, detect)) {
                 self.check_liveness();
             }
             wait.check_deadline(what)?;
@@ -1566,6 +1584,7 @@ impl Endpoint {
             }
         }
         self.check_net_liveness(now);
+        self.detection.record(now);
     }
 
     /// Re-reads the ring headers while idle: a scribbled ring becomes an error on its
@@ -1711,7 +1730,12 @@ fn pull(pid: libc::pid_t, peer: Addr, dst: &mut [u8], addr: u64) -> Result<()> {
 
 /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
 /// reported failure (the caller then copies the part itself).
-fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool> {
+fn wait_second_part(
+    inb: &mut Inbound,
+    seq: u64,
+    config: &Config,
+    detection: &mut Looks,
+) -> Result<bool> {
     let mut wait = Wait::new(config);
     loop {
         if let Some(ok) = inb.ring.second_part_done(seq) {
@@ -1720,7 +1744,7 @@ fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool
         wait_on_sender(
             inb,
             &mut wait,
-            (config.spin, config.detect),
+            (config.spin, config.detect, &mut *detection),
             "while it copied part of a large message",
             "waiting for the sender's part of a large message",
         )?;
@@ -1733,26 +1757,31 @@ fn wait_second_part(inb: &mut Inbound, seq: u64, config: &Config) -> Result<bool
 fn wait_on_sender(
     inb: &mut Inbound,
     wait: &mut Wait,
-    (spin, detect): (Duration, Option<Duration>),
+    (spin, detect, detection): (Duration, Option<Duration>, &mut Looks),
     during: &'static str,
     what: &'static str,
 ) -> Result<()> {
     let (_, periodic) = wait.spinning(spin);
     if periodic {
         let due = match detect {
-            Some(_) => wait.liveness_due(),
+            Some(detect) => wait.liveness_due(detection, detect),
             // With detection off, death is still noticed once the spin budget is spent.
             None => wait.start().elapsed() > spin,
         };
-        if due && sys::pidfd_exited(&inb.pidfd) {
+        let started = due.then(Instant::now);
+        let exited = due && sys::pidfd_exited(&inb.pidfd);
+        let stopped = (due && !exited)
+            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
+            .flatten();
+        if let Some(started) = started {
+            detection.record(started);
+        }
+        if exited {
             return Err(Error::PeerDead {
                 peer: inb.peer,
                 during,
             });
         }
-        let stopped = due
-            .then(|| detect.and_then(|d| inb.freeze.stopped(inb.pid, d, Instant::now())))
-            .flatten();
         if let Some(ms) = stopped {
             return Err(Error::PeerStopped {
                 peer: inb.peer,

@@ -622,6 +622,7 @@ impl Endpoint {
                 });
                 push_tcp_readable(&self.net_in, &mut self.pollfds);
                 let process = &mut out.process;
+                let detection = &mut self.detection;
                 let mut stopped = None;
                 let waited = wait_fds(
                     &mut self.pollfds,
@@ -630,7 +631,7 @@ impl Endpoint {
                     spin,
                     what,
                     || {
-                        stopped = stopped_for(process, detect);
+                        stopped = stopped_for(process, detect, detection);
                         stopped.is_none()
                     },
                 );
@@ -1330,10 +1331,23 @@ pub(crate) enum DgramTake {
 }
 
 /// How long a watched peer process has been stopped, once that counts (see
-/// [`PeerProcess::stopped`]); None without a process or with detection off.
-fn stopped_for(process: &mut Option<PeerProcess>, detect: Option<Duration>) -> Option<u64> {
+/// [`PeerProcess::stopped`]); None without a process or with detection off. Looks at
+/// most as often as the endpoint's other looks ([`super::liveness::Looks::due`]) and
+/// counts the look in `detection`.
+fn stopped_for(
+    process: &mut Option<PeerProcess>,
+    detect: Option<Duration>,
+    detection: &mut super::liveness::Looks,
+) -> Option<u64> {
     let detect = detect?;
-    process.as_mut()?.stopped(detect, Instant::now())
+    let process = process.as_mut()?;
+    let now = Instant::now();
+    if !detection.due(now, detect) {
+        return None;
+    }
+    let stopped = process.stopped(detect, now);
+    detection.record(now);
+    stopped
 }
 
 /// Adds the tcp streams worth waking up for (open, not stalled by read-ahead) to `fds`.
