@@ -91,6 +91,10 @@ pub(crate) struct EndpointShared {
     /// Inbound network connections accepted but not yet adopted.
     pub(crate) incoming_net: Mutex<Vec<NetInbound>>,
     pub(crate) has_incoming: AtomicBool,
+    /// Peers this endpoint opened (or is opening) a tcp connection to: a crossed connect
+    /// from one of them is refused with `Busy` when this endpoint's address is the lower
+    /// (see [`EndpointShared::crossed`]).
+    pub(crate) tcp_initiated: Mutex<Vec<Addr>>,
     bell_memfd: OwnedFd,
     bell_eventfd: OwnedFd,
     own_bell: RemoteDoorbell,
@@ -137,6 +141,28 @@ impl EndpointShared {
             .push(inbound);
         self.has_incoming.store(true, Ordering::Release);
         self.own_bell.ring();
+    }
+
+    /// Records (`on`) or forgets that this endpoint opens a tcp connection to `peer`.
+    pub(crate) fn set_tcp_initiated(&self, peer: Addr, on: bool) {
+        let mut peers = self.tcp_initiated.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|&p| p != peer);
+        if on {
+            peers.push(peer);
+        }
+    }
+
+    /// Whether a tcp connection from `peer` to this endpoint (`local`) crosses one this
+    /// endpoint opened to `peer`: both sides connected at once. One connection carries both
+    /// directions, so the one opened by the lower address stays and the other is refused
+    /// (`Busy`); the refused side then uses the one it accepted.
+    pub(crate) fn crossed(&self, local: Addr, peer: Addr) -> bool {
+        local < peer
+            && self
+                .tcp_initiated
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&peer)
     }
 }
 
@@ -594,6 +620,7 @@ impl Context {
             incoming: Mutex::new(Vec::new()),
             incoming_net: Mutex::new(Vec::new()),
             has_incoming: AtomicBool::new(false),
+            tcp_initiated: Mutex::new(Vec::new()),
             bell_memfd,
             bell_eventfd,
             own_bell,

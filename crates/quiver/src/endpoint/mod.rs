@@ -478,7 +478,11 @@ impl Endpoint {
             engine.poll_io(&self.ctx);
             self.adopt_new_inbound();
         }
-        shm + self.net_in.iter().filter(|i| i.is_live()).count()
+        shm + self
+            .net_in
+            .iter_mut()
+            .map(|i| usize::from(i.is_live()))
+            .sum::<usize>()
     }
 
     /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up

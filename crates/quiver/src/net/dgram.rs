@@ -49,6 +49,9 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
+/// Why `connect` retries when the peer refused a crossed connect with `Busy`.
+const CROSSED: &str =
+    "retry:the peer is connecting to us at the same time (its connection is used)";
 /// Smallest retransmission timeout of a connection over a real network or striped over
 /// several links (a path that times out a few times in a row goes down: about 70 ms with
 /// backoff).
@@ -225,6 +228,9 @@ struct Entry {
     status: Status,
     /// The endpoint gave the connection up; drop it once it is closed or failed.
     abandoned: bool,
+    /// A message from the peer was seen (for a connection this side opened: the peer
+    /// sends on it too).
+    peer_sent: bool,
 }
 
 #[derive(Debug)]
@@ -327,6 +333,14 @@ pub struct LinkStats {
     pub smoothed_rtt_ns: u64,
     /// See `window_bytes`.
     pub min_rtt_ns: u64,
+}
+
+/// How [`DgramShared::connect`] ended.
+pub(crate) enum Connected<T> {
+    /// A new connection (its id).
+    New(u64),
+    /// The peer's own connection to us, found by the `reuse` hook: it carries both ways.
+    Reused(T),
 }
 
 /// The engine as the context shares it with its endpoints.
@@ -515,14 +529,20 @@ impl DgramShared {
     }
 
     /// Opens a connection from `src` to `dst` at `to` and waits for its handshake.
-    pub(crate) fn connect(
+    ///
+    /// One connection carries both directions of an endpoint pair: before every attempt
+    /// `reuse` looks for a connection the peer opened to us, which is then used instead. A
+    /// peer connecting to us at the same moment with the lower address refuses our attempt
+    /// with `Busy` (see `Engine::accept`); its connection arrives and `reuse` finds it.
+    pub(crate) fn connect<T>(
         &self,
         ctx: &ContextShared,
         src: Addr,
         dst: Addr,
         to: SocketAddr,
         deadline: Instant,
-    ) -> Result<u64> {
+        mut reuse: impl FnMut() -> Option<T>,
+    ) -> Result<Connected<T>> {
         let request = ConnectRequest {
             job_id: self.job_id,
             src_rank: src.rank,
@@ -530,6 +550,9 @@ impl DgramShared {
             dst_port: dst.port,
         };
         loop {
+            if let Some(found) = reuse() {
+                return Ok(Connected::Reused(found));
+            }
             let id = {
                 let mut engine = self.lock();
                 let id = engine.fresh_id();
@@ -556,6 +579,7 @@ impl DgramShared {
                         inbound: false,
                         status: Status::Connecting,
                         abandoned: false,
+                        peer_sent: false,
                     },
                 );
                 engine.flush(id);
@@ -568,7 +592,7 @@ impl DgramShared {
                     engine.conns.get(&id).map(|e| e.status.clone())
                 };
                 match status {
-                    Some(Status::Open) => return Ok(id),
+                    Some(Status::Open) => return Ok(Connected::New(id)),
                     Some(Status::Connecting) => {}
                     Some(Status::Failed(why)) if why.starts_with(RETRY) => break why,
                     Some(Status::Failed(why)) => {
@@ -615,7 +639,9 @@ impl DgramShared {
                     reason: format!("{} ({} {to})", &retry_why[RETRY.len()..], self.kind),
                 });
             }
-            std::thread::sleep(Duration::from_millis(5));
+            // A crossed connect: the peer's connection is on its way.
+            let pause = if retry_why == CROSSED { 1 } else { 5 };
+            std::thread::sleep(Duration::from_millis(pause));
         }
     }
 
@@ -691,6 +717,11 @@ impl DgramShared {
         })
     }
 
+    /// Whether the peer has sent a message on connection `id` (one it did not open).
+    pub(crate) fn peer_sent(&self, id: u64) -> bool {
+        self.lock().conns.get(&id).is_some_and(|e| e.peer_sent)
+    }
+
     /// Whether connection `id` has the start of a message to read.
     pub(crate) fn readable(&self, id: u64) -> bool {
         let engine = self.lock();
@@ -722,6 +753,7 @@ impl DgramShared {
                 _ => Ok(None),
             };
         };
+        entry.peer_sent = true;
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
@@ -1101,8 +1133,21 @@ impl Engine {
         let open = ctx.is_some_and(|c| {
             request.src_rank < c.size && c.endpoint_shared(request.dst_port).is_some()
         });
+        // Both ends connecting at the same moment: one connection carries both directions,
+        // the one the lower address opened; the other end uses it once it arrives there.
+        let peer = Addr::new(request.src_rank, request.src_port);
+        let crossed = ctx.is_some_and(|c| Addr::new(c.rank, request.dst_port) < peer)
+            && self.conns.values().any(|e| {
+                !e.inbound
+                    && !e.abandoned
+                    && e.local_port == request.dst_port
+                    && e.peer == peer
+                    && matches!(e.status, Status::Connecting | Status::Open)
+            });
         if !open {
             core.reject(RejectReason::NoSuchEndpoint);
+        } else if crossed {
+            core.reject(RejectReason::Busy);
         }
         self.hellos.insert((request.src_rank, their_id), id);
         self.conns.insert(
@@ -1115,7 +1160,8 @@ impl Engine {
                 peer: Addr::new(request.src_rank, request.src_port),
                 inbound: true,
                 status: Status::Connecting,
-                abandoned: !open,
+                abandoned: !open || crossed,
+                peer_sent: false,
             },
         );
         Some(id)
@@ -1170,7 +1216,7 @@ impl Engine {
                         FailReason::Rejected(RejectReason::NoSuchEndpoint) => {
                             format!("{RETRY}the endpoint is not open")
                         }
-                        FailReason::Rejected(r) => format!("refused: {r:?}"),
+                        FailReason::Rejected(RejectReason::Busy) => CROSSED.into(),
                         FailReason::Handshake(e) => {
                             let why = crate::context::describe_handshake_error(e);
                             if entry.inbound {
