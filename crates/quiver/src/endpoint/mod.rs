@@ -388,6 +388,9 @@ pub struct Endpoint {
     next_net_in: usize,
     /// A receive polled the datagram engine since the last `progress`.
     engine_polled: bool,
+    /// The engine's news count at which no datagram edge had anything to take (see
+    /// `remote.rs`, `poll_net`).
+    dgram_seen: Option<u64>,
     /// The tcp edge whose large message the blocking `recv` in progress is reading
     /// straight into its buffer (only ever set inside `recv`; see `remote.rs`).
     committed: Option<usize>,
@@ -443,6 +446,7 @@ impl Endpoint {
             net_in: Vec::new(),
             next_net_in: 0,
             engine_polled: false,
+            dgram_seen: None,
             committed: None,
             bound_recvs: 0,
         }

@@ -824,6 +824,8 @@ impl Endpoint {
 
     /// Adopts a network edge the context accepted for this endpoint.
     pub(super) fn adopt_net(&mut self, inbound: NetInbound) {
+        // A new edge may have messages already.
+        self.dgram_seen = None;
         match inbound {
             NetInbound::Tcp { peer, stream, pid } => self.net_in.push(NetIn {
                 peer,
@@ -855,33 +857,47 @@ impl Endpoint {
         dest: &mut Dest<'_>,
         wait: bool,
     ) -> Result<Option<(usize, Addr)>> {
+        let mut news = None;
         if let Some(engine) = &self.ctx.dgram {
-            engine.poll_io(&self.ctx);
+            news = Some(engine.poll_io(&self.ctx));
             self.engine_polled = true;
         }
         if let Some(i) = self.committed {
             let got = self.poll_net_in(i, dest, wait)?;
             return Ok(got.map(|len| (len, self.net_in[i].peer)));
         }
+        // Open datagram edges that had nothing at this news count have nothing now.
+        let skip_dgram = news.is_some() && self.dgram_seen == news;
         let n = self.net_in.len();
         for k in 0..n {
             let mut i = self.next_net_in + k;
             if i >= n {
                 i -= n;
             }
-            if self.net_in[i].state == InboundState::Done {
+            let inb = &self.net_in[i];
+            if inb.state == InboundState::Done
+                || (skip_dgram
+                    && inb.state == InboundState::Open
+                    && matches!(inb.link, InLink::Dgram(_)))
+            {
                 continue;
             }
-            if let Some(len) = self.poll_net_in(i, dest, wait)? {
+            let got = self.poll_net_in(i, dest, wait);
+            if !matches!(got, Ok(None)) {
+                self.dgram_seen = None;
+            }
+            if let Some(len) = got? {
                 self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
                 return Ok(Some((len, self.net_in[i].peer)));
             }
             if let Dest::Posted { bound: true, .. } = dest {
                 // The posted receive took a large message that is still arriving.
                 self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
+                self.dgram_seen = None;
                 return Ok(None);
             }
         }
+        self.dgram_seen = news;
         Ok(None)
     }
 
@@ -896,12 +912,12 @@ impl Endpoint {
                 if let Some(err) = self.net_in[i].report_broken() {
                     return Err(err);
                 }
-                let engine = self
-                    .ctx
+                let ctx = &self.ctx;
+                let engine = ctx
                     .dgram
-                    .clone()
+                    .as_deref()
                     .expect("dgram connections need the engine");
-                let taken = engine.take(&self.ctx, id, dest, wait, &self.config);
+                let taken = engine.take(ctx, id, dest, wait, &self.config);
                 let inb = &mut self.net_in[i];
                 if !inb.active && !matches!(taken, Ok(None) | Err(DgramTake::Closed)) {
                     // Delivered, or an error: does it concern what the peer sent us?

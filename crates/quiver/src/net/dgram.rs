@@ -113,6 +113,14 @@ impl UdpIo {
             Some(connected) => connected,
             None => socket,
         };
+        // One small datagram (the latency path): sent without filling the gathering array.
+        if let [TxEntry::Copied { offset, len }] = tx_out[..] {
+            send_batch_fully(
+                socket,
+                &[OutDatagram::new(to, &[], &tx[offset..offset + len])],
+            );
+            return;
+        }
         let gso = socket.gso_supported();
         // Gathered in a fixed array and sent SEND_CHUNK at a time: nothing is allocated.
         let mut slots = [OutDatagram::new(to, &[], &[]); SEND_CHUNK];
@@ -320,6 +328,9 @@ struct Engine {
     rx: Box<[u8]>,
     /// Earliest protocol timer over all connections (recomputed by each poll).
     next_timer: Option<Nanos>,
+    /// Counts polls that fed or timed out a connection (news for receivers: a receiver that
+    /// found nothing on its connections at one count need not look again at the same).
+    news: u64,
     /// A connection's timers may have moved since `next_timer` was computed (something was
     /// sent, read or closed): the next poll looks at every connection again. Polls that
     /// find nothing to do skip the timer scan otherwise.
@@ -549,6 +560,7 @@ impl DgramShared {
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
                 timers_dirty: false,
+                news: 0,
                 retired: DatagramStats::default(),
                 deferred: Vec::new(),
                 touched: Vec::new(),
@@ -760,10 +772,12 @@ impl DgramShared {
     }
 
     /// Receives what arrived, runs due timers, sends what the protocol produced, and hands
-    /// newly accepted connections to their endpoints.
-    pub(crate) fn poll_io(&self, ctx: &ContextShared) {
+    /// newly accepted connections to their endpoints. Returns the engine's news count:
+    /// while it stays the same, no connection received anything or changed its state.
+    pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
         let mut engine = self.lock();
         engine.poll(Some(ctx), self);
+        engine.news
     }
 
     /// Whether connection `id` could take `len` more bytes as a new message right now.
@@ -1217,6 +1231,9 @@ impl Engine {
             self.drain_senders(id, now, ctx, shared, &mut touched);
         }
         self.timed_out = timed_out;
+        if !touched.is_empty() {
+            self.news += 1;
+        }
         touched.sort_unstable();
         touched.dedup();
         for &id in &touched {
