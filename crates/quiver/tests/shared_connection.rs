@@ -130,7 +130,17 @@ fn ping_pong(transport: TransportKind, crossed: bool) {
                 }
                 if transport == TransportKind::Tcp {
                     let ports: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
-                    assert_eq!(established_ends(&ports), 2, "one tcp stream for the pair");
+                    let ends = established_ends(&ports);
+                    assert_eq!(
+                        ends,
+                        2,
+                        "one tcp stream for the pair; {:?}",
+                        std::fs::read_to_string("/proc/net/tcp")
+                            .unwrap()
+                            .lines()
+                            .filter(|l| ports.iter().any(|p| l.contains(&format!(":{p:04X} "))))
+                            .collect::<Vec<_>>()
+                    );
                 }
                 barrier.wait();
                 let stats = ctx.stats();
@@ -139,13 +149,12 @@ fn ping_pong(transport: TransportKind, crossed: bool) {
                 assert_eq!(stats.connections_accepted, 1, "rank {rank}");
                 assert_eq!(stats.connections_refused, 0, "rank {rank}");
                 if let Some(datagrams) = stats.datagram {
-                    // Each message one datagram, acks riding on the answers (plus the
-                    // handshake and a few timer-driven acks); two connections would cost
-                    // about 1.5 per message.
-                    let limit = u64::from(ROUND_TRIPS) * 6 / 5 + 40;
-                    assert!(
-                        datagrams.datagrams_sent <= limit,
-                        "rank {rank}: {} datagrams for {ROUND_TRIPS} messages",
+                    // One connection: each message is one datagram with the ack of the
+                    // previous one riding on it (two connections cost 1.5 per message; the
+                    // count itself depends on timing, so it is only printed).
+                    assert_eq!(datagrams.connections, 1, "rank {rank}");
+                    println!(
+                        "{transport:?} rank {rank}: {} datagrams sent for {ROUND_TRIPS} messages",
                         datagrams.datagrams_sent
                     );
                 }

@@ -434,10 +434,18 @@ impl Endpoint {
         let staging = self.config.tcp_staging_bytes;
         let (link, pid, reverse) = match kind {
             TransportKind::Tcp => {
-                self.shared.set_tcp_initiated(peer, true);
                 let connected =
                     crate::net::tcp::connect(&ctx, self.addr, peer, to, deadline, || {
-                        self.reusable_inbound(kind, peer)
+                        if let Some(i) = self.reusable_inbound(kind, peer) {
+                            return Ok(Some(i));
+                        }
+                        // Recorded (for crossed connects) together with the check that
+                        // our listener is not accepting the peer's connection right now.
+                        if !self.shared.claim_tcp_connect(peer) {
+                            return Err(format!("accepting a connection from {peer} (to be used)"));
+                        }
+                        // An accept that ended just before the claim has been handed over.
+                        Ok(self.reusable_inbound(kind, peer))
                     });
                 let new = match connected {
                     Ok(crate::net::tcp::Connected::New(stream, pid)) => stream
@@ -445,13 +453,15 @@ impl Endpoint {
                         .map(|reverse| (stream, pid, reverse))
                         .map_err(|e| Error::io("duplicating a tcp stream", e)),
                     Ok(crate::net::tcp::Connected::Reused(i)) => {
-                        self.shared.set_tcp_initiated(peer, false);
+                        self.shared.release_tcp_connect(peer);
                         return self.send_on_inbound(i);
                     }
                     Err(e) => Err(e),
                 };
+                // Stays recorded while the connection lives (a crossed connect may reach our
+                // listener after ours completed).
                 let (stream, pid, reverse) = new.inspect_err(|_| {
-                    self.shared.set_tcp_initiated(peer, false);
+                    self.shared.release_tcp_connect(peer);
                 })?;
                 (
                     OutLink::Tcp(stream),
@@ -573,7 +583,7 @@ impl Endpoint {
         if out.failure.is_none() {
             tracing::warn!(endpoint = %self.addr, %peer, transport = out.kind.name(), failure = ?failure, during, "connection failed");
             if out.kind == TransportKind::Tcp {
-                self.shared.set_tcp_initiated(peer, false);
+                self.shared.release_tcp_connect(peer);
             }
             out.failure = Some(failure.clone());
             while let Some(q) = out.queue.pop_front() {
@@ -965,6 +975,11 @@ impl Endpoint {
                 Err(e)
             }
         };
+        let inb = &self.net_in[i];
+        if inb.reverse && inb.kind == TransportKind::Tcp && inb.state == InboundState::Done {
+            // Our connection to the peer ended: a new one from the peer is no crossing.
+            self.shared.release_tcp_connect(inb.peer);
+        }
         if self.committed == Some(i) && self.net_in[i].state == InboundState::Done {
             self.committed = None;
         }

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -377,6 +378,9 @@ pub struct DatagramStats {
     pub paths_down: u64,
     /// Times such a link came back.
     pub paths_rejoined: u64,
+    /// Connections open now (not given up by their endpoint): one per pair of endpoints
+    /// that talk, whichever side connected first.
+    pub connections: u64,
 }
 
 impl DatagramStats {
@@ -609,8 +613,10 @@ impl DgramShared {
     pub(crate) fn stats(&self) -> DatagramStats {
         let engine = self.lock();
         let mut total = engine.retired;
+        total.connections = 0;
         for e in engine.conns.values() {
             total.add(e.core.stats());
+            total.connections += u64::from(!e.abandoned);
         }
         total
     }
@@ -671,6 +677,32 @@ impl DgramShared {
             }
             let id = {
                 let mut engine = self.lock();
+                // The peer's connection to this endpoint is being accepted (or was just
+                // handed over): wait for it and use it rather than open a second one.
+                let accepting = engine.conns.values().any(|e| {
+                    e.inbound
+                        && !e.abandoned
+                        && e.local_port == src.port
+                        && e.peer == dst
+                        && e.status == Status::Connecting
+                }) || ctx
+                    .endpoint_shared(src.port)
+                    .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
+                if accepting {
+                    drop(engine);
+                    if Instant::now() >= deadline {
+                        return Err(Error::Refused {
+                            peer: dst,
+                            reason: format!(
+                                "its connection to us was still being accepted at the connect \
+                                 timeout ({} {to})",
+                                self.kind
+                            ),
+                        });
+                    }
+                    self.sleep(Duration::from_millis(1));
+                    continue;
+                }
                 let id = engine.fresh_id();
                 let now = engine.now();
                 let paths = engine.peer_paths(dst.rank, to);
@@ -1324,7 +1356,7 @@ impl Engine {
                     && !e.abandoned
                     && e.local_port == request.dst_port
                     && e.peer == peer
-                    && matches!(e.status, Status::Connecting | Status::Open)
+                    && e.status == Status::Connecting
             });
         if !open {
             core.reject(RejectReason::NoSuchEndpoint);

@@ -71,8 +71,8 @@ fn read_message(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 enum Responded {
     /// The stream was handed to its endpoint.
     Accepted,
-    /// A crossed connect (see [`crate::context::EndpointShared::crossed`]): refused with
-    /// `Busy`, the peer uses the connection this endpoint opened to it.
+    /// A crossed connect (see [`crate::context::EndpointShared::begin_tcp_accept`]):
+    /// refused with `Busy`, the peer uses the connection this endpoint opened to it.
     Crossed,
 }
 
@@ -116,30 +116,35 @@ fn respond(
         ));
     };
     let peer = Addr::new(request.src_rank, request.src_port);
-    if endpoint.crossed(Addr::new(shared.rank, request.dst_port), peer) {
+    if !endpoint.begin_tcp_accept(Addr::new(shared.rank, request.dst_port), peer) {
         hs.reject(RejectReason::Busy).map_err(|e| e.to_string())?;
         let _ = flush(&mut hs, &mut out, &mut stream);
         tracing::debug!(%peer, "crossed tcp connect: the peer uses ours");
         return Ok(Responded::Crossed);
     }
-    hs.accept(&crate::endpoint::identity_params())
-        .map_err(|e| e.to_string())?;
-    flush(&mut hs, &mut out, &mut stream)?;
-    let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
-    let pid = match hs.handle_proof(&buf[..n]) {
-        Ok(params) => crate::endpoint::local_peer_pid(params),
-        Err(e) => {
-            let _ = flush(&mut hs, &mut out, &mut stream);
-            return Err(format!("rank {}: {e}", request.src_rank));
-        }
-    };
-    flush(&mut hs, &mut out, &mut stream)?;
-    stream
-        .set_nonblocking(true)
-        .map_err(|e| format!("configuring the stream: {e}"))?;
-    tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
-    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
-    Ok(Responded::Accepted)
+    // Until the stream is handed over (or this fails), a connect to `peer` waits for it.
+    let accepted = (|| {
+        hs.accept(&crate::endpoint::identity_params())
+            .map_err(|e| e.to_string())?;
+        flush(&mut hs, &mut out, &mut stream)?;
+        let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
+        let pid = match hs.handle_proof(&buf[..n]) {
+            Ok(params) => crate::endpoint::local_peer_pid(params),
+            Err(e) => {
+                let _ = flush(&mut hs, &mut out, &mut stream);
+                return Err(format!("rank {}: {e}", request.src_rank));
+            }
+        };
+        flush(&mut hs, &mut out, &mut stream)?;
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| format!("configuring the stream: {e}"))?;
+        tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
+        endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
+        Ok(Responded::Accepted)
+    })();
+    endpoint.end_tcp_accept(peer);
+    accepted
 }
 
 /// How [`connect`] ended.
@@ -155,20 +160,21 @@ pub(crate) enum Connected<T> {
 /// when the peer runs on this node, its pid.
 ///
 /// One stream carries both directions of an endpoint pair. Before every attempt `reuse`
-/// looks for a connection the peer opened to us; if there is one, it is used instead. A
-/// peer that is connecting to us at the same moment and has the lower address refuses our
-/// attempt with `Busy` (see [`crate::context::EndpointShared::crossed`]); its connection
-/// then arrives here and `reuse` finds it.
+/// looks for a connection the peer opened to us: `Ok(Some)` uses it instead, `Err(why)`
+/// waits (our listener is accepting one from the peer right now) and asks again. A peer
+/// that is connecting to us at the same moment and has the lower address refuses our
+/// attempt with `Busy` (see [`crate::context::EndpointShared::begin_tcp_accept`]); its
+/// connection then arrives here and `reuse` finds it.
 pub(crate) fn connect<T>(
     shared: &ContextShared,
     src: Addr,
     dst: Addr,
     to: SocketAddr,
     deadline: Instant,
-    mut reuse: impl FnMut() -> Option<T>,
+    mut reuse: impl FnMut() -> std::result::Result<Option<T>, String>,
 ) -> Result<Connected<T>> {
     retry_until(dst, deadline, &format!("tcp {to}"), || {
-        if let Some(found) = reuse() {
+        if let Some(found) = reuse().map_err(Attempt::Retry)? {
             return Ok(Connected::Reused(found));
         }
         let (stream, pid) = try_connect(shared, src, dst, to)?;
