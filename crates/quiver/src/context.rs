@@ -91,6 +91,9 @@ pub(crate) struct EndpointShared {
     /// Inbound network connections accepted but not yet adopted.
     pub(crate) incoming_net: Mutex<Vec<NetInbound>>,
     pub(crate) has_incoming: AtomicBool,
+    /// Who is opening a tcp connection to whom, to resolve crossed connects (see
+    /// [`EndpointShared::begin_tcp_accept`]).
+    pub(crate) tcp_peers: Mutex<TcpPeers>,
     bell_memfd: OwnedFd,
     bell_eventfd: OwnedFd,
     own_bell: RemoteDoorbell,
@@ -138,6 +141,62 @@ impl EndpointShared {
         self.has_incoming.store(true, Ordering::Release);
         self.own_bell.ring();
     }
+
+    fn tcp_peers(&self) -> std::sync::MutexGuard<'_, TcpPeers> {
+        self.tcp_peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The endpoint is about to open a tcp connection to `peer`: true (and recorded) unless
+    /// the listener is accepting one from `peer` right now, which the endpoint should wait
+    /// for and use instead.
+    pub(crate) fn claim_tcp_connect(&self, peer: Addr) -> bool {
+        let mut peers = self.tcp_peers();
+        if peers.accepting.contains(&peer) {
+            return false;
+        }
+        if !peers.initiated.contains(&peer) {
+            peers.initiated.push(peer);
+        }
+        true
+    }
+
+    /// The endpoint's tcp connect to `peer` ended (connected, or failed).
+    pub(crate) fn release_tcp_connect(&self, peer: Addr) {
+        self.tcp_peers().initiated.retain(|&p| p != peer);
+    }
+
+    /// The listener starts accepting a tcp connection from `peer` to this endpoint
+    /// (`local`). False when it crosses one this endpoint is opening to `peer` (both sides
+    /// connect at once) and `local` is the lower address: one connection carries both
+    /// directions, so the one the lower address opened stays and this one is refused
+    /// (`Busy`); the refused side then uses the one it accepted. Otherwise the accept is
+    /// recorded until [`EndpointShared::end_tcp_accept`], and a connect of this endpoint to
+    /// `peer` meanwhile waits for it.
+    pub(crate) fn begin_tcp_accept(&self, local: Addr, peer: Addr) -> bool {
+        let mut peers = self.tcp_peers();
+        if local < peer && peers.initiated.contains(&peer) {
+            return false;
+        }
+        peers.accepting.push(peer);
+        true
+    }
+
+    /// The accept of [`EndpointShared::begin_tcp_accept`] ended (handed over or failed).
+    pub(crate) fn end_tcp_accept(&self, peer: Addr) {
+        let mut peers = self.tcp_peers();
+        if let Some(i) = peers.accepting.iter().position(|&p| p == peer) {
+            peers.accepting.swap_remove(i);
+        }
+    }
+}
+
+/// Peers an endpoint is opening tcp connections to, and peers its listener is accepting
+/// one from: how crossed connects are resolved (a few entries: one per connect in
+/// progress).
+#[derive(Debug, Default)]
+pub(crate) struct TcpPeers {
+    initiated: Vec<Addr>,
+    accepting: Vec<Addr>,
 }
 
 /// A freshly established outbound edge.
@@ -594,6 +653,7 @@ impl Context {
             incoming: Mutex::new(Vec::new()),
             incoming_net: Mutex::new(Vec::new()),
             has_incoming: AtomicBool::new(false),
+            tcp_peers: Mutex::new(TcpPeers::default()),
             bell_memfd,
             bell_eventfd,
             own_bell,

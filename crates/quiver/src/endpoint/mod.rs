@@ -384,6 +384,9 @@ pub struct Endpoint {
     next_net_in: usize,
     /// A receive polled the datagram engine since the last `progress`.
     engine_polled: bool,
+    /// The engine's news count at which no datagram edge had anything to take (see
+    /// `remote.rs`, `poll_net`).
+    dgram_seen: Option<u64>,
     /// The tcp edge whose large message the blocking `recv` in progress is reading
     /// straight into its buffer (only ever set inside `recv`; see `remote.rs`).
     committed: Option<usize>,
@@ -442,6 +445,7 @@ impl Endpoint {
             net_in: Vec::new(),
             next_net_in: 0,
             engine_polled: false,
+            dgram_seen: None,
             committed: None,
             bound_recvs: 0,
             detection: Looks::default(),
@@ -486,7 +490,11 @@ impl Endpoint {
             engine.poll_io(&self.ctx);
             self.adopt_new_inbound();
         }
-        shm + self.net_in.iter().filter(|i| i.is_live()).count()
+        shm + self
+            .net_in
+            .iter_mut()
+            .map(|i| usize::from(i.is_live()))
+            .sum::<usize>()
     }
 
     /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up

@@ -3,6 +3,18 @@
 //!
 //! Connections handed out for the network carry [`NET_BIT`] in their index. Every public
 //! operation of [`Endpoint`] dispatches on it; this module implements the network half.
+//!
+//! One network connection (a tcp stream, a reliable datagram connection) carries both
+//! directions of an endpoint pair, so that acknowledgements ride on the answers instead of
+//! costing a segment or datagram of their own (docs/PERFORMANCE.md, issue 3):
+//! - `connect` first looks for a connection the peer opened to this endpoint and, if there
+//!   is one, sends on it ([`NetIn::carries_out`]);
+//! - a connection this endpoint opens gets a *reverse* inbound edge at once
+//!   ([`NetIn::reverse`]): it stays silent (no errors, not counted by `inbound_count`)
+//!   until the peer sends on it, and counts as an accepted connection from then on;
+//! - when both ends connect at the same moment, the end with the lower address refuses the
+//!   other's attempt with `Busy` (tcp: the listener, `EndpointShared::crossed`; datagrams:
+//!   the engine), and the refused end uses the connection it accepted.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -67,6 +79,8 @@ pub(super) struct TcpIn {
     held_bytes: usize,
     /// Read-ahead stopped here for want of budget: not worth waking up for.
     stalled: bool,
+    /// Some bytes arrived (a reverse edge becomes active).
+    received_any: bool,
 }
 
 /// A large tcp message (more than the staging buffer) being read over several calls.
@@ -108,14 +122,36 @@ pub(super) struct NetIn {
     state: InboundState,
     /// The peer's process, when it runs on this node (tcp): watched for a freeze.
     process: Option<PeerProcess>,
+    /// The edge rides on a connection this endpoint opened: the peer's answers to it.
+    reverse: bool,
+    /// The peer has sent on the edge (always true for an accepted edge). A reverse edge
+    /// that has not is silent: its errors are the outbound edge's, reported there.
+    active: bool,
+    /// This endpoint's outbound edge to the peer rides on this (accepted) connection.
+    carries_out: bool,
 }
 
 impl NetIn {
+    /// Whether the edge is a reverse edge the peer has not used (yet): its failure or
+    /// close ends it without a report. Notices a tcp stream's first bytes.
+    fn silent(&mut self) -> bool {
+        if !self.active {
+            if let InLink::Tcp(tcp) = &self.link {
+                self.active = tcp.received_any;
+            }
+        }
+        !self.active
+    }
+
     /// A broken edge's error, once (the edge is done afterwards).
     fn report_broken(&mut self) -> Option<Error> {
         let InboundState::Broken(detail) = &self.state else {
             return None;
         };
+        if !self.active {
+            self.finish();
+            return None;
+        }
         let err = Error::Unreachable {
             peer: self.peer,
             transport: self.kind.name(),
@@ -130,6 +166,10 @@ impl NetIn {
         let InboundState::Stopped(stopped_ms) = self.state else {
             return None;
         };
+        if !self.active {
+            self.finish();
+            return None;
+        }
         let during = match self.tcp() {
             Some(tcp) if tcp.partial.is_some() => "in the middle of a message",
             _ => "while receiving",
@@ -174,9 +214,10 @@ impl NetIn {
         )
     }
 
-    /// Whether the edge still delivers (or has an error to report).
-    pub(super) fn is_live(&self) -> bool {
-        self.state != InboundState::Done
+    /// Whether the edge still delivers (or has an error to report); a reverse edge only
+    /// once the peer has sent on it.
+    pub(super) fn is_live(&mut self) -> bool {
+        self.state != InboundState::Done && !self.silent()
     }
 }
 
@@ -332,6 +373,7 @@ impl TcpIn {
             partial: None,
             held_bytes: 0,
             stalled: false,
+            received_any: false,
         }
     }
 
@@ -366,6 +408,7 @@ impl TcpIn {
         match read_some(&mut self.stream, &mut self.buf[self.end..])? {
             Some(n) => {
                 self.end += n;
+                self.received_any = true;
                 Ok(true)
             }
             None => Ok(false),
@@ -381,24 +424,125 @@ impl Endpoint {
 
     /// Opens a network connection of `kind` to `peer`.
     pub(super) fn connect_net(&mut self, kind: TransportKind, peer: Addr) -> Result<Connection> {
+        // The peer's own connection to us carries our edge too, when there is one.
+        if let Some(i) = self.reusable_inbound(kind, peer) {
+            return self.send_on_inbound(i);
+        }
         let to = self.ctx.addrs[peer.rank as usize];
         let deadline = Instant::now() + self.config.connect_timeout;
-        let (link, process) = match kind {
+        let ctx = self.ctx.clone();
+        let staging = self.config.tcp_staging_bytes;
+        let (link, pid, reverse) = match kind {
             TransportKind::Tcp => {
-                let (stream, pid) =
-                    crate::net::tcp::connect(&self.ctx, self.addr, peer, to, deadline)?;
-                (OutLink::Tcp(stream), pid.and_then(PeerProcess::open))
+                let connected =
+                    crate::net::tcp::connect(&ctx, self.addr, peer, to, deadline, || {
+                        if let Some(i) = self.reusable_inbound(kind, peer) {
+                            return Ok(Some(i));
+                        }
+                        // Recorded (for crossed connects) together with the check that
+                        // our listener is not accepting the peer's connection right now.
+                        if !self.shared.claim_tcp_connect(peer) {
+                            return Err(format!("accepting a connection from {peer} (to be used)"));
+                        }
+                        // An accept that ended just before the claim has been handed over.
+                        Ok(self.reusable_inbound(kind, peer))
+                    });
+                let new = match connected {
+                    Ok(crate::net::tcp::Connected::New(stream, pid)) => stream
+                        .try_clone()
+                        .map(|reverse| (stream, pid, reverse))
+                        .map_err(|e| Error::io("duplicating a tcp stream", e)),
+                    Ok(crate::net::tcp::Connected::Reused(i)) => {
+                        self.shared.release_tcp_connect(peer);
+                        return self.send_on_inbound(i);
+                    }
+                    Err(e) => Err(e),
+                };
+                // Stays recorded while the connection lives (a crossed connect may reach our
+                // listener after ours completed).
+                let (stream, pid, reverse) = new.inspect_err(|_| {
+                    self.shared.release_tcp_connect(peer);
+                })?;
+                (
+                    OutLink::Tcp(stream),
+                    pid,
+                    InLink::Tcp(TcpIn::new(reverse, staging)),
+                )
             }
             TransportKind::Udp | TransportKind::Mem => {
-                let engine = self.ctx.dgram.as_ref().ok_or_else(|| {
+                let engine = ctx.dgram.as_ref().ok_or_else(|| {
                     Error::Config(format!("{kind} is not set up in this context"))
                 })?;
-                let id = engine.connect(&self.ctx, self.addr, peer, to, deadline)?;
-                (OutLink::Dgram(id), None)
+                match engine.connect(&ctx, self.addr, peer, to, deadline, || {
+                    self.reusable_inbound(kind, peer)
+                })? {
+                    crate::net::dgram::Connected::New(id) => {
+                        (OutLink::Dgram(id), None, InLink::Dgram(id))
+                    }
+                    crate::net::dgram::Connected::Reused(i) => return self.send_on_inbound(i),
+                }
             }
             TransportKind::Shm => unreachable!("shm connections are not network connections"),
         };
         tracing::info!(from = %self.addr, to = %peer, transport = kind.name(), address = %to, "connected");
+        // The peer's answers come back on the same connection.
+        self.net_in.push(NetIn {
+            peer,
+            kind,
+            link: reverse,
+            state: InboundState::Open,
+            process: pid.and_then(PeerProcess::open),
+            reverse: true,
+            active: false,
+            carries_out: false,
+        });
+        Ok(self.add_net_out(peer, kind, link, pid.and_then(PeerProcess::open)))
+    }
+
+    /// An accepted inbound edge from `peer` over `kind` that can carry this endpoint's
+    /// outbound edge too (adopts what the listener and the engine accepted first).
+    fn reusable_inbound(&mut self, kind: TransportKind, peer: Addr) -> Option<usize> {
+        if kind != TransportKind::Tcp {
+            if let Some(engine) = &self.ctx.dgram {
+                engine.poll_io(&self.ctx);
+            }
+        }
+        self.adopt_new_inbound();
+        self.net_in.iter().position(|inb| {
+            inb.peer == peer
+                && inb.kind == kind
+                && inb.state == InboundState::Open
+                && !inb.reverse
+                && !inb.carries_out
+        })
+    }
+
+    /// Opens the outbound edge to the peer of inbound edge `i` on that edge's connection.
+    fn send_on_inbound(&mut self, i: usize) -> Result<Connection> {
+        let inb = &mut self.net_in[i];
+        let link = match &inb.link {
+            InLink::Tcp(tcp) => OutLink::Tcp(
+                tcp.stream
+                    .try_clone()
+                    .map_err(|e| Error::io("duplicating a tcp stream", e))?,
+            ),
+            InLink::Dgram(id) => OutLink::Dgram(*id),
+        };
+        inb.carries_out = true;
+        let (peer, kind) = (inb.peer, inb.kind);
+        let process = inb.process.as_ref().and_then(|p| PeerProcess::open(p.pid));
+        tracing::info!(from = %self.addr, to = %peer, transport = kind.name(), "connected (on the peer's connection)");
+        Ok(self.add_net_out(peer, kind, link, process))
+    }
+
+    /// Registers a new outbound network edge and returns its handle.
+    fn add_net_out(
+        &mut self,
+        peer: Addr,
+        kind: TransportKind,
+        link: OutLink,
+        process: Option<PeerProcess>,
+    ) -> Connection {
         let index = self.net_out.len() as u32;
         self.net_out.push(NetOut {
             peer,
@@ -414,7 +558,7 @@ impl Endpoint {
             peer,
         };
         self.by_peer.insert(peer, conn.index);
-        Ok(conn)
+        conn
     }
 
     fn net_index(&self, conn: Connection) -> Result<usize> {
@@ -438,6 +582,9 @@ impl Endpoint {
         let peer = out.peer;
         if out.failure.is_none() {
             tracing::warn!(endpoint = %self.addr, %peer, transport = out.kind.name(), failure = ?failure, during, "connection failed");
+            if out.kind == TransportKind::Tcp {
+                self.shared.release_tcp_connect(peer);
+            }
             out.failure = Some(failure.clone());
             while let Some(q) = out.queue.pop_front() {
                 self.pending_sends -= 1;
@@ -667,7 +814,7 @@ impl Endpoint {
             return;
         };
         for inb in &mut self.net_in {
-            if inb.state != InboundState::Open {
+            if inb.state != InboundState::Open || inb.silent() {
                 continue;
             }
             if let Some(ms) = inb.process.as_mut().and_then(|p| p.stopped(detect, now)) {
@@ -688,6 +835,8 @@ impl Endpoint {
 
     /// Adopts a network edge the context accepted for this endpoint.
     pub(super) fn adopt_net(&mut self, inbound: NetInbound) {
+        // A new edge may have messages already.
+        self.dgram_seen = None;
         match inbound {
             NetInbound::Tcp { peer, stream, pid } => self.net_in.push(NetIn {
                 peer,
@@ -695,6 +844,9 @@ impl Endpoint {
                 link: InLink::Tcp(TcpIn::new(stream, self.config.tcp_staging_bytes)),
                 state: InboundState::Open,
                 process: pid.and_then(PeerProcess::open),
+                reverse: false,
+                active: true,
+                carries_out: false,
             }),
             NetInbound::Dgram { peer, kind, id } => self.net_in.push(NetIn {
                 peer,
@@ -702,6 +854,9 @@ impl Endpoint {
                 link: InLink::Dgram(id),
                 state: InboundState::Open,
                 process: None,
+                reverse: false,
+                active: true,
+                carries_out: false,
             }),
         }
     }
@@ -713,39 +868,54 @@ impl Endpoint {
         dest: &mut Dest<'_>,
         wait: bool,
     ) -> Result<Option<(usize, Addr)>> {
+        let mut news = None;
         if let Some(engine) = &self.ctx.dgram {
-            engine.poll_io(&self.ctx);
+            news = Some(engine.poll_io(&self.ctx));
             self.engine_polled = true;
         }
         if let Some(i) = self.committed {
             let got = self.poll_net_in(i, dest, wait)?;
             return Ok(got.map(|len| (len, self.net_in[i].peer)));
         }
+        // Open datagram edges that had nothing at this news count have nothing now.
+        let skip_dgram = news.is_some() && self.dgram_seen == news;
         let n = self.net_in.len();
         for k in 0..n {
             let mut i = self.next_net_in + k;
             if i >= n {
                 i -= n;
             }
-            if self.net_in[i].state == InboundState::Done {
+            let inb = &self.net_in[i];
+            if inb.state == InboundState::Done
+                || (skip_dgram
+                    && inb.state == InboundState::Open
+                    && matches!(inb.link, InLink::Dgram(_)))
+            {
                 continue;
             }
-            if let Some(len) = self.poll_net_in(i, dest, wait)? {
+            let got = self.poll_net_in(i, dest, wait);
+            if !matches!(got, Ok(None)) {
+                self.dgram_seen = None;
+            }
+            if let Some(len) = got? {
                 self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
                 return Ok(Some((len, self.net_in[i].peer)));
             }
             if let Dest::Posted { bound: true, .. } = dest {
                 // The posted receive took a large message that is still arriving.
                 self.next_net_in = if i + 1 == n { 0 } else { i + 1 };
+                self.dgram_seen = None;
                 return Ok(None);
             }
         }
+        self.dgram_seen = news;
         Ok(None)
     }
 
     /// One look at inbound network edge `i`: a message, nothing, or the edge's error
     /// (reported once; the edge is done afterwards, except after `BufferTooSmall`).
     fn poll_net_in(&mut self, i: usize, dest: &mut Dest<'_>, wait: bool) -> Result<Option<usize>> {
+        let was_active = self.net_in[i].active;
         let got = match &mut self.net_in[i].link {
             InLink::Tcp(_) => self.take_tcp(i, dest, wait),
             InLink::Dgram(id) => {
@@ -753,26 +923,37 @@ impl Endpoint {
                 if let Some(err) = self.net_in[i].report_broken() {
                     return Err(err);
                 }
-                let engine = self
-                    .ctx
+                let ctx = &self.ctx;
+                let engine = ctx
                     .dgram
-                    .clone()
+                    .as_deref()
                     .expect("dgram connections need the engine");
-                match engine.take(&self.ctx, id, dest, wait, &self.config) {
+                let taken = engine.take(ctx, id, dest, wait, &self.config);
+                let inb = &mut self.net_in[i];
+                if !inb.active && !matches!(taken, Ok(None) | Err(DgramTake::Closed)) {
+                    // Delivered, or an error: does it concern what the peer sent us?
+                    inb.active = matches!(taken, Ok(Some(_))) || engine.peer_sent(id);
+                }
+                match taken {
                     Ok(Some(len)) => Ok(Some(len)),
                     Ok(None) => Ok(None),
                     Err(DgramTake::Closed) => {
-                        self.net_in[i].state = InboundState::Done;
+                        inb.state = InboundState::Done;
                         Ok(None)
                     }
                     Err(DgramTake::Failed(detail)) => {
-                        self.net_in[i].state = InboundState::Broken(detail);
+                        inb.state = InboundState::Broken(detail);
                         Ok(None)
                     }
                     Err(DgramTake::Error(e)) => Err(e),
                 }
             }
         };
+        if !was_active && !self.net_in[i].silent() {
+            // A reverse edge came to life: the peer connected to us (over our connection).
+            tracing::debug!(endpoint = %self.addr, peer = %self.net_in[i].peer, transport = self.net_in[i].kind.name(), "peer connected (on our connection)");
+            self.ctx.accepted();
+        }
         let result = match got {
             Ok(Some(len)) => Ok(Some(len)),
             // A posted receive bound to this edge's message gets its errors.
@@ -785,11 +966,21 @@ impl Endpoint {
                 },
             },
             Err(e @ Error::BufferTooSmall { .. }) => Err(e),
+            // The failure of a connection the peer never sent on is the outbound edge's.
+            Err(_) if self.net_in[i].silent() => {
+                self.net_in[i].finish();
+                Ok(None)
+            }
             Err(e) => {
                 self.net_in[i].finish();
                 Err(e)
             }
         };
+        let inb = &self.net_in[i];
+        if inb.reverse && inb.kind == TransportKind::Tcp && inb.state == InboundState::Done {
+            // Our connection to the peer ended: a new one from the peer is no crossing.
+            self.shared.release_tcp_connect(inb.peer);
+        }
         if self.committed == Some(i) && self.net_in[i].state == InboundState::Done {
             self.committed = None;
         }

@@ -22,7 +22,8 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,9 @@ const LOOPBACK_DATAGRAM: usize = 65000;
 const ETHERNET_DATAGRAM: usize = 1472;
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 const RETRY: &str = "retry:";
+/// Why `connect` retries when the peer refused a crossed connect with `Busy`.
+const CROSSED: &str =
+    "retry:the peer is connecting to us at the same time (its connection is used)";
 /// Smallest retransmission timeout of a connection over a real network or striped over
 /// several links (a path that times out a few times in a row goes down: about 70 ms with
 /// backoff).
@@ -71,6 +75,9 @@ struct UdpIo {
     socket: UdpSocket,
     /// Taken out while its datagrams are dispatched (they are read in place).
     rx: Option<RecvBatch>,
+    /// The last receive filled what it asked for: the next asks for a whole batch (else
+    /// for one datagram, which returns as soon as it has it; see `Engine::receive`).
+    rx_wide: bool,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
 }
@@ -95,13 +102,26 @@ enum TxEntry {
 }
 
 impl UdpIo {
-    /// Sends the datagrams laid out in `tx_out` to `to`; in-place payloads come from
-    /// `core`. A datagram the kernel cannot take now (socket buffer full after a short
-    /// wait) is lost like any other; the protocol resends it.
-    fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection) {
+    /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
+    /// to `to`, when given); in-place payloads come from `core`. A datagram the kernel
+    /// cannot take now (socket buffer full after a short wait) is lost like any other; the
+    /// protocol resends it.
+    fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection, via: Option<&mut UdpSocket>) {
         let UdpIo {
             socket, tx, tx_out, ..
         } = self;
+        let socket = match via {
+            Some(connected) => connected,
+            None => socket,
+        };
+        // One small datagram (the latency path): sent without filling the gathering array.
+        if let [TxEntry::Copied { offset, len }] = tx_out[..] {
+            send_batch_fully(
+                socket,
+                &[OutDatagram::new(to, &[], &tx[offset..offset + len])],
+            );
+            return;
+        }
         let gso = socket.gso_supported();
         // Gathered in a fixed array and sent SEND_CHUNK at a time: nothing is allocated.
         let mut slots = [OutDatagram::new(to, &[], &[]); SEND_CHUNK];
@@ -198,6 +218,63 @@ impl Socket {
     }
 }
 
+/// The sending socket of one path of an open udp connection. Datagrams sent through a
+/// connected socket skip the kernel's route lookup (on the development VMs a loopback send
+/// costs about a microsecond less, a third of it; docs/PERFORMANCE.md, issue 3). It is bound
+/// to the path's own address with a port of its own, so the peer's engine still receives
+/// everything on its one socket per link and routes by connection id. The handshake leaves
+/// from the link's socket (the peer learns that address from the Hello), and nothing but a
+/// Reset is ever sent to this port: it is read when a retransmission timer fires.
+#[derive(Debug, Default)]
+enum Sender {
+    /// Not made yet.
+    #[default]
+    Untried,
+    /// Connected to the peer's address on the path.
+    Connected(Box<UdpSocket>),
+    /// Could not be made: the link's socket sends.
+    Unavailable,
+}
+
+/// Receive buffer of a sending socket: it only ever gets Resets.
+const SENDER_RECEIVE_BUFFER_BYTES: usize = 64 << 10;
+
+/// The connected socket for `path` of a connection to `to`, made on first use (bound to
+/// the link socket's address `local`, any port); None when it cannot be made.
+fn sender_for(
+    senders: &mut Vec<Sender>,
+    path: usize,
+    local: SocketAddr,
+    to: SocketAddr,
+) -> Option<&mut UdpSocket> {
+    if senders.len() <= path {
+        senders.resize_with(path + 1, Sender::default);
+    }
+    let slot = &mut senders[path];
+    if let Sender::Untried = slot {
+        let made = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).and_then(|mut socket| {
+            let _ = quiver_transport::udp::set_buffer_sizes(
+                socket.as_fd(),
+                quiver_transport::udp::DEFAULT_SOCKET_BUFFER_BYTES,
+                SENDER_RECEIVE_BUFFER_BYTES,
+            );
+            socket.connect(to)?;
+            Ok(socket)
+        });
+        *slot = match made {
+            Ok(socket) => Sender::Connected(Box::new(socket)),
+            Err(e) => {
+                tracing::debug!(%to, error = %e, "no connected udp socket; sending from the link's");
+                Sender::Unavailable
+            }
+        };
+    }
+    match slot {
+        Sender::Connected(socket) => Some(socket),
+        _ => None,
+    }
+}
+
 /// What the endpoint sees of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Status {
@@ -225,6 +302,12 @@ struct Entry {
     status: Status,
     /// The endpoint gave the connection up; drop it once it is closed or failed.
     abandoned: bool,
+    /// Per path, the socket connected to the peer there that carries this connection's
+    /// datagrams once it is open (see [`Sender`]).
+    senders: Vec<Sender>,
+    /// A message from the peer was seen (for a connection this side opened: the peer
+    /// sends on it too).
+    peer_sent: bool,
 }
 
 #[derive(Debug)]
@@ -233,7 +316,7 @@ struct Engine {
     sockets: Vec<Socket>,
     /// Link addresses of every rank (`QUIVER_LINKS`; empty: one link each).
     links: Vec<Vec<SocketAddr>>,
-    conns: HashMap<u64, Entry>,
+    conns: IdMap<Entry>,
     /// Connection id of a Hello already answered, by (source rank, initiator's id): its
     /// repeats may come over any link.
     hellos: HashMap<(u32, u64), u64>,
@@ -246,6 +329,13 @@ struct Engine {
     rx: Box<[u8]>,
     /// Earliest protocol timer over all connections (recomputed by each poll).
     next_timer: Option<Nanos>,
+    /// Counts polls that fed or timed out a connection (news for receivers: a receiver that
+    /// found nothing on its connections at one count need not look again at the same).
+    news: u64,
+    /// A connection's timers may have moved since `next_timer` was computed (something was
+    /// sent, read or closed): the next poll looks at every connection again. Polls that
+    /// find nothing to do skip the timer scan otherwise.
+    timers_dirty: bool,
     /// Counters of connections already forgotten.
     retired: DatagramStats,
     /// Connections whose acknowledgements wait for the next poll: a message of theirs was
@@ -254,6 +344,8 @@ struct Engine {
     deferred: Vec<u64>,
     /// Connections a poll fed or timed out (reused: polls allocate nothing).
     touched: Vec<u64>,
+    /// Connections whose retransmission timer fired in a poll (reused).
+    timed_out: Vec<u64>,
 }
 
 impl Engine {
@@ -286,6 +378,9 @@ pub struct DatagramStats {
     pub paths_down: u64,
     /// Times such a link came back.
     pub paths_rejoined: u64,
+    /// Connections open now (not given up by their endpoint): one per pair of endpoints
+    /// that talk, whichever side connected first.
+    pub connections: u64,
 }
 
 impl DatagramStats {
@@ -329,6 +424,38 @@ pub struct LinkStats {
     pub min_rtt_ns: u64,
 }
 
+/// How [`DgramShared::connect`] ended.
+pub(crate) enum Connected<T> {
+    /// A new connection (its id).
+    New(u64),
+    /// The peer's own connection to us, found by the `reuse` hook: it carries both ways.
+    Reused(T),
+}
+
+/// Hashes a connection id as itself: ids are drawn at random by this engine (so a peer
+/// cannot make them collide), and a lookup per datagram and per call then costs no SipHash.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id;
+    }
+}
+
+/// Connections by id.
+type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// The engine as the context shares it with its endpoints.
 #[derive(Debug)]
 pub(crate) struct DgramShared {
@@ -368,6 +495,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
             Socket::Udp(Box::new(UdpIo {
                 socket,
                 rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
+                rx_wide: false,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
             }))
@@ -426,7 +554,7 @@ impl DgramShared {
             engine: Mutex::new(Engine {
                 sockets,
                 links,
-                conns: HashMap::new(),
+                conns: IdMap::default(),
                 hellos: HashMap::new(),
                 base,
                 config_datagram: config.udp_datagram_bytes,
@@ -435,9 +563,12 @@ impl DgramShared {
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
+                timers_dirty: false,
+                news: 0,
                 retired: DatagramStats::default(),
                 deferred: Vec::new(),
                 touched: Vec::new(),
+                timed_out: Vec::new(),
             }),
         })
     }
@@ -482,8 +613,10 @@ impl DgramShared {
     pub(crate) fn stats(&self) -> DatagramStats {
         let engine = self.lock();
         let mut total = engine.retired;
+        total.connections = 0;
         for e in engine.conns.values() {
             total.add(e.core.stats());
+            total.connections += u64::from(!e.abandoned);
         }
         total
     }
@@ -504,7 +637,10 @@ impl DgramShared {
 
     /// How long a sleeper may sleep before a protocol timer is due (at most `cap`).
     pub(crate) fn timeout_within(&self, cap: Duration) -> Duration {
-        let engine = self.lock();
+        let mut engine = self.lock();
+        if engine.timers_dirty {
+            engine.next_timer = engine.earliest_timer();
+        }
         match engine.next_timer {
             Some(t) => {
                 let now = engine.now();
@@ -515,14 +651,20 @@ impl DgramShared {
     }
 
     /// Opens a connection from `src` to `dst` at `to` and waits for its handshake.
-    pub(crate) fn connect(
+    ///
+    /// One connection carries both directions of an endpoint pair: before every attempt
+    /// `reuse` looks for a connection the peer opened to us, which is then used instead. A
+    /// peer connecting to us at the same moment with the lower address refuses our attempt
+    /// with `Busy` (see `Engine::accept`); its connection arrives and `reuse` finds it.
+    pub(crate) fn connect<T>(
         &self,
         ctx: &ContextShared,
         src: Addr,
         dst: Addr,
         to: SocketAddr,
         deadline: Instant,
-    ) -> Result<u64> {
+        mut reuse: impl FnMut() -> Option<T>,
+    ) -> Result<Connected<T>> {
         let request = ConnectRequest {
             job_id: self.job_id,
             src_rank: src.rank,
@@ -530,8 +672,37 @@ impl DgramShared {
             dst_port: dst.port,
         };
         loop {
+            if let Some(found) = reuse() {
+                return Ok(Connected::Reused(found));
+            }
             let id = {
                 let mut engine = self.lock();
+                // The peer's connection to this endpoint is being accepted (or was just
+                // handed over): wait for it and use it rather than open a second one.
+                let accepting = engine.conns.values().any(|e| {
+                    e.inbound
+                        && !e.abandoned
+                        && e.local_port == src.port
+                        && e.peer == dst
+                        && e.status == Status::Connecting
+                }) || ctx
+                    .endpoint_shared(src.port)
+                    .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
+                if accepting {
+                    drop(engine);
+                    if Instant::now() >= deadline {
+                        return Err(Error::Refused {
+                            peer: dst,
+                            reason: format!(
+                                "its connection to us was still being accepted at the connect \
+                                 timeout ({} {to})",
+                                self.kind
+                            ),
+                        });
+                    }
+                    self.sleep(Duration::from_millis(1));
+                    continue;
+                }
                 let id = engine.fresh_id();
                 let now = engine.now();
                 let paths = engine.peer_paths(dst.rank, to);
@@ -556,6 +727,8 @@ impl DgramShared {
                         inbound: false,
                         status: Status::Connecting,
                         abandoned: false,
+                        senders: Vec::new(),
+                        peer_sent: false,
                     },
                 );
                 engine.flush(id);
@@ -568,7 +741,7 @@ impl DgramShared {
                     engine.conns.get(&id).map(|e| e.status.clone())
                 };
                 match status {
-                    Some(Status::Open) => return Ok(id),
+                    Some(Status::Open) => return Ok(Connected::New(id)),
                     Some(Status::Connecting) => {}
                     Some(Status::Failed(why)) if why.starts_with(RETRY) => break why,
                     Some(Status::Failed(why)) => {
@@ -615,7 +788,9 @@ impl DgramShared {
                     reason: format!("{} ({} {to})", &retry_why[RETRY.len()..], self.kind),
                 });
             }
-            std::thread::sleep(Duration::from_millis(5));
+            // A crossed connect: the peer's connection is on its way.
+            let pause = if retry_why == CROSSED { 1 } else { 5 };
+            std::thread::sleep(Duration::from_millis(pause));
         }
     }
 
@@ -629,10 +804,12 @@ impl DgramShared {
     }
 
     /// Receives what arrived, runs due timers, sends what the protocol produced, and hands
-    /// newly accepted connections to their endpoints.
-    pub(crate) fn poll_io(&self, ctx: &ContextShared) {
+    /// newly accepted connections to their endpoints. Returns the engine's news count:
+    /// while it stays the same, no connection received anything or changed its state.
+    pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
         let mut engine = self.lock();
         engine.poll(Some(ctx), self);
+        engine.news
     }
 
     /// Whether connection `id` could take `len` more bytes as a new message right now.
@@ -691,6 +868,11 @@ impl DgramShared {
         })
     }
 
+    /// Whether the peer has sent a message on connection `id` (one it did not open).
+    pub(crate) fn peer_sent(&self, id: u64) -> bool {
+        self.lock().conns.get(&id).is_some_and(|e| e.peer_sent)
+    }
+
     /// Whether connection `id` has the start of a message to read.
     pub(crate) fn readable(&self, id: u64) -> bool {
         let engine = self.lock();
@@ -722,6 +904,7 @@ impl DgramShared {
                 _ => Ok(None),
             };
         };
+        entry.peer_sent = true;
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
@@ -732,6 +915,8 @@ impl DgramShared {
         }
         let mut filled = 0usize;
         let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
+        // Freed receive credit may bring a window update forward.
+        engine.timers_dirty = true;
         loop {
             let entry = engine.conns.get_mut(&id).expect("looked up above");
             let (n, complete) = entry.core.read_message(&mut buf[filled..]);
@@ -772,6 +957,14 @@ impl DgramShared {
 impl Engine {
     fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
+    }
+
+    /// The earliest protocol timer over all connections.
+    fn earliest_timer(&self) -> Option<Nanos> {
+        self.conns
+            .values()
+            .filter_map(|e| e.core.poll_timeout())
+            .min()
     }
 
     fn fresh_id(&self) -> u64 {
@@ -824,6 +1017,7 @@ impl Engine {
     /// Sends everything connection `id` has to send, each datagram on the socket of its
     /// path to the peer's address there.
     fn flush(&mut self, id: u64) {
+        self.timers_dirty = true;
         let now = self.now();
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
@@ -879,7 +1073,13 @@ impl Engine {
                 if let Socket::Udp(io) = socket {
                     if !io.tx_out.is_empty() {
                         let to = entry.paths.get(path).copied().unwrap_or(entry.to);
-                        io.send_all(to, &entry.core);
+                        let via = match entry.status {
+                            Status::Open => {
+                                sender_for(&mut entry.senders, path, io.socket.local_address(), to)
+                            }
+                            _ => None,
+                        };
+                        io.send_all(to, &entry.core, via);
                     }
                 }
             }
@@ -934,6 +1134,33 @@ impl Engine {
         }
     }
 
+    /// Reads what reached the sending sockets of connection `id` (Resets; see [`Sender`])
+    /// and dispatches it.
+    fn drain_senders(
+        &mut self,
+        id: u64,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+    ) {
+        let paths = self.conns.get(&id).map_or(0, |e| e.senders.len());
+        let mut rx = std::mem::take(&mut self.rx);
+        for path in 0..paths {
+            for _ in 0..RECV_BATCH {
+                let got = match self.conns.get(&id).and_then(|e| e.senders.get(path)) {
+                    Some(Sender::Connected(socket)) => socket.recv_from(&mut rx),
+                    _ => break,
+                };
+                let Ok((n, from)) = got else {
+                    break;
+                };
+                self.dispatch(&rx[..n], from, path, now, ctx, shared, touched);
+            }
+        }
+        self.rx = rx;
+    }
+
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams) and dispatches it.
     fn receive(
         &mut self,
@@ -969,7 +1196,12 @@ impl Engine {
                     let Some(mut rx) = io.rx.take() else {
                         break;
                     };
-                    let got = io.socket.recv_batch(&mut rx).unwrap_or(0);
+                    // One datagram at a time until one arrives, then a batch while they fill
+                    // it: a receive of one returns as soon as it has it, where a batch would
+                    // look at the empty queue once more first (the ping-pong case).
+                    let asked = if io.rx_wide { RX_MESSAGES } else { 1 };
+                    let got = io.socket.recv_batch_up_to(&mut rx, asked).unwrap_or(0);
+                    io.rx_wide = got == asked;
                     for m in 0..got {
                         let msg = rx.message(m);
                         if msg.truncated {
@@ -982,6 +1214,8 @@ impl Engine {
                     if let Socket::Udp(io) = &mut self.sockets[path] {
                         io.rx = Some(rx);
                     }
+                    // A single datagram goes to the application first; the next poll asks
+                    // for a batch.
                     if got < RX_MESSAGES {
                         break;
                     }
@@ -1000,8 +1234,15 @@ impl Engine {
         for path in 0..self.sockets.len() {
             self.receive(path, now, ctx, shared, &mut touched);
         }
-        // Timers.
-        let mut next: Option<Nanos> = None;
+        // Timers: only when one is due, or may have moved; an empty poll skips them.
+        let scan =
+            self.timers_dirty || !touched.is_empty() || self.next_timer.is_some_and(|t| t <= now);
+        if !scan {
+            self.touched = touched;
+            return;
+        }
+        self.timers_dirty = false;
+        let mut timed_out = std::mem::take(&mut self.timed_out);
         for (&id, entry) in self.conns.iter_mut() {
             if let Some(t) = entry.core.poll_timeout() {
                 if t <= now {
@@ -1011,9 +1252,19 @@ impl Engine {
                     let stats = entry.core.stats();
                     if stats.rto_expirations != before {
                         tracing::debug!(peer = %entry.peer, to = %entry.to, retransmits = stats.retransmits, timeouts = stats.rto_expirations, "retransmission timeout: resending what is unacknowledged");
+                        timed_out.push(id);
                     }
                 }
             }
+        }
+        // A peer that forgot a connection answers its datagrams with a Reset, to the port
+        // they came from: the connection's sending sockets.
+        for id in timed_out.drain(..) {
+            self.drain_senders(id, now, ctx, shared, &mut touched);
+        }
+        self.timed_out = timed_out;
+        if !touched.is_empty() {
+            self.news += 1;
         }
         touched.sort_unstable();
         touched.dedup();
@@ -1035,12 +1286,7 @@ impl Engine {
             self.settle(id, ctx, shared);
         }
         self.touched = touched;
-        for entry in self.conns.values() {
-            if let Some(t) = entry.core.poll_timeout() {
-                next = Some(next.map_or(t, |n: Nanos| n.min(t)));
-            }
-        }
-        self.next_timer = next;
+        self.next_timer = self.earliest_timer();
         let retired = &mut self.retired;
         self.conns.retain(|_, e| {
             let keep = !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed));
@@ -1101,8 +1347,21 @@ impl Engine {
         let open = ctx.is_some_and(|c| {
             request.src_rank < c.size && c.endpoint_shared(request.dst_port).is_some()
         });
+        // Both ends connecting at the same moment: one connection carries both directions,
+        // the one the lower address opened; the other end uses it once it arrives there.
+        let peer = Addr::new(request.src_rank, request.src_port);
+        let crossed = ctx.is_some_and(|c| Addr::new(c.rank, request.dst_port) < peer)
+            && self.conns.values().any(|e| {
+                !e.inbound
+                    && !e.abandoned
+                    && e.local_port == request.dst_port
+                    && e.peer == peer
+                    && e.status == Status::Connecting
+            });
         if !open {
             core.reject(RejectReason::NoSuchEndpoint);
+        } else if crossed {
+            core.reject(RejectReason::Busy);
         }
         self.hellos.insert((request.src_rank, their_id), id);
         self.conns.insert(
@@ -1115,7 +1374,9 @@ impl Engine {
                 peer: Addr::new(request.src_rank, request.src_port),
                 inbound: true,
                 status: Status::Connecting,
-                abandoned: !open,
+                abandoned: !open || crossed,
+                senders: Vec::new(),
+                peer_sent: false,
             },
         );
         Some(id)
@@ -1170,7 +1431,7 @@ impl Engine {
                         FailReason::Rejected(RejectReason::NoSuchEndpoint) => {
                             format!("{RETRY}the endpoint is not open")
                         }
-                        FailReason::Rejected(r) => format!("refused: {r:?}"),
+                        FailReason::Rejected(RejectReason::Busy) => CROSSED.into(),
                         FailReason::Handshake(e) => {
                             let why = crate::context::describe_handshake_error(e);
                             if entry.inbound {

@@ -37,7 +37,9 @@ pub(crate) fn listen(shared: &ContextShared, listener: &TcpListener) {
     while !shared.stopping.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, from)) => match respond(shared, stream) {
-                Ok(()) => shared.accepted(),
+                Ok(Responded::Accepted) => shared.accepted(),
+                // Not a refusal: the peer uses the connection we opened to it.
+                Ok(Responded::Crossed) => {}
                 Err(why) => shared.refused(format!("tcp from {from}: {why}")),
             },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -65,7 +67,19 @@ fn read_message(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     Ok(declared)
 }
 
-fn respond(shared: &ContextShared, mut stream: TcpStream) -> std::result::Result<(), String> {
+/// How a handshake the listener answered ended (other than in an error).
+enum Responded {
+    /// The stream was handed to its endpoint.
+    Accepted,
+    /// A crossed connect (see [`crate::context::EndpointShared::begin_tcp_accept`]):
+    /// refused with `Busy`, the peer uses the connection this endpoint opened to it.
+    Crossed,
+}
+
+fn respond(
+    shared: &ContextShared,
+    mut stream: TcpStream,
+) -> std::result::Result<Responded, String> {
     stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_read_timeout(Some(STEP_TIMEOUT)))
@@ -101,39 +115,70 @@ fn respond(shared: &ContextShared, mut stream: TcpStream) -> std::result::Result
             request.src_rank, request.dst_port
         ));
     };
-    hs.accept(&crate::endpoint::identity_params())
-        .map_err(|e| e.to_string())?;
-    flush(&mut hs, &mut out, &mut stream)?;
-    let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
-    let pid = match hs.handle_proof(&buf[..n]) {
-        Ok(params) => crate::endpoint::local_peer_pid(params),
-        Err(e) => {
-            let _ = flush(&mut hs, &mut out, &mut stream);
-            return Err(format!("rank {}: {e}", request.src_rank));
-        }
-    };
-    flush(&mut hs, &mut out, &mut stream)?;
-    stream
-        .set_nonblocking(true)
-        .map_err(|e| format!("configuring the stream: {e}"))?;
     let peer = Addr::new(request.src_rank, request.src_port);
-    tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
-    endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
-    Ok(())
+    if !endpoint.begin_tcp_accept(Addr::new(shared.rank, request.dst_port), peer) {
+        hs.reject(RejectReason::Busy).map_err(|e| e.to_string())?;
+        let _ = flush(&mut hs, &mut out, &mut stream);
+        tracing::debug!(%peer, "crossed tcp connect: the peer uses ours");
+        return Ok(Responded::Crossed);
+    }
+    // Until the stream is handed over (or this fails), a connect to `peer` waits for it.
+    let accepted = (|| {
+        hs.accept(&crate::endpoint::identity_params())
+            .map_err(|e| e.to_string())?;
+        flush(&mut hs, &mut out, &mut stream)?;
+        let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
+        let pid = match hs.handle_proof(&buf[..n]) {
+            Ok(params) => crate::endpoint::local_peer_pid(params),
+            Err(e) => {
+                let _ = flush(&mut hs, &mut out, &mut stream);
+                return Err(format!("rank {}: {e}", request.src_rank));
+            }
+        };
+        flush(&mut hs, &mut out, &mut stream)?;
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| format!("configuring the stream: {e}"))?;
+        tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
+        endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
+        Ok(Responded::Accepted)
+    })();
+    endpoint.end_tcp_accept(peer);
+    accepted
+}
+
+/// How [`connect`] ended.
+pub(crate) enum Connected<T> {
+    /// A new stream (and the peer's pid when it runs on this node).
+    New(TcpStream, Option<libc::pid_t>),
+    /// The peer's own connection to us, found by the `reuse` hook: it carries both ways.
+    Reused(T),
 }
 
 /// Connects endpoint `src` to `dst` over TCP at `to`, retrying while the peer is not
 /// listening yet or its endpoint is not open, until `deadline`. Returns the stream and,
 /// when the peer runs on this node, its pid.
-pub(crate) fn connect(
+///
+/// One stream carries both directions of an endpoint pair. Before every attempt `reuse`
+/// looks for a connection the peer opened to us: `Ok(Some)` uses it instead, `Err(why)`
+/// waits (our listener is accepting one from the peer right now) and asks again. A peer
+/// that is connecting to us at the same moment and has the lower address refuses our
+/// attempt with `Busy` (see [`crate::context::EndpointShared::begin_tcp_accept`]); its
+/// connection then arrives here and `reuse` finds it.
+pub(crate) fn connect<T>(
     shared: &ContextShared,
     src: Addr,
     dst: Addr,
     to: SocketAddr,
     deadline: Instant,
-) -> Result<(TcpStream, Option<libc::pid_t>)> {
+    mut reuse: impl FnMut() -> std::result::Result<Option<T>, String>,
+) -> Result<Connected<T>> {
     retry_until(dst, deadline, &format!("tcp {to}"), || {
-        try_connect(shared, src, dst, to)
+        if let Some(found) = reuse().map_err(Attempt::Retry)? {
+            return Ok(Connected::Reused(found));
+        }
+        let (stream, pid) = try_connect(shared, src, dst, to)?;
+        Ok(Connected::New(stream, pid))
     })
 }
 
@@ -210,6 +255,11 @@ fn try_connect(
         Ok(params) => crate::endpoint::local_peer_pid(params),
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
+        }
+        Err(HandshakeError::Busy { .. }) => {
+            return Err(Attempt::Retry(format!(
+                "endpoint {dst} is connecting to us at the same time (its connection is used)"
+            )));
         }
         Err(e) => return Err(failed(e)),
     };
