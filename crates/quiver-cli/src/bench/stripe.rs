@@ -54,6 +54,10 @@ const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 const KILL_SETTLE: Duration = Duration::from_millis(500);
 /// IPv4 + TCP with timestamps (20 + 20 + 12): TCP's payload per frame is MTU minus this.
 const TCP_HEADER_BYTES: u32 = 52;
+/// IPv4 + udp (20 + 8) and quiver's compact data frame header: quiver's payload per
+/// frame is MTU minus both.
+const UDP_HEADER_BYTES: u32 = 28;
+const STREAM_HEADER_BYTES: u32 = quiver_wire::frame::STREAM_HEADER_LEN as u32;
 /// Ethernet header bytes tbf counts on top of the MTU.
 const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Largest --links entry (one /24 per link under 10.77.0.0/16, and quiver's path limit).
@@ -445,10 +449,17 @@ fn plot_setting(plan: &Plan) -> super::plot::StripeSetting {
     }
     super::plot::StripeSetting {
         rate_gbps: plan.rate_bps as f64 / 1e9,
-        ceilings: vec![(
-            "TCP's".to_string(),
-            plan.mtu.saturating_sub(TCP_HEADER_BYTES),
-        )],
+        ceilings: vec![
+            (
+                "TCP's".to_string(),
+                plan.mtu.saturating_sub(TCP_HEADER_BYTES),
+            ),
+            (
+                "quiver's".to_string(),
+                plan.mtu
+                    .saturating_sub(UDP_HEADER_BYTES + STREAM_HEADER_BYTES),
+            ),
+        ],
         frame_bytes: plan.mtu + ETHERNET_HEADER_BYTES,
         subtitle,
     }
