@@ -1,15 +1,42 @@
 //! Arbitrary bytes parsed as a datagram frame (`quiver_wire::frame`): parsing and the
-//! `dest_id` peek never panic, a frame that parses emits the same header bytes again, and
-//! the further SACK ranges of an Ack payload that parse emit the same payload again.
+//! `dest_id` / `destination` peeks never panic, a frame that parses emits the same header
+//! bytes again, and the further SACK ranges of an Ack payload that parse emit the same
+//! payload again.
+//!
+//! A Stream frame's checksum covers its receiver's full connection id, of which the frame
+//! carries the low 24 bits: it is parsed for the id made of those bits and
+//! [`STREAM_ID_HIGH`] (the seed `corpus/frame_parse/seed-stream` is sent to such an id).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_wire::frame::{dest_id, Frame, MoreSackRanges, SackRange, MAX_HEADER_LEN};
+use quiver_wire::frame::{
+    dest_id, destination, short_id, Destination, Frame, FrameError, MoreSackRanges, SackRange,
+    MAX_HEADER_LEN,
+};
+
+/// The high 40 bits of the connection id a Stream frame is parsed for.
+const STREAM_ID_HIGH: u64 = 0x0102_0304_0500_0000;
 
 fuzz_target!(|data: &[u8]| {
-    let peeked = dest_id(data);
-    if let Ok(frame) = Frame::parse(data) {
-        assert_eq!(peeked, Some(frame.header().dest_id));
+    let peeked = destination(data);
+    let full_peek = dest_id(data);
+    let local_id = match peeked {
+        Some(Destination::Short(short)) => STREAM_ID_HIGH | u64::from(short),
+        _ => STREAM_ID_HIGH,
+    };
+    let parsed = Frame::parse(data);
+    if let Ok(frame) = &parsed {
+        assert_eq!(peeked, Some(Destination::Id(frame.header().dest_id)));
+        assert_eq!(full_peek, Some(frame.header().dest_id));
+    }
+    if parsed == Err(FrameError::NeedsConnectionId) {
+        assert!(matches!(peeked, Some(Destination::Short(_)) | None));
+    }
+    if let Ok(frame) = Frame::parse_for(data, local_id) {
+        if let Some(Destination::Short(short)) = peeked {
+            assert_eq!(short, short_id(frame.header().dest_id));
+            assert_eq!(frame.header().dest_id, local_id);
+        }
         let mut out = [0u8; MAX_HEADER_LEN];
         let len = frame
             .header()

@@ -6,7 +6,7 @@
 //! `ReliableConnection::connect` when the flow starts; the responder side is created by the
 //! responder node with `ReliableConnection::accept` from the first datagram with
 //! destination id 0, exactly as an engine would; later datagrams are demultiplexed with
-//! `quiver_wire::frame::dest_id`.
+//! `quiver_wire::frame::destination` (a full id, or a Stream frame's short id).
 //!
 //! Links and paths: several links may join the same pair of nodes (in creation order, the
 //! i-th link from `a` to `b` and the i-th from `b` to `a` form path i). A connection with
@@ -232,6 +232,9 @@ struct Node {
     alive: bool,
     /// Local connection id -> index into `Sim::connections`.
     by_local_id: BTreeMap<u64, usize>,
+    /// The same by short id (`frame::short_id`, what a Stream frame carries); unique per
+    /// node, as `fresh_connection_id` chooses them.
+    by_short_id: BTreeMap<u32, usize>,
     /// (peer node, peer's src id) of accepted Hellos -> responder connection, so repeated
     /// Hellos reach the connection they created.
     by_hello: BTreeMap<(NodeId, u64), usize>,
@@ -356,6 +359,7 @@ impl Sim {
         self.nodes.push(Node {
             alive: true,
             by_local_id: BTreeMap::new(),
+            by_short_id: BTreeMap::new(),
             by_hello: BTreeMap::new(),
             stats: NodeStats::default(),
             killed_at_ns: None,
@@ -643,6 +647,7 @@ impl Sim {
             SimEvent::Restart(node) => {
                 self.trace(&[now, 8, node.0 as u64]);
                 self.nodes[node.0].by_local_id.clear();
+                self.nodes[node.0].by_short_id.clear();
                 self.nodes[node.0].by_hello.clear();
                 for slot in self.connections.iter_mut().filter(|slot| slot.node == node) {
                     slot.forgotten = true;
@@ -687,7 +692,11 @@ impl Sim {
     fn fresh_connection_id(&mut self, node: NodeId) -> u64 {
         loop {
             let id = self.rng.next_u64();
-            if id != 0 && !self.nodes[node.0].by_local_id.contains_key(&id) {
+            if id != 0
+                && !self.nodes[node.0]
+                    .by_short_id
+                    .contains_key(&frame::short_id(id))
+            {
                 return id;
             }
         }
@@ -705,6 +714,9 @@ impl Sim {
         self.nodes[node.0]
             .by_local_id
             .insert(connection.local_id(), index);
+        self.nodes[node.0]
+            .by_short_id
+            .insert(frame::short_id(connection.local_id()), index);
         let config = &self.flows[flow.0].config.config;
         let bound = config.memory_bound_bytes();
         assert!(
@@ -746,16 +758,21 @@ impl Sim {
         if corrupted {
             self.nodes[to.0].stats.corrupted_received += 1;
         }
-        let Some(dest) = frame::dest_id(datagram) else {
+        let Some(dest) = frame::destination(datagram) else {
             self.nodes[to.0].stats.unknown_destination += 1;
             return;
         };
-        if dest == 0 {
+        if dest == frame::Destination::Id(0) {
             self.handle_stranger(now, from, to, self.link_paths[link.0], datagram);
             return;
         }
         let path = self.link_paths[link.0];
-        let Some(&slot) = self.nodes[to.0].by_local_id.get(&dest) else {
+        let node = &self.nodes[to.0];
+        let slot = match dest {
+            frame::Destination::Id(id) => node.by_local_id.get(&id),
+            frame::Destination::Short(short) => node.by_short_id.get(&short),
+        };
+        let Some(&slot) = slot else {
             self.nodes[to.0].stats.unknown_destination += 1;
             let mut header = std::mem::take(&mut self.header_scratch);
             if let Some(length) = reset_for(datagram, &mut header) {

@@ -42,23 +42,37 @@
 //!
 //! A compact data frame for the common case of a sender with nothing to acknowledge: raw
 //! bytes of the connection's stream (message length prefixes included), no ack fields, no
-//! message fields, a 24-byte header instead of 84, so that a 1500-byte MTU carries as much
-//! payload as a TCP segment with timestamps:
+//! message fields, a 16-byte header instead of 84, so that a 1500-byte MTU carries more
+//! payload (1456 bytes) than a TCP segment with timestamps (1448):
 //!
 //! ```text
-//!  0       2       3       4              8                      16             20             24
-//! +-------+-------+-------+---------------+----------------------+--------------+--------------+
-//! | "QD"  |version| type 7|   checksum    |     dest_id u64      | pn low 32 bit| offset low 32|
-//! +-------+-------+-------+---------------+----------------------+--------------+--------------+
+//!  0      1                     4              8              12             16
+//! +------+---------------------+--------------+--------------+--------------+
+//! | tag  | dest_id low 24 bits |   checksum   | pn low 32    | offset low 32|
+//! +------+---------------------+--------------+--------------+--------------+
 //! then the payload: the rest of the datagram.
 //! ```
 //!
-//! `checksum` is CRC32C over bytes `0..4`, `8..24` and the payload. The packet number and
-//! the stream offset travel as their low 32 bits; the receiver takes the values nearest to
-//! what it expects (its cumulative ack, its in-order stream end), which is unambiguous
-//! while the in-flight cap and the receive window stay far below 2^31.
-//! [`FrameHeader`] holds those low bits in `packet_number` and `stream_offset`, every other
-//! field zero; [`FrameHeader::emit`] writes only the low 32 bits of both.
+//! - `tag` is [`STREAM_TAG`] (`0xC0 | VERSION`): a full frame starts with `'Q'`, so the
+//!   first byte tells the layouts apart, and a peer of another version rejects either.
+//! - Only the low 24 bits of the destination connection id travel ([`short_id`]); the
+//!   receiver finds its connection by them (each side chooses its ids so that their low 24
+//!   bits are unique among its connections) and the full 64-bit id is part of the checksum.
+//! - `checksum` is CRC32C over the full destination id (8 bytes, little-endian: a pseudo
+//!   header that does not travel), bytes `0..4`, bytes `8..16` and the payload. A frame
+//!   that reaches a connection whose id shares its low 24 bits but is not the one the
+//!   sender meant fails it, as a corrupted frame does. Verifying it therefore needs the
+//!   receiving connection's id: [`Frame::parse_for`]; [`Frame::parse`] refuses Stream
+//!   frames ([`FrameError::NeedsConnectionId`]).
+//! - The packet number and the stream offset travel as their low 32 bits; the receiver
+//!   takes the values nearest to what it expects (its cumulative ack, its in-order stream
+//!   end), which is unambiguous while the in-flight cap and the receive window stay far
+//!   below 2^31.
+//!
+//! [`FrameHeader`] holds the full destination id in `dest_id`, the low bits of the packet
+//! number and offset in `packet_number` and `stream_offset`, every other field zero;
+//! [`FrameHeader::emit`] writes only the low 24 bits of the id and the low 32 bits of both
+//! numbers.
 //!
 //! The payload of an Ack frame holds further SACK ranges ([`MoreSackRanges`]), 8 bytes
 //! each in the same encoding, continuing the header's list under the same rules (at most
@@ -69,12 +83,13 @@
 //!
 //! - [`Frame::parse`] checks, in this order: length of the fixed header, magic, version,
 //!   type, flags, SACK count, total length (`header_len + payload_len == datagram length`),
-//!   checksum, SACK ranges (a Stream frame: magic, version and type, then its 24-byte
-//!   length, then the checksum). On success every accessor of the returned view is
-//!   infallible.
+//!   checksum, SACK ranges. [`Frame::parse_for`] does the same, and for a Stream frame (tag
+//!   byte) its 16-byte length, the short destination id, then the checksum. On success
+//!   every accessor of the returned view is infallible.
 //! - [`FrameHeader::emit`] checks its inputs (buffer room, payload length, SACK ranges) and
 //!   returns an error instead of panicking.
-//! - [`dest_id`] never panics and validates only the magic and version.
+//! - [`dest_id`] and [`destination`] never panic and validate only the magic and version
+//!   (or the Stream tag).
 //! - A header that parsed emits the same bytes again (the encoding is canonical: there are no
 //!   reserved or unparsed bits).
 
@@ -84,8 +99,13 @@ use core::fmt;
 pub const MAGIC: [u8; 2] = *b"QD";
 /// The frame format version this code speaks. Peers must match exactly. Version 2 added
 /// [`flags::PING_REPLY`], [`flags::SACK_TRUNCATED`] and further SACK ranges in the payload
-/// of Ack frames (multi-path connections, `docs/striping.md`).
-pub const VERSION: u8 = 2;
+/// of Ack frames (multi-path connections, `docs/striping.md`); version 3 the 16-byte Stream
+/// frame (version 2's had 24 bytes: "QD", version, type and the full destination id).
+pub const VERSION: u8 = 3;
+/// First byte of a Stream frame (a full frame's first byte is `'Q'`).
+pub const STREAM_TAG: u8 = 0xC0 | VERSION;
+/// Bits of the destination connection id a Stream frame carries (the low ones).
+pub const SHORT_ID_BITS: u32 = 24;
 /// Length of the header without SACK ranges, in bytes.
 pub const FIXED_HEADER_LEN: usize = field::STREAM_OFFSET.end;
 /// Length of one encoded SACK range, in bytes.
@@ -138,18 +158,20 @@ pub mod field {
     /// Offset of the payload within the connection's byte stream, u64.
     pub const STREAM_OFFSET: Range<usize> = 76..84;
 
-    /// The fields of a Stream frame (type 7) after the first 4 bytes (magic, version, type).
+    /// The fields of a Stream frame (type 7, recognised by its first byte).
     pub mod stream {
         use core::ops::Range;
 
+        /// [`super::super::STREAM_TAG`].
+        pub const TAG: usize = 0;
+        /// Low 24 bits of the destination connection id (little-endian).
+        pub const SHORT_DEST_ID: Range<usize> = 1..4;
         /// CRC32C, u32.
         pub const CHECKSUM: Range<usize> = 4..8;
-        /// Destination connection id, u64.
-        pub const DEST_ID: Range<usize> = 8..16;
         /// Low 32 bits of the packet number.
-        pub const PACKET_NUMBER: Range<usize> = 16..20;
+        pub const PACKET_NUMBER: Range<usize> = 8..12;
         /// Low 32 bits of the payload's stream offset.
-        pub const STREAM_OFFSET: Range<usize> = 20..24;
+        pub const STREAM_OFFSET: Range<usize> = 12..16;
     }
 }
 
@@ -185,8 +207,9 @@ pub enum FrameType {
     Close = 5,
     /// The receiver does not know the connection named by the offending frame.
     Reset = 6,
-    /// Raw stream bytes in the compact 24-byte layout (see the module docs); consumes a
-    /// packet number and is acknowledged.
+    /// Raw stream bytes in the compact 16-byte layout (see the module docs); consumes a
+    /// packet number and is acknowledged. Its code is never on the wire: [`STREAM_TAG`]
+    /// marks the layout.
     Stream = 7,
 }
 
@@ -293,6 +316,19 @@ pub enum FrameError {
         needed: usize,
         /// The buffer length.
         actual: usize,
+    },
+    /// A Stream frame given to [`Frame::parse`]: its checksum covers the receiving
+    /// connection's full id, so only [`Frame::parse_for`] can verify it.
+    #[error("a Stream frame can only be verified by its connection (Frame::parse_for)")]
+    NeedsConnectionId,
+    /// [`Frame::parse_for`]: a Stream frame whose short destination id is not the
+    /// connection's.
+    #[error("Stream frame for short id {actual:#08x}, this connection's is {expected:#08x}")]
+    WrongConnection {
+        /// The connection's [`short_id`].
+        expected: u32,
+        /// The short id in the frame.
+        actual: u32,
     },
     /// Emit: the payload is longer than [`MAX_PAYLOAD_LEN`].
     #[error("payload of {actual} bytes, at most {max}")]
@@ -499,7 +535,8 @@ impl FrameHeader {
 
 impl FrameHeader {
     /// A Stream frame's header: flags must be 0 and there are no SACK ranges; only the low
-    /// 32 bits of the packet number and stream offset are written.
+    /// 24 bits of the destination id and the low 32 bits of the packet number and stream
+    /// offset are written (the checksum covers the full id).
     fn emit_stream(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
         let Some(out) = out.get_mut(..STREAM_HEADER_LEN) else {
             return Err(FrameError::BufferTooSmall {
@@ -522,16 +559,15 @@ impl FrameHeader {
                 max: 0,
             });
         }
-        out[field::MAGIC].copy_from_slice(&MAGIC);
-        out[field::VERSION] = VERSION;
-        out[field::TYPE] = FrameType::Stream.code();
-        write_u64(out, field::stream::DEST_ID.start, self.dest_id);
+        out[field::stream::TAG] = STREAM_TAG;
+        out[field::stream::SHORT_DEST_ID]
+            .copy_from_slice(&short_id(self.dest_id).to_le_bytes()[..3]);
         // The low 32 bits, by design (see the module docs).
         out[field::stream::PACKET_NUMBER]
             .copy_from_slice(&(self.packet_number as u32).to_le_bytes());
         out[field::stream::STREAM_OFFSET]
             .copy_from_slice(&(self.stream_offset as u32).to_le_bytes());
-        let checksum = stream_checksum(out, payload);
+        let checksum = stream_checksum(self.dest_id, out, payload);
         out[field::stream::CHECKSUM].copy_from_slice(&checksum.to_le_bytes());
         Ok(STREAM_HEADER_LEN)
     }
@@ -546,23 +582,48 @@ pub struct Frame<'a> {
 }
 
 impl<'a> Frame<'a> {
-    /// Parses and verifies a whole datagram (see the module's no-panic contract).
+    /// Parses and verifies a whole datagram that is not a Stream frame (see the module's
+    /// no-panic contract); a Stream frame is [`FrameError::NeedsConnectionId`].
     ///
     /// # Errors
-    /// Every [`FrameError`] variant except the emit-only ones.
+    /// Every [`FrameError`] variant except the emit-only ones and
+    /// [`FrameError::WrongConnection`].
     pub fn parse(datagram: &'a [u8]) -> Result<Self, FrameError> {
-        if datagram.len() > field::TYPE
-            && datagram[field::TYPE] == FrameType::Stream.code()
-            && check_magic_version(datagram).is_ok()
-        {
-            if datagram.len() < STREAM_HEADER_LEN {
-                return Err(FrameError::Truncated {
-                    needed: STREAM_HEADER_LEN,
-                    actual: datagram.len(),
-                });
-            }
-            return Self::parse_stream(datagram);
+        if datagram.first() == Some(&STREAM_TAG) {
+            return Err(FrameError::NeedsConnectionId);
         }
+        Self::parse_full(datagram)
+    }
+
+    /// Parses and verifies a whole datagram received by the connection whose id is
+    /// `local_id`: a Stream frame is checked against that id (its short id must match, and
+    /// the checksum covers the full id), any other frame as [`Frame::parse`] does.
+    ///
+    /// # Errors
+    /// Every [`FrameError`] variant except the emit-only ones and
+    /// [`FrameError::NeedsConnectionId`].
+    pub fn parse_for(datagram: &'a [u8], local_id: u64) -> Result<Self, FrameError> {
+        if datagram.first() != Some(&STREAM_TAG) {
+            return Self::parse_full(datagram);
+        }
+        if datagram.len() < STREAM_HEADER_LEN {
+            return Err(FrameError::Truncated {
+                needed: STREAM_HEADER_LEN,
+                actual: datagram.len(),
+            });
+        }
+        let actual = read_short_id(datagram);
+        if actual != short_id(local_id) {
+            return Err(FrameError::WrongConnection {
+                expected: short_id(local_id),
+                actual,
+            });
+        }
+        Self::parse_stream(datagram, local_id)
+    }
+
+    /// A full (non-Stream) frame.
+    fn parse_full(datagram: &'a [u8]) -> Result<Self, FrameError> {
         if datagram.len() < FIXED_HEADER_LEN {
             return Err(FrameError::Truncated {
                 needed: FIXED_HEADER_LEN,
@@ -634,8 +695,9 @@ impl<'a> Frame<'a> {
         })
     }
 
-    /// A Stream frame (magic and version already checked; at least the fixed header long).
-    fn parse_stream(datagram: &'a [u8]) -> Result<Self, FrameError> {
+    /// A Stream frame (tag and short id already checked; at least its header long), sent
+    /// to the connection `dest_id`.
+    fn parse_stream(datagram: &'a [u8], dest_id: u64) -> Result<Self, FrameError> {
         let (header_bytes, payload) = datagram.split_at(STREAM_HEADER_LEN);
         if payload.len() > MAX_PAYLOAD_LEN {
             return Err(FrameError::LengthMismatch {
@@ -644,15 +706,11 @@ impl<'a> Frame<'a> {
             });
         }
         let declared = read_u32(header_bytes, field::stream::CHECKSUM.start);
-        let computed = stream_checksum(header_bytes, payload);
+        let computed = stream_checksum(dest_id, header_bytes, payload);
         if declared != computed {
             return Err(FrameError::ChecksumMismatch { declared, computed });
         }
-        let mut header = FrameHeader::new(
-            FrameType::Stream,
-            read_u64(header_bytes, field::stream::DEST_ID.start),
-            0,
-        );
+        let mut header = FrameHeader::new(FrameType::Stream, dest_id, 0);
         header.packet_number =
             u64::from(read_u32(header_bytes, field::stream::PACKET_NUMBER.start));
         header.stream_offset =
@@ -809,28 +867,62 @@ fn decode_range(cumulative_ack: u64, bytes: &[u8], at: usize) -> Option<SackRang
     Some(SackRange { start, end })
 }
 
-/// Cheap demultiplexing peek: the destination connection id of a datagram, or `None` if it
-/// is too short or its magic or version is wrong. Does not verify the checksum, so the
-/// connection it names must still parse the frame. 0 means "to whoever takes new
-/// connections".
-pub fn dest_id(datagram: &[u8]) -> Option<u64> {
-    if datagram.len() <= field::TYPE || check_magic_version(datagram).is_err() {
-        return None;
-    }
-    let at = if datagram[field::TYPE] == FrameType::Stream.code() {
-        field::stream::DEST_ID
-    } else {
-        field::DEST_ID
-    };
-    if datagram.len() < at.end {
-        return None;
-    }
-    Some(read_u64(datagram, at.start))
+/// The low [`SHORT_ID_BITS`] bits of a connection id: what a Stream frame carries of its
+/// destination. A side chooses its connection ids so that these are unique among its
+/// connections.
+pub const fn short_id(id: u64) -> u32 {
+    (id & ((1 << SHORT_ID_BITS) - 1)) as u32
 }
 
-/// CRC32C of a Stream frame: its header without the checksum field, then the payload.
-fn stream_checksum(header: &[u8], payload: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&header[..field::stream::CHECKSUM.start]);
+/// Whom a datagram is for, as far as its bytes say before verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// A full frame's destination id (0: "whoever takes new connections").
+    Id(u64),
+    /// A Stream frame's [`short_id`] of its destination.
+    Short(u32),
+}
+
+/// Cheap demultiplexing peek: whom a datagram is for, or `None` if it is too short or its
+/// magic and version (or Stream tag) are wrong. Does not verify the checksum, so the
+/// connection it names must still parse the frame ([`Frame::parse_for`]).
+pub fn destination(datagram: &[u8]) -> Option<Destination> {
+    if datagram.first() == Some(&STREAM_TAG) {
+        if datagram.len() < field::stream::SHORT_DEST_ID.end {
+            return None;
+        }
+        return Some(Destination::Short(read_short_id(datagram)));
+    }
+    dest_id(datagram).map(Destination::Id)
+}
+
+/// Demultiplexing peek for a full frame: its destination connection id, or `None` if it is
+/// too short, its magic or version is wrong, or it is a Stream frame (which carries only a
+/// short id: see [`destination`]). Does not verify the checksum. 0 means "to whoever takes
+/// new connections".
+pub fn dest_id(datagram: &[u8]) -> Option<u64> {
+    if datagram.len() < field::DEST_ID.end || check_magic_version(datagram).is_err() {
+        return None;
+    }
+    Some(read_u64(datagram, field::DEST_ID.start))
+}
+
+/// The short destination id of a Stream frame at least 4 bytes long.
+fn read_short_id(datagram: &[u8]) -> u32 {
+    let at = field::stream::SHORT_DEST_ID;
+    u32::from_le_bytes([
+        datagram[at.start],
+        datagram[at.start + 1],
+        datagram[at.start + 2],
+        0,
+    ])
+}
+
+/// CRC32C of a Stream frame: the full destination id (a pseudo header), the header without
+/// the checksum field, then the payload.
+fn stream_checksum(dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&dest_id.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, &header[..field::stream::CHECKSUM.start]);
     let crc = crc32c::crc32c_append(crc, &header[field::stream::CHECKSUM.end..STREAM_HEADER_LEN]);
     crc32c::crc32c_append(crc, payload)
 }
@@ -928,7 +1020,7 @@ mod tests {
     }
 
     fn fixture_bytes() -> Vec<u8> {
-        let mut bytes = vec![b'Q', b'D', 2, 2, 0x01, 1, 5, 0];
+        let mut bytes = vec![b'Q', b'D', 3, 2, 0x01, 1, 5, 0];
         bytes.extend_from_slice(&[0, 0, 0, 0]); // checksum, patched below
         bytes.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
         bytes.extend_from_slice(&[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
@@ -963,13 +1055,17 @@ mod tests {
         assert_eq!(&out[..len], &bytes[..len]);
     }
 
+    /// The Stream fixture's destination connection id.
+    const STREAM_DEST: u64 = 0x0102_0304_0506_0708;
+
     fn stream_fixture() -> Vec<u8> {
-        let mut bytes = vec![b'Q', b'D', 2, 7, 0, 0, 0, 0];
-        bytes.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        // Tag 0xC3 (version 3), short id 0x060708, checksum patched below.
+        let mut bytes = vec![0xC3, 0x08, 0x07, 0x06, 0, 0, 0, 0];
         bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
         bytes.extend_from_slice(&0x0000_4000u32.to_le_bytes());
         bytes.extend_from_slice(b"raw stream bytes");
-        let mut crc = crc32c::crc32c(&bytes[..4]);
+        let mut crc = crc32c::crc32c(&STREAM_DEST.to_le_bytes());
+        crc = crc32c::crc32c_append(crc, &bytes[..4]);
         crc = crc32c::crc32c_append(crc, &bytes[8..]);
         bytes[4..8].copy_from_slice(&crc.to_le_bytes());
         bytes
@@ -978,15 +1074,35 @@ mod tests {
     #[test]
     fn stream_fixture_parses_and_emits() {
         let bytes = stream_fixture();
+        assert_eq!(STREAM_HEADER_LEN, 16);
         assert_eq!(bytes.len(), STREAM_HEADER_LEN + 16);
-        let frame = Frame::parse(&bytes).unwrap();
-        let mut expected = FrameHeader::new(FrameType::Stream, 0x0102_0304_0506_0708, 0);
+        assert_eq!(
+            Frame::parse(&bytes),
+            Err(FrameError::NeedsConnectionId),
+            "a Stream frame needs its connection's id"
+        );
+        let frame = Frame::parse_for(&bytes, STREAM_DEST).unwrap();
+        let mut expected = FrameHeader::new(FrameType::Stream, STREAM_DEST, 0);
         expected.packet_number = 0x8000_0001;
         expected.stream_offset = 0x4000;
         assert_eq!(*frame.header(), expected);
         assert_eq!(frame.payload(), b"raw stream bytes");
         assert_eq!(frame.header_len(), STREAM_HEADER_LEN);
-        assert_eq!(dest_id(&bytes), Some(0x0102_0304_0506_0708));
+        assert_eq!(dest_id(&bytes), None);
+        assert_eq!(destination(&bytes), Some(Destination::Short(0x06_0708)));
+        assert_eq!(short_id(STREAM_DEST), 0x06_0708);
+        // Same short id, another connection: the checksum (over the full id) fails.
+        assert!(matches!(
+            Frame::parse_for(&bytes, STREAM_DEST ^ (1 << 40)),
+            Err(FrameError::ChecksumMismatch { .. })
+        ));
+        assert_eq!(
+            Frame::parse_for(&bytes, STREAM_DEST ^ 1),
+            Err(FrameError::WrongConnection {
+                expected: 0x06_0709,
+                actual: 0x06_0708
+            })
+        );
         let mut out = [0u8; MAX_HEADER_LEN];
         let len = expected.emit(&mut out, frame.payload()).unwrap();
         assert_eq!(&out[..len], &bytes[..STREAM_HEADER_LEN]);
@@ -1000,12 +1116,26 @@ mod tests {
                 let mut corrupted = bytes.clone();
                 corrupted[index] ^= 1 << bit;
                 assert!(
-                    Frame::parse(&corrupted).is_err(),
+                    Frame::parse_for(&corrupted, STREAM_DEST).is_err(),
                     "flip of bit {bit} in byte {index} of a Stream frame went unnoticed"
                 );
             }
         }
-        assert!(Frame::parse(&bytes[..STREAM_HEADER_LEN - 1]).is_err());
+        assert_eq!(
+            Frame::parse_for(&bytes[..STREAM_HEADER_LEN - 1], STREAM_DEST),
+            Err(FrameError::Truncated {
+                needed: STREAM_HEADER_LEN,
+                actual: STREAM_HEADER_LEN - 1
+            })
+        );
+        assert_eq!(destination(&bytes[..3]), None);
+        // A version-2 Stream frame ("QD", 2, 7, ...) is refused.
+        let mut old = vec![b'Q', b'D', 2, 7];
+        old.extend_from_slice(&[0; FIXED_HEADER_LEN]);
+        assert!(matches!(
+            Frame::parse_for(&old, STREAM_DEST),
+            Err(FrameError::UnsupportedVersion { actual: 2, .. })
+        ));
         let mut flagged = expected;
         flagged.flags = flags::ACK;
         assert!(flagged.emit(&mut out, &[]).is_err());
@@ -1014,7 +1144,7 @@ mod tests {
     #[test]
     fn ping_reply_fixture() {
         // An Ack answering Ping token 0x41 (ping 1 of path 1 with 64 paths), no SACK.
-        let mut bytes = vec![b'Q', b'D', 2, 3, 0x05, 0, 0, 0];
+        let mut bytes = vec![b'Q', b'D', 3, 3, 0x05, 0, 0, 0];
         bytes.extend_from_slice(&[0, 0, 0, 0]);
         bytes.extend_from_slice(&1u64.to_le_bytes());
         bytes.extend_from_slice(&2u64.to_le_bytes());
@@ -1127,8 +1257,18 @@ mod tests {
         assert_eq!(
             Frame::parse(&wrong),
             Err(FrameError::UnsupportedVersion {
-                expected: 2,
+                expected: 3,
                 actual: 9
+            })
+        );
+        // A version-2 frame (the previous format) is refused by name.
+        let mut old = bytes.clone();
+        old[2] = 2;
+        assert_eq!(
+            Frame::parse(&old),
+            Err(FrameError::UnsupportedVersion {
+                expected: 3,
+                actual: 2
             })
         );
         let mut wrong = bytes.clone();
@@ -1149,7 +1289,8 @@ mod tests {
             Frame::parse(&wrong),
             Err(FrameError::TooManySackRanges { actual: 17, .. })
         ));
-        assert_eq!(dest_id(&[b'Q', b'D', 2]), None);
+        assert_eq!(dest_id(&[b'Q', b'D', 3]), None);
+        assert_eq!(destination(&[b'Q', b'D', 3]), None);
     }
 
     #[test]
@@ -1280,10 +1421,23 @@ mod tests {
             prop_assert_eq!(len, header.header_len());
             datagram.truncate(len);
             datagram.extend_from_slice(&payload);
-            let frame = Frame::parse(&datagram).unwrap();
+            let frame = Frame::parse_for(&datagram, header.dest_id).unwrap();
             prop_assert_eq!(*frame.header(), header);
             prop_assert_eq!(frame.payload(), &payload[..]);
-            prop_assert_eq!(dest_id(&datagram), Some(header.dest_id));
+            if header.frame_type == FrameType::Stream {
+                prop_assert_eq!(
+                    destination(&datagram),
+                    Some(Destination::Short(short_id(header.dest_id)))
+                );
+                prop_assert_eq!(Frame::parse(&datagram), Err(FrameError::NeedsConnectionId));
+                // Any other connection id fails it, whether or not the short id matches.
+                let other = header.dest_id ^ (1u64 << (payload.len() % 64));
+                prop_assert!(Frame::parse_for(&datagram, other).is_err());
+            } else {
+                prop_assert_eq!(dest_id(&datagram), Some(header.dest_id));
+                prop_assert_eq!(destination(&datagram), Some(Destination::Id(header.dest_id)));
+                prop_assert_eq!(Frame::parse(&datagram).unwrap(), frame);
+            }
         }
 
         #[test]
@@ -1313,10 +1467,19 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic_and_reemit_identically(
-            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            mut bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            local_id in any::<u64>(),
+            stream_tagged in any::<bool>(),
         ) {
+            if stream_tagged && bytes.len() >= 4 {
+                // Reach the Stream parser often: the tag and this connection's short id.
+                bytes[0] = STREAM_TAG;
+                bytes[1..4].copy_from_slice(&short_id(local_id).to_le_bytes()[..3]);
+            }
             let _ = dest_id(&bytes);
-            if let Ok(frame) = Frame::parse(&bytes) {
+            let _ = destination(&bytes);
+            let _ = Frame::parse(&bytes);
+            if let Ok(frame) = Frame::parse_for(&bytes, local_id) {
                 if let Ok(more) = MoreSackRanges::parse(frame.header(), frame.payload()) {
                     let ranges: Vec<SackRange> = more.iter().collect();
                     prop_assert_eq!(ranges.len(), more.len());

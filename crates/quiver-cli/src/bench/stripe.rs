@@ -52,6 +52,14 @@ const TCP_PORT: u16 = 7500;
 const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Time given to the path that died before the post-kill goodput is counted.
 const KILL_SETTLE: Duration = Duration::from_millis(500);
+/// IPv4 + TCP with timestamps (20 + 20 + 12): TCP's payload per frame is MTU minus this.
+const TCP_HEADER_BYTES: u32 = 52;
+/// IPv4 + udp (20 + 8) and quiver's compact data frame header: quiver's payload per
+/// frame is MTU minus both.
+const UDP_HEADER_BYTES: u32 = 28;
+const STREAM_HEADER_BYTES: u32 = quiver_wire::frame::STREAM_HEADER_LEN as u32;
+/// Ethernet header bytes tbf counts on top of the MTU.
+const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Largest --links entry (one /24 per link under 10.77.0.0/16, and quiver's path limit).
 const MAX_LINKS: u32 = 64;
 
@@ -99,6 +107,10 @@ pub(crate) struct StripeArgs {
     /// Print the sender's protocol counters for each run.
     #[arg(long)]
     verbose: bool,
+    /// Draw the scaling curve (goodput vs links for quiver and TCP, the nominal N x rate
+    /// and the MTU ceiling) into FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
     /// Internal: run as one side of a transfer (sender, receiver, tcp-server, tcp-client).
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -258,6 +270,7 @@ struct Plan {
     name: String,
     json: Option<String>,
     verbose: bool,
+    plot: Option<std::path::PathBuf>,
 }
 
 impl Plan {
@@ -315,6 +328,7 @@ impl Plan {
             name: args.name.clone(),
             json: args.json.clone(),
             verbose: args.verbose,
+            plot: args.plot.clone(),
         })
     }
 
@@ -395,8 +409,14 @@ fn run_plan(plan: &Plan) -> Result<(), String> {
             "verified"
         );
     }
+    let mut points = Vec::new();
     for &links in &plan.link_counts {
         let record = measure(plan, links)?;
+        points.push(super::plot::StripePoint {
+            links,
+            quiver_gbps: record.goodput_gbps,
+            tcp_gbps: record.tcp_baseline_gbps,
+        });
         if table {
             print_row(&record);
         }
@@ -408,7 +428,41 @@ fn run_plan(plan: &Plan) -> Result<(), String> {
                 .map_err(|error| format!("writing JSON: {error}"))?;
         }
     }
+    if let Some(path) = &plan.plot {
+        super::plot::draw_stripe(path, &points, &plot_setting(plan))?;
+        eprintln!("quiver bench stripe: plot written to {}", path.display());
+    }
     Ok(())
+}
+
+/// The striping plot's caption and reference lines for this plan.
+fn plot_setting(plan: &Plan) -> super::plot::StripeSetting {
+    let mut subtitle = format!(
+        "{} per link, MTU {}, {}% loss, {} s per transfer",
+        format_gbps(plan.rate_bps as f64 / 1e9),
+        plan.mtu,
+        plan.loss_pct,
+        plan.seconds
+    );
+    if let Some(at) = plan.kill_link {
+        subtitle.push_str(&format!("; last link killed at {at} s"));
+    }
+    super::plot::StripeSetting {
+        rate_gbps: plan.rate_bps as f64 / 1e9,
+        ceilings: vec![
+            (
+                "TCP's".to_string(),
+                plan.mtu.saturating_sub(TCP_HEADER_BYTES),
+            ),
+            (
+                "quiver's".to_string(),
+                plan.mtu
+                    .saturating_sub(UDP_HEADER_BYTES + STREAM_HEADER_BYTES),
+            ),
+        ],
+        frame_bytes: plan.mtu + ETHERNET_HEADER_BYTES,
+        subtitle,
+    }
 }
 
 fn format_gbps(gbps: f64) -> String {

@@ -111,7 +111,7 @@ pub struct ReliableConfig {
     /// agree. Path `i` is the same link in both directions; the I/O layer maps it to
     /// addresses. Default 1.
     pub path_count: usize,
-    /// Send data in compact Stream frames (24-byte header, `frame::FrameType::Stream`)
+    /// Send data in compact Stream frames (16-byte header, `frame::FrameType::Stream`)
     /// whenever no acknowledgement waits to ride along; full Data frames otherwise. Needs
     /// both buffers at most [`ReliableConfig::MAX_COMPACT_BUFFER_BYTES`] (the frame carries
     /// 32-bit offsets). A receiver takes Stream frames either way. Default false.
@@ -695,8 +695,12 @@ impl ReliableConnection {
             self.stats.unexpected_dropped += 1;
             return;
         }
-        let frame = match Frame::parse(datagram) {
+        let frame = match Frame::parse_for(datagram, self.local_id) {
             Ok(frame) => frame,
+            Err(FrameError::WrongConnection { .. }) => {
+                self.stats.unexpected_dropped += 1;
+                return;
+            }
             Err(_) => {
                 self.stats.corrupt_dropped += 1;
                 return;

@@ -34,7 +34,7 @@ use quiver_proto::reliable::{
 use quiver_transport::udp::{
     max_gso_bytes, OutDatagram, ReadinessSet, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
 };
-use quiver_wire::frame::{self, MAX_HEADER_LEN};
+use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN};
 use quiver_wire::handshake::Hello;
 
 use super::mem::MemSocket;
@@ -316,7 +316,7 @@ struct Engine {
     sockets: Vec<Socket>,
     /// Link addresses of every rank (`QUIVER_LINKS`; empty: one link each).
     links: Vec<Vec<SocketAddr>>,
-    conns: IdMap<Entry>,
+    conns: ConnTable,
     /// Connection id of a Hello already answered, by (source rank, initiator's id): its
     /// repeats may come over any link.
     hellos: HashMap<(u32, u64), u64>,
@@ -478,7 +478,7 @@ fn reliable_config(config: &Config) -> ReliableConfig {
         recv_window_bytes: config.net_window_bytes,
         idle_timeout_ns: idle,
         keepalive_interval_ns: (idle / 4).max(1_000_000),
-        // 24-byte data headers where nothing needs acknowledging (their 32-bit offsets need
+        // 16-byte data headers where nothing needs acknowledging (their 32-bit offsets need
         // windows of at most 1 GiB).
         compact_data_frames: config.net_window_bytes <= ReliableConfig::MAX_COMPACT_BUFFER_BYTES,
         ..ReliableConfig::default()
@@ -554,7 +554,7 @@ impl DgramShared {
             engine: Mutex::new(Engine {
                 sockets,
                 links,
-                conns: IdMap::default(),
+                conns: ConnTable::default(),
                 hellos: HashMap::new(),
                 base,
                 config_datagram: config.udp_datagram_bytes,
@@ -954,6 +954,66 @@ impl DgramShared {
     }
 }
 
+/// The engine's connections by id, and by short id (`frame::short_id`: a Stream frame
+/// carries only that much of its destination). `fresh_id` keeps short ids unique.
+#[derive(Debug, Default)]
+struct ConnTable {
+    by_id: IdMap<Entry>,
+    by_short: HashMap<u32, u64>,
+}
+
+impl ConnTable {
+    fn contains_short(&self, short: u32) -> bool {
+        self.by_short.contains_key(&short)
+    }
+
+    fn get(&self, id: &u64) -> Option<&Entry> {
+        self.by_id.get(id)
+    }
+
+    fn get_mut(&mut self, id: &u64) -> Option<&mut Entry> {
+        self.by_id.get_mut(id)
+    }
+
+    /// The connection a Stream frame's short id names, with its full id.
+    fn get_mut_short(&mut self, short: u32) -> Option<(u64, &mut Entry)> {
+        let id = *self.by_short.get(&short)?;
+        self.by_id.get_mut(&id).map(|entry| (id, entry))
+    }
+
+    fn insert(&mut self, id: u64, entry: Entry) {
+        self.by_short.insert(frame::short_id(id), id);
+        self.by_id.insert(id, entry);
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<Entry> {
+        let entry = self.by_id.remove(id)?;
+        if self.by_short.get(&frame::short_id(*id)) == Some(id) {
+            self.by_short.remove(&frame::short_id(*id));
+        }
+        Some(entry)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.by_id.values()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&u64, &mut Entry)> {
+        self.by_id.iter_mut()
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&u64, &mut Entry) -> bool) {
+        let by_short = &mut self.by_short;
+        self.by_id.retain(|id, entry| {
+            let kept = keep(id, entry);
+            if !kept {
+                by_short.remove(&frame::short_id(*id));
+            }
+            kept
+        });
+    }
+}
+
 impl Engine {
     fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
@@ -967,10 +1027,12 @@ impl Engine {
             .min()
     }
 
+    /// A new connection id: non-zero, its short id (what Stream frames carry) unique
+    /// among the engine's connections.
     fn fresh_id(&self) -> u64 {
         loop {
             let id = u64::from_ne_bytes(random());
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0 && !self.conns.contains_short(frame::short_id(id)) {
                 return id;
             }
         }
@@ -1102,13 +1164,20 @@ impl Engine {
         shared: &DgramShared,
         touched: &mut Vec<u64>,
     ) {
-        match frame::dest_id(datagram) {
-            Some(0) => {
+        match frame::destination(datagram) {
+            Some(Destination::Id(0)) => {
                 if let Some(id) = self.accept(from, path, datagram, now, ctx, shared) {
                     touched.push(id);
                 }
             }
-            Some(id) => {
+            Some(Destination::Short(short)) => {
+                // A Stream frame (bulk data): its connection verifies it against its full id.
+                if let Some((id, entry)) = self.conns.get_mut_short(short) {
+                    entry.core.handle_datagram(now, path, datagram);
+                    touched.push(id);
+                }
+            }
+            Some(Destination::Id(id)) => {
                 if let Some(entry) = self.conns.get_mut(&id) {
                     // A socket beyond the connection's paths (a peer with fewer links): the
                     // core counts and drops it.
