@@ -9,8 +9,14 @@
 //!
 //! Method, per transport:
 //! - **raw-tcp**: one TCP connection, `TCP_NODELAY`, kernel-tuned buffers. A message of
-//!   `n` bytes is one `write` loop of `n` bytes; the receiver reads exactly `n` bytes into
-//!   its buffer. The bw/rate window ack is one byte back on the same connection.
+//!   `n` bytes is one `write` loop of `n` bytes. The receiver reads the way a tuned
+//!   application would: a message shorter than [`TCP_STAGING_BYTES`] comes out of a staging
+//!   buffer that each `read` fills as far as the socket has bytes (so one read takes many
+//!   small messages of a bw/rate window, as quiver's tcp does); a longer one is read
+//!   straight into its destination, as much per `read` as has arrived. Streaming tests look
+//!   with `poll` before each read or write (see [`ready`]); pingpong reads and writes
+//!   without (one system call per look, like quiver). The bw/rate window ack is one byte
+//!   back on the same connection.
 //! - **raw-udp**: connected UDP sockets, 64 MiB socket buffers (forced when allowed). A
 //!   message is one datagram up to 65507 bytes; larger messages are split into 65507-byte
 //!   datagrams (the last one shorter), received in order straight into the buffer. UDP has
@@ -55,6 +61,10 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 const SPINS_PER_CLOCK_READ: u32 = 4096;
 /// The quiver endpoint port used to exchange socket addresses.
 const BOOTSTRAP_PORT: u16 = 0;
+/// raw-tcp: messages shorter than this are received through a staging buffer this large
+/// (many per read when they stream); longer ones straight into their destination. The
+/// same as quiver's tcp default (`QUIVER_TCP_STAGING_BYTES`).
+pub(crate) const TCP_STAGING_BYTES: usize = 256 << 10;
 
 /// A message channel between the two ranks over plain sockets.
 trait RawLink {
@@ -62,6 +72,10 @@ trait RawLink {
     fn send_message(&mut self, message: &[u8]) -> io::Result<()>;
     /// Receives one message of exactly `buffer.len()` bytes into `buffer`.
     fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()>;
+    /// Latency (pingpong) or streaming: a link may wait differently for each.
+    fn set_latency_mode(&mut self, latency: bool) {
+        let _ = latency;
+    }
     /// Receiver, end of a bw/rate window: tell the sender everything arrived.
     fn send_window_ack(&mut self) -> io::Result<()>;
     /// Sender, end of a bw/rate window: wait until the receiver has everything.
@@ -174,6 +188,7 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
     for test in plan.rank_tests() {
         match test {
             TestName::Pingpong => {
+                link.set_latency_mode(true);
                 for &size in &plan.sizes {
                     let record = pingpong(
                         link,
@@ -186,6 +201,7 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
                     .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
                     emit(&mut output, record, plan)?;
                 }
+                link.set_latency_mode(false);
             }
             TestName::Bw | TestName::Rate => {
                 let sizes = if test == TestName::Bw {
@@ -420,6 +436,12 @@ fn ready(stream: &TcpStream, events: libc::c_short) -> io::Result<bool> {
 /// raw-tcp: one non-blocking TCP connection with `TCP_NODELAY`.
 struct TcpLink {
     stream: TcpStream,
+    /// Bytes read ahead of the message being received: `staging[start..end]`.
+    staging: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Pingpong: read and write without looking with `poll` first.
+    latency: bool,
 }
 
 impl TcpLink {
@@ -443,21 +465,51 @@ impl TcpLink {
             TcpStream::connect((Ipv4Addr::LOCALHOST, port))
                 .map_err(|error| format!("tcp connect to port {port}: {error}"))?
         };
-        stream
-            .set_nodelay(true)
-            .and_then(|()| stream.set_nonblocking(true))
-            .map_err(|error| format!("tcp options: {error}"))?;
-        Ok(TcpLink { stream })
+        TcpLink::from_stream(stream).map_err(|error| format!("tcp options: {error}"))
+    }
+
+    /// The link over a connected stream (made non-blocking, `TCP_NODELAY`).
+    fn from_stream(stream: TcpStream) -> io::Result<TcpLink> {
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(TcpLink {
+            stream,
+            staging: vec![0u8; TCP_STAGING_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            latency: false,
+        })
+    }
+
+    /// One non-blocking read into `into`, after a look with `poll` unless in latency mode:
+    /// `Ok(None)` when nothing is there.
+    fn read_some(
+        stream: &mut TcpStream,
+        into: &mut [u8],
+        latency: bool,
+    ) -> io::Result<Option<usize>> {
+        if !latency && !ready(stream, libc::POLLIN)? {
+            return Ok(None);
+        }
+        match would_block(stream.read(into))? {
+            Some(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+            other => Ok(other),
+        }
     }
 }
 
 impl RawLink for TcpLink {
+    fn set_latency_mode(&mut self, latency: bool) {
+        self.latency = latency;
+    }
+
     fn send_message(&mut self, message: &[u8]) -> io::Result<()> {
         let mut written = 0;
+        let latency = self.latency;
         while written < message.len() {
             let stream = &mut self.stream;
             written += spin("writing to the tcp stream", || {
-                if !ready(stream, libc::POLLOUT)? {
+                if !latency && !ready(stream, libc::POLLOUT)? {
                     return Ok(None);
                 }
                 would_block(stream.write(&message[written..]))
@@ -467,19 +519,31 @@ impl RawLink for TcpLink {
     }
 
     fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()> {
-        let mut filled = 0;
+        // Bytes read ahead with an earlier message come first.
+        let staged = (self.end - self.start).min(buffer.len());
+        buffer[..staged].copy_from_slice(&self.staging[self.start..self.start + staged]);
+        self.start += staged;
+        let mut filled = staged;
+        let latency = self.latency;
         while filled < buffer.len() {
             let stream = &mut self.stream;
-            let count = spin("reading the tcp stream", || {
-                if !ready(stream, libc::POLLIN)? {
-                    return Ok(None);
-                }
-                would_block(stream.read(&mut buffer[filled..]))
-            })?;
-            if count == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
+            if buffer.len() - filled >= TCP_STAGING_BYTES {
+                // A large message: straight into its buffer, as much as has arrived.
+                filled += spin("reading the tcp stream", || {
+                    Self::read_some(stream, &mut buffer[filled..], latency)
+                })?;
+                continue;
             }
-            filled += count;
+            // A small one: one read takes what is there, the next messages too.
+            let staging = &mut self.staging;
+            let count = spin("reading the tcp stream", || {
+                Self::read_some(stream, staging, latency)
+            })?;
+            let take = count.min(buffer.len() - filled);
+            buffer[filled..filled + take].copy_from_slice(&self.staging[..take]);
+            filled += take;
+            self.start = take;
+            self.end = count;
         }
         Ok(())
     }
@@ -498,7 +562,10 @@ impl RawLink for TcpLink {
     fn exchange(&mut self, message: &[u8], receive: &mut [u8], count: u64) -> io::Result<()> {
         let length = message.len();
         let total = length as u64 * count;
-        let (mut written, mut read) = (0u64, 0u64);
+        // Bytes already staged belong to this stream of messages.
+        let staged = ((self.end - self.start) as u64).min(total);
+        self.start += staged as usize;
+        let (mut written, mut read) = (0u64, staged);
         let mut spins = 0u32;
         let mut stalled_since: Option<Instant> = None;
         while written < total || read < total {
@@ -750,6 +817,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tcp_messages_come_out_whole_through_the_staging_buffer_and_around_it() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut writer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let mut link = TcpLink::from_stream(listener.accept().unwrap().0).unwrap();
+        let sizes = [
+            8usize,
+            1000,
+            3,
+            TCP_STAGING_BYTES + 17,
+            8,
+            5,
+            TCP_STAGING_BYTES - 1,
+        ];
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(seed, &size)| (0..size).map(|i| (i * 7 + seed) as u8).collect())
+            .collect();
+        let all: Vec<u8> = messages.concat();
+        let writing = std::thread::spawn(move || writer.write_all(&all).map(|()| writer));
+        for (index, message) in messages.iter().enumerate() {
+            link.set_latency_mode(index % 2 == 0);
+            let mut buffer = vec![0u8; message.len()];
+            link.receive_message(&mut buffer).unwrap();
+            assert!(buffer == *message, "message {index}");
+        }
+        let mut writer = writing.join().unwrap().unwrap();
+        // Three messages in one write: the first read stages all of them, so the other two
+        // come out after the stream has ended.
+        writer.write_all(&[1, 1, 2, 2, 3, 3]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(writer);
+        for expected in [[1u8, 1], [2, 2], [3, 3]] {
+            let mut buffer = [0u8; 2];
+            link.receive_message(&mut buffer).unwrap();
+            assert_eq!(buffer, expected);
+        }
+        let mut buffer = [0u8; 2];
+        let error = link.receive_message(&mut buffer).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -1290,6 +1290,31 @@ impl Endpoint {
             .filter_map(NetIn::tcp)
             .map(|t| t.held_bytes as u64)
             .sum();
+        // One `poll` says which streams have something: a failed read takes the socket's
+        // lock, and this runs on every round of a send's wait, often on the very stream the
+        // send is pushing (one stream carries both directions), whose incoming
+        // acknowledgements would then wait behind the lock (measured: 1 MiB bandwidth fell
+        // to 0.5-0.8 of one stream per direction).
+        self.pollfds.clear();
+        for inb in &self.net_in {
+            if let (InboundState::Open, InLink::Tcp(tcp)) = (&inb.state, &inb.link) {
+                self.pollfds.push(libc::pollfd {
+                    fd: tcp.stream.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        if self.pollfds.is_empty() {
+            return;
+        }
+        if sys::poll(&mut self.pollfds, Some(Duration::ZERO)).is_err() {
+            // Look at every stream then.
+            for fd in &mut self.pollfds {
+                fd.revents = libc::POLLIN;
+            }
+        }
+        let mut readiness = self.pollfds.iter();
         let pool = &self.pool;
         for inb in &mut self.net_in {
             if inb.state != InboundState::Open {
@@ -1298,6 +1323,10 @@ impl Endpoint {
             let InLink::Tcp(tcp) = &mut inb.link else {
                 continue;
             };
+            let readable = readiness.next().is_some_and(|fd| fd.revents != 0);
+            if !readable && tcp.end == tcp.start {
+                continue;
+            }
             let failed = loop {
                 match &mut tcp.partial {
                     None => {}

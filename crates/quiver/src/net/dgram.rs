@@ -67,6 +67,9 @@ const RECV_BATCH: usize = 64;
 const TX_BYTES: usize = 1 << 20;
 /// Messages taken by one `recvmmsg`.
 const RX_MESSAGES: usize = 32;
+/// A received datagram at least this long (an Ethernet MTU's worth) is taken for part of a
+/// stream: the poll goes on receiving at once instead of handing it over first.
+const STREAM_DATAGRAM_BYTES: usize = 1400;
 
 /// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out back to back in
 /// `tx` and leave with one `sendmmsg`, runs of equal-size datagrams as GSO segments.
@@ -1258,7 +1261,8 @@ impl Engine {
                 }
             }
             Socket::Udp(_) => {
-                for _ in 0..RECV_BATCH / RX_MESSAGES {
+                let mut taken = 0;
+                while taken < RECV_BATCH {
                     let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
                     };
@@ -1268,9 +1272,16 @@ impl Engine {
                     // One datagram at a time until one arrives, then a batch while they fill
                     // it: a receive of one returns as soon as it has it, where a batch would
                     // look at the empty queue once more first (the ping-pong case).
-                    let asked = if io.rx_wide { RX_MESSAGES } else { 1 };
+                    let asked = if io.rx_wide {
+                        RX_MESSAGES.min(RECV_BATCH - taken)
+                    } else {
+                        1
+                    };
                     let got = io.socket.recv_batch_up_to(&mut rx, asked).unwrap_or(0);
                     io.rx_wide = got == asked;
+                    // A single large datagram is most likely part of a stream: read on.
+                    let streaming =
+                        asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
                     for m in 0..got {
                         let msg = rx.message(m);
                         if msg.truncated {
@@ -1283,9 +1294,10 @@ impl Engine {
                     if let Socket::Udp(io) = &mut self.sockets[path] {
                         io.rx = Some(rx);
                     }
-                    // A single datagram goes to the application first; the next poll asks
-                    // for a batch.
-                    if got < RX_MESSAGES {
+                    taken += got;
+                    // A single small datagram goes to the application first; the next poll
+                    // asks for a batch.
+                    if got < asked || (asked == 1 && !streaming) {
                         break;
                     }
                 }
