@@ -58,6 +58,16 @@ const RATE_METER_MIN_NS: Nanos = 10_000_000;
 /// "No frame": the end of a path's list of frames in flight.
 pub(super) const NO_FRAME: u64 = u64::MAX;
 
+/// `a * b / c` without overflow (saturating at `u64::MAX`; `c` > 0): in u64 when the product
+/// fits, which is the common case and avoids a 128-bit division per call (the scheduler
+/// computes a few of these per path for every frame sent).
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    match a.checked_mul(b) {
+        Some(product) => product / c,
+        None => u64::try_from(u128::from(a) * u128::from(b) / u128::from(c)).unwrap_or(u64::MAX),
+    }
+}
+
 /// What a path is good for now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PathState {
@@ -241,7 +251,7 @@ impl Path {
                     .min_rtt_ns
                     .unwrap_or(0)
                     .saturating_add(ACK_ALLOWANCE_NS);
-                let bdp = (u128::from(rate) * u128::from(time_ns) / 1_000_000_000) as u64;
+                let bdp = mul_div(rate, time_ns, 1_000_000_000);
                 bdp.saturating_mul(GAIN).max(floor)
             }
         }
@@ -249,31 +259,33 @@ impl Path {
 
     /// Whether a frame of `frame_bytes` fits the window now.
     pub(super) fn has_room(&self, frame_bytes: u64, max_frame_bytes: u64) -> bool {
+        self.room_in(self.window_bytes(max_frame_bytes), frame_bytes)
+    }
+
+    /// Whether a frame of `frame_bytes` fits `window` (this path's window) now.
+    fn room_in(&self, window: u64, frame_bytes: u64) -> bool {
         match self.state {
             PathState::Down => false,
             PathState::Suspect => self.bytes_in_flight == 0,
-            PathState::Up => {
-                self.bytes_in_flight.saturating_add(frame_bytes)
-                    <= self.window_bytes(max_frame_bytes)
-            }
+            PathState::Up => self.bytes_in_flight.saturating_add(frame_bytes) <= window,
         }
     }
 
-    /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns.
+    /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns,
+    /// given this path's `window`.
     ///
     /// The rate is the larger of the measured one and what the window allows per RTT: a
     /// path that carried little measured little, and must not look too slow to be given
     /// the traffic that would show its real rate (it would starve).
-    fn expected_arrival_ns(&self, frame_bytes: u64, max_frame_bytes: u64) -> u128 {
-        let queued = u128::from(self.bytes_in_flight + frame_bytes);
-        let window = u128::from(self.window_bytes(max_frame_bytes));
+    fn expected_arrival_ns(&self, window: u64, frame_bytes: u64) -> u64 {
+        let queued = self.bytes_in_flight.saturating_add(frame_bytes);
         let by_window = match self.rtt.smoothed_ns() {
             // Before the first sample every path looks like 1 GB/s: the least loaded wins.
             0 => 1_000_000_000,
-            srtt => window * 1_000_000_000 / u128::from(srtt),
+            srtt => mul_div(window, 1_000_000_000, srtt),
         };
-        let rate = u128::from(self.rate.get()).max(by_window).max(1);
-        queued * 1_000_000_000 / rate + u128::from(self.min_rtt_ns.unwrap_or(0) / 2)
+        let rate = self.rate.get().max(by_window).max(1);
+        mul_div(queued, 1_000_000_000, rate).saturating_add(self.min_rtt_ns.unwrap_or(0) / 2)
     }
 
     /// Takes an RTT sample for this path.
@@ -391,12 +403,17 @@ impl Paths {
                 .has_room(frame_bytes, self.max_frame_bytes)
                 .then_some(0);
         }
-        let mut best: Option<(u128, usize)> = None;
+        let mut best: Option<(u64, usize)> = None;
         for (index, path) in self.paths.iter().enumerate() {
-            if !path.has_room(frame_bytes, self.max_frame_bytes) {
+            if path.state == PathState::Down {
                 continue;
             }
-            let arrival = path.expected_arrival_ns(frame_bytes, self.max_frame_bytes);
+            // Computed once per path and call: this runs for every frame sent.
+            let window = path.window_bytes(self.max_frame_bytes);
+            if !path.room_in(window, frame_bytes) {
+                continue;
+            }
+            let arrival = path.expected_arrival_ns(window, frame_bytes);
             if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
                 best = Some((arrival, index));
             }
