@@ -181,8 +181,15 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
         .map(|&size| plan.pingpong_iters(size))
         .max()
         .unwrap_or(0);
-    let send: Vec<u8> = (0..max_bytes).map(|index| index as u8).collect();
-    let mut receive = vec![0u8; max_bytes];
+    // Page-aligned buffers: see [`page_aligned`].
+    let mut send_storage = vec![0u8; max_bytes + PAGE_BYTES];
+    let send = page_aligned(&mut send_storage, max_bytes);
+    for (index, byte) in send.iter_mut().enumerate() {
+        *byte = index as u8;
+    }
+    let send = &*send;
+    let mut receive_storage = vec![0u8; max_bytes + PAGE_BYTES];
+    let receive = page_aligned(&mut receive_storage, max_bytes);
     let mut stamps: Vec<Instant> = Vec::with_capacity(max_round_trips as usize + 1);
     let mut output = io::stdout().lock();
     for test in plan.rank_tests() {
@@ -251,7 +258,7 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
                     exchange_send: Vec::new(),
                     exchange_receive: Vec::new(),
                 };
-                for record in run_loggp(&mut generic, plan, &send, &mut receive)? {
+                for record in run_loggp(&mut generic, plan, send, receive)? {
                     emit(&mut output, Some(record), plan)?;
                 }
             }
@@ -790,6 +797,22 @@ impl RawLink for UdpLink {
         }
         Ok(())
     }
+}
+
+/// Bytes of a page (the alignment of the baselines' message buffers).
+const PAGE_BYTES: usize = 4096;
+
+/// The `len` bytes of `storage` (at least `len + PAGE_BYTES` long) that start on a page
+/// boundary. A large `Vec` starts 16 bytes into a page (malloc's header); the kernel's copy
+/// between a socket buffer and such a buffer then runs with destination - source = 16
+/// modulo 4096, where `rep movsb` on these AMD EPYC CPUs slows down several times (the
+/// aliasing described in docs/PERFORMANCE.md): a 1 MiB tcp ping-pong measured 770-820 µs
+/// one way against 370-480 µs page-aligned (a C program, 2026-11-21). A strong baseline
+/// does not lose to that; quiver's tcp framing happens to shift its payload by its 16-byte
+/// header, out of the slow window.
+fn page_aligned(storage: &mut [u8], len: usize) -> &mut [u8] {
+    let offset = storage.as_ptr().align_offset(PAGE_BYTES).min(PAGE_BYTES);
+    &mut storage[offset..offset + len]
 }
 
 /// The big-endian port at `offset` of a bootstrap message.
