@@ -226,6 +226,8 @@ enum SimEvent {
     ReaderTick(FlowId),
     Kill(NodeId),
     Restart(NodeId),
+    /// A stall of the node ends: what arrived meanwhile is handed over.
+    Unstall(NodeId),
 }
 
 struct Node {
@@ -240,6 +242,22 @@ struct Node {
     by_hello: BTreeMap<(NodeId, u64), usize>,
     stats: NodeStats,
     killed_at_ns: Option<Nanos>,
+    /// Intervals `[start, end)` in which the node's process does not run (a host that
+    /// takes the CPU away): no datagram is taken, no timer fires, nothing is sent.
+    stalls: Vec<(Nanos, Nanos)>,
+    /// Datagrams that arrived during a stall, handed over when it ends (the socket
+    /// buffer held them): (link, bytes, corrupted).
+    held: Vec<(LinkId, Vec<u8>, bool)>,
+}
+
+impl Node {
+    /// The end of the stall `at` falls in, if any.
+    fn stalled_until(&self, at: Nanos) -> Option<Nanos> {
+        self.stalls
+            .iter()
+            .find(|&&(start, end)| start <= at && at < end)
+            .map(|&(_, end)| end)
+    }
 }
 
 struct Slot {
@@ -363,6 +381,8 @@ impl Sim {
             by_hello: BTreeMap::new(),
             stats: NodeStats::default(),
             killed_at_ns: None,
+            stalls: Vec::new(),
+            held: Vec::new(),
         });
         NodeId(self.nodes.len() - 1)
     }
@@ -399,6 +419,17 @@ impl Sim {
     /// Kills `node` at `at_ns`: it never sends, receives or runs a timer again.
     pub fn kill_node(&mut self, node: NodeId, at_ns: Nanos) {
         self.queue.schedule(at_ns, SimEvent::Kill(node));
+    }
+
+    /// Stalls `node` during `[start_ns, end_ns)`: its process gets no CPU, as on a busy
+    /// host. Datagrams for it wait (in order) until the end; its timers fire late, at the
+    /// end at the earliest; it sends nothing meanwhile.
+    pub fn stall_node(&mut self, node: NodeId, start_ns: Nanos, end_ns: Nanos) {
+        if end_ns <= start_ns {
+            return;
+        }
+        self.nodes[node.0].stalls.push((start_ns, end_ns));
+        self.queue.schedule(end_ns, SimEvent::Unstall(node));
     }
 
     /// Restarts `node` at `at_ns`: it stays up but forgets every connection (datagrams for
@@ -590,6 +621,11 @@ impl Sim {
                 continue;
             }
             if let Some(at) = slot.connection.poll_timeout() {
+                // A stalled process runs its timers when it gets the CPU back.
+                let mut at = at;
+                while let Some(end) = self.nodes[slot.node.0].stalled_until(at) {
+                    at = end;
+                }
                 if best.is_none_or(|(best_at, _)| at < best_at) {
                     best = Some((at, index));
                 }
@@ -624,7 +660,22 @@ impl Sim {
             } => {
                 self.trace(&[now, 1, link.0 as u64]);
                 self.trace_bytes(&datagram);
+                let (_, to) = self.link_endpoints(link);
+                if self.nodes[to.0].stalled_until(now).is_some() {
+                    self.nodes[to.0].held.push((link, datagram, corrupted));
+                    return;
+                }
                 self.handle_arrival(now, link, &datagram, corrupted);
+            }
+            SimEvent::Unstall(node) => {
+                self.trace(&[now, 9, node.0 as u64]);
+                if self.nodes[node.0].stalled_until(now).is_some() {
+                    // Another stall continues it; its own end hands everything over.
+                    return;
+                }
+                for (link, datagram, corrupted) in std::mem::take(&mut self.nodes[node.0].held) {
+                    self.handle_arrival(now, link, &datagram, corrupted);
+                }
             }
             SimEvent::StartFlow(flow) => {
                 self.trace(&[now, 2, flow.0 as u64]);

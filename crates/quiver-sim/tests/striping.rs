@@ -17,7 +17,7 @@ use quiver_sim::event::{Nanos, MICROSECOND_NS, MILLISECOND_NS, SECOND_NS};
 use quiver_sim::link::LinkConfig;
 use quiver_sim::rng::SimRng;
 use quiver_sim::seeds::{run_seeds, sweep_seeds};
-use quiver_sim::sim::{FlowConfig, FlowId, LinkId, Sim, SimReport, StopReason};
+use quiver_sim::sim::{FlowConfig, FlowId, LinkId, NodeId, Sim, SimReport, StopReason};
 use quiver_sim::workload::MessageScript;
 
 /// Deadline of every run: far beyond what a healthy one needs.
@@ -261,6 +261,86 @@ fn striping_link_killed() {
             ratio >= 0.75,
             "goodput {ratio:.3} of the capacity left ({count} x {rate} Mbit/s, one dead at {kill_at} ns): {flow_report:#?}"
         );
+    });
+}
+
+/// Both processes lose the CPU for up to 150 ms at a time, about half of the time (a busy
+/// shared host): every path times out at once during a stall, which says the peer (or
+/// this process) stalled, not a link. The transfer completes, and paths mostly stay up.
+/// (Before, the timeouts of all paths counted together against `max_retransmits`, and 3
+/// timeouts of each took all paths but one down: a stall of ~100 ms failed a connection
+/// over 8 links.)
+#[test]
+fn striping_stalled_processes() {
+    let seeds = sweep_seeds(40);
+    run_seeds("striping_stalled_processes", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x57A1);
+        let count = rng.range_inclusive(4, 8) as usize;
+        let links: Vec<LinkConfig> = (0..count)
+            .map(|_| link(100, rng.range_inclusive(30, 300)))
+            .collect();
+        let total = count as u64 * 100 * 1_000_000 / 8 / 2;
+        let (mut sim, flow, _) = striped(seed, &links, total);
+        let mut stalls = 0;
+        for node in [NodeId(0), NodeId(1)] {
+            let mut at = rng.range_inclusive(0, 20) * MILLISECOND_NS;
+            while at < 10 * SECOND_NS {
+                let stall = rng.range_inclusive(1, 150) * MILLISECOND_NS;
+                sim.stall_node(node, at, at + stall);
+                stalls += 1;
+                at += stall + rng.range_inclusive(stall / 2, stall * 3 / 2);
+            }
+        }
+        let report = run_to_delivery(&mut sim, flow);
+        let flow_report = &report.flows[flow.0];
+        print_run("striping_stalled_processes", seed, &report, flow, 0.0);
+        for stats in [&flow_report.initiator_stats, &flow_report.responder_stats] {
+            let stats = stats.as_ref().expect("both sides");
+            // A path may still go down when its timeouts straddle stalls while another
+            // path's acks get through, but not wholesale on every stall.
+            assert!(
+                stats.paths_down <= stalls / 4,
+                "{} paths went down in {stalls} stalls: {flow_report:#?}",
+                stats.paths_down
+            );
+        }
+    });
+}
+
+/// One long stall of the receiving process (300 ms) on a connection over 8 links with the
+/// datagram engine's timers (10 ms RTO floor, 12 retransmissions): the connection
+/// survives it. Before, the timeouts of all 8 paths counted together, and it failed with
+/// PeerUnreachable ~100 ms into the stall.
+#[test]
+fn striping_long_stall_is_survived() {
+    let seeds = sweep_seeds(10);
+    run_seeds("striping_long_stall_is_survived", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x10_57A1);
+        let links: Vec<LinkConfig> = (0..8)
+            .map(|_| link(100, rng.range_inclusive(30, 300)))
+            .collect();
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        for config in &links {
+            sim.add_duplex_link(sender, receiver, config.clone());
+        }
+        let config = ReliableConfig {
+            min_rto_ns: 10 * MILLISECOND_NS,
+            initial_rto_ns: 200 * MILLISECOND_NS,
+            max_rto_ns: SECOND_NS,
+            max_retransmits: 12,
+            idle_timeout_ns: 10 * SECOND_NS,
+            keepalive_interval_ns: 2500 * MILLISECOND_NS,
+            ..striped_config(links.len())
+        };
+        let sizes = vec![256 << 10; 160];
+        let script = MessageScript::fixed(seed, sizes);
+        let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
+        let start = rng.range_inclusive(20, 60) * MILLISECOND_NS;
+        sim.stall_node(receiver, start, start + 300 * MILLISECOND_NS);
+        let report = run_to_delivery(&mut sim, flow);
+        print_run("striping_long_stall_is_survived", seed, &report, flow, 0.0);
     });
 }
 

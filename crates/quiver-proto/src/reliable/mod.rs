@@ -1504,16 +1504,20 @@ impl ReliableConnection {
         for path in (0..self.send.paths.len()).filter(|path| due & (1 << path) != 0) {
             self.stats.rto_expirations += 1;
             self.consecutive_rtos += 1;
-            // Each usable path times out on its own: as many rounds as with a single path.
-            let limit = self
-                .config
-                .max_retransmits
-                .saturating_mul(self.send.paths.usable_count().max(1) as u32);
-            if self.consecutive_rtos > limit {
+            let (_, failed) = self.send.on_path_rto(now, path);
+            // One path: max_retransmits timeouts in a row. Several: each path times out on
+            // its own (with its own backoff), and the peer is gone only once even the best
+            // usable path timed out that often in a row. (Counting every path's timeouts
+            // together gave a striped connection as little as 70 ms of a stalled peer.)
+            let gone = if self.send.paths.len() == 1 {
+                self.consecutive_rtos > self.config.max_retransmits
+            } else {
+                self.send.paths.fewest_failures() > self.config.max_retransmits
+            };
+            if gone {
                 self.unreachable();
                 return;
             }
-            let (_, failed) = self.send.on_path_rto(now, path);
             self.rtt.back_off();
             if failed && self.send.take_path_down(now, path) {
                 self.stats.paths_down += 1;

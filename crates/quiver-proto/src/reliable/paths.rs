@@ -192,6 +192,10 @@ pub(super) struct Path {
     pub(super) rto_deadline: Option<Nanos>,
     /// Retransmission timeouts and unanswered pings since the last sign of life.
     pub(super) consecutive_failures: u32,
+    /// [`Paths::signs_of_life`] when the current run of failures began (None: not failing).
+    /// The path may go down only if another path showed life since: when every path
+    /// fails at once, the peer (or this process) stalled, not the link.
+    failing_since: Option<u64>,
     /// Ping to send on this path with the next transmit.
     ping_due: bool,
     /// Counter of pings sent on this path; the token of ping `n` is `n * MAX_PATHS + index`.
@@ -225,6 +229,7 @@ impl Path {
             tail: NO_FRAME,
             rto_deadline: None,
             consecutive_failures: 0,
+            failing_since: None,
             ping_due: false,
             ping_count: 0,
             ping_outstanding: None,
@@ -328,9 +333,18 @@ impl Path {
         }
     }
 
-    /// Something sent on this path was acknowledged: it works.
-    pub(super) fn on_alive(&mut self) {
+    /// A retransmission timeout or an unanswered ping; `signs_of_life` is the connection's
+    /// count so far ([`Paths::signs_of_life`]).
+    pub(super) fn on_failure(&mut self, signs_of_life: u64) {
+        self.consecutive_failures += 1;
+        self.failing_since.get_or_insert(signs_of_life);
+    }
+
+    /// Something sent on this path was acknowledged: it works. Callers count it in
+    /// [`Paths::signs_of_life`] too ([`Paths::mark_alive`] does both).
+    fn on_alive(&mut self) {
         self.consecutive_failures = 0;
+        self.failing_since = None;
         if self.state == PathState::Suspect {
             self.state = PathState::Up;
         }
@@ -363,6 +377,9 @@ pub(super) struct Paths {
     max_rto_ns: Nanos,
     /// Path the peer's most recent datagram arrived on: where standalone acks go.
     ack_path: usize,
+    /// Signs of life of any path so far (acks of frames sent on one path, ping replies,
+    /// rejoins): a failing path goes down only if this moved since its failures began.
+    signs_of_life: u64,
 }
 
 impl Paths {
@@ -381,6 +398,7 @@ impl Paths {
             max_frame_bytes,
             max_rto_ns,
             ack_path: 0,
+            signs_of_life: 0,
         }
     }
 
@@ -447,6 +465,41 @@ impl Paths {
                 (path.state != PathState::Up, srtt == 0, srtt, *index)
             })
             .map_or(0, |(index, _)| index)
+    }
+
+    /// Signs of life of any path so far.
+    pub(super) fn signs_of_life(&self) -> u64 {
+        self.signs_of_life
+    }
+
+    /// Something sent on `path` was acknowledged (or answered): it works.
+    pub(super) fn mark_alive(&mut self, path: usize) {
+        self.signs_of_life += 1;
+        self.paths[path].on_alive();
+    }
+
+    /// Whether `path` may go down now: it is not down, another path is usable, and some
+    /// other path showed life since this one began failing (a link that fails while the
+    /// others work is broken; when all fail together, the peer or this process stalled,
+    /// and taking paths down would only slow the recovery).
+    pub(super) fn may_go_down(&self, path: usize) -> bool {
+        let entry = &self.paths[path];
+        entry.state != PathState::Down
+            && self.usable_count() > 1
+            && entry
+                .failing_since
+                .is_some_and(|since| self.signs_of_life > since)
+    }
+
+    /// The fewest failures in a row of any usable path: the peer is unreachable when even
+    /// its best path timed out this often.
+    pub(super) fn fewest_failures(&self) -> u32 {
+        self.paths
+            .iter()
+            .filter(|path| path.state != PathState::Down)
+            .map(|path| path.consecutive_failures)
+            .min()
+            .unwrap_or(0)
     }
 
     /// A datagram from the peer arrived on `path`.
@@ -544,6 +597,8 @@ impl Paths {
             }
             path.state = PathState::Up;
             path.consecutive_failures = 0;
+            path.failing_since = None;
+            self.signs_of_life += 1;
             path.next_probe_at = None;
             path.rate.reset();
             path.meter_start = None;
@@ -551,6 +606,7 @@ impl Paths {
             return true;
         }
         path.on_alive();
+        self.signs_of_life += 1;
         false
     }
 
@@ -580,6 +636,7 @@ impl Paths {
     /// often enough to go down (the caller requeues their frames) as a bit set.
     pub(super) fn handle_ping_timers(&mut self, now: Nanos) -> u64 {
         let several = self.paths.len() > 1;
+        let signs_of_life = self.signs_of_life;
         let mut failed = 0u64;
         let max_rto = self.max_rto_ns;
         for (index, path) in self.paths.iter_mut().enumerate() {
@@ -587,7 +644,7 @@ impl Paths {
                 if deadline <= now {
                     path.ping_outstanding = None;
                     if several && path.state != PathState::Down {
-                        path.consecutive_failures += 1;
+                        path.on_failure(signs_of_life);
                         path.rtt.back_off();
                         if path.state == PathState::Up {
                             path.state = PathState::Suspect;

@@ -489,9 +489,10 @@ impl SendState {
             }
             lost += 1;
         }
+        let signs_of_life = self.paths.signs_of_life();
         let entry = self.paths.get_mut(path);
         entry.stats.rto_expirations += 1;
-        entry.consecutive_failures += 1;
+        entry.on_failure(signs_of_life);
         entry.rtt.back_off();
         entry.rto_deadline = None;
         // Suspect steers traffic to the other paths; a single path has none to steer to. A
@@ -512,8 +513,7 @@ impl SendState {
     /// Takes `path` down unless it is the last usable one: every frame in flight on it is
     /// declared lost and queued for the other paths. Returns whether it went down.
     pub(super) fn take_path_down(&mut self, now: Nanos, path: usize) -> bool {
-        let entry = self.paths.get(path);
-        if entry.state == super::paths::PathState::Down || self.paths.usable_count() <= 1 {
+        if !self.paths.may_go_down(path) {
             return false;
         }
         loop {
@@ -750,9 +750,11 @@ impl SendState {
                 // Declared lost (a timeout that came too early, most likely) and yet it
                 // arrived, over the one path it took: that path works, and this is a clean
                 // RTT sample of it.
-                let entry = self.paths.get_mut(usize::from(frame.path));
-                entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
-                entry.on_alive();
+                let path = usize::from(frame.path);
+                self.paths
+                    .get_mut(path)
+                    .on_rtt_sample(now.saturating_sub(frame.sent_at));
+                self.paths.mark_alive(path);
                 return;
             }
             FrameStatus::Lost | FrameStatus::Sacked => return,
@@ -769,8 +771,8 @@ impl SendState {
             // in the path's order say nothing. Only if every transmission took this path
             // does the ack show the path works.
             if !frame.paths_mixed {
-                entry.on_alive();
                 entry.rto_deadline = None;
+                self.paths.mark_alive(path);
             }
             return;
         }
@@ -781,8 +783,8 @@ impl SendState {
                 .largest_acked_seq
                 .map_or(frame.path_seq, |largest| largest.max(frame.path_seq)),
         );
-        entry.on_alive();
         entry.rto_deadline = None;
+        self.paths.mark_alive(path);
         *touched |= 1 << path;
     }
 
