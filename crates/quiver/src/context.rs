@@ -801,13 +801,9 @@ fn listen(shared: &ContextShared, listener: &OwnedFd) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        match respond(shared, &sock) {
-            Ok(()) => {
-                let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-                stats.connections_accepted += 1;
-                stats.shm_connections_accepted += 1;
-            }
-            Err(why) => shared.refused(why),
+        // `respond` counts the acceptance itself, before the peer can start sending.
+        if let Err(why) = respond(shared, &sock) {
+            shared.refused(why);
         }
     }
 }
@@ -918,6 +914,15 @@ fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), St
         ring_bytes,
     }
     .emit();
+    // Counted before the setup message leaves: once the peer has it, it may send everything
+    // and this rank may finish (and read its stats) before this thread runs again.
+    let count = |delta: i64| {
+        let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.connections_accepted = stats.connections_accepted.saturating_add_signed(delta);
+        stats.shm_connections_accepted =
+            stats.shm_connections_accepted.saturating_add_signed(delta);
+    };
+    count(1);
     sys::send_with_fds(
         sock,
         &body,
@@ -927,7 +932,10 @@ fn respond(shared: &ContextShared, sock: &OwnedFd) -> std::result::Result<(), St
             endpoint.bell_eventfd.as_raw_fd(),
         ],
     )
-    .map_err(|e| format!("sending the ring to rank {}: {e}", peer.rank))?;
+    .map_err(|e| {
+        count(-1);
+        format!("sending the ring to rank {}: {e}", peer.rank)
+    })?;
     Ok(())
 }
 

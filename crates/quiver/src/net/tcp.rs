@@ -37,7 +37,8 @@ pub(crate) fn listen(shared: &ContextShared, listener: &TcpListener) {
     while !shared.stopping.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, from)) => match respond(shared, stream) {
-                Ok(Responded::Accepted) => shared.accepted(),
+                // Counted by `respond` before the stream reaches the endpoint.
+                Ok(Responded::Accepted) => {}
                 // Not a refusal: the peer uses the connection we opened to it.
                 Ok(Responded::Crossed) => {}
                 Err(why) => shared.refused(format!("tcp from {from}: {why}")),
@@ -140,6 +141,9 @@ fn respond(
             .set_nonblocking(true)
             .map_err(|e| format!("configuring the stream: {e}"))?;
         tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
+        // Count first: once delivered, this rank may receive everything and read its stats
+        // before this thread runs again.
+        shared.accepted();
         endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
         Ok(Responded::Accepted)
     })();
