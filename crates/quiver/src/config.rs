@@ -145,6 +145,9 @@ pub fn parse_transports(text: &str) -> Result<Vec<TransportKind>> {
 /// Most links one rank may list in `QUIVER_LINKS` (the protocol core's path limit).
 pub const MAX_LINKS: usize = quiver_proto::reliable::MAX_PATHS;
 
+/// Shortest failure-detection time (`QUIVER_DETECT_MS`, [`Endpoint::set_detection`](crate::Endpoint::set_detection)).
+pub const DETECTION_MIN: Duration = Duration::from_millis(10);
+
 /// Parses `QUIVER_LINKS`: the link addresses of every rank, in rank order. Ranks are
 /// separated by `;`, the links of one rank by `,`, each an `ip:port`, e.g. for two ranks with
 /// two links each (the `quiver testbed` layout):
@@ -397,7 +400,7 @@ impl Config {
                 self.net_window_bytes
             )));
         }
-        if self.detect.is_some_and(|d| d < Duration::from_millis(10)) {
+        if self.detect.is_some_and(|d| d < DETECTION_MIN) {
             return Err(Error::Config(format!(
                 "QUIVER_DETECT_MS={}: must be 0 (off) or at least 10",
                 self.detect.map_or(0, |d| d.as_millis())

@@ -33,7 +33,7 @@ mod slab;
 pub use bootstrap::Bootstrap;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
-    MAX_LINKS,
+    DETECTION_MIN, MAX_LINKS,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{

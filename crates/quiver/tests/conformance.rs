@@ -664,6 +664,59 @@ fn tcp_half_arrived_message_survives() {
     });
 }
 
+/// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
+/// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
+/// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
+fn detection_is_set_per_endpoint(t: TransportKind) {
+    const WAIT: Duration = Duration::from_millis(500);
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(20)));
+        let too_short = ep.set_detection(Some(Duration::from_millis(5)));
+        assert!(
+            matches!(too_short, Err(Error::InvalidArgument(_))),
+            "{too_short:?}"
+        );
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        let mut byte = [0u8; 1];
+        if rank == 0 {
+            for _ in 0..2 {
+                ep.recv(&mut byte).unwrap();
+                thread::sleep(WAIT);
+                ep.send(conn, b"x").unwrap();
+            }
+            return;
+        }
+        let mut looks_in_a_wait = |ep: &mut quiver::Endpoint| {
+            let before = ep.detection_stats().looks;
+            ep.send(conn, b"?").unwrap();
+            ep.recv(&mut byte).unwrap();
+            ep.detection_stats().looks - before
+        };
+        ep.set_detection(None).unwrap();
+        assert_eq!(ep.detection(), None);
+        let off = looks_in_a_wait(&mut ep);
+        ep.set_detection(Some(quiver::DETECTION_MIN)).unwrap();
+        assert_eq!(ep.detection(), Some(quiver::DETECTION_MIN));
+        let on = looks_in_a_wait(&mut ep);
+        // Measured: 10 off (one per sleep slice), about 30 on (at most one per 10 ms).
+        assert!(
+            off <= 15 && on > off + 5,
+            "{off} looks off, {on} on in {WAIT:?} waits"
+        );
+    });
+}
+
+#[test]
+fn shm_detection_is_set_per_endpoint() {
+    detection_is_set_per_endpoint(TransportKind::Shm);
+}
+
+#[test]
+fn tcp_detection_is_set_per_endpoint() {
+    detection_is_set_per_endpoint(TransportKind::Tcp);
+}
+
 macro_rules! conformance {
     ($($name:ident: $kind:expr;)*) => {$(
         mod $name {

@@ -478,6 +478,33 @@ impl Endpoint {
         self.config.op_timeout
     }
 
+    /// Sets this endpoint's failure-detection time (`QUIVER_DETECT_MS` sets it for the
+    /// whole context): a peer on this node stopped this long while a call waits on it is
+    /// reported as [`Error::PeerStopped`], and a waiting call looks at its peers' liveness
+    /// at most once per [`DETECTION_MIN`](crate::DETECTION_MIN). `None` turns detection
+    /// off: a spinning call makes no looks, a stopped peer is not reported, and a dead one
+    /// is noticed once a wait has spent its spin budget (or when its connection fails).
+    /// Takes effect at the next call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a time under [`DETECTION_MIN`](crate::DETECTION_MIN).
+    pub fn set_detection(&mut self, detect: Option<Duration>) -> Result<()> {
+        if detect.is_some_and(|detect| detect < crate::DETECTION_MIN) {
+            return Err(Error::InvalidArgument(format!(
+                "failure detection time {detect:?}: must be at least {:?} (or None: off)",
+                crate::DETECTION_MIN
+            )));
+        }
+        self.config.detect = detect;
+        Ok(())
+    }
+
+    /// The failure-detection time set by [`Endpoint::set_detection`] or `QUIVER_DETECT_MS`
+    /// (`None`: off).
+    pub fn detection(&self) -> Option<Duration> {
+        self.config.detect
+    }
+
     /// Number of peers currently connected to this endpoint (inbound edges).
     pub fn inbound_count(&mut self) -> usize {
         self.adopt_new_inbound();
