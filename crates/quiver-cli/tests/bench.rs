@@ -671,3 +671,73 @@ fn detect_both_pairs_rounds_and_reports_the_looks() {
         "{stdout}"
     );
 }
+
+#[test]
+fn detect_interleave_switches_blocks_in_one_launch() {
+    let output = quiver_bench(&[
+        "pingpong",
+        "rate",
+        "--sizes",
+        "8",
+        "--iters",
+        "100",
+        "--detect",
+        "interleave",
+        "--rounds",
+        "6",
+        "--json",
+        "-",
+    ]);
+    let records = json_lines(&output);
+    // Pairs alternate on-off and off-on.
+    let expected: Vec<(String, u64)> = (0..6u64)
+        .flat_map(|pair| {
+            let order = if pair % 2 == 0 {
+                ["on", "off"]
+            } else {
+                ["off", "on"]
+            };
+            order.map(|mode| (mode.to_string(), pair))
+        })
+        .collect();
+    for test in ["pingpong", "rate"] {
+        let points: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["variant"].is_null())
+            .collect();
+        let modes: Vec<(String, u64)> = points
+            .iter()
+            .map(|record| {
+                (
+                    record["detect"].as_str().unwrap_or("?").to_string(),
+                    record["round"].as_u64().unwrap_or(99),
+                )
+            })
+            .collect();
+        assert_eq!(modes, expected, "{test}");
+        for record in &points {
+            assert_eq!(record["iters"], 100, "{record}");
+            assert!(record["detect_looks"].as_u64().is_some(), "{record}");
+        }
+        let summaries: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["variant"] == "detect_on_off")
+            .collect();
+        assert_eq!(summaries.len(), 1, "{test}: {summaries:?}");
+        let summary = &summaries[0]["summary"];
+        assert_eq!(summary["rounds"], 6, "{summary}");
+        positive(summary, "paired_ratio_median");
+        // Six pairs give a 95% interval around the paired median.
+        let low = summary["interval"][0].as_f64().expect("interval low");
+        let high = summary["interval"][1].as_f64().expect("interval high");
+        let median = summary["paired_ratio_median"].as_f64().expect("median");
+        assert!(low <= median && median <= high, "{summary}");
+    }
+    let refused = quiver_bench(&["loggp", "--detect", "interleave"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--detect interleave"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -153,21 +153,25 @@ pub(crate) struct BenchArgs {
     worker: bool,
 
     /// Failure detection in the ranks: on (QUIVER_DETECT_MS as set, default 1000 ms), off
-    /// (QUIVER_DETECT_MS=0), or both: the tests run in --rounds rounds of on then off, in
-    /// this one run, so the cost of detection can be read against the same floors (a
-    /// summary with a 95% interval of on/off ends the report). Every point also reports
-    /// the liveness looks both ranks made and the share of the timed run they took.
-    #[arg(long, value_enum, value_name = "on|off|both", default_value_t = Detect::On)]
+    /// (QUIVER_DETECT_MS=0), both (the tests run in --rounds rounds of on then off, each a
+    /// launch of the ranks), or interleave (one launch; every point of pingpong, bw and rate
+    /// split into --rounds pairs of blocks, on and off, switched with
+    /// `Endpoint::set_detection`, so launch-to-launch differences cancel). both and
+    /// interleave end with a summary of on/off with a 95% interval. Every point also
+    /// reports the liveness looks both ranks made and the share of the timed run they took.
+    #[arg(long, value_enum, value_name = "on|off|both|interleave", default_value_t = Detect::On)]
     detect: Detect,
 
-    /// --detect both: rounds of on, off [default: 2]; 6 or more give a 95% interval of the
-    /// on/off ratio.
+    /// --detect both: rounds of on, off [default: 2]; --detect interleave: pairs of blocks
+    /// per point [default: 10]. 6 or more give a 95% interval of the on/off ratio.
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
 }
 
-/// `--rounds` when not given.
+/// `--rounds` when not given (--detect both).
 const DEFAULT_DETECT_ROUNDS: u32 = 2;
+/// `--rounds` when not given (--detect interleave).
+const DEFAULT_INTERLEAVE_PAIRS: u32 = 10;
 /// Largest `--rounds`.
 const MAX_DETECT_ROUNDS: u32 = 100;
 
@@ -180,6 +184,8 @@ enum Detect {
     Off,
     /// On and off, alternating twice.
     Both,
+    /// On and off in blocks of every point, in one launch of the ranks.
+    Interleave,
 }
 
 impl Detect {
@@ -187,7 +193,8 @@ impl Detect {
     /// leave the environment alone) and, for `Both`, its round (`rounds` of on, off).
     fn runs(self, rounds: u32) -> Vec<(Option<&'static str>, Option<u32>)> {
         match self {
-            Detect::On => vec![(None, None)],
+            // Interleave: the ranks switch detection themselves, from on as configured.
+            Detect::On | Detect::Interleave => vec![(None, None)],
             Detect::Off => vec![(Some("0"), None)],
             Detect::Both => (0..rounds)
                 .flat_map(|round| [(None, Some(round)), (Some("0"), Some(round))])
@@ -514,7 +521,10 @@ fn run_tests(
         .map_err(|error| format!("writing the floors: {error}"))?;
     if plan.needs_ranks() {
         let on = std::env::var("QUIVER_DETECT_MS").ok();
-        let rounds = args.rounds.unwrap_or(DEFAULT_DETECT_ROUNDS);
+        let rounds = match args.detect {
+            Detect::Interleave => plan.interleave.unwrap_or(DEFAULT_INTERLEAVE_PAIRS),
+            _ => args.rounds.unwrap_or(DEFAULT_DETECT_ROUNDS),
+        };
         let runs = args.detect.runs(rounds);
         report.add_points(plan.rank_record_count() * (runs.len() - 1));
         for (detect, round) in runs {
@@ -551,9 +561,9 @@ fn run_tests(
         report
             .handoff_after(&floors.handoff, &after)
             .map_err(|error| format!("writing the floors: {error}"))?;
-        if args.detect == Detect::Both {
+        if matches!(args.detect, Detect::Both | Detect::Interleave) {
             report
-                .detect_summary(rounds)
+                .detect_summary(rounds, args.detect == Detect::Interleave)
                 .map_err(|error| format!("writing the detection summary: {error}"))?;
         }
     }
@@ -634,8 +644,8 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         return Err("--effort must be between 1 and 1000".to_string());
     }
     match args.rounds {
-        Some(_) if args.detect != Detect::Both => {
-            return Err("--rounds needs --detect both".to_string());
+        Some(_) if !matches!(args.detect, Detect::Both | Detect::Interleave) => {
+            return Err("--rounds needs --detect both or interleave".to_string());
         }
         Some(rounds) if !(1..=MAX_DETECT_ROUNDS).contains(&rounds) => {
             return Err(format!(
@@ -654,7 +664,26 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         addrs,
         settings: parse_settings(&args.settings)?,
         effort_percent: args.effort,
+        interleave: (args.detect == Detect::Interleave)
+            .then(|| args.rounds.unwrap_or(DEFAULT_INTERLEAVE_PAIRS)),
     };
+    if plan.interleave.is_some() {
+        if plan.transport.is_raw() {
+            return Err(
+                "--detect interleave measures quiver's failure detection: use --transport shm, udp or tcp"
+                    .to_string(),
+            );
+        }
+        if let Some(test) = plan
+            .rank_tests()
+            .find(|test| !matches!(test, TestName::Pingpong | TestName::Bw | TestName::Rate))
+        {
+            return Err(format!(
+                "--detect interleave splits pingpong, bw and rate points into blocks; {} is not one of them",
+                test.as_str()
+            ));
+        }
+    }
     let window_bytes = plan.window.saturating_mul(plan.max_message_bytes());
     let windowed = plan.tests.contains(&TestName::Bw)
         || plan.tests.contains(&TestName::Bibw)
@@ -868,6 +897,14 @@ mod tests {
         assert!(plan(&["--rounds", "6"]).is_err());
         assert!(plan(&["--detect", "both", "--rounds", "0"]).is_err());
         assert!(plan(&["--detect", "both", "--rounds", "101"]).is_err());
+        // interleave: one launch, blocks inside the ranks.
+        assert_eq!(Detect::Interleave.runs(6), vec![(None, None)]);
+        let interleaved = plan(&["pingpong", "--detect", "interleave", "--rounds", "8"]);
+        assert_eq!(interleaved.expect("valid").interleave, Some(8));
+        let default_pairs = plan(&["bw", "rate", "--detect", "interleave"]).expect("valid");
+        assert_eq!(default_pairs.interleave, Some(DEFAULT_INTERLEAVE_PAIRS));
+        assert!(plan(&["loggp", "--detect", "interleave"]).is_err());
+        assert!(plan(&["--transport", "raw-udp", "--detect", "interleave"]).is_err());
     }
 
     #[test]

@@ -174,6 +174,10 @@ pub(crate) struct Plan {
     /// Default iteration counts scaled to this percentage (100: as documented; suites
     /// and `--quick` use less). Given `--iters` are not scaled.
     pub(crate) effort_percent: u64,
+    /// `--detect interleave --rounds N`: N pairs of blocks per point, one with failure
+    /// detection on and one with it off, in one launch of the ranks
+    /// ([`Plan::interleave_blocks`]); the iterations of a point are split among the blocks.
+    pub(crate) interleave: Option<u32>,
 }
 
 impl Plan {
@@ -198,9 +202,23 @@ impl Plan {
         sweep_max.max(RATE_MESSAGE_BYTES)
     }
 
-    /// A default count scaled by `effort_percent`, at least `minimum`.
+    /// A default count scaled by `effort_percent` (and split among the blocks of
+    /// `--detect interleave`), at least `minimum`.
     fn scaled(&self, count: u64, minimum: u64) -> u64 {
-        (count.saturating_mul(self.effort_percent) / 100).max(minimum)
+        let blocks = self.interleave.map_or(1, |pairs| 2 * u64::from(pairs));
+        (count.saturating_mul(self.effort_percent) / 100 / blocks).max(minimum)
+    }
+
+    /// `--detect interleave`: the blocks of every point, in order, as (pair, detection on).
+    /// Pairs alternate on-off and off-on, so a drift during the point (the host moving a
+    /// vCPU, a warming cache) weighs on both sides alike.
+    pub(crate) fn interleave_blocks(&self) -> Vec<(u32, bool)> {
+        (0..self.interleave.unwrap_or(0))
+            .flat_map(|pair| {
+                let on_first = pair % 2 == 0;
+                [(pair, on_first), (pair, !on_first)]
+            })
+            .collect()
     }
 
     /// Measured round trips of pingpong at `size_bytes`.
@@ -241,14 +259,16 @@ impl Plan {
 
     /// How many result records the ranks produce (one per measured point).
     pub(crate) fn rank_record_count(&self) -> usize {
+        let blocks = self.interleave.map_or(1, |pairs| 2 * pairs as usize);
         self.rank_tests()
             .map(|test| match test {
-                TestName::Pingpong | TestName::Bw | TestName::Bibw => self.sizes.len(),
+                TestName::Pingpong | TestName::Bw => blocks * self.sizes.len(),
+                TestName::Rate => blocks,
+                TestName::Bibw => self.sizes.len(),
                 // Two points per size (pooled, fresh).
                 TestName::Pool => 2 * self.sizes.len(),
                 // One point per size and the fit.
                 TestName::Loggp => self.sizes.len() + 1,
-                TestName::Rate => 1,
                 TestName::Floor | TestName::Crossover | TestName::Compare => 0,
             })
             .sum()
@@ -274,6 +294,10 @@ impl Plan {
         if self.effort_percent != 100 {
             args.push("--effort".to_string());
             args.push(self.effort_percent.to_string());
+        }
+        if let Some(pairs) = self.interleave {
+            args.extend(["--detect", "interleave", "--rounds"].map(String::from));
+            args.push(pairs.to_string());
         }
         for (name, value) in &self.settings {
             args.push("--set".to_string());
@@ -309,6 +333,7 @@ mod tests {
             addrs: None,
             settings: Vec::new(),
             effort_percent: 100,
+            interleave: None,
         }
     }
 
@@ -359,6 +384,44 @@ mod tests {
         let floor_only = super::tests::plan(vec![TestName::Floor], None);
         assert!(!floor_only.needs_ranks());
         assert_eq!(floor_only.rank_record_count(), 0);
+    }
+
+    #[test]
+    fn interleaved_points_split_into_balanced_blocks() {
+        let plan = Plan {
+            interleave: Some(3),
+            ..plan(vec![TestName::Pingpong, TestName::Bw, TestName::Rate], None)
+        };
+        assert_eq!(
+            plan.interleave_blocks(),
+            vec![
+                (0, true),
+                (0, false),
+                (1, false),
+                (1, true),
+                (2, true),
+                (2, false)
+            ]
+        );
+        // Six blocks share a point's default iterations (at least the minimum each).
+        assert_eq!(plan.pingpong_iters(8), 100_000 / 6);
+        assert_eq!(plan.pingpong_iters(1 << 30), 200 / 6);
+        assert_eq!(plan.bw_windows(64 << 20), MIN_SCALED_WINDOWS);
+        assert_eq!(plan.bw_windows(1 << 20), 128 / 6);
+        assert_eq!(plan.rank_record_count(), 6 * 2 + 6 * 2 + 6);
+        assert!(plan
+            .worker_args()
+            .join(" ")
+            .contains("--detect interleave --rounds 3"));
+        // Given iterations are per block.
+        let given = Plan {
+            iters: Some(500),
+            ..plan
+        };
+        assert_eq!(given.pingpong_iters(8), 500);
+        assert!(super::tests::plan(vec![TestName::Pingpong], None)
+            .interleave_blocks()
+            .is_empty());
     }
 
     #[test]

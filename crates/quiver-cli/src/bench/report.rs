@@ -1048,7 +1048,7 @@ impl Report {
     ///
     /// # Errors
     /// If writing either output fails.
-    pub(crate) fn detect_summary(&mut self, rounds: u32) -> io::Result<()> {
+    pub(crate) fn detect_summary(&mut self, rounds: u32, interleaved: bool) -> io::Result<()> {
         let comparisons = detect_comparisons(&self.collected);
         for comparison in &comparisons {
             self.json_line(&comparison.record())?;
@@ -1059,13 +1059,26 @@ impl Report {
         };
         let prefix = if osu { "# " } else { "" };
         writeln!(table)?;
+        if interleaved {
+            writeln!(
+                table,
+                "{prefix}failure detection on against off, {rounds} pairs of blocks per point in one launch of the ranks"
+            )?;
+            writeln!(
+                table,
+                "{prefix}  (on-off, then off-on, and so on; switched with Endpoint::set_detection)"
+            )?;
+        } else {
+            writeln!(
+                table,
+                "{prefix}failure detection on against off, {rounds} rounds (each: on, then off; all against the floors above)"
+            )?;
+        }
         writeln!(
             table,
-            "{prefix}failure detection on against off, {rounds} rounds (each: on, then off; all against the floors above)"
-        )?;
-        writeln!(
-            table,
-            "{prefix}  on/off = median on / median off; paired = median over the rounds of on / off of that round, with its"
+            "{prefix}  on/off = median on / median off; paired = median over the {} of on / off of that {}, with its",
+            if interleaved { "pairs" } else { "rounds" },
+            if interleaved { "pair" } else { "round" }
         )?;
         writeln!(
             table,

@@ -142,6 +142,7 @@ impl SuiteRun<'_> {
             addrs: None,
             settings: all_settings,
             effort_percent: self.effort_percent,
+            interleave: None,
         };
         self.report.add_points(plan.rank_record_count());
         let first = self.report.collected().len();

@@ -16,6 +16,11 @@
 //! both ranks take their endpoint's [`DetectionStats`]; after it, rank 1 sends its share
 //! to rank 0 (one 16-byte message, outside the timing), which puts the sum of both in the
 //! record (`detect_looks`, `detect_ns`, `detect_share`) with `detect` = on or off.
+//!
+//! `--detect interleave`: every pingpong, bw and rate point runs as blocks, each a whole
+//! run of its own (warm-up, timed iterations, detection cost) with failure detection
+//! switched on or off in both ranks by [`Endpoint::set_detection`] before it; the block's
+//! record carries `detect` and its pair as `round` ([`Plan::interleave_blocks`]).
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -44,8 +49,6 @@ struct Link {
     endpoint: Endpoint,
     connection: Connection,
     rank: u32,
-    /// Whether failure detection is on in this rank (`QUIVER_DETECT_MS` not 0).
-    detect_on: bool,
     /// Largest message the transport copies eagerly; larger ones go by rendezvous.
     eager_max: u64,
     /// bibw: buffers of one window each way, and the requests in flight.
@@ -82,7 +85,6 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         endpoint,
         connection,
         rank,
-        detect_on: context.config().detect.is_some(),
         eager_max: context.config().shm_eager_max,
         exchange_sends: Vec::new(),
         exchange_receives: Vec::new(),
@@ -104,39 +106,70 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         receive: vec![0u8; max_bytes],
         stamps: Vec::with_capacity(max_round_trips as usize + 1),
     };
+    // The blocks of every point: one block as configured, or --detect interleave's.
+    let detect_on = context.config().detect;
+    let blocks: Vec<(Option<u32>, Option<Duration>)> = if plan.interleave.is_some() {
+        let Some(on) = detect_on else {
+            return Err(
+                "--detect interleave needs failure detection on (QUIVER_DETECT_MS is 0)"
+                    .to_string(),
+            );
+        };
+        plan.interleave_blocks()
+            .into_iter()
+            .map(|(pair, on_now)| (Some(pair), on_now.then_some(on)))
+            .collect()
+    } else {
+        vec![(None, detect_on)]
+    };
     let mut output = io::stdout().lock();
     for test in plan.rank_tests() {
         match test {
             TestName::Pingpong => {
                 for &size in &plan.sizes {
                     let iters = plan.pingpong_iters(size);
-                    let record = link
-                        .pingpong(&mut buffers, size, iters)
-                        .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
-                    emit(&mut output, record, plan)?;
+                    for &(pair, detect) in &blocks {
+                        link.endpoint
+                            .set_detection(detect)
+                            .map_err(|error| format!("switching detection: {error}"))?;
+                        let record = link
+                            .pingpong(&mut buffers, size, iters)
+                            .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
+                        emit(&mut output, in_pair(record, pair), plan)?;
+                    }
                 }
             }
             TestName::Bw => {
                 for &size in &plan.sizes {
                     let windows = plan.bw_windows(size);
-                    let record = link
-                        .stream(&mut buffers, TestName::Bw, size, plan.window, windows)
-                        .map_err(|error| format!("bw at {size} bytes: {error}"))?;
-                    emit(&mut output, record, plan)?;
+                    for &(pair, detect) in &blocks {
+                        link.endpoint
+                            .set_detection(detect)
+                            .map_err(|error| format!("switching detection: {error}"))?;
+                        let record = link
+                            .stream(&mut buffers, TestName::Bw, size, plan.window, windows)
+                            .map_err(|error| format!("bw at {size} bytes: {error}"))?;
+                        emit(&mut output, in_pair(record, pair), plan)?;
+                    }
                 }
             }
             TestName::Rate => {
                 let windows = plan.rate_windows();
-                let record = link
-                    .stream(
-                        &mut buffers,
-                        TestName::Rate,
-                        RATE_MESSAGE_BYTES,
-                        plan.window,
-                        windows,
-                    )
-                    .map_err(|error| format!("rate: {error}"))?;
-                emit(&mut output, record, plan)?;
+                for &(pair, detect) in &blocks {
+                    link.endpoint
+                        .set_detection(detect)
+                        .map_err(|error| format!("switching detection: {error}"))?;
+                    let record = link
+                        .stream(
+                            &mut buffers,
+                            TestName::Rate,
+                            RATE_MESSAGE_BYTES,
+                            plan.window,
+                            windows,
+                        )
+                        .map_err(|error| format!("rate: {error}"))?;
+                    emit(&mut output, in_pair(record, pair), plan)?;
+                }
             }
             TestName::Bibw => {
                 for &size in &plan.sizes {
@@ -178,6 +211,14 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     }
     link.finish()
         .map_err(|error| format!("last exchange with rank {}: {error}", peer.rank))
+}
+
+/// Marks a block's record with its interleave pair (`round`); `None`: not interleaved.
+fn in_pair(record: Option<Record>, pair: Option<u32>) -> Option<Record> {
+    record.map(|record| Record {
+        round: pair.or(record.round),
+        ..record
+    })
 }
 
 /// Applies the plan's `--set` settings to this process's environment, before the context
@@ -526,7 +567,8 @@ impl Link {
 
     /// Puts the detection mode and both ranks' look cost `both` over `timed` into `record`.
     fn note_detection(&self, record: &mut Record, both: DetectionStats, timed: Duration) {
-        record.detect = Some(if self.detect_on { "on" } else { "off" }.to_string());
+        let on = self.endpoint.detection().is_some();
+        record.detect = Some(if on { "on" } else { "off" }.to_string());
         record.detect_looks = Some(both.looks);
         record.detect_ns = Some(both.look_ns);
         record.detect_slow_looks = Some(both.slow_looks);
