@@ -172,8 +172,10 @@ pub(crate) struct BenchArgs {
 const DEFAULT_DETECT_ROUNDS: u32 = 2;
 /// `--rounds` when not given (--detect interleave).
 const DEFAULT_INTERLEAVE_PAIRS: u32 = 10;
-/// Largest `--rounds`.
+/// Largest `--rounds` of --detect both (each round launches the ranks twice).
 const MAX_DETECT_ROUNDS: u32 = 100;
+/// Largest `--rounds` of --detect interleave (pairs of blocks inside one launch).
+const MAX_INTERLEAVE_PAIRS: u32 = 1000;
 
 /// `--detect`: failure detection in the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -647,10 +649,14 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         Some(_) if !matches!(args.detect, Detect::Both | Detect::Interleave) => {
             return Err("--rounds needs --detect both or interleave".to_string());
         }
-        Some(rounds) if !(1..=MAX_DETECT_ROUNDS).contains(&rounds) => {
-            return Err(format!(
-                "--rounds must be between 1 and {MAX_DETECT_ROUNDS}"
-            ));
+        Some(rounds) => {
+            let most = match args.detect {
+                Detect::Interleave => MAX_INTERLEAVE_PAIRS,
+                _ => MAX_DETECT_ROUNDS,
+            };
+            if !(1..=most).contains(&rounds) {
+                return Err(format!("--rounds must be between 1 and {most}"));
+            }
         }
         _ => {}
     }
@@ -897,6 +903,8 @@ mod tests {
         assert!(plan(&["--rounds", "6"]).is_err());
         assert!(plan(&["--detect", "both", "--rounds", "0"]).is_err());
         assert!(plan(&["--detect", "both", "--rounds", "101"]).is_err());
+        assert!(plan(&["pingpong", "--detect", "interleave", "--rounds", "1000"]).is_ok());
+        assert!(plan(&["pingpong", "--detect", "interleave", "--rounds", "1001"]).is_err());
         // interleave: one launch, blocks inside the ranks.
         assert_eq!(Detect::Interleave.runs(6), vec![(None, None)]);
         let interleaved = plan(&["pingpong", "--detect", "interleave", "--rounds", "8"]);
