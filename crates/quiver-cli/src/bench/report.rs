@@ -1066,7 +1066,7 @@ impl Report {
             )?;
             writeln!(
                 table,
-                "{prefix}  (on-off, then off-on, and so on; switched with Endpoint::set_detection)"
+                "{prefix}  (each pair on-off or off-on in a fixed pseudo-random order; switched with Endpoint::set_detection)"
             )?;
         } else {
             writeln!(
