@@ -610,6 +610,20 @@ fn tune_writes_a_profile_that_info_reports() {
     );
 }
 
+/// The one on/off summary of `test` in `records`, over `rounds` rounds (or pairs), with a
+/// positive paired ratio.
+fn detect_summary<'a>(records: &'a [Value], test: &str, rounds: u64) -> &'a Value {
+    let summaries: Vec<&Value> = of_test(records, test)
+        .into_iter()
+        .filter(|record| record["variant"] == "detect_on_off")
+        .collect();
+    assert_eq!(summaries.len(), 1, "{test}: {summaries:?}");
+    let summary = &summaries[0]["summary"];
+    assert_eq!(summary["rounds"], rounds, "{summary}");
+    positive(summary, "paired_ratio_median");
+    summary
+}
+
 #[test]
 fn detect_both_pairs_rounds_and_reports_the_looks() {
     let output = quiver_bench(&[
@@ -642,16 +656,9 @@ fn detect_both_pairs_rounds_and_reports_the_looks() {
             let share = record["detect_share"].as_f64().expect("detect_share");
             assert!((0.0..1.0).contains(&share), "{record}");
         }
-        let summaries: Vec<&Value> = of_test(&records, test)
-            .into_iter()
-            .filter(|record| record["variant"] == "detect_on_off")
-            .collect();
-        assert_eq!(summaries.len(), 1, "{test}: {summaries:?}");
-        let summary = &summaries[0]["summary"];
-        assert_eq!(summary["rounds"], 2, "{summary}");
+        let summary = detect_summary(&records, test, 2);
         positive(summary, "median_on");
         positive(summary, "median_off");
-        positive(summary, "paired_ratio_median");
         // Two rounds are too few for a 95% interval.
         assert!(summary["interval"].is_null(), "{summary}");
     }
@@ -710,14 +717,7 @@ fn detect_interleave_switches_blocks_in_one_launch() {
             assert_eq!(record["iters"], 100, "{record}");
             assert!(record["detect_looks"].as_u64().is_some(), "{record}");
         }
-        let summaries: Vec<&Value> = of_test(&records, test)
-            .into_iter()
-            .filter(|record| record["variant"] == "detect_on_off")
-            .collect();
-        assert_eq!(summaries.len(), 1, "{test}: {summaries:?}");
-        let summary = &summaries[0]["summary"];
-        assert_eq!(summary["rounds"], 6, "{summary}");
-        positive(summary, "paired_ratio_median");
+        let summary = detect_summary(&records, test, 6);
         // Six pairs give a 95% interval around the paired median.
         let low = summary["interval"][0].as_f64().expect("interval low");
         let high = summary["interval"][1].as_f64().expect("interval high");
