@@ -53,15 +53,23 @@ const RETRY: &str = "retry:";
 /// Why `connect` retries when the peer refused a crossed connect with `Busy`.
 const CROSSED: &str =
     "retry:the peer is connecting to us at the same time (its connection is used)";
-/// Smallest retransmission timeout of a connection over a real network or striped over
-/// several links (a path that times out a few times in a row goes down: about 70 ms with
-/// backoff).
+/// Smallest retransmission timeout of a udp connection (loopback included) or one striped
+/// over several links (a path that times out a few times in a row goes down: about 70 ms
+/// with backoff).
 const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
 const DEFER_ACK_MAX_FRAMES: u32 = 4;
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
+/// Bytes of datagrams one poll takes from a socket at most (about; a batch is asked for
+/// only while it fits). A poll that took 64 datagrams of 64 KB (4 MiB) before it acked
+/// held the acknowledgements back for milliseconds: streaming 1 MiB messages over loopback,
+/// the sender's retransmission timer fired and resent about one frame in seven, all
+/// duplicates. Smaller batches also leave the payloads in the cache for their checksum
+/// and copy.
+const RECV_BUDGET_BYTES: usize = 512 << 10;
+
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 const TX_BYTES: usize = 1 << 20;
@@ -1075,11 +1083,12 @@ impl Engine {
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };
-        // Over a network the timeouts must not fire for the few milliseconds a process is off
-        // its CPU on a shared host (a striped connection's take paths down); on loopback
-        // and in memory the protocol's own floor stays.
-        let networked = matches!(self.sockets[0], Socket::Udp(_)) && !super::is_loopback(to);
-        let min_rto_ns = if path_count > 1 || networked {
+        // Over udp the timeouts must not fire for the few milliseconds a process is off its
+        // CPU on a shared host (a striped connection's take paths down), nor while the
+        // receiver works through a burst: on loopback too, a 1 ms floor resent about one
+        // frame in seven of a 1 MiB stream, all duplicates (docs/PERFORMANCE.md, issue 3,
+        // run F). In memory (tests) the protocol's own floor stays.
+        let min_rto_ns = if path_count > 1 || matches!(self.sockets[0], Socket::Udp(_)) {
             self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
         } else {
             self.base.min_rto_ns
@@ -1277,7 +1286,8 @@ impl Engine {
             }
             Socket::Udp(_) => {
                 let mut taken = 0;
-                while taken < RECV_BATCH {
+                let mut bytes = 0usize;
+                while taken < RECV_BATCH && bytes < RECV_BUDGET_BYTES {
                     let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
                     };
@@ -1288,7 +1298,9 @@ impl Engine {
                     // it: a receive of one returns as soon as it has it, where a batch would
                     // look at the empty queue once more first (the ping-pong case).
                     let asked = if io.rx_wide {
-                        RX_MESSAGES.min(RECV_BATCH - taken)
+                        // As many as fit the budget at MAX_COALESCED_BYTES each (at least 1).
+                        let room = (RECV_BUDGET_BYTES - bytes).div_ceil(MAX_COALESCED_BYTES);
+                        RX_MESSAGES.min(RECV_BATCH - taken).min(room)
                     } else {
                         1
                     };
@@ -1302,6 +1314,7 @@ impl Engine {
                         if msg.truncated {
                             continue;
                         }
+                        bytes += msg.data.len();
                         for datagram in msg.datagrams() {
                             self.dispatch(datagram, msg.source, path, now, ctx, shared, touched);
                         }
