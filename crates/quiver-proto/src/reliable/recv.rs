@@ -155,7 +155,7 @@ impl RecvState {
                 .len()
                 .min(reader.len())
                 .min(usize::try_from(self.message_remaining).unwrap_or(usize::MAX));
-            reader[..count].copy_from_slice(&payload[..count]);
+            super::stream_ring::copy_bytes(&mut reader[..count], &payload[..count]);
             count
         } else {
             0
