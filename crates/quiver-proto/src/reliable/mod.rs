@@ -476,6 +476,9 @@ pub struct ReliableStats {
     pub paths_down: u64,
     /// Times a path that was down came back.
     pub paths_rejoined: u64,
+    /// Payload bytes [`ReliableConnection::handle_datagram_into`] placed straight into the
+    /// reader's buffer (not through the receive buffer).
+    pub direct_read_bytes: u64,
 }
 
 /// The handshake's part of a connection.
@@ -690,28 +693,47 @@ impl ReliableConnection {
     /// never panic. A `path` beyond `path_count` (the caller's mistake) is counted as
     /// unexpected and dropped.
     pub fn handle_datagram(&mut self, now: Nanos, path: usize, datagram: &[u8]) {
+        self.handle_datagram_into(now, path, datagram, &mut []);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) for a caller in the middle of reading a
+    /// message (`read_message` returned it incomplete) whose buffer for the rest of it is
+    /// `reader`: when the datagram carries exactly the next bytes of that message (in
+    /// order, nothing unread before them), they are copied to the start of `reader` instead
+    /// of into the receive buffer, and count as read. Returns that count (0: the datagram
+    /// went the usual way); the caller moves its buffer on by it. Saves a copy per byte of
+    /// a large message that arrives while it is being read. When the count completes the
+    /// message, the next `read_message` starts the next one.
+    pub fn handle_datagram_into(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        datagram: &[u8],
+        reader: &mut [u8],
+    ) -> usize {
         self.stats.datagrams_received += 1;
         if path >= self.send.paths.len() {
             self.stats.unexpected_dropped += 1;
-            return;
+            return 0;
         }
         let frame = match Frame::parse_for(datagram, self.local_id) {
             Ok(frame) => frame,
             Err(FrameError::WrongConnection { .. }) => {
                 self.stats.unexpected_dropped += 1;
-                return;
+                return 0;
             }
             Err(_) => {
                 self.stats.corrupt_dropped += 1;
-                return;
+                return 0;
             }
         };
         let header = frame.header();
         if !self.frame_is_ours(header) {
             self.stats.unexpected_dropped += 1;
-            return;
+            return 0;
         }
         self.send.paths.on_arrival(path);
+        let mut direct = 0;
         match header.frame_type {
             FrameType::Handshake => {
                 if !self.is_initiator {
@@ -725,10 +747,12 @@ impl ReliableConnection {
             | FrameType::Ping
             | FrameType::Close
             | FrameType::Stream => {
-                self.handle_connection_frame(now, path, header, frame.payload());
+                direct = self.handle_connection_frame(now, path, header, frame.payload(), reader);
             }
         }
+        self.stats.direct_read_bytes += direct as u64;
         self.refresh_timers(now);
+        direct
     }
 
     /// Next datagram to send, if any: writes the header into `header` (at least
@@ -1227,27 +1251,30 @@ impl ReliableConnection {
         }
     }
 
+    /// A frame of an established connection; returns the bytes that went to `reader` (see
+    /// [`Self::handle_datagram_into`]).
     fn handle_connection_frame(
         &mut self,
         now: Nanos,
         path: usize,
         header: &FrameHeader,
         payload: &[u8],
-    ) {
+        reader: &mut [u8],
+    ) -> usize {
         if !matches!(
             self.state,
             State::Established | State::Closing | State::Closed
         ) {
             // E.g. the responder's data before our Verdict arrived: it will be retransmitted.
             self.stats.unexpected_dropped += 1;
-            return;
+            return 0;
         }
         self.last_received_at = now;
         if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
             let Ok(more) = MoreSackRanges::parse(header, payload) else {
                 // Checksummed but malformed: the peer is broken.
                 self.stats.unexpected_dropped += 1;
-                return;
+                return 0;
             };
             self.ack_ranges_in.clear();
             self.ack_ranges_in.extend_from_slice(header.sack.as_slice());
@@ -1270,16 +1297,19 @@ impl ReliableConnection {
                 }
                 Err(_) => {
                     self.stats.unexpected_dropped += 1;
-                    return;
+                    return 0;
                 }
             }
             // Any ack answers a credit probe.
             self.probe_deadline = None;
             self.probe_backoff_shift = 0;
         }
+        let mut direct = 0;
         match header.frame_type {
-            FrameType::Data | FrameType::Close => self.take_data(now, header, payload),
-            FrameType::Stream => self.take_stream(now, header, payload),
+            FrameType::Data | FrameType::Close => {
+                direct = self.take_data(now, header, payload, reader)
+            }
+            FrameType::Stream => direct = self.take_stream(now, header, payload, reader),
             // Answered on the path it came by, so that the answer proves that path.
             FrameType::Ping => self.send.paths.queue_reply(path, header.packet_number),
             FrameType::Ack
@@ -1294,9 +1324,17 @@ impl ReliableConnection {
             self.recv.request_ack();
         }
         self.check_closed();
+        direct
     }
 
-    fn take_data(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+    /// A Data or Close frame; returns the bytes that went to `reader`.
+    fn take_data(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        payload: &[u8],
+        reader: &mut [u8],
+    ) -> usize {
         let is_close = header.frame_type == FrameType::Close;
         let first_fragment = !is_close && header.fragment_offset == 0;
         let result = self.recv.on_frame(
@@ -1306,9 +1344,10 @@ impl ReliableConnection {
             header.message_len,
             header.stream_offset,
             if is_close { &[] } else { payload },
+            reader,
         );
         match result {
-            Ok(arrival) => {
+            Ok((arrival, direct)) => {
                 let requested = header.flags & flags::ACK_REQUESTED != 0 || is_close;
                 self.recv
                     .schedule_ack(now, arrival, requested, self.config.ack_delay_ns);
@@ -1316,6 +1355,7 @@ impl ReliableConnection {
                     self.send.request_close();
                     self.state = State::Closing;
                 }
+                direct
             }
             Err(refusal) => {
                 match refusal {
@@ -1327,21 +1367,35 @@ impl ReliableConnection {
                 }
                 // A duplicate means our ack got lost: repeat it at once.
                 self.recv.request_ack();
+                0
             }
         }
     }
 
     /// A Stream frame: raw stream bytes, its packet number and offset in their low 32 bits.
-    fn take_stream(&mut self, now: Nanos, header: &FrameHeader, payload: &[u8]) {
+    /// Returns the bytes that went to `reader`.
+    fn take_stream(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        payload: &[u8],
+        reader: &mut [u8],
+    ) -> usize {
         let packet_number = expand_low32(header.packet_number, self.recv.cumulative());
         let stream_offset = expand_low32(header.stream_offset, self.recv.readable_end());
-        match self
-            .recv
-            .on_frame(packet_number, false, false, 0, stream_offset, payload)
-        {
-            Ok(arrival) => {
+        match self.recv.on_frame(
+            packet_number,
+            false,
+            false,
+            0,
+            stream_offset,
+            payload,
+            reader,
+        ) {
+            Ok((arrival, direct)) => {
                 self.recv
                     .schedule_ack(now, arrival, false, self.config.ack_delay_ns);
+                direct
             }
             Err(refusal) => {
                 match refusal {
@@ -1352,6 +1406,7 @@ impl ReliableConnection {
                     }
                 }
                 self.recv.request_ack();
+                0
             }
         }
     }

@@ -91,6 +91,12 @@ impl RecvState {
 
     /// Takes one Data (or, with `is_close`, Close) frame. `first_fragment` frames also cover
     /// the 8 header bytes before `payload_offset`, rebuilt from `message_len`.
+    ///
+    /// `reader` is where the application reads the current message to (empty: nowhere). When
+    /// the frame carries exactly the next bytes it would read (nothing unread before them),
+    /// those of the current message are copied there instead of into the ring and count as
+    /// read ([`Self::read_message`] would have copied them there next). Returns how the frame
+    /// arrived and how many bytes went to `reader`.
     #[allow(clippy::too_many_arguments)] // The fields of one frame; a struct would only rename them.
     pub(super) fn on_frame(
         &mut self,
@@ -100,7 +106,8 @@ impl RecvState {
         message_len: u64,
         payload_offset: u64,
         payload: &[u8],
-    ) -> Result<Arrival, Refusal> {
+        reader: &mut [u8],
+    ) -> Result<(Arrival, usize), Refusal> {
         let Some(index) = packet_number.checked_sub(self.cumulative) else {
             return Err(Refusal::Duplicate);
         };
@@ -134,7 +141,29 @@ impl RecvState {
         if first_fragment {
             self.ring.copy_in(stream_start, &message_len.to_le_bytes());
         }
-        self.ring.copy_in(payload_offset, payload);
+        // Straight to the reader: the frame is the next in order (so the cumulative ack, and
+        // with it the readable end, moves over it below) and continues the message being
+        // read right where the reader stands.
+        let direct = if !reader.is_empty()
+            && index == 0
+            && !first_fragment
+            && self.in_message
+            && payload_offset == self.read_offset
+            && self.read_offset == self.readable_end
+        {
+            let count = payload
+                .len()
+                .min(reader.len())
+                .min(usize::try_from(self.message_remaining).unwrap_or(usize::MAX));
+            super::stream_ring::copy_bytes(&mut reader[..count], &payload[..count]);
+            count
+        } else {
+            0
+        };
+        // The ring slots of the bytes that went to the reader are never read: the read
+        // offset moves past them below.
+        self.ring
+            .copy_in(payload_offset + direct as u64, &payload[direct..]);
         if is_close {
             self.close_packet = Some(packet_number);
         }
@@ -149,10 +178,13 @@ impl RecvState {
             self.insert_range(packet_number);
         }
         self.unacked_frames += 1;
+        if direct > 0 {
+            self.consume(direct as u64);
+        }
         if index == 0 && !had_gap {
-            Ok(Arrival::InOrder)
+            Ok((Arrival::InOrder, direct))
         } else {
-            Ok(Arrival::Reordered)
+            Ok((Arrival::Reordered, direct))
         }
     }
 
@@ -295,17 +327,25 @@ impl RecvState {
             .min(self.message_remaining)
             .min(available) as usize;
         self.ring.copy_out(self.read_offset, &mut out[..count]);
-        self.read_offset += count as u64;
-        self.message_remaining -= count as u64;
+        let complete = self.consume(count as u64);
+        (count, complete)
+    }
+
+    /// The reader took the next `count` bytes of the current message (at most what is left
+    /// of it and in order): moves the read offset, ends the message when it is all read,
+    /// and asks for a window update once a quarter of the window was freed since the last
+    /// advertisement. Returns whether the message is complete.
+    fn consume(&mut self, count: u64) -> bool {
+        self.read_offset += count;
+        self.message_remaining -= count;
         let complete = self.message_remaining == 0;
         if complete {
             self.in_message = false;
         }
-        // Window update once a quarter of the window was freed since the last advertisement.
         if self.credit() - self.advertised_credit >= (self.ring.len() as u64 / 4).max(1) {
             self.ack_now = true;
         }
-        (count, complete)
+        complete
     }
 
     /// Bytes of memory held.

@@ -28,18 +28,18 @@ impl StreamRing {
     pub(super) fn copy_in(&mut self, offset: u64, data: &[u8]) {
         let start = self.position(offset);
         let first = data.len().min(self.0.len() - start);
-        self.0[start..start + first].copy_from_slice(&data[..first]);
+        copy_bytes(&mut self.0[start..start + first], &data[..first]);
         let rest = data.len() - first;
-        self.0[..rest].copy_from_slice(&data[first..]);
+        copy_bytes(&mut self.0[..rest], &data[first..]);
     }
 
     /// Copies stream offsets `offset..offset + out.len()` into `out`, wrapping at the end.
     pub(super) fn copy_out(&self, offset: u64, out: &mut [u8]) {
         let start = self.position(offset);
         let first = out.len().min(self.0.len() - start);
-        out[..first].copy_from_slice(&self.0[start..start + first]);
+        copy_bytes(&mut out[..first], &self.0[start..start + first]);
         let rest = out.len() - first;
-        out[first..].copy_from_slice(&self.0[..rest]);
+        copy_bytes(&mut out[first..], &self.0[..rest]);
     }
 }
 
@@ -53,5 +53,56 @@ impl Deref for StreamRing {
 impl DerefMut for StreamRing {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.0
+    }
+}
+
+/// Copies `src` into `dst` (of the same length).
+///
+/// glibc's memcpy (its `rep movsb` path) runs at 2-3 GB/s instead of 30-45 GB/s on the
+/// development machines' AMD CPUs when `dst - src` is 1..=31 modulo 4096, for copies of
+/// 4 KiB to 256 KiB (docs/PERFORMANCE.md, shared memory: "glibc memcpy and 4 KiB aliasing";
+/// the same measured again for these copies in run F of issue 3). Stream bytes land
+/// anywhere relative to the application's buffers, so some copies would hit it by chance;
+/// in that window this copies 64 bytes at a time with plain vector moves (25-32 GB/s).
+/// Elsewhere memcpy is as fast or faster.
+pub(super) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let distance = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) & 4095;
+    if src.len() < 256 || !(1..64).contains(&distance) {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mut out = dst.chunks_exact_mut(64);
+    let mut from = src.chunks_exact(64);
+    for (to, chunk) in (&mut out).zip(&mut from) {
+        to.copy_from_slice(chunk);
+    }
+    out.into_remainder().copy_from_slice(from.remainder());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length and every distance in and around the slow window copies exactly.
+    #[test]
+    fn copy_bytes_copies_at_every_distance() {
+        let src: Vec<u8> = (0..9000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0u8; 4096 + 80 + 9000];
+        // dst[aligned..] is at distance 0 (mod 4096) from src.
+        let aligned = (src.as_ptr() as usize).wrapping_sub(dst.as_ptr() as usize) & 4095;
+        for len in [0usize, 1, 63, 64, 255, 256, 257, 1000, 4096, 8191] {
+            for distance in 0..80 {
+                let shift = aligned + distance;
+                dst.fill(0xEE);
+                copy_bytes(&mut dst[shift..shift + len], &src[..len]);
+                assert_eq!(
+                    &dst[shift..shift + len],
+                    &src[..len],
+                    "len {len} distance {distance}"
+                );
+                assert!(dst[..shift].iter().all(|&b| b == 0xEE));
+                assert!(dst[shift + len..].iter().all(|&b| b == 0xEE));
+            }
+        }
     }
 }

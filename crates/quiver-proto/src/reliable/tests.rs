@@ -64,6 +64,73 @@ struct Pair {
     accept_errors: Vec<AcceptError>,
     /// When set, b's datagrams vanish (the peer went silent).
     b_silent: bool,
+    /// When set, b reads with it, and datagrams reach b through `handle_datagram_into`.
+    direct: Option<DirectReader>,
+}
+
+/// A reader on b that reads each message into a buffer of its own, at most `chunk` bytes per
+/// `read_message`, and while a message is incomplete hands the rest of that buffer to
+/// [`ReliableConnection::handle_datagram_into`] with every datagram.
+#[derive(Debug, Default)]
+struct DirectReader {
+    chunk: usize,
+    /// The message being read and how much of it is in.
+    current: Option<(Vec<u8>, usize)>,
+    received: Vec<Vec<u8>>,
+}
+
+impl DirectReader {
+    fn new(chunk: usize) -> DirectReader {
+        DirectReader {
+            chunk: chunk.max(1),
+            ..DirectReader::default()
+        }
+    }
+
+    /// Feeds one datagram to `b`, then reads what it can.
+    fn deliver(&mut self, b: &mut ReliableConnection, now: Nanos, datagram: &[u8]) {
+        match self.current.as_mut() {
+            Some((buffer, filled)) => {
+                let placed = b.handle_datagram_into(now, 0, datagram, &mut buffer[*filled..]);
+                assert!(*filled + placed <= buffer.len());
+                *filled += placed;
+            }
+            None => b.handle_datagram(now, 0, datagram),
+        }
+        self.pull(b);
+    }
+
+    fn pull(&mut self, b: &mut ReliableConnection) {
+        loop {
+            if self.current.is_none() {
+                let Some(len) = b.peek_message_len() else {
+                    return;
+                };
+                self.current = Some((vec![0; len as usize], 0));
+            }
+            let Some((buffer, filled)) = self.current.as_mut() else {
+                return;
+            };
+            // Completed by datagrams placed straight into the buffer: not read again (the
+            // next read_message would start the next message).
+            let complete = if *filled == buffer.len() && !buffer.is_empty() {
+                true
+            } else {
+                let end = (*filled + self.chunk).min(buffer.len());
+                let (count, complete) = b.read_message(&mut buffer[*filled..end]);
+                *filled += count;
+                if !complete && count == 0 {
+                    return;
+                }
+                complete
+            };
+            if complete {
+                let (buffer, filled) = self.current.take().unwrap();
+                assert_eq!(filled, buffer.len());
+                self.received.push(buffer);
+            }
+        }
+    }
 }
 
 impl Pair {
@@ -83,6 +150,7 @@ impl Pair {
             filter: Box::new(|_, _, _| Fate::Deliver),
             accept_errors: Vec::new(),
             b_silent: false,
+            direct: None,
         }
     }
 
@@ -193,7 +261,10 @@ impl Pair {
         while let Some(datagram) = self.to_b.pop_front() {
             any = true;
             match self.b.as_mut() {
-                Some(b) => b.handle_datagram(self.now, 0, &datagram),
+                Some(b) => match self.direct.as_mut() {
+                    Some(reader) => reader.deliver(b, self.now, &datagram),
+                    None => b.handle_datagram(self.now, 0, &datagram),
+                },
                 None => match ReliableConnection::accept(
                     self.config_b.clone(),
                     self.key_b.clone(),
@@ -268,6 +339,20 @@ impl Pair {
 
 /// Sends `messages` from a to b, reading as they arrive; returns what b read.
 fn transfer(pair: &mut Pair, messages: &[Vec<u8>], read_chunk: usize) -> Vec<Vec<u8>> {
+    transfer_with(pair, messages, read_chunk, false)
+}
+
+/// [`transfer`], with `direct`: b reads with a [`DirectReader`] (received datagrams go
+/// straight into the message's buffer where they can).
+fn transfer_with(
+    pair: &mut Pair,
+    messages: &[Vec<u8>],
+    read_chunk: usize,
+    direct: bool,
+) -> Vec<Vec<u8>> {
+    if direct {
+        pair.direct = Some(DirectReader::new(read_chunk));
+    }
     let mut received = Vec::new();
     let mut current = Vec::new();
     let mut next_message = 0;
@@ -293,6 +378,10 @@ fn transfer(pair: &mut Pair, messages: &[Vec<u8>], read_chunk: usize) -> Vec<Vec
             next_message += 1;
         }
         // Reader.
+        if let (Some(reader), Some(b)) = (pair.direct.as_mut(), pair.b.as_mut()) {
+            reader.pull(b);
+            return reader.received.len() == messages.len();
+        }
         while pair.b.is_some() {
             let (count, complete) = pair.b().read_message(&mut buffer);
             current.extend_from_slice(&buffer[..count]);
@@ -304,7 +393,10 @@ fn transfer(pair: &mut Pair, messages: &[Vec<u8>], read_chunk: usize) -> Vec<Vec
         }
         received.len() == messages.len()
     });
-    received
+    match pair.direct.take() {
+        Some(reader) => reader.received,
+        None => received,
+    }
 }
 
 fn patterned(len: usize, seed: u8) -> Vec<u8> {
@@ -805,6 +897,7 @@ proptest! {
         read_chunk in 1usize..5000,
         window in 256usize..40_000,
         compact in any::<bool>(),
+        direct in any::<bool>(),
     ) {
         let config = ReliableConfig {
             send_buffer_bytes: window,
@@ -831,7 +924,7 @@ proptest! {
             .enumerate()
             .map(|(index, &len)| patterned(len, index as u8))
             .collect();
-        let received = transfer(&mut pair, &messages, read_chunk);
+        let received = transfer_with(&mut pair, &messages, read_chunk, direct);
         prop_assert_eq!(received, messages);
         prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
         prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
@@ -1002,4 +1095,47 @@ fn message_ready_only_once_the_whole_message_arrived() {
     assert_eq!(pair.b().read_message(&mut out), (5000, true));
     assert_eq!(out, message);
     assert!(!pair.b().message_ready());
+}
+
+/// A reader that hands its buffer to `handle_datagram_into` gets large messages placed
+/// straight into it (most of their bytes skip the receive ring), byte-identical and in
+/// order, with Data and with compact Stream frames (which may carry the end of one message
+/// and the start of the next), under reordering, loss and duplication too.
+#[test]
+fn reads_in_progress_take_datagrams_straight_into_their_buffer() {
+    let sizes = [0usize, 1, 9, 1456, 70_000, 3, 200_000, 0, 150_000, 5];
+    let messages: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &len)| patterned(len, index as u8 + 9))
+        .collect();
+    let total: u64 = sizes.iter().map(|&len| len as u64).sum();
+    for compact in [false, true] {
+        for fates in [
+            [Fate::Deliver; 4],
+            [Fate::Delay, Fate::Deliver, Fate::Deliver, Fate::Deliver],
+            [Fate::Deliver, Fate::Drop, Fate::Duplicate, Fate::Deliver],
+        ] {
+            let config = ReliableConfig {
+                compact_data_frames: compact,
+                ..small_config()
+            };
+            let mut pair = Pair::new(config.clone(), config, 7, 7);
+            pair.filter = Box::new(move |index, _, _| fates[index % 4]);
+            let received = transfer_with(&mut pair, &messages, 1 << 20, true);
+            assert_eq!(received, messages, "compact {compact}, fates {fates:?}");
+            let direct = pair.b().stats().direct_read_bytes;
+            assert!(direct <= total);
+            if fates == [Fate::Deliver; 4] {
+                // All but the first frame of each large message (its length is read from
+                // the ring before the reader has a buffer for it).
+                assert!(direct * 10 >= total * 8, "{direct} of {total} bytes direct");
+            } else {
+                assert!(direct > 0, "compact {compact}, fates {fates:?}");
+            }
+            let plain = transfer(&mut pair, &messages, 1000);
+            assert_eq!(plain, messages);
+            assert_eq!(pair.b().stats().direct_read_bytes, direct);
+        }
+    }
 }

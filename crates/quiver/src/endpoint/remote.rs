@@ -870,7 +870,13 @@ impl Endpoint {
     ) -> Result<Option<(usize, Addr)>> {
         let mut news = None;
         if let Some(engine) = &self.ctx.dgram {
-            news = Some(engine.poll_io(&self.ctx));
+            // A blocking receive takes the rest of a large message straight into its buffer
+            // once it has begun it: bring in only its start here.
+            news = Some(if wait {
+                engine.poll_io_before_receive(&self.ctx)
+            } else {
+                engine.poll_io(&self.ctx)
+            });
             self.engine_polled = true;
         }
         if let Some(i) = self.committed {

@@ -53,15 +53,22 @@ const RETRY: &str = "retry:";
 /// Why `connect` retries when the peer refused a crossed connect with `Busy`.
 const CROSSED: &str =
     "retry:the peer is connecting to us at the same time (its connection is used)";
-/// Smallest retransmission timeout of a connection over a real network or striped over
-/// several links (a path that times out a few times in a row goes down: about 70 ms with
-/// backoff).
+/// Smallest retransmission timeout of a udp connection (loopback included) or one striped
+/// over several links (a path that times out a few times in a row goes down: about 70 ms
+/// with backoff).
 const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
 const DEFER_ACK_MAX_FRAMES: u32 = 4;
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
+/// Bytes of datagrams one poll takes from a socket at most (about; a batch is asked for
+/// only while it fits). A poll that took 64 datagrams of 64 KB (4 MiB) before it acked
+/// held the acknowledgements back for milliseconds: streaming 1 MiB messages over loopback,
+/// the sender's retransmission timer fired and resent about one frame in seven, all
+/// duplicates. Smaller batches also leave the payloads in the cache for their checksum
+/// and copy.
+const RECV_BUDGET_BYTES: usize = 512 << 10;
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 const TX_BYTES: usize = 1 << 20;
@@ -81,6 +88,9 @@ struct UdpIo {
     /// The last receive filled what it asked for: the next asks for a whole batch (else
     /// for one datagram, which returns as soon as it has it; see `Engine::receive`).
     rx_wide: bool,
+    /// Bytes of the last message received (a datagram, or several coalesced): how many
+    /// more a receive budget has room for is guessed from it.
+    rx_last_bytes: usize,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
 }
@@ -278,6 +288,34 @@ fn sender_for(
     }
 }
 
+/// A receive in the middle of a message of connection `id`: datagrams that continue it go
+/// straight into `out` (`ReliableConnection::handle_datagram_into`), `placed` bytes so far.
+struct Reader<'a> {
+    id: u64,
+    out: &'a mut [u8],
+    placed: usize,
+}
+
+impl Reader<'_> {
+    /// Feeds `datagram` to connection `id`'s `core`, into the reader's buffer if it is the
+    /// reader's connection.
+    fn feed(
+        reader: &mut Option<Reader<'_>>,
+        id: u64,
+        core: &mut ReliableConnection,
+        now: Nanos,
+        path: usize,
+        datagram: &[u8],
+    ) {
+        match reader {
+            Some(r) if r.id == id => {
+                r.placed += core.handle_datagram_into(now, path, datagram, &mut r.out[r.placed..]);
+            }
+            _ => core.handle_datagram(now, path, datagram),
+        }
+    }
+}
+
 /// What the endpoint sees of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Status {
@@ -384,6 +422,9 @@ pub struct DatagramStats {
     /// Connections open now (not given up by their endpoint): one per pair of endpoints
     /// that talk, whichever side connected first.
     pub connections: u64,
+    /// Payload bytes received straight into a receive's buffer (a blocking receive in the
+    /// middle of a message), not through the connection's receive window.
+    pub direct_read_bytes: u64,
 }
 
 impl DatagramStats {
@@ -397,6 +438,7 @@ impl DatagramStats {
         self.corrupt_dropped += s.corrupt_dropped;
         self.paths_down += s.paths_down;
         self.paths_rejoined += s.paths_rejoined;
+        self.direct_read_bytes += s.direct_read_bytes;
     }
 }
 
@@ -514,6 +556,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 socket,
                 rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
                 rx_wide: false,
+                rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
             }))
@@ -830,6 +873,17 @@ impl DgramShared {
         engine.news
     }
 
+    /// [`DgramShared::poll_io`] for a blocking receive about to look for a message: it
+    /// takes at most one datagram of bulk data from each socket, so that a large message
+    /// goes into the receive window only as far as it must (its length, to start reading
+    /// it); the rest arrives while the receive reads it, straight into its buffer (see
+    /// [`DgramShared::take`]).
+    pub(crate) fn poll_io_before_receive(&self, ctx: &ContextShared) -> u64 {
+        let mut engine = self.lock();
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES);
+        engine.news
+    }
+
     /// Whether connection `id` could take `len` more bytes as a new message right now.
     pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
@@ -931,17 +985,18 @@ impl DgramShared {
         if !wait && len <= window / 2 && !entry.core.message_ready() {
             return Ok(None);
         }
+        let len = len as usize;
         let mut filled = 0usize;
         let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         loop {
             let entry = engine.conns.get_mut(&id).expect("looked up above");
-            let (n, complete) = entry.core.read_message(&mut buf[filled..]);
+            let (n, complete) = entry.core.read_message(&mut buf[filled..len]);
             filled += n;
             if complete {
                 engine.defer(id);
-                return Ok(Some(len as usize));
+                return Ok(Some(len));
             }
             if let Status::Failed(why) = &entry.status {
                 return Err(DgramTake::Failed(format!(
@@ -949,8 +1004,25 @@ impl DgramShared {
                 )));
             }
             engine.flush(id);
-            engine.poll(Some(ctx), self);
-            if n == 0 {
+            // What continues the message goes straight into the caller's buffer (one copy
+            // instead of two: into the receive window, then out of it).
+            let mut reader = Some(Reader {
+                id,
+                out: &mut buf[filled..len],
+                placed: 0,
+            });
+            // Only as much as the message still needs, so that little of the next one goes
+            // through the receive window.
+            let budget = RECV_BUDGET_BYTES.min(len - filled);
+            engine.poll_into(Some(ctx), self, &mut reader, budget);
+            let placed = reader.map_or(0, |r| r.placed);
+            filled += placed;
+            if filled == len {
+                // Completed by those datagrams: the core has ended the message.
+                engine.defer(id);
+                return Ok(Some(len));
+            }
+            if n == 0 && placed == 0 {
                 drop(engine);
                 crate::endpoint::wait_engine(self, &mut waited, config.spin)
                     .map_err(DgramTake::Error)?;
@@ -1075,11 +1147,12 @@ impl Engine {
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };
-        // Over a network the timeouts must not fire for the few milliseconds a process is off
-        // its CPU on a shared host (a striped connection's take paths down); on loopback
-        // and in memory the protocol's own floor stays.
-        let networked = matches!(self.sockets[0], Socket::Udp(_)) && !super::is_loopback(to);
-        let min_rto_ns = if path_count > 1 || networked {
+        // Over udp the timeouts must not fire for the few milliseconds a process is off its
+        // CPU on a shared host (a striped connection's take paths down), nor while the
+        // receiver works through a burst: on loopback too, a 1 ms floor resent about one
+        // frame in seven of a 1 MiB stream, all duplicates (docs/PERFORMANCE.md, issue 3,
+        // run F). In memory (tests) the protocol's own floor stays.
+        let min_rto_ns = if path_count > 1 || matches!(self.sockets[0], Socket::Udp(_)) {
             self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
         } else {
             self.base.min_rto_ns
@@ -1181,6 +1254,7 @@ impl Engine {
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
     ) {
         match frame::destination(datagram) {
             Some(Destination::Id(0)) => {
@@ -1191,7 +1265,7 @@ impl Engine {
             Some(Destination::Short(short)) => {
                 // A Stream frame (bulk data): its connection verifies it against its full id.
                 if let Some((id, entry)) = self.conns.get_mut_short(short) {
-                    entry.core.handle_datagram(now, path, datagram);
+                    Reader::feed(reader, id, &mut entry.core, now, path, datagram);
                     touched.push(id);
                 }
             }
@@ -1199,7 +1273,7 @@ impl Engine {
                 if let Some(entry) = self.conns.get_mut(&id) {
                     // A socket beyond the connection's paths (a peer with fewer links): the
                     // core counts and drops it.
-                    entry.core.handle_datagram(now, path, datagram);
+                    Reader::feed(reader, id, &mut entry.core, now, path, datagram);
                     touched.push(id);
                 } else if let Some(n) = reset_for(datagram, &mut self.header) {
                     // A stale connection (we forgot it) or a forged id: tell the sender.
@@ -1242,13 +1316,16 @@ impl Engine {
                 let Ok((n, from)) = got else {
                     break;
                 };
-                self.dispatch(&rx[..n], from, path, now, ctx, shared, touched);
+                self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, &mut None);
             }
         }
         self.rx = rx;
     }
 
-    /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams) and dispatches it.
+    /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
+    /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
+    /// dispatches it.
+    #[allow(clippy::too_many_arguments)] // dispatch's, less the datagram.
     fn receive(
         &mut self,
         path: usize,
@@ -1256,6 +1333,8 @@ impl Engine {
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
+        budget: usize,
     ) {
         match &self.sockets[path] {
             Socket::Mem(_) => {
@@ -1271,13 +1350,14 @@ impl Engine {
                             break;
                         }
                     };
-                    self.dispatch(&rx[..n], from, path, now, ctx, shared, touched);
+                    self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, reader);
                     self.rx = rx;
                 }
             }
             Socket::Udp(_) => {
                 let mut taken = 0;
-                while taken < RECV_BATCH {
+                let mut bytes = 0usize;
+                while taken < RECV_BATCH && bytes < budget {
                     let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
                     };
@@ -1288,12 +1368,17 @@ impl Engine {
                     // it: a receive of one returns as soon as it has it, where a batch would
                     // look at the empty queue once more first (the ping-pong case).
                     let asked = if io.rx_wide {
-                        RX_MESSAGES.min(RECV_BATCH - taken)
+                        // As many as fit the budget if they are as long as the last one.
+                        let room = (budget - bytes).div_ceil(io.rx_last_bytes.max(1));
+                        RX_MESSAGES.min(RECV_BATCH - taken).min(room)
                     } else {
                         1
                     };
                     let got = io.socket.recv_batch_up_to(&mut rx, asked).unwrap_or(0);
                     io.rx_wide = got == asked;
+                    if got > 0 {
+                        io.rx_last_bytes = rx.message(got - 1).data.len();
+                    }
                     // A single large datagram is most likely part of a stream: read on.
                     let streaming =
                         asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
@@ -1302,8 +1387,11 @@ impl Engine {
                         if msg.truncated {
                             continue;
                         }
+                        bytes += msg.data.len();
                         for datagram in msg.datagrams() {
-                            self.dispatch(datagram, msg.source, path, now, ctx, shared, touched);
+                            self.dispatch(
+                                datagram, msg.source, path, now, ctx, shared, touched, reader,
+                            );
                         }
                     }
                     if let Socket::Udp(io) = &mut self.sockets[path] {
@@ -1321,6 +1409,19 @@ impl Engine {
     }
 
     fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
+        self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES);
+    }
+
+    /// [`Engine::poll`], with a receive in the middle of a message that takes the datagrams
+    /// continuing it straight into its buffer, receiving about `budget` bytes at most per
+    /// udp socket.
+    fn poll_into(
+        &mut self,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        reader: &mut Option<Reader<'_>>,
+        budget: usize,
+    ) {
         let now = self.now();
         for id in std::mem::take(&mut self.deferred) {
             self.flush(id);
@@ -1338,7 +1439,7 @@ impl Engine {
             if idle && matches!(self.sockets[path], Socket::Udp(_)) {
                 continue;
             }
-            self.receive(path, now, ctx, shared, &mut touched);
+            self.receive(path, now, ctx, shared, &mut touched, reader, budget);
         }
         // Timers: only when one is due, or may have moved; an empty poll skips them.
         let scan =
