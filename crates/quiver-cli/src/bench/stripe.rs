@@ -146,6 +146,13 @@ struct StripeRecord {
     verified_bytes: u64,
     verified_messages: u64,
     retransmits: u64,
+    /// The sender's retransmission timeouts (all links).
+    timeouts: u64,
+    /// Frames declared lost whose first transmission was acknowledged after all (all
+    /// links): losses that were not, mostly timeouts that fired while a process was paused.
+    spurious_losses: u64,
+    /// Duplicate frames the receiver dropped (retransmissions of frames that had arrived).
+    duplicates: u64,
     paths_down: u64,
     paths_rejoined: u64,
     /// Share of the payload bytes sent on each link.
@@ -189,6 +196,9 @@ struct SenderReport {
     datagrams_sent: u64,
     datagrams_received: u64,
     link_frames_lost: Vec<u64>,
+    /// Per link: frames declared lost whose first transmission was acknowledged after all.
+    #[serde(default)]
+    link_spurious_losses: Vec<u64>,
     link_datagrams_received: Vec<u64>,
     /// Per link at the end: (window bytes, rate bytes/s, srtt ns, min rtt ns).
     link_gauges: Vec<(u64, u64, u64, u64)>,
@@ -590,6 +600,9 @@ fn record(
         verified_bytes: receiver.bytes,
         verified_messages: receiver.messages,
         retransmits: sender.retransmits,
+        timeouts: sender.timeouts,
+        spurious_losses: sender.link_spurious_losses.iter().sum(),
+        duplicates: receiver.duplicates_dropped,
         paths_down: sender.paths_down,
         paths_rejoined: sender.paths_rejoined,
         link_shares: sender
@@ -1010,6 +1023,11 @@ fn quiver_sender(seconds: Duration) -> Result<SenderReport, String> {
             .link_stats()
             .iter()
             .map(|link| link.frames_lost)
+            .collect(),
+        link_spurious_losses: context
+            .link_stats()
+            .iter()
+            .map(|link| link.spurious_losses)
             .collect(),
         link_datagrams_received: context
             .link_stats()

@@ -16,11 +16,14 @@
 //! - the frames in flight on it, in send order, as a list threaded through the sender's
 //!   in-flight table (no container of its own, so memory stays within the connection's
 //!   bound), and their bytes;
-//! - a congestion window, `GAIN x rate x (min RTT + ACK_ALLOWANCE_NS)`, at least
-//!   `MIN_WINDOW_BYTES`: a tbf-shaped link drops what overflows its queue, and random loss
-//!   must not slow a path down (the window ignores loss);
+//! - a congestion window, `GAIN x rate x (min RTT + ABSENCE_ALLOWANCE_NS)`, at least
+//!   `MIN_WINDOW_BYTES`: enough to keep the link busy while either process is off its CPU
+//!   for a few milliseconds, small enough not to overflow a tbf-shaped link's queue
+//!   (20 ms on the testbed); random loss must not slow a path down (the window ignores
+//!   loss);
 //! - its state: [`PathState::Up`], [`PathState::Suspect`] after a retransmission timeout or
-//!   an unanswered ping (one frame in flight until something sent on it is acknowledged),
+//!   an unanswered ping (one frame in flight until something sent on it is acknowledged;
+//!   a single path too, so that a timeout while the peer was paused costs one frame),
 //!   [`PathState::Down`] after `DOWN_AFTER_FAILURES` failures in a row (its frames are
 //!   requeued on the others; it is probed with pings and rejoins when one is answered).
 //!   The last usable path never goes down: the connection's own liveness rules
@@ -41,9 +44,15 @@ pub const MAX_PATHS: usize = 64;
 /// Window gain over the estimated bandwidth-delay product.
 const GAIN: u64 = 2;
 /// Added to the minimum RTT in the window: the time acks may be held back by the peer's
-/// batching and scheduling (its delayed ack is at most `ack_delay_ns`, its poll loop
-/// adds more). Without it the window of a path whose acks come in bursts stays too small.
-const ACK_ALLOWANCE_NS: Nanos = 1_000_000;
+/// batching and scheduling, and the time either process may be off its CPU. The window
+/// exceeds the bandwidth-delay product by about `GAIN x rate x ABSENCE_ALLOWANCE_NS`
+/// (8 ms of the link at 4 ms): while the receiver is away the sender keeps the link busy
+/// (the frames wait in the receiver's socket buffer), and while the sender is away the
+/// link drains the queue that surplus keeps at the bottleneck. With 1 ms (2 ms of the
+/// link) every pause of a process longer than ~2 ms left the link idle: on a 2-vCPU VM
+/// that cost 5-20% of a 1 Gbit/s link, run after run, while the kernel's TCP (which acks
+/// and sends without the application) kept its rate.
+const ABSENCE_ALLOWANCE_NS: Nanos = 4_000_000;
 /// Smallest window of an Up path, in bytes (and at least `MIN_WINDOW_DATAGRAMS`).
 const MIN_WINDOW_BYTES: u64 = 64 << 10;
 /// Smallest window of an Up path, in full datagrams.
@@ -55,6 +64,12 @@ const RATE_WINDOW_NS: Nanos = 100_000_000;
 /// Shortest interval of one delivery-rate sample: long against a shaper's burst (tbf lets
 /// its bucket, 2 ms at the rate on the testbed, through at memory speed after a pause).
 const RATE_METER_MIN_NS: Nanos = 10_000_000;
+/// A timer (retransmission, ping answer) that runs this much after its deadline says this
+/// process was not running (descheduled on a busy host, a VM's vCPU paused): what the peer
+/// sent meanwhile may still wait, unread, in the sockets. It waits one more RTO instead of
+/// failing the path (once per run of failures). The engine's own lateness, a poll round or
+/// an epoll timeout rounded to 1 ms, stays well below it.
+const LATE_TIMER_NS: Nanos = 2_000_000;
 /// "No frame": the end of a path's list of frames in flight.
 pub(super) const NO_FRAME: u64 = u64::MAX;
 
@@ -112,8 +127,16 @@ pub struct PathStats {
     /// Frames sent on this path declared lost (by later frames of the path, by timeout, or
     /// because the path went down).
     pub frames_lost: u64,
+    /// Frames of this path declared lost (by later frames of the path, by timeout) whose
+    /// first transmission was acknowledged before any retransmission: losses that were
+    /// not, mostly from a timeout that fired while the peer was off its CPU. (A frame
+    /// retransmitted before the ack came is not counted: either copy may have arrived.)
+    pub spurious_losses: u64,
     /// Retransmission timeouts of this path.
     pub rto_expirations: u64,
+    /// Timers of this path (retransmission, ping answer) that ran late, while this process
+    /// was not running, and waited one more RTO for what the peer sent meanwhile.
+    pub late_timers_deferred: u64,
     /// Times the path went down.
     pub times_down: u64,
     /// Times the path came back after being down.
@@ -192,6 +215,8 @@ pub(super) struct Path {
     pub(super) rto_deadline: Option<Nanos>,
     /// Retransmission timeouts and unanswered pings since the last sign of life.
     pub(super) consecutive_failures: u32,
+    /// A late timer already waited since the last sign of life or failure.
+    late_timer_deferred: bool,
     /// [`Paths::signs_of_life`] when the current run of failures began (None: not failing).
     /// The path may go down only if another path showed life since: when every path
     /// fails at once, the peer (or this process) stalled, not the link.
@@ -229,6 +254,7 @@ impl Path {
             tail: NO_FRAME,
             rto_deadline: None,
             consecutive_failures: 0,
+            late_timer_deferred: false,
             failing_since: None,
             ping_due: false,
             ping_count: 0,
@@ -255,7 +281,7 @@ impl Path {
                 let time_ns = self
                     .min_rtt_ns
                     .unwrap_or(0)
-                    .saturating_add(ACK_ALLOWANCE_NS);
+                    .saturating_add(ABSENCE_ALLOWANCE_NS);
                 let bdp = mul_div(rate, time_ns, 1_000_000_000);
                 bdp.saturating_mul(GAIN).max(floor)
             }
@@ -333,10 +359,23 @@ impl Path {
         }
     }
 
+    /// A timer of this path due at `deadline` runs at `now`: if it runs more than
+    /// [`LATE_TIMER_NS`] late, and no late timer waited since the path's last sign of life
+    /// or failure, returns when it should run instead (one RTO from now).
+    pub(super) fn defer_late_timer(&mut self, now: Nanos, deadline: Nanos) -> Option<Nanos> {
+        if self.late_timer_deferred || now.saturating_sub(deadline) <= LATE_TIMER_NS {
+            return None;
+        }
+        self.late_timer_deferred = true;
+        self.stats.late_timers_deferred += 1;
+        Some(now.saturating_add(self.rtt.rto_ns()))
+    }
+
     /// A retransmission timeout or an unanswered ping; `signs_of_life` is the connection's
     /// count so far ([`Paths::signs_of_life`]).
     pub(super) fn on_failure(&mut self, signs_of_life: u64) {
         self.consecutive_failures += 1;
+        self.late_timer_deferred = false;
         self.failing_since.get_or_insert(signs_of_life);
     }
 
@@ -344,6 +383,7 @@ impl Path {
     /// [`Paths::signs_of_life`] too ([`Paths::mark_alive`] does both).
     fn on_alive(&mut self) {
         self.consecutive_failures = 0;
+        self.late_timer_deferred = false;
         self.failing_since = None;
         if self.state == PathState::Suspect {
             self.state = PathState::Up;
@@ -640,8 +680,13 @@ impl Paths {
         let mut failed = 0u64;
         let max_rto = self.max_rto_ns;
         for (index, path) in self.paths.iter_mut().enumerate() {
-            if let Some((_, _, deadline)) = path.ping_outstanding {
-                if deadline <= now {
+            let due = path
+                .ping_outstanding
+                .filter(|&(_, _, deadline)| deadline <= now);
+            if let Some((counter, sent_at, deadline)) = due {
+                if let Some(later) = path.defer_late_timer(now, deadline) {
+                    path.ping_outstanding = Some((counter, sent_at, later));
+                } else {
                     path.ping_outstanding = None;
                     if several && path.state != PathState::Down {
                         path.on_failure(signs_of_life);
@@ -749,11 +794,11 @@ mod tests {
             "interval too short"
         );
         path.on_delivered(10_000_000, 5_000_000);
-        // 2 x 1 GB/s x (1 ms + 1 ms allowance) = 4 MB.
-        assert_eq!(path.window_bytes(1500), 4_000_000);
+        // 2 x 1 GB/s x (1 ms + 4 ms allowance) = 10 MB.
+        assert_eq!(path.window_bytes(1500), 10_000_000);
         // A burst of acks right after: not a sample of its own.
         path.on_delivered(10_100_000, 10_000_000);
-        assert_eq!(path.window_bytes(1500), 4_000_000);
+        assert_eq!(path.window_bytes(1500), 10_000_000);
         path.state = PathState::Suspect;
         assert!(path.has_room(1500, 1500));
         path.bytes_in_flight = 1;

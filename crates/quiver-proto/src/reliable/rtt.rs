@@ -1,5 +1,13 @@
-//! Round-trip time estimation and retransmission timeout per RFC 6298, with the minimum and
-//! maximum clamped by the configuration and exponential backoff on expiry.
+//! Round-trip time estimation and retransmission timeout per RFC 6298, with exponential
+//! backoff on expiry.
+//!
+//! The configured minimum is a margin over the smoothed RTT, not only a floor of the RTO
+//! (as in Linux, whose RTO is `srtt + max(4 rttvar, rto_min)`): `rto = srtt + max(4 rttvar,
+//! min_rto)`, clamped to `[min_rto, max_rto]`. A bulk sender keeps a queue at its
+//! bottleneck, so its smoothed RTT is mostly queueing delay and its variance is tiny; with
+//! a plain floor, `srtt + 4 rttvar` sat a fraction of a millisecond above the RTT, and a
+//! process off its CPU for a little longer than the floor (a busy host, a VM's vCPU
+//! descheduled) fired timeouts that were all spurious.
 
 use super::Nanos;
 
@@ -45,7 +53,10 @@ impl RttEstimator {
             }
         }
         let smoothed = self.smoothed_ns.unwrap_or(sample_ns);
-        let spread = GRANULARITY_NS.max(self.variance_ns.saturating_mul(4));
+        // The minimum is also the least margin over the smoothed RTT (module doc).
+        let spread = GRANULARITY_NS
+            .max(self.variance_ns.saturating_mul(4))
+            .max(self.min_rto_ns);
         self.base_rto_ns = smoothed
             .saturating_add(spread)
             .clamp(self.min_rto_ns, self.max_rto_ns);
@@ -104,6 +115,19 @@ mod tests {
         assert_eq!(rtt.rto_ns(), 1_000_000_000);
         let mut fast = RttEstimator::new(200_000_000, 1_000_000, 1_000_000_000);
         fast.on_sample(1_000);
-        assert_eq!(fast.rto_ns(), 1_000_000, "clamped to the minimum");
+        // srtt 1 us, 4 x rttvar 2 us: the minimum is the margin.
+        assert_eq!(fast.rto_ns(), 1_001_000, "at least the minimum over srtt");
+    }
+
+    #[test]
+    fn a_steady_queue_keeps_the_minimum_margin() {
+        // A bulk sender's RTT: 8 ms of queue, always the same (variance decays to ~0).
+        let mut rtt = RttEstimator::new(200_000_000, 10_000_000, 1_000_000_000);
+        for _ in 0..200 {
+            rtt.on_sample(8_000_000);
+        }
+        assert!(rtt.variance_ns() < 10_000);
+        // Not 8 ms + 4 x rttvar (a hiccup of a few ms would fire it): 8 + 10 ms.
+        assert_eq!(rtt.rto_ns(), 18_000_000);
     }
 }

@@ -495,11 +495,14 @@ impl SendState {
         entry.on_failure(signs_of_life);
         entry.rtt.back_off();
         entry.rto_deadline = None;
-        // Suspect steers traffic to the other paths; a single path has none to steer to. A
-        // ping probes it at once: the frames it carries while suspect are mostly
-        // retransmissions, whose acks cannot tell which path delivered them, but the
-        // answer to a ping sent on it can.
-        if entry.state == super::paths::PathState::Up && self.paths.len() > 1 {
+        // Suspect steers traffic to the other paths, and keeps one frame in flight on this
+        // one (a single path too): most timeouts on a busy host are a process off its CPU,
+        // and resending a whole window at once, only for the originals to be acknowledged
+        // a moment later, wasted milliseconds of the link each time. A ping probes the
+        // path at once: the frames it carries while suspect are mostly retransmissions,
+        // whose acks cannot tell which path delivered them, but the answer to a ping sent
+        // on it can.
+        if entry.state == super::paths::PathState::Up {
             self.paths.get_mut(path).state = super::paths::PathState::Suspect;
             self.paths.ping(path);
         }
@@ -539,17 +542,19 @@ impl SendState {
         }
     }
 
-    /// Paths whose retransmission timer is due at `now`, as a bit set.
-    pub(super) fn due_path_rtos(&self, now: Nanos) -> u64 {
+    /// Paths whose retransmission timer is due at `now`, as a bit set. A timer that runs
+    /// late (this process was not running) waits one more RTO first, once: the acks that
+    /// came meanwhile may still be unread (`Path::defer_late_timer`).
+    pub(super) fn due_path_rtos(&mut self, now: Nanos) -> u64 {
         let mut due = 0u64;
         for path in 0..self.paths.len() {
-            if self
-                .paths
-                .get(path)
-                .rto_deadline
-                .is_some_and(|deadline| deadline <= now)
-            {
-                due |= 1 << path;
+            let entry = self.paths.get_mut(path);
+            let Some(deadline) = entry.rto_deadline.filter(|&deadline| deadline <= now) else {
+                continue;
+            };
+            match entry.defer_late_timer(now, deadline) {
+                Some(later) => entry.rto_deadline = Some(later),
+                None => due |= 1 << path,
             }
         }
         due
@@ -748,12 +753,15 @@ impl SendState {
             FrameStatus::InFlight => {}
             FrameStatus::Lost if !frame.retransmitted => {
                 // Declared lost (a timeout that came too early, most likely) and yet it
-                // arrived, over the one path it took: that path works, and this is a clean
-                // RTT sample of it.
+                // arrived, over the one path it took: that path works, this is a clean RTT
+                // sample of it, and its bytes were delivered (the rate meter counts them,
+                // or a pause of the receiver would read as a slower link).
                 let path = usize::from(frame.path);
-                self.paths
-                    .get_mut(path)
-                    .on_rtt_sample(now.saturating_sub(frame.sent_at));
+                let bytes = self.frame_bytes(&frame);
+                let entry = self.paths.get_mut(path);
+                entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+                entry.on_delivered(now, bytes);
+                entry.stats.spurious_losses += 1;
                 self.paths.mark_alive(path);
                 return;
             }

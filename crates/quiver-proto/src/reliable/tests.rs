@@ -594,6 +594,87 @@ fn tail_loss_is_recovered_by_rto() {
 }
 
 #[test]
+fn a_timeout_while_the_receiver_is_paused_resends_one_frame() {
+    let mut pair = Pair::established();
+    let message = patterned(40_000, 9);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.write_message(&message), message.len());
+    // Everything goes out, and the receiver is off its CPU: nothing is delivered.
+    pair.flush();
+    let originals = pair.to_b.len();
+    assert!(originals > 20, "{originals} datagrams");
+    let deadline = pair.a.poll_timeout().unwrap();
+    pair.now = deadline;
+    pair.a.handle_timeout(pair.now);
+    assert_eq!(pair.a.stats().rto_expirations, 1);
+    pair.flush();
+    // One retransmission (the path is suspect: one frame in flight) and a ping, not the
+    // whole window again.
+    assert!(
+        pair.to_b.len() <= originals + 2,
+        "{} datagrams",
+        pair.to_b.len()
+    );
+    assert_eq!(pair.a.stats().retransmits, 1);
+    // The receiver wakes up: the originals arrive, then the rest.
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    pair.run_until(|pair| {
+        let (count, complete) = pair.b().read_message(&mut buffer);
+        received.extend_from_slice(&buffer[..count]);
+        complete
+    });
+    assert_eq!(received, message);
+    pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0);
+    let path = pair.a.path_stats(0).unwrap().clone();
+    assert_eq!(path.state, PathState::Up);
+    assert!(path.spurious_losses + 1 >= path.frames_lost, "{path:?}");
+    assert!(path.spurious_losses > 0, "{path:?}");
+    assert!(pair.a.stats().retransmits <= 1);
+    assert!(pair.b().stats().duplicates_dropped <= 1);
+}
+
+#[test]
+fn a_late_timer_waits_for_the_acks_that_came_meanwhile() {
+    let mut pair = Pair::established();
+    let message = patterned(40_000, 3);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.write_message(&message), message.len());
+    pair.flush();
+    // b receives and acks everything, but a is off its CPU: the acks wait, unread, and
+    // a's timer runs 50 ms late.
+    while let Some(datagram) = pair.to_b.pop_front() {
+        pair.b
+            .as_mut()
+            .unwrap()
+            .handle_datagram(pair.now, 0, &datagram);
+    }
+    pair.flush();
+    assert!(!pair.to_a.is_empty());
+    let deadline = pair.a.poll_timeout().unwrap();
+    pair.now = deadline + 50_000_000;
+    pair.a.handle_timeout(pair.now);
+    assert_eq!(pair.a.stats().rto_expirations, 0, "the late timer waited");
+    assert_eq!(pair.a.path_stats(0).unwrap().late_timers_deferred, 1);
+    // The acks are read: nothing was lost, nothing is resent.
+    pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0);
+    assert_eq!(pair.a.stats().retransmits, 0);
+    assert_eq!(pair.a.stats().rto_expirations, 0);
+    // A timer that runs late a second time in a row fires: a late process still finds a
+    // dead peer.
+    pair.b_silent = true;
+    pair.a.start_message(100).unwrap();
+    assert_eq!(pair.a.write_message(&[7; 100]), 100);
+    pair.flush();
+    for _ in 0..2 {
+        let deadline = pair.a.poll_timeout().unwrap();
+        pair.now = deadline + 50_000_000;
+        pair.a.handle_timeout(pair.now);
+    }
+    assert_eq!(pair.a.stats().rto_expirations, 1);
+}
+
+#[test]
 fn duplicates_are_dropped_and_counted() {
     let mut pair = Pair::established();
     pair.filter = Box::new(|_, _, _| Fate::Duplicate);

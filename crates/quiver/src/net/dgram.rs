@@ -456,6 +456,9 @@ pub struct LinkStats {
     pub payload_bytes_sent: u64,
     /// Frames sent on it and declared lost.
     pub frames_lost: u64,
+    /// Of those, frames whose first transmission was acknowledged after all (a timeout
+    /// that fired while the peer was paused): see `PathStats::spurious_losses`.
+    pub spurious_losses: u64,
     /// Times it went down in some connection.
     pub times_down: u64,
     /// Largest over the connections: congestion window, delivery rate (bytes/s), smoothed
@@ -657,6 +660,7 @@ impl DgramShared {
                     link.datagrams_received += stats.datagrams_received;
                     link.payload_bytes_sent += stats.payload_bytes_sent;
                     link.frames_lost += stats.frames_lost;
+                    link.spurious_losses += stats.spurious_losses;
                     link.times_down += stats.times_down;
                     link.window_bytes = link.window_bytes.max(stats.window_bytes);
                     link.delivery_rate_bytes_per_second = link
