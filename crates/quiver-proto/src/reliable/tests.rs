@@ -534,10 +534,13 @@ fn a_timeout_while_the_receiver_is_paused_resends_one_frame() {
     });
     assert_eq!(received, message);
     pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0);
-    let path = pair.a.path_stats(0).unwrap().clone();
+    let path = pair.a.path_stats(0).unwrap();
     assert_eq!(path.state, PathState::Up);
     assert!(path.spurious_losses + 1 >= path.frames_lost, "{path:?}");
     assert!(path.spurious_losses > 0, "{path:?}");
+    // The first original acknowledged proved the timeout spurious: the frames it had
+    // declared lost went back in flight instead of being resent.
+    assert_eq!(path.spurious_timeouts, 1, "{path:?}");
     assert!(pair.a.stats().retransmits <= 1);
     assert!(pair.b().stats().duplicates_dropped <= 1);
 }
