@@ -233,6 +233,9 @@ pub(super) struct Path {
     pub(super) next_seq: u64,
     /// Highest path sequence number acknowledged, if any.
     pub(super) largest_acked_seq: Option<u64>,
+    /// While an ack is processed: when the newest frame it acknowledged on this path (sent
+    /// once) left, for the path's one RTT sample of that ack.
+    pub(super) newest_acked_sent_at: Option<Nanos>,
     /// Oldest and newest packet numbers in flight on this path ([`NO_FRAME`]: none).
     pub(super) head: u64,
     pub(super) tail: u64,
@@ -278,6 +281,7 @@ impl Path {
             bytes_in_flight: 0,
             next_seq: 0,
             largest_acked_seq: None,
+            newest_acked_sent_at: None,
             head: NO_FRAME,
             tail: NO_FRAME,
             rto_deadline: None,

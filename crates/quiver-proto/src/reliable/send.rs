@@ -442,6 +442,17 @@ impl SendState {
                 }
             }
         }
+        // One RTT sample per path and ack, from its newest frame acknowledged (a sample per
+        // frame cost two divisions each, for near-identical values).
+        let mut sampled = touched;
+        while sampled != 0 {
+            let path = sampled.trailing_zeros() as usize;
+            sampled &= sampled - 1;
+            let entry = self.paths.get_mut(path);
+            if let Some(sent_at) = entry.newest_acked_sent_at.take() {
+                entry.on_rtt_sample(now.saturating_sub(sent_at));
+            }
+        }
         let unknown = Self::unknown_region(cumulative_ack, sack, truncated);
         for path in 0..self.paths.len() {
             let head = self.paths.get(path).head;
@@ -811,7 +822,12 @@ impl SendState {
             }
             return;
         }
-        entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+        // Its RTT sample is taken once the whole ack is processed (`on_ack`).
+        entry.newest_acked_sent_at = Some(
+            entry
+                .newest_acked_sent_at
+                .map_or(frame.sent_at, |newest| newest.max(frame.sent_at)),
+        );
         entry.largest_acked_seq = Some(
             entry
                 .largest_acked_seq

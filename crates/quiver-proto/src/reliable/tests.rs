@@ -577,12 +577,20 @@ fn a_late_timer_waits_for_the_acks_that_came_meanwhile() {
     pair.a.start_message(100).unwrap();
     assert_eq!(pair.a.write_message(&[7; 100]), 100);
     pair.flush();
-    for _ in 0..2 {
+    let deferred = pair.a.path_stats(0).unwrap().late_timers_deferred;
+    for _ in 0..8 {
+        if pair.a.stats().rto_expirations > 0 {
+            break;
+        }
         let deadline = pair.a.poll_timeout().unwrap();
         pair.now = deadline + 50_000_000;
         pair.a.handle_timeout(pair.now);
     }
     assert_eq!(pair.a.stats().rto_expirations, 1);
+    assert_eq!(
+        pair.a.path_stats(0).unwrap().late_timers_deferred,
+        deferred + 1
+    );
 }
 
 #[test]
