@@ -224,10 +224,13 @@ pub(super) struct Path {
     up_window_bytes: u64,
     up_picos_per_byte: u64,
     /// The rate meter: when the current interval started (None: idle), the bytes
-    /// acknowledged in it, and when the last of them was.
+    /// acknowledged in it, when the last of them was, and when the frames counted in it
+    /// were sent, earliest and latest (`Nanos::MAX`, 0: none yet).
     meter_start: Option<Nanos>,
     meter_bytes: u64,
     meter_last_at: Nanos,
+    meter_first_sent_at: Nanos,
+    meter_last_sent_at: Nanos,
     pub(super) bytes_in_flight: u64,
     /// Transmissions on this path so far (each frame gets the next number).
     pub(super) next_seq: u64,
@@ -278,6 +281,8 @@ impl Path {
             meter_start: None,
             meter_bytes: 0,
             meter_last_at: 0,
+            meter_first_sent_at: Nanos::MAX,
+            meter_last_sent_at: 0,
             bytes_in_flight: 0,
             next_seq: 0,
             largest_acked_seq: None,
@@ -371,6 +376,11 @@ impl Path {
             .saturating_add(self.min_rtt_ns.unwrap_or(0) / 2)
     }
 
+    /// The smallest RTT sample, 0 before the first.
+    pub(super) fn min_rtt_ns(&self) -> Nanos {
+        self.min_rtt_ns.unwrap_or(0)
+    }
+
     /// Takes an RTT sample for this path.
     pub(super) fn on_rtt_sample(&mut self, sample_ns: Nanos) {
         self.rtt.on_sample(sample_ns);
@@ -385,32 +395,45 @@ impl Path {
         let idle = self.bytes_in_flight == 0
             && now.saturating_sub(self.meter_last_at) >= RATE_METER_MIN_NS;
         if self.meter_start.is_none() || idle {
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
-            self.meter_last_at = now;
+            self.start_meter_interval(now);
         }
     }
 
-    /// `bytes` of a first transmission were acknowledged: counted by the rate meter, which
-    /// takes a sample once its interval is long enough. Returns whether the windowed
-    /// maximum may have changed (callers go through [`Paths::delivered`], which then
-    /// rebalances the allowance).
-    fn on_delivered(&mut self, now: Nanos, bytes: u64) -> bool {
+    fn start_meter_interval(&mut self, now: Nanos) {
+        self.meter_start = Some(now);
+        self.meter_bytes = 0;
+        self.meter_last_at = now;
+        self.meter_first_sent_at = Nanos::MAX;
+        self.meter_last_sent_at = 0;
+    }
+
+    /// `bytes` of a first transmission sent at `sent_at` were acknowledged: counted by the
+    /// rate meter, which takes a sample once its interval is long enough. Returns whether
+    /// the windowed maximum may have changed (callers go through [`Paths::delivered`],
+    /// which then rebalances the allowance).
+    ///
+    /// A sample is the bytes over the longer of the interval and the time their frames
+    /// took to leave (as BBR's delivery rate): after the receiver paused, the acks of
+    /// everything sent meanwhile come in one burst, and over the acks' time alone that read
+    /// as several times the link's rate (the window, grown from it, then overflowed the
+    /// link's queue).
+    fn on_delivered(&mut self, now: Nanos, bytes: u64, sent_at: Nanos) -> bool {
         let Some(start) = self.meter_start else {
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
-            self.meter_last_at = now;
+            self.start_meter_interval(now);
             return false;
         };
         self.meter_bytes += bytes;
         self.meter_last_at = now;
+        self.meter_first_sent_at = self.meter_first_sent_at.min(sent_at);
+        self.meter_last_sent_at = self.meter_last_sent_at.max(sent_at);
         let interval_ns = now.saturating_sub(start);
         if interval_ns >= RATE_METER_MIN_NS.max(self.rtt.smoothed_ns()) {
-            let rate =
-                (u128::from(self.meter_bytes) * 1_000_000_000 / u128::from(interval_ns)) as u64;
+            let sending_ns = self
+                .meter_last_sent_at
+                .saturating_sub(self.meter_first_sent_at);
+            let rate = mul_div(self.meter_bytes, 1_000_000_000, interval_ns.max(sending_ns));
             self.rate.update(now, rate, RATE_WINDOW_NS);
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
+            self.start_meter_interval(now);
             return true;
         }
         false
@@ -481,6 +504,9 @@ pub(super) struct Paths {
     /// Signs of life of any path so far (acks of frames sent on one path, ping replies,
     /// rejoins): a failing path goes down only if this moved since its failures began.
     signs_of_life: u64,
+    /// When the latest frame (first transmission) or ping that got through on any path
+    /// was sent: the peer was alive and reading then.
+    latest_delivered_sent_at: Nanos,
 }
 
 impl Paths {
@@ -505,6 +531,7 @@ impl Paths {
             max_rto_ns,
             ack_path: 0,
             signs_of_life: 0,
+            latest_delivered_sent_at: 0,
         }
     }
 
@@ -567,9 +594,11 @@ impl Paths {
             .map_or(0, |(index, _)| index)
     }
 
-    /// `bytes` of a first transmission on `path` were acknowledged (its rate meter).
-    pub(super) fn delivered(&mut self, path: usize, now: Nanos, bytes: u64) {
-        if self.paths[path].on_delivered(now, bytes) {
+    /// `bytes` of a first transmission on `path`, sent at `sent_at`, were acknowledged
+    /// (its rate meter).
+    pub(super) fn delivered(&mut self, path: usize, now: Nanos, bytes: u64, sent_at: Nanos) {
+        self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
+        if self.paths[path].on_delivered(now, bytes, sent_at) {
             self.rebalance();
         }
     }
@@ -592,6 +621,11 @@ impl Paths {
             path.allowance_ns = allowance_ns;
             path.refresh_derived();
         }
+    }
+
+    /// When the latest frame or ping that got through (any path) was sent.
+    pub(super) fn latest_delivered_sent_at(&self) -> Nanos {
+        self.latest_delivered_sent_at
     }
 
     /// Signs of life of any path so far.
@@ -716,6 +750,7 @@ impl Paths {
             if outstanding == counter {
                 path.ping_outstanding = None;
                 path.on_rtt_sample(now.saturating_sub(sent_at));
+                self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
             }
         }
         if path.state == PathState::Down {
@@ -767,7 +802,12 @@ impl Paths {
                 .ping_outstanding
                 .filter(|&(_, _, deadline)| deadline <= now);
             if let Some((counter, sent_at, deadline)) = due {
-                if let Some(later) = path.defer_late_timer(now, deadline) {
+                let late = match path.state {
+                    // A down path's probes fail nothing: no reason to wait.
+                    PathState::Down => None,
+                    PathState::Up | PathState::Suspect => path.defer_late_timer(now, deadline),
+                };
+                if let Some(later) = late {
                     path.ping_outstanding = Some((counter, sent_at, later));
                 } else {
                     path.ping_outstanding = None;
@@ -864,17 +904,17 @@ mod tests {
         set.get_mut(0).on_rtt_sample(1_000_000);
         // 100 MB/s: 1 MB per 10 ms, metered over 10 ms.
         set.get_mut(0).on_send(0);
-        set.delivered(0, 5_000_000, 500_000);
+        set.delivered(0, 5_000_000, 500_000, 0);
         assert_eq!(
             set.get(0).window_bytes(),
             MIN_WINDOW_BYTES,
             "interval too short"
         );
-        set.delivered(0, 10_000_000, 500_000);
+        set.delivered(0, 10_000_000, 500_000, 0);
         // 2 x 100 MB/s x (1 ms + 4 ms allowance) = 1 MB.
         assert_eq!(set.get(0).window_bytes(), 1_000_000);
         // A burst of acks right after: not a sample of its own.
-        set.delivered(0, 10_100_000, 1_000_000);
+        set.delivered(0, 10_100_000, 1_000_000, 0);
         assert_eq!(set.get(0).window_bytes(), 1_000_000);
         let path = set.get_mut(0);
         path.state = PathState::Suspect;
@@ -896,7 +936,7 @@ mod tests {
             set.get_mut(0).bytes_in_flight = 65_536;
             now += 500_000;
             set.get_mut(0).bytes_in_flight = 0;
-            set.delivered(0, now, 65_536);
+            set.delivered(0, now, 65_536, 0);
         }
         // 64 KB per 0.5 ms = 131 MB/s.
         let rate = set.get(0).rate.get();
@@ -905,12 +945,34 @@ mod tests {
     }
 
     #[test]
+    fn acks_compressed_by_a_pause_do_not_inflate_the_rate() {
+        let mut set = paths(1);
+        set.get_mut(0).on_rtt_sample(100_000);
+        set.get_mut(0).on_send(0);
+        // 100 MB/s for 10 ms: acknowledged as sent, 0.1 ms later.
+        for step in 1..=100u64 {
+            let sent_at = step * 100_000;
+            set.delivered(0, sent_at + 100_000, 10_000, sent_at);
+        }
+        let steady = set.get(0).rate.get();
+        assert!((95_000_000..=105_000_000).contains(&steady), "{steady}");
+        // Then the receiver pauses for 30 ms: what was sent meanwhile (3 MB over 30 ms)
+        // is acknowledged in a 1 ms burst after the pause.
+        for step in 1..=300u64 {
+            let sent_at = 10_100_000 + step * 100_000;
+            set.delivered(0, 40_100_000 + step * 3_333, 10_000, sent_at);
+        }
+        let after = set.get(0).rate.get();
+        assert!(after <= 105_000_000, "a pause read as {after} B/s");
+    }
+
+    #[test]
     fn the_surplus_of_all_paths_stays_within_the_budget() {
         // One path of 125 MB/s (1 Gbit/s): the whole allowance, 4 ms.
         let mut one = paths(1);
         one.get_mut(0).on_rtt_sample(100_000);
         one.get_mut(0).on_send(0);
-        one.delivered(0, 10_000_000, 1_250_000);
+        one.delivered(0, 10_000_000, 1_250_000, 0);
         assert_eq!(one.get(0).allowance_ns, MAX_ABSENCE_ALLOWANCE_NS);
         // 2 x 125 MB/s x (0.1 + 4 ms).
         assert_eq!(one.get(0).window_bytes(), 1_025_000);
@@ -919,7 +981,7 @@ mod tests {
         for index in 0..8 {
             eight.get_mut(index).on_rtt_sample(100_000);
             eight.get_mut(index).on_send(0);
-            eight.delivered(index, 10_000_000, 1_250_000);
+            eight.delivered(index, 10_000_000, 1_250_000, 0);
         }
         let allowance = eight.get(0).allowance_ns;
         assert_eq!(allowance, (2 << 20) * 1_000_000_000 / 2_000_000_000);
@@ -939,7 +1001,7 @@ mod tests {
         for (index, rate) in [(0, 100_000_000u64), (1, 1_000_000_000)] {
             set.get_mut(index).on_rtt_sample(100_000);
             set.get_mut(index).on_send(0);
-            set.delivered(index, 10_000_000, rate / 100);
+            set.delivered(index, 10_000_000, rate / 100, 0);
         }
         assert_eq!(set.choose(1500), Some(1));
         set.get_mut(1).bytes_in_flight = set.get(1).window_bytes();

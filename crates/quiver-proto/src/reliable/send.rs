@@ -494,11 +494,24 @@ impl SendState {
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent
-    /// at least its RTO ago (and at least the oldest one), backs its timer off and, if there
-    /// are other paths, marks it suspect. Returns how many frames were declared lost and whether the path failed often
+    /// at least its RTO ago (and at least the oldest one; only that one when the whole
+    /// peer is silent), backs its timer off and marks it suspect. Returns how many frames were declared lost and whether the path failed often
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
         let rto_ns = self.paths.get(path).rtt.rto_ns();
+        // Nothing sent since this path's oldest frame got through on any path (give or
+        // take the path's minimum RTT: links of different delays deliver out of send
+        // order): the peer (or this process) is silent as a whole, not this link. Only
+        // that frame is declared lost (as TCP does); moving all the path's frames to the
+        // other paths only made duplicates of what the paused receiver was about to read.
+        let peer_silent = {
+            let entry = self.paths.get(path);
+            entry.head != NO_FRAME
+                && self.paths.latest_delivered_sent_at()
+                    < self.in_flight[(entry.head - self.base_pn) as usize]
+                        .sent_at
+                        .saturating_add(entry.min_rtt_ns())
+        };
         let mut lost = 0;
         loop {
             let packet_number = self.paths.get(path).head;
@@ -506,7 +519,7 @@ impl SendState {
                 break;
             }
             let frame = self.in_flight[(packet_number - self.base_pn) as usize];
-            if lost > 0 && now.saturating_sub(frame.sent_at) < rto_ns {
+            if lost > 0 && (peer_silent || now.saturating_sub(frame.sent_at) < rto_ns) {
                 break;
             }
             let index = (packet_number - self.base_pn) as usize;
@@ -794,7 +807,7 @@ impl SendState {
                 let entry = self.paths.get_mut(path);
                 entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
                 entry.stats.spurious_losses += 1;
-                self.paths.delivered(path, now, bytes);
+                self.paths.delivered(path, now, bytes, frame.sent_at);
                 self.paths.mark_alive(path);
                 if frame.lost_by_timeout {
                     // Not this one: the caller retires it.
@@ -834,7 +847,7 @@ impl SendState {
                 .map_or(frame.path_seq, |largest| largest.max(frame.path_seq)),
         );
         entry.rto_deadline = None;
-        self.paths.delivered(path, now, bytes);
+        self.paths.delivered(path, now, bytes, frame.sent_at);
         self.paths.mark_alive(path);
         *touched |= 1 << path;
     }
