@@ -507,6 +507,9 @@ pub(super) struct Paths {
     /// When the latest frame (first transmission) or ping that got through on any path
     /// was sent: the peer was alive and reading then.
     latest_delivered_sent_at: Nanos,
+    /// Some path may have a ping or a ping reply to send (false: none has; spares
+    /// `take_reply`/`take_ping` their walk over the paths on every `poll_transmit`).
+    control_due: bool,
 }
 
 impl Paths {
@@ -532,6 +535,7 @@ impl Paths {
             ack_path: 0,
             signs_of_life: 0,
             latest_delivered_sent_at: 0,
+            control_due: false,
         }
     }
 
@@ -693,6 +697,7 @@ impl Paths {
         for path in &mut self.paths {
             if path.state != PathState::Down {
                 path.ping_due = true;
+                self.control_due = true;
             }
         }
     }
@@ -700,15 +705,20 @@ impl Paths {
     /// Ping one path (a credit probe).
     pub(super) fn ping(&mut self, path: usize) {
         self.paths[path].ping_due = true;
+        self.control_due = true;
     }
 
     /// The peer pinged us on `path`: echo its token there.
     pub(super) fn queue_reply(&mut self, path: usize, token: u64) {
         self.paths[path].reply_due = Some(token);
+        self.control_due = true;
     }
 
     /// The next ping reply to send, if any (path, token).
     pub(super) fn take_reply(&mut self) -> Option<PingToSend> {
+        if !self.control_due {
+            return None;
+        }
         for (index, path) in self.paths.iter_mut().enumerate() {
             if let Some(token) = path.reply_due.take() {
                 return Some(PingToSend { path: index, token });
@@ -720,6 +730,9 @@ impl Paths {
     /// The next ping to send, if any; records it as outstanding (answer due within the
     /// path's RTO).
     pub(super) fn take_ping(&mut self, now: Nanos) -> Option<PingToSend> {
+        if !self.control_due {
+            return None;
+        }
         for (index, path) in self.paths.iter_mut().enumerate() {
             if !path.ping_due {
                 continue;
@@ -733,6 +746,7 @@ impl Paths {
                 token: path.ping_count * MAX_PATHS as u64 + index as u64,
             });
         }
+        self.control_due = self.paths.iter().any(|path| path.reply_due.is_some());
         None
     }
 
@@ -796,6 +810,7 @@ impl Paths {
         let several = self.paths.len() > 1;
         let signs_of_life = self.signs_of_life;
         let mut failed = 0u64;
+        let mut probes = false;
         let max_rto = self.max_rto_ns;
         for (index, path) in self.paths.iter_mut().enumerate() {
             let due = path
@@ -825,10 +840,12 @@ impl Paths {
             }
             if path.state == PathState::Down && path.next_probe_at.is_some_and(|at| at <= now) {
                 path.ping_due = true;
+                probes = true;
                 path.probe_interval_ns = path.probe_interval_ns.saturating_mul(2).min(max_rto);
                 path.next_probe_at = Some(now.saturating_add(path.probe_interval_ns));
             }
         }
+        self.control_due |= probes;
         failed
     }
 
