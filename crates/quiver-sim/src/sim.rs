@@ -577,7 +577,7 @@ impl Sim {
             initiator_paths: initiator
                 .map(|slot| {
                     (0..slot.connection.path_count())
-                        .filter_map(|path| slot.connection.path_stats(path).cloned())
+                        .filter_map(|path| slot.connection.path_stats(path))
                         .collect()
                 })
                 .unwrap_or_default(),

@@ -344,6 +344,77 @@ fn striping_long_stall_is_survived() {
     });
 }
 
+/// The receiving process pauses for 15 to 30 ms every 60 to 200 ms (a busy host), on one
+/// or two links with the engine's timers (RTO at least 10 ms over the smoothed RTT): the
+/// sender's timeouts during the pauses are spurious, and cost about one frame per path
+/// each, not a window. Every pause longer than the RTO fires a timeout; the first
+/// original acknowledged after it proves it spurious and puts the frames it declared lost
+/// back in flight. (Before, a single path resent its whole window on every such timeout,
+/// and the receiver dropped it all as duplicates.)
+#[test]
+fn striping_receiver_pauses_cost_one_frame_each() {
+    let seeds = sweep_seeds(40);
+    run_seeds(
+        "striping_receiver_pauses_cost_one_frame_each",
+        &seeds,
+        |seed| {
+            let mut rng = SimRng::new(seed ^ 0xFA05E);
+            let count = rng.range_inclusive(1, 2) as usize;
+            let links: Vec<LinkConfig> = (0..count)
+                .map(|_| link(100, rng.range_inclusive(30, 300)))
+                .collect();
+            let mut sim = Sim::new(seed);
+            let sender = sim.add_node();
+            let receiver = sim.add_node();
+            for config in &links {
+                sim.add_duplex_link(sender, receiver, config.clone());
+            }
+            let config = ReliableConfig {
+                min_rto_ns: 10 * MILLISECOND_NS,
+                initial_rto_ns: 200 * MILLISECOND_NS,
+                max_rto_ns: SECOND_NS,
+                max_retransmits: 12,
+                ..striped_config(links.len())
+            };
+            let total = count as u64 * 100 * 1_000_000 / 8 * 3;
+            let sizes = vec![256 << 10; (total / (256 << 10)) as usize];
+            let script = MessageScript::fixed(seed, sizes);
+            let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
+            let mut pauses = 0u64;
+            let mut at = rng.range_inclusive(50, 100) * MILLISECOND_NS;
+            while at < 3 * SECOND_NS {
+                let pause = rng.range_inclusive(15, 30) * MILLISECOND_NS;
+                sim.stall_node(receiver, at, at + pause);
+                pauses += 1;
+                at += pause + rng.range_inclusive(60, 200) * MILLISECOND_NS;
+            }
+            let report = run_to_delivery(&mut sim, flow);
+            let flow_report = &report.flows[flow.0];
+            print_run(
+                "striping_receiver_pauses_cost_one_frame_each",
+                seed,
+                &report,
+                flow,
+                0.0,
+            );
+            let sender_stats = flow_report.initiator_stats.as_ref().expect("sender");
+            let receiver_stats = flow_report.responder_stats.as_ref().expect("receiver");
+            let bound = 3 * pauses * count as u64;
+            assert!(
+                sender_stats.retransmits <= bound,
+                "{} retransmissions in {pauses} pauses on {count} link(s): {flow_report:#?}",
+                sender_stats.retransmits
+            );
+            assert!(
+                receiver_stats.duplicates_dropped <= bound,
+                "{} duplicates in {pauses} pauses: {flow_report:#?}",
+                receiver_stats.duplicates_dropped
+            );
+            assert_eq!(sender_stats.paths_down, 0, "{flow_report:#?}");
+        },
+    );
+}
+
 /// A link goes down and up again and again: the transfer completes, and the path goes down
 /// and rejoins.
 #[test]

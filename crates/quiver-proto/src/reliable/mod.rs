@@ -87,7 +87,8 @@ pub struct ReliableConfig {
     /// RTO before the first RTT sample, and the handshake's first retransmission interval.
     /// Default 200 ms (RFC 6298 says 1 s; we are on a LAN).
     pub initial_rto_ns: Nanos,
-    /// Smallest RTO. Default 1 ms; must be > 0.
+    /// Smallest RTO, and the least margin of the RTO over the smoothed RTT (`rtt.rs`).
+    /// Default 1 ms; must be > 0.
     pub min_rto_ns: Nanos,
     /// Largest RTO, backoff included. Default 1 s.
     pub max_rto_ns: Nanos,
@@ -826,8 +827,8 @@ impl ReliableConnection {
         self.send.paths.len()
     }
 
-    /// Counters and gauges of `path` (None beyond `path_count`).
-    pub fn path_stats(&self, path: usize) -> Option<&PathStats> {
+    /// Counters and gauges of `path` (None beyond `path_count`), the gauges read now.
+    pub fn path_stats(&self, path: usize) -> Option<PathStats> {
         self.send.paths.stats(path)
     }
 
@@ -1619,7 +1620,6 @@ impl ReliableConnection {
         self.stats.smoothed_rtt_ns = self.rtt.smoothed_ns();
         self.stats.rtt_variance_ns = self.rtt.variance_ns();
         self.stats.rto_ns = self.send.paths.min_rto_ns();
-        self.send.paths.refresh_gauges();
         self.stats.send_buffered_bytes = self.send.buffered_bytes();
         self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
     }

@@ -43,16 +43,25 @@ pub const MAX_PATHS: usize = 64;
 
 /// Window gain over the estimated bandwidth-delay product.
 const GAIN: u64 = 2;
-/// Added to the minimum RTT in the window: the time acks may be held back by the peer's
-/// batching and scheduling, and the time either process may be off its CPU. The window
-/// exceeds the bandwidth-delay product by about `GAIN x rate x ABSENCE_ALLOWANCE_NS`
-/// (8 ms of the link at 4 ms): while the receiver is away the sender keeps the link busy
-/// (the frames wait in the receiver's socket buffer), and while the sender is away the
-/// link drains the queue that surplus keeps at the bottleneck. With 1 ms (2 ms of the
-/// link) every pause of a process longer than ~2 ms left the link idle: on a 2-vCPU VM
-/// that cost 5-20% of a 1 Gbit/s link, run after run, while the kernel's TCP (which acks
-/// and sends without the application) kept its rate.
-const ABSENCE_ALLOWANCE_NS: Nanos = 4_000_000;
+/// Added to the minimum RTT in the window, at most: the time acks may be held back by the
+/// peer's batching and scheduling, and the time either process may be off its CPU. The
+/// window exceeds the bandwidth-delay product by `GAIN x rate x allowance` (8 ms of the
+/// link at 4 ms): while the receiver is away the sender keeps the link busy (the frames
+/// wait in the receiver's socket buffer), and while the sender is away the link drains the
+/// queue that surplus keeps at the bottleneck. With 1 ms (2 ms of the link) every pause of
+/// a process longer than ~2 ms left the link idle: on a 2-vCPU VM that cost 5-20% of a
+/// 1 Gbit/s link, run after run, while the kernel's TCP (which acks and sends without the
+/// application) kept its rate.
+const MAX_ABSENCE_ALLOWANCE_NS: Nanos = 4_000_000;
+/// The least allowance, whatever the budget.
+const MIN_ABSENCE_ALLOWANCE_NS: Nanos = 1_000_000;
+/// The surplus over the bandwidth-delay products of all paths together, in bytes: the
+/// allowance shrinks (down to `MIN_ABSENCE_ALLOWANCE_NS`) so that `GAIN x total rate x
+/// allowance` stays within it: 4 ms up to 2 Gbit/s, 1 ms at 8 Gbit/s. Bytes in flight
+/// beyond what the links hold wait in socket buffers, and where the processes rather than
+/// the links are the bottleneck (8 x 1 Gbit/s at MTU 1500 on the 2-vCPU VM) they cost
+/// throughput: 0.84 of nominal with 1 ms, 0.72 with 4 ms, in the same runs.
+const SURPLUS_BUDGET_BYTES: u64 = 2 << 20;
 /// Smallest window of an Up path, in bytes (and at least `MIN_WINDOW_DATAGRAMS`).
 const MIN_WINDOW_BYTES: u64 = 64 << 10;
 /// Smallest window of an Up path, in full datagrams.
@@ -128,12 +137,17 @@ pub struct PathStats {
     /// because the path went down).
     pub frames_lost: u64,
     /// Frames of this path declared lost (by later frames of the path, by timeout) whose
-    /// first transmission was acknowledged before any retransmission: losses that were
+    /// first transmission was acknowledged before any retransmission, and frames whose
+    /// loss was undone with a spurious timeout (`spurious_timeouts`): losses that were
     /// not, mostly from a timeout that fired while the peer was off its CPU. (A frame
     /// retransmitted before the ack came is not counted: either copy may have arrived.)
     pub spurious_losses: u64,
     /// Retransmission timeouts of this path.
     pub rto_expirations: u64,
+    /// Of those, timeouts proven spurious: a frame they declared lost was acknowledged
+    /// from its first transmission, and their losses were undone (the frames not yet
+    /// resent went back in flight).
+    pub spurious_timeouts: u64,
     /// Timers of this path (retransmission, ping answer) that ran late, while this process
     /// was not running, and waited one more RTO for what the peer sent meanwhile.
     pub late_timers_deferred: u64,
@@ -199,16 +213,32 @@ pub(super) struct Path {
     pub(super) rtt: RttEstimator,
     min_rtt_ns: Option<Nanos>,
     rate: MaxFilter,
+    /// Largest frame (payload plus header estimate) of the connection.
+    max_frame_bytes: u64,
+    /// The connection's absence allowance now ([`Paths::rebalance`]).
+    allowance_ns: Nanos,
+    /// Derived from the rate, the RTTs and `max_frame_bytes` whenever one of them changes
+    /// ([`Path::refresh_derived`]), so that the scheduler, which looks at every path for
+    /// every frame sent, does no division: the window when Up, and the picoseconds one
+    /// byte takes at the rate the scheduler assumes when Up (`expected_arrival_ns`).
+    up_window_bytes: u64,
+    up_picos_per_byte: u64,
     /// The rate meter: when the current interval started (None: idle), the bytes
-    /// acknowledged in it, and when the last of them was.
+    /// acknowledged in it, when the last of them was, and when the frames counted in it
+    /// were sent, earliest and latest (`Nanos::MAX`, 0: none yet).
     meter_start: Option<Nanos>,
     meter_bytes: u64,
     meter_last_at: Nanos,
+    meter_first_sent_at: Nanos,
+    meter_last_sent_at: Nanos,
     pub(super) bytes_in_flight: u64,
     /// Transmissions on this path so far (each frame gets the next number).
     pub(super) next_seq: u64,
     /// Highest path sequence number acknowledged, if any.
     pub(super) largest_acked_seq: Option<u64>,
+    /// While an ack is processed: when the newest frame it acknowledged on this path (sent
+    /// once) left, for the path's one RTT sample of that ack.
+    pub(super) newest_acked_sent_at: Option<Nanos>,
     /// Oldest and newest packet numbers in flight on this path ([`NO_FRAME`]: none).
     pub(super) head: u64,
     pub(super) tail: u64,
@@ -238,18 +268,25 @@ pub(super) struct Path {
 }
 
 impl Path {
-    fn new(rtt: RttEstimator) -> Path {
-        Path {
+    fn new(rtt: RttEstimator, max_frame_bytes: u64) -> Path {
+        let mut path = Path {
             state: PathState::Up,
             rtt,
             min_rtt_ns: None,
             rate: MaxFilter::default(),
+            max_frame_bytes,
+            allowance_ns: MAX_ABSENCE_ALLOWANCE_NS,
+            up_window_bytes: 0,
+            up_picos_per_byte: 0,
             meter_start: None,
             meter_bytes: 0,
             meter_last_at: 0,
+            meter_first_sent_at: Nanos::MAX,
+            meter_last_sent_at: 0,
             bytes_in_flight: 0,
             next_seq: 0,
             largest_acked_seq: None,
+            newest_acked_sent_at: None,
             head: NO_FRAME,
             tail: NO_FRAME,
             rto_deadline: None,
@@ -264,65 +301,91 @@ impl Path {
             probe_interval_ns: 0,
             reply_due: None,
             stats: PathStats::default(),
-        }
+        };
+        path.refresh_derived();
+        path
     }
 
-    /// The congestion window in bytes for frames of up to `max_frame_bytes`.
-    pub(super) fn window_bytes(&self, max_frame_bytes: u64) -> u64 {
-        match self.state {
-            PathState::Down => 0,
-            PathState::Suspect => max_frame_bytes,
-            PathState::Up => {
-                let floor = MIN_WINDOW_BYTES.max(MIN_WINDOW_DATAGRAMS * max_frame_bytes);
-                let rate = self.rate.get();
-                if rate == 0 {
-                    return floor;
-                }
-                let time_ns = self
-                    .min_rtt_ns
-                    .unwrap_or(0)
-                    .saturating_add(ABSENCE_ALLOWANCE_NS);
-                let bdp = mul_div(rate, time_ns, 1_000_000_000);
-                bdp.saturating_mul(GAIN).max(floor)
-            }
-        }
+    /// Recomputes what is derived from the rate, the RTTs and the frame size (call after
+    /// any of them changes).
+    fn refresh_derived(&mut self) {
+        let floor = MIN_WINDOW_BYTES.max(MIN_WINDOW_DATAGRAMS * self.max_frame_bytes);
+        let rate = self.rate.get();
+        self.up_window_bytes = if rate == 0 {
+            floor
+        } else {
+            let time_ns = self
+                .min_rtt_ns
+                .unwrap_or(0)
+                .saturating_add(self.allowance_ns);
+            mul_div(rate, time_ns, 1_000_000_000)
+                .saturating_mul(GAIN)
+                .max(floor)
+        };
+        self.up_picos_per_byte = 1_000_000_000_000 / self.assumed_rate(self.up_window_bytes);
     }
 
-    /// Whether a frame of `frame_bytes` fits the window now.
-    pub(super) fn has_room(&self, frame_bytes: u64, max_frame_bytes: u64) -> bool {
-        self.room_in(self.window_bytes(max_frame_bytes), frame_bytes)
-    }
-
-    /// Whether a frame of `frame_bytes` fits `window` (this path's window) now.
-    fn room_in(&self, window: u64, frame_bytes: u64) -> bool {
-        match self.state {
-            PathState::Down => false,
-            PathState::Suspect => self.bytes_in_flight == 0,
-            PathState::Up => self.bytes_in_flight.saturating_add(frame_bytes) <= window,
-        }
-    }
-
-    /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in ns,
-    /// given this path's `window`.
-    ///
-    /// The rate is the larger of the measured one and what the window allows per RTT: a
-    /// path that carried little measured little, and must not look too slow to be given
-    /// the traffic that would show its real rate (it would starve).
-    fn expected_arrival_ns(&self, window: u64, frame_bytes: u64) -> u64 {
-        let queued = self.bytes_in_flight.saturating_add(frame_bytes);
+    /// The rate (bytes per second, at least 1) the scheduler assumes with `window`: the
+    /// larger of the measured one and what the window allows per RTT. A path that carried
+    /// little measured little, and must not look too slow to be given the traffic that
+    /// would show its real rate (it would starve).
+    fn assumed_rate(&self, window: u64) -> u64 {
         let by_window = match self.rtt.smoothed_ns() {
             // Before the first sample every path looks like 1 GB/s: the least loaded wins.
             0 => 1_000_000_000,
             srtt => mul_div(window, 1_000_000_000, srtt),
         };
-        let rate = self.rate.get().max(by_window).max(1);
-        mul_div(queued, 1_000_000_000, rate).saturating_add(self.min_rtt_ns.unwrap_or(0) / 2)
+        self.rate.get().max(by_window).max(1)
+    }
+
+    /// The congestion window in bytes: `GAIN x rate x (min RTT + allowance)`
+    /// when Up (at least `MIN_WINDOW_BYTES` and `MIN_WINDOW_DATAGRAMS` full frames), one
+    /// full frame when Suspect, 0 when Down.
+    pub(super) fn window_bytes(&self) -> u64 {
+        match self.state {
+            PathState::Down => 0,
+            PathState::Suspect => self.max_frame_bytes,
+            PathState::Up => self.up_window_bytes,
+        }
+    }
+
+    /// Whether a frame of `frame_bytes` fits the window now.
+    pub(super) fn has_room(&self, frame_bytes: u64) -> bool {
+        match self.state {
+            PathState::Down => false,
+            PathState::Suspect => self.bytes_in_flight == 0,
+            PathState::Up => {
+                self.bytes_in_flight.saturating_add(frame_bytes) <= self.up_window_bytes
+            }
+        }
+    }
+
+    /// When a frame of `frame_bytes` sent now is expected to arrive, relative to now, in
+    /// ns: the bytes queued ahead of it and its own at the rate [`Path::assumed_rate`], plus
+    /// half the minimum RTT.
+    fn expected_arrival_ns(&self, frame_bytes: u64) -> u64 {
+        let queued = self.bytes_in_flight.saturating_add(frame_bytes);
+        let picos_per_byte = match self.state {
+            PathState::Up => self.up_picos_per_byte,
+            // Rare (one frame in flight at most): computed here.
+            PathState::Suspect | PathState::Down => {
+                1_000_000_000_000 / self.assumed_rate(self.window_bytes())
+            }
+        };
+        (queued.saturating_mul(picos_per_byte) / 1000)
+            .saturating_add(self.min_rtt_ns.unwrap_or(0) / 2)
+    }
+
+    /// The smallest RTT sample, 0 before the first.
+    pub(super) fn min_rtt_ns(&self) -> Nanos {
+        self.min_rtt_ns.unwrap_or(0)
     }
 
     /// Takes an RTT sample for this path.
     pub(super) fn on_rtt_sample(&mut self, sample_ns: Nanos) {
         self.rtt.on_sample(sample_ns);
         self.min_rtt_ns = Some(self.min_rtt_ns.map_or(sample_ns, |min| min.min(sample_ns)));
+        self.refresh_derived();
     }
 
     /// A frame starts out on this path: a path that was idle for a meter interval starts a
@@ -332,31 +395,48 @@ impl Path {
         let idle = self.bytes_in_flight == 0
             && now.saturating_sub(self.meter_last_at) >= RATE_METER_MIN_NS;
         if self.meter_start.is_none() || idle {
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
-            self.meter_last_at = now;
+            self.start_meter_interval(now);
         }
     }
 
-    /// `bytes` of a first transmission were acknowledged: counted by the rate meter, which
-    /// takes a sample once its interval is long enough.
-    pub(super) fn on_delivered(&mut self, now: Nanos, bytes: u64) {
+    fn start_meter_interval(&mut self, now: Nanos) {
+        self.meter_start = Some(now);
+        self.meter_bytes = 0;
+        self.meter_last_at = now;
+        self.meter_first_sent_at = Nanos::MAX;
+        self.meter_last_sent_at = 0;
+    }
+
+    /// `bytes` of a first transmission sent at `sent_at` were acknowledged: counted by the
+    /// rate meter, which takes a sample once its interval is long enough. Returns whether
+    /// the windowed maximum may have changed (callers go through [`Paths::delivered`],
+    /// which then rebalances the allowance).
+    ///
+    /// A sample is the bytes over the longer of the interval and the time their frames
+    /// took to leave (as BBR's delivery rate): after the receiver paused, the acks of
+    /// everything sent meanwhile come in one burst, and over the acks' time alone that read
+    /// as several times the link's rate (the window, grown from it, then overflowed the
+    /// link's queue).
+    fn on_delivered(&mut self, now: Nanos, bytes: u64, sent_at: Nanos) -> bool {
         let Some(start) = self.meter_start else {
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
-            self.meter_last_at = now;
-            return;
+            self.start_meter_interval(now);
+            return false;
         };
         self.meter_bytes += bytes;
         self.meter_last_at = now;
+        self.meter_first_sent_at = self.meter_first_sent_at.min(sent_at);
+        self.meter_last_sent_at = self.meter_last_sent_at.max(sent_at);
         let interval_ns = now.saturating_sub(start);
         if interval_ns >= RATE_METER_MIN_NS.max(self.rtt.smoothed_ns()) {
-            let rate =
-                (u128::from(self.meter_bytes) * 1_000_000_000 / u128::from(interval_ns)) as u64;
+            let sending_ns = self
+                .meter_last_sent_at
+                .saturating_sub(self.meter_first_sent_at);
+            let rate = mul_div(self.meter_bytes, 1_000_000_000, interval_ns.max(sending_ns));
             self.rate.update(now, rate, RATE_WINDOW_NS);
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
+            self.start_meter_interval(now);
+            return true;
         }
+        false
     }
 
     /// A timer of this path due at `deadline` runs at `now`: if it runs more than
@@ -390,14 +470,18 @@ impl Path {
         }
     }
 
-    fn refresh_gauges(&mut self, max_frame_bytes: u64) {
-        self.stats.state = self.state;
-        self.stats.smoothed_rtt_ns = self.rtt.smoothed_ns();
-        self.stats.min_rtt_ns = self.min_rtt_ns.unwrap_or(0);
-        self.stats.rto_ns = self.rtt.rto_ns();
-        self.stats.delivery_rate_bytes_per_second = self.rate.get();
-        self.stats.bytes_in_flight = self.bytes_in_flight;
-        self.stats.window_bytes = self.window_bytes(max_frame_bytes);
+    /// The counters, with the gauges as they are now.
+    fn stats_now(&self) -> PathStats {
+        PathStats {
+            state: self.state,
+            smoothed_rtt_ns: self.rtt.smoothed_ns(),
+            min_rtt_ns: self.min_rtt_ns.unwrap_or(0),
+            rto_ns: self.rtt.rto_ns(),
+            delivery_rate_bytes_per_second: self.rate.get(),
+            bytes_in_flight: self.bytes_in_flight,
+            window_bytes: self.window_bytes(),
+            ..self.stats.clone()
+        }
     }
 }
 
@@ -420,6 +504,12 @@ pub(super) struct Paths {
     /// Signs of life of any path so far (acks of frames sent on one path, ping replies,
     /// rejoins): a failing path goes down only if this moved since its failures began.
     signs_of_life: u64,
+    /// When the latest frame (first transmission) or ping that got through on any path
+    /// was sent: the peer was alive and reading then.
+    latest_delivered_sent_at: Nanos,
+    /// Some path may have a ping or a ping reply to send (false: none has; spares
+    /// `take_reply`/`take_ping` their walk over the paths on every `poll_transmit`).
+    control_due: bool,
 }
 
 impl Paths {
@@ -433,12 +523,19 @@ impl Paths {
     ) -> Paths {
         Paths {
             paths: (0..count.clamp(1, MAX_PATHS))
-                .map(|_| Path::new(RttEstimator::new(initial_rto_ns, min_rto_ns, max_rto_ns)))
+                .map(|_| {
+                    Path::new(
+                        RttEstimator::new(initial_rto_ns, min_rto_ns, max_rto_ns),
+                        max_frame_bytes,
+                    )
+                })
                 .collect(),
             max_frame_bytes,
             max_rto_ns,
             ack_path: 0,
             signs_of_life: 0,
+            latest_delivered_sent_at: 0,
+            control_due: false,
         }
     }
 
@@ -457,21 +554,15 @@ impl Paths {
     /// The usable path with room for `frame_bytes` whose expected arrival is earliest.
     pub(super) fn choose(&self, frame_bytes: u64) -> Option<usize> {
         if self.paths.len() == 1 {
-            return self.paths[0]
-                .has_room(frame_bytes, self.max_frame_bytes)
-                .then_some(0);
+            return self.paths[0].has_room(frame_bytes).then_some(0);
         }
+        // This runs for every frame sent: no division on the way (`Path::refresh_derived`).
         let mut best: Option<(u64, usize)> = None;
         for (index, path) in self.paths.iter().enumerate() {
-            if path.state == PathState::Down {
+            if !path.has_room(frame_bytes) {
                 continue;
             }
-            // Computed once per path and call: this runs for every frame sent.
-            let window = path.window_bytes(self.max_frame_bytes);
-            if !path.room_in(window, frame_bytes) {
-                continue;
-            }
-            let arrival = path.expected_arrival_ns(window, frame_bytes);
+            let arrival = path.expected_arrival_ns(frame_bytes);
             if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
                 best = Some((arrival, index));
             }
@@ -483,7 +574,7 @@ impl Paths {
     pub(super) fn any_room(&self) -> bool {
         self.paths
             .iter()
-            .any(|path| path.has_room(self.max_frame_bytes, self.max_frame_bytes))
+            .any(|path| path.has_room(self.max_frame_bytes))
     }
 
     /// Paths that are not down.
@@ -505,6 +596,40 @@ impl Paths {
                 (path.state != PathState::Up, srtt == 0, srtt, *index)
             })
             .map_or(0, |(index, _)| index)
+    }
+
+    /// `bytes` of a first transmission on `path`, sent at `sent_at`, were acknowledged
+    /// (its rate meter).
+    pub(super) fn delivered(&mut self, path: usize, now: Nanos, bytes: u64, sent_at: Nanos) {
+        self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
+        if self.paths[path].on_delivered(now, bytes, sent_at) {
+            self.rebalance();
+        }
+    }
+
+    /// A rate changed: sets the allowance from the total rate of the usable paths (within
+    /// [`SURPLUS_BUDGET_BYTES`]) and refreshes what every path derives from it.
+    fn rebalance(&mut self) {
+        let total_rate: u64 = self
+            .paths
+            .iter()
+            .filter(|path| path.state != PathState::Down)
+            .map(|path| path.rate.get())
+            .sum();
+        let allowance_ns = match total_rate.saturating_mul(GAIN) {
+            0 => MAX_ABSENCE_ALLOWANCE_NS,
+            per_second => mul_div(SURPLUS_BUDGET_BYTES, 1_000_000_000, per_second)
+                .clamp(MIN_ABSENCE_ALLOWANCE_NS, MAX_ABSENCE_ALLOWANCE_NS),
+        };
+        for path in &mut self.paths {
+            path.allowance_ns = allowance_ns;
+            path.refresh_derived();
+        }
+    }
+
+    /// When the latest frame or ping that got through (any path) was sent.
+    pub(super) fn latest_delivered_sent_at(&self) -> Nanos {
+        self.latest_delivered_sent_at
     }
 
     /// Signs of life of any path so far.
@@ -572,6 +697,7 @@ impl Paths {
         for path in &mut self.paths {
             if path.state != PathState::Down {
                 path.ping_due = true;
+                self.control_due = true;
             }
         }
     }
@@ -579,15 +705,20 @@ impl Paths {
     /// Ping one path (a credit probe).
     pub(super) fn ping(&mut self, path: usize) {
         self.paths[path].ping_due = true;
+        self.control_due = true;
     }
 
     /// The peer pinged us on `path`: echo its token there.
     pub(super) fn queue_reply(&mut self, path: usize, token: u64) {
         self.paths[path].reply_due = Some(token);
+        self.control_due = true;
     }
 
     /// The next ping reply to send, if any (path, token).
     pub(super) fn take_reply(&mut self) -> Option<PingToSend> {
+        if !self.control_due {
+            return None;
+        }
         for (index, path) in self.paths.iter_mut().enumerate() {
             if let Some(token) = path.reply_due.take() {
                 return Some(PingToSend { path: index, token });
@@ -599,6 +730,9 @@ impl Paths {
     /// The next ping to send, if any; records it as outstanding (answer due within the
     /// path's RTO).
     pub(super) fn take_ping(&mut self, now: Nanos) -> Option<PingToSend> {
+        if !self.control_due {
+            return None;
+        }
         for (index, path) in self.paths.iter_mut().enumerate() {
             if !path.ping_due {
                 continue;
@@ -612,6 +746,7 @@ impl Paths {
                 token: path.ping_count * MAX_PATHS as u64 + index as u64,
             });
         }
+        self.control_due = self.paths.iter().any(|path| path.reply_due.is_some());
         None
     }
 
@@ -629,6 +764,7 @@ impl Paths {
             if outstanding == counter {
                 path.ping_outstanding = None;
                 path.on_rtt_sample(now.saturating_sub(sent_at));
+                self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
             }
         }
         if path.state == PathState::Down {
@@ -643,6 +779,7 @@ impl Paths {
             path.rate.reset();
             path.meter_start = None;
             path.stats.times_rejoined += 1;
+            self.rebalance();
             return true;
         }
         path.on_alive();
@@ -654,20 +791,15 @@ impl Paths {
 
     /// Earliest timer of any path: retransmission timeouts, unanswered pings, probes.
     pub(super) fn next_deadline(&self) -> Option<Nanos> {
-        let mut earliest: Option<Nanos> = None;
+        // Read for every datagram: a plain minimum, `Nanos::MAX` standing for "none".
+        let mut earliest = Nanos::MAX;
         for path in &self.paths {
-            for deadline in [
-                path.rto_deadline,
-                path.ping_outstanding.map(|(_, _, deadline)| deadline),
-                path.next_probe_at,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                earliest = Some(earliest.map_or(deadline, |at: Nanos| at.min(deadline)));
-            }
+            earliest = earliest
+                .min(path.rto_deadline.unwrap_or(Nanos::MAX))
+                .min(path.ping_outstanding.map_or(Nanos::MAX, |(_, _, at)| at))
+                .min(path.next_probe_at.unwrap_or(Nanos::MAX));
         }
-        earliest
+        (earliest != Nanos::MAX).then_some(earliest)
     }
 
     /// Runs the ping and probe timers due at `now`: an unanswered ping is a failure of its
@@ -678,13 +810,19 @@ impl Paths {
         let several = self.paths.len() > 1;
         let signs_of_life = self.signs_of_life;
         let mut failed = 0u64;
+        let mut probes = false;
         let max_rto = self.max_rto_ns;
         for (index, path) in self.paths.iter_mut().enumerate() {
             let due = path
                 .ping_outstanding
                 .filter(|&(_, _, deadline)| deadline <= now);
             if let Some((counter, sent_at, deadline)) = due {
-                if let Some(later) = path.defer_late_timer(now, deadline) {
+                let late = match path.state {
+                    // A down path's probes fail nothing: no reason to wait.
+                    PathState::Down => None,
+                    PathState::Up | PathState::Suspect => path.defer_late_timer(now, deadline),
+                };
+                if let Some(later) = late {
                     path.ping_outstanding = Some((counter, sent_at, later));
                 } else {
                     path.ping_outstanding = None;
@@ -702,10 +840,12 @@ impl Paths {
             }
             if path.state == PathState::Down && path.next_probe_at.is_some_and(|at| at <= now) {
                 path.ping_due = true;
+                probes = true;
                 path.probe_interval_ns = path.probe_interval_ns.saturating_mul(2).min(max_rto);
                 path.next_probe_at = Some(now.saturating_add(path.probe_interval_ns));
             }
         }
+        self.control_due |= probes;
         failed
     }
 
@@ -727,33 +867,28 @@ impl Paths {
         entry.probe_floor = entry.ping_count + 1;
         entry.probe_interval_ns = entry.rtt.rto_ns().clamp(1, max_rto);
         entry.next_probe_at = Some(now.saturating_add(entry.probe_interval_ns));
+        self.rebalance();
         if self.ack_path == path {
             self.ack_path = self.best();
         }
         true
     }
 
-    /// Updates the gauges in every path's stats.
-    pub(super) fn refresh_gauges(&mut self) {
-        let max_frame_bytes = self.max_frame_bytes;
-        for path in &mut self.paths {
-            path.refresh_gauges(max_frame_bytes);
-        }
-    }
-
     /// The smallest RTO of a usable path.
     pub(super) fn min_rto_ns(&self) -> Nanos {
-        self.paths
-            .iter()
-            .filter(|path| path.state != PathState::Down)
-            .map(|path| path.rtt.rto_ns())
-            .min()
-            .unwrap_or(self.max_rto_ns)
+        let mut least = self.max_rto_ns;
+        for path in &self.paths {
+            if path.state != PathState::Down {
+                least = least.min(path.rtt.rto_ns());
+            }
+        }
+        least
     }
 
-    /// Stats of one path.
-    pub(super) fn stats(&self, path: usize) -> Option<&PathStats> {
-        self.paths.get(path).map(|path| &path.stats)
+    /// Stats of one path, its gauges read now (not kept up to date on every call: with 8
+    /// paths that was a few percent of a striped receiver's CPU).
+    pub(super) fn stats(&self, path: usize) -> Option<PathStats> {
+        self.paths.get(path).map(Path::stats_now)
     }
 }
 
@@ -782,64 +917,113 @@ mod tests {
     #[test]
     fn window_follows_rate_and_min_rtt() {
         let mut set = paths(1);
-        let path = set.get_mut(0);
-        assert_eq!(path.window_bytes(1500), MIN_WINDOW_BYTES);
-        path.on_rtt_sample(1_000_000);
-        // 1 GB/s: 1 MB per ms, metered over 10 ms.
-        path.on_send(0);
-        path.on_delivered(5_000_000, 5_000_000);
+        assert_eq!(set.get(0).window_bytes(), MIN_WINDOW_BYTES);
+        set.get_mut(0).on_rtt_sample(1_000_000);
+        // 100 MB/s: 1 MB per 10 ms, metered over 10 ms.
+        set.get_mut(0).on_send(0);
+        set.delivered(0, 5_000_000, 500_000, 0);
         assert_eq!(
-            path.window_bytes(1500),
+            set.get(0).window_bytes(),
             MIN_WINDOW_BYTES,
             "interval too short"
         );
-        path.on_delivered(10_000_000, 5_000_000);
-        // 2 x 1 GB/s x (1 ms + 4 ms allowance) = 10 MB.
-        assert_eq!(path.window_bytes(1500), 10_000_000);
+        set.delivered(0, 10_000_000, 500_000, 0);
+        // 2 x 100 MB/s x (1 ms + 4 ms allowance) = 1 MB.
+        assert_eq!(set.get(0).window_bytes(), 1_000_000);
         // A burst of acks right after: not a sample of its own.
-        path.on_delivered(10_100_000, 10_000_000);
-        assert_eq!(path.window_bytes(1500), 10_000_000);
+        set.delivered(0, 10_100_000, 1_000_000, 0);
+        assert_eq!(set.get(0).window_bytes(), 1_000_000);
+        let path = set.get_mut(0);
         path.state = PathState::Suspect;
-        assert!(path.has_room(1500, 1500));
+        assert!(path.has_room(1500));
         path.bytes_in_flight = 1;
-        assert!(!path.has_room(1500, 1500));
+        assert!(!path.has_room(1500));
         path.state = PathState::Down;
-        assert_eq!(path.window_bytes(1500), 0);
+        assert_eq!(path.window_bytes(), 0);
     }
 
     #[test]
     fn a_window_acknowledged_at_once_still_gets_metered() {
         let mut set = paths(1);
-        let path = set.get_mut(0);
-        path.on_rtt_sample(500_000);
+        set.get_mut(0).on_rtt_sample(500_000);
         // Stop and wait: 64 KB out, all acknowledged 0.5 ms later, again and again.
         let mut now = 0;
         for _ in 0..40 {
-            path.on_send(now);
-            path.bytes_in_flight = 65_536;
+            set.get_mut(0).on_send(now);
+            set.get_mut(0).bytes_in_flight = 65_536;
             now += 500_000;
-            path.bytes_in_flight = 0;
-            path.on_delivered(now, 65_536);
+            set.get_mut(0).bytes_in_flight = 0;
+            set.delivered(0, now, 65_536, 0);
         }
         // 64 KB per 0.5 ms = 131 MB/s.
-        let rate = path.rate.get();
+        let rate = set.get(0).rate.get();
         assert!((120_000_000..=140_000_000).contains(&rate), "rate {rate}");
-        assert!(path.window_bytes(1500) > MIN_WINDOW_BYTES);
+        assert!(set.get(0).window_bytes() > MIN_WINDOW_BYTES);
+    }
+
+    #[test]
+    fn acks_compressed_by_a_pause_do_not_inflate_the_rate() {
+        let mut set = paths(1);
+        set.get_mut(0).on_rtt_sample(100_000);
+        set.get_mut(0).on_send(0);
+        // 100 MB/s for 10 ms: acknowledged as sent, 0.1 ms later.
+        for step in 1..=100u64 {
+            let sent_at = step * 100_000;
+            set.delivered(0, sent_at + 100_000, 10_000, sent_at);
+        }
+        let steady = set.get(0).rate.get();
+        assert!((95_000_000..=105_000_000).contains(&steady), "{steady}");
+        // Then the receiver pauses for 30 ms: what was sent meanwhile (3 MB over 30 ms)
+        // is acknowledged in a 1 ms burst after the pause.
+        for step in 1..=300u64 {
+            let sent_at = 10_100_000 + step * 100_000;
+            set.delivered(0, 40_100_000 + step * 3_333, 10_000, sent_at);
+        }
+        let after = set.get(0).rate.get();
+        assert!(after <= 105_000_000, "a pause read as {after} B/s");
+    }
+
+    #[test]
+    fn the_surplus_of_all_paths_stays_within_the_budget() {
+        // One path of 125 MB/s (1 Gbit/s): the whole allowance, 4 ms.
+        let mut one = paths(1);
+        one.get_mut(0).on_rtt_sample(100_000);
+        one.get_mut(0).on_send(0);
+        one.delivered(0, 10_000_000, 1_250_000, 0);
+        assert_eq!(one.get(0).allowance_ns, MAX_ABSENCE_ALLOWANCE_NS);
+        // 2 x 125 MB/s x (0.1 + 4 ms).
+        assert_eq!(one.get(0).window_bytes(), 1_025_000);
+        // Eight: 2 x 1 GB/s x allowance = 2 MiB, an allowance of 1.05 ms.
+        let mut eight = paths(8);
+        for index in 0..8 {
+            eight.get_mut(index).on_rtt_sample(100_000);
+            eight.get_mut(index).on_send(0);
+            eight.delivered(index, 10_000_000, 1_250_000, 0);
+        }
+        let allowance = eight.get(0).allowance_ns;
+        assert_eq!(allowance, (2 << 20) * 1_000_000_000 / 2_000_000_000);
+        // Each window: 2 x 125 MB/s x 0.1 ms = 25 kB of BDP, and its share of the surplus.
+        let surplus: u64 = (0..8)
+            .map(|index| eight.get(index).window_bytes() - 25_000)
+            .sum();
+        assert!(surplus.abs_diff(SURPLUS_BUDGET_BYTES) < 100, "{surplus}");
+        // A path going down leaves more to the others.
+        eight.take_down(20_000_000, 7);
+        assert!(eight.get(0).allowance_ns > allowance);
     }
 
     #[test]
     fn faster_paths_are_chosen_first_and_full_paths_skipped() {
         let mut set = paths(2);
         for (index, rate) in [(0, 100_000_000u64), (1, 1_000_000_000)] {
-            let path = set.get_mut(index);
-            path.on_rtt_sample(100_000);
-            path.on_send(0);
-            path.on_delivered(10_000_000, rate / 100);
+            set.get_mut(index).on_rtt_sample(100_000);
+            set.get_mut(index).on_send(0);
+            set.delivered(index, 10_000_000, rate / 100, 0);
         }
         assert_eq!(set.choose(1500), Some(1));
-        set.get_mut(1).bytes_in_flight = set.get(1).window_bytes(1500);
+        set.get_mut(1).bytes_in_flight = set.get(1).window_bytes();
         assert_eq!(set.choose(1500), Some(0));
-        set.get_mut(0).bytes_in_flight = set.get(0).window_bytes(1500);
+        set.get_mut(0).bytes_in_flight = set.get(0).window_bytes();
         assert_eq!(set.choose(1500), None);
     }
 

@@ -23,6 +23,8 @@ pub(super) struct RttEstimator {
     base_rto_ns: Nanos,
     /// Number of doublings applied since the last sample.
     backoff_shift: u32,
+    /// The RTO with the backoff, kept up to date (it is read for every datagram).
+    rto_ns: Nanos,
     min_rto_ns: Nanos,
     max_rto_ns: Nanos,
 }
@@ -34,6 +36,7 @@ impl RttEstimator {
             variance_ns: 0,
             base_rto_ns: initial_rto_ns.clamp(min_rto_ns, max_rto_ns),
             backoff_shift: 0,
+            rto_ns: initial_rto_ns.clamp(min_rto_ns, max_rto_ns),
             min_rto_ns,
             max_rto_ns,
         }
@@ -61,23 +64,25 @@ impl RttEstimator {
             .saturating_add(spread)
             .clamp(self.min_rto_ns, self.max_rto_ns);
         self.backoff_shift = 0;
+        self.rto_ns = self.base_rto_ns;
     }
 
     /// Doubles the RTO (RFC 6298 5.5), up to the maximum.
     pub(super) fn back_off(&mut self) {
-        if self.rto_ns() < self.max_rto_ns {
+        if self.rto_ns < self.max_rto_ns {
             self.backoff_shift += 1;
+            let shifted = self
+                .base_rto_ns
+                .checked_shl(self.backoff_shift)
+                .filter(|value| value >> self.backoff_shift == self.base_rto_ns)
+                .unwrap_or(Nanos::MAX);
+            self.rto_ns = shifted.min(self.max_rto_ns);
         }
     }
 
     /// The current retransmission timeout, backoff included.
     pub(super) fn rto_ns(&self) -> Nanos {
-        let shifted = self
-            .base_rto_ns
-            .checked_shl(self.backoff_shift)
-            .filter(|value| value >> self.backoff_shift == self.base_rto_ns)
-            .unwrap_or(Nanos::MAX);
-        shifted.min(self.max_rto_ns)
+        self.rto_ns
     }
 
     /// The smoothed RTT, 0 before the first sample.

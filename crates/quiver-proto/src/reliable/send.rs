@@ -54,6 +54,9 @@ pub(super) struct SentFrame {
     /// Whether its transmissions went on more than one path (an ack of it then tells
     /// nothing about any one path).
     paths_mixed: bool,
+    /// Declared lost by a retransmission timeout of its path (undone if that timeout
+    /// proves spurious: [`SendState::undo_timeouts`]).
+    lost_by_timeout: bool,
     status: FrameStatus,
     /// Path of the last transmission, and its sequence number on that path.
     path: u8,
@@ -87,6 +90,7 @@ impl SentFrame {
             sent_at: 0,
             retransmitted: false,
             paths_mixed: false,
+            lost_by_timeout: false,
             status: FrameStatus::InFlight,
             path: 0,
             path_seq: 0,
@@ -167,6 +171,10 @@ pub(super) struct SendState {
 
     /// The paths, their windows, timers and lists of frames in flight.
     pub(super) paths: Paths,
+    /// Some path's retransmission timer may be armed: false only from a
+    /// [`Self::refresh_path_timers`] that found nothing in flight (and disarmed every
+    /// timer) to the next transmission.
+    path_timers_armed: bool,
     /// Bytes a frame takes besides its payload (header estimate), for the windows.
     frame_overhead_bytes: u64,
 
@@ -227,6 +235,7 @@ impl SendState {
             duplicate_acks: 0,
             freshest_ack_high: 0,
             paths,
+            path_timers_armed: false,
             frame_overhead_bytes,
             peer_credit: 0,
             close_requested: false,
@@ -334,6 +343,11 @@ impl SendState {
         if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
+        let close_pending = self.close_requested && !self.close_sent;
+        if self.next_offset == self.write_offset && !close_pending {
+            // Nothing new to send (a receiver, on every poll): spare the scheduler.
+            return None;
+        }
         let largest = match compact_payload {
             Some(payload) => payload as u64 + STREAM_OVERHEAD_BYTES,
             None => max_payload as u64 + self.frame_overhead_bytes,
@@ -428,6 +442,17 @@ impl SendState {
                 }
             }
         }
+        // One RTT sample per path and ack, from its newest frame acknowledged (a sample per
+        // frame cost two divisions each, for near-identical values).
+        let mut sampled = touched;
+        while sampled != 0 {
+            let path = sampled.trailing_zeros() as usize;
+            sampled &= sampled - 1;
+            let entry = self.paths.get_mut(path);
+            if let Some(sent_at) = entry.newest_acked_sent_at.take() {
+                entry.on_rtt_sample(now.saturating_sub(sent_at));
+            }
+        }
         let unknown = Self::unknown_region(cumulative_ack, sack, truncated);
         for path in 0..self.paths.len() {
             let head = self.paths.get(path).head;
@@ -469,11 +494,24 @@ impl SendState {
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent
-    /// at least its RTO ago (and at least the oldest one), backs its timer off and, if there
-    /// are other paths, marks it suspect. Returns how many frames were declared lost and whether the path failed often
+    /// at least its RTO ago (and at least the oldest one; only that one when the whole
+    /// peer is silent), backs its timer off and marks it suspect. Returns how many frames were declared lost and whether the path failed often
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
         let rto_ns = self.paths.get(path).rtt.rto_ns();
+        // Nothing sent since this path's oldest frame got through on any path (give or
+        // take the path's minimum RTT: links of different delays deliver out of send
+        // order): the peer (or this process) is silent as a whole, not this link. Only
+        // that frame is declared lost (as TCP does); moving all the path's frames to the
+        // other paths only made duplicates of what the paused receiver was about to read.
+        let peer_silent = {
+            let entry = self.paths.get(path);
+            entry.head != NO_FRAME
+                && self.paths.latest_delivered_sent_at()
+                    < self.in_flight[(entry.head - self.base_pn) as usize]
+                        .sent_at
+                        .saturating_add(entry.min_rtt_ns())
+        };
         let mut lost = 0;
         loop {
             let packet_number = self.paths.get(path).head;
@@ -481,12 +519,14 @@ impl SendState {
                 break;
             }
             let frame = self.in_flight[(packet_number - self.base_pn) as usize];
-            if lost > 0 && now.saturating_sub(frame.sent_at) < rto_ns {
+            if lost > 0 && (peer_silent || now.saturating_sub(frame.sent_at) < rto_ns) {
                 break;
             }
-            if !self.mark_lost((packet_number - self.base_pn) as usize) {
+            let index = (packet_number - self.base_pn) as usize;
+            if !self.mark_lost(index) {
                 break;
             }
+            self.in_flight[index].lost_by_timeout = true;
             lost += 1;
         }
         let signs_of_life = self.paths.signs_of_life();
@@ -532,6 +572,11 @@ impl SendState {
     /// Arms the retransmission timer of every path with frames in flight, and disarms the
     /// others.
     pub(super) fn refresh_path_timers(&mut self, now: Nanos) {
+        if self.in_flight.is_empty() && !self.path_timers_armed {
+            // Nothing was or is in flight (a receiver, on every datagram): nothing to do.
+            return;
+        }
+        self.path_timers_armed = !self.in_flight.is_empty();
         for path in 0..self.paths.len() {
             let entry = self.paths.get_mut(path);
             if entry.head == NO_FRAME {
@@ -740,6 +785,7 @@ impl SendState {
         if entry.rto_deadline.is_none() {
             entry.rto_deadline = Some(now.saturating_add(entry.rtt.rto_ns()));
         }
+        self.path_timers_armed = true;
         self.link(packet_number);
     }
 
@@ -760,9 +806,14 @@ impl SendState {
                 let bytes = self.frame_bytes(&frame);
                 let entry = self.paths.get_mut(path);
                 entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
-                entry.on_delivered(now, bytes);
                 entry.stats.spurious_losses += 1;
+                self.paths.delivered(path, now, bytes, frame.sent_at);
                 self.paths.mark_alive(path);
+                if frame.lost_by_timeout {
+                    // Not this one: the caller retires it.
+                    self.in_flight[index].lost_by_timeout = false;
+                    self.undo_timeouts(path);
+                }
                 return;
             }
             FrameStatus::Lost | FrameStatus::Sacked => return,
@@ -784,14 +835,19 @@ impl SendState {
             }
             return;
         }
-        entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
-        entry.on_delivered(now, bytes);
+        // Its RTT sample is taken once the whole ack is processed (`on_ack`).
+        entry.newest_acked_sent_at = Some(
+            entry
+                .newest_acked_sent_at
+                .map_or(frame.sent_at, |newest| newest.max(frame.sent_at)),
+        );
         entry.largest_acked_seq = Some(
             entry
                 .largest_acked_seq
                 .map_or(frame.path_seq, |largest| largest.max(frame.path_seq)),
         );
         entry.rto_deadline = None;
+        self.paths.delivered(path, now, bytes, frame.sent_at);
         self.paths.mark_alive(path);
         *touched |= 1 << path;
     }
@@ -860,6 +916,64 @@ impl SendState {
         self.in_flight[index].status = FrameStatus::Lost;
         self.retransmit_queue.push_back(packet_number);
         true
+    }
+
+    /// A frame that a retransmission timeout of `path` declared lost was acknowledged
+    /// from its first transmission: the timeout was spurious (the peer or this process was
+    /// paused, not the link), and so are the losses it declared (like TCP's Eifel and
+    /// F-RTO). Every frame of `path` a timeout declared lost and not yet resent goes back
+    /// in flight, at the head of the path's list in send order, instead of being resent:
+    /// after a pause the receiver works through its socket backlog for a while, and
+    /// resending what it is about to read doubled the traffic of the path for that time.
+    fn undo_timeouts(&mut self, path: usize) {
+        let mut restored = 0u64;
+        // Backwards, each one put at the head: the list ends up in send order (a path's
+        // first transmissions leave in packet-number order, and a timeout declares its
+        // oldest frames lost first).
+        for position in (0..self.retransmit_queue.len()).rev() {
+            let packet_number = self.retransmit_queue[position];
+            let Some(index) = packet_number
+                .checked_sub(self.base_pn)
+                .map(|index| index as usize)
+                .filter(|&index| index < self.in_flight.len())
+            else {
+                continue;
+            };
+            let frame = self.in_flight[index];
+            if frame.status != FrameStatus::Lost
+                || frame.retransmitted
+                || !frame.lost_by_timeout
+                || usize::from(frame.path) != path
+            {
+                continue;
+            }
+            let bytes = self.frame_bytes(&frame);
+            let entry = &mut self.in_flight[index];
+            entry.status = FrameStatus::InFlight;
+            entry.lost_by_timeout = false;
+            self.link_front(packet_number);
+            self.paths.get_mut(path).bytes_in_flight += bytes;
+            restored += 1;
+        }
+        let entry = self.paths.get_mut(path);
+        entry.stats.spurious_timeouts += 1;
+        entry.stats.spurious_losses += restored;
+        // The retransmit queue's entries for them are stale now (skipped when popped).
+    }
+
+    /// Puts `packet_number` (in flight, its `path` set) at the head of its path's list.
+    fn link_front(&mut self, packet_number: u64) {
+        let index = (packet_number - self.base_pn) as usize;
+        let path = usize::from(self.in_flight[index].path);
+        let head = self.paths.get(path).head;
+        self.in_flight[index].previous_on_path = NO_FRAME;
+        self.in_flight[index].next_on_path = head;
+        if head == NO_FRAME {
+            self.paths.get_mut(path).tail = packet_number;
+        } else {
+            self.in_flight[(head - self.base_pn) as usize].previous_on_path = packet_number;
+        }
+        self.paths.get_mut(path).head = packet_number;
     }
 
     /// Appends `packet_number` (in flight, its `path` set) to its path's list.

@@ -626,10 +626,13 @@ fn a_timeout_while_the_receiver_is_paused_resends_one_frame() {
     });
     assert_eq!(received, message);
     pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0);
-    let path = pair.a.path_stats(0).unwrap().clone();
+    let path = pair.a.path_stats(0).unwrap();
     assert_eq!(path.state, PathState::Up);
     assert!(path.spurious_losses + 1 >= path.frames_lost, "{path:?}");
     assert!(path.spurious_losses > 0, "{path:?}");
+    // The first original acknowledged proved the timeout spurious: the frames it had
+    // declared lost went back in flight instead of being resent.
+    assert_eq!(path.spurious_timeouts, 1, "{path:?}");
     assert!(pair.a.stats().retransmits <= 1);
     assert!(pair.b().stats().duplicates_dropped <= 1);
 }
@@ -666,12 +669,20 @@ fn a_late_timer_waits_for_the_acks_that_came_meanwhile() {
     pair.a.start_message(100).unwrap();
     assert_eq!(pair.a.write_message(&[7; 100]), 100);
     pair.flush();
-    for _ in 0..2 {
+    let deferred = pair.a.path_stats(0).unwrap().late_timers_deferred;
+    for _ in 0..8 {
+        if pair.a.stats().rto_expirations > 0 {
+            break;
+        }
         let deadline = pair.a.poll_timeout().unwrap();
         pair.now = deadline + 50_000_000;
         pair.a.handle_timeout(pair.now);
     }
     assert_eq!(pair.a.stats().rto_expirations, 1);
+    assert_eq!(
+        pair.a.path_stats(0).unwrap().late_timers_deferred,
+        deferred + 1
+    );
 }
 
 #[test]
