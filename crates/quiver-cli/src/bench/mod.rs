@@ -49,7 +49,8 @@ use std::io::{self, BufWriter, Write};
 use std::time::Duration;
 
 use plan::{
-    Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES,
+    Interleave, Interleaved, Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW,
+    MAX_WINDOW, MAX_WINDOW_BYTES,
 };
 use report::Report;
 
@@ -162,19 +163,38 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, value_name = "on|off|both|interleave", default_value_t = Detect::On)]
     detect: Detect,
 
-    /// --detect both: rounds of on, off [default: 2]; --detect interleave: pairs of blocks
-    /// per point [default: 10]. 6 or more give a 95% interval of the on/off ratio.
+    /// --detect both: rounds of on, off [default: 2]; --detect interleave and --baseline
+    /// interleave: pairs of blocks per point [default: 10, at most 1000]. 6 or more give a
+    /// 95% interval of the ratio.
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
+
+    /// interleave: measure quiver (--transport udp or tcp) against its raw-socket baseline
+    /// (raw-udp or raw-tcp) in ONE launch of the ranks: every pingpong, bw and rate point
+    /// runs as --rounds pairs of blocks, one over quiver and one over the raw sockets (each
+    /// pair's order from a fixed pseudo-random sequence), so launch-to-launch differences
+    /// cancel. Ends with a summary of the paired quiver/raw ratios with a 95% interval and
+    /// the issue-3 targets. Only pingpong, bw and rate (other tests are refused), over
+    /// loopback (not with --netns, --addrs or --detect both/interleave).
+    #[arg(long, value_enum, value_name = "interleave")]
+    baseline: Option<Baseline>,
+}
+
+/// `--baseline`: how quiver is compared with its raw-socket baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Baseline {
+    /// Blocks of quiver and of the raw baseline, interleaved in one launch of the ranks.
+    Interleave,
 }
 
 /// `--rounds` when not given (--detect both).
 const DEFAULT_DETECT_ROUNDS: u32 = 2;
-/// `--rounds` when not given (--detect interleave).
+/// `--rounds` when not given (--detect interleave, --baseline interleave).
 const DEFAULT_INTERLEAVE_PAIRS: u32 = 10;
 /// Largest `--rounds` of --detect both (each round launches the ranks twice).
 const MAX_DETECT_ROUNDS: u32 = 100;
-/// Largest `--rounds` of --detect interleave (pairs of blocks inside one launch).
+/// Largest `--rounds` of --detect interleave and --baseline interleave (pairs of blocks
+/// inside one launch).
 const MAX_INTERLEAVE_PAIRS: u32 = 1000;
 
 /// `--detect`: failure detection in the ranks.
@@ -523,10 +543,14 @@ fn run_tests(
         .map_err(|error| format!("writing the floors: {error}"))?;
     if plan.needs_ranks() {
         let on = std::env::var("QUIVER_DETECT_MS").ok();
-        let rounds = match args.detect {
-            Detect::Interleave => plan.interleave.unwrap_or(DEFAULT_INTERLEAVE_PAIRS),
-            _ => args.rounds.unwrap_or(DEFAULT_DETECT_ROUNDS),
+        let rounds = match (plan.interleave, args.detect) {
+            (Some(interleave), _) => interleave.pairs,
+            (None, Detect::Interleave) => DEFAULT_INTERLEAVE_PAIRS,
+            (None, _) => args.rounds.unwrap_or(DEFAULT_DETECT_ROUNDS),
         };
+        // --baseline interleave: quiver's and the raw baseline's blocks share one table
+        // section per test (a column names the transport and the pair).
+        report.set_interleaved_transports(plan.baseline_transport().is_some());
         let runs = args.detect.runs(rounds);
         report.add_points(plan.rank_record_count() * (runs.len() - 1));
         for (detect, round) in runs {
@@ -563,6 +587,11 @@ fn run_tests(
         report
             .handoff_after(&floors.handoff, &after)
             .map_err(|error| format!("writing the floors: {error}"))?;
+        if let Some(raw) = plan.baseline_transport() {
+            report
+                .baseline_summary(plan.transport.as_str(), raw.as_str(), rounds)
+                .map_err(|error| format!("writing the baseline summary: {error}"))?;
+        }
         if matches!(args.detect, Detect::Both | Detect::Interleave) {
             report
                 .detect_summary(rounds, args.detect == Detect::Interleave)
@@ -645,14 +674,27 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
     if !(1..=1000).contains(&args.effort) {
         return Err("--effort must be between 1 and 1000".to_string());
     }
+    let interleave_sides = match (args.detect, args.baseline) {
+        (Detect::Both | Detect::Interleave, Some(Baseline::Interleave)) => {
+            return Err(
+                "--baseline interleave runs quiver with detection as configured: not with --detect both or interleave"
+                    .to_string(),
+            );
+        }
+        (_, Some(Baseline::Interleave)) => Some(Interleaved::Baseline),
+        (Detect::Interleave, None) => Some(Interleaved::Detection),
+        _ => None,
+    };
     match args.rounds {
-        Some(_) if !matches!(args.detect, Detect::Both | Detect::Interleave) => {
-            return Err("--rounds needs --detect both or interleave".to_string());
+        Some(_) if interleave_sides.is_none() && args.detect != Detect::Both => {
+            return Err(
+                "--rounds needs --detect both or interleave, or --baseline interleave".to_string(),
+            );
         }
         Some(rounds) => {
-            let most = match args.detect {
-                Detect::Interleave => MAX_INTERLEAVE_PAIRS,
-                _ => MAX_DETECT_ROUNDS,
+            let most = match interleave_sides {
+                Some(_) => MAX_INTERLEAVE_PAIRS,
+                None => MAX_DETECT_ROUNDS,
             };
             if !(1..=most).contains(&rounds) {
                 return Err(format!("--rounds must be between 1 and {most}"));
@@ -670,10 +712,36 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         addrs,
         settings: parse_settings(&args.settings)?,
         effort_percent: args.effort,
-        interleave: (args.detect == Detect::Interleave)
-            .then(|| args.rounds.unwrap_or(DEFAULT_INTERLEAVE_PAIRS)),
+        interleave: interleave_sides.map(|sides| Interleave {
+            pairs: args.rounds.unwrap_or(DEFAULT_INTERLEAVE_PAIRS),
+            sides,
+        }),
     };
-    if plan.interleave.is_some() {
+    if interleave_sides == Some(Interleaved::Baseline) {
+        if plan.transport.raw_baseline().is_none() {
+            return Err(format!(
+                "--baseline interleave compares quiver's udp or tcp with its raw-socket baseline: use --transport udp or tcp, not {}",
+                plan.transport.as_str()
+            ));
+        }
+        if plan.netns.is_some() || plan.addrs.is_some() {
+            return Err(
+                "--baseline interleave runs over loopback (the raw baselines bind 127.0.0.1): not with --netns or --addrs"
+                    .to_string(),
+            );
+        }
+        if let Some(test) = plan.tests.iter().find(|test| {
+            !matches!(
+                test,
+                TestName::Floor | TestName::Pingpong | TestName::Bw | TestName::Rate
+            )
+        }) {
+            return Err(format!(
+                "--baseline interleave splits pingpong, bw and rate points into blocks; {} is not one of them",
+                test.as_str()
+            ));
+        }
+    } else if plan.interleave.is_some() {
         if plan.transport.is_raw() {
             return Err(
                 "--detect interleave measures quiver's failure detection: use --transport shm, udp or tcp"
@@ -908,9 +976,18 @@ mod tests {
         // interleave: one launch, blocks inside the ranks.
         assert_eq!(Detect::Interleave.runs(6), vec![(None, None)]);
         let interleaved = plan(&["pingpong", "--detect", "interleave", "--rounds", "8"]);
-        assert_eq!(interleaved.expect("valid").interleave, Some(8));
+        assert_eq!(
+            interleaved.expect("valid").interleave,
+            Some(Interleave {
+                pairs: 8,
+                sides: Interleaved::Detection
+            })
+        );
         let default_pairs = plan(&["bw", "rate", "--detect", "interleave"]).expect("valid");
-        assert_eq!(default_pairs.interleave, Some(DEFAULT_INTERLEAVE_PAIRS));
+        assert_eq!(
+            default_pairs.interleave.map(|interleave| interleave.pairs),
+            Some(DEFAULT_INTERLEAVE_PAIRS)
+        );
         assert!(plan(&["loggp", "--detect", "interleave"]).is_err());
         assert!(plan(&["--transport", "raw-udp", "--detect", "interleave"]).is_err());
     }

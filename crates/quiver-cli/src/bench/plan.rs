@@ -120,6 +120,16 @@ impl Transport {
     pub(crate) fn is_raw(self) -> bool {
         matches!(self, Transport::RawUdp | Transport::RawTcp)
     }
+
+    /// The raw-socket baseline of a quiver network transport: raw-udp for udp, raw-tcp
+    /// for tcp (`None` for the others).
+    pub(crate) fn raw_baseline(self) -> Option<Transport> {
+        match self {
+            Transport::Udp => Some(Transport::RawUdp),
+            Transport::Tcp => Some(Transport::RawTcp),
+            _ => None,
+        }
+    }
 }
 
 /// Message sizes of the default sweep, in bytes: 8 B to 4 MiB in steps of 8x.
@@ -174,10 +184,57 @@ pub(crate) struct Plan {
     /// Default iteration counts scaled to this percentage (100: as documented; suites
     /// and `--quick` use less). Given `--iters` are not scaled.
     pub(crate) effort_percent: u64,
-    /// `--detect interleave --rounds N`: N pairs of blocks per point, one with failure
-    /// detection on and one with it off, in one launch of the ranks
-    /// ([`Plan::interleave_blocks`]); the iterations of a point are split among the blocks.
-    pub(crate) interleave: Option<u32>,
+    /// `--detect interleave` or `--baseline interleave` with `--rounds N`: N pairs of
+    /// blocks per point in one launch of the ranks ([`Plan::interleave_blocks`]); the
+    /// iterations of a point are split among the blocks.
+    pub(crate) interleave: Option<Interleave>,
+}
+
+/// What the two blocks of an interleaved pair compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interleaved {
+    /// `--detect interleave`: failure detection on (side A) against off (side B).
+    Detection,
+    /// `--baseline interleave`: quiver's udp or tcp (side A) against its raw-socket
+    /// baseline, raw-udp or raw-tcp (side B).
+    Baseline,
+}
+
+/// `--rounds N` pairs of blocks per point, and what they compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Interleave {
+    /// Pairs of blocks per point (1..=1000).
+    pub(crate) pairs: u32,
+    /// What the two blocks of a pair compare.
+    pub(crate) sides: Interleaved,
+}
+
+/// Seed of the order of the blocks in each interleaved pair ([`Plan::interleave_blocks`]).
+/// Fixed, so both ranks (and every run) use the same order.
+pub(crate) const INTERLEAVE_SEED: u64 = 0x7175_6976_6572_0001;
+
+/// One step of splitmix64 (Steele, Lea and Flood): a well-mixed 64-bit value per call.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut mixed = *state;
+    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    mixed ^ (mixed >> 31)
+}
+
+/// For `pairs` pairs: whether side A runs first in each. Half the pairs (the odd one out
+/// goes to A) run A first, the other half B first, in an order shuffled (Fisher-Yates) by
+/// splitmix64 from [`INTERLEAVE_SEED`]: balanced, and with no period a drift during the
+/// point (a vCPU moved by the host, a periodic timer) could line up with.
+pub(crate) fn pair_orders(pairs: u32) -> Vec<bool> {
+    let count = pairs as usize;
+    let mut orders: Vec<bool> = (0..count).map(|pair| pair < count.div_ceil(2)).collect();
+    let mut state = INTERLEAVE_SEED;
+    for last in (1..count).rev() {
+        let pick = (splitmix64(&mut state) % (last as u64 + 1)) as usize;
+        orders.swap(last, pick);
+    }
+    orders
 }
 
 impl Plan {
@@ -205,20 +262,34 @@ impl Plan {
     /// A default count scaled by `effort_percent` (and split among the blocks of
     /// `--detect interleave`), at least `minimum`.
     fn scaled(&self, count: u64, minimum: u64) -> u64 {
-        let blocks = self.interleave.map_or(1, |pairs| 2 * u64::from(pairs));
+        let blocks = self
+            .interleave
+            .map_or(1, |interleave| 2 * u64::from(interleave.pairs));
         (count.saturating_mul(self.effort_percent) / 100 / blocks).max(minimum)
     }
 
-    /// `--detect interleave`: the blocks of every point, in order, as (pair, detection on).
-    /// Pairs alternate on-off and off-on, so a drift during the point (the host moving a
-    /// vCPU, a warming cache) weighs on both sides alike.
+    /// `--detect interleave` and `--baseline interleave`: the blocks of every point, in
+    /// order, as (pair, side A: detection on, or quiver rather than the raw baseline). Each
+    /// pair runs A-B or B-A as [`pair_orders`] says, half of them each way, so a drift
+    /// during the point (the host moving a vCPU, a warming cache) weighs on both sides
+    /// alike. Every point uses the same order.
     pub(crate) fn interleave_blocks(&self) -> Vec<(u32, bool)> {
-        (0..self.interleave.unwrap_or(0))
-            .flat_map(|pair| {
-                let on_first = pair % 2 == 0;
-                [(pair, on_first), (pair, !on_first)]
-            })
+        let pairs = self.interleave.map_or(0, |interleave| interleave.pairs);
+        (0..pairs)
+            .zip(pair_orders(pairs))
+            .flat_map(|(pair, a_first)| [(pair, a_first), (pair, !a_first)])
             .collect()
+    }
+
+    /// The raw-socket baseline `--baseline interleave` runs next to quiver's transport.
+    pub(crate) fn baseline_transport(&self) -> Option<Transport> {
+        match self.interleave {
+            Some(Interleave {
+                sides: Interleaved::Baseline,
+                ..
+            }) => self.transport.raw_baseline(),
+            _ => None,
+        }
     }
 
     /// Measured round trips of pingpong at `size_bytes`.
@@ -259,7 +330,9 @@ impl Plan {
 
     /// How many result records the ranks produce (one per measured point).
     pub(crate) fn rank_record_count(&self) -> usize {
-        let blocks = self.interleave.map_or(1, |pairs| 2 * pairs as usize);
+        let blocks = self
+            .interleave
+            .map_or(1, |interleave| 2 * interleave.pairs as usize);
         self.rank_tests()
             .map(|test| match test {
                 TestName::Pingpong | TestName::Bw => blocks * self.sizes.len(),
@@ -295,9 +368,13 @@ impl Plan {
             args.push("--effort".to_string());
             args.push(self.effort_percent.to_string());
         }
-        if let Some(pairs) = self.interleave {
-            args.extend(["--detect", "interleave", "--rounds"].map(String::from));
-            args.push(pairs.to_string());
+        if let Some(interleave) = self.interleave {
+            let option = match interleave.sides {
+                Interleaved::Detection => "--detect",
+                Interleaved::Baseline => "--baseline",
+            };
+            args.extend([option, "interleave", "--rounds"].map(String::from));
+            args.push(interleave.pairs.to_string());
         }
         for (name, value) in &self.settings {
             args.push("--set".to_string());
@@ -389,20 +466,21 @@ mod tests {
     #[test]
     fn interleaved_points_split_into_balanced_blocks() {
         let plan = Plan {
-            interleave: Some(3),
+            interleave: Some(Interleave {
+                pairs: 3,
+                sides: Interleaved::Detection,
+            }),
             ..plan(vec![TestName::Pingpong, TestName::Bw, TestName::Rate], None)
         };
-        assert_eq!(
-            plan.interleave_blocks(),
-            vec![
-                (0, true),
-                (0, false),
-                (1, false),
-                (1, true),
-                (2, true),
-                (2, false)
-            ]
-        );
+        let blocks = plan.interleave_blocks();
+        let pairs: Vec<u32> = blocks.iter().map(|&(pair, _)| pair).collect();
+        assert_eq!(pairs, vec![0, 0, 1, 1, 2, 2]);
+        for pair in blocks.chunks(2) {
+            assert_ne!(pair[0].1, pair[1].1, "{blocks:?}");
+        }
+        // Two of the three pairs start with side A.
+        assert_eq!(blocks.iter().step_by(2).filter(|block| block.1).count(), 2);
+        assert_eq!(plan.baseline_transport(), None);
         // Six blocks share a point's default iterations (at least the minimum each).
         assert_eq!(plan.pingpong_iters(8), 100_000 / 6);
         assert_eq!(plan.pingpong_iters(1 << 30), 200 / 6);
@@ -413,6 +491,27 @@ mod tests {
             .worker_args()
             .join(" ")
             .contains("--detect interleave --rounds 3"));
+        let baseline = Plan {
+            transport: Transport::Udp,
+            interleave: Some(Interleave {
+                pairs: 3,
+                sides: Interleaved::Baseline,
+            }),
+            ..plan.clone()
+        };
+        assert_eq!(baseline.baseline_transport(), Some(Transport::RawUdp));
+        assert_eq!(baseline.interleave_blocks(), plan.interleave_blocks());
+        assert_eq!(baseline.rank_record_count(), plan.rank_record_count());
+        assert_eq!(baseline.pingpong_iters(8), plan.pingpong_iters(8));
+        assert!(baseline
+            .worker_args()
+            .join(" ")
+            .contains("--baseline interleave --rounds 3"));
+        let tcp = Plan {
+            transport: Transport::Tcp,
+            ..baseline.clone()
+        };
+        assert_eq!(tcp.baseline_transport(), Some(Transport::RawTcp));
         // Given iterations are per block.
         let given = Plan {
             iters: Some(500),
@@ -422,6 +521,27 @@ mod tests {
         assert!(super::tests::plan(vec![TestName::Pingpong], None)
             .interleave_blocks()
             .is_empty());
+    }
+
+    #[test]
+    fn pair_orders_are_balanced_fixed_and_not_periodic() {
+        for pairs in 0..=200u32 {
+            let orders = pair_orders(pairs);
+            assert_eq!(orders.len(), pairs as usize);
+            let a_first = orders.iter().filter(|&&a_first| a_first).count();
+            assert_eq!(a_first, (pairs as usize).div_ceil(2), "{pairs}: {orders:?}");
+            assert_eq!(orders, pair_orders(pairs), "the same every time");
+        }
+        // Neither strict alternation nor its complement, nor one block of each.
+        let orders = pair_orders(20);
+        let alternating: Vec<bool> = (0..20).map(|pair| pair % 2 == 0).collect();
+        let complement: Vec<bool> = alternating.iter().map(|&a_first| !a_first).collect();
+        assert_ne!(orders, alternating);
+        assert_ne!(orders, complement);
+        assert_ne!(orders[..10], [true; 10]);
+        // splitmix64's published first output for seed 0.
+        let mut state = 0u64;
+        assert_eq!(splitmix64(&mut state), 0xE220_A839_7B1D_CDAF);
     }
 
     #[test]

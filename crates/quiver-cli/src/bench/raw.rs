@@ -29,8 +29,13 @@
 //!   datagram of the wrong length, or no progress for [`STALL_TIMEOUT`], is an error
 //!   (which is what a loss would look like).
 //!
-//! The two ranks find each other through quiver's shm endpoint (rank 1 tells rank 0 its
-//! ports); it stays idle afterwards and carries the last synchronisation.
+//! The two ranks find each other through a [`Rendezvous`]: run alone, through quiver's shm
+//! endpoint (rank 1 tells rank 0 its ports), which stays idle afterwards and carries the
+//! last synchronisation. `--baseline interleave` (`worker.rs`) opens the same link next to
+//! quiver's udp or tcp connection and trades the ports over that connection itself: its
+//! context is built for the network transport only, and the connection under test is
+//! already open and idle at that point, so no second quiver path is needed. The tests run
+//! through [`RawBaseline`], one call per measured run, for both uses.
 //!
 //! Timing and records are as in `worker.rs`: one clock read per pingpong round trip, osu_bw
 //! style windows, one JSON [`Record`] line per point from rank 0.
@@ -159,12 +164,8 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         endpoint,
         connection,
     };
-    let mut link: Box<dyn RawLink> = match plan.transport {
-        Transport::RawTcp => Box::new(TcpLink::open(rank, &mut bootstrap)?),
-        Transport::RawUdp => Box::new(UdpLink::open(&mut bootstrap)?),
-        other => return Err(format!("{} is not a raw transport", other.as_str())),
-    };
-    run_tests(plan, rank, link.as_mut())?;
+    let mut baseline = RawBaseline::open(plan.transport, rank, &mut bootstrap, plan)?;
+    run_tests(plan, &mut baseline)?;
     // Rank 1 exits only after rank 0 has finished everything.
     bootstrap
         .exchange(&[0])
@@ -172,43 +173,18 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every rank test of the plan over `link`; rank 0 prints the records.
-fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), String> {
-    let max_bytes = plan.max_message_bytes() as usize;
-    let max_round_trips = plan
-        .sizes
-        .iter()
-        .map(|&size| plan.pingpong_iters(size))
-        .max()
-        .unwrap_or(0);
-    // Page-aligned buffers: see [`page_aligned`].
-    let mut send_storage = vec![0u8; max_bytes + PAGE_BYTES];
-    let send = page_aligned(&mut send_storage, max_bytes);
-    for (index, byte) in send.iter_mut().enumerate() {
-        *byte = index as u8;
-    }
-    let send = &*send;
-    let mut receive_storage = vec![0u8; max_bytes + PAGE_BYTES];
-    let receive = page_aligned(&mut receive_storage, max_bytes);
-    let mut stamps: Vec<Instant> = Vec::with_capacity(max_round_trips as usize + 1);
+/// Runs every rank test of the plan over `baseline`; rank 0 prints the records.
+fn run_tests(plan: &Plan, baseline: &mut RawBaseline) -> Result<(), String> {
     let mut output = io::stdout().lock();
     for test in plan.rank_tests() {
         match test {
             TestName::Pingpong => {
-                link.set_latency_mode(true);
                 for &size in &plan.sizes {
-                    let record = pingpong(
-                        link,
-                        rank,
-                        &send[..size as usize],
-                        &mut receive[..size as usize],
-                        plan.pingpong_iters(size),
-                        &mut stamps,
-                    )
-                    .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
+                    let record = baseline
+                        .pingpong(size, plan.pingpong_iters(size))
+                        .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
                     emit(&mut output, record, plan)?;
                 }
-                link.set_latency_mode(false);
             }
             TestName::Bw | TestName::Rate => {
                 let sizes = if test == TestName::Bw {
@@ -224,26 +200,14 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
                     }
                 };
                 for size in sizes {
-                    let length = size as usize;
-                    let record = stream(
-                        link,
-                        rank,
-                        test,
-                        (&send[..length], &mut receive[..length]),
-                        plan.window,
-                        windows(size),
-                    )
-                    .map_err(|error| format!("{} at {size} bytes: {error}", test.as_str()))?;
+                    let record = baseline
+                        .stream(test, size, plan.window, windows(size))
+                        .map_err(|error| format!("{} at {size} bytes: {error}", test.as_str()))?;
                     emit(&mut output, record, plan)?;
                 }
             }
             TestName::Bibw => {
-                let mut generic = Generic {
-                    link: &mut *link,
-                    rank,
-                    exchange_send: Vec::new(),
-                    exchange_receive: Vec::new(),
-                };
+                let mut generic = baseline.generic();
                 for &size in &plan.sizes {
                     let record =
                         loggp::bibw_point(&mut generic, size, plan.window, plan.bw_windows(size))
@@ -252,8 +216,9 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
                 }
             }
             TestName::Loggp => {
+                let (link, rank, send, receive) = baseline.parts();
                 let mut generic = Generic {
-                    link: &mut *link,
+                    link,
                     rank,
                     exchange_send: Vec::new(),
                     exchange_receive: Vec::new(),
@@ -266,6 +231,126 @@ fn run_tests(plan: &Plan, rank: u32, link: &mut dyn RawLink) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// How the two ranks trade the few bytes a raw link needs to set up (ports, buffer
+/// sizes): each sends its message and gets the other's. A raw transport run alone uses an
+/// idle quiver shm connection ([`Bootstrap`]); `--baseline interleave` uses the quiver
+/// udp or tcp connection under test (`worker.rs`), already open and idle at that moment.
+pub(crate) trait Rendezvous {
+    /// Sends `mine` (at most 64 bytes) to the other rank and returns what it sent.
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// A raw-socket baseline ready to measure: the link, this rank, and page-aligned message
+/// buffers for the largest message of the plan. Used by `--transport raw-*` (`run`) and,
+/// block by block, by `--baseline interleave` (`worker.rs`).
+pub(crate) struct RawBaseline {
+    link: Box<dyn RawLink>,
+    rank: u32,
+    /// Storage of the send and receive buffers (see [`page_aligned`]).
+    send_storage: Vec<u8>,
+    receive_storage: Vec<u8>,
+    /// Length of each buffer: the plan's largest message, in bytes.
+    max_bytes: usize,
+    /// One timestamp per pingpong round trip, plus the start.
+    stamps: Vec<Instant>,
+}
+
+impl RawBaseline {
+    /// Opens the raw link of `transport` (raw-udp or raw-tcp) on 127.0.0.1, trading its
+    /// addresses through `rendezvous`, with buffers for every message of `plan`.
+    pub(crate) fn open(
+        transport: Transport,
+        rank: u32,
+        rendezvous: &mut dyn Rendezvous,
+        plan: &Plan,
+    ) -> Result<RawBaseline, String> {
+        let link: Box<dyn RawLink> = match transport {
+            Transport::RawTcp => Box::new(TcpLink::open(rank, rendezvous)?),
+            Transport::RawUdp => Box::new(UdpLink::open(rendezvous)?),
+            other => return Err(format!("{} is not a raw transport", other.as_str())),
+        };
+        let max_bytes = plan.max_message_bytes() as usize;
+        let max_round_trips = plan
+            .sizes
+            .iter()
+            .map(|&size| plan.pingpong_iters(size))
+            .max()
+            .unwrap_or(0);
+        let mut send_storage = vec![0u8; max_bytes + PAGE_BYTES];
+        for (index, byte) in page_aligned(&mut send_storage, max_bytes)
+            .iter_mut()
+            .enumerate()
+        {
+            *byte = index as u8;
+        }
+        Ok(RawBaseline {
+            link,
+            rank,
+            send_storage,
+            receive_storage: vec![0u8; max_bytes + PAGE_BYTES],
+            max_bytes,
+            stamps: Vec::with_capacity(max_round_trips as usize + 1),
+        })
+    }
+
+    /// The link, the rank, and the page-aligned send and receive buffers.
+    fn parts(&mut self) -> (&mut dyn RawLink, u32, &[u8], &mut [u8]) {
+        let send = &*page_aligned(&mut self.send_storage, self.max_bytes);
+        let receive = page_aligned(&mut self.receive_storage, self.max_bytes);
+        (self.link.as_mut(), self.rank, send, receive)
+    }
+
+    /// The link as the generic tests (bibw) see it.
+    fn generic(&mut self) -> Generic<'_> {
+        Generic {
+            link: self.link.as_mut(),
+            rank: self.rank,
+            exchange_send: Vec::new(),
+            exchange_receive: Vec::new(),
+        }
+    }
+
+    /// One pingpong run (warm-up, then `iters` timed round trips) of `size` bytes; rank 0
+    /// returns the record. `size` must be at most the plan's largest message.
+    pub(crate) fn pingpong(&mut self, size: u64, iters: u64) -> io::Result<Option<Record>> {
+        let length = size as usize;
+        let send = &*page_aligned(&mut self.send_storage, self.max_bytes);
+        let receive = page_aligned(&mut self.receive_storage, self.max_bytes);
+        self.link.set_latency_mode(true);
+        let record = pingpong(
+            self.link.as_mut(),
+            self.rank,
+            &send[..length],
+            &mut receive[..length],
+            iters,
+            &mut self.stamps,
+        );
+        self.link.set_latency_mode(false);
+        record
+    }
+
+    /// One bw or rate run (warm-up, then `windows` timed windows of `window` messages of
+    /// `size` bytes); rank 0 returns the record.
+    pub(crate) fn stream(
+        &mut self,
+        test: TestName,
+        size: u64,
+        window: u64,
+        windows: u64,
+    ) -> io::Result<Option<Record>> {
+        let length = size as usize;
+        let (link, rank, send, receive) = self.parts();
+        stream(
+            link,
+            rank,
+            test,
+            (&send[..length], &mut receive[..length]),
+            window,
+            windows,
+        )
+    }
 }
 
 /// Ping-pong of `message.len()` bytes: rank 0 sends and waits for the echo, rank 1
@@ -369,8 +454,7 @@ struct Bootstrap {
     connection: Connection,
 }
 
-impl Bootstrap {
-    /// Sends `mine` to the other rank and returns what it sent (at most 64 bytes).
+impl Rendezvous for Bootstrap {
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
         self.endpoint
             .send(self.connection, mine)
@@ -453,7 +537,7 @@ struct TcpLink {
 
 impl TcpLink {
     /// Rank 1 listens on 127.0.0.1 and sends its port; rank 0 connects.
-    fn open(rank: u32, bootstrap: &mut Bootstrap) -> Result<TcpLink, String> {
+    fn open(rank: u32, bootstrap: &mut dyn Rendezvous) -> Result<TcpLink, String> {
         let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let stream = if rank == 1 {
             let listener =
@@ -636,7 +720,7 @@ struct UdpLink {
 impl UdpLink {
     /// Both ranks bind two sockets on 127.0.0.1, exchange ports and receive buffer sizes,
     /// and connect each socket to its counterpart.
-    fn open(bootstrap: &mut Bootstrap) -> Result<UdpLink, String> {
+    fn open(bootstrap: &mut dyn Rendezvous) -> Result<UdpLink, String> {
         let bind = || -> io::Result<(UdpSocket, usize)> {
             let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
             let (_, receive) = quiver_transport::udp::set_buffer_sizes(

@@ -360,6 +360,9 @@ pub(crate) struct Report {
     tag: Option<(String, Vec<String>)>,
     /// `--detect both`: the round given to every following result.
     round: Option<u32>,
+    /// `--baseline interleave`: results of two transports come interleaved; they share one
+    /// table section per test and each row names its transport and pair.
+    interleaved_transports: bool,
 }
 
 impl Report {
@@ -374,7 +377,14 @@ impl Report {
             progress: None,
             tag: None,
             round: None,
+            interleaved_transports: false,
         }
+    }
+
+    /// `--baseline interleave`: one table section per test for both transports, each row
+    /// followed by its transport and pair (`false`: a section per transport, as usual).
+    pub(crate) fn set_interleaved_transports(&mut self, interleaved: bool) {
+        self.interleaved_transports = interleaved;
     }
 
     /// Gives every following result `round` (`--detect both`; `None`: no round).
@@ -677,7 +687,11 @@ impl Report {
         let section = format!(
             "{} {} {}",
             record.test,
-            record.transport,
+            if self.interleaved_transports {
+                "interleaved"
+            } else {
+                &record.transport
+            },
             if variant_in_column {
                 ""
             } else {
@@ -693,10 +707,19 @@ impl Report {
                 Style::Osu => self.osu_header(record)?,
             }
         }
-        let row = match style {
+        let mut row = match style {
             Style::Table => table_row(record),
             Style::Osu => osu_row(record),
         };
+        if self.interleaved_transports {
+            let pair = record
+                .round
+                .map_or(String::new(), |round| format!(" pair {round}"));
+            match style {
+                Style::Table => row.push_str(&format!(" {:>8}{pair}", record.transport)),
+                Style::Osu => row.push_str(&format!("  # {}{pair}", record.transport)),
+            }
+        }
         self.clear_progress();
         if let Some(table) = self.table.as_mut() {
             writeln!(table, "{row}")?;
@@ -825,6 +848,12 @@ impl Report {
             }
             other => writeln!(table, "{other}:")?,
         }
+        if self.interleaved_transports {
+            writeln!(
+                table,
+                "  (quiver and raw-baseline blocks in the order they ran; the last columns name the transport and the pair)"
+            )?;
+        }
         Ok(())
     }
 
@@ -913,47 +942,132 @@ pub(crate) struct DetectComparison {
     pub(crate) share_on_without_slow: Option<f64>,
 }
 
-/// Compares on against off over the rounds in `records` (results of `--detect both`, with
-/// `detect` and `round` set), per test, transport, variant and size, in first-seen order.
-pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
+/// Two figures measured in pairs (side A and side B of each pair: detection on and off,
+/// or quiver and its raw baseline), compared by the ratio A / B.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PairedRatio {
+    /// Pairs with both figures (and B above 0).
+    pub(crate) pairs: usize,
+    /// Median of the A figures and of the B figures over those pairs.
+    pub(crate) median_a: f64,
+    /// See `median_a`.
+    pub(crate) median_b: f64,
+    /// Per pair A / B, sorted.
+    pub(crate) ratios: Vec<f64>,
+    /// Median of `ratios`.
+    pub(crate) median: f64,
+    /// Order-statistics interval of `median` at [`DETECT_CONFIDENCE`] (None: fewer than 6
+    /// pairs).
+    pub(crate) interval: Option<super::stats::MedianInterval>,
+}
+
+/// The paired comparison of `pairs` (A, B); pairs whose B is not above 0 are left out.
+/// `None` when no pair is left.
+pub(crate) fn paired_ratio(pairs: &[(f64, f64)]) -> Option<PairedRatio> {
     use super::stats::{median, median_interval, sort_samples};
-    type Key = (String, String, Option<String>, u64);
-    let mut keys: Vec<Key> = Vec::new();
+    let kept: Vec<(f64, f64)> = pairs.iter().copied().filter(|&(_, b)| b > 0.0).collect();
+    let mut a: Vec<f64> = kept.iter().map(|pair| pair.0).collect();
+    let mut b: Vec<f64> = kept.iter().map(|pair| pair.1).collect();
+    let mut ratios: Vec<f64> = kept.iter().map(|(a, b)| a / b).collect();
+    for samples in [&mut a, &mut b, &mut ratios] {
+        sort_samples(samples);
+    }
+    Some(PairedRatio {
+        pairs: kept.len(),
+        median_a: median(&a)?,
+        median_b: median(&b)?,
+        median: median(&ratios)?,
+        interval: median_interval(&ratios, DETECT_CONFIDENCE),
+        ratios,
+    })
+}
+
+/// What a paired comparison groups by: test, transport, variant and size.
+type PairKey = (String, String, Option<String>, u64);
+
+/// The records of one [`PairKey`], by pair.
+struct PairGroup<'a> {
+    key: PairKey,
+    /// "latency_us", "bandwidth_MBps" or "rate_Mmsgs".
+    metric: &'static str,
+    /// Per pair (`round`): the figure of side A and of side B.
+    by_pair: std::collections::BTreeMap<u32, [Option<f64>; 2]>,
+    /// The records compared, with their side (0: A, 1: B).
+    records: Vec<(usize, &'a Record)>,
+}
+
+impl PairGroup<'_> {
+    /// The (A, B) figures of the pairs that have both.
+    fn pairs(&self) -> Vec<(f64, f64)> {
+        self.by_pair
+            .values()
+            .filter_map(|[a, b]| a.zip(*b))
+            .collect()
+    }
+}
+
+/// Groups the records that have a figure ([`detect_metric`]), a pair (`round`) and a side
+/// (`side`: 0 for A, 1 for B, `None`: not compared) by `key`, in first-seen order.
+fn group_pairs<'a>(
+    records: &'a [Record],
+    key: impl Fn(&Record) -> PairKey,
+    side: impl Fn(&Record) -> Option<usize>,
+) -> Vec<PairGroup<'a>> {
+    let mut groups: Vec<PairGroup<'a>> = Vec::new();
     for record in records {
-        let key = (
+        let (Some((metric, value)), Some(pair), Some(side)) =
+            (detect_metric(record), record.round, side(record))
+        else {
+            continue;
+        };
+        let key = key(record);
+        let index = match groups.iter().position(|group| group.key == key) {
+            Some(index) => index,
+            None => {
+                groups.push(PairGroup {
+                    key,
+                    metric,
+                    by_pair: Default::default(),
+                    records: Vec::new(),
+                });
+                groups.len() - 1
+            }
+        };
+        let group = &mut groups[index];
+        group.by_pair.entry(pair).or_default()[side] = Some(value);
+        group.records.push((side, record));
+    }
+    groups
+}
+
+/// Compares on against off over the rounds in `records` (results of `--detect both` or
+/// `interleave`, with `detect` and `round` set), per test, transport, variant and size, in
+/// first-seen order.
+pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
+    use super::stats::{median, sort_samples};
+    let key = |record: &Record| {
+        (
             record.test.clone(),
             record.transport.clone(),
             record.variant.clone(),
             record.size,
-        );
-        if detect_metric(record).is_some() && record.round.is_some() && !keys.contains(&key) {
-            keys.push(key);
-        }
-    }
+        )
+    };
+    let side = |record: &Record| match record.detect.as_deref() {
+        Some("on") => Some(0),
+        Some("off") => Some(1),
+        _ => None,
+    };
     let mut comparisons = Vec::new();
-    for (test, transport, variant, size) in keys {
-        let of_key = |record: &&Record| {
-            record.test == test
-                && record.transport == transport
-                && record.variant == variant
-                && record.size == size
+    for group in group_pairs(records, key, side) {
+        let Some(paired) = paired_ratio(&group.pairs()) else {
+            continue;
         };
-        let mut metric = "";
-        // Per round: (on, off) figures and shares.
-        let mut by_round: std::collections::BTreeMap<u32, [Option<f64>; 2]> = Default::default();
+        // The looks' cost: shares of the on and off runs, and of the on runs without the
+        // slow looks.
         let mut shares: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut shares_without_slow: Vec<f64> = Vec::new();
-        for record in records.iter().filter(of_key) {
-            let (Some((name, value)), Some(round)) = (detect_metric(record), record.round) else {
-                continue;
-            };
-            let side = match record.detect.as_deref() {
-                Some("on") => 0,
-                Some("off") => 1,
-                _ => continue,
-            };
-            metric = name;
-            by_round.entry(round).or_default()[side] = Some(value);
+        for &(side, record) in &group.records {
             shares[side].extend(record.detect_share);
             if let (0, Some(share), Some(ns), Some(slow_ns)) = (
                 side,
@@ -969,41 +1083,23 @@ pub(crate) fn detect_comparisons(records: &[Record]) -> Vec<DetectComparison> {
                 shares_without_slow.push(share * kept);
             }
         }
-        let pairs: Vec<(f64, f64)> = by_round
-            .values()
-            .filter_map(|[on, off]| on.zip(*off))
-            .filter(|&(_, off)| off > 0.0)
-            .collect();
-        if pairs.is_empty() {
-            continue;
-        }
-        let mut on: Vec<f64> = pairs.iter().map(|pair| pair.0).collect();
-        let mut off: Vec<f64> = pairs.iter().map(|pair| pair.1).collect();
-        let mut paired_ratios: Vec<f64> = pairs.iter().map(|(on, off)| on / off).collect();
-        for samples in [&mut on, &mut off, &mut paired_ratios] {
-            sort_samples(samples);
-        }
         for samples in shares.iter_mut() {
             sort_samples(samples);
         }
         sort_samples(&mut shares_without_slow);
-        let (Some(median_on), Some(median_off), Some(paired_median)) =
-            (median(&on), median(&off), median(&paired_ratios))
-        else {
-            continue;
-        };
+        let (test, transport, variant, size) = group.key;
         comparisons.push(DetectComparison {
-            interval: median_interval(&paired_ratios, DETECT_CONFIDENCE),
+            interval: paired.interval,
             test,
             transport,
             variant,
             size,
-            metric,
-            rounds: pairs.len(),
-            median_on,
-            median_off,
-            paired_ratios,
-            paired_median,
+            metric: group.metric,
+            rounds: paired.pairs,
+            median_on: paired.median_a,
+            median_off: paired.median_b,
+            paired_median: paired.median,
+            paired_ratios: paired.ratios,
             share_on: median(&shares[0]),
             share_off: median(&shares[1]),
             share_on_without_slow: median(&shares_without_slow),
@@ -1135,6 +1231,250 @@ impl Report {
                 interval,
                 ppm(comparison.share_on),
                 ppm(comparison.share_on_without_slow)
+            )?;
+        }
+        table.flush()
+    }
+}
+
+/// `variant` of the summary records of `--baseline interleave` (one per test and size).
+pub(crate) const VARIANT_BASELINE_SUMMARY: &str = "baseline_quiver_raw";
+
+/// An issue-3 target for quiver / raw at one point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Target {
+    /// The bound on quiver / raw.
+    pub(crate) bound: f64,
+    /// Whether the ratio must be at most the bound (latency) rather than at least (bandwidth).
+    pub(crate) at_most: bool,
+}
+
+impl Target {
+    /// Whether `ratio` (quiver / raw) meets the target.
+    pub(crate) fn met_by(self, ratio: f64) -> bool {
+        if self.at_most {
+            ratio <= self.bound
+        } else {
+            ratio >= self.bound
+        }
+    }
+
+    /// "<= 1.05" or ">= 0.95".
+    pub(crate) fn text(self) -> String {
+        format!(
+            "{} {:.2}",
+            if self.at_most { "<=" } else { ">=" },
+            self.bound
+        )
+    }
+}
+
+/// Issue 3's target for quiver's `transport` against its raw baseline at this test and
+/// size, where one applies: 8-byte one-way latency (udp and tcp) within 1.05x of raw, and
+/// tcp 1 MiB bandwidth at least 0.95x of raw.
+pub(crate) fn issue3_target(test: &str, transport: &str, size: u64) -> Option<Target> {
+    match (test, transport, size) {
+        ("pingpong", "udp" | "tcp", 8) => Some(Target {
+            bound: 1.05,
+            at_most: true,
+        }),
+        ("bw", "tcp", 0x10_0000) => Some(Target {
+            bound: 0.95,
+            at_most: false,
+        }),
+        _ => None,
+    }
+}
+
+/// quiver against its raw-socket baseline at one test, variant and size, over the pairs
+/// of `--baseline interleave` (ratio = quiver / raw).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BaselineComparison {
+    /// Test, quiver's transport, variant and size compared.
+    pub(crate) test: String,
+    /// See `test`.
+    pub(crate) transport: String,
+    /// The raw baseline: "raw-udp" or "raw-tcp".
+    pub(crate) raw_transport: String,
+    /// See `test`.
+    pub(crate) variant: Option<String>,
+    /// See `test`.
+    pub(crate) size: u64,
+    /// "latency_us", "bandwidth_MBps" or "rate_Mmsgs".
+    pub(crate) metric: &'static str,
+    /// A = quiver, B = raw.
+    pub(crate) paired: PairedRatio,
+    /// Issue 3's target at this point, if one applies.
+    pub(crate) target: Option<Target>,
+}
+
+/// Pairs the blocks of quiver's `transport` with those of its baseline `raw_transport`
+/// (same `round`) per test, variant and size, in first-seen order.
+pub(crate) fn baseline_comparisons(
+    records: &[Record],
+    transport: &str,
+    raw_transport: &str,
+) -> Vec<BaselineComparison> {
+    let key = |record: &Record| {
+        (
+            record.test.clone(),
+            transport.to_string(),
+            record.variant.clone(),
+            record.size,
+        )
+    };
+    let side = |record: &Record| {
+        if record.transport == transport {
+            Some(0)
+        } else if record.transport == raw_transport {
+            Some(1)
+        } else {
+            None
+        }
+    };
+    group_pairs(records, key, side)
+        .into_iter()
+        .filter_map(|group| {
+            let paired = paired_ratio(&group.pairs())?;
+            let (test, transport, variant, size) = group.key;
+            Some(BaselineComparison {
+                target: issue3_target(&test, &transport, size),
+                test,
+                transport,
+                raw_transport: raw_transport.to_string(),
+                variant,
+                size,
+                metric: group.metric,
+                paired,
+            })
+        })
+        .collect()
+}
+
+impl BaselineComparison {
+    /// Whether a lower quiver / raw is better (latency) rather than a higher one.
+    pub(crate) fn lower_is_better(&self) -> bool {
+        self.metric == "latency_us"
+    }
+
+    /// Whether the paired median meets the target (`None`: no target here).
+    pub(crate) fn target_met(&self) -> Option<bool> {
+        self.target.map(|target| target.met_by(self.paired.median))
+    }
+
+    /// Whether the whole 95% interval meets the target (`None`: no target or no interval).
+    pub(crate) fn target_shown(&self) -> Option<bool> {
+        let interval = self.paired.interval?;
+        self.target
+            .map(|target| target.met_by(interval.low) && target.met_by(interval.high))
+    }
+
+    /// The summary as a JSON record (`variant` = [`VARIANT_BASELINE_SUMMARY`]).
+    pub(crate) fn record(&self) -> Record {
+        let paired = &self.paired;
+        Record {
+            test: self.test.clone(),
+            transport: self.transport.clone(),
+            size: self.size,
+            iters: paired.pairs as u64,
+            variant: Some(VARIANT_BASELINE_SUMMARY.to_string()),
+            summary: Some(serde_json::json!({
+                "variant": self.variant,
+                "metric": self.metric,
+                "raw_transport": self.raw_transport,
+                "ratio": "quiver / raw",
+                "better": if self.lower_is_better() { "lower" } else { "higher" },
+                "pairs": paired.pairs,
+                "median_quiver": paired.median_a,
+                "median_raw": paired.median_b,
+                "ratio_of_medians": paired.median_a / paired.median_b,
+                "paired_ratios": paired.ratios,
+                "paired_ratio_median": paired.median,
+                "interval": paired.interval.map(|interval| [interval.low, interval.high]),
+                "interval_confidence": paired.interval.map(|interval| interval.confidence),
+                "target": self.target.map(Target::text),
+                "target_met": self.target_met(),
+                "target_shown": self.target_shown(),
+            })),
+            ..Record::default()
+        }
+    }
+}
+
+impl Report {
+    /// Ends a `--baseline interleave` run: per test and size, quiver's and the raw
+    /// baseline's medians, quiver / raw as the ratio of the medians and as the median of
+    /// the paired ratios with its order-statistics 95% interval, and issue 3's target where
+    /// one applies; as a table and as JSON summary records.
+    ///
+    /// # Errors
+    /// If writing either output fails.
+    pub(crate) fn baseline_summary(
+        &mut self,
+        transport: &str,
+        raw_transport: &str,
+        pairs: u32,
+    ) -> io::Result<()> {
+        let comparisons = baseline_comparisons(&self.collected, transport, raw_transport);
+        for comparison in &comparisons {
+            self.json_line(&comparison.record())?;
+        }
+        let osu = self.style == Style::Osu;
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        let prefix = if osu { "# " } else { "" };
+        let lines = [
+            format!("quiver {transport} against its raw-socket baseline {raw_transport}, {pairs} pairs of blocks per point in one launch of the ranks"),
+            "  (each pair quiver-raw or raw-quiver in a fixed pseudo-random order, half each way; the same iterations per block)".to_string(),
+            "  ratio = quiver / raw. q/raw = median quiver / median raw; paired = median over the pairs of quiver / raw of that".to_string(),
+            format!("  pair, with its distribution-free {:.0}% interval (order statistics; needs 6 pairs or more).", DETECT_CONFIDENCE * 100.0),
+            "  Latency: lower is better (below 1 = quiver faster); bandwidth and rate: higher is better (above 1 = quiver faster).".to_string(),
+            "  target: issue 3's, where one applies; met = the paired median meets it, shown = the whole interval does.".to_string(),
+        ];
+        writeln!(table)?;
+        for line in lines {
+            writeln!(table, "{prefix}{line}")?;
+        }
+        writeln!(
+            table,
+            "{prefix}  {:<9} {:>10} {:<15} {:>13} {:>11} {:>7} {:>7} {:>15} target",
+            "test", "size", "figure", "median quiver", "median raw", "q/raw", "paired", "interval",
+        )?;
+        for comparison in &comparisons {
+            let paired = &comparison.paired;
+            let interval = paired.interval.map_or("- (too few)".to_string(), |i| {
+                format!("{:.3} .. {:.3}", i.low, i.high)
+            });
+            let yes_no = |value: Option<bool>| match value {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            let target = comparison.target.map_or("-".to_string(), |target| {
+                format!(
+                    "{}: met {}, shown {}",
+                    target.text(),
+                    yes_no(comparison.target_met()),
+                    yes_no(comparison.target_shown())
+                )
+            });
+            let test = match &comparison.variant {
+                Some(variant) => format!("{} {variant}", comparison.test),
+                None => comparison.test.clone(),
+            };
+            writeln!(
+                table,
+                "{prefix}  {:<9} {:>10} {:<15} {:>13} {:>11} {:>7.3} {:>7.3} {:>15} {}",
+                test,
+                format_size(comparison.size),
+                comparison.metric,
+                format_significant(paired.median_a, 3),
+                format_significant(paired.median_b, 3),
+                paired.median_a / paired.median_b,
+                paired.median,
+                interval,
+                target
             )?;
         }
         table.flush()

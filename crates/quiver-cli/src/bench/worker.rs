@@ -21,6 +21,15 @@
 //! run of its own (warm-up, timed iterations, detection cost) with failure detection
 //! switched on or off in both ranks by [`Endpoint::set_detection`] before it; the block's
 //! record carries `detect` and its pair as `round` ([`Plan::interleave_blocks`]).
+//!
+//! `--baseline interleave` (udp, tcp): the same blocks, one of each pair over the quiver
+//! connection and one over the matching raw-socket baseline (raw-udp, raw-tcp: `raw.rs`'s
+//! [`RawBaseline`], the code `--transport raw-*` runs). Its sockets are set up right after
+//! the first synchronisation, their ports traded over the quiver connection (the context
+//! is built for the network transport alone, and the connection is idle then). Blocks
+//! follow each other with no extra synchronisation: each ends on both ranks within a
+//! message of each other, and the two channels never carry each other's messages. The
+//! raw block's record carries `transport` = "raw-udp" or "raw-tcp" and the same `round`.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -30,7 +39,8 @@ use quiver::{
 };
 
 use super::loggp::{self, BenchLink, LoggpBuffers};
-use super::plan::{self, Plan, TestName, RATE_MESSAGE_BYTES};
+use super::plan::{self, Interleaved, Plan, TestName, Transport, RATE_MESSAGE_BYTES};
+use super::raw::{RawBaseline, Rendezvous};
 use super::report::Record;
 use super::stats;
 
@@ -38,6 +48,12 @@ use super::stats;
 const BENCH_PORT: u16 = 0;
 /// How long connecting to the other rank may keep failing before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// `--baseline interleave`: the udp idle timeout of the ranks (unless set): nobody polls
+/// the quiver connection during a raw block, and without it the first look after a block
+/// longer than the detection time would find the peer silent for too long. Only the
+/// keepalive of an idle connection depends on it (a quarter of it), and a connection that
+/// carries a test is never idle, so the quiver blocks measure what a run alone does.
+const BASELINE_IDLE_TIMEOUT_MS: u64 = 3_600_000;
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 const ACK_BYTES: usize = 1;
 /// Size of the message carrying rank 1's detection cost: the four counters of
@@ -68,6 +84,15 @@ struct Buffers {
 
 pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     apply_settings(plan)?;
+    if plan.baseline_transport().is_some()
+        && std::env::var_os("QUIVER_NET_IDLE_TIMEOUT_MS").is_none()
+    {
+        // Still single-threaded: see apply_settings.
+        std::env::set_var(
+            "QUIVER_NET_IDLE_TIMEOUT_MS",
+            BASELINE_IDLE_TIMEOUT_MS.to_string(),
+        );
+    }
     let context = Context::from_env().map_err(|error| format!("Context::from_env: {error}"))?;
     if context.size() != 2 {
         return Err(format!(
@@ -106,70 +131,91 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         receive: vec![0u8; max_bytes],
         stamps: Vec::with_capacity(max_round_trips as usize + 1),
     };
-    // The blocks of every point: one block as configured, or --detect interleave's.
+    // The blocks of every point: one block as configured, or the interleaved pairs.
     let detect_on = context.config().detect;
-    let blocks: Vec<(Option<u32>, Option<Duration>)> = if plan.interleave.is_some() {
-        let Some(on) = detect_on else {
-            return Err(
-                "--detect interleave needs failure detection on (QUIVER_DETECT_MS is 0)"
-                    .to_string(),
-            );
-        };
-        plan.interleave_blocks()
+    let blocks: Vec<(Option<u32>, Block)> = match plan.interleave.map(|interleave| interleave.sides)
+    {
+        None => vec![(None, Block::Quiver(detect_on))],
+        Some(Interleaved::Detection) => {
+            let Some(on) = detect_on else {
+                return Err(
+                    "--detect interleave needs failure detection on (QUIVER_DETECT_MS is 0)"
+                        .to_string(),
+                );
+            };
+            plan.interleave_blocks()
+                .into_iter()
+                .map(|(pair, on_now)| (Some(pair), Block::Quiver(on_now.then_some(on))))
+                .collect()
+        }
+        Some(Interleaved::Baseline) => plan
+            .interleave_blocks()
             .into_iter()
-            .map(|(pair, on_now)| (Some(pair), on_now.then_some(on)))
-            .collect()
-    } else {
-        vec![(None, detect_on)]
+            .map(|(pair, quiver)| {
+                let block = if quiver {
+                    Block::Quiver(detect_on)
+                } else {
+                    Block::Raw
+                };
+                (Some(pair), block)
+            })
+            .collect(),
+    };
+    // --baseline interleave: the raw link, set up over the quiver connection.
+    let mut raw = match plan.baseline_transport() {
+        Some(transport) => Some((
+            transport,
+            RawBaseline::open(transport, rank, &mut link, plan)
+                .map_err(|error| format!("opening the {} baseline: {error}", transport.as_str()))?,
+        )),
+        None => None,
     };
     let mut output = io::stdout().lock();
     for test in plan.rank_tests() {
+        let mut point = |run: Run| -> Result<(), String> {
+            for &(pair, block) in &blocks {
+                let (transport, record) = match (block, raw.as_mut()) {
+                    (Block::Quiver(detect), _) => (plan.transport, {
+                        link.endpoint
+                            .set_detection(detect)
+                            .map_err(|error| format!("switching detection: {error}"))?;
+                        run.over_quiver(&mut link, &mut buffers, plan.window)
+                    }),
+                    (Block::Raw, Some((transport, baseline))) => {
+                        (*transport, run.over_raw(baseline, plan.window))
+                    }
+                    (Block::Raw, None) => return Err("no raw baseline is open".to_string()),
+                };
+                let record = record.map_err(|error| {
+                    format!("{} over {}: {error}", run.name(), transport.as_str())
+                })?;
+                emit_as(&mut output, in_pair(record, pair), transport)?;
+            }
+            Ok(())
+        };
         match test {
             TestName::Pingpong => {
                 for &size in &plan.sizes {
                     let iters = plan.pingpong_iters(size);
-                    for &(pair, detect) in &blocks {
-                        link.endpoint
-                            .set_detection(detect)
-                            .map_err(|error| format!("switching detection: {error}"))?;
-                        let record = link
-                            .pingpong(&mut buffers, size, iters)
-                            .map_err(|error| format!("pingpong at {size} bytes: {error}"))?;
-                        emit(&mut output, in_pair(record, pair), plan)?;
-                    }
+                    point(Run::Pingpong { size, iters })?;
                 }
             }
             TestName::Bw => {
                 for &size in &plan.sizes {
                     let windows = plan.bw_windows(size);
-                    for &(pair, detect) in &blocks {
-                        link.endpoint
-                            .set_detection(detect)
-                            .map_err(|error| format!("switching detection: {error}"))?;
-                        let record = link
-                            .stream(&mut buffers, TestName::Bw, size, plan.window, windows)
-                            .map_err(|error| format!("bw at {size} bytes: {error}"))?;
-                        emit(&mut output, in_pair(record, pair), plan)?;
-                    }
+                    point(Run::Stream {
+                        test,
+                        size,
+                        windows,
+                    })?;
                 }
             }
             TestName::Rate => {
-                let windows = plan.rate_windows();
-                for &(pair, detect) in &blocks {
-                    link.endpoint
-                        .set_detection(detect)
-                        .map_err(|error| format!("switching detection: {error}"))?;
-                    let record = link
-                        .stream(
-                            &mut buffers,
-                            TestName::Rate,
-                            RATE_MESSAGE_BYTES,
-                            plan.window,
-                            windows,
-                        )
-                        .map_err(|error| format!("rate: {error}"))?;
-                    emit(&mut output, in_pair(record, pair), plan)?;
-                }
+                point(Run::Stream {
+                    test,
+                    size: RATE_MESSAGE_BYTES,
+                    windows: plan.rate_windows(),
+                })?;
             }
             TestName::Bibw => {
                 for &size in &plan.sizes {
@@ -211,6 +257,83 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     }
     link.finish()
         .map_err(|error| format!("last exchange with rank {}: {error}", peer.rank))
+}
+
+/// One block of a point: a run over quiver with failure detection as given (`None`:
+/// off), or a run over the raw-socket baseline (`--baseline interleave`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Quiver(Option<Duration>),
+    Raw,
+}
+
+/// One measured run of a pingpong, bw or rate point.
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    /// `iters` round trips of `size` bytes.
+    Pingpong { size: u64, iters: u64 },
+    /// bw or rate: `windows` windows of messages of `size` bytes.
+    Stream {
+        test: TestName,
+        size: u64,
+        windows: u64,
+    },
+}
+
+impl Run {
+    /// "pingpong at 8 bytes", for error messages.
+    fn name(self) -> String {
+        match self {
+            Run::Pingpong { size, .. } => format!("pingpong at {size} bytes"),
+            Run::Stream { test, size, .. } => format!("{} at {size} bytes", test.as_str()),
+        }
+    }
+
+    /// Measures the run over the quiver connection; rank 0 returns the record.
+    fn over_quiver(
+        self,
+        link: &mut Link,
+        buffers: &mut Buffers,
+        window: u64,
+    ) -> Result<Option<Record>, String> {
+        let result = match self {
+            Run::Pingpong { size, iters } => link.pingpong(buffers, size, iters),
+            Run::Stream {
+                test,
+                size,
+                windows,
+            } => link.stream(buffers, test, size, window, windows),
+        };
+        result.map_err(|error| error.to_string())
+    }
+
+    /// Measures the run over the raw-socket baseline; rank 0 returns the record.
+    fn over_raw(self, baseline: &mut RawBaseline, window: u64) -> Result<Option<Record>, String> {
+        let result = match self {
+            Run::Pingpong { size, iters } => baseline.pingpong(size, iters),
+            Run::Stream {
+                test,
+                size,
+                windows,
+            } => baseline.stream(test, size, window, windows),
+        };
+        result.map_err(|error| error.to_string())
+    }
+}
+
+impl Rendezvous for Link {
+    /// `--baseline interleave`: the raw link's setup goes over the quiver connection,
+    /// idle at that moment (right after the first synchronisation).
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        self.send(mine)
+            .map_err(|error| format!("sending to the other rank: {error}"))?;
+        let mut buffer = [0u8; 64];
+        let (length, _) = self
+            .endpoint
+            .recv(&mut buffer)
+            .map_err(|error| format!("receiving from the other rank: {error}"))?;
+        Ok(buffer[..length].to_vec())
+    }
 }
 
 /// Marks a block's record with its interleave pair (`round`); `None`: not interleaved.
@@ -278,16 +401,25 @@ pub(super) fn run_loggp(
     Ok(points)
 }
 
-/// Rank 0 writes the record (with the transport) as one JSON line; rank 1 has none.
+/// Rank 0 writes the record (with the plan's transport) as one JSON line; rank 1 has none.
 pub(super) fn emit(
     output: &mut impl Write,
     record: Option<Record>,
     plan: &Plan,
 ) -> Result<(), String> {
+    emit_as(output, record, plan.transport)
+}
+
+/// Rank 0 writes the record, measured over `transport`, as one JSON line.
+fn emit_as(
+    output: &mut impl Write,
+    record: Option<Record>,
+    transport: Transport,
+) -> Result<(), String> {
     let Some(mut record) = record else {
         return Ok(());
     };
-    record.transport = plan.transport.as_str().to_string();
+    record.transport = transport.as_str().to_string();
     let line = serde_json::to_string(&record).map_err(|error| error.to_string())?;
     writeln!(output, "{line}")
         .and_then(|()| output.flush())
