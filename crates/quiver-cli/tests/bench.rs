@@ -732,3 +732,182 @@ fn detect_interleave_switches_blocks_in_one_launch() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// `--baseline interleave` over `transport` with `pairs` pairs: every point's blocks pair
+/// up (one quiver and one raw record per pair, in the same order at every point), and one
+/// summary per point carries the paired ratio; returns the summaries by (test, size).
+fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(String, u64, Value)> {
+    let rounds = pairs.to_string();
+    let output = quiver_bench(&[
+        "pingpong",
+        "bw",
+        "rate",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "50",
+        "--transport",
+        transport,
+        "--baseline",
+        "interleave",
+        "--rounds",
+        &rounds,
+        "--json",
+        "-",
+    ]);
+    let records = json_lines(&output);
+    let mut orders: Vec<Vec<String>> = Vec::new();
+    let mut summaries = Vec::new();
+    for (test, size) in [
+        ("pingpong", 8),
+        ("pingpong", 4096),
+        ("bw", 8),
+        ("bw", 4096),
+        ("rate", 8),
+    ] {
+        let blocks: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["size"] == size && record["variant"].is_null())
+            .collect();
+        assert_eq!(blocks.len() as u64, 2 * pairs, "{test} {size}: {blocks:?}");
+        for (index, pair) in blocks.chunks(2).enumerate() {
+            let mut transports: Vec<&str> = pair
+                .iter()
+                .map(|record| {
+                    assert_eq!(record["round"], index as u64, "{record}");
+                    assert_eq!(record["iters"], 50, "{record}");
+                    let figure = match test {
+                        "pingpong" => "latency_us",
+                        "bw" => "bandwidth_MBps",
+                        _ => "rate_Mmsgs",
+                    };
+                    positive(record, figure);
+                    record["transport"].as_str().unwrap_or("?")
+                })
+                .collect();
+            // quiver's block carries its failure detection, the raw one none.
+            for record in pair {
+                assert_eq!(
+                    record["detect"].is_string(),
+                    record["transport"] == transport,
+                    "{record}"
+                );
+            }
+            transports.sort_unstable();
+            let mut expected = [transport, raw];
+            expected.sort_unstable();
+            assert_eq!(transports, expected, "{test} {size} pair {index}");
+        }
+        // Every point runs its pairs in the same order.
+        orders.push(
+            blocks
+                .iter()
+                .map(|record| record["transport"].as_str().unwrap_or("?").to_string())
+                .collect(),
+        );
+        let summary: Vec<&Value> = of_test(&records, test)
+            .into_iter()
+            .filter(|record| record["size"] == size && record["variant"] == "baseline_quiver_raw")
+            .collect();
+        assert_eq!(summary.len(), 1, "{test} {size}: {summary:?}");
+        assert_eq!(summary[0]["transport"], transport);
+        let summary = &summary[0]["summary"];
+        assert_eq!(summary["pairs"], pairs, "{summary}");
+        assert_eq!(summary["raw_transport"], raw, "{summary}");
+        assert_eq!(summary["ratio"], "quiver / raw", "{summary}");
+        assert_eq!(
+            summary["better"],
+            if test == "pingpong" {
+                "lower"
+            } else {
+                "higher"
+            }
+        );
+        positive(summary, "median_quiver");
+        positive(summary, "median_raw");
+        positive(summary, "ratio_of_medians");
+        positive(summary, "paired_ratio_median");
+        assert_eq!(
+            summary["paired_ratios"].as_array().map(Vec::len),
+            Some(pairs as usize)
+        );
+        summaries.push((test.to_string(), size, summary.clone()));
+    }
+    assert!(orders.windows(2).all(|two| two[0] == two[1]), "{orders:?}");
+    summaries
+}
+
+#[test]
+fn baseline_interleave_pairs_quiver_and_raw_blocks_over_udp() {
+    let summaries = check_baseline_interleave("udp", "raw-udp", 2);
+    for (test, size, summary) in &summaries {
+        // Two pairs: too few for a 95% interval.
+        assert!(summary["interval"].is_null(), "{test} {size}: {summary}");
+        // The 8 B latency target applies to udp; no bandwidth target for udp.
+        let has_target = test == "pingpong" && *size == 8;
+        assert_eq!(
+            summary["target"].is_string(),
+            has_target,
+            "{test} {size}: {summary}"
+        );
+        assert_eq!(summary["target_met"].is_boolean(), has_target, "{summary}");
+        assert!(summary["target_shown"].is_null(), "{summary}");
+    }
+}
+
+#[test]
+fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
+    let summaries = check_baseline_interleave("tcp", "raw-tcp", 6);
+    for (test, size, summary) in &summaries {
+        // Six pairs give a 95% interval around the paired median.
+        let low = summary["interval"][0].as_f64().expect("interval low");
+        let high = summary["interval"][1].as_f64().expect("interval high");
+        let median = summary["paired_ratio_median"].as_f64().expect("median");
+        assert!(low <= median && median <= high, "{test} {size}: {summary}");
+        let has_target = test == "pingpong" && *size == 8;
+        assert_eq!(
+            summary["target"].is_string(),
+            has_target,
+            "{test} {size}: {summary}"
+        );
+        assert_eq!(
+            summary["target_shown"].is_boolean(),
+            has_target,
+            "{summary}"
+        );
+    }
+    // The table: one section per test with both transports, and the summary.
+    let table = quiver_bench(&[
+        "pingpong",
+        "--sizes",
+        "8",
+        "--iters",
+        "50",
+        "--transport",
+        "tcp",
+        "--baseline",
+        "interleave",
+        "--rounds",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.matches("pingpong: one-way latency").count(),
+        1,
+        "{stdout}"
+    );
+    assert!(stdout.contains("raw-tcp pair 1"), "{stdout}");
+    assert!(
+        stdout.contains("quiver tcp against its raw-socket baseline raw-tcp, 2 pairs"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("<= 1.05: met "), "{stdout}");
+    let refused = quiver_bench(&["bibw", "--transport", "tcp", "--baseline", "interleave"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--baseline interleave"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -993,6 +993,130 @@ mod tests {
     }
 
     #[test]
+    fn baseline_interleave_is_validated() {
+        let udp = plan(&["--transport", "udp", "--baseline", "interleave"]).expect("valid");
+        assert_eq!(
+            udp.interleave,
+            Some(Interleave {
+                pairs: DEFAULT_INTERLEAVE_PAIRS,
+                sides: Interleaved::Baseline
+            })
+        );
+        assert_eq!(udp.baseline_transport(), Some(Transport::RawUdp));
+        let tcp = plan(&[
+            "pingpong",
+            "bw",
+            "--transport",
+            "tcp",
+            "--baseline",
+            "interleave",
+            "--rounds",
+            "20",
+            "--sizes",
+            "8,1M",
+        ])
+        .expect("valid");
+        assert_eq!(tcp.interleave.map(|interleave| interleave.pairs), Some(20));
+        assert_eq!(tcp.baseline_transport(), Some(Transport::RawTcp));
+        assert!(plan(&[
+            "--transport",
+            "tcp",
+            "--baseline",
+            "interleave",
+            "--rounds",
+            "1000"
+        ])
+        .is_ok());
+        let refused = |arguments: &[&str], expected: &str| {
+            let error = super::tests::plan(arguments).expect_err("refused");
+            assert!(error.contains(expected), "{arguments:?}: {error}");
+        };
+        refused(
+            &[
+                "--rounds",
+                "1001",
+                "--transport",
+                "tcp",
+                "--baseline",
+                "interleave",
+            ],
+            "--rounds must be between 1 and 1000",
+        );
+        refused(
+            &[
+                "--rounds",
+                "0",
+                "--transport",
+                "tcp",
+                "--baseline",
+                "interleave",
+            ],
+            "--rounds must be between",
+        );
+        for transport in ["shm", "raw-udp", "raw-tcp"] {
+            refused(
+                &["--transport", transport, "--baseline", "interleave"],
+                "use --transport udp or tcp",
+            );
+        }
+        for detect in ["both", "interleave"] {
+            refused(
+                &[
+                    "--transport",
+                    "udp",
+                    "--baseline",
+                    "interleave",
+                    "--detect",
+                    detect,
+                ],
+                "not with --detect both or interleave",
+            );
+        }
+        assert!(plan(&[
+            "--transport",
+            "udp",
+            "--baseline",
+            "interleave",
+            "--detect",
+            "off"
+        ])
+        .is_ok());
+        for test in ["bibw", "loggp", "pool", "compare", "crossover"] {
+            refused(
+                &[test, "--transport", "udp", "--baseline", "interleave"],
+                "splits pingpong, bw and rate",
+            );
+        }
+        refused(
+            &[
+                "--transport",
+                "udp",
+                "--baseline",
+                "interleave",
+                "--netns",
+                "a,b",
+            ],
+            "loopback",
+        );
+        refused(
+            &[
+                "--transport",
+                "tcp",
+                "--baseline",
+                "interleave",
+                "--addrs",
+                "127.0.0.1:1,127.0.0.1:2",
+            ],
+            "loopback",
+        );
+        assert!(parse(&["--baseline", "both"]).is_err());
+        // The ranks get the same plan back from their command line.
+        let arguments_owned = tcp.worker_args();
+        let arguments: Vec<&str> = arguments_owned[1..].iter().map(String::as_str).collect();
+        assert_eq!(plan_from_args(&parse(&arguments).expect("parses")), Ok(tcp));
+    }
+
+    #[test]
     fn cpu_pairs() {
         assert_eq!(parse_cpu_pair("0,1"), Ok([0, 1]));
         assert_eq!(parse_cpu_pair(" 3 , 2 "), Ok([3, 2]));

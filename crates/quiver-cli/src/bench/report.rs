@@ -1845,6 +1845,143 @@ mod tests {
         assert_eq!(two[0].interval, None);
     }
 
+    /// A block of `--baseline interleave`: pingpong latency or bw bandwidth.
+    fn baseline_point(test: &str, transport: &str, size: u64, pair: u32, figure: f64) -> Record {
+        let mut record = Record {
+            test: test.into(),
+            transport: transport.into(),
+            size,
+            iters: 100,
+            round: Some(pair),
+            ..Record::default()
+        };
+        match test {
+            "pingpong" => record.latency_us = Some(figure),
+            _ => record.bandwidth_mbps = Some(figure),
+        }
+        record
+    }
+
+    #[test]
+    fn paired_ratio_pairs_and_bounds_the_median() {
+        // Ratios 0.5, 1, 2, 3, 4, 5, 6 (A = ratio x B); one pair with B = 0 left out.
+        let mut pairs: Vec<(f64, f64)> = [0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .zip([10.0, 1.0, 4.0, 2.0, 8.0, 3.0, 5.0])
+            .map(|(&ratio, b)| (ratio * b, b))
+            .collect();
+        pairs.push((1.0, 0.0));
+        let paired = paired_ratio(&pairs).expect("pairs");
+        assert_eq!(paired.pairs, 7);
+        assert_eq!(paired.ratios, vec![0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(paired.median, 3.0);
+        // A: 5, 1, 8, 6, 32, 15, 30 -> median 8; B: median 4.
+        assert_eq!(paired.median_a, 8.0);
+        assert_eq!(paired.median_b, 4.0);
+        // n = 7: the 95% interval is [x(1), x(7)] (coverage 1 - 2/128).
+        let interval = paired.interval.expect("7 pairs give a 95% interval");
+        assert_eq!((interval.low, interval.high), (0.5, 6.0));
+        assert!((interval.confidence - (1.0 - 2.0 / 128.0)).abs() < 1e-12);
+        assert_eq!(paired_ratio(&[(1.0, 0.0)]), None);
+        assert_eq!(paired_ratio(&[]), None);
+    }
+
+    #[test]
+    fn baseline_comparisons_pair_quiver_and_raw_blocks_and_judge_the_targets() {
+        let mut records = Vec::new();
+        for pair in 0..6u32 {
+            let drift = 1.0 + 0.5 * f64::from(pair); // the machine slows down pair by pair
+                                                     // 8 B latency: quiver 1.02, 1.03, ... 1.07 x raw (paired median 1.045).
+            let latency_ratio = 1.02 + 0.01 * f64::from(pair);
+            let raw = baseline_point("pingpong", "raw-tcp", 8, pair, 5.0 * drift);
+            let quiver = baseline_point("pingpong", "tcp", 8, pair, 5.0 * drift * latency_ratio);
+            // Either order within a pair: pairing is by `round`, not position.
+            if pair % 3 == 0 {
+                records.extend([raw, quiver]);
+            } else {
+                records.extend([quiver, raw]);
+            }
+            // 1 MiB bw: quiver 0.97 x raw in every pair.
+            records.push(baseline_point(
+                "bw",
+                "tcp",
+                1 << 20,
+                pair,
+                2000.0 * 0.97 / drift,
+            ));
+            records.push(baseline_point(
+                "bw",
+                "raw-tcp",
+                1 << 20,
+                pair,
+                2000.0 / drift,
+            ));
+            // 64 KiB bw: no target there.
+            records.push(baseline_point("bw", "tcp", 65536, pair, 900.0));
+            records.push(baseline_point("bw", "raw-tcp", 65536, pair, 1000.0));
+        }
+        // A record of another transport, and a quiver block without its raw partner.
+        records.push(baseline_point("pingpong", "udp", 8, 0, 1.0));
+        records.push(baseline_point("pingpong", "tcp", 8, 9, 1.0));
+        let comparisons = baseline_comparisons(&records, "tcp", "raw-tcp");
+        assert_eq!(comparisons.len(), 3);
+
+        let latency = &comparisons[0];
+        assert_eq!(
+            (latency.test.as_str(), latency.size),
+            ("pingpong", 8),
+            "{latency:?}"
+        );
+        assert_eq!(latency.raw_transport, "raw-tcp");
+        assert_eq!(latency.paired.pairs, 6);
+        assert!((latency.paired.median - 1.045).abs() < 1e-9, "{latency:?}");
+        assert!(latency.lower_is_better());
+        // The median meets <= 1.05; the interval [1.02, 1.07] does not all of it.
+        assert_eq!(latency.target_met(), Some(true));
+        assert_eq!(latency.target_shown(), Some(false));
+        let value = serde_json::to_value(latency.record()).expect("json");
+        assert_eq!(value["variant"], VARIANT_BASELINE_SUMMARY);
+        assert_eq!(value["transport"], "tcp");
+        assert_eq!(value["summary"]["better"], "lower");
+        assert_eq!(value["summary"]["pairs"], 6);
+        assert_eq!(value["summary"]["target"], "<= 1.05");
+        assert_eq!(value["summary"]["target_met"], true);
+        assert_eq!(value["summary"]["target_shown"], false);
+        let interval = &value["summary"]["interval"];
+        assert!((interval[0].as_f64().expect("low") - 1.02).abs() < 1e-9);
+        assert!((interval[1].as_f64().expect("high") - 1.07).abs() < 1e-9);
+        // The ratio of medians mixes the drift in; the paired ratio does not.
+        assert!(value["summary"]["median_quiver"].as_f64().is_some());
+        assert!(value["summary"]["ratio_of_medians"].as_f64().is_some());
+
+        let bandwidth = &comparisons[1];
+        assert_eq!((bandwidth.test.as_str(), bandwidth.size), ("bw", 1 << 20));
+        assert!(!bandwidth.lower_is_better());
+        assert!((bandwidth.paired.median - 0.97).abs() < 1e-9);
+        assert_eq!(bandwidth.target_met(), Some(true));
+        assert_eq!(bandwidth.target_shown(), Some(true));
+        let no_target = &comparisons[2];
+        assert_eq!(no_target.size, 65536);
+        assert_eq!(no_target.target, None);
+        assert_eq!(no_target.target_met(), None);
+        assert!((no_target.paired.median - 0.9).abs() < 1e-9);
+
+        // udp has the latency target, not the bandwidth one.
+        assert!(issue3_target("pingpong", "udp", 8).is_some());
+        assert_eq!(issue3_target("bw", "udp", 1 << 20), None);
+        assert_eq!(issue3_target("pingpong", "tcp", 64), None);
+
+        // The summary table says which way is better and the verdicts.
+        let table = SharedBuffer::default();
+        let mut report = Report::new(Some(Box::new(table.clone())), None);
+        report.collected = records;
+        report.baseline_summary("tcp", "raw-tcp", 6).expect("write");
+        let text = table.text();
+        assert!(text.contains("lower is better"), "{text}");
+        assert!(text.contains("<= 1.05: met yes, shown no"), "{text}");
+        assert!(text.contains(">= 0.95: met yes, shown yes"), "{text}");
+    }
+
     #[test]
     fn detection_line_says_looks_time_and_share() {
         let mut record = detect_point(0, "on", 0.2);
