@@ -172,8 +172,8 @@ pub(crate) struct BenchArgs {
     /// interleave: measure quiver (--transport udp or tcp) against its raw-socket baseline
     /// (raw-udp or raw-tcp) in ONE launch of the ranks: every pingpong, bw and rate point
     /// runs as --rounds pairs of blocks, one over quiver and one over the raw sockets (each
-    /// pair's order from a fixed pseudo-random sequence), so launch-to-launch differences
-    /// cancel. Ends with a summary of the paired quiver/raw ratios with a 95% interval and
+    /// pair's order from a fixed pseudo-random sequence), so both share the launch's vCPU
+    /// placement and any drift during it. Ends with a summary of the paired quiver/raw ratios with a 95% interval and
     /// the issue-3 targets. Only pingpong, bw and rate (other tests are refused), over
     /// loopback (not with --netns, --addrs or --detect both/interleave).
     #[arg(long, value_enum, value_name = "interleave")]

@@ -739,7 +739,11 @@ impl Report {
         let Some(table) = self.table.as_mut() else {
             return Ok(());
         };
-        let transport = &record.transport;
+        let transport = if self.interleaved_transports {
+            "quiver and raw-baseline blocks interleaved"
+        } else {
+            &record.transport
+        };
         let variant = record
             .variant
             .as_deref()
