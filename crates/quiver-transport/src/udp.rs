@@ -5,7 +5,10 @@
 //! nothing else: it knows no frame format, keeps no connection state and never retries. It
 //! allocates only in constructors ([`UdpSocket::bind`], [`RecvBatch::new`]); the per-call
 //! paths ([`UdpSocket::send_batch`], [`UdpSocket::recv_batch`]) reuse preallocated
-//! `mmsghdr`/`iovec`/address/control arrays.
+//! `mmsghdr`/`iovec`/address/control arrays. For one datagram at a time (a latency path),
+//! [`UdpSocket::recv_one`] is one `recvmsg` into a batch's first slot and
+//! [`UdpSocket::send_one`] one `send`/`sendto`: no `recvmmsg`/`sendmmsg` loop around them,
+//! and no message header for the kernel to copy in on the send.
 //!
 //! Offloads, in short:
 //! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the

@@ -18,6 +18,21 @@
 //!
 //! All state sits behind one mutex; endpoints of one context on different threads take
 //! turns.
+//!
+//! The latency path (a small request answered at once; docs/PERFORMANCE.md, issue 3, "udp
+//! latency path"): a busy-polling receive's poll is one `recvmsg` of one datagram
+//! (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is asked for only after a receive
+//! came back full) plus a clock read; a poll that finds nothing scans no connection. When
+//! a datagram arrives, the poll hands it over first (dispatch, then the ack held back for
+//! the application's answer, then the connection's events) and leaves its housekeeping
+//! (timers, retired connections) to the next poll when all that arrived is a message
+//! waiting for the application, whose answer should leave next; the next poll runs it
+//! whatever it finds, so it is never put off twice in a row. The answer leaves with one
+//! `send` on the connection's connected socket (`UdpSocket::send_one`, no message header
+//! to copy in), carrying the ack: one datagram each way per round trip, nothing allocated
+//! per message. The clock is still read on every poll: reading it only once a datagram
+//! arrived would move that read onto the arrival path, which costs more there than the
+//! shorter empty poll saves (the arrival is noticed half an empty poll later on average).
 
 use std::collections::HashMap;
 use std::io;
@@ -902,8 +917,10 @@ impl DgramShared {
         let _ = quiver_transport::sys::poll(&mut fds, Some(self.timeout_within(cap)));
     }
 
-    /// Receives what arrived, runs due timers, sends what the protocol produced, and hands
-    /// newly accepted connections to their endpoints. Returns the engine's news count:
+    /// Receives what arrived, runs due timers (a poll that handed a message to the
+    /// application may leave them to the next: see `Engine::poll_into`), sends what the
+    /// protocol produced, and hands newly accepted connections to their endpoints. Returns
+    /// the engine's news count:
     /// while it stays the same, no connection received anything or changed its state.
     pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
         let mut engine = self.lock();
