@@ -30,9 +30,10 @@
 //! whatever it finds, so it is never put off twice in a row. The answer leaves with one
 //! `send` on the connection's connected socket (`UdpSocket::send_one`, no message header
 //! to copy in), carrying the ack: one datagram each way per round trip, nothing allocated
-//! per message. The clock is still read on every poll: reading it only once a datagram
-//! arrived would move that read onto the arrival path, which costs more there than the
-//! shorter empty poll saves (the arrival is noticed half an empty poll later on average).
+//! per message. The clock is still read on every poll: reading it only after an arrival
+//! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
+//! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
+//! on average); measured, no difference.
 
 use std::collections::HashMap;
 use std::io;
