@@ -99,8 +99,9 @@ const STREAM_DATAGRAM_BYTES: usize = 1400;
 #[derive(Debug)]
 struct UdpIo {
     socket: UdpSocket,
-    /// Taken out while its datagrams are dispatched (they are read in place).
-    rx: Option<RecvBatch>,
+    /// Taken out while its datagrams are dispatched (they are read in place); boxed, so that
+    /// every poll moves a pointer, not the batch's arrays.
+    rx: Option<Box<RecvBatch>>,
     /// The last receive filled what it asked for: the next asks for a whole batch (else
     /// for one datagram, which returns as soon as it has it; see `Engine::receive`).
     rx_wide: bool,
@@ -606,7 +607,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
             let _ = socket.set_gro(true);
             Socket::Udp(Box::new(UdpIo {
                 socket,
-                rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
+                rx: Some(Box::new(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES))),
                 rx_wide: false,
                 rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
