@@ -5,7 +5,10 @@
 //! nothing else: it knows no frame format, keeps no connection state and never retries. It
 //! allocates only in constructors ([`UdpSocket::bind`], [`RecvBatch::new`]); the per-call
 //! paths ([`UdpSocket::send_batch`], [`UdpSocket::recv_batch`]) reuse preallocated
-//! `mmsghdr`/`iovec`/address/control arrays.
+//! `mmsghdr`/`iovec`/address/control arrays. For one datagram at a time (a latency path),
+//! [`UdpSocket::recv_one`] is one `recvmsg` into a batch's first slot and
+//! [`UdpSocket::send_one`] one `send`/`sendto`: no `recvmmsg`/`sendmmsg` loop around them,
+//! and no message header for the kernel to copy in on the send.
 //!
 //! Offloads, in short:
 //! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the
@@ -359,6 +362,86 @@ impl UdpSocket {
         })? as usize;
         batch.finish(received);
         Ok(received)
+    }
+
+    /// Receives one message (a datagram, or several coalesced by GRO) into the first slot of
+    /// `batch` with one non-blocking `recvmsg`: [`UdpSocket::recv_batch_up_to`] for one
+    /// message, without the `recvmmsg` loop around it, and with `Ok(0)` instead of an error
+    /// when nothing is queued (what a busy-polling caller finds most of the time). Returns
+    /// how many messages arrived (0 or 1, also `batch.len()`).
+    ///
+    /// # Errors
+    /// The kernel's error other than `EAGAIN` (e.g. a pending ICMP error).
+    pub fn recv_one(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        batch.received = 0;
+        batch.prepare(1);
+        // SAFETY: the first header points into `batch`'s own buffers (data, address,
+        // control), which are alive, unmoved and exclusively borrowed for the call; its
+        // lengths match them.
+        let received = unsafe {
+            libc::recvmsg(
+                self.fd.as_raw_fd(),
+                &mut batch.headers[0].msg_hdr,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if received < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                _ => Err(error),
+            };
+        }
+        // At most the buffer's length (a `u32` field: buffers are far smaller).
+        batch.headers[0].msg_len = received as libc::c_uint;
+        batch.finish(1);
+        Ok(1)
+    }
+
+    /// Sends one datagram of `data` with one `send` (to the connected peer) or `sendto`:
+    /// no message header for the kernel to copy in, unlike [`UdpSocket::send_batch`].
+    /// Returns the bytes sent.
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`].
+    pub fn send_one(&mut self, destination: SocketAddr, data: &[u8]) -> io::Result<usize> {
+        let sent = if self.connected == Some(destination) {
+            // SAFETY: `data` is live for the call and the kernel only reads it.
+            unsafe {
+                libc::send(
+                    self.fd.as_raw_fd(),
+                    data.as_ptr() as *const c_void,
+                    data.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            }
+        } else {
+            let destination = match (self.local_address.is_ipv6(), destination) {
+                (true, SocketAddr::V4(v4)) => {
+                    SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+                }
+                (_, other) => other,
+            };
+            // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+            let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+            let length = write_socket_address(&destination, &mut storage);
+            // SAFETY: `data` and `storage` are live for the call with the lengths given; the
+            // kernel only reads them.
+            unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    data.as_ptr() as *const c_void,
+                    data.len(),
+                    libc::MSG_NOSIGNAL,
+                    &storage as *const libc::sockaddr_storage as *const libc::sockaddr,
+                    length,
+                )
+            }
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sent as usize)
     }
 
     /// Sends one plain datagram (no batching), returning the bytes sent.
@@ -1246,6 +1329,86 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let err = sender.recv_from(&mut buffer).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn single_datagram_send_and_receive() {
+        let (mut a, mut b) = loopback_pair();
+        let mut batch = RecvBatch::new(4, MAX_COALESCED_BYTES);
+        // Nothing queued: 0, not an error.
+        assert_eq!(b.recv_one(&mut batch).unwrap(), 0);
+        assert!(batch.is_empty());
+        // Addressed (sendto), then connected (send): both arrive whole, one per receive,
+        // with their source.
+        assert_eq!(a.send_one(b.local_address(), b"first").unwrap(), 5);
+        let mut connected = UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        connected.connect(b.local_address()).unwrap();
+        assert_eq!(connected.send_one(b.local_address(), b"second").unwrap(), 6);
+        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(b.recv_one(&mut batch).unwrap(), 1);
+        assert_eq!(batch.len(), 1);
+        let first = batch.message(0);
+        assert_eq!(
+            (first.data, first.source),
+            (&b"first"[..], a.local_address())
+        );
+        assert_eq!(first.datagrams().count(), 1);
+        assert_eq!(b.recv_one(&mut batch).unwrap(), 1);
+        let second = batch.message(0);
+        assert_eq!(
+            (second.data, second.source, second.truncated),
+            (&b"second"[..], connected.local_address(), false)
+        );
+        assert_eq!(b.recv_one(&mut batch).unwrap(), 0);
+        // Cut to a short buffer: reported like a batch receive does.
+        let mut short = RecvBatch::new(1, 4);
+        a.send_one(b.local_address(), &[9u8; 100]).unwrap();
+        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(b.recv_one(&mut short).unwrap(), 1);
+        assert!(short.message(0).truncated);
+        assert_eq!(short.message(0).data, &[9u8; 4]);
+    }
+
+    #[test]
+    fn single_receive_splits_a_coalesced_message() {
+        let (mut a, mut b) = loopback_pair();
+        b.set_gro(true).unwrap();
+        // Four 100-byte segments and a 50-byte one in one GSO send: with GRO on, loopback
+        // hands them over in one receive, with the segment size.
+        let data: Vec<u8> = (0..450u32).map(|i| (i / 100) as u8 + 1).collect();
+        let mut gso = OutDatagram::new(b.local_address(), &[], &data);
+        gso.segment_size = Some(100);
+        assert_eq!(a.send_batch(&[gso]).unwrap(), 1);
+        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        let mut batch = RecvBatch::new(2, MAX_COALESCED_BYTES);
+        let mut datagrams = Vec::new();
+        let mut receives = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while datagrams.len() < 5 && Instant::now() < deadline {
+            if b.recv_one(&mut batch).unwrap() == 1 {
+                receives += 1;
+                datagrams.extend(batch.message(0).datagrams().map(<[u8]>::to_vec));
+            }
+        }
+        let lengths: Vec<usize> = datagrams.iter().map(Vec::len).collect();
+        assert_eq!(lengths, [100, 100, 100, 100, 50]);
+        assert!(receives < 5, "GRO on but nothing was coalesced");
+        assert_eq!(datagrams.concat(), data);
+    }
+
+    #[test]
+    fn single_send_from_an_ipv6_socket_to_ipv4() {
+        let any6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0));
+        let Ok(mut six) = UdpSocket::bind(any6) else {
+            return; // no IPv6 on this machine
+        };
+        let (_, mut four) = loopback_pair();
+        six.send_one(four.local_address(), b"mapped").unwrap();
+        four.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        let mut batch = RecvBatch::new(1, 64);
+        assert_eq!(four.recv_one(&mut batch).unwrap(), 1);
+        assert_eq!(batch.message(0).data, b"mapped");
     }
 
     #[test]

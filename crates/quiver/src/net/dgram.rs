@@ -18,6 +18,22 @@
 //!
 //! All state sits behind one mutex; endpoints of one context on different threads take
 //! turns.
+//!
+//! The latency path (a small request answered at once; docs/PERFORMANCE.md, issue 3, "udp
+//! latency path"): a busy-polling receive's poll is one `recvmsg` of one datagram
+//! (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is asked for only after a receive
+//! came back full) plus a clock read; a poll that finds nothing scans no connection. When
+//! a datagram arrives, the poll hands it over first (dispatch, then the ack held back for
+//! the application's answer, then the connection's events) and leaves its housekeeping
+//! (timers, retired connections) to the next poll when all that arrived is a message
+//! waiting for the application, whose answer should leave next; the next poll runs it
+//! whatever it finds, so it is never put off twice in a row. The answer leaves with one
+//! `send` on the connection's connected socket (`UdpSocket::send_one`, no message header
+//! to copy in), carrying the ack: one datagram each way per round trip, nothing allocated
+//! per message. The clock is still read on every poll: reading it only after an arrival
+//! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
+//! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
+//! on average); measured, no difference.
 
 use std::collections::HashMap;
 use std::io;
@@ -83,8 +99,9 @@ const STREAM_DATAGRAM_BYTES: usize = 1400;
 #[derive(Debug)]
 struct UdpIo {
     socket: UdpSocket,
-    /// Taken out while its datagrams are dispatched (they are read in place).
-    rx: Option<RecvBatch>,
+    /// Taken out while its datagrams are dispatched (they are read in place); boxed, so that
+    /// every poll moves a pointer, not the batch's arrays.
+    rx: Option<Box<RecvBatch>>,
     /// The last receive filled what it asked for: the next asks for a whole batch (else
     /// for one datagram, which returns as soon as it has it; see `Engine::receive`).
     rx_wide: bool,
@@ -127,12 +144,10 @@ impl UdpIo {
             Some(connected) => connected,
             None => socket,
         };
-        // One small datagram (the latency path): sent without filling the gathering array.
+        // One small datagram (the latency path): one `send` (`sendto` without a connected
+        // socket), no message header for the kernel to copy in.
         if let [TxEntry::Copied { offset, len }] = tx_out[..] {
-            send_batch_fully(
-                socket,
-                &[OutDatagram::new(to, &[], &tx[offset..offset + len])],
-            );
+            send_one_fully(socket, to, &tx[offset..offset + len]);
             return;
         }
         let gso = socket.gso_supported();
@@ -192,6 +207,29 @@ impl UdpIo {
 
 /// Datagrams handed to one `sendmmsg` at most.
 const SEND_CHUNK: usize = 64;
+
+/// Sends one datagram, waiting once (briefly) for room if the socket is full; as
+/// [`send_batch_fully`] for a batch of one.
+fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &[u8]) {
+    let mut waited = false;
+    loop {
+        match socket.send_one(to, datagram) {
+            Ok(_) => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                waited = true;
+                let mut fds = [libc::pollfd {
+                    fd: socket.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                }];
+                let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
+            Err(_) => return,
+        }
+    }
+}
 
 /// Sends every entry of `batch`, waiting once (briefly) for room if the socket is full.
 fn send_batch_fully(socket: &mut UdpSocket, batch: &[OutDatagram<'_>]) {
@@ -387,6 +425,9 @@ struct Engine {
     touched: Vec<u64>,
     /// Connections whose retransmission timer fired in a poll (reused).
     timed_out: Vec<u64>,
+    /// The last poll handed messages to the application and left its housekeeping to this
+    /// one (see [`Engine::poll_into`]).
+    housekeeping_owed: bool,
 }
 
 impl Engine {
@@ -499,10 +540,19 @@ impl std::hash::Hasher for IdHasher {
     fn write_u64(&mut self, id: u64) {
         self.0 = id;
     }
+
+    /// A short id (`frame::short_id`, the low 24 bits of an id drawn at random): spread
+    /// over the whole word (Fibonacci hashing), as the table takes its control bits from
+    /// the top ones.
+    fn write_u32(&mut self, short: u32) {
+        self.0 = u64::from(short).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// Connections by id.
 type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// Connection ids by short id (looked up for every Stream frame: no SipHash either).
+type ShortIdMap = HashMap<u32, u64, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// The engine as the context shares it with its endpoints.
 #[derive(Debug)]
@@ -557,7 +607,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
             let _ = socket.set_gro(true);
             Socket::Udp(Box::new(UdpIo {
                 socket,
-                rx: Some(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES)),
+                rx: Some(Box::new(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES))),
                 rx_wide: false,
                 rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
@@ -633,6 +683,7 @@ impl DgramShared {
                 deferred: Vec::new(),
                 touched: Vec::new(),
                 timed_out: Vec::new(),
+                housekeeping_owed: false,
             }),
         })
     }
@@ -868,8 +919,10 @@ impl DgramShared {
         let _ = quiver_transport::sys::poll(&mut fds, Some(self.timeout_within(cap)));
     }
 
-    /// Receives what arrived, runs due timers, sends what the protocol produced, and hands
-    /// newly accepted connections to their endpoints. Returns the engine's news count:
+    /// Receives what arrived, runs due timers (a poll that handed a message to the
+    /// application may leave them to the next: see `Engine::poll_into`), sends what the
+    /// protocol produced, and hands newly accepted connections to their endpoints. Returns
+    /// the engine's news count:
     /// while it stays the same, no connection received anything or changed its state.
     pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
         let mut engine = self.lock();
@@ -1053,7 +1106,7 @@ impl DgramShared {
 #[derive(Debug, Default)]
 struct ConnTable {
     by_id: IdMap<Entry>,
-    by_short: HashMap<u32, u64>,
+    by_short: ShortIdMap,
 }
 
 impl ConnTable {
@@ -1378,7 +1431,12 @@ impl Engine {
                     } else {
                         1
                     };
-                    let got = io.socket.recv_batch_up_to(&mut rx, asked).unwrap_or(0);
+                    let got = if asked == 1 {
+                        io.socket.recv_one(&mut rx)
+                    } else {
+                        io.socket.recv_batch_up_to(&mut rx, asked)
+                    }
+                    .unwrap_or(0);
                     io.rx_wide = got == asked;
                     if got > 0 {
                         io.rx_last_bytes = rx.message(got - 1).data.len();
@@ -1419,6 +1477,13 @@ impl Engine {
     /// [`Engine::poll`], with a receive in the middle of a message that takes the datagrams
     /// continuing it straight into its buffer, receiving about `budget` bytes at most per
     /// udp socket.
+    ///
+    /// The order is the latency path's (docs/PERFORMANCE.md, issue 3, "udp latency path"):
+    /// receive, hand what arrived to its connections and endpoints, and only then the
+    /// housekeeping (timers, retired connections). When everything that arrived is a
+    /// message waiting for the application, whose answer should leave next, the
+    /// housekeeping waits for the next poll (which runs it whatever it receives, so it is
+    /// never put off twice in a row).
     fn poll_into(
         &mut self,
         ctx: Option<&ContextShared>,
@@ -1426,10 +1491,13 @@ impl Engine {
         reader: &mut Option<Reader<'_>>,
         budget: usize,
     ) {
-        let now = self.now();
-        for id in std::mem::take(&mut self.deferred) {
+        // Acks held back for the application's answer: it has answered (and its message
+        // carried them) or not; whatever is left goes now. Popped, not taken: the list
+        // keeps its allocation.
+        while let Some(id) = self.deferred.pop() {
             self.flush(id);
         }
+        let now = self.now();
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         // With several links, receive only on the sockets with something to take (one
@@ -1445,21 +1513,61 @@ impl Engine {
             }
             self.receive(path, now, ctx, shared, &mut touched, reader, budget);
         }
-        // Timers: only when one is due, or may have moved; an empty poll skips them.
-        let scan =
-            self.timers_dirty || !touched.is_empty() || self.next_timer.is_some_and(|t| t <= now);
+        let mut all_waiting = true;
+        if !touched.is_empty() {
+            self.news += 1;
+            if touched.len() > 1 {
+                touched.sort_unstable();
+                touched.dedup();
+            }
+            for &id in &touched {
+                // Hold the ack back for the application's answer only when a whole message
+                // is there for it to take (a partial one needs more frames first, so no
+                // answer comes), and only for a small exchange: a stream of frames needs its
+                // acks now (the sender's windows wait for them).
+                let waiting = self.conns.get(&id).is_some_and(|e| {
+                    e.core.peek_message_len().is_some()
+                        && e.core.message_ready()
+                        && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
+                });
+                if waiting {
+                    self.defer(id);
+                } else {
+                    all_waiting = false;
+                    self.flush(id);
+                }
+                self.settle(id, ctx, shared);
+            }
+            // Their timers moved.
+            self.timers_dirty = true;
+        }
+        self.touched = touched;
+        if !self.touched.is_empty() && all_waiting && !self.housekeeping_owed {
+            self.housekeeping_owed = true;
+            return;
+        }
+        self.housekeeping_owed = false;
+        self.housekeeping(now, ctx, shared);
+    }
+
+    /// The part of a poll off the latency path: runs the protocol timers that are due (or
+    /// may have moved), sends what they produced, and forgets the connections given up and
+    /// done. A poll that finds nothing to do reads no connection.
+    fn housekeeping(&mut self, now: Nanos, ctx: Option<&ContextShared>, shared: &DgramShared) {
+        let scan = self.timers_dirty || self.next_timer.is_some_and(|t| t <= now);
         if !scan {
-            self.touched = touched;
             return;
         }
         self.timers_dirty = false;
+        let mut expired = std::mem::take(&mut self.touched);
+        expired.clear();
         let mut timed_out = std::mem::take(&mut self.timed_out);
         for (&id, entry) in self.conns.iter_mut() {
             if let Some(t) = entry.core.poll_timeout() {
                 if t <= now {
                     let before = entry.core.stats().rto_expirations;
                     entry.core.handle_timeout(now);
-                    touched.push(id);
+                    expired.push(id);
                     let stats = entry.core.stats();
                     if stats.rto_expirations != before {
                         tracing::debug!(peer = %entry.peer, to = %entry.to, retransmits = stats.retransmits, timeouts = stats.rto_expirations, "retransmission timeout: resending what is unacknowledged");
@@ -1471,32 +1579,19 @@ impl Engine {
         // A peer that forgot a connection answers its datagrams with a Reset, to the port
         // they came from: the connection's sending sockets.
         for id in timed_out.drain(..) {
-            self.drain_senders(id, now, ctx, shared, &mut touched);
+            self.drain_senders(id, now, ctx, shared, &mut expired);
         }
         self.timed_out = timed_out;
-        if !touched.is_empty() {
+        if !expired.is_empty() {
             self.news += 1;
+            expired.sort_unstable();
+            expired.dedup();
         }
-        touched.sort_unstable();
-        touched.dedup();
-        for &id in &touched {
-            // Hold the ack back for the application's answer only when a whole message is
-            // there for it to take (a partial one needs more frames first, so no answer
-            // comes), and only for a small exchange: a stream of frames needs its acks now
-            // (the sender's windows wait for them).
-            let waiting = self.conns.get(&id).is_some_and(|e| {
-                e.core.peek_message_len().is_some()
-                    && e.core.message_ready()
-                    && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
-            });
-            if waiting {
-                self.defer(id);
-            } else {
-                self.flush(id);
-            }
+        for &id in &expired {
+            self.flush(id);
             self.settle(id, ctx, shared);
         }
-        self.touched = touched;
+        self.touched = expired;
         self.next_timer = self.earliest_timer();
         let retired = &mut self.retired;
         self.conns.retain(|_, e| {
