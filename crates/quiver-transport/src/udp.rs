@@ -10,7 +10,11 @@
 //! Offloads, in short:
 //! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the
 //!   socket as `ceil(len / S)` datagrams of `S` bytes (the last one may be shorter). The
-//!   caller lays out each segment's header inside the buffer itself.
+//!   caller lays out each segment's header inside the buffer itself, or gathers the
+//!   segments from anywhere with [`UdpSocket::send_gathered`]: the kernel cuts the *total*
+//!   of a message's iovecs into segments whatever their layout, so a run of
+//!   `(header, payload)` pairs, each pair one segment, leaves as one GSO send without
+//!   copying the payloads next to their headers.
 //! - **GRO** (`UDP_GRO`): the kernel may hand several datagrams of one flow to a single
 //!   receive, concatenated, with the segment size in a control message. [`RecvMessage::datagrams`]
 //!   splits such a buffer back into datagrams. Receive buffers must then be at least
@@ -20,7 +24,7 @@
 //! errors (e.g. `ECONNREFUSED`) as whatever the kernel reports.
 
 use std::ffi::c_void;
-use std::io;
+use std::io::{self, IoSlice};
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -38,6 +42,14 @@ pub const MAX_COALESCED_BYTES: usize = 65_535;
 /// Most segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS` on older kernels;
 /// newer ones allow more, so this is the portable limit).
 pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Most parts (iovecs) one message of [`UdpSocket::send_gathered`] may have: the kernel's
+/// `UIO_MAXIOV` (`IOV_MAX`).
+pub const MAX_GATHER_PARTS: usize = 1024;
+
+// `send_gathered` hands `IoSlice` arrays to the kernel as `iovec` arrays (std guarantees
+// the two are ABI-compatible on Unix; checked here too).
+const _: () = assert!(size_of::<IoSlice<'static>>() == size_of::<libc::iovec>());
 
 /// Default number of datagrams one [`UdpSocket::send_batch`] call can submit.
 pub const DEFAULT_SEND_BATCH: usize = 64;
@@ -96,6 +108,34 @@ impl<'a> OutDatagram<'a> {
     /// Whether it carries no bytes (a valid, empty datagram).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// One message of [`UdpSocket::send_gathered`]: `part_count` consecutive entries of the
+/// parts array from `first_part`, sent as one datagram or, with `segment_size`, as one GSO
+/// send cut into datagrams of `segment_size` bytes (the last may be shorter). A segment may
+/// span any number of parts (e.g. a header and a payload), and a part may span segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatherRun {
+    /// Where the datagrams go.
+    pub destination: SocketAddr,
+    /// Index of the message's first part in the parts array.
+    pub first_part: usize,
+    /// Number of parts (at most [`MAX_GATHER_PARTS`]; 0 sends an empty datagram).
+    pub part_count: usize,
+    /// GSO segment size in bytes, or `None` for one plain datagram.
+    pub segment_size: Option<u16>,
+}
+
+impl GatherRun {
+    /// A plain datagram of the parts `first_part..first_part + part_count`.
+    pub fn new(destination: SocketAddr, first_part: usize, part_count: usize) -> Self {
+        GatherRun {
+            destination,
+            first_part,
+            part_count,
+            segment_size: None,
+        }
     }
 }
 
@@ -311,6 +351,69 @@ impl UdpSocket {
         // SAFETY: the first `count` headers point into `scratch` (addresses, iovecs, control
         // buffers, alive and unmoved for the call) and into the borrowed slices of `batch`,
         // which the kernel only reads.
+        let sent = check(unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                scratch.headers.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_NOSIGNAL,
+            )
+        })?;
+        Ok(sent as usize)
+    }
+
+    /// Sends the first `min(runs.len(), send_batch_capacity())` messages of `runs` with one
+    /// `sendmmsg`, each message gathered from its range of `parts` (no copy: the kernel
+    /// reads the parts where they are). Returns how many messages the kernel took; the
+    /// caller resubmits the rest (`runs[n..]`, with the same `parts`). A message with
+    /// `segment_size` needs [`UdpSocket::gso_supported`] and must stay within the kernel's
+    /// GSO limits ([`max_gso_bytes`]).
+    ///
+    /// # Errors
+    /// `InvalidInput`, before anything is sent, when a message to be sent names parts
+    /// beyond `parts` or more than [`MAX_GATHER_PARTS`]; otherwise as
+    /// [`UdpSocket::send_batch`]. An empty `runs` returns `Ok(0)`.
+    pub fn send_gathered(
+        &mut self,
+        parts: &[IoSlice<'_>],
+        runs: &[GatherRun],
+    ) -> io::Result<usize> {
+        let count = runs.len().min(self.send_scratch.headers.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        for run in &runs[..count] {
+            let in_bounds = run
+                .first_part
+                .checked_add(run.part_count)
+                .is_some_and(|end| end <= parts.len());
+            if !in_bounds || run.part_count > MAX_GATHER_PARTS {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "gathered message beyond its parts or over IOV_MAX parts",
+                ));
+            }
+        }
+        let ipv6_socket = self.local_address.is_ipv6();
+        let scratch = &mut self.send_scratch;
+        for (index, run) in runs[..count].iter().enumerate() {
+            let addressed = self.connected != Some(run.destination);
+            let message_parts = &parts[run.first_part..run.first_part + run.part_count];
+            // IoSlice is guaranteed ABI-compatible with iovec on Unix; the kernel only
+            // reads through this pointer (sendmmsg).
+            let iov = message_parts.as_ptr() as *mut libc::iovec;
+            scratch.fill_message(
+                index,
+                run.destination,
+                (iov, run.part_count),
+                run.segment_size,
+                ipv6_socket,
+                addressed,
+            );
+        }
+        // SAFETY: the first `count` headers point into `scratch` (addresses, control
+        // buffers, alive and unmoved for the call) and into `parts` (iovecs checked to be
+        // within it above, ABI-compatible with iovec) whose slices the kernel only reads.
         let sent = check(unsafe {
             libc::sendmmsg(
                 self.fd.as_raw_fd(),
@@ -845,13 +948,6 @@ impl SendScratch {
         ipv6_socket: bool,
         addressed: bool,
     ) {
-        let destination = match (ipv6_socket, datagram.destination) {
-            (true, SocketAddr::V4(v4)) => {
-                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
-            }
-            (_, other) => other,
-        };
-        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
         let mut parts = 0;
         for part in [datagram.header, datagram.payload] {
             if !part.is_empty() {
@@ -863,6 +959,35 @@ impl SendScratch {
                 parts += 1;
             }
         }
+        let iov = self.iovecs[index].as_mut_ptr();
+        self.fill_message(
+            index,
+            datagram.destination,
+            (iov, parts),
+            datagram.segment_size,
+            ipv6_socket,
+            addressed,
+        );
+    }
+
+    /// Fills slot `index` for a message of the iovec array `iov` (pointer, count), which
+    /// must stay alive and unmoved until the `sendmmsg` that uses the slot.
+    fn fill_message(
+        &mut self,
+        index: usize,
+        destination: SocketAddr,
+        iov: (*mut libc::iovec, usize),
+        segment_size: Option<u16>,
+        ipv6_socket: bool,
+        addressed: bool,
+    ) {
+        let destination = match (ipv6_socket, destination) {
+            (true, SocketAddr::V4(v4)) => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
+            (_, other) => other,
+        };
+        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
         let header = &mut self.headers[index].msg_hdr;
         if addressed {
             header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
@@ -871,10 +996,10 @@ impl SendScratch {
             header.msg_name = std::ptr::null_mut();
             header.msg_namelen = 0;
         }
-        header.msg_iov = self.iovecs[index].as_mut_ptr();
-        header.msg_iovlen = parts;
+        header.msg_iov = iov.0;
+        header.msg_iovlen = iov.1;
         header.msg_flags = 0;
-        match datagram.segment_size {
+        match segment_size {
             Some(segment) => {
                 header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
                 // SAFETY: CMSG_SPACE is a pure computation.
@@ -1168,6 +1293,147 @@ mod tests {
     #[test]
     fn gso_64k_without_gro() {
         gso_round_trip(false);
+    }
+
+    /// `count` (header, payload) pairs: header = index, payload `payload_bytes` long (the
+    /// last `last_short` bytes shorter), cut from one buffer as a send ring would hold them.
+    fn gathered_pairs(
+        count: usize,
+        payload_bytes: usize,
+        last_short: usize,
+    ) -> (Vec<[u8; 8]>, Vec<u8>, Vec<Vec<u8>>) {
+        let headers: Vec<[u8; 8]> = (0..count as u64).map(u64::to_be_bytes).collect();
+        let ring: Vec<u8> = (0..count * payload_bytes)
+            .map(|i| (i * 31 + i / 251) as u8)
+            .collect();
+        let mut expected = Vec::new();
+        for (i, header) in headers.iter().enumerate() {
+            let len = if i + 1 == count {
+                payload_bytes - last_short
+            } else {
+                payload_bytes
+            };
+            let start = i * payload_bytes;
+            expected.push([&header[..], &ring[start..start + len]].concat());
+        }
+        (headers, ring, expected)
+    }
+
+    /// Sends `count` in-place pairs as runs of at most `per_run` segments (GSO when
+    /// `per_run > 1`) and checks that exactly the right datagrams arrive.
+    fn gathered_round_trip(count: usize, payload_bytes: usize, per_run: usize, gro: bool) {
+        let (mut a, mut b) = loopback_pair();
+        b.set_gro(gro).unwrap();
+        let last_short = payload_bytes / 3;
+        let (headers, ring, expected) = gathered_pairs(count, payload_bytes, last_short);
+        let segment = 8 + payload_bytes;
+        let mut parts = Vec::new();
+        let mut runs = Vec::new();
+        for (i, header) in headers.iter().enumerate() {
+            let len = expected[i].len() - 8;
+            let start = i * payload_bytes;
+            if i % per_run == 0 {
+                runs.push(GatherRun::new(b.local_address(), parts.len(), 0));
+            }
+            parts.push(IoSlice::new(header));
+            parts.push(IoSlice::new(&ring[start..start + len]));
+            let run = runs.last_mut().unwrap();
+            run.part_count += 2;
+            if run.part_count > 2 {
+                run.segment_size = Some(segment as u16);
+            }
+        }
+        let mut sent = 0;
+        while sent < runs.len() {
+            match a.send_gathered(&parts, &runs[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("send_gathered: {e}"),
+            }
+        }
+        let mut receive = RecvBatch::new(64, MAX_COALESCED_BYTES);
+        let (datagrams, messages) = receive_datagrams(&mut b, &mut receive, count);
+        assert_eq!(datagrams.len(), count);
+        assert_eq!(datagrams, expected);
+        assert_eq!(datagrams[count - 1].len(), segment - last_short);
+        if !gro {
+            assert_eq!(messages, count);
+        }
+    }
+
+    #[test]
+    fn gathered_gso_runs_arrive_as_their_pairs() {
+        let (a, _) = loopback_pair();
+        assert!(a.gso_supported(), "UDP_SEGMENT not supported");
+        // MTU-1500-sized segments: 44 per run within one IP packet's 64 KiB.
+        let per_run = max_gso_bytes(8 + 1464, false) / (8 + 1464);
+        assert_eq!(per_run, 44);
+        gathered_round_trip(300, 1464, per_run, false);
+        gathered_round_trip(300, 1464, per_run, true);
+        // MTU 9000 (7 per run) and tiny segments (the 64-segment limit: 128 iovecs).
+        gathered_round_trip(50, 8952, max_gso_bytes(8 + 8952, false) / (8 + 8952), false);
+        gathered_round_trip(200, 92, MAX_GSO_SEGMENTS, false);
+    }
+
+    #[test]
+    fn gathered_plain_datagrams_without_gso() {
+        gathered_round_trip(150, 1464, 1, false);
+        gathered_round_trip(3, 60_000, 1, false);
+    }
+
+    #[test]
+    fn gathered_segments_ignore_the_part_layout() {
+        let (mut a, mut b) = loopback_pair();
+        // Three segments of 1000 bytes from parts of 100, 2900 and 500 (the last 500 short).
+        let data: Vec<u8> = (0..3500u32).map(|i| (i % 253) as u8).collect();
+        let parts = [
+            IoSlice::new(&data[..100]),
+            IoSlice::new(&data[100..3000]),
+            IoSlice::new(&data[3000..]),
+        ];
+        let mut run = GatherRun::new(b.local_address(), 0, 3);
+        run.segment_size = Some(1000);
+        assert_eq!(a.send_gathered(&parts, &[run]).unwrap(), 1);
+        let mut receive = RecvBatch::new(8, MAX_COALESCED_BYTES);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 4);
+        let lengths: Vec<usize> = datagrams.iter().map(Vec::len).collect();
+        assert_eq!(lengths, vec![1000, 1000, 1000, 500]);
+        assert_eq!(datagrams.concat(), data);
+    }
+
+    #[test]
+    fn gathered_messages_beyond_their_parts_are_refused() {
+        let (mut a, b) = loopback_pair();
+        let bytes = [7u8; 4];
+        let parts = vec![IoSlice::new(&bytes); MAX_GATHER_PARTS + 1];
+        let to = b.local_address();
+        for run in [
+            GatherRun::new(to, 1, MAX_GATHER_PARTS + 1),
+            GatherRun::new(to, 0, MAX_GATHER_PARTS + 1),
+            GatherRun::new(to, usize::MAX, 2),
+        ] {
+            let err = a
+                .send_gathered(&parts, &[GatherRun::new(to, 0, 1), run])
+                .unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        }
+        // Nothing of a refused batch was sent; a valid one is.
+        assert_eq!(a.send_gathered(&parts, &[]).unwrap(), 0);
+        assert_eq!(
+            a.send_gathered(&parts, &[GatherRun::new(to, 0, MAX_GATHER_PARTS)])
+                .unwrap(),
+            1
+        );
+        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+        let mut buffer = [0u8; 8192];
+        assert_eq!(b.recv_from(&mut buffer).unwrap().0, 4 * MAX_GATHER_PARTS);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            b.recv_from(&mut buffer).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]
