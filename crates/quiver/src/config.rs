@@ -57,8 +57,8 @@ pub struct Config {
     /// (no extra copy; see docs/ARCHITECTURE.md §8).
     pub tcp_staging_bytes: usize,
     /// udp datagram payloads at least this long leave from the connection's send buffer in
-    /// place (gathered with their header); shorter ones are copied next to their header,
-    /// so runs of them can leave as one GSO send.
+    /// place (gathered with their header); shorter ones are copied next to their header.
+    /// Either way runs of equal-size datagrams leave as one GSO send.
     pub udp_in_place_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
