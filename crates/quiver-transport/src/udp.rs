@@ -11,7 +11,7 @@
 //! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the
 //!   socket as `ceil(len / S)` datagrams of `S` bytes (the last one may be shorter). The
 //!   caller lays out each segment's header inside the buffer itself, or gathers the
-//!   segments from anywhere with [`UdpSocket::send_gathered`]: the kernel cuts the *total*
+//!   segments from anywhere with [`UdpSocket::send_gather`]: the kernel cuts the *total*
 //!   of a message's iovecs into segments whatever their layout, so a run of
 //!   `(header, payload)` pairs, each pair one segment, leaves as one GSO send without
 //!   copying the payloads next to their headers.
@@ -24,7 +24,8 @@
 //! errors (e.g. `ECONNREFUSED`) as whatever the kernel reports.
 
 use std::ffi::c_void;
-use std::io::{self, IoSlice};
+use std::io;
+use std::marker::PhantomData;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -43,13 +44,9 @@ pub const MAX_COALESCED_BYTES: usize = 65_535;
 /// newer ones allow more, so this is the portable limit).
 pub const MAX_GSO_SEGMENTS: usize = 64;
 
-/// Most parts (iovecs) one message of [`UdpSocket::send_gathered`] may have: the kernel's
-/// `UIO_MAXIOV` (`IOV_MAX`).
+/// Most parts (iovecs) one message of a [`Gather`] may have: the kernel's `UIO_MAXIOV`
+/// (`IOV_MAX`); a message with more is refused by the kernel (`EMSGSIZE`).
 pub const MAX_GATHER_PARTS: usize = 1024;
-
-// `send_gathered` hands `IoSlice` arrays to the kernel as `iovec` arrays (std guarantees
-// the two are ABI-compatible on Unix; checked here too).
-const _: () = assert!(size_of::<IoSlice<'static>>() == size_of::<libc::iovec>());
 
 /// Default number of datagrams one [`UdpSocket::send_batch`] call can submit.
 pub const DEFAULT_SEND_BATCH: usize = 64;
@@ -111,31 +108,123 @@ impl<'a> OutDatagram<'a> {
     }
 }
 
-/// One message of [`UdpSocket::send_gathered`]: `part_count` consecutive entries of the
-/// parts array from `first_part`, sent as one datagram or, with `segment_size`, as one GSO
-/// send cut into datagrams of `segment_size` bytes (the last may be shorter). A segment may
-/// span any number of parts (e.g. a header and a payload), and a part may span segments.
+/// One message of a [`Gather`]: `part_count` consecutive parts from `first_part`, sent as
+/// one datagram or, with `segment_size`, as one GSO send cut into datagrams of
+/// `segment_size` bytes (the last may be shorter). A segment may span any number of parts
+/// (e.g. a header and a payload), and a part may span segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GatherRun {
     /// Where the datagrams go.
     pub destination: SocketAddr,
-    /// Index of the message's first part in the parts array.
+    /// Index of the message's first part among the gather's parts.
     pub first_part: usize,
-    /// Number of parts (at most [`MAX_GATHER_PARTS`]; 0 sends an empty datagram).
+    /// Number of parts (0 sends an empty datagram).
     pub part_count: usize,
     /// GSO segment size in bytes, or `None` for one plain datagram.
     pub segment_size: Option<u16>,
 }
 
-impl GatherRun {
-    /// A plain datagram of the parts `first_part..first_part + part_count`.
-    pub fn new(destination: SocketAddr, first_part: usize, part_count: usize) -> Self {
-        GatherRun {
-            destination,
-            first_part,
-            part_count,
-            segment_size: None,
+/// Reusable storage of a [`Gather`] (iovecs and message descriptors): allocated once, so
+/// that laying out and sending a batch allocates nothing (unless a batch outgrows it).
+#[derive(Debug, Default)]
+pub struct GatherBuffer {
+    iovecs: Vec<libc::iovec>,
+    runs: Vec<GatherRun>,
+}
+
+// SAFETY: the iovecs' pointers are only read through a `Gather`, which borrows the buffer
+// for no longer than the slices they were made from; outside one they are never
+// dereferenced (a new `Gather` clears them first).
+unsafe impl Send for GatherBuffer {}
+
+impl GatherBuffer {
+    /// Storage for `parts` parts and `messages` messages before it grows.
+    pub fn with_capacity(parts: usize, messages: usize) -> GatherBuffer {
+        GatherBuffer {
+            iovecs: Vec::with_capacity(parts),
+            runs: Vec::with_capacity(messages),
         }
+    }
+
+    /// Starts laying out a new batch (empty) in this storage.
+    pub fn gather<'a>(&'a mut self) -> Gather<'a> {
+        self.iovecs.clear();
+        self.runs.clear();
+        Gather {
+            buffer: self,
+            parts: PhantomData,
+        }
+    }
+}
+
+/// Messages laid out for [`UdpSocket::send_gather`], each gathered from its parts in place
+/// (the kernel reads them where they are, no copy here): slices that live at least as long
+/// as the gather.
+#[derive(Debug)]
+pub struct Gather<'a> {
+    buffer: &'a mut GatherBuffer,
+    parts: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Gather<'a> {
+    /// Starts a new message to `destination`, a plain datagram until
+    /// [`Gather::set_segment_size`]; the parts pushed next belong to it.
+    pub fn start_message(&mut self, destination: SocketAddr) {
+        self.buffer.runs.push(GatherRun {
+            destination,
+            first_part: self.buffer.iovecs.len(),
+            part_count: 0,
+            segment_size: None,
+        });
+    }
+
+    /// Appends `part` to the current message (starting one to an unspecified address if
+    /// there is none: call [`Gather::start_message`] first).
+    pub fn push_part(&mut self, part: &'a [u8]) {
+        if self.buffer.runs.is_empty() {
+            self.start_message(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        }
+        self.buffer.iovecs.push(libc::iovec {
+            // The kernel only reads through this pointer (sendmmsg).
+            iov_base: part.as_ptr() as *mut c_void,
+            iov_len: part.len(),
+        });
+        if let Some(run) = self.buffer.runs.last_mut() {
+            run.part_count += 1;
+        }
+    }
+
+    /// Makes the current message a GSO send of `segment_size`-byte datagrams (`None`: one
+    /// plain datagram). Needs [`UdpSocket::gso_supported`] and the kernel's limits
+    /// ([`max_gso_bytes`]) when sent.
+    pub fn set_segment_size(&mut self, segment_size: Option<u16>) {
+        if let Some(run) = self.buffer.runs.last_mut() {
+            run.segment_size = segment_size;
+        }
+    }
+
+    /// The messages laid out so far.
+    pub fn messages(&self) -> &[GatherRun] {
+        &self.buffer.runs
+    }
+
+    /// Parts laid out so far (all messages).
+    pub fn part_count(&self) -> usize {
+        self.buffer.iovecs.len()
+    }
+
+    /// The parts of message `index` (none if there is no such message).
+    pub fn parts(&self, index: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
+        let range = self
+            .buffer
+            .runs
+            .get(index)
+            .map_or(0..0, |run| run.first_part..run.first_part + run.part_count);
+        self.buffer.iovecs[range].iter().map(|iovec| {
+            // SAFETY: every iovec was made by `push_part` from a `&'a [u8]`, alive for 'a
+            // (the buffer is borrowed for 'a and cleared before it is reused).
+            unsafe { std::slice::from_raw_parts(iovec.iov_base as *const u8, iovec.iov_len) }
+        })
     }
 }
 
@@ -362,46 +451,28 @@ impl UdpSocket {
         Ok(sent as usize)
     }
 
-    /// Sends the first `min(runs.len(), send_batch_capacity())` messages of `runs` with one
-    /// `sendmmsg`, each message gathered from its range of `parts` (no copy: the kernel
-    /// reads the parts where they are). Returns how many messages the kernel took; the
-    /// caller resubmits the rest (`runs[n..]`, with the same `parts`). A message with
-    /// `segment_size` needs [`UdpSocket::gso_supported`] and must stay within the kernel's
-    /// GSO limits ([`max_gso_bytes`]).
+    /// Sends the messages of `gather` from `first_message` on, at most
+    /// [`UdpSocket::send_batch_capacity`] of them, with one `sendmmsg`. Returns how many
+    /// messages the kernel took; the caller resubmits the rest (`first_message + n`).
     ///
     /// # Errors
-    /// `InvalidInput`, before anything is sent, when a message to be sent names parts
-    /// beyond `parts` or more than [`MAX_GATHER_PARTS`]; otherwise as
-    /// [`UdpSocket::send_batch`]. An empty `runs` returns `Ok(0)`.
-    pub fn send_gathered(
-        &mut self,
-        parts: &[IoSlice<'_>],
-        runs: &[GatherRun],
-    ) -> io::Result<usize> {
+    /// As [`UdpSocket::send_batch`] (for a GSO message beyond the kernel's limits, or more
+    /// than [`MAX_GATHER_PARTS`] parts, the kernel's `EINVAL`/`EMSGSIZE`). No message from
+    /// `first_message` on returns `Ok(0)`.
+    pub fn send_gather(&mut self, gather: &Gather<'_>, first_message: usize) -> io::Result<usize> {
+        let runs = gather.buffer.runs.get(first_message..).unwrap_or(&[]);
         let count = runs.len().min(self.send_scratch.headers.len());
         if count == 0 {
             return Ok(0);
         }
-        for run in &runs[..count] {
-            let in_bounds = run
-                .first_part
-                .checked_add(run.part_count)
-                .is_some_and(|end| end <= parts.len());
-            if !in_bounds || run.part_count > MAX_GATHER_PARTS {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "gathered message beyond its parts or over IOV_MAX parts",
-                ));
-            }
-        }
         let ipv6_socket = self.local_address.is_ipv6();
         let scratch = &mut self.send_scratch;
+        let iovecs = &gather.buffer.iovecs;
         for (index, run) in runs[..count].iter().enumerate() {
             let addressed = self.connected != Some(run.destination);
-            let message_parts = &parts[run.first_part..run.first_part + run.part_count];
-            // IoSlice is guaranteed ABI-compatible with iovec on Unix; the kernel only
-            // reads through this pointer (sendmmsg).
-            let iov = message_parts.as_ptr() as *mut libc::iovec;
+            // `first_part` is at most `iovecs.len()` (set by `start_message`); the kernel
+            // only reads through the pointer.
+            let iov = iovecs[run.first_part..].as_ptr() as *mut libc::iovec;
             scratch.fill_message(
                 index,
                 run.destination,
@@ -412,8 +483,9 @@ impl UdpSocket {
             );
         }
         // SAFETY: the first `count` headers point into `scratch` (addresses, control
-        // buffers, alive and unmoved for the call) and into `parts` (iovecs checked to be
-        // within it above, ABI-compatible with iovec) whose slices the kernel only reads.
+        // buffers, alive and unmoved for the call) and into the gather's iovecs (each
+        // message's `part_count` iovecs exist), which point into slices alive for the
+        // gather's lifetime; the kernel only reads them.
         let sent = check(unsafe {
             libc::sendmmsg(
                 self.fd.as_raw_fd(),
@@ -1319,6 +1391,20 @@ mod tests {
         (headers, ring, expected)
     }
 
+    /// Sends every message of `gather`, resubmitting the rest after a partial send.
+    fn send_all_gathered(socket: &mut UdpSocket, gather: &Gather<'_>) {
+        let mut sent = 0;
+        while sent < gather.messages().len() {
+            match socket.send_gather(gather, sent) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("send_gather: {e}"),
+            }
+        }
+    }
+
     /// Sends `count` in-place pairs as runs of at most `per_run` segments (GSO when
     /// `per_run > 1`) and checks that exactly the right datagrams arrive.
     fn gathered_round_trip(count: usize, payload_bytes: usize, per_run: usize, gro: bool) {
@@ -1327,36 +1413,28 @@ mod tests {
         let last_short = payload_bytes / 3;
         let (headers, ring, expected) = gathered_pairs(count, payload_bytes, last_short);
         let segment = 8 + payload_bytes;
-        let mut parts = Vec::new();
-        let mut runs = Vec::new();
+        let mut buffer = GatherBuffer::default();
+        let mut gather = buffer.gather();
         for (i, header) in headers.iter().enumerate() {
             let len = expected[i].len() - 8;
             let start = i * payload_bytes;
             if i % per_run == 0 {
-                runs.push(GatherRun::new(b.local_address(), parts.len(), 0));
+                gather.start_message(b.local_address());
+            } else {
+                gather.set_segment_size(Some(segment as u16));
             }
-            parts.push(IoSlice::new(header));
-            parts.push(IoSlice::new(&ring[start..start + len]));
-            let run = runs.last_mut().unwrap();
-            run.part_count += 2;
-            if run.part_count > 2 {
-                run.segment_size = Some(segment as u16);
-            }
+            gather.push_part(header);
+            gather.push_part(&ring[start..start + len]);
         }
-        let mut sent = 0;
-        while sent < runs.len() {
-            match a.send_gathered(&parts, &runs[sent..]) {
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Err(e) => panic!("send_gathered: {e}"),
-            }
-        }
+        assert_eq!(gather.messages().len(), count.div_ceil(per_run));
+        assert_eq!(gather.part_count(), 2 * count);
+        let first: Vec<u8> = gather.parts(0).flatten().copied().collect();
+        assert!(first == expected[..per_run.min(count)].concat());
+        send_all_gathered(&mut a, &gather);
         let mut receive = RecvBatch::new(64, MAX_COALESCED_BYTES);
         let (datagrams, messages) = receive_datagrams(&mut b, &mut receive, count);
         assert_eq!(datagrams.len(), count);
-        assert_eq!(datagrams, expected);
+        assert!(datagrams == expected, "datagrams differ");
         assert_eq!(datagrams[count - 1].len(), segment - last_short);
         if !gro {
             assert_eq!(messages, count);
@@ -1388,14 +1466,15 @@ mod tests {
         let (mut a, mut b) = loopback_pair();
         // Three segments of 1000 bytes from parts of 100, 2900 and 500 (the last 500 short).
         let data: Vec<u8> = (0..3500u32).map(|i| (i % 253) as u8).collect();
-        let parts = [
-            IoSlice::new(&data[..100]),
-            IoSlice::new(&data[100..3000]),
-            IoSlice::new(&data[3000..]),
-        ];
-        let mut run = GatherRun::new(b.local_address(), 0, 3);
-        run.segment_size = Some(1000);
-        assert_eq!(a.send_gathered(&parts, &[run]).unwrap(), 1);
+        let mut buffer = GatherBuffer::with_capacity(4, 1);
+        let mut gather = buffer.gather();
+        gather.start_message(b.local_address());
+        for part in [&data[..100], &data[100..3000], &data[3000..]] {
+            gather.push_part(part);
+        }
+        gather.set_segment_size(Some(1000));
+        assert_eq!(a.send_gather(&gather, 0).unwrap(), 1);
+        assert_eq!(a.send_gather(&gather, 1).unwrap(), 0);
         let mut receive = RecvBatch::new(8, MAX_COALESCED_BYTES);
         let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 4);
         let lengths: Vec<usize> = datagrams.iter().map(Vec::len).collect();
@@ -1404,34 +1483,31 @@ mod tests {
     }
 
     #[test]
-    fn gathered_messages_beyond_their_parts_are_refused() {
-        let (mut a, b) = loopback_pair();
+    fn gathers_reuse_their_buffer_and_the_kernel_caps_parts() {
+        let (mut a, mut b) = loopback_pair();
         let bytes = [7u8; 4];
-        let parts = vec![IoSlice::new(&bytes); MAX_GATHER_PARTS + 1];
-        let to = b.local_address();
-        for run in [
-            GatherRun::new(to, 1, MAX_GATHER_PARTS + 1),
-            GatherRun::new(to, 0, MAX_GATHER_PARTS + 1),
-            GatherRun::new(to, usize::MAX, 2),
-        ] {
-            let err = a
-                .send_gathered(&parts, &[GatherRun::new(to, 0, 1), run])
-                .unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        let mut buffer = GatherBuffer::default();
+        // More than IOV_MAX parts: the kernel refuses the message, nothing is sent.
+        let mut gather = buffer.gather();
+        gather.start_message(b.local_address());
+        for _ in 0..=MAX_GATHER_PARTS {
+            gather.push_part(&bytes);
         }
-        // Nothing of a refused batch was sent; a valid one is.
-        assert_eq!(a.send_gathered(&parts, &[]).unwrap(), 0);
-        assert_eq!(
-            a.send_gathered(&parts, &[GatherRun::new(to, 0, MAX_GATHER_PARTS)])
-                .unwrap(),
-            1
-        );
-        b.wait_readable(Some(Duration::from_secs(5))).unwrap();
-        let mut buffer = [0u8; 8192];
-        assert_eq!(b.recv_from(&mut buffer).unwrap().0, 4 * MAX_GATHER_PARTS);
+        assert!(a.send_gather(&gather, 0).is_err());
+        // The buffer starts empty again; IOV_MAX parts go out as one datagram.
+        let mut gather = buffer.gather();
+        assert!(gather.messages().is_empty() && gather.part_count() == 0);
+        gather.start_message(b.local_address());
+        for _ in 0..MAX_GATHER_PARTS {
+            gather.push_part(&bytes);
+        }
+        assert_eq!(a.send_gather(&gather, 0).unwrap(), 1);
+        let mut receive = RecvBatch::new(4, 8192);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 1);
+        assert_eq!(datagrams, vec![vec![7u8; 4 * MAX_GATHER_PARTS]]);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(
-            b.recv_from(&mut buffer).unwrap_err().kind(),
+            b.recv_batch(&mut receive).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
     }

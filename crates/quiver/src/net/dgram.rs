@@ -20,7 +20,7 @@
 //! turns.
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -32,8 +32,8 @@ use quiver_proto::reliable::{
     reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
 };
 use quiver_transport::udp::{
-    max_gso_bytes, GatherRun, OutDatagram, ReadinessSet, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
-    MAX_GATHER_PARTS,
+    max_gso_bytes, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch, UdpSocket,
+    MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
 };
 use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN};
 use quiver_wire::handshake::Hello;
@@ -95,6 +95,8 @@ struct UdpIo {
     rx_last_bytes: usize,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
+    /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
+    gather: GatherBuffer,
 }
 
 // Payloads at least `Config::udp_in_place_min` long are sent from the connection's send
@@ -125,7 +127,11 @@ impl UdpIo {
     /// protocol resends it.
     fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection, via: Option<&mut UdpSocket>) {
         let UdpIo {
-            socket, tx, tx_out, ..
+            socket,
+            tx,
+            tx_out,
+            gather,
+            ..
         } = self;
         let socket = match via {
             Some(connected) => connected,
@@ -139,40 +145,38 @@ impl UdpIo {
             );
             return;
         }
-        let gso = socket.gso_supported();
+        let mut gather = gather.gather();
         gather_runs(
+            &mut gather,
             tx,
             tx_out,
             to,
-            gso,
+            socket.gso_supported(),
             |stream_offset, len| core.payload_at(stream_offset, len),
-            |parts, runs| send_gathered_fully(socket, parts, runs),
         );
+        send_gather_fully(socket, &gather);
     }
 }
 
 /// Lays the datagrams of `tx_out` (headers and copied payloads in `tx`, in-place payloads
-/// from `payload_at`) out as messages to `to` and hands them to `send` at most
-/// [`SEND_CHUNK`] messages and [`GATHER_PARTS`] parts at a time, in order. A message is one
+/// from `payload_at`) out in `gather` as messages to `to`, in order. A message is one
 /// datagram or, with `gso`, a GSO run: consecutive datagrams of one size (the last may be
 /// shorter) within the kernel's limits, each one part (copied) or two (header and payload
 /// in place); the kernel cuts the run's total into datagrams whatever the parts. An
 /// in-place payload that `payload_at` no longer has (acknowledged meanwhile) is not sent,
-/// and ends its run. Nothing is allocated: the arrays are on the stack.
+/// and ends its run.
 fn gather_runs<'a>(
+    gather: &mut Gather<'a>,
     tx: &'a [u8],
     tx_out: &[TxEntry],
     to: SocketAddr,
     gso: bool,
     payload_at: impl Fn(u64, usize) -> Option<&'a [u8]>,
-    mut send: impl FnMut(&[IoSlice<'a>], &[GatherRun]),
 ) {
-    let mut parts = [IoSlice::new(&[]); GATHER_PARTS];
-    let mut runs = [GatherRun::new(to, 0, 0); SEND_CHUNK];
-    let (mut part_count, mut run_count) = (0, 0);
-    // The open run: its segment size, bytes, the most it may carry, and whether its last
-    // datagram was a whole segment (only then may another follow).
-    let (mut segment, mut run_bytes, mut run_limit, mut run_open) = (0, 0, 0, false);
+    // The open run: its segment size, bytes and parts, the most bytes it may carry, and
+    // whether its last datagram was a whole segment (only then may another follow).
+    let (mut segment, mut run_bytes, mut run_parts, mut run_limit) = (0, 0, 0, 0);
+    let mut run_open = false;
     for entry in tx_out {
         let (first, second): (&[u8], &[u8]) = match *entry {
             TxEntry::Copied { offset, len } => (&tx[offset..offset + len], &[]),
@@ -196,55 +200,36 @@ fn gather_runs<'a>(
         let joins = run_open
             && len <= segment
             && run_bytes + len <= run_limit
-            && part_count + needed <= GATHER_PARTS;
-        if !joins {
-            if run_count == SEND_CHUNK || part_count + needed > GATHER_PARTS {
-                send(&parts[..part_count], &runs[..run_count]);
-                (part_count, run_count) = (0, 0);
-            }
-            runs[run_count] = GatherRun::new(to, part_count, 0);
-            run_count += 1;
-            segment = len;
-            run_bytes = 0;
+            && run_parts + needed <= MAX_GATHER_PARTS;
+        if joins {
+            // A second datagram or more: the run is a GSO send (the segment fits a u16:
+            // the limit is the datagram itself otherwise).
+            gather.set_segment_size(u16::try_from(segment).ok());
+        } else {
+            gather.start_message(to);
+            (segment, run_bytes, run_parts) = (len, 0, 0);
             run_limit = if gso && u16::try_from(len).is_ok() {
                 max_gso_bytes(len, to.is_ipv6())
             } else {
                 len
             };
         }
-        parts[part_count] = IoSlice::new(first);
-        if needed == 2 {
-            parts[part_count + 1] = IoSlice::new(second);
-        }
-        part_count += needed;
-        let run = &mut runs[run_count - 1];
-        run.part_count += needed;
-        if run_bytes > 0 {
-            // A second datagram: the run becomes a GSO send (the segment fits a u16: the
-            // limit above is the datagram itself otherwise).
-            run.segment_size = u16::try_from(segment).ok();
+        gather.push_part(first);
+        if !second.is_empty() {
+            gather.push_part(second);
         }
         run_bytes += len;
+        run_parts += needed;
         run_open = len == segment && len > 0;
-    }
-    if run_count > 0 {
-        send(&parts[..part_count], &runs[..run_count]);
     }
 }
 
-/// Datagrams (plain or GSO runs) handed to one `sendmmsg` at most.
-const SEND_CHUNK: usize = 64;
-/// Parts (iovecs) gathered for one `sendmmsg` at most: one GSO run's worth of MTU-1500
-/// pairs is 88, and a run may have up to `MAX_GATHER_PARTS`.
-const GATHER_PARTS: usize = MAX_GATHER_PARTS;
-
-/// Sends every message of `runs` (gathered from `parts`), waiting once (briefly) for room
-/// if the socket is full.
-fn send_gathered_fully(socket: &mut UdpSocket, parts: &[IoSlice<'_>], runs: &[GatherRun]) {
+/// Sends every message of `gather`, waiting once (briefly) for room if the socket is full.
+fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
     let mut sent = 0;
     let mut waited = false;
-    while sent < runs.len() {
-        match socket.send_gathered(parts, &runs[sent..]) {
+    while sent < gather.messages().len() {
+        match socket.send_gather(gather, sent) {
             Ok(n) => sent += n.max(1),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
                 waited = true;
@@ -336,38 +321,34 @@ mod gather_tests {
             let start = offset as usize;
             (!gone(offset)).then(|| &layout.ring[start..start + len])
         };
+        let mut buffer = GatherBuffer::default();
+        let mut gather = buffer.gather();
         gather_runs(
+            &mut gather,
             &layout.tx,
             &layout.tx_out,
             to(),
             gso,
             payload_at,
-            |parts, runs| {
-                assert!(parts.len() <= GATHER_PARTS && runs.len() <= SEND_CHUNK);
-                assert!(!runs.is_empty());
-                for run in runs {
-                    assert!(run.part_count <= MAX_GATHER_PARTS);
-                    let bytes: Vec<u8> = parts[run.first_part..run.first_part + run.part_count]
-                        .iter()
-                        .flat_map(|part| part.iter().copied())
-                        .collect();
-                    match run.segment_size {
-                        Some(segment) => {
-                            assert!(gso);
-                            let segment = usize::from(segment);
-                            assert!(bytes.len() > segment);
-                            assert!(bytes.len() <= max_gso_bytes(segment, false));
-                            counts.push(bytes.len().div_ceil(segment));
-                            datagrams.extend(bytes.chunks(segment).map(<[u8]>::to_vec));
-                        }
-                        None => {
-                            counts.push(1);
-                            datagrams.push(bytes);
-                        }
-                    }
-                }
-            },
         );
+        for (index, run) in gather.messages().iter().enumerate() {
+            assert!(run.part_count <= MAX_GATHER_PARTS);
+            let bytes: Vec<u8> = gather.parts(index).flatten().copied().collect();
+            match run.segment_size {
+                Some(segment) => {
+                    assert!(gso);
+                    let segment = usize::from(segment);
+                    assert!(bytes.len() > segment);
+                    assert!(bytes.len() <= max_gso_bytes(segment, false));
+                    counts.push(bytes.len().div_ceil(segment));
+                    datagrams.extend(bytes.chunks(segment).map(<[u8]>::to_vec));
+                }
+                None => {
+                    counts.push(1);
+                    datagrams.push(bytes);
+                }
+            }
+        }
         (datagrams, counts)
     }
 
@@ -465,14 +446,17 @@ mod gather_tests {
                 Some(&layout.ring[start..start + len])
             };
             let destination = receiver.local_address();
+            let mut buffer = GatherBuffer::default();
+            let mut gather = buffer.gather();
             gather_runs(
+                &mut gather,
                 &layout.tx,
                 &layout.tx_out,
                 destination,
                 gso,
                 payload_at,
-                |parts, runs| send_gathered_fully(&mut sender, parts, runs),
             );
+            send_gather_fully(&mut sender, &gather);
             let mut batch = RecvBatch::new(64, MAX_COALESCED_BYTES);
             let mut got = Vec::new();
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -862,6 +846,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
+                gather: GatherBuffer::with_capacity(2 * 1024, 1024),
             }))
         }
         TransportKind::Mem => Socket::Mem(
