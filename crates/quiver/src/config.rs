@@ -215,7 +215,7 @@ impl Default for Config {
             net_idle_timeout: Duration::from_secs(1),
             detect: Some(Duration::from_secs(1)),
             tcp_staging_bytes: 256 << 10,
-            udp_in_place_min: 32 << 10,
+            udp_in_place_min: 512,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
