@@ -13,7 +13,11 @@
 //! Offloads, in short:
 //! - **GSO** (`UDP_SEGMENT`): one send of up to ~64 KiB with a segment size `S` leaves the
 //!   socket as `ceil(len / S)` datagrams of `S` bytes (the last one may be shorter). The
-//!   caller lays out each segment's header inside the buffer itself.
+//!   caller lays out each segment's header inside the buffer itself, or gathers the
+//!   segments from anywhere with [`UdpSocket::send_gather`]: the kernel cuts the *total*
+//!   of a message's iovecs into segments whatever their layout, so a run of
+//!   `(header, payload)` pairs, each pair one segment, leaves as one GSO send without
+//!   copying the payloads next to their headers.
 //! - **GRO** (`UDP_GRO`): the kernel may hand several datagrams of one flow to a single
 //!   receive, concatenated, with the segment size in a control message. [`RecvMessage::datagrams`]
 //!   splits such a buffer back into datagrams. Receive buffers must then be at least
@@ -24,6 +28,7 @@
 
 use std::ffi::c_void;
 use std::io;
+use std::marker::PhantomData;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -41,6 +46,10 @@ pub const MAX_COALESCED_BYTES: usize = 65_535;
 /// Most segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS` on older kernels;
 /// newer ones allow more, so this is the portable limit).
 pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Most parts (iovecs) one message of a [`Gather`] may have: the kernel's `UIO_MAXIOV`
+/// (`IOV_MAX`); a message with more is refused by the kernel (`EMSGSIZE`).
+pub const MAX_GATHER_PARTS: usize = 1024;
 
 /// Default number of datagrams one [`UdpSocket::send_batch`] call can submit.
 pub const DEFAULT_SEND_BATCH: usize = 64;
@@ -99,6 +108,126 @@ impl<'a> OutDatagram<'a> {
     /// Whether it carries no bytes (a valid, empty datagram).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// One message of a [`Gather`]: `part_count` consecutive parts from `first_part`, sent as
+/// one datagram or, with `segment_size`, as one GSO send cut into datagrams of
+/// `segment_size` bytes (the last may be shorter). A segment may span any number of parts
+/// (e.g. a header and a payload), and a part may span segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatherRun {
+    /// Where the datagrams go.
+    pub destination: SocketAddr,
+    /// Index of the message's first part among the gather's parts.
+    pub first_part: usize,
+    /// Number of parts (0 sends an empty datagram).
+    pub part_count: usize,
+    /// GSO segment size in bytes, or `None` for one plain datagram.
+    pub segment_size: Option<u16>,
+}
+
+/// Reusable storage of a [`Gather`] (iovecs and message descriptors): allocated once, so
+/// that laying out and sending a batch allocates nothing (unless a batch outgrows it).
+#[derive(Debug, Default)]
+pub struct GatherBuffer {
+    iovecs: Vec<libc::iovec>,
+    runs: Vec<GatherRun>,
+}
+
+// SAFETY: the iovecs' pointers are only read through a `Gather`, which borrows the buffer
+// for no longer than the slices they were made from; outside one they are never
+// dereferenced (a new `Gather` clears them first).
+unsafe impl Send for GatherBuffer {}
+
+impl GatherBuffer {
+    /// Storage for `parts` parts and `messages` messages before it grows.
+    pub fn with_capacity(parts: usize, messages: usize) -> GatherBuffer {
+        GatherBuffer {
+            iovecs: Vec::with_capacity(parts),
+            runs: Vec::with_capacity(messages),
+        }
+    }
+
+    /// Starts laying out a new batch (empty) in this storage.
+    pub fn gather<'a>(&'a mut self) -> Gather<'a> {
+        self.iovecs.clear();
+        self.runs.clear();
+        Gather {
+            buffer: self,
+            parts: PhantomData,
+        }
+    }
+}
+
+/// Messages laid out for [`UdpSocket::send_gather`], each gathered from its parts in place
+/// (the kernel reads them where they are, no copy here): slices that live at least as long
+/// as the gather.
+#[derive(Debug)]
+pub struct Gather<'a> {
+    buffer: &'a mut GatherBuffer,
+    parts: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Gather<'a> {
+    /// Starts a new message to `destination`, a plain datagram until
+    /// [`Gather::set_segment_size`]; the parts pushed next belong to it.
+    pub fn start_message(&mut self, destination: SocketAddr) {
+        self.buffer.runs.push(GatherRun {
+            destination,
+            first_part: self.buffer.iovecs.len(),
+            part_count: 0,
+            segment_size: None,
+        });
+    }
+
+    /// Appends `part` to the current message (starting one to an unspecified address if
+    /// there is none: call [`Gather::start_message`] first).
+    pub fn push_part(&mut self, part: &'a [u8]) {
+        if self.buffer.runs.is_empty() {
+            self.start_message(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        }
+        self.buffer.iovecs.push(libc::iovec {
+            // The kernel only reads through this pointer (sendmmsg).
+            iov_base: part.as_ptr() as *mut c_void,
+            iov_len: part.len(),
+        });
+        if let Some(run) = self.buffer.runs.last_mut() {
+            run.part_count += 1;
+        }
+    }
+
+    /// Makes the current message a GSO send of `segment_size`-byte datagrams (`None`: one
+    /// plain datagram). Needs [`UdpSocket::gso_supported`] and the kernel's limits
+    /// ([`max_gso_bytes`]) when sent.
+    pub fn set_segment_size(&mut self, segment_size: Option<u16>) {
+        if let Some(run) = self.buffer.runs.last_mut() {
+            run.segment_size = segment_size;
+        }
+    }
+
+    /// The messages laid out so far.
+    pub fn messages(&self) -> &[GatherRun] {
+        &self.buffer.runs
+    }
+
+    /// Parts laid out so far (all messages).
+    pub fn part_count(&self) -> usize {
+        self.buffer.iovecs.len()
+    }
+
+    /// The parts of message `index` (none if there is no such message).
+    pub fn parts(&self, index: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
+        let range = self
+            .buffer
+            .runs
+            .get(index)
+            .map_or(0..0, |run| run.first_part..run.first_part + run.part_count);
+        self.buffer.iovecs[range].iter().map(|iovec| {
+            // SAFETY: every iovec was made by `push_part` from a `&'a [u8]`, alive for 'a
+            // (the buffer is borrowed for 'a and cleared before it is reused).
+            unsafe { std::slice::from_raw_parts(iovec.iov_base as *const u8, iovec.iov_len) }
+        })
     }
 }
 
@@ -314,6 +443,52 @@ impl UdpSocket {
         // SAFETY: the first `count` headers point into `scratch` (addresses, iovecs, control
         // buffers, alive and unmoved for the call) and into the borrowed slices of `batch`,
         // which the kernel only reads.
+        let sent = check(unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                scratch.headers.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_NOSIGNAL,
+            )
+        })?;
+        Ok(sent as usize)
+    }
+
+    /// Sends the messages of `gather` from `first_message` on, at most
+    /// [`UdpSocket::send_batch_capacity`] of them, with one `sendmmsg`. Returns how many
+    /// messages the kernel took; the caller resubmits the rest (`first_message + n`).
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`] (for a GSO message beyond the kernel's limits, or more
+    /// than [`MAX_GATHER_PARTS`] parts, the kernel's `EINVAL`/`EMSGSIZE`). No message from
+    /// `first_message` on returns `Ok(0)`.
+    pub fn send_gather(&mut self, gather: &Gather<'_>, first_message: usize) -> io::Result<usize> {
+        let runs = gather.buffer.runs.get(first_message..).unwrap_or(&[]);
+        let count = runs.len().min(self.send_scratch.headers.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let ipv6_socket = self.local_address.is_ipv6();
+        let scratch = &mut self.send_scratch;
+        let iovecs = &gather.buffer.iovecs;
+        for (index, run) in runs[..count].iter().enumerate() {
+            let addressed = self.connected != Some(run.destination);
+            // `first_part` is at most `iovecs.len()` (set by `start_message`); the kernel
+            // only reads through the pointer.
+            let iov = iovecs[run.first_part..].as_ptr() as *mut libc::iovec;
+            scratch.fill_message(
+                index,
+                run.destination,
+                (iov, run.part_count),
+                run.segment_size,
+                ipv6_socket,
+                addressed,
+            );
+        }
+        // SAFETY: the first `count` headers point into `scratch` (addresses, control
+        // buffers, alive and unmoved for the call) and into the gather's iovecs (each
+        // message's `part_count` iovecs exist), which point into slices alive for the
+        // gather's lifetime; the kernel only reads them.
         let sent = check(unsafe {
             libc::sendmmsg(
                 self.fd.as_raw_fd(),
@@ -928,13 +1103,6 @@ impl SendScratch {
         ipv6_socket: bool,
         addressed: bool,
     ) {
-        let destination = match (ipv6_socket, datagram.destination) {
-            (true, SocketAddr::V4(v4)) => {
-                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
-            }
-            (_, other) => other,
-        };
-        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
         let mut parts = 0;
         for part in [datagram.header, datagram.payload] {
             if !part.is_empty() {
@@ -946,6 +1114,35 @@ impl SendScratch {
                 parts += 1;
             }
         }
+        let iov = self.iovecs[index].as_mut_ptr();
+        self.fill_message(
+            index,
+            datagram.destination,
+            (iov, parts),
+            datagram.segment_size,
+            ipv6_socket,
+            addressed,
+        );
+    }
+
+    /// Fills slot `index` for a message of the iovec array `iov` (pointer, count), which
+    /// must stay alive and unmoved until the `sendmmsg` that uses the slot.
+    fn fill_message(
+        &mut self,
+        index: usize,
+        destination: SocketAddr,
+        iov: (*mut libc::iovec, usize),
+        segment_size: Option<u16>,
+        ipv6_socket: bool,
+        addressed: bool,
+    ) {
+        let destination = match (ipv6_socket, destination) {
+            (true, SocketAddr::V4(v4)) => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
+            (_, other) => other,
+        };
+        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
         let header = &mut self.headers[index].msg_hdr;
         if addressed {
             header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
@@ -954,10 +1151,10 @@ impl SendScratch {
             header.msg_name = std::ptr::null_mut();
             header.msg_namelen = 0;
         }
-        header.msg_iov = self.iovecs[index].as_mut_ptr();
-        header.msg_iovlen = parts;
+        header.msg_iov = iov.0;
+        header.msg_iovlen = iov.1;
         header.msg_flags = 0;
-        match datagram.segment_size {
+        match segment_size {
             Some(segment) => {
                 header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
                 // SAFETY: CMSG_SPACE is a pure computation.
@@ -1251,6 +1448,151 @@ mod tests {
     #[test]
     fn gso_64k_without_gro() {
         gso_round_trip(false);
+    }
+
+    /// `count` (header, payload) pairs: header = index, payload `payload_bytes` long (the
+    /// last `last_short` bytes shorter), cut from one buffer as a send ring would hold them.
+    fn gathered_pairs(
+        count: usize,
+        payload_bytes: usize,
+        last_short: usize,
+    ) -> (Vec<[u8; 8]>, Vec<u8>, Vec<Vec<u8>>) {
+        let headers: Vec<[u8; 8]> = (0..count as u64).map(u64::to_be_bytes).collect();
+        let ring: Vec<u8> = (0..count * payload_bytes)
+            .map(|i| (i * 31 + i / 251) as u8)
+            .collect();
+        let mut expected = Vec::new();
+        for (i, header) in headers.iter().enumerate() {
+            let len = if i + 1 == count {
+                payload_bytes - last_short
+            } else {
+                payload_bytes
+            };
+            let start = i * payload_bytes;
+            expected.push([&header[..], &ring[start..start + len]].concat());
+        }
+        (headers, ring, expected)
+    }
+
+    /// Sends every message of `gather`, resubmitting the rest after a partial send.
+    fn send_all_gathered(socket: &mut UdpSocket, gather: &Gather<'_>) {
+        let mut sent = 0;
+        while sent < gather.messages().len() {
+            match socket.send_gather(gather, sent) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("send_gather: {e}"),
+            }
+        }
+    }
+
+    /// Sends `count` in-place pairs as runs of at most `per_run` segments (GSO when
+    /// `per_run > 1`) and checks that exactly the right datagrams arrive.
+    fn gathered_round_trip(count: usize, payload_bytes: usize, per_run: usize, gro: bool) {
+        let (mut a, mut b) = loopback_pair();
+        b.set_gro(gro).unwrap();
+        let last_short = payload_bytes / 3;
+        let (headers, ring, expected) = gathered_pairs(count, payload_bytes, last_short);
+        let segment = 8 + payload_bytes;
+        let mut buffer = GatherBuffer::default();
+        let mut gather = buffer.gather();
+        for (i, header) in headers.iter().enumerate() {
+            let len = expected[i].len() - 8;
+            let start = i * payload_bytes;
+            if i % per_run == 0 {
+                gather.start_message(b.local_address());
+            } else {
+                gather.set_segment_size(Some(segment as u16));
+            }
+            gather.push_part(header);
+            gather.push_part(&ring[start..start + len]);
+        }
+        assert_eq!(gather.messages().len(), count.div_ceil(per_run));
+        assert_eq!(gather.part_count(), 2 * count);
+        let first: Vec<u8> = gather.parts(0).flatten().copied().collect();
+        assert!(first == expected[..per_run.min(count)].concat());
+        send_all_gathered(&mut a, &gather);
+        let mut receive = RecvBatch::new(64, MAX_COALESCED_BYTES);
+        let (datagrams, messages) = receive_datagrams(&mut b, &mut receive, count);
+        assert_eq!(datagrams.len(), count);
+        assert!(datagrams == expected, "datagrams differ");
+        assert_eq!(datagrams[count - 1].len(), segment - last_short);
+        if !gro {
+            assert_eq!(messages, count);
+        }
+    }
+
+    #[test]
+    fn gathered_gso_runs_arrive_as_their_pairs() {
+        let (a, _) = loopback_pair();
+        assert!(a.gso_supported(), "UDP_SEGMENT not supported");
+        // MTU-1500-sized segments: 44 per run within one IP packet's 64 KiB.
+        let per_run = max_gso_bytes(8 + 1464, false) / (8 + 1464);
+        assert_eq!(per_run, 44);
+        gathered_round_trip(300, 1464, per_run, false);
+        gathered_round_trip(300, 1464, per_run, true);
+        // MTU 9000 (7 per run) and tiny segments (the 64-segment limit: 128 iovecs).
+        gathered_round_trip(50, 8952, max_gso_bytes(8 + 8952, false) / (8 + 8952), false);
+        gathered_round_trip(200, 92, MAX_GSO_SEGMENTS, false);
+    }
+
+    #[test]
+    fn gathered_plain_datagrams_without_gso() {
+        gathered_round_trip(150, 1464, 1, false);
+        gathered_round_trip(3, 60_000, 1, false);
+    }
+
+    #[test]
+    fn gathered_segments_ignore_the_part_layout() {
+        let (mut a, mut b) = loopback_pair();
+        // Three segments of 1000 bytes from parts of 100, 2900 and 500 (the last 500 short).
+        let data: Vec<u8> = (0..3500u32).map(|i| (i % 253) as u8).collect();
+        let mut buffer = GatherBuffer::with_capacity(4, 1);
+        let mut gather = buffer.gather();
+        gather.start_message(b.local_address());
+        for part in [&data[..100], &data[100..3000], &data[3000..]] {
+            gather.push_part(part);
+        }
+        gather.set_segment_size(Some(1000));
+        assert_eq!(a.send_gather(&gather, 0).unwrap(), 1);
+        assert_eq!(a.send_gather(&gather, 1).unwrap(), 0);
+        let mut receive = RecvBatch::new(8, MAX_COALESCED_BYTES);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 4);
+        let lengths: Vec<usize> = datagrams.iter().map(Vec::len).collect();
+        assert_eq!(lengths, vec![1000, 1000, 1000, 500]);
+        assert_eq!(datagrams.concat(), data);
+    }
+
+    #[test]
+    fn gathers_reuse_their_buffer_and_the_kernel_caps_parts() {
+        let (mut a, mut b) = loopback_pair();
+        let bytes = [7u8; 4];
+        let mut buffer = GatherBuffer::default();
+        // More than IOV_MAX parts: the kernel refuses the message, nothing is sent.
+        let mut gather = buffer.gather();
+        gather.start_message(b.local_address());
+        for _ in 0..=MAX_GATHER_PARTS {
+            gather.push_part(&bytes);
+        }
+        assert!(a.send_gather(&gather, 0).is_err());
+        // The buffer starts empty again; IOV_MAX parts go out as one datagram.
+        let mut gather = buffer.gather();
+        assert!(gather.messages().is_empty() && gather.part_count() == 0);
+        gather.start_message(b.local_address());
+        for _ in 0..MAX_GATHER_PARTS {
+            gather.push_part(&bytes);
+        }
+        assert_eq!(a.send_gather(&gather, 0).unwrap(), 1);
+        let mut receive = RecvBatch::new(4, 8192);
+        let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 1);
+        assert_eq!(datagrams, vec![vec![7u8; 4 * MAX_GATHER_PARTS]]);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            b.recv_batch(&mut receive).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]

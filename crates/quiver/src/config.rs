@@ -57,8 +57,8 @@ pub struct Config {
     /// (no extra copy; see docs/ARCHITECTURE.md §8).
     pub tcp_staging_bytes: usize,
     /// udp datagram payloads at least this long leave from the connection's send buffer in
-    /// place (gathered with their header); shorter ones are copied next to their header,
-    /// so runs of them can leave as one GSO send.
+    /// place (gathered with their header); shorter ones are copied next to their header.
+    /// Either way runs of equal-size datagrams leave as one GSO send.
     pub udp_in_place_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
@@ -215,7 +215,7 @@ impl Default for Config {
             net_idle_timeout: Duration::from_secs(1),
             detect: Some(Duration::from_secs(1)),
             tcp_staging_bytes: 256 << 10,
-            udp_in_place_min: 32 << 10,
+            udp_in_place_min: 512,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }

@@ -1166,8 +1166,8 @@ mod tests {
         }
         assert_eq!(knobs[0].default_candidate(), Some(256 << 10));
         assert_eq!(knobs[1].default_candidate(), Some(128 << 10));
-        // udp copies payloads below its 32 KiB in-place default: 16 KiB is the largest copied size.
-        assert_eq!(knobs[2].default_candidate(), Some(16 << 10));
+        // udp sends payloads of 512 B and more in place by default: no swept size is copied.
+        assert_eq!(knobs[2].default_candidate(), None);
     }
 
     #[test]

@@ -48,7 +48,8 @@ use quiver_proto::reliable::{
     reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
 };
 use quiver_transport::udp::{
-    max_gso_bytes, OutDatagram, ReadinessSet, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
+    max_gso_bytes, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch, UdpSocket,
+    MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
 };
 use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN};
 use quiver_wire::handshake::Hello;
@@ -94,8 +95,9 @@ const RX_MESSAGES: usize = 32;
 /// stream: the poll goes on receiving at once instead of handing it over first.
 const STREAM_DATAGRAM_BYTES: usize = 1400;
 
-/// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out back to back in
-/// `tx` and leave with one `sendmmsg`, runs of equal-size datagrams as GSO segments.
+/// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out in `tx` (headers,
+/// and the payloads copied) and leave with one `sendmmsg`, runs of equal-size datagrams as
+/// GSO segments.
 #[derive(Debug)]
 struct UdpIo {
     socket: UdpSocket,
@@ -110,11 +112,15 @@ struct UdpIo {
     rx_last_bytes: usize,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
+    /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
+    gather: GatherBuffer,
 }
 
-// Payloads at least `Config::udp_in_place_min` long (32 KiB by default, so that MTU-9000 datagrams still leave as GSO runs) are sent from the
-// connection's send buffer in place (gathered with their header); shorter ones are copied
-// next to their header so that runs of them can leave as GSO segments.
+// Payloads at least `Config::udp_in_place_min` long are sent from the connection's send
+// buffer in place (gathered with their header as two iovecs); shorter ones, and frames
+// without a stream payload, are copied next to their header. Either way runs of equal-size
+// datagrams leave as one GSO send (`UdpSocket::send_gathered`): the kernel segments a
+// message's total bytes whatever its iovecs.
 
 /// One datagram laid out for sending.
 #[derive(Debug, Clone, Copy)]
@@ -138,7 +144,11 @@ impl UdpIo {
     /// protocol resends it.
     fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection, via: Option<&mut UdpSocket>) {
         let UdpIo {
-            socket, tx, tx_out, ..
+            socket,
+            tx,
+            tx_out,
+            gather,
+            ..
         } = self;
         let socket = match via {
             Some(connected) => connected,
@@ -150,63 +160,337 @@ impl UdpIo {
             send_one_fully(socket, to, &tx[offset..offset + len]);
             return;
         }
-        let gso = socket.gso_supported();
-        // Gathered in a fixed array and sent SEND_CHUNK at a time: nothing is allocated.
-        let mut slots = [OutDatagram::new(to, &[], &[]); SEND_CHUNK];
-        let mut filled = 0;
-        let mut i = 0;
-        while i < tx_out.len() {
-            let datagram = match tx_out[i] {
-                TxEntry::InPlace {
-                    offset,
-                    header_len,
-                    stream_offset,
-                    payload_len,
-                } => {
-                    i += 1;
-                    match core.payload_at(stream_offset, payload_len) {
-                        Some(payload) => {
-                            OutDatagram::new(to, &tx[offset..offset + header_len], payload)
-                        }
-                        None => continue,
-                    }
-                }
-                TxEntry::Copied { offset, len: size } => {
-                    let mut end = offset + size;
-                    let mut j = i + 1;
-                    if gso {
-                        let limit = max_gso_bytes(size, to.is_ipv6());
-                        // Equal-size datagrams (the last of a run may be shorter) share a send.
-                        while let Some(&TxEntry::Copied { len, .. }) = tx_out.get(j) {
-                            let previous_full = matches!(tx_out[j - 1], TxEntry::Copied { len: l, .. } if l == size);
-                            if !previous_full || len > size || end - offset + len > limit {
-                                break;
-                            }
-                            end += len;
-                            j += 1;
-                        }
-                    }
-                    let mut d = OutDatagram::new(to, &[], &tx[offset..end]);
-                    if j > i + 1 {
-                        d.segment_size = u16::try_from(size).ok();
-                    }
-                    i = j;
-                    d
-                }
-            };
-            slots[filled] = datagram;
-            filled += 1;
-            if filled == SEND_CHUNK {
-                send_batch_fully(socket, &slots);
-                filled = 0;
-            }
-        }
-        send_batch_fully(socket, &slots[..filled]);
+        let mut gather = gather.gather();
+        gather_runs(
+            &mut gather,
+            tx,
+            tx_out,
+            to,
+            socket.gso_supported(),
+            |stream_offset, len| core.payload_at(stream_offset, len),
+        );
+        send_gather_fully(socket, &gather);
     }
 }
 
-/// Datagrams handed to one `sendmmsg` at most.
-const SEND_CHUNK: usize = 64;
+/// Lays the datagrams of `tx_out` (headers and copied payloads in `tx`, in-place payloads
+/// from `payload_at`) out in `gather` as messages to `to`, in order. A message is one
+/// datagram or, with `gso`, a GSO run: consecutive datagrams of one size (the last may be
+/// shorter) within the kernel's limits, each one part (copied) or two (header and payload
+/// in place); the kernel cuts the run's total into datagrams whatever the parts. An
+/// in-place payload that `payload_at` no longer has (acknowledged meanwhile) is not sent,
+/// and ends its run.
+fn gather_runs<'a>(
+    gather: &mut Gather<'a>,
+    tx: &'a [u8],
+    tx_out: &[TxEntry],
+    to: SocketAddr,
+    gso: bool,
+    payload_at: impl Fn(u64, usize) -> Option<&'a [u8]>,
+) {
+    // The open run: its segment size, bytes and parts, the most bytes it may carry, and
+    // whether its last datagram was a whole segment (only then may another follow).
+    let (mut segment, mut run_bytes, mut run_parts, mut run_limit) = (0, 0, 0, 0);
+    let mut run_open = false;
+    for entry in tx_out {
+        let (first, second): (&[u8], &[u8]) = match *entry {
+            TxEntry::Copied { offset, len } => (&tx[offset..offset + len], &[]),
+            TxEntry::InPlace {
+                offset,
+                header_len,
+                stream_offset,
+                payload_len,
+            } => match payload_at(stream_offset, payload_len) {
+                Some(payload) => (&tx[offset..offset + header_len], payload),
+                // Acknowledged meanwhile: not sent, and the run ends here (the next datagram
+                // must not take its place among the run's segments).
+                None => {
+                    run_open = false;
+                    continue;
+                }
+            },
+        };
+        let len = first.len() + second.len();
+        let needed = if second.is_empty() { 1 } else { 2 };
+        let joins = run_open
+            && len <= segment
+            && run_bytes + len <= run_limit
+            && run_parts + needed <= MAX_GATHER_PARTS;
+        if joins {
+            // A second datagram or more: the run is a GSO send (the segment fits a u16:
+            // the limit is the datagram itself otherwise).
+            gather.set_segment_size(u16::try_from(segment).ok());
+        } else {
+            gather.start_message(to);
+            (segment, run_bytes, run_parts) = (len, 0, 0);
+            run_limit = if gso && u16::try_from(len).is_ok() {
+                max_gso_bytes(len, to.is_ipv6())
+            } else {
+                len
+            };
+        }
+        gather.push_part(first);
+        if !second.is_empty() {
+            gather.push_part(second);
+        }
+        run_bytes += len;
+        run_parts += needed;
+        run_open = len == segment && len > 0;
+    }
+}
+
+/// Sends every message of `gather`, waiting once (briefly) for room if the socket is full.
+fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
+    let mut sent = 0;
+    let mut waited = false;
+    while sent < gather.messages().len() {
+        match socket.send_gather(gather, sent) {
+            Ok(n) => sent += n.max(1),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                waited = true;
+                wait_writable(socket);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
+            Err(_) => sent += 1,
+        }
+    }
+}
+
+/// Waits up to 5 ms for room in `socket`'s send buffer.
+fn wait_writable(socket: &UdpSocket) {
+    let mut fds = [libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use super::*;
+    use quiver_transport::udp::MAX_GSO_SEGMENTS;
+    use std::net::Ipv4Addr;
+
+    const HEADER: usize = 32;
+
+    /// A send buffer and the datagrams laid out from it: `sizes` are payload lengths, each
+    /// in place when `in_place` says so, else copied; headers carry the datagram's index.
+    struct Layout {
+        tx: Vec<u8>,
+        tx_out: Vec<TxEntry>,
+        ring: Vec<u8>,
+        expected: Vec<Vec<u8>>,
+    }
+
+    fn layout(sizes: &[usize], in_place: impl Fn(usize) -> bool) -> Layout {
+        let total: usize = sizes.iter().sum();
+        let ring: Vec<u8> = (0..total).map(|i| (i * 13 + i / 241) as u8).collect();
+        let (mut tx, mut tx_out, mut expected) = (Vec::new(), Vec::new(), Vec::new());
+        let mut stream_offset = 0;
+        for (index, &size) in sizes.iter().enumerate() {
+            let mut header = [0u8; HEADER];
+            header[..8].copy_from_slice(&(index as u64).to_be_bytes());
+            let payload = &ring[stream_offset..stream_offset + size];
+            let offset = tx.len();
+            tx.extend_from_slice(&header);
+            if in_place(size) {
+                tx_out.push(TxEntry::InPlace {
+                    offset,
+                    header_len: HEADER,
+                    stream_offset: stream_offset as u64,
+                    payload_len: size,
+                });
+            } else {
+                tx.extend_from_slice(payload);
+                tx_out.push(TxEntry::Copied {
+                    offset,
+                    len: HEADER + size,
+                });
+            }
+            expected.push([&header[..], payload].concat());
+            stream_offset += size;
+        }
+        Layout {
+            tx,
+            tx_out,
+            ring,
+            expected,
+        }
+    }
+
+    fn to() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 9))
+    }
+
+    /// Runs `gather_runs` and cuts every message as the kernel would, checking the limits
+    /// of each send and message. Returns the datagrams and every message's datagram count.
+    fn gather(
+        layout: &Layout,
+        gso: bool,
+        gone: impl Fn(u64) -> bool,
+    ) -> (Vec<Vec<u8>>, Vec<usize>) {
+        let (mut datagrams, mut counts) = (Vec::new(), Vec::new());
+        let payload_at = |offset: u64, len: usize| {
+            let start = offset as usize;
+            (!gone(offset)).then(|| &layout.ring[start..start + len])
+        };
+        let mut buffer = GatherBuffer::default();
+        let mut gather = buffer.gather();
+        gather_runs(
+            &mut gather,
+            &layout.tx,
+            &layout.tx_out,
+            to(),
+            gso,
+            payload_at,
+        );
+        for (index, run) in gather.messages().iter().enumerate() {
+            assert!(run.part_count <= MAX_GATHER_PARTS);
+            let bytes: Vec<u8> = gather.parts(index).flatten().copied().collect();
+            match run.segment_size {
+                Some(segment) => {
+                    assert!(gso);
+                    let segment = usize::from(segment);
+                    assert!(bytes.len() > segment);
+                    assert!(bytes.len() <= max_gso_bytes(segment, false));
+                    counts.push(bytes.len().div_ceil(segment));
+                    datagrams.extend(bytes.chunks(segment).map(<[u8]>::to_vec));
+                }
+                None => {
+                    counts.push(1);
+                    datagrams.push(bytes);
+                }
+            }
+        }
+        (datagrams, counts)
+    }
+
+    #[test]
+    fn in_place_pairs_leave_as_gso_runs() {
+        // 100 MTU-1500 payloads, one short one, acks (copied, header only), and more.
+        let mut sizes = vec![1440; 100];
+        sizes.push(700);
+        sizes.extend([0, 0, 0]);
+        sizes.extend([1440; 10]);
+        let layout = layout(&sizes, |size| size >= 1000);
+        let (datagrams, counts) = gather(&layout, true, |_| false);
+        assert_eq!(datagrams, layout.expected);
+        // 44 segments of 1472 bytes fit one send; the short payload ends its run, the
+        // three acks share one.
+        assert_eq!(counts, vec![44, 44, 13, 3, 10]);
+    }
+
+    #[test]
+    fn copied_and_in_place_datagrams_of_one_size_share_runs() {
+        let sizes = vec![1440; 60];
+        let layout = layout(&sizes, |_| false);
+        let mixed = {
+            let mut l = self::layout(&sizes, |_| true);
+            // Every third copied: the runs do not care.
+            for (index, entry) in l.tx_out.iter_mut().enumerate() {
+                if let (TxEntry::InPlace { .. }, 0) = (*entry, index % 3) {
+                    let offset = l.tx.len();
+                    l.tx.extend_from_slice(&l.expected[index]);
+                    *entry = TxEntry::Copied {
+                        offset,
+                        len: l.expected[index].len(),
+                    };
+                }
+            }
+            l
+        };
+        for l in [&layout, &mixed] {
+            let (datagrams, counts) = gather(l, true, |_| false);
+            assert_eq!(datagrams, l.expected);
+            assert_eq!(counts, vec![44, 16]);
+        }
+    }
+
+    #[test]
+    fn a_payload_gone_cuts_its_run() {
+        let sizes = vec![1440; 30];
+        let layout = layout(&sizes, |_| true);
+        let gone = |offset: u64| offset == 10 * 1440 || offset == 11 * 1440;
+        let (datagrams, counts) = gather(&layout, true, gone);
+        let mut expected = layout.expected.clone();
+        expected.drain(10..12);
+        assert_eq!(datagrams, expected);
+        assert_eq!(counts, vec![10, 18]);
+    }
+
+    #[test]
+    fn without_gso_every_datagram_is_its_own_message() {
+        let sizes = [1440, 1440, 9000, 9000, 60_000, 5, 1440];
+        let layout = layout(&sizes, |size| size >= 1000);
+        let (datagrams, counts) = gather(&layout, false, |_| false);
+        assert_eq!(datagrams, layout.expected);
+        assert_eq!(counts, vec![1; sizes.len()]);
+    }
+
+    #[test]
+    fn large_and_tiny_runs_stay_within_the_limits() {
+        // 64 KB datagrams: one per message. 1024 tiny in-place pairs: 2048 parts and 64
+        // segments per run, so several sends.
+        for sizes in [vec![65_000 - HEADER; 20], vec![10; 1024], vec![8940; 40]] {
+            let layout = layout(&sizes, |_| true);
+            let (datagrams, counts) = gather(&layout, true, |_| false);
+            assert_eq!(datagrams, layout.expected);
+            let most = max_gso_bytes(sizes[0] + HEADER, false) / (sizes[0] + HEADER);
+            assert!(counts.iter().all(|&c| c <= most && c <= MAX_GSO_SEGMENTS));
+            assert_eq!(counts.len(), sizes.len().div_ceil(most));
+        }
+    }
+
+    #[test]
+    fn runs_arrive_over_loopback_with_and_without_gso() {
+        let mut sizes = vec![1440; 150];
+        // A short datagram ends a run: the next, shorter or not, starts another.
+        sizes.extend([100, 50, 1440, 1440]);
+        sizes.extend([8940; 9]);
+        sizes.push(3);
+        for gso in [true, false] {
+            let layout = layout(&sizes, |size| size >= 512);
+            let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+            let mut sender = UdpSocket::bind(any).unwrap();
+            let mut receiver = UdpSocket::bind(any).unwrap();
+            assert!(!gso || sender.gso_supported());
+            let payload_at = |offset: u64, len: usize| {
+                let start = offset as usize;
+                Some(&layout.ring[start..start + len])
+            };
+            let destination = receiver.local_address();
+            let mut buffer = GatherBuffer::default();
+            let mut gather = buffer.gather();
+            gather_runs(
+                &mut gather,
+                &layout.tx,
+                &layout.tx_out,
+                destination,
+                gso,
+                payload_at,
+            );
+            send_gather_fully(&mut sender, &gather);
+            let mut batch = RecvBatch::new(64, MAX_COALESCED_BYTES);
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while got.len() < sizes.len() && Instant::now() < deadline {
+                match receiver.recv_batch(&mut batch) {
+                    Ok(_) => {
+                        got.extend(batch.iter().flat_map(|m| m.datagrams().map(<[u8]>::to_vec)))
+                    }
+                    Err(_) => {
+                        receiver
+                            .wait_readable(Some(Duration::from_millis(50)))
+                            .unwrap();
+                    }
+                }
+            }
+            assert_eq!(got, layout.expected, "gso {gso}");
+        }
+    }
+}
 
 /// Sends one datagram, waiting once (briefly) for room if the socket is full; as
 /// [`send_batch_fully`] for a batch of one.
@@ -612,6 +896,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
+                gather: GatherBuffer::with_capacity(2 * 1024, 1024),
             }))
         }
         TransportKind::Mem => Socket::Mem(
