@@ -550,23 +550,49 @@ fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
 }
 
 /// Waits until `owner_pid` has exited or the testbed is gone, then removes the testbed.
+///
+/// Only the testbed that existed when the watcher started: its namespaces are recorded by
+/// identity (device and inode of the namespace files), and a watcher whose namespaces were
+/// removed or replaced returns without touching anything. Without this, a run that ended
+/// (and removed its testbed itself) left a watcher that, up to one interval later, removed
+/// the testbed of the *next* run of the same name: `quiver bench stripe` invocations one
+/// after the other lost their namespaces mid-run ("Cannot open network namespace").
 fn watch(name: &str, owner_pid: i32) {
     let owner = quiver_transport::sys::pidfd_open(owner_pid);
     let [a, b] = namespaces(name);
+    let watched = [namespace_identity(&a), namespace_identity(&b)];
+    if watched.iter().all(Option::is_none) {
+        return;
+    }
+    let still_watched = || [namespace_identity(&a), namespace_identity(&b)] == watched;
     loop {
+        if !still_watched() {
+            return;
+        }
         let owner_gone = match &owner {
             Ok(pidfd) => quiver_transport::sys::pidfd_exited(pidfd),
             Err(_) => true,
         };
         if owner_gone {
-            let _ = down(name);
-            return;
-        }
-        if !namespace_exists(&a) && !namespace_exists(&b) {
+            // Checked again right before: the owner may have removed its testbed and a
+            // new one of the same name come up since the check above.
+            if still_watched() {
+                let _ = down(name);
+            }
             return;
         }
         std::thread::sleep(WATCH_INTERVAL);
     }
+}
+
+/// The identity of namespace `namespace` (device and inode of its file under /run/netns,
+/// which is the namespace's own nsfs inode): a namespace deleted and made again under the
+/// same name has another. `None` when it does not exist.
+fn namespace_identity(namespace: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(std::path::Path::new("/run/netns").join(namespace))
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 extern "C" fn on_signal(_signal: libc::c_int) {

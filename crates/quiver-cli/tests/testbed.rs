@@ -176,6 +176,54 @@ fn testbed_goes_away_when_its_owner_dies() {
     }
 }
 
+/// A watcher removes only the testbed it was started for: after its testbed was replaced
+/// by another of the same name (the next run of a bench), its owner's exit leaves the new
+/// one alone.
+#[test]
+fn a_watcher_leaves_a_replaced_testbed_alone() {
+    if !is_root() {
+        eprintln!("skipped: the testbed needs root");
+        return;
+    }
+    let mut owner = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("start sleep");
+    let name = format!("qt{}-renew", std::process::id());
+    let up = |with_owner: Option<u32>| {
+        let mut command = quiver();
+        command.args([
+            "testbed", "up", "--links", "1", "--rate", "10mbit", "--name", &name, "--force",
+        ]);
+        if let Some(pid) = with_owner {
+            command.arg("--owner-pid").arg(pid.to_string());
+        }
+        assert!(command.status().expect("run quiver").success());
+    };
+    up(Some(owner.id()));
+    // The first run's owner removes its testbed itself and a new one comes up at once.
+    let down = quiver()
+        .args(["testbed", "down", "--name", &name])
+        .status()
+        .expect("run quiver");
+    assert!(down.success());
+    up(None);
+    owner.kill().expect("kill owner");
+    owner.wait().expect("reap owner");
+    // Several watch intervals: the old watcher has seen its owner go by then.
+    std::thread::sleep(Duration::from_millis(1500));
+    let survived = namespace_list().contains(&format!("{name}-a"));
+    let removed = quiver()
+        .args(["testbed", "down", "--name", &name])
+        .status()
+        .expect("run quiver");
+    assert!(removed.success());
+    assert!(
+        survived,
+        "the first testbed's watcher removed its replacement"
+    );
+}
+
 #[test]
 fn bad_options_exit_2() {
     for arguments in [
