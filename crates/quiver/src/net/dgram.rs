@@ -492,8 +492,8 @@ mod gather_tests {
     }
 }
 
-/// Sends one datagram, waiting once (briefly) for room if the socket is full; as
-/// [`send_batch_fully`] for a batch of one.
+/// Sends one datagram, waiting once (briefly) for room if the socket is full (a datagram
+/// the kernel still cannot take is lost like any other; the protocol resends it).
 fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &[u8]) {
     let mut waited = false;
     loop {
@@ -511,29 +511,6 @@ fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &[u8]) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
             Err(_) => return,
-        }
-    }
-}
-
-/// Sends every entry of `batch`, waiting once (briefly) for room if the socket is full.
-fn send_batch_fully(socket: &mut UdpSocket, batch: &[OutDatagram<'_>]) {
-    let mut sent = 0;
-    let mut waited = false;
-    while sent < batch.len() {
-        match socket.send_batch(&batch[sent..]) {
-            Ok(n) => sent += n.max(1),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
-                waited = true;
-                let mut fds = [libc::pollfd {
-                    fd: socket.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                }];
-                let _ = quiver_transport::sys::poll(&mut fds, Some(Duration::from_millis(5)));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
-            Err(_) => sent += 1,
         }
     }
 }
