@@ -73,13 +73,6 @@ const RECV_BUDGET_BYTES: usize = 512 << 10;
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 const TX_BYTES: usize = 1 << 20;
-/// A socket's datagrams leave as soon as this many bytes of them are laid out (about one
-/// GSO send: 42 datagrams at MTU 1500, 7 at MTU 9000, one 64 KB loopback datagram), while
-/// the payloads the protocol just checksummed are still in the cache for the kernel's copy.
-/// Laying out up to 1024 datagrams per socket first (a striped window's worth) left the
-/// kernel copying them back from memory: `_copy_from_iter` took 24-26% of the sender's CPU
-/// at 8 links against 12-13% with one run at a time (docs/striping.md).
-const TX_RUN_BYTES: usize = 60 << 10;
 /// Messages taken by one `recvmmsg`.
 const RX_MESSAGES: usize = 32;
 /// A received datagram at least this long (an Ethernet MTU's worth) is taken for part of a
@@ -102,8 +95,6 @@ struct UdpIo {
     rx_last_bytes: usize,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
-    /// Bytes of the datagrams in `tx_out` (headers and payloads, copied or in place).
-    tx_out_bytes: usize,
     /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
     gather: GatherBuffer,
 }
@@ -130,13 +121,6 @@ enum TxEntry {
 }
 
 impl UdpIo {
-    /// Forgets the datagrams laid out (after they were sent).
-    fn clear_transmits(&mut self) {
-        self.tx.clear();
-        self.tx_out.clear();
-        self.tx_out_bytes = 0;
-    }
-
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
     /// to `to`, when given); in-place payloads come from `core`. A datagram the kernel
     /// cannot take now (socket buffer full after a short wait) is lost like any other; the
@@ -862,7 +846,6 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 rx_last_bytes: MAX_COALESCED_BYTES,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
-                tx_out_bytes: 0,
                 gather: GatherBuffer::with_capacity(2 * 1024, 1024),
             }))
         }
@@ -1486,7 +1469,8 @@ impl Engine {
         loop {
             for socket in sockets.iter_mut() {
                 if let Socket::Udp(io) = socket {
-                    io.clear_transmits();
+                    io.tx.clear();
+                    io.tx_out.clear();
                 }
             }
             let mut more = true;
@@ -1523,22 +1507,7 @@ impl Engine {
                                 });
                             }
                         }
-                        io.tx_out_bytes += t.header_len + t.payload.len();
                         full = io.tx.len() >= TX_BYTES || io.tx_out.len() >= 1024;
-                        if !full && io.tx_out_bytes >= TX_RUN_BYTES {
-                            // A run's worth: sent now, while its payloads are in the cache.
-                            let via = match entry.status {
-                                Status::Open => sender_for(
-                                    &mut entry.senders,
-                                    path,
-                                    io.socket.local_address(),
-                                    to,
-                                ),
-                                _ => None,
-                            };
-                            io.send_all(to, &entry.core, via);
-                            io.clear_transmits();
-                        }
                     }
                 }
             }
