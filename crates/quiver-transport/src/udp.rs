@@ -440,18 +440,9 @@ impl UdpSocket {
             let addressed = self.connected != Some(datagram.destination);
             scratch.fill(index, datagram, ipv6_socket, addressed);
         }
-        // SAFETY: the first `count` headers point into `scratch` (addresses, iovecs, control
-        // buffers, alive and unmoved for the call) and into the borrowed slices of `batch`,
-        // which the kernel only reads.
-        let sent = check(unsafe {
-            libc::sendmmsg(
-                self.fd.as_raw_fd(),
-                scratch.headers.as_mut_ptr(),
-                count as libc::c_uint,
-                libc::MSG_NOSIGNAL,
-            )
-        })?;
-        Ok(sent as usize)
+        // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
+        // (addresses, iovecs, control buffers) and into the borrowed slices of `batch`.
+        self.send_filled(count)
     }
 
     /// Sends the messages of `gather` from `first_message` on, at most
@@ -485,14 +476,24 @@ impl UdpSocket {
                 addressed,
             );
         }
-        // SAFETY: the first `count` headers point into `scratch` (addresses, control
-        // buffers, alive and unmoved for the call) and into the gather's iovecs (each
-        // message's `part_count` iovecs exist), which point into slices alive for the
-        // gather's lifetime; the kernel only reads them.
+        // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
+        // (addresses, control buffers) and into the gather's iovecs (each message's
+        // `part_count` iovecs exist), which point into slices alive for the gather's
+        // lifetime.
+        self.send_filled(count)
+    }
+
+    /// Sends the first `count` message headers of the send scratch with one `sendmmsg`;
+    /// returns how many the kernel took. The caller has just filled them, and everything
+    /// they point to is alive and unmoved for the call.
+    fn send_filled(&mut self, count: usize) -> io::Result<usize> {
+        // SAFETY: the first `count` headers were filled by the caller (`send_batch`,
+        // `send_gather`) and point into the scratch and into memory the caller borrows for
+        // this call; the kernel only reads them.
         let sent = check(unsafe {
             libc::sendmmsg(
                 self.fd.as_raw_fd(),
-                scratch.headers.as_mut_ptr(),
+                self.send_scratch.headers.as_mut_ptr(),
                 count as libc::c_uint,
                 libc::MSG_NOSIGNAL,
             )

@@ -292,6 +292,15 @@ impl Plan {
         }
     }
 
+    /// The most measured round trips of pingpong at any size of the plan (0 without sizes).
+    pub(crate) fn max_pingpong_iters(&self) -> u64 {
+        self.sizes
+            .iter()
+            .map(|&size| self.pingpong_iters(size))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Measured round trips of pingpong at `size_bytes`.
     pub(crate) fn pingpong_iters(&self, size_bytes: u64) -> u64 {
         self.iters.unwrap_or_else(|| {

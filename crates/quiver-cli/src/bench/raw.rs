@@ -272,12 +272,7 @@ impl RawBaseline {
             other => return Err(format!("{} is not a raw transport", other.as_str())),
         };
         let max_bytes = plan.max_message_bytes() as usize;
-        let max_round_trips = plan
-            .sizes
-            .iter()
-            .map(|&size| plan.pingpong_iters(size))
-            .max()
-            .unwrap_or(0);
+        let max_round_trips = plan.max_pingpong_iters();
         let mut send_storage = vec![0u8; max_bytes + PAGE_BYTES];
         for (index, byte) in page_aligned(&mut send_storage, max_bytes)
             .iter_mut()
@@ -456,16 +451,25 @@ struct Bootstrap {
 
 impl Rendezvous for Bootstrap {
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
-        self.endpoint
-            .send(self.connection, mine)
-            .map_err(|error| format!("sending to the other rank: {error}"))?;
-        let mut buffer = [0u8; 64];
-        let (length, _) = self
-            .endpoint
-            .recv(&mut buffer)
-            .map_err(|error| format!("receiving from the other rank: {error}"))?;
-        Ok(buffer[..length].to_vec())
+        exchange_over(&mut self.endpoint, self.connection, mine)
     }
+}
+
+/// [`Rendezvous::exchange`] over an idle quiver connection: sends `mine` and receives the
+/// other rank's message (at most 64 bytes).
+pub(crate) fn exchange_over(
+    endpoint: &mut Endpoint,
+    connection: Connection,
+    mine: &[u8],
+) -> Result<Vec<u8>, String> {
+    endpoint
+        .send(connection, mine)
+        .map_err(|error| format!("sending to the other rank: {error}"))?;
+    let mut buffer = [0u8; 64];
+    let (length, _) = endpoint
+        .recv(&mut buffer)
+        .map_err(|error| format!("receiving from the other rank: {error}"))?;
+    Ok(buffer[..length].to_vec())
 }
 
 /// Waits by spinning: `attempt` returns `Ok(Some(_))` when done and `Ok(None)` to be tried

@@ -120,12 +120,7 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         .map_err(|error| format!("first exchange with rank {}: {error}", peer.rank))?;
 
     let max_bytes = plan.max_message_bytes() as usize;
-    let max_round_trips = plan
-        .sizes
-        .iter()
-        .map(|&size| plan.pingpong_iters(size))
-        .max()
-        .unwrap_or(0);
+    let max_round_trips = plan.max_pingpong_iters();
     let mut buffers = Buffers {
         send: (0..max_bytes).map(|index| index as u8).collect(),
         receive: vec![0u8; max_bytes],
@@ -325,14 +320,7 @@ impl Rendezvous for Link {
     /// `--baseline interleave`: the raw link's setup goes over the quiver connection,
     /// idle at that moment (right after the first synchronisation).
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
-        self.send(mine)
-            .map_err(|error| format!("sending to the other rank: {error}"))?;
-        let mut buffer = [0u8; 64];
-        let (length, _) = self
-            .endpoint
-            .recv(&mut buffer)
-            .map_err(|error| format!("receiving from the other rank: {error}"))?;
-        Ok(buffer[..length].to_vec())
+        super::raw::exchange_over(&mut self.endpoint, self.connection, mine)
     }
 }
 
