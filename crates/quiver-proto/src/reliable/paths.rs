@@ -99,7 +99,7 @@ pub enum PathState {
     #[default]
     Up,
     /// A retransmission timeout or an unanswered ping: one frame in flight at a time until
-    /// something sent on it is acknowledged.
+    /// something sent on it is acknowledged (and one frame after each timeout).
     Suspect,
     /// Failed repeatedly: carries only probe pings; rejoins when one is answered.
     Down,
@@ -247,6 +247,12 @@ pub(super) struct Path {
     pub(super) consecutive_failures: u32,
     /// A late timer already waited since the last sign of life or failure.
     late_timer_deferred: bool,
+    /// A retransmission timeout fired and nothing was sent on the path since: a Suspect
+    /// path may send one frame even with frames still counted in flight (the timeout
+    /// declares only the oldest lost when the whole peer was silent, and the others stay
+    /// in flight until an ack or their own timeouts; without this the resend of the
+    /// oldest waited for all of them, one backed-off timeout each).
+    pub(super) timeout_probe: bool,
     /// [`Paths::signs_of_life`] when the current run of failures began (None: not failing).
     /// The path may go down only if another path showed life since: when every path
     /// fails at once, the peer (or this process) stalled, not the link.
@@ -292,6 +298,7 @@ impl Path {
             rto_deadline: None,
             consecutive_failures: 0,
             late_timer_deferred: false,
+            timeout_probe: false,
             failing_since: None,
             ping_due: false,
             ping_count: 0,
@@ -353,7 +360,7 @@ impl Path {
     pub(super) fn has_room(&self, frame_bytes: u64) -> bool {
         match self.state {
             PathState::Down => false,
-            PathState::Suspect => self.bytes_in_flight == 0,
+            PathState::Suspect => self.bytes_in_flight == 0 || self.timeout_probe,
             PathState::Up => {
                 self.bytes_in_flight.saturating_add(frame_bytes) <= self.up_window_bytes
             }
@@ -392,6 +399,7 @@ impl Path {
     /// new one (idle time is not delivery time). Shorter gaps (a window acknowledged at
     /// once, then refilled) stay in the interval, or no interval would ever complete.
     pub(super) fn on_send(&mut self, now: Nanos) {
+        self.timeout_probe = false;
         let idle = self.bytes_in_flight == 0
             && now.saturating_sub(self.meter_last_at) >= RATE_METER_MIN_NS;
         if self.meter_start.is_none() || idle {

@@ -535,6 +535,7 @@ impl SendState {
         entry.on_failure(signs_of_life);
         entry.rtt.back_off();
         entry.rto_deadline = None;
+        entry.timeout_probe = true;
         // Suspect steers traffic to the other paths, and keeps one frame in flight on this
         // one (a single path too): most timeouts on a busy host are a process off its CPU,
         // and resending a whole window at once, only for the originals to be acknowledged

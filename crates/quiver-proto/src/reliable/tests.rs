@@ -1231,3 +1231,67 @@ fn reads_in_progress_take_datagrams_straight_into_their_buffer() {
         }
     }
 }
+
+/// The receiver got the whole window and read it, and every ack it sent was lost: the
+/// sender's timeout (peer silent: only the oldest frame declared lost) must still resend
+/// that frame at once (its ping may be lost too), and the answer must clear the rest.
+/// Before the fix the suspect path waited for its other frames to leave flight, one
+/// backed-off timeout per frame (a 10% loss transfer stalled for 10 s and more).
+#[test]
+fn lost_acks_of_a_whole_window_cost_one_timeout() {
+    // Keepalive pings as rare as quiver's (idle timeout / 4) would make them for a 10 s
+    // idle timeout: they must not be what recovers.
+    let config = ReliableConfig {
+        keepalive_interval_ns: 2_500_000_000,
+        idle_timeout_ns: 10_000_000_000,
+        ..small_config()
+    };
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| {
+        pair.b
+            .as_ref()
+            .is_some_and(|b| b.state() == State::Established)
+            && pair.a.state() == State::Established
+    });
+    // Sent after the last frame that got through (the handshake's).
+    pair.now += 1_000_000;
+    let message = patterned(40_000, 3);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.write_message(&message), message.len());
+    pair.flush();
+    assert!(pair.to_b.len() > 20, "{} datagrams", pair.to_b.len());
+    // Everything arrives and is read; every answer of b is lost.
+    pair.deliver();
+    let mut received = vec![0u8; message.len()];
+    let (count, complete) = pair.b().read_message(&mut received);
+    assert!(complete && count == message.len());
+    assert_eq!(received, message);
+    pair.b_silent = true;
+    pair.flush();
+    pair.b_silent = false;
+    // The timeout's ping is lost too.
+    let mut pings = 0;
+    pair.filter = Box::new(move |_, from_a, header| {
+        if from_a && header.frame_type == FrameType::Ping {
+            pings += 1;
+            if pings == 1 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    let start = pair.now;
+    pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0);
+    let rto = small_config().initial_rto_ns;
+    assert!(
+        pair.a.stats().rto_expirations <= 2,
+        "{} timeouts",
+        pair.a.stats().rto_expirations
+    );
+    assert!(
+        pair.now - start <= 4 * rto,
+        "took {} ms",
+        (pair.now - start) / 1_000_000
+    );
+    assert_eq!(pair.a.path_stats(0).unwrap().state, PathState::Up);
+}
