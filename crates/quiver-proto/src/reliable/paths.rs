@@ -253,6 +253,12 @@ pub(super) struct Path {
     /// in flight until an ack or their own timeouts; without this the resend of the
     /// oldest waited for all of them, one backed-off timeout each).
     pub(super) timeout_probe: bool,
+    /// When the path's latest retransmission timeout fired (0: never). A frame sent
+    /// before it gives no RTT sample: its ack may have waited for what that timeout resent
+    /// (the acks of a whole window lost, the next one comes only after the resend), and
+    /// such samples, a whole RTO long, had pushed the RTO of a 0.1 ms link to its 1 s
+    /// maximum within seconds at 10% loss.
+    pub(super) last_timeout_at: Nanos,
     /// [`Paths::signs_of_life`] when the current run of failures began (None: not failing).
     /// The path may go down only if another path showed life since: when every path
     /// fails at once, the peer (or this process) stalled, not the link.
@@ -299,6 +305,7 @@ impl Path {
             consecutive_failures: 0,
             late_timer_deferred: false,
             timeout_probe: false,
+            last_timeout_at: 0,
             failing_since: None,
             ping_due: false,
             ping_count: 0,
@@ -405,6 +412,15 @@ impl Path {
         if self.meter_start.is_none() || idle {
             self.start_meter_interval(now);
         }
+    }
+
+    /// A retransmission timeout: the time the path waited for it is not delivery time.
+    /// The rate meter's interval ends without a sample and a new one starts with the next
+    /// frame. (Counted in, a 200 ms wait made a sample of a 4 Gbit/s link read a few
+    /// hundred KB/s, the window fell to its floor, and at 10% loss every lost ack of that
+    /// one-window flight cost another timeout.)
+    pub(super) fn restart_meter(&mut self) {
+        self.meter_start = None;
     }
 
     fn start_meter_interval(&mut self, now: Nanos) {

@@ -468,7 +468,9 @@ impl SendState {
         if let Some((_, frame)) = newest {
             outcome.progress = true;
             self.duplicate_acks = 0;
-            if !frame.retransmitted {
+            if !frame.retransmitted
+                && frame.sent_at >= self.paths.get(usize::from(frame.path)).last_timeout_at
+            {
                 outcome.rtt_sample_ns = Some(now.saturating_sub(frame.sent_at));
             }
             for path in 0..self.paths.len() {
@@ -536,6 +538,8 @@ impl SendState {
         entry.rtt.back_off();
         entry.rto_deadline = None;
         entry.timeout_probe = true;
+        entry.last_timeout_at = now;
+        entry.restart_meter();
         // Suspect steers traffic to the other paths, and keeps one frame in flight on this
         // one (a single path too): most timeouts on a busy host are a process off its CPU,
         // and resending a whole window at once, only for the originals to be acknowledged
@@ -806,7 +810,9 @@ impl SendState {
                 let path = usize::from(frame.path);
                 let bytes = self.frame_bytes(&frame);
                 let entry = self.paths.get_mut(path);
-                entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+                if frame.sent_at >= entry.last_timeout_at {
+                    entry.on_rtt_sample(now.saturating_sub(frame.sent_at));
+                }
                 entry.stats.spurious_losses += 1;
                 self.paths.delivered(path, now, bytes, frame.sent_at);
                 self.paths.mark_alive(path);
@@ -836,12 +842,15 @@ impl SendState {
             }
             return;
         }
-        // Its RTT sample is taken once the whole ack is processed (`on_ack`).
-        entry.newest_acked_sent_at = Some(
-            entry
-                .newest_acked_sent_at
-                .map_or(frame.sent_at, |newest| newest.max(frame.sent_at)),
-        );
+        // Its RTT sample is taken once the whole ack is processed (`on_ack`), unless it
+        // left before the path's latest timeout (see `Path::last_timeout_at`).
+        if frame.sent_at >= entry.last_timeout_at {
+            entry.newest_acked_sent_at = Some(
+                entry
+                    .newest_acked_sent_at
+                    .map_or(frame.sent_at, |newest| newest.max(frame.sent_at)),
+            );
+        }
         entry.largest_acked_seq = Some(
             entry
                 .largest_acked_seq
