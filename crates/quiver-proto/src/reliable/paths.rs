@@ -967,6 +967,23 @@ mod tests {
     }
 
     #[test]
+    fn a_timeout_wait_is_not_delivery_time() {
+        let mut set = paths(1);
+        set.get_mut(0).on_rtt_sample(100_000);
+        set.get_mut(0).on_send(0);
+        // 2 ms into a meter interval: too short for a sample.
+        set.delivered(0, 2_000_000, 1_000_000, 0);
+        // A retransmission timeout, and 200 ms without acks while frames stay in flight.
+        set.get_mut(0).bytes_in_flight = 64 << 10;
+        set.get_mut(0).restart_meter();
+        set.get_mut(0).on_send(202_000_000);
+        set.delivered(0, 212_000_000, 10_000_000, 202_000_000);
+        // 10 MB in 10 ms: 1 GB/s (with the wait counted in: 11 MB over 212 ms, 52 MB/s).
+        let rate = set.get(0).rate.get();
+        assert!(rate >= 900_000_000, "rate {rate}");
+    }
+
+    #[test]
     fn a_window_acknowledged_at_once_still_gets_metered() {
         let mut set = paths(1);
         set.get_mut(0).on_rtt_sample(500_000);
