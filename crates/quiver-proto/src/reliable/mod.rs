@@ -984,6 +984,13 @@ impl ReliableConnection {
         }
     }
 
+    /// True once this side's Close frame has been acknowledged by the peer (after
+    /// [`close`](Self::close)): the peer then knows everything this side acknowledged,
+    /// since the Close carried the acks.
+    pub fn close_acknowledged(&self) -> bool {
+        self.send.close_acked()
+    }
+
     /// This side's connection id.
     pub fn local_id(&self) -> u64 {
         self.local_id

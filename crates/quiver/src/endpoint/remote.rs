@@ -1531,17 +1531,67 @@ impl Endpoint {
             }
         }
         self.linger_dgram();
+        let Some(engine) = self.ctx.dgram.clone() else {
+            return;
+        };
+        let mut closed: Vec<u64> = Vec::new();
         for out in &self.net_out {
-            if let (OutLink::Dgram(id), Some(engine)) = (&out.link, &self.ctx.dgram) {
-                engine.close(*id);
+            if let OutLink::Dgram(id) = out.link {
+                closed.push(id);
             }
         }
         for inb in &self.net_in {
             if let InLink::Dgram(id) = inb.link {
-                if let Some(engine) = &self.ctx.dgram {
-                    engine.close(id);
-                }
+                closed.push(id);
             }
+        }
+        closed.sort_unstable();
+        closed.dedup();
+        for &id in &closed {
+            engine.close(id);
+        }
+        self.linger_close(&engine, &closed);
+    }
+
+    /// After closing datagram connections `ids`: answers the peers a little longer, until
+    /// each Close is acknowledged, for at most 3 RTOs (at least [`CLOSE_LINGER_MIN`], at
+    /// most [`CLOSE_LINGER_MAX`] and the idle timeout). The Close carries this side's acks,
+    /// so a peer whose last ack from us was lost learns from it that its data arrived;
+    /// without this, a process that exited right after its last receive left such a peer
+    /// waiting for that ack for a whole idle timeout.
+    fn linger_close(&mut self, engine: &crate::net::dgram::DgramShared, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        let start = Instant::now();
+        let mut deadline = None;
+        loop {
+            engine.poll_io(&self.ctx);
+            let mut settled = true;
+            let mut longest_rto = Duration::ZERO;
+            for &id in ids {
+                let (done, rto) = engine.close_settled(id);
+                settled &= done;
+                longest_rto = longest_rto.max(rto);
+            }
+            let deadline = *deadline.get_or_insert_with(|| {
+                start
+                    + (3 * longest_rto)
+                        .clamp(CLOSE_LINGER_MIN, CLOSE_LINGER_MAX)
+                        .min(self.config.net_idle_timeout)
+            });
+            if settled || Instant::now() >= deadline {
+                return;
+            }
+            let mut fds = [libc::pollfd {
+                fd: engine.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let _ = sys::poll(
+                &mut fds,
+                Some(engine.timeout_within(Duration::from_millis(1))),
+            );
         }
     }
 }
@@ -1593,6 +1643,11 @@ fn push_tcp_readable(net_in: &[NetIn], fds: &mut Vec<libc::pollfd>) {
 
 /// One step of waiting for `fd` to become ready (`events`): [`wait_fds`] on one descriptor.
 #[allow(clippy::too_many_arguments)] // each is one concern of the wait
+/// Shortest wait for the acknowledgement of a datagram connection's Close.
+const CLOSE_LINGER_MIN: Duration = Duration::from_millis(50);
+/// Longest wait for the acknowledgement of a datagram connection's Close.
+const CLOSE_LINGER_MAX: Duration = Duration::from_secs(1);
+
 pub(super) fn wait_fd(
     fd: std::os::fd::RawFd,
     events: i16,

@@ -1259,6 +1259,21 @@ impl DgramShared {
         })
     }
 
+    /// Whether connection `id`'s close is settled: its Close acknowledged by the peer, or the
+    /// connection closed, failed or gone. Also returns its current RTO.
+    pub(crate) fn close_settled(&self, id: u64) -> (bool, Duration) {
+        let engine = self.lock();
+        match engine.conns.get(&id) {
+            None => (true, Duration::ZERO),
+            Some(e) => (
+                e.core.close_acknowledged()
+                    || matches!(e.core.state(), State::Closed | State::Failed)
+                    || matches!(e.status, Status::Failed(_) | Status::Closed),
+                Duration::from_nanos(e.core.stats().rto_ns),
+            ),
+        }
+    }
+
     /// Whether the peer has sent a message on connection `id` (one it did not open).
     pub(crate) fn peer_sent(&self, id: u64) -> bool {
         self.lock().conns.get(&id).is_some_and(|e| e.peer_sent)
