@@ -1507,15 +1507,7 @@ impl Endpoint {
             if settled || Instant::now() >= deadline {
                 return;
             }
-            let mut fds = [libc::pollfd {
-                fd: engine.raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            let _ = sys::poll(
-                &mut fds,
-                Some(engine.timeout_within(Duration::from_millis(1))),
-            );
+            engine.sleep(Duration::from_millis(1));
         }
     }
 
@@ -1596,15 +1588,7 @@ impl Endpoint {
             if settled || Instant::now() >= deadline {
                 return;
             }
-            let mut fds = [libc::pollfd {
-                fd: engine.raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            let _ = sys::poll(
-                &mut fds,
-                Some(engine.timeout_within(Duration::from_millis(1))),
-            );
+            engine.sleep(Duration::from_millis(1));
         }
     }
 }

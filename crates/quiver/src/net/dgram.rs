@@ -1172,7 +1172,8 @@ impl DgramShared {
         }
     }
 
-    fn sleep(&self, cap: Duration) {
+    /// Sleeps until a datagram arrives, the next protocol timer is due, or `cap` passed.
+    pub(crate) fn sleep(&self, cap: Duration) {
         let mut fds = [libc::pollfd {
             fd: self.fd,
             events: libc::POLLIN,
