@@ -251,11 +251,13 @@ fn tcp_write(
     while *written < total {
         let result = if *written == 0 && total <= TCP_COALESCE_MAX_BYTES {
             // A small frame leaves as one contiguous `send`: a gathered write costs the
-            // kernel more than copying a few bytes here (see TCP_COALESCE_MAX_BYTES).
-            let mut frame = [0u8; TCP_COALESCE_MAX_BYTES];
-            frame[..HEADER_LEN].copy_from_slice(header);
-            frame[HEADER_LEN..total].copy_from_slice(data);
-            stream.write(&frame[..total])
+            // kernel more than copying a few bytes here (see TCP_COALESCE_MAX_BYTES). The
+            // buffer is no larger than the frame needs (it is zeroed first).
+            if total <= 64 {
+                send_copied::<64>(stream, header, data)
+            } else {
+                send_copied::<TCP_COALESCE_MAX_BYTES>(stream, header, data)
+            }
         } else if *written < HEADER_LEN {
             stream.write_vectored(&[IoSlice::new(&header[*written..]), IoSlice::new(data)])
         } else {
@@ -270,6 +272,20 @@ fn tcp_write(
         }
     }
     Ok(true)
+}
+
+/// One `send` of `header` and `data` copied into a buffer of `N` bytes (`N` at least
+/// their length); returns what the socket took.
+fn send_copied<const N: usize>(
+    stream: &mut TcpStream,
+    header: &[u8; HEADER_LEN],
+    data: &[u8],
+) -> io::Result<usize> {
+    let total = HEADER_LEN + data.len();
+    let mut frame = [0u8; N];
+    frame[..HEADER_LEN].copy_from_slice(header);
+    frame[HEADER_LEN..total].copy_from_slice(data);
+    stream.write(&frame[..total])
 }
 
 /// Hands more of `data` to an outbound link's transport (the socket for tcp, the protocol's
@@ -663,6 +679,24 @@ impl Endpoint {
     /// message (the socket buffer for tcp, the protocol's send window for datagrams).
     pub(super) fn net_send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
         let idx = self.net_index(conn)?;
+        let (mut written, mut started) = (0, false);
+        let out = &mut self.net_out[idx];
+        if let (OutLink::Tcp(stream), true) = (&mut out.link, out.queue.is_empty()) {
+            if HEADER_LEN + data.len() <= TCP_COALESCE_MAX_BYTES {
+                // The latency path: nothing queued ahead, and one `send` of the whole
+                // frame usually does it. What the socket did not take, the loop below
+                // waits for and writes on from `written`.
+                let header = StreamHeader::message(data.len() as u64).emit();
+                match tcp_write(stream, &header, data, &mut written) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        let failure = io_failure(out.kind, &e);
+                        return Err(self.fail_net_out(idx, failure, "while sending"));
+                    }
+                }
+            }
+        }
         let mut wait = Wait::new(&self.config);
         while !self.net_out[idx].queue.is_empty() {
             self.progress_net_out(idx)?;
@@ -672,7 +706,6 @@ impl Endpoint {
             self.wait_net_out(idx, &mut wait, "flushing earlier sends")?;
         }
         let kind = self.net_out[idx].kind;
-        let (mut written, mut started) = (0, false);
         loop {
             let out = &mut self.net_out[idx];
             let engine = self.ctx.dgram.as_deref();
