@@ -1093,7 +1093,12 @@ impl Endpoint {
         let mut wait = Wait::new(&self.config);
         loop {
             if self.posted_recvs.is_empty() {
-                match self.poll_once(&mut Dest::Slice(buf), true) {
+                // One tcp edge alone takes the short path (remote.rs, `look_lone_tcp`).
+                let looked = match self.look_lone_tcp(buf) {
+                    Some(looked) => looked,
+                    None => self.poll_once(&mut Dest::Slice(buf), true),
+                };
+                match looked {
                     Ok(Some(got)) => return Ok(got),
                     Ok(None) => {}
                     Err(e) => return Err(self.uncommit(buf, e)),
