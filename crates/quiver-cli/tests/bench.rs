@@ -737,19 +737,32 @@ fn detect_interleave_switches_blocks_in_one_launch() {
 /// up (one quiver and one raw record per pair, in the same order at every point), and one
 /// summary per point carries the paired ratio; returns the summaries by (test, size).
 fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(String, u64, Value)> {
+    check_baseline(transport, raw, "interleave", "8,4K", "50", pairs)
+}
+
+/// As [`check_baseline_interleave`], for `--baseline MODE` (interleave: `raw` is the raw
+/// socket baseline; tcp: `raw` is quiver's tcp), at the given sizes and iterations.
+fn check_baseline(
+    transport: &str,
+    raw: &str,
+    mode: &str,
+    sizes: &str,
+    iters: &str,
+    pairs: u64,
+) -> Vec<(String, u64, Value)> {
     let rounds = pairs.to_string();
     let output = quiver_bench(&[
         "pingpong",
         "bw",
         "rate",
         "--sizes",
-        "8,4K",
+        sizes,
         "--iters",
-        "50",
+        iters,
         "--transport",
         transport,
         "--baseline",
-        "interleave",
+        mode,
         "--rounds",
         &rounds,
         "--json",
@@ -758,11 +771,16 @@ fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(Str
     let records = json_lines(&output);
     let mut orders: Vec<Vec<String>> = Vec::new();
     let mut summaries = Vec::new();
+    let larger: u64 = match sizes.split_once(',') {
+        Some((_, "4K")) => 4096,
+        Some((_, "1M")) => 1 << 20,
+        _ => panic!("check_baseline takes 8,4K or 8,1M, not {sizes}"),
+    };
     for (test, size) in [
         ("pingpong", 8),
-        ("pingpong", 4096),
+        ("pingpong", larger),
         ("bw", 8),
-        ("bw", 4096),
+        ("bw", larger),
         ("rate", 8),
     ] {
         let blocks: Vec<&Value> = of_test(&records, test)
@@ -775,7 +793,7 @@ fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(Str
                 .iter()
                 .map(|record| {
                     assert_eq!(record["round"], index as u64, "{record}");
-                    assert_eq!(record["iters"], 50, "{record}");
+                    assert_eq!(record["iters"].to_string(), iters, "{record}");
                     let figure = match test {
                         "pingpong" => "latency_us",
                         "bw" => "bandwidth_MBps",
@@ -785,11 +803,11 @@ fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(Str
                     record["transport"].as_str().unwrap_or("?")
                 })
                 .collect();
-            // quiver's block carries its failure detection, the raw one none.
+            // quiver's blocks carry their failure detection, raw ones none.
             for record in pair {
                 assert_eq!(
                     record["detect"].is_string(),
-                    record["transport"] == transport,
+                    record["transport"] == transport || !raw.starts_with("raw-"),
                     "{record}"
                 );
             }
@@ -814,7 +832,12 @@ fn check_baseline_interleave(transport: &str, raw: &str, pairs: u64) -> Vec<(Str
         let summary = &summary[0]["summary"];
         assert_eq!(summary["pairs"], pairs, "{summary}");
         assert_eq!(summary["raw_transport"], raw, "{summary}");
-        assert_eq!(summary["ratio"], "quiver / raw", "{summary}");
+        let ratio = if raw.starts_with("raw-") {
+            "quiver / raw".to_string()
+        } else {
+            format!("{transport} / {raw}")
+        };
+        assert_eq!(summary["ratio"], ratio, "{summary}");
         assert_eq!(
             summary["better"],
             if test == "pingpong" {
@@ -852,6 +875,27 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_udp() {
         );
         assert_eq!(summary["target_met"].is_boolean(), has_target, "{summary}");
         assert!(summary["target_shown"].is_null(), "{summary}");
+    }
+}
+
+/// `--baseline tcp`: quiver's udp and quiver's tcp (a second context in each rank) in
+/// pairs of blocks of one launch, with issue 3's udp-against-tcp bandwidth target at 1 MiB.
+#[test]
+fn baseline_tcp_pairs_quiver_udp_and_tcp_blocks() {
+    let summaries = check_baseline("udp", "tcp", "tcp", "8,1M", "2", 6);
+    assert_eq!(summaries.len(), 5, "{summaries:?}");
+    for (test, size, summary) in &summaries {
+        let has_target = test == "bw" && *size == 1 << 20;
+        assert_eq!(
+            summary["target"].is_string(),
+            has_target,
+            "{test} {size}: {summary}"
+        );
+        assert_eq!(
+            summary["target_shown"].is_boolean(),
+            has_target,
+            "{summary}"
+        );
     }
 }
 

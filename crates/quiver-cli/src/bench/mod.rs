@@ -176,15 +176,20 @@ pub(crate) struct BenchArgs {
     /// placement and any drift during it. Ends with a summary of the paired quiver/raw ratios with a 95% interval and
     /// the issue-3 targets. Only pingpong, bw and rate (other tests are refused), over
     /// loopback (not with --netns, --addrs or --detect both/interleave).
-    #[arg(long, value_enum, value_name = "interleave")]
+    /// tcp: the same with quiver's tcp as the baseline of quiver's udp (--transport udp):
+    /// each rank opens a second, tcp-only context, and the summary gives udp / tcp with
+    /// issue 3's target that udp bandwidth over loopback is at least tcp's.
+    #[arg(long, value_enum, value_name = "interleave|tcp")]
     baseline: Option<Baseline>,
 }
 
-/// `--baseline`: how quiver is compared with its raw-socket baseline.
+/// `--baseline`: what quiver is compared with, in one launch of the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Baseline {
     /// Blocks of quiver and of the raw baseline, interleaved in one launch of the ranks.
     Interleave,
+    /// Blocks of quiver's udp and of quiver's tcp, interleaved in one launch of the ranks.
+    Tcp,
 }
 
 /// `--rounds` when not given (--detect both).
@@ -675,13 +680,14 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         return Err("--effort must be between 1 and 1000".to_string());
     }
     let interleave_sides = match (args.detect, args.baseline) {
-        (Detect::Both | Detect::Interleave, Some(Baseline::Interleave)) => {
+        (Detect::Both | Detect::Interleave, Some(_)) => {
             return Err(
-                "--baseline interleave runs quiver with detection as configured: not with --detect both or interleave"
+                "--baseline interleave or tcp runs quiver with detection as configured: not with --detect both or interleave"
                     .to_string(),
             );
         }
         (_, Some(Baseline::Interleave)) => Some(Interleaved::Baseline),
+        (_, Some(Baseline::Tcp)) => Some(Interleaved::Tcp),
         (Detect::Interleave, None) => Some(Interleaved::Detection),
         _ => None,
     };
@@ -717,7 +723,31 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
             sides,
         }),
     };
-    if interleave_sides == Some(Interleaved::Baseline) {
+    if interleave_sides == Some(Interleaved::Tcp) {
+        if plan.transport != Transport::Udp {
+            return Err(format!(
+                "--baseline tcp compares quiver's udp with quiver's tcp: use --transport udp, not {}",
+                plan.transport.as_str()
+            ));
+        }
+        if plan.netns.is_some() || plan.addrs.is_some() {
+            return Err(
+                "--baseline tcp runs over loopback (the tcp context binds 127.0.0.1): not with --netns or --addrs"
+                    .to_string(),
+            );
+        }
+        if let Some(test) = plan.tests.iter().find(|test| {
+            !matches!(
+                test,
+                TestName::Floor | TestName::Pingpong | TestName::Bw | TestName::Rate
+            )
+        }) {
+            return Err(format!(
+                "--baseline tcp splits pingpong, bw and rate points into blocks; {} is not one of them",
+                test.as_str()
+            ));
+        }
+    } else if interleave_sides == Some(Interleaved::Baseline) {
         if plan.transport.raw_baseline().is_none() {
             return Err(format!(
                 "--baseline interleave compares quiver's udp or tcp with its raw-socket baseline: use --transport udp or tcp, not {}",
@@ -1059,6 +1089,36 @@ mod tests {
                 "use --transport udp or tcp",
             );
         }
+        let udp_tcp = plan(&["bw", "--transport", "udp", "--baseline", "tcp"]).expect("valid");
+        assert_eq!(
+            udp_tcp.interleave,
+            Some(Interleave {
+                pairs: DEFAULT_INTERLEAVE_PAIRS,
+                sides: Interleaved::Tcp
+            })
+        );
+        assert_eq!(udp_tcp.baseline_transport(), Some(Transport::Tcp));
+        for transport in ["shm", "tcp", "raw-udp", "raw-tcp"] {
+            refused(
+                &["--transport", transport, "--baseline", "tcp"],
+                "use --transport udp",
+            );
+        }
+        refused(
+            &["--transport", "udp", "--baseline", "tcp", "loggp"],
+            "loggp is not one of them",
+        );
+        refused(
+            &[
+                "--transport",
+                "udp",
+                "--baseline",
+                "tcp",
+                "--detect",
+                "both",
+            ],
+            "not with --detect both or interleave",
+        );
         for detect in ["both", "interleave"] {
             refused(
                 &[

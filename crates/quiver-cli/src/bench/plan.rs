@@ -198,6 +198,10 @@ pub(crate) enum Interleaved {
     /// `--baseline interleave`: quiver's udp or tcp (side A) against its raw-socket
     /// baseline, raw-udp or raw-tcp (side B).
     Baseline,
+    /// `--baseline tcp`: quiver's udp (side A) against quiver's tcp (side B), each over
+    /// its own context in the same two ranks: issue 3's "udp bandwidth over loopback at
+    /// least that of tcp", compared inside one launch.
+    Tcp,
 }
 
 /// `--rounds N` pairs of blocks per point, and what they compare.
@@ -281,13 +285,18 @@ impl Plan {
             .collect()
     }
 
-    /// The raw-socket baseline `--baseline interleave` runs next to quiver's transport.
+    /// The baseline run next to quiver's transport: the raw-socket one of `--baseline
+    /// interleave`, or quiver's tcp for `--baseline tcp`.
     pub(crate) fn baseline_transport(&self) -> Option<Transport> {
         match self.interleave {
             Some(Interleave {
                 sides: Interleaved::Baseline,
                 ..
             }) => self.transport.raw_baseline(),
+            Some(Interleave {
+                sides: Interleaved::Tcp,
+                ..
+            }) => Some(Transport::Tcp),
             _ => None,
         }
     }
@@ -378,11 +387,12 @@ impl Plan {
             args.push(self.effort_percent.to_string());
         }
         if let Some(interleave) = self.interleave {
-            let option = match interleave.sides {
-                Interleaved::Detection => "--detect",
-                Interleaved::Baseline => "--baseline",
+            let (option, value) = match interleave.sides {
+                Interleaved::Detection => ("--detect", "interleave"),
+                Interleaved::Baseline => ("--baseline", "interleave"),
+                Interleaved::Tcp => ("--baseline", "tcp"),
             };
-            args.extend([option, "interleave", "--rounds"].map(String::from));
+            args.extend([option, value, "--rounds"].map(String::from));
             args.push(interleave.pairs.to_string());
         }
         for (name, value) in &self.settings {
@@ -521,6 +531,19 @@ mod tests {
             ..baseline.clone()
         };
         assert_eq!(tcp.baseline_transport(), Some(Transport::RawTcp));
+        let udp_tcp = Plan {
+            interleave: Some(Interleave {
+                pairs: 3,
+                sides: Interleaved::Tcp,
+            }),
+            ..baseline.clone()
+        };
+        assert_eq!(udp_tcp.baseline_transport(), Some(Transport::Tcp));
+        assert_eq!(udp_tcp.interleave_blocks(), plan.interleave_blocks());
+        assert!(udp_tcp
+            .worker_args()
+            .join(" ")
+            .contains("--baseline tcp --rounds 3"));
         // Given iterations are per block.
         let given = Plan {
             iters: Some(500),

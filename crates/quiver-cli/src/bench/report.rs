@@ -1273,20 +1273,40 @@ impl Target {
     }
 }
 
-/// Issue 3's target for quiver's `transport` against its raw baseline at this test and
-/// size, where one applies: 8-byte one-way latency (udp and tcp) within 1.05x of raw, and
-/// tcp 1 MiB bandwidth at least 0.95x of raw.
-pub(crate) fn issue3_target(test: &str, transport: &str, size: u64) -> Option<Target> {
-    match (test, transport, size) {
-        ("pingpong", "udp" | "tcp", 8) => Some(Target {
+/// Issue 3's target for quiver's `transport` against `baseline` at this test and size,
+/// where one applies: against the raw sockets, 8-byte one-way latency (udp and tcp) within
+/// 1.05x of raw and tcp 1 MiB bandwidth at least 0.95x of raw; against quiver's tcp
+/// (`--baseline tcp`), udp 1 MiB bandwidth at least tcp's (1.0x).
+pub(crate) fn issue3_target(
+    test: &str,
+    transport: &str,
+    baseline: &str,
+    size: u64,
+) -> Option<Target> {
+    match (test, transport, baseline, size) {
+        ("pingpong", "udp", "raw-udp", 8) | ("pingpong", "tcp", "raw-tcp", 8) => Some(Target {
             bound: 1.05,
             at_most: true,
         }),
-        ("bw", "tcp", 0x10_0000) => Some(Target {
+        ("bw", "tcp", "raw-tcp", 0x10_0000) => Some(Target {
             bound: 0.95,
             at_most: false,
         }),
+        ("bw", "udp", "tcp", 0x10_0000) => Some(Target {
+            bound: 1.0,
+            at_most: false,
+        }),
         _ => None,
+    }
+}
+
+/// The ratio's name in a baseline summary: "quiver / raw" against a raw-socket baseline,
+/// "udp / tcp" against quiver's tcp.
+fn baseline_ratio_name(transport: &str, baseline: &str) -> String {
+    if baseline.starts_with("raw-") {
+        "quiver / raw".to_string()
+    } else {
+        format!("{transport} / {baseline}")
     }
 }
 
@@ -1342,7 +1362,7 @@ pub(crate) fn baseline_comparisons(
             let paired = paired_ratio(&group.pairs())?;
             let (test, transport, variant, size) = group.key;
             Some(BaselineComparison {
-                target: issue3_target(&test, &transport, size),
+                target: issue3_target(&test, &transport, raw_transport, size),
                 test,
                 transport,
                 raw_transport: raw_transport.to_string(),
@@ -1386,7 +1406,7 @@ impl BaselineComparison {
                 "variant": self.variant,
                 "metric": self.metric,
                 "raw_transport": self.raw_transport,
-                "ratio": "quiver / raw",
+                "ratio": baseline_ratio_name(&self.transport, &self.raw_transport),
                 "better": if self.lower_is_better() { "lower" } else { "higher" },
                 "pairs": paired.pairs,
                 "median_quiver": paired.median_a,
@@ -1428,8 +1448,13 @@ impl Report {
             return Ok(());
         };
         let prefix = if osu { "# " } else { "" };
+        let against = if raw_transport.starts_with("raw-") {
+            format!("its raw-socket baseline {raw_transport}")
+        } else {
+            format!("quiver {raw_transport} (raw = quiver {raw_transport} in this table)")
+        };
         let lines = [
-            format!("quiver {transport} against its raw-socket baseline {raw_transport}, {pairs} pairs of blocks per point in one launch of the ranks"),
+            format!("quiver {transport} against {against}, {pairs} pairs of blocks per point in one launch of the ranks"),
             "  (each pair quiver-raw or raw-quiver in a fixed pseudo-random order, half each way; the same iterations per block)".to_string(),
             "  ratio = quiver / raw. q/raw = median quiver / median raw; paired = median over the pairs of quiver / raw of that".to_string(),
             format!("  pair, with its distribution-free {:.0}% interval (order statistics; needs 6 pairs or more).", DETECT_CONFIDENCE * 100.0),
@@ -1971,9 +1996,14 @@ mod tests {
         assert!((no_target.paired.median - 0.9).abs() < 1e-9);
 
         // udp has the latency target, not the bandwidth one.
-        assert!(issue3_target("pingpong", "udp", 8).is_some());
-        assert_eq!(issue3_target("bw", "udp", 1 << 20), None);
-        assert_eq!(issue3_target("pingpong", "tcp", 64), None);
+        assert!(issue3_target("pingpong", "udp", "raw-udp", 8).is_some());
+        assert_eq!(issue3_target("bw", "udp", "raw-udp", 1 << 20), None);
+        assert_eq!(issue3_target("pingpong", "tcp", "raw-tcp", 64), None);
+        let udp_tcp = issue3_target("bw", "udp", "tcp", 1 << 20).expect("udp against tcp");
+        assert!(udp_tcp.met_by(1.0) && !udp_tcp.met_by(0.99));
+        assert_eq!(issue3_target("pingpong", "udp", "tcp", 8), None);
+        assert_eq!(baseline_ratio_name("udp", "raw-udp"), "quiver / raw");
+        assert_eq!(baseline_ratio_name("udp", "tcp"), "udp / tcp");
 
         // The summary table says which way is better and the verdicts.
         let table = SharedBuffer::default();

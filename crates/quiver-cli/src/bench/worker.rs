@@ -143,22 +143,27 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
                 .map(|(pair, on_now)| (Some(pair), Block::Quiver(on_now.then_some(on))))
                 .collect()
         }
-        Some(Interleaved::Baseline) => plan
+        Some(Interleaved::Baseline | Interleaved::Tcp) => plan
             .interleave_blocks()
             .into_iter()
             .map(|(pair, quiver)| {
                 let block = if quiver {
                     Block::Quiver(detect_on)
                 } else {
-                    Block::Raw
+                    Block::Baseline
                 };
                 (Some(pair), block)
             })
             .collect(),
     };
-    // --baseline interleave: the raw link, set up over the quiver connection.
-    let mut raw = match plan.baseline_transport() {
-        Some(transport) => Some((
+    // --baseline interleave: the raw link, set up over the quiver connection; --baseline
+    // tcp: a second quiver link over a tcp-only context, set up the same way.
+    let mut baseline = match plan.baseline_transport() {
+        Some(Transport::Tcp) => Some(BaselineLink::Quiver(Box::new(
+            open_tcp_link(&context, &mut link)
+                .map_err(|error| format!("opening the tcp baseline: {error}"))?,
+        ))),
+        Some(transport) => Some(BaselineLink::Raw(
             transport,
             RawBaseline::open(transport, rank, &mut link, plan)
                 .map_err(|error| format!("opening the {} baseline: {error}", transport.as_str()))?,
@@ -169,17 +174,28 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
     for test in plan.rank_tests() {
         let mut point = |run: Run| -> Result<(), String> {
             for &(pair, block) in &blocks {
-                let (transport, record) = match (block, raw.as_mut()) {
-                    (Block::Quiver(detect), _) => (plan.transport, {
+                let (transport, record) = match (block, baseline.as_mut()) {
+                    (Block::Quiver(detect), baseline) => (plan.transport, {
                         link.endpoint
                             .set_detection(detect)
                             .map_err(|error| format!("switching detection: {error}"))?;
-                        run.over_quiver(&mut link, &mut buffers, plan.window)
+                        let record = run.over_quiver(&mut link, &mut buffers, plan.window);
+                        if record.is_ok() && baseline.is_some() {
+                            settle(&mut link, &run)?;
+                        }
+                        record
                     }),
-                    (Block::Raw, Some((transport, baseline))) => {
-                        (*transport, run.over_raw(baseline, plan.window))
+                    (Block::Baseline, Some(BaselineLink::Raw(transport, raw))) => {
+                        (*transport, run.over_raw(raw, plan.window))
                     }
-                    (Block::Raw, None) => return Err("no raw baseline is open".to_string()),
+                    (Block::Baseline, Some(BaselineLink::Quiver(tcp))) => (Transport::Tcp, {
+                        let record = run.over_quiver(&mut tcp.link, &mut buffers, plan.window);
+                        if record.is_ok() {
+                            settle(&mut tcp.link, &run)?;
+                        }
+                        record
+                    }),
+                    (Block::Baseline, None) => return Err("no baseline is open".to_string()),
                 };
                 let record = record.map_err(|error| {
                     format!("{} over {}: {error}", run.name(), transport.as_str())
@@ -250,16 +266,128 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
             TestName::Floor | TestName::Crossover | TestName::Compare => {}
         }
     }
+    if let Some(BaselineLink::Quiver(tcp)) = baseline.as_mut() {
+        tcp.link
+            .finish()
+            .map_err(|error| format!("last exchange over tcp with rank {}: {error}", peer.rank))?;
+    }
     link.finish()
         .map_err(|error| format!("last exchange with rank {}: {error}", peer.rank))
 }
 
+/// Ends a quiver block of `--baseline interleave` or `tcp` with one exchange over its
+/// link (outside the timed run): a rank that goes on to the other side's block stops
+/// calling this endpoint, and over udp the last messages it sent may still wait in the
+/// protocol's send window for acknowledgements that only this endpoint's calls handle.
+/// Once rank 0's byte has come back, everything each rank sent has arrived, and the
+/// answer itself leaves at once (the byte that asked for it acknowledged all before it).
+fn settle(link: &mut Link, run: &Run) -> Result<(), String> {
+    link.synchronise()
+        .map_err(|error| format!("{}: settling the link: {error}", run.name()))
+}
+
 /// One block of a point: a run over quiver with failure detection as given (`None`:
-/// off), or a run over the raw-socket baseline (`--baseline interleave`).
+/// off), or a run over the baseline (`--baseline interleave` or `tcp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Block {
     Quiver(Option<Duration>),
-    Raw,
+    Baseline,
+}
+
+/// The baseline side of `--baseline interleave` (raw sockets) or `--baseline tcp`
+/// (quiver's tcp, over its own context).
+enum BaselineLink {
+    Raw(Transport, RawBaseline),
+    Quiver(Box<TcpLink>),
+}
+
+/// `--baseline tcp`: quiver's tcp between the same two ranks, over a second context that
+/// uses tcp only. The link (its endpoint) is dropped before the context.
+struct TcpLink {
+    link: Link,
+    _context: Context,
+}
+
+/// Job id of the `--baseline tcp` context: the job's own with this mixed in, so nothing
+/// keyed by the job id (shm names among them) is shared with the first context.
+const TCP_BASELINE_JOB_MIX: u64 = 0x7463_7062_6173_6531;
+
+/// Builds the `--baseline tcp` link: each rank picks a free loopback port, rank 0 draws a
+/// job key, both go to the other rank over the first link, and both ranks build a tcp-only
+/// context (the configuration of the first one otherwise) and connect as `run` does.
+///
+/// The port is found by binding and closing a listener; the context binds it again a
+/// moment later (another process taking it meanwhile makes the build fail, clearly).
+fn open_tcp_link(context: &Context, first: &mut Link) -> Result<TcpLink, String> {
+    let rank = first.rank;
+    let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map_err(|error| format!("finding a free loopback port: {error}"))?
+        .port();
+    let mut mine = port.to_le_bytes().to_vec();
+    if rank == 0 {
+        let mut key = [0u8; 32];
+        io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom")
+                .map_err(|error| format!("opening /dev/urandom: {error}"))?,
+            &mut key,
+        )
+        .map_err(|error| format!("reading /dev/urandom: {error}"))?;
+        mine.extend_from_slice(&key);
+    }
+    let theirs = Rendezvous::exchange(first, &mine)?;
+    let key_source = if rank == 0 { &mine } else { &theirs };
+    let (Some(their_port), Some(key)) = (
+        theirs.get(..2),
+        key_source
+            .get(2..34)
+            .and_then(|key| <[u8; 32]>::try_from(key).ok()),
+    ) else {
+        return Err(format!(
+            "the other rank sent {} bytes for the tcp baseline's setup",
+            theirs.len()
+        ));
+    };
+    let their_port = u16::from_le_bytes([their_port[0], their_port[1]]);
+    let loopback = |port| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    let addrs = if rank == 0 {
+        vec![loopback(port), loopback(their_port)]
+    } else {
+        vec![loopback(their_port), loopback(port)]
+    };
+    let config = quiver::Config {
+        transports: vec![quiver::TransportKind::Tcp],
+        ..context.config().clone()
+    };
+    let tcp_context = Context::builder()
+        .rank(rank)
+        .size(2)
+        .job_id(context.job_id() ^ TCP_BASELINE_JOB_MIX)
+        .job_key(key)
+        .addrs(addrs)
+        .config(config)
+        .build()
+        .map_err(|error| format!("building the tcp context: {error}"))?;
+    let mut endpoint = tcp_context
+        .endpoint(BENCH_PORT)
+        .map_err(|error| format!("opening endpoint port {BENCH_PORT} over tcp: {error}"))?;
+    let connection = connect(&mut endpoint, Addr::new(1 - rank, BENCH_PORT))?;
+    let mut link = Link {
+        endpoint,
+        connection,
+        rank,
+        eager_max: tcp_context.config().shm_eager_max,
+        exchange_sends: Vec::new(),
+        exchange_receives: Vec::new(),
+        send_requests: Vec::new(),
+        receive_requests: Vec::new(),
+    };
+    link.synchronise()
+        .map_err(|error| format!("first exchange over tcp: {error}"))?;
+    Ok(TcpLink {
+        link,
+        _context: tcp_context,
+    })
 }
 
 /// One measured run of a pingpong, bw or rate point.
