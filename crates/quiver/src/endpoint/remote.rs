@@ -2021,4 +2021,109 @@ mod tests {
             other => panic!("expected a reset, got {other:?}"),
         }
     }
+
+    /// A receiver that drops its endpoint right after its last receive, and whose ack of
+    /// that message and first Close are lost, does not hold up the sender's endpoint drop
+    /// for the idle timeout: the receiver's drop resends its Close (which carries the ack)
+    /// until the sender acknowledges it (`linger_close`).
+    #[test]
+    fn a_lost_last_ack_and_close_do_not_hold_up_the_senders_drop() {
+        use crate::net::mem::tests::set_drop_rule;
+        use quiver_wire::frame::{Frame, FrameType};
+        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+        use std::sync::Arc;
+
+        let idle = Duration::from_secs(30);
+        let job = u64::from(std::process::id()) << 20 | 0xc105e;
+        let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 77, rank, 9), 41_000).into())
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Mem],
+            net_idle_timeout: idle,
+            ..crate::Config::default()
+        };
+        let context = |rank| {
+            crate::Context::builder()
+                .rank(rank)
+                .size(2)
+                .job_id(job)
+                .job_key([5; 32])
+                .addrs(addrs.clone())
+                .config(config.clone())
+                .build()
+                .unwrap()
+        };
+        let (ctx0, ctx1) = (context(0), context(1));
+        let mut ep1 = ctx1.endpoint(0).unwrap();
+        let mut ep0 = ctx0.endpoint(0).unwrap();
+        ep0.set_timeout(Some(Duration::from_secs(10)));
+        ep1.set_timeout(Some(Duration::from_secs(10)));
+        // Rank 1 receives two messages and drops its endpoint at once; its receives
+        // also answer rank 0's handshake.
+        let receiver = std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push(ep1.recv(&mut buf).map(|(len, _)| buf[..len].to_vec()));
+            }
+            let start = Instant::now();
+            drop(ep1);
+            drop(ctx1);
+            (got, start.elapsed())
+        });
+        let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+
+        // From now on rank 1 loses everything it sends to rank 0 up to and including its
+        // first Close: the acks of both messages among it.
+        let (lost, closes_lost) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (lost_in_rule, closes_in_rule) = (lost.clone(), closes_lost.clone());
+        set_drop_rule(
+            addrs[1],
+            addrs[0],
+            Some(Box::new(move |header: &[u8], payload: &[u8]| {
+                if closes_in_rule.load(AtomicOrdering::Relaxed) > 0 {
+                    return false;
+                }
+                let datagram = [header, payload].concat();
+                if let Ok(frame) = Frame::parse(&datagram) {
+                    if frame.header().frame_type == FrameType::Close {
+                        closes_in_rule.fetch_add(1, AtomicOrdering::Relaxed);
+                    }
+                }
+                lost_in_rule.fetch_add(1, AtomicOrdering::Relaxed);
+                true
+            })),
+        );
+        ep0.send(conn, b"hello").unwrap();
+        ep0.send(conn, b"the last one").unwrap();
+        let start = Instant::now();
+        drop(ep0);
+        drop(ctx0);
+        let sender_drop = start.elapsed();
+        let (got, receiver_drop) = receiver.join().unwrap();
+        set_drop_rule(addrs[1], addrs[0], None);
+
+        let got: Vec<Vec<u8>> = got.into_iter().map(|message| message.unwrap()).collect();
+        assert_eq!(got, vec![b"hello".to_vec(), b"the last one".to_vec()]);
+        assert_eq!(
+            closes_lost.load(AtomicOrdering::Relaxed),
+            1,
+            "no Close was lost"
+        );
+        assert!(
+            lost.load(AtomicOrdering::Relaxed) >= 2,
+            "the ack was not lost"
+        );
+        // Without the resent Close the sender waits until it gives the peer up (11.4 s
+        // with `linger_close` turned off).
+        assert!(
+            sender_drop < idle / 3,
+            "the sender's drop took {sender_drop:?} (receiver's {receiver_drop:?})"
+        );
+        assert!(
+            receiver_drop < idle / 3,
+            "the receiver's drop took {receiver_drop:?}"
+        );
+    }
 }
