@@ -20,9 +20,10 @@
 //! turns.
 //!
 //! The latency path (a small request answered at once; docs/PERFORMANCE.md, issue 3, "udp
-//! latency path"): a busy-polling receive's poll is one `recvmsg` of one datagram
+//! latency path"): a busy-polling receive's poll is one `recvfrom` of one datagram
 //! (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is asked for only after a receive
-//! came back full) plus a clock read; a poll that finds nothing scans no connection. When
+//! came back full; GRO is off while only short single datagrams arrive, else the call is a
+//! costlier `recvmsg` that reports coalesced segments) plus a clock read; a poll that finds nothing scans no connection. When
 //! a datagram arrives, the poll hands it over first (dispatch, then the ack held back for
 //! the application's answer, then the connection's events) and leaves its housekeeping
 //! (timers, retired connections) to the next poll when all that arrived is a message
@@ -94,6 +95,11 @@ const RX_MESSAGES: usize = 32;
 /// A received datagram at least this long (an Ethernet MTU's worth) is taken for part of a
 /// stream: the poll goes on receiving at once instead of handing it over first.
 const STREAM_DATAGRAM_BYTES: usize = 1400;
+/// A udp socket turns GRO off (when its queue is empty) after this many receives in a row
+/// of one short datagram each, and on again at the first long datagram or burst: without
+/// GRO a one-datagram receive is a `recvfrom` instead of a `recvmsg` (see
+/// [`UdpSocket::recv_one`]).
+const GRO_OFF_AFTER_SHORT_RECEIVES: u32 = 64;
 
 /// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out in `tx` (headers,
 /// and the payloads copied) and leave with one `sendmmsg`, runs of equal-size datagrams as
@@ -110,6 +116,9 @@ struct UdpIo {
     /// Bytes of the last message received (a datagram, or several coalesced): how many
     /// more a receive budget has room for is guessed from it.
     rx_last_bytes: usize,
+    /// Receives in a row that brought one short datagram (the latency path): at
+    /// [`GRO_OFF_AFTER_SHORT_RECEIVES`] GRO goes off.
+    short_receives: u32,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
     /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
@@ -138,6 +147,40 @@ enum TxEntry {
 }
 
 impl UdpIo {
+    /// Turns GRO on for bulk traffic and off for a run of short single datagrams, after a
+    /// receive that brought `got` messages into `rx` (see
+    /// [`GRO_OFF_AFTER_SHORT_RECEIVES`]).
+    fn steer_gro(&mut self, rx: &RecvBatch, got: usize) {
+        let short = match got {
+            0 => {
+                // The queue is empty: the moment GRO can go off without losing what it
+                // coalesced.
+                if self.short_receives >= GRO_OFF_AFTER_SHORT_RECEIVES
+                    && self.socket.gro_enabled()
+                    && self.socket.gro_off_if_idle().unwrap_or(false)
+                {
+                    self.short_receives = 0;
+                }
+                return;
+            }
+            1 => {
+                let message = rx.message(0);
+                message.data.len() < STREAM_DATAGRAM_BYTES
+                    && message.segment_bytes >= message.data.len()
+            }
+            _ => false,
+        };
+        if short {
+            self.short_receives = self.short_receives.saturating_add(1);
+        } else {
+            self.short_receives = 0;
+            if !self.socket.gro_enabled() {
+                // Best effort: without it bulk data arrives datagram by datagram.
+                let _ = self.socket.set_gro(true);
+            }
+        }
+    }
+
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
     /// to `to`, when given); in-place payloads come from `core`. A datagram the kernel
     /// cannot take now (socket buffer full after a short wait) is lost like any other; the
@@ -871,6 +914,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 rx: Some(Box::new(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES))),
                 rx_wide: false,
                 rx_last_bytes: MAX_COALESCED_BYTES,
+                short_receives: 0,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
                 gather: GatherBuffer::with_capacity(2 * 1024, 1024),
@@ -1719,6 +1763,7 @@ impl Engine {
                     if got > 0 {
                         io.rx_last_bytes = rx.message(got - 1).data.len();
                     }
+                    io.steer_gro(&rx, got);
                     // A single large datagram is most likely part of a stream: read on.
                     let streaming =
                         asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
