@@ -1548,6 +1548,12 @@ impl Engine {
 
     /// Sends everything connection `id` has to send, each datagram on the socket of its
     /// path to the peer's address there.
+    ///
+    /// The first datagram, when it is a copied one (a small frame: an answer, an ack), leaves
+    /// at once, before the protocol is asked for more: what a poll for more costs (at least
+    /// the `poll_transmit` that finds nothing, which also runs the connection's timer
+    /// bookkeeping) then runs while the datagram is on its way, not before it
+    /// (docs/PERFORMANCE.md, "udp latency path (session 8)").
     fn flush(&mut self, id: u64) {
         self.timers_dirty = true;
         let now = self.now();
@@ -1556,6 +1562,7 @@ impl Engine {
         };
         let sockets = &mut self.sockets;
         let in_place_min = self.in_place_min;
+        let mut first = true;
         loop {
             for socket in sockets.iter_mut() {
                 if let Socket::Udp(io) = socket {
@@ -1595,8 +1602,24 @@ impl Engine {
                                     offset,
                                     len: t.header_len + t.payload.len(),
                                 });
+                                if first {
+                                    // Sent before asking for more (see above).
+                                    let via = match entry.status {
+                                        Status::Open => sender_for(
+                                            &mut entry.senders,
+                                            path,
+                                            io.socket.local_address(),
+                                            to,
+                                        ),
+                                        _ => None,
+                                    };
+                                    io.send_all(to, &entry.core, via);
+                                    io.tx.clear();
+                                    io.tx_out.clear();
+                                }
                             }
                         }
+                        first = false;
                         full = io.tx.len() >= TX_BYTES || io.tx_out.len() >= 1024;
                     }
                 }
