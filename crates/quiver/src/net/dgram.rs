@@ -1248,6 +1248,43 @@ impl DgramShared {
         engine.news
     }
 
+    /// The short receive path of a blocking receive whose endpoint's only inbound edge is
+    /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
+    /// [`DgramShared::poll_io_before_receive`], then the next message of `id` into `buf`
+    /// if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
+    /// bytes was taken; `Some(None)`: none has begun to arrive; `None`: anything else (a
+    /// message too large for `buf` or not whole yet, a connection not open, or gone), which
+    /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
+    pub(crate) fn take_whole(
+        &self,
+        ctx: &ContextShared,
+        id: u64,
+        buf: &mut [u8],
+    ) -> Option<Option<usize>> {
+        let mut engine = self.lock();
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES);
+        let entry = engine.conns.get_mut(&id)?;
+        if entry.status != Status::Open {
+            return None;
+        }
+        let Some(len) = entry.core.peek_message_len() else {
+            return Some(None);
+        };
+        if len > buf.len() as u64 || !entry.core.message_ready() {
+            return None;
+        }
+        let len = len as usize;
+        // A whole message completes in one read into a buffer that holds it
+        // (`ReliableConnection::message_ready`).
+        let (_, complete) = entry.core.read_message(&mut buf[..len]);
+        debug_assert!(complete, "a ready message was not read whole");
+        entry.peer_sent = true;
+        // Freed receive credit may bring a window update forward.
+        engine.timers_dirty = true;
+        engine.defer(id);
+        Some(Some(len))
+    }
+
     /// Whether connection `id` could take `len` more bytes as a new message right now.
     pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
