@@ -6,7 +6,8 @@
 //! allocates only in constructors ([`UdpSocket::bind`], [`RecvBatch::new`]); the per-call
 //! paths ([`UdpSocket::send_batch`], [`UdpSocket::recv_batch`]) reuse preallocated
 //! `mmsghdr`/`iovec`/address/control arrays. For one datagram at a time (a latency path),
-//! [`UdpSocket::recv_one`] is one `recvmsg` into a batch's first slot and
+//! [`UdpSocket::recv_one`] is one `recvmsg` into a batch's first slot (a cheaper
+//! `recvfrom` while GRO is off: [`UdpSocket::gro_off_if_idle`]) and
 //! [`UdpSocket::send_one`] one `send`/`sendto`: no `recvmmsg`/`sendmmsg` loop around them,
 //! and no message header for the kernel to copy in on the send.
 //!
@@ -365,6 +366,11 @@ impl UdpSocket {
 
     /// Turns receive offload (`UDP_GRO`) on or off.
     ///
+    /// Turning it off while the receive queue holds a message the kernel coalesced loses
+    /// that message's segment size (the kernel reports it only while GRO is on): the
+    /// message then reads as one datagram. [`UdpSocket::gro_off_if_idle`] turns it off
+    /// safely.
+    ///
     /// # Errors
     /// The kernel refused the option (GRO then stays as it was).
     pub fn set_gro(&mut self, enabled: bool) -> io::Result<()> {
@@ -376,6 +382,29 @@ impl UdpSocket {
         )?;
         self.gro_enabled = enabled;
         Ok(())
+    }
+
+    /// Turns GRO off if the receive queue is empty once it is off (from then on the kernel
+    /// splits what it would have coalesced before queueing it); with something queued,
+    /// which may have been coalesced, GRO goes back on. Returns whether GRO is now off.
+    ///
+    /// # Errors
+    /// The kernel refused the option or the queue length (GRO then stays on, or is off
+    /// with nothing queued).
+    pub fn gro_off_if_idle(&mut self) -> io::Result<bool> {
+        if !self.gro_enabled {
+            return Ok(true);
+        }
+        self.set_gro(false)?;
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD (SIOCINQ) writes one int, the length of the first queued
+        // datagram (0 when the queue is empty), to the pointer given.
+        check(unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::FIONREAD, &mut queued) })?;
+        if queued != 0 {
+            self.set_gro(true)?;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Sets the socket buffers to `send_bytes`/`receive_bytes` (`SO_*BUFFORCE` when allowed,
@@ -541,15 +570,24 @@ impl UdpSocket {
     }
 
     /// Receives one message (a datagram, or several coalesced by GRO) into the first slot of
-    /// `batch` with one non-blocking `recvmsg`: [`UdpSocket::recv_batch_up_to`] for one
+    /// `batch` with one non-blocking system call: [`UdpSocket::recv_batch_up_to`] for one
     /// message, without the `recvmmsg` loop around it, and with `Ok(0)` instead of an error
     /// when nothing is queued (what a busy-polling caller finds most of the time). Returns
     /// how many messages arrived (0 or 1, also `batch.len()`).
+    ///
+    /// With GRO on the call is a `recvmsg`, which returns the segment size of a coalesced
+    /// message; with GRO off it is a `recvfrom`, cheaper by a few hundred
+    /// nanoseconds on the development VMs with a datagram and about 150 ns when the queue
+    /// is empty (no message header and iovec to copy in, no control data:
+    /// docs/PERFORMANCE.md, "udp latency path (session 8)").
     ///
     /// # Errors
     /// The kernel's error other than `EAGAIN` (e.g. a pending ICMP error).
     pub fn recv_one(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
         batch.received = 0;
+        if !self.gro_enabled {
+            return self.recv_one_plain(batch);
+        }
         batch.prepare(1);
         // SAFETY: the first header points into `batch`'s own buffers (data, address,
         // control), which are alive, unmoved and exclusively borrowed for the call; its
@@ -571,6 +609,47 @@ impl UdpSocket {
         // At most the buffer's length (a `u32` field: buffers are far smaller).
         batch.headers[0].msg_len = received as libc::c_uint;
         batch.finish(1);
+        Ok(1)
+    }
+
+    /// [`UdpSocket::recv_one`] with GRO off: one `recvfrom` of one datagram into the first
+    /// slot of `batch`.
+    fn recv_one_plain(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        let buffer_bytes = batch.buffer_bytes;
+        let address = &mut batch.addresses[0];
+        let mut address_length = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: the first `buffer_bytes` bytes of `batch.data` (its first slot), the
+        // address slot and its length are alive and exclusively borrowed for the call, with
+        // the lengths given; the kernel writes at most those.
+        let received = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                batch.data.as_mut_ptr() as *mut c_void,
+                buffer_bytes,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                address as *mut libc::sockaddr_storage as *mut libc::sockaddr,
+                &mut address_length,
+            )
+        };
+        if received < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                _ => Err(error),
+            };
+        }
+        // With MSG_TRUNC the datagram's real length, which may exceed the buffer.
+        let length_bytes = received as usize;
+        let source = read_socket_address(address, address_length)
+            .unwrap_or_else(|| SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        let length_bytes_kept = length_bytes.min(buffer_bytes);
+        batch.metadata[0] = RecvMetadata {
+            source,
+            length_bytes: length_bytes_kept,
+            segment_bytes: length_bytes_kept,
+            truncated: length_bytes > buffer_bytes,
+        };
+        batch.received = 1;
         Ok(1)
     }
 
@@ -1438,6 +1517,83 @@ mod tests {
             assert!(messages < want, "GRO on but nothing was coalesced");
         } else {
             assert_eq!(messages, want);
+        }
+    }
+
+    /// Sends `count` datagrams of `segment` bytes (datagram i filled with byte i) from `a`
+    /// to `b` as one GSO send.
+    fn send_gso_run(a: &mut UdpSocket, b: &UdpSocket, count: usize, segment: usize) {
+        let data: Vec<u8> = (0..count * segment).map(|i| (i / segment) as u8).collect();
+        let run = [OutDatagram {
+            destination: b.local_address(),
+            header: &[],
+            payload: &data,
+            segment_size: Some(segment as u16),
+        }];
+        assert_eq!(a.send_batch(&run).unwrap(), 1);
+    }
+
+    /// Receives with `recv_one` until `want` datagrams arrived (or 5 s pass): the
+    /// datagrams, and how many of the receives came back coalesced.
+    fn receive_one_by_one(socket: &mut UdpSocket, want: usize) -> (Vec<Vec<u8>>, usize) {
+        let mut batch = RecvBatch::new(1, MAX_COALESCED_BYTES);
+        let (mut datagrams, mut coalesced) = (Vec::new(), 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while datagrams.len() < want && Instant::now() < deadline {
+            if socket.recv_one(&mut batch).unwrap() == 0 {
+                socket
+                    .wait_readable(Some(Duration::from_millis(100)))
+                    .unwrap();
+                continue;
+            }
+            let message = batch.message(0);
+            assert!(!message.truncated);
+            let before = datagrams.len();
+            datagrams.extend(message.datagrams().map(<[u8]>::to_vec));
+            coalesced += usize::from(datagrams.len() - before > 1);
+        }
+        (datagrams, coalesced)
+    }
+
+    #[test]
+    fn gro_goes_off_only_with_nothing_coalesced_queued() {
+        let (mut a, mut b) = loopback_pair();
+        b.set_gro(true).unwrap();
+        // Coalesced while GRO is on: GRO stays on, and the run is read split.
+        send_gso_run(&mut a, &b, 8, 100);
+        assert!(b.wait_readable(Some(Duration::from_secs(5))).unwrap());
+        assert!(!b.gro_off_if_idle().unwrap());
+        assert!(b.gro_enabled());
+        let (datagrams, coalesced) = receive_one_by_one(&mut b, 8);
+        assert_eq!(datagrams.len(), 8);
+        assert!(
+            coalesced > 0,
+            "the run was not coalesced: the test proves nothing"
+        );
+        for (i, datagram) in datagrams.iter().enumerate() {
+            assert_eq!(datagram, &vec![i as u8; 100]);
+        }
+        // With the queue empty GRO goes off, and a GSO run arrives datagram by datagram
+        // (the kernel splits it), through the plain receive.
+        assert!(b.gro_off_if_idle().unwrap());
+        assert!(!b.gro_enabled());
+        send_gso_run(&mut a, &b, 8, 100);
+        let (datagrams, coalesced) = receive_one_by_one(&mut b, 8);
+        assert_eq!(coalesced, 0);
+        for (i, datagram) in datagrams.iter().enumerate() {
+            assert_eq!(datagram, &vec![i as u8; 100]);
+        }
+        // A datagram longer than the buffer is reported cut, from either receive.
+        let mut small = RecvBatch::new(1, 64);
+        for gro in [false, true] {
+            b.set_gro(gro).unwrap();
+            a.send_to(b.local_address(), &[7; 100]).unwrap();
+            b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(b.recv_one(&mut small).unwrap(), 1);
+            let message = small.message(0);
+            assert!(message.truncated, "gro {gro}");
+            assert_eq!(message.data, &[7; 64][..]);
+            assert_eq!(message.source, a.local_address());
         }
     }
 

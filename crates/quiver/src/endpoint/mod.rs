@@ -1093,10 +1093,14 @@ impl Endpoint {
         let mut wait = Wait::new(&self.config);
         loop {
             if self.posted_recvs.is_empty() {
-                // One tcp edge alone takes the short path (remote.rs, `look_lone_tcp`).
+                // One tcp or datagram edge alone takes a short path (remote.rs,
+                // `look_lone_tcp`, `look_lone_dgram`).
                 let looked = match self.look_lone_tcp(buf) {
                     Some(looked) => looked,
-                    None => self.poll_once(&mut Dest::Slice(buf), true),
+                    None => match self.look_lone_dgram(buf) {
+                        Some(looked) => looked,
+                        None => self.poll_once(&mut Dest::Slice(buf), true),
+                    },
                 };
                 match looked {
                     Ok(Some(got)) => return Ok(got),

@@ -1308,6 +1308,41 @@ impl Endpoint {
         }
     }
 
+    /// The short receive path for an endpoint whose only inbound edge is one open datagram
+    /// connection (udp or mem) the peer has sent on: one engine call polls the sockets and
+    /// takes a whole message that fits `buf`, under one lock, without the general path's
+    /// look at every edge (`poll_net`, `poll_net_in`, `DgramShared::take`). None: the
+    /// general path decides (other edges, a new connection, a message too large or not
+    /// whole, a connection not open); nothing was consumed then. `Some(Ok(None))`: no
+    /// message yet (the engine was polled).
+    pub(super) fn look_lone_dgram(
+        &mut self,
+        buf: &mut [u8],
+    ) -> Option<Result<Option<(usize, Addr)>>> {
+        if self.committed.is_some()
+            || self.net_in.len() != 1
+            || !self.inbound.is_empty()
+            || self.shared.has_incoming.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let inb = &self.net_in[0];
+        let InLink::Dgram(id) = inb.link else {
+            return None;
+        };
+        if inb.state != InboundState::Open || !inb.active {
+            return None;
+        }
+        let peer = inb.peer;
+        let engine = self.ctx.dgram.as_deref()?;
+        let taken = engine.take_whole(&self.ctx, id, buf)?;
+        // As after the general path's poll: progress need not poll again, and the next
+        // general look at the edge must not skip it.
+        self.engine_polled = true;
+        self.dgram_seen = None;
+        Some(Ok(taken.map(|len| (len, peer))))
+    }
+
     /// Reads more of every large tcp message bound to a posted receive; completes the
     /// request once its message is whole, or with the edge's error.
     pub(super) fn progress_bound_recvs(&mut self) {
@@ -2020,6 +2055,103 @@ mod tests {
             }
             other => panic!("expected a reset, got {other:?}"),
         }
+    }
+
+    /// Polls `look_lone_dgram` until it does something other than find nothing (5 s at
+    /// most).
+    fn look_until_news(ep: &mut Endpoint, buf: &mut [u8]) -> Option<Result<Option<(usize, Addr)>>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let looked = ep.look_lone_dgram(buf);
+            if !matches!(looked, Some(Ok(None))) || std::time::Instant::now() > deadline {
+                return looked;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The short receive path of a lone datagram edge takes whole messages that fit, and
+    /// leaves to the general path (consuming nothing) a message too long for the buffer,
+    /// one larger than the receive window, and a connection the peer closed.
+    #[test]
+    fn lone_dgram_edge_takes_whole_messages_and_leaves_the_rest() {
+        let addrs: Vec<std::net::SocketAddr> = (0..2)
+            .map(|_| {
+                let socket = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+                socket.local_addr().unwrap()
+            })
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Udp],
+            ..crate::Config::default()
+        };
+        let job = u64::from(std::process::id()) << 20 | 0xd6a;
+        let context = |rank| {
+            crate::Context::builder()
+                .rank(rank)
+                .size(2)
+                .job_id(job)
+                .job_key([5; 32])
+                .addrs(addrs.clone())
+                .config(config.clone())
+                .build()
+                .unwrap()
+        };
+        let (ctx0, ctx1) = (context(0), context(1));
+        let mut ep = ctx0.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(10)));
+        let huge: Vec<u8> = (0..(12 << 20)).map(|i: usize| (i / 7) as u8).collect();
+        let (go, step) = std::sync::mpsc::channel::<()>();
+        let sender = std::thread::spawn({
+            let huge = huge.clone();
+            move || {
+                let mut ep1 = ctx1.endpoint(0).unwrap();
+                ep1.set_timeout(Some(Duration::from_secs(10)));
+                let conn = ep1.connect(Addr::new(0, 0)).unwrap();
+                for message in [&b"first"[..], b"second!!", &[7u8; 100], &huge] {
+                    ep1.send(conn, message).unwrap();
+                    // The engine progresses only while the endpoint is used.
+                    while let Err(std::sync::mpsc::TryRecvError::Empty) = step.try_recv() {
+                        ep1.progress().unwrap();
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+                drop(ep1);
+            }
+        });
+        let mut small = [0u8; 8];
+        // The first message adopts the edge (general path).
+        let (len, peer) = ep.recv(&mut small).unwrap();
+        assert_eq!(&small[..len], b"first");
+        assert_eq!(ep.net_in.len(), 1);
+        go.send(()).unwrap();
+        match look_until_news(&mut ep, &mut small) {
+            Some(Ok(Some((8, from)))) => assert_eq!(from, peer),
+            other => panic!("expected the second message, got {other:?}"),
+        }
+        assert_eq!(&small, b"second!!");
+        // Too long for the buffer: left to the general path, and kept.
+        go.send(()).unwrap();
+        assert!(look_until_news(&mut ep, &mut small).is_none());
+        assert!(matches!(
+            ep.recv(&mut small),
+            Err(Error::BufferTooSmall {
+                message: 100,
+                buffer: 8
+            })
+        ));
+        let mut big = vec![0u8; huge.len()];
+        assert_eq!(ep.recv(&mut big).unwrap(), (100, peer));
+        assert_eq!(big[..100], [7u8; 100]);
+        // Larger than the receive window (8 MiB): never whole in it, read as it arrives.
+        go.send(()).unwrap();
+        assert!(look_until_news(&mut ep, &mut big).is_none());
+        assert_eq!(ep.recv(&mut big).unwrap(), (huge.len(), peer));
+        assert!(big == huge, "the large message differs");
+        // The peer closes: left to the general path.
+        go.send(()).unwrap();
+        sender.join().unwrap();
+        assert!(look_until_news(&mut ep, &mut small).is_none());
     }
 
     /// A receiver that drops its endpoint right after its last receive, and whose ack of

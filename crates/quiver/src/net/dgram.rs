@@ -20,9 +20,10 @@
 //! turns.
 //!
 //! The latency path (a small request answered at once; docs/PERFORMANCE.md, issue 3, "udp
-//! latency path"): a busy-polling receive's poll is one `recvmsg` of one datagram
+//! latency path"): a busy-polling receive's poll is one `recvfrom` of one datagram
 //! (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is asked for only after a receive
-//! came back full) plus a clock read; a poll that finds nothing scans no connection. When
+//! came back full; GRO is off while only short single datagrams arrive, else the call is a
+//! costlier `recvmsg` that reports coalesced segments) plus a clock read; a poll that finds nothing scans no connection. When
 //! a datagram arrives, the poll hands it over first (dispatch, then the ack held back for
 //! the application's answer, then the connection's events) and leaves its housekeeping
 //! (timers, retired connections) to the next poll when all that arrived is a message
@@ -94,6 +95,11 @@ const RX_MESSAGES: usize = 32;
 /// A received datagram at least this long (an Ethernet MTU's worth) is taken for part of a
 /// stream: the poll goes on receiving at once instead of handing it over first.
 const STREAM_DATAGRAM_BYTES: usize = 1400;
+/// A udp socket turns GRO off (when its queue is empty) after this many receives in a row
+/// of one short datagram each, and on again at the first long datagram or burst: without
+/// GRO a one-datagram receive is a `recvfrom` instead of a `recvmsg` (see
+/// [`UdpSocket::recv_one`]).
+const GRO_OFF_AFTER_SHORT_RECEIVES: u32 = 64;
 
 /// The batched UDP side: one `recvmmsg` fills `rx`; transmits are laid out in `tx` (headers,
 /// and the payloads copied) and leave with one `sendmmsg`, runs of equal-size datagrams as
@@ -110,6 +116,9 @@ struct UdpIo {
     /// Bytes of the last message received (a datagram, or several coalesced): how many
     /// more a receive budget has room for is guessed from it.
     rx_last_bytes: usize,
+    /// Receives in a row that brought one short datagram (the latency path): at
+    /// [`GRO_OFF_AFTER_SHORT_RECEIVES`] GRO goes off.
+    short_receives: u32,
     tx: Vec<u8>,
     tx_out: Vec<TxEntry>,
     /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
@@ -138,6 +147,40 @@ enum TxEntry {
 }
 
 impl UdpIo {
+    /// Turns GRO on for bulk traffic and off for a run of short single datagrams, after a
+    /// receive that brought `got` messages into `rx` (see
+    /// [`GRO_OFF_AFTER_SHORT_RECEIVES`]).
+    fn steer_gro(&mut self, rx: &RecvBatch, got: usize) {
+        let short = match got {
+            0 => {
+                // The queue is empty: the moment GRO can go off without losing what it
+                // coalesced.
+                if self.short_receives >= GRO_OFF_AFTER_SHORT_RECEIVES
+                    && self.socket.gro_enabled()
+                    && self.socket.gro_off_if_idle().unwrap_or(false)
+                {
+                    self.short_receives = 0;
+                }
+                return;
+            }
+            1 => {
+                let message = rx.message(0);
+                message.data.len() < STREAM_DATAGRAM_BYTES
+                    && message.segment_bytes >= message.data.len()
+            }
+            _ => false,
+        };
+        if short {
+            self.short_receives = self.short_receives.saturating_add(1);
+        } else {
+            self.short_receives = 0;
+            if !self.socket.gro_enabled() {
+                // Best effort: without it bulk data arrives datagram by datagram.
+                let _ = self.socket.set_gro(true);
+            }
+        }
+    }
+
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
     /// to `to`, when given); in-place payloads come from `core`. A datagram the kernel
     /// cannot take now (socket buffer full after a short wait) is lost like any other; the
@@ -871,6 +914,7 @@ fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
                 rx: Some(Box::new(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES))),
                 rx_wide: false,
                 rx_last_bytes: MAX_COALESCED_BYTES,
+                short_receives: 0,
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
                 gather: GatherBuffer::with_capacity(2 * 1024, 1024),
@@ -1204,6 +1248,43 @@ impl DgramShared {
         engine.news
     }
 
+    /// The short receive path of a blocking receive whose endpoint's only inbound edge is
+    /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
+    /// [`DgramShared::poll_io_before_receive`], then the next message of `id` into `buf`
+    /// if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
+    /// bytes was taken; `Some(None)`: none has begun to arrive; `None`: anything else (a
+    /// message too large for `buf` or not whole yet, a connection not open, or gone), which
+    /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
+    pub(crate) fn take_whole(
+        &self,
+        ctx: &ContextShared,
+        id: u64,
+        buf: &mut [u8],
+    ) -> Option<Option<usize>> {
+        let mut engine = self.lock();
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES);
+        let entry = engine.conns.get_mut(&id)?;
+        if entry.status != Status::Open {
+            return None;
+        }
+        let Some(len) = entry.core.peek_message_len() else {
+            return Some(None);
+        };
+        if len > buf.len() as u64 || !entry.core.message_ready() {
+            return None;
+        }
+        let len = len as usize;
+        // A whole message completes in one read into a buffer that holds it
+        // (`ReliableConnection::message_ready`).
+        let (_, complete) = entry.core.read_message(&mut buf[..len]);
+        debug_assert!(complete, "a ready message was not read whole");
+        entry.peer_sent = true;
+        // Freed receive credit may bring a window update forward.
+        engine.timers_dirty = true;
+        engine.defer(id);
+        Some(Some(len))
+    }
+
     /// Whether connection `id` could take `len` more bytes as a new message right now.
     pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
@@ -1504,6 +1585,12 @@ impl Engine {
 
     /// Sends everything connection `id` has to send, each datagram on the socket of its
     /// path to the peer's address there.
+    ///
+    /// The first datagram, when it is a copied one (a small frame: an answer, an ack), leaves
+    /// at once, before the protocol is asked for more: what a poll for more costs (at least
+    /// the `poll_transmit` that finds nothing, which also runs the connection's timer
+    /// bookkeeping) then runs while the datagram is on its way, not before it
+    /// (docs/PERFORMANCE.md, "udp latency path (session 8)").
     fn flush(&mut self, id: u64) {
         self.timers_dirty = true;
         let now = self.now();
@@ -1512,6 +1599,7 @@ impl Engine {
         };
         let sockets = &mut self.sockets;
         let in_place_min = self.in_place_min;
+        let mut first = true;
         loop {
             for socket in sockets.iter_mut() {
                 if let Socket::Udp(io) = socket {
@@ -1551,8 +1639,24 @@ impl Engine {
                                     offset,
                                     len: t.header_len + t.payload.len(),
                                 });
+                                if first {
+                                    // Sent before asking for more (see above).
+                                    let via = match entry.status {
+                                        Status::Open => sender_for(
+                                            &mut entry.senders,
+                                            path,
+                                            io.socket.local_address(),
+                                            to,
+                                        ),
+                                        _ => None,
+                                    };
+                                    io.send_all(to, &entry.core, via);
+                                    io.tx.clear();
+                                    io.tx_out.clear();
+                                }
                             }
                         }
+                        first = false;
                         full = io.tx.len() >= TX_BYTES || io.tx_out.len() >= 1024;
                     }
                 }
@@ -1719,6 +1823,7 @@ impl Engine {
                     if got > 0 {
                         io.rx_last_bytes = rx.message(got - 1).data.len();
                     }
+                    io.steer_gro(&rx, got);
                     // A single large datagram is most likely part of a stream: read on.
                     let streaming =
                         asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
