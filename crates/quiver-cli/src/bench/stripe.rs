@@ -180,6 +180,10 @@ struct ReceiverReport {
     datagrams_sent: u64,
     datagrams_received: u64,
     duplicates_dropped: u64,
+    /// Payload bytes the engine placed straight into the receive's buffer (the rest went
+    /// through the connection's receive window: one more copy).
+    #[serde(default)]
+    direct_read_bytes: u64,
     /// The kernel's UDP counters in the receiver's namespace (`/proc/net/snmp`).
     udp_counters: String,
 }
@@ -540,10 +544,11 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
-            "      receiver: datagrams sent {} received {} duplicates {}; udp {}",
+            "      receiver: datagrams sent {} received {} duplicates {} direct bytes {}; udp {}",
             receiver.datagrams_sent,
             receiver.datagrams_received,
             receiver.duplicates_dropped,
+            receiver.direct_read_bytes,
             receiver.udp_counters
         );
     }
@@ -1107,6 +1112,7 @@ fn quiver_receiver() -> Result<ReceiverReport, String> {
     report.datagrams_sent = stats.datagrams_sent;
     report.datagrams_received = stats.datagrams_received;
     report.duplicates_dropped = stats.duplicates_dropped;
+    report.direct_read_bytes = stats.direct_read_bytes;
     report.udp_counters = udp_counters();
     let back = endpoint
         .connect(Addr::new(0, 1))

@@ -274,7 +274,8 @@ impl ReliableConfig {
             * (core::mem::size_of::<send::SentFrame>()
                 + core::mem::size_of::<u64>()
                 + core::mem::size_of::<Option<u64>>()
-                + core::mem::size_of::<frame::SackRange>());
+                + core::mem::size_of::<frame::SackRange>()
+                + core::mem::size_of::<(u64, u64)>());
         self.send_buffer_bytes
             + self.recv_window_bytes
             + self.max_in_flight_datagrams.saturating_add(1) * per_packet
@@ -478,7 +479,7 @@ pub struct ReliableStats {
     /// Times a path that was down came back.
     pub paths_rejoined: u64,
     /// Payload bytes [`ReliableConnection::handle_datagram_into`] placed straight into the
-    /// reader's buffer (not through the receive buffer).
+    /// reader's buffer (not through the receive buffer), in order or ahead.
     pub direct_read_bytes: u64,
 }
 
@@ -705,6 +706,13 @@ impl ReliableConnection {
     /// went the usual way); the caller moves its buffer on by it. Saves a copy per byte of
     /// a large message that arrives while it is being read. When the count completes the
     /// message, the next `read_message` starts the next one.
+    ///
+    /// Bytes of the message further ahead (frames that overtook others, as a striped
+    /// connection's do all the time) go to their place in `reader` too, and are counted as
+    /// read (returned) once everything before them is. So until the message is complete the
+    /// caller keeps one buffer: every later call, and every `read_message`, gets it
+    /// starting at the next unread byte, its bytes beyond left as they are; a reader that
+    /// gives the buffer up earlier calls [`detach_reader`](Self::detach_reader).
     pub fn handle_datagram_into(
         &mut self,
         now: Nanos,
@@ -751,9 +759,18 @@ impl ReliableConnection {
                 direct = self.handle_connection_frame(now, path, header, frame.payload(), reader);
             }
         }
-        self.stats.direct_read_bytes += direct as u64;
+        self.stats.direct_read_bytes = self.recv.placed_bytes();
         self.refresh_timers(now);
         direct
+    }
+
+    /// The reader stops handing `reader` to [`handle_datagram_into`](Self::handle_datagram_into)
+    /// before its message is complete (an error or a timeout ends its receive): `reader` is
+    /// its buffer for the rest of the message as the last call left it (starting at the next
+    /// unread byte). Bytes placed ahead in it go back into the receive buffer, so that the
+    /// next read may use any buffer. Nothing to do after a message completed.
+    pub fn detach_reader(&mut self, reader: &[u8]) {
+        self.recv.detach_reader(reader);
     }
 
     /// Next datagram to send, if any: writes the header into `header` (at least
@@ -964,7 +981,10 @@ impl ReliableConnection {
     /// Copies the next in-order bytes of the current message into `out`; returns (bytes
     /// copied, message complete). Frees receive credit (a window update is sent with the
     /// next `poll_transmit` once a quarter of the window was freed). A 0-length message
-    /// completes with (0, true); nothing available gives (0, false).
+    /// completes with (0, true); nothing available gives (0, false). After
+    /// [`handle_datagram_into`](Self::handle_datagram_into) placed bytes ahead in a buffer,
+    /// `out` is that buffer (starting at the next unread byte): those bytes are not copied
+    /// again.
     pub fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
         self.recv.read_message(out)
     }

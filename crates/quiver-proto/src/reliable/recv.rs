@@ -57,6 +57,12 @@ pub(super) struct RecvState {
     in_message: bool,
     message_len: u64,
     message_remaining: u64,
+    /// Stream ranges of the current message placed ahead in the reader's buffer (see
+    /// [`Self::on_frame`]): ascending, disjoint, at or above `read_offset`, at most
+    /// `max_in_flight` of them. Their bytes are not in the ring.
+    placed: VecDeque<(u64, u64)>,
+    /// Payload bytes placed straight into a reader's buffer so far (in order or ahead).
+    placed_bytes: u64,
 
     /// Credit in the last frame we sent.
     advertised_credit: u64,
@@ -82,6 +88,8 @@ impl RecvState {
             in_message: false,
             message_len: 0,
             message_remaining: 0,
+            placed: VecDeque::new(),
+            placed_bytes: 0,
             advertised_credit: window_bytes as u64,
             unacked_frames: 0,
             ack_now: false,
@@ -92,11 +100,15 @@ impl RecvState {
     /// Takes one Data (or, with `is_close`, Close) frame. `first_fragment` frames also cover
     /// the 8 header bytes before `payload_offset`, rebuilt from `message_len`.
     ///
-    /// `reader` is where the application reads the current message to (empty: nowhere). When
-    /// the frame carries exactly the next bytes it would read (nothing unread before them),
-    /// those of the current message are copied there instead of into the ring and count as
-    /// read ([`Self::read_message`] would have copied them there next). Returns how the frame
-    /// arrived and how many bytes went to `reader`.
+    /// `reader` is where the application reads the current message to (empty: nowhere):
+    /// `reader[i]` is stream offset `read_offset + i`. When the frame carries exactly the
+    /// next bytes it would read (nothing unread before them), those of the current message
+    /// are copied there instead of into the ring and count as read ([`Self::read_message`]
+    /// would have copied them there next). A frame further ahead in the current message (a
+    /// striped connection's frames arrive out of order all the time) is copied to its place
+    /// in `reader` as well and remembered in `placed`; it counts as read once everything
+    /// before it is (here, or in a later `read_message` with the same buffer). Returns how
+    /// the frame arrived and how many bytes at the start of `reader` are now read.
     #[allow(clippy::too_many_arguments)] // The fields of one frame; a struct would only rename them.
     pub(super) fn on_frame(
         &mut self,
@@ -160,10 +172,19 @@ impl RecvState {
         } else {
             0
         };
+        // Ahead of the reader, within its buffer and the current message: to its place there.
+        let ahead = if direct == 0 && !first_fragment {
+            self.place_ahead(payload_offset, payload, reader)
+        } else {
+            0
+        };
+        self.placed_bytes += (direct + ahead) as u64;
         // The ring slots of the bytes that went to the reader are never read: the read
-        // offset moves past them below.
-        self.ring
-            .copy_in(payload_offset + direct as u64, &payload[direct..]);
+        // offset moves past them (below, or once the bytes before them are read).
+        self.ring.copy_in(
+            payload_offset + (direct + ahead) as u64,
+            &payload[direct + ahead..],
+        );
         if is_close {
             self.close_packet = Some(packet_number);
         }
@@ -178,13 +199,98 @@ impl RecvState {
             self.insert_range(packet_number);
         }
         self.unacked_frames += 1;
+        let mut read = direct as u64;
         if direct > 0 {
             self.consume(direct as u64);
         }
+        // Bytes placed ahead earlier that are now next in order: read.
+        if !reader.is_empty() {
+            read += self.consume_placed();
+        }
+        // Invariant: what was read is in `reader` (placed there by this call or an earlier
+        // one with the same buffer), so it is at most `reader.len()`.
+        let read = usize::try_from(read)
+            .unwrap_or(usize::MAX)
+            .min(reader.len());
         if index == 0 && !had_gap {
-            Ok((Arrival::InOrder, direct))
+            Ok((Arrival::InOrder, read))
         } else {
-            Ok((Arrival::Reordered, direct))
+            Ok((Arrival::Reordered, read))
+        }
+    }
+
+    /// Copies the part of a frame's `payload` (at stream `offset`) that lies ahead of the
+    /// read offset, within `reader` and the current message, to its place in `reader`, and
+    /// remembers the range. Returns the bytes placed (a prefix of `payload`; 0 when none
+    /// fits, or when `placed` is full).
+    fn place_ahead(&mut self, offset: u64, payload: &[u8], reader: &mut [u8]) -> usize {
+        if reader.is_empty() || !self.in_message || offset <= self.read_offset {
+            return 0;
+        }
+        let span_end = self.read_offset + (reader.len() as u64).min(self.message_remaining);
+        let end = (offset + payload.len() as u64).min(span_end);
+        if end <= offset {
+            return 0;
+        }
+        // Where the range goes, and whether it joins its neighbours.
+        let after = self.placed.partition_point(|&(start, _)| start < offset);
+        let joins_previous = after > 0 && self.placed[after - 1].1 == offset;
+        let joins_next = self
+            .placed
+            .get(after)
+            .is_some_and(|&(start, _)| start == end);
+        if !joins_previous && !joins_next && self.placed.len() >= self.max_in_flight {
+            return 0;
+        }
+        let count = (end - offset) as usize;
+        let at = (offset - self.read_offset) as usize;
+        super::stream_ring::copy_bytes(&mut reader[at..at + count], &payload[..count]);
+        match (joins_previous, joins_next) {
+            (true, true) => {
+                self.placed[after - 1].1 = self.placed[after].1;
+                self.placed.remove(after);
+            }
+            (true, false) => self.placed[after - 1].1 = end,
+            (false, true) => self.placed[after].0 = offset,
+            (false, false) => self.placed.insert(after, (offset, end)),
+        }
+        count
+    }
+
+    /// Reads the placed range that starts at the read offset, as far as the bytes are in
+    /// order. Returns the bytes read.
+    fn consume_placed(&mut self) -> u64 {
+        let Some(&(start, end)) = self.placed.front() else {
+            return 0;
+        };
+        if start != self.read_offset || self.readable_end <= start {
+            return 0;
+        }
+        let count = end.min(self.readable_end) - start;
+        if end <= self.readable_end {
+            self.placed.pop_front();
+        } else {
+            self.placed[0].0 = start + count;
+        }
+        self.consume(count);
+        count
+    }
+
+    /// Payload bytes placed straight into readers' buffers so far.
+    pub(super) fn placed_bytes(&self) -> u64 {
+        self.placed_bytes
+    }
+
+    /// The reader stops using `reader` (its buffer for the rest of the current message,
+    /// starting at the next unread byte) before the message is complete: the bytes placed
+    /// ahead in it go back into the ring, so that the next read may use any buffer.
+    pub(super) fn detach_reader(&mut self, reader: &[u8]) {
+        while let Some((start, end)) = self.placed.pop_front() {
+            let from = (start - self.read_offset) as usize;
+            let to = ((end - self.read_offset) as usize).min(reader.len());
+            if from < to {
+                self.ring.copy_in(start, &reader[from..to]);
+            }
         }
     }
 
@@ -326,7 +432,26 @@ impl RecvState {
         let count = (out.len() as u64)
             .min(self.message_remaining)
             .min(available) as usize;
-        self.ring.copy_out(self.read_offset, &mut out[..count]);
+        // Bytes placed ahead in `out` (the same buffer the frames were given) are there
+        // already: copy only the others out of the ring.
+        let end = self.read_offset + count as u64;
+        let mut at = self.read_offset;
+        while let Some(&(start, placed_end)) = self.placed.front() {
+            if start >= end {
+                break;
+            }
+            let from = (at - self.read_offset) as usize;
+            let to = (start - self.read_offset) as usize;
+            self.ring.copy_out(at, &mut out[from..to]);
+            at = placed_end.min(end);
+            if placed_end <= end {
+                self.placed.pop_front();
+            } else {
+                self.placed[0].0 = end;
+            }
+        }
+        let from = (at - self.read_offset) as usize;
+        self.ring.copy_out(at, &mut out[from..count]);
         let complete = self.consume(count as u64);
         (count, complete)
     }
@@ -353,6 +478,7 @@ impl RecvState {
         self.ring.capacity()
             + self.pending.capacity() * core::mem::size_of::<Option<u64>>()
             + self.ranges.capacity() * core::mem::size_of::<SackRange>()
+            + self.placed.capacity() * core::mem::size_of::<(u64, u64)>()
     }
 
     // ---- helpers ----

@@ -732,6 +732,8 @@ struct Engine {
     /// The last poll handed messages to the application and left its housekeeping to this
     /// one (see [`Engine::poll_into`]).
     housekeeping_owed: bool,
+    /// The socket a poll looks at first (several links: the one after the last served).
+    next_socket: usize,
 }
 
 impl Engine {
@@ -990,6 +992,7 @@ impl DgramShared {
                 touched: Vec::new(),
                 timed_out: Vec::new(),
                 housekeeping_owed: false,
+                next_socket: 0,
             }),
         })
     }
@@ -1238,7 +1241,7 @@ impl DgramShared {
     }
 
     /// [`DgramShared::poll_io`] for a blocking receive about to look for a message: it
-    /// takes at most one datagram of bulk data from each socket, so that a large message
+    /// takes about one datagram of bulk data (from the sockets together), so that a large message
     /// goes into the receive window only as far as it must (its length, to start reading
     /// it); the rest arrives while the receive reads it, straight into its buffer (see
     /// [`DgramShared::take`]).
@@ -1415,13 +1418,16 @@ impl DgramShared {
                 return Ok(Some(len));
             }
             if let Status::Failed(why) = &entry.status {
-                return Err(DgramTake::Failed(format!(
-                    "{why} (in the middle of a message)"
-                )));
+                let failed = DgramTake::Failed(format!("{why} (in the middle of a message)"));
+                entry.core.detach_reader(&buf[filled..len]);
+                return Err(failed);
             }
             engine.flush(id);
             // What continues the message goes straight into the caller's buffer (one copy
-            // instead of two: into the receive window, then out of it).
+            // instead of two: into the receive window, then out of it), also frames ahead of
+            // the next byte (a striped connection's overtake each other all the time): the
+            // core places them and counts them once the bytes before them are in; every
+            // read_message above gets the same buffer, at the next unread byte.
             let mut reader = Some(Reader {
                 id,
                 out: &mut buf[filled..len],
@@ -1440,9 +1446,16 @@ impl DgramShared {
             }
             if n == 0 && placed == 0 {
                 drop(engine);
-                crate::endpoint::wait_engine(self, &mut waited, config.spin)
-                    .map_err(DgramTake::Error)?;
+                let waited_out = crate::endpoint::wait_engine(self, &mut waited, config.spin);
                 engine = self.lock();
+                if let Err(e) = waited_out {
+                    // Frames that overtook others may sit in `buf` (placed ahead by the
+                    // core): they go back to the connection's receive buffer.
+                    if let Some(entry) = engine.conns.get_mut(&id) {
+                        entry.core.detach_reader(&buf[filled..len]);
+                    }
+                    return Err(DgramTake::Error(e));
+                }
             }
         }
     }
@@ -1763,7 +1776,7 @@ impl Engine {
 
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
     /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
-    /// dispatches it.
+    /// dispatches it. Returns the udp bytes taken (0 for mem).
     #[allow(clippy::too_many_arguments)] // dispatch's, less the datagram.
     fn receive(
         &mut self,
@@ -1774,7 +1787,7 @@ impl Engine {
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
         budget: usize,
-    ) {
+    ) -> usize {
         match &self.sockets[path] {
             Socket::Mem(_) => {
                 for _ in 0..RECV_BATCH {
@@ -1792,6 +1805,7 @@ impl Engine {
                     self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, reader);
                     self.rx = rx;
                 }
+                0
             }
             Socket::Udp(_) => {
                 let mut taken = 0;
@@ -1849,6 +1863,7 @@ impl Engine {
                         break;
                     }
                 }
+                bytes
             }
         }
     }
@@ -1858,8 +1873,8 @@ impl Engine {
     }
 
     /// [`Engine::poll`], with a receive in the middle of a message that takes the datagrams
-    /// continuing it straight into its buffer, receiving about `budget` bytes at most per
-    /// udp socket.
+    /// continuing it straight into its buffer, receiving about `budget` bytes at most from
+    /// the udp sockets together.
     ///
     /// The order is the latency path's (docs/PERFORMANCE.md, issue 3, "udp latency path"):
     /// receive, hand what arrived to its connections and endpoints, and only then the
@@ -1889,12 +1904,33 @@ impl Engine {
             Some(set) => set.ready_now().unwrap_or(u64::MAX),
             None => u64::MAX,
         };
-        for path in 0..self.sockets.len() {
+        // The budget is for all sockets together (a striped receive in the middle of a
+        // message asks for what the message still needs: taken from every socket, most of
+        // it would be the next message's, through the receive window), and the socket
+        // after the last one served goes first, so that every link gets its turn.
+        let count = self.sockets.len();
+        let first = if count > 1 {
+            self.next_socket % count
+        } else {
+            0
+        };
+        let mut left = budget;
+        for k in 0..count {
+            let path = if first + k < count {
+                first + k
+            } else {
+                first + k - count
+            };
             let idle = path < 64 && ready & (1 << path) == 0;
             if idle && matches!(self.sockets[path], Socket::Udp(_)) {
                 continue;
             }
-            self.receive(path, now, ctx, shared, &mut touched, reader, budget);
+            if left == 0 {
+                break;
+            }
+            let taken = self.receive(path, now, ctx, shared, &mut touched, reader, left);
+            left = left.saturating_sub(taken);
+            self.next_socket = path + 1;
         }
         let mut all_waiting = true;
         if !touched.is_empty() {
