@@ -723,18 +723,34 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
             sides,
         }),
     };
-    if interleave_sides == Some(Interleaved::Tcp) {
-        if plan.transport != Transport::Udp {
+    if let Some(sides @ (Interleaved::Tcp | Interleaved::Baseline)) = interleave_sides {
+        // --baseline tcp (udp only) and --baseline interleave (udp or tcp against raw).
+        let (mode, compares, binds) = match sides {
+            Interleaved::Tcp => (
+                "tcp",
+                "quiver's udp with quiver's tcp: use --transport udp",
+                "the tcp context binds 127.0.0.1",
+            ),
+            _ => (
+                "interleave",
+                "quiver's udp or tcp with its raw-socket baseline: use --transport udp or tcp",
+                "the raw baselines bind 127.0.0.1",
+            ),
+        };
+        let fits = match sides {
+            Interleaved::Tcp => plan.transport == Transport::Udp,
+            _ => plan.transport.raw_baseline().is_some(),
+        };
+        if !fits {
             return Err(format!(
-                "--baseline tcp compares quiver's udp with quiver's tcp: use --transport udp, not {}",
+                "--baseline {mode} compares {compares}, not {}",
                 plan.transport.as_str()
             ));
         }
         if plan.netns.is_some() || plan.addrs.is_some() {
-            return Err(
-                "--baseline tcp runs over loopback (the tcp context binds 127.0.0.1): not with --netns or --addrs"
-                    .to_string(),
-            );
+            return Err(format!(
+                "--baseline {mode} runs over loopback ({binds}): not with --netns or --addrs"
+            ));
         }
         if let Some(test) = plan.tests.iter().find(|test| {
             !matches!(
@@ -743,31 +759,7 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
             )
         }) {
             return Err(format!(
-                "--baseline tcp splits pingpong, bw and rate points into blocks; {} is not one of them",
-                test.as_str()
-            ));
-        }
-    } else if interleave_sides == Some(Interleaved::Baseline) {
-        if plan.transport.raw_baseline().is_none() {
-            return Err(format!(
-                "--baseline interleave compares quiver's udp or tcp with its raw-socket baseline: use --transport udp or tcp, not {}",
-                plan.transport.as_str()
-            ));
-        }
-        if plan.netns.is_some() || plan.addrs.is_some() {
-            return Err(
-                "--baseline interleave runs over loopback (the raw baselines bind 127.0.0.1): not with --netns or --addrs"
-                    .to_string(),
-            );
-        }
-        if let Some(test) = plan.tests.iter().find(|test| {
-            !matches!(
-                test,
-                TestName::Floor | TestName::Pingpong | TestName::Bw | TestName::Rate
-            )
-        }) {
-            return Err(format!(
-                "--baseline interleave splits pingpong, bw and rate points into blocks; {} is not one of them",
+                "--baseline {mode} splits pingpong, bw and rate points into blocks; {} is not one of them",
                 test.as_str()
             ));
         }
