@@ -101,23 +101,8 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
         ));
     }
     let rank = context.rank();
-    let mut endpoint = context
-        .endpoint(BENCH_PORT)
-        .map_err(|error| format!("opening endpoint port {BENCH_PORT}: {error}"))?;
     let peer = Addr::new(1 - rank, BENCH_PORT);
-    let connection = connect(&mut endpoint, peer)?;
-    let mut link = Link {
-        endpoint,
-        connection,
-        rank,
-        eager_max: context.config().shm_eager_max,
-        exchange_sends: Vec::new(),
-        exchange_receives: Vec::new(),
-        send_requests: Vec::new(),
-        receive_requests: Vec::new(),
-    };
-    link.synchronise()
-        .map_err(|error| format!("first exchange with rank {}: {error}", peer.rank))?;
+    let mut link = Link::open(&context, "")?;
 
     let max_bytes = plan.max_message_bytes() as usize;
     let max_round_trips = plan.max_pingpong_iters();
@@ -308,13 +293,11 @@ struct TcpLink {
     _context: Context,
 }
 
-/// Job id of the `--baseline tcp` context: the job's own with this mixed in, so nothing
-/// keyed by the job id (shm names among them) is shared with the first context.
-const TCP_BASELINE_JOB_MIX: u64 = 0x7463_7062_6173_6531;
-
 /// Builds the `--baseline tcp` link: each rank picks a free loopback port, rank 0 draws a
-/// job key, both go to the other rank over the first link, and both ranks build a tcp-only
-/// context (the configuration of the first one otherwise) and connect as `run` does.
+/// fresh job id and key (so nothing keyed by the job id, shm names among them, is shared
+/// with the first context), all of it goes to the other rank over the first link, and
+/// both ranks build a tcp-only context (the configuration of the first one otherwise) and
+/// open their link on it as `run` does.
 ///
 /// The port is found by binding and closing a listener; the context binds it again a
 /// moment later (another process taking it meanwhile makes the build fail, clearly).
@@ -326,21 +309,20 @@ fn open_tcp_link(context: &Context, first: &mut Link) -> Result<TcpLink, String>
         .port();
     let mut mine = port.to_le_bytes().to_vec();
     if rank == 0 {
-        let mut key = [0u8; 32];
-        io::Read::read_exact(
-            &mut std::fs::File::open("/dev/urandom")
-                .map_err(|error| format!("opening /dev/urandom: {error}"))?,
-            &mut key,
-        )
-        .map_err(|error| format!("reading /dev/urandom: {error}"))?;
-        mine.extend_from_slice(&key);
+        let job = crate::launch::JobIdentity::generate()
+            .map_err(|error| format!("drawing the tcp context's job id and key: {error}"))?;
+        mine.extend_from_slice(&job.id.to_le_bytes());
+        mine.extend_from_slice(&job.key);
     }
     let theirs = Rendezvous::exchange(first, &mine)?;
-    let key_source = if rank == 0 { &mine } else { &theirs };
-    let (Some(their_port), Some(key)) = (
+    let job_source = if rank == 0 { &mine } else { &theirs };
+    let (Some(their_port), Some(job_id), Some(key)) = (
         theirs.get(..2),
-        key_source
-            .get(2..34)
+        job_source
+            .get(2..10)
+            .and_then(|id| <[u8; 8]>::try_from(id).ok()),
+        job_source
+            .get(10..42)
             .and_then(|key| <[u8; 32]>::try_from(key).ok()),
     ) else {
         return Err(format!(
@@ -362,28 +344,13 @@ fn open_tcp_link(context: &Context, first: &mut Link) -> Result<TcpLink, String>
     let tcp_context = Context::builder()
         .rank(rank)
         .size(2)
-        .job_id(context.job_id() ^ TCP_BASELINE_JOB_MIX)
+        .job_id(u64::from_le_bytes(job_id))
         .job_key(key)
         .addrs(addrs)
         .config(config)
         .build()
         .map_err(|error| format!("building the tcp context: {error}"))?;
-    let mut endpoint = tcp_context
-        .endpoint(BENCH_PORT)
-        .map_err(|error| format!("opening endpoint port {BENCH_PORT} over tcp: {error}"))?;
-    let connection = connect(&mut endpoint, Addr::new(1 - rank, BENCH_PORT))?;
-    let mut link = Link {
-        endpoint,
-        connection,
-        rank,
-        eager_max: tcp_context.config().shm_eager_max,
-        exchange_sends: Vec::new(),
-        exchange_receives: Vec::new(),
-        send_requests: Vec::new(),
-        receive_requests: Vec::new(),
-    };
-    link.synchronise()
-        .map_err(|error| format!("first exchange over tcp: {error}"))?;
+    let link = Link::open(&tcp_context, " over tcp")?;
     Ok(TcpLink {
         link,
         _context: tcp_context,
@@ -557,6 +524,30 @@ pub(super) fn connect(endpoint: &mut Endpoint, peer: Addr) -> Result<Connection,
 }
 
 impl Link {
+    /// Opens the bench's endpoint on `context`, connects to the other rank and makes the
+    /// first exchange with it; `over` ends the context's part of error messages.
+    fn open(context: &Context, over: &str) -> Result<Link, String> {
+        let rank = context.rank();
+        let mut endpoint = context
+            .endpoint(BENCH_PORT)
+            .map_err(|error| format!("opening endpoint port {BENCH_PORT}{over}: {error}"))?;
+        let peer = Addr::new(1 - rank, BENCH_PORT);
+        let connection = connect(&mut endpoint, peer)?;
+        let mut link = Link {
+            endpoint,
+            connection,
+            rank,
+            eager_max: context.config().shm_eager_max,
+            exchange_sends: Vec::new(),
+            exchange_receives: Vec::new(),
+            send_requests: Vec::new(),
+            receive_requests: Vec::new(),
+        };
+        link.synchronise()
+            .map_err(|error| format!("first exchange with rank {}{over}: {error}", peer.rank))?;
+        Ok(link)
+    }
+
     /// Rank 0 sends one byte, rank 1 answers: both are connected and at the same point.
     fn synchronise(&mut self) -> StepResult<()> {
         let mut byte = [0u8; ACK_BYTES];
