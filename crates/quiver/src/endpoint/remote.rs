@@ -1946,6 +1946,28 @@ mod tests {
         assert!(received == sent, "the stream's bytes differ");
     }
 
+    /// Rank 0's and rank 1's contexts of a two-rank job in this process, at `addrs` with
+    /// `config`; `tag` tells the test's job id from the other tests'.
+    fn two_rank_contexts(
+        addrs: &[std::net::SocketAddr],
+        config: &crate::Config,
+        tag: u64,
+    ) -> (crate::Context, crate::Context) {
+        let job = u64::from(std::process::id()) << 20 | tag;
+        let context = |rank| {
+            crate::Context::builder()
+                .rank(rank)
+                .size(2)
+                .job_id(job)
+                .job_key([3; 32])
+                .addrs(addrs.to_vec())
+                .config(config.clone())
+                .build()
+                .unwrap()
+        };
+        (context(0), context(1))
+    }
+
     /// Rank 0's endpoint of a two-rank tcp job in this process, connected to rank 1's
     /// (returned too, to keep it open). Its one inbound edge then carries the stream the
     /// test gives it (`lone_edge`), so the test can write any bytes to it.
@@ -1960,19 +1982,7 @@ mod tests {
             transports: vec![TransportKind::Tcp],
             ..crate::Config::default()
         };
-        let job = u64::from(std::process::id()) << 20 | 0x7e57;
-        let context = |rank| {
-            crate::Context::builder()
-                .rank(rank)
-                .size(2)
-                .job_id(job)
-                .job_key([3; 32])
-                .addrs(addrs.clone())
-                .config(config.clone())
-                .build()
-                .unwrap()
-        };
-        let (ctx0, ctx1) = (context(0), context(1));
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x7e57);
         let ep1 = ctx1.endpoint(0).unwrap();
         let mut ep0 = ctx0.endpoint(0).unwrap();
         ep0.connect(Addr::new(1, 0)).unwrap();
@@ -2085,19 +2095,7 @@ mod tests {
             transports: vec![TransportKind::Udp],
             ..crate::Config::default()
         };
-        let job = u64::from(std::process::id()) << 20 | 0xd6a;
-        let context = |rank| {
-            crate::Context::builder()
-                .rank(rank)
-                .size(2)
-                .job_id(job)
-                .job_key([5; 32])
-                .addrs(addrs.clone())
-                .config(config.clone())
-                .build()
-                .unwrap()
-        };
-        let (ctx0, ctx1) = (context(0), context(1));
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xd6a);
         let mut ep = ctx0.endpoint(0).unwrap();
         ep.set_timeout(Some(Duration::from_secs(10)));
         let huge: Vec<u8> = (0..(12 << 20)).map(|i: usize| (i / 7) as u8).collect();
@@ -2166,7 +2164,6 @@ mod tests {
         use std::sync::Arc;
 
         let idle = Duration::from_secs(30);
-        let job = u64::from(std::process::id()) << 20 | 0xc105e;
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
             .map(|rank| (Ipv4Addr::new(127, 77, rank, 9), 41_000).into())
             .collect();
@@ -2175,18 +2172,7 @@ mod tests {
             net_idle_timeout: idle,
             ..crate::Config::default()
         };
-        let context = |rank| {
-            crate::Context::builder()
-                .rank(rank)
-                .size(2)
-                .job_id(job)
-                .job_key([5; 32])
-                .addrs(addrs.clone())
-                .config(config.clone())
-                .build()
-                .unwrap()
-        };
-        let (ctx0, ctx1) = (context(0), context(1));
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xc105e);
         let mut ep1 = ctx1.endpoint(0).unwrap();
         let mut ep0 = ctx0.endpoint(0).unwrap();
         ep0.set_timeout(Some(Duration::from_secs(10)));
