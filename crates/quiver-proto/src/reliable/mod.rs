@@ -32,6 +32,13 @@
 //! connections), authentication of frames after the handshake (the CRC32C catches
 //! corruption, not forgery), I/O, clocks, randomness.
 //!
+//! The answer first: the acknowledgement fields of a Data frame that brings the
+//! application a whole message are processed only after the first frame of the answer is
+//! built (the next [`ReliableConnection::poll_transmit`]), or at the next input, whichever
+//! comes first: a request's answer then leaves without waiting for the bookkeeping of the
+//! ack it carried (docs/PERFORMANCE.md, "udp latency path (session 8)"). Such an ack
+//! counts as it would have on arrival (its time, the frames sent by then).
+//!
 //! Deterministic: no clock, no randomness (ids and nonces are arguments), no hash-order
 //! dependence. Same inputs, same outputs, byte for byte.
 
@@ -567,6 +574,24 @@ pub struct ReliableConnection {
     ack_ranges_in: Vec<SackRange>,
     ack_ranges_out: Vec<SackRange>,
     ack_payload: Vec<u8>,
+    /// The ack fields of the last frame, not yet processed (its SACK list is in
+    /// `ack_ranges_in`): the frame brought a whole message, and the answer goes first
+    /// (module docs).
+    deferred_ack: Option<DeferredAck>,
+}
+
+/// The ack fields of a received frame whose processing waits for the answer's first frame.
+#[derive(Debug, Clone, Copy)]
+struct DeferredAck {
+    /// When the frame arrived (the ack counts at that time).
+    arrived_at: Nanos,
+    cumulative_ack: u64,
+    truncated: bool,
+    credit: u64,
+    /// Packet numbers sent when it arrived (it cannot acknowledge later ones).
+    sent_end: u64,
+    /// The answer's first frame went out: the next `poll_transmit` processes the ack.
+    answered: bool,
 }
 
 impl ReliableConnection {
@@ -721,6 +746,7 @@ impl ReliableConnection {
         reader: &mut [u8],
     ) -> usize {
         self.stats.datagrams_received += 1;
+        self.apply_deferred_ack();
         if path >= self.send.paths.len() {
             self.stats.unexpected_dropped += 1;
             return 0;
@@ -760,7 +786,10 @@ impl ReliableConnection {
             }
         }
         self.stats.direct_read_bytes = self.recv.placed_bytes();
-        self.refresh_timers(now);
+        if self.deferred_ack.is_none() {
+            // (With an ack deferred, its processing refreshes them.)
+            self.refresh_timers(now);
+        }
         direct
     }
 
@@ -778,9 +807,26 @@ impl ReliableConnection {
     /// header length, the payload slice (borrowed from the send buffer; the datagram is
     /// header followed by payload, sent with a gathered write) and the path to send it on.
     /// Call until `None` after every `handle_*`, write, read or close.
+    ///
+    /// With an ack deferred (module docs), a frame of new data that can go at once is
+    /// returned before the ack is processed; the ack is processed by the next call (or
+    /// input) whatever it brings, and always before `None`.
     pub fn poll_transmit<'a>(&'a mut self, now: Nanos, header: &mut [u8]) -> Option<Transmit<'a>> {
         if header.len() < frame::MAX_HEADER_LEN {
             return None;
+        }
+        if let Some(deferred) = &mut self.deferred_ack {
+            if !deferred.answered
+                && self.state == State::Established
+                && !self.handshake_send_pending
+                && !self.send.paths.reply_due()
+            {
+                deferred.answered = true;
+                if let Some(to_send) = self.next_data_frame(now) {
+                    return Some(self.transmit_frame(header, to_send));
+                }
+            }
+            self.apply_deferred_ack();
         }
         self.apply_pending_accept();
         if self.handshake_send_pending {
@@ -803,11 +849,7 @@ impl ReliableConnection {
             );
         }
         if matches!(self.state, State::Established | State::Closing) {
-            let max_payload = self.config.max_data_payload_bytes();
-            // Compact frames carry no acknowledgement: only when none waits to ride along.
-            let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
-                .then(|| self.config.max_stream_payload_bytes());
-            if let Some(to_send) = self.send.next_frame(now, max_payload, compact_payload) {
+            if let Some(to_send) = self.next_data_frame(now) {
                 return Some(self.transmit_frame(header, to_send));
             }
         }
@@ -850,8 +892,9 @@ impl ReliableConnection {
     }
 
     /// The payload of a data frame transmitted earlier (see [`Transmit::stream_offset`]),
-    /// while it is still in the send buffer: until the next `handle_datagram`, nothing a
-    /// `poll_transmit` handed out is released. None for a range not (or no longer) held.
+    /// while it is still in the send buffer: only an acknowledgement releases bytes (the
+    /// next `handle_datagram`, or a later `poll_transmit` processing a deferred one: module
+    /// docs), and only bytes it acknowledges. None for a range not (or no longer) held.
     pub fn payload_at(&self, stream_offset: u64, len: usize) -> Option<&[u8]> {
         self.send.payload_at(stream_offset, len)
     }
@@ -859,6 +902,10 @@ impl ReliableConnection {
     /// Earliest time [`handle_timeout`](Self::handle_timeout) must be called (retransmit,
     /// delayed ack, keepalive, idle/handshake timeout). `None`: nothing scheduled.
     pub fn poll_timeout(&self) -> Option<Nanos> {
+        if let Some(ack) = &self.deferred_ack {
+            // Processed by `handle_timeout` if nothing else comes first.
+            return Some(ack.arrived_at);
+        }
         match self.state {
             State::Handshaking => {
                 let deadline = Some(self.handshake_deadline);
@@ -876,6 +923,7 @@ impl ReliableConnection {
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.apply_deferred_ack();
         match self.state {
             State::Handshaking => {
                 if now >= self.handshake_deadline {
@@ -957,9 +1005,10 @@ impl ReliableConnection {
         self.send.capacity()
     }
 
-    /// True when every byte written has been acknowledged by the peer.
+    /// True when every byte written has been acknowledged by the peer (and no ack waits to
+    /// be processed: module docs).
     pub fn all_acked(&self) -> bool {
-        self.send.all_acked()
+        self.deferred_ack.is_none() && self.send.all_acked()
     }
 
     // ---- receiving: in order, message by message, with bounded memory ----
@@ -993,6 +1042,7 @@ impl ReliableConnection {
     /// are exchanged; [`Event::Closed`] follows. A message being written must still be
     /// completed with `write_message`. Closing during the handshake closes right after it.
     pub fn close(&mut self, now: Nanos) {
+        self.apply_deferred_ack();
         match self.state {
             State::Handshaking => self.send.request_close(),
             State::Established => {
@@ -1107,6 +1157,7 @@ impl ReliableConnection {
             ack_ranges_in: Vec::with_capacity(MAX_ACK_RANGES),
             ack_ranges_out: Vec::with_capacity(MAX_ACK_RANGES),
             ack_payload: vec![0; MAX_ACK_RANGES * SACK_RANGE_LEN],
+            deferred_ack: None,
             config,
         }
     }
@@ -1298,44 +1349,55 @@ impl ReliableConnection {
             return 0;
         }
         self.last_received_at = now;
+        // The ack fields of a Data frame may wait for the answer (module docs): decided once
+        // its payload is taken.
+        let mut ack_held = None;
         if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
             let Ok(more) = MoreSackRanges::parse(header, payload) else {
                 // Checksummed but malformed: the peer is broken.
                 self.stats.unexpected_dropped += 1;
                 return 0;
             };
+            let sent_end = self.send.next_packet_number();
+            if header.cumulative_ack > sent_end {
+                // It acknowledges what was never sent: the peer is broken.
+                self.stats.unexpected_dropped += 1;
+                return 0;
+            }
             self.ack_ranges_in.clear();
             self.ack_ranges_in.extend_from_slice(header.sack.as_slice());
             self.ack_ranges_in.extend(more.iter());
-            match self.send.on_ack(
-                now,
-                header.cumulative_ack,
-                &self.ack_ranges_in,
-                header.flags & flags::SACK_TRUNCATED != 0,
-                header.credit,
-            ) {
-                Ok(outcome) => {
-                    if let Some(sample) = outcome.rtt_sample_ns {
-                        self.rtt.on_sample(sample);
-                    }
-                    self.stats.fast_retransmits += outcome.declared_lost;
-                    if outcome.progress {
-                        self.consecutive_rtos = 0;
-                    }
-                }
-                Err(_) => {
-                    self.stats.unexpected_dropped += 1;
-                    return 0;
-                }
+            let ack = DeferredAck {
+                arrived_at: now,
+                cumulative_ack: header.cumulative_ack,
+                truncated: header.flags & flags::SACK_TRUNCATED != 0,
+                credit: header.credit,
+                sent_end,
+                answered: false,
+            };
+            if header.frame_type == FrameType::Data
+                && self.state == State::Established
+                && !self.send.close_requested()
+            {
+                ack_held = Some(ack);
+            } else {
+                self.apply_ack(ack);
             }
-            // Any ack answers a credit probe.
-            self.probe_deadline = None;
-            self.probe_backoff_shift = 0;
         }
         let mut direct = 0;
         match header.frame_type {
             FrameType::Data | FrameType::Close => {
-                direct = self.take_data(now, header, payload, reader)
+                direct = self.take_data(now, header, payload, reader);
+                if let Some(ack) = ack_held {
+                    if self.state == State::Established
+                        && !self.send.close_requested()
+                        && self.recv.message_ready()
+                    {
+                        self.deferred_ack = Some(ack);
+                    } else {
+                        self.apply_ack(ack);
+                    }
+                }
             }
             FrameType::Stream => direct = self.take_stream(now, header, payload, reader),
             // Answered on the path it came by, so that the answer proves that path.
@@ -1353,6 +1415,46 @@ impl ReliableConnection {
         }
         self.check_closed();
         direct
+    }
+
+    /// Processes the ack fields of a frame (its SACK list in `ack_ranges_in`).
+    fn apply_ack(&mut self, ack: DeferredAck) {
+        let outcome = self.send.on_ack(
+            ack.arrived_at,
+            ack.cumulative_ack,
+            &self.ack_ranges_in,
+            ack.truncated,
+            ack.credit,
+            ack.sent_end,
+        );
+        if let Some(sample) = outcome.rtt_sample_ns {
+            self.rtt.on_sample(sample);
+        }
+        self.stats.fast_retransmits += outcome.declared_lost;
+        if outcome.progress {
+            self.consecutive_rtos = 0;
+        }
+        // Any ack answers a credit probe.
+        self.probe_deadline = None;
+        self.probe_backoff_shift = 0;
+    }
+
+    /// Processes the deferred ack, if any (module docs), at the time it arrived, and
+    /// refreshes the timers it moves.
+    fn apply_deferred_ack(&mut self) {
+        if let Some(ack) = self.deferred_ack.take() {
+            self.apply_ack(ack);
+            self.refresh_timers(ack.arrived_at);
+        }
+    }
+
+    /// The next Data (or compact Stream) frame to send, if any can go now.
+    fn next_data_frame(&mut self, now: Nanos) -> Option<send::FrameToSend> {
+        let max_payload = self.config.max_data_payload_bytes();
+        // Compact frames carry no acknowledgement: only when none waits to ride along.
+        let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
+            .then(|| self.config.max_stream_payload_bytes());
+        self.send.next_frame(now, max_payload, compact_payload)
     }
 
     /// A Data or Close frame; returns the bytes that went to `reader`.

@@ -738,6 +738,11 @@ impl Paths {
         self.control_due = true;
     }
 
+    /// Whether a ping reply waits to be sent.
+    pub(super) fn reply_due(&self) -> bool {
+        self.control_due && self.paths.iter().any(|path| path.reply_due.is_some())
+    }
+
     /// The next ping reply to send, if any (path, token).
     pub(super) fn take_reply(&mut self) -> Option<PingToSend> {
         if !self.control_due {

@@ -121,10 +121,6 @@ pub(super) struct AckOutcome {
     pub(super) declared_lost: u64,
 }
 
-/// The ack names packets never sent: the peer is broken or hostile.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct InvalidAck;
-
 /// Frames sent later on the same path that must be acknowledged before a frame is lost.
 const PACKET_THRESHOLD: u64 = 3;
 /// Header bytes of a compact Stream frame.
@@ -390,8 +386,16 @@ impl SendState {
         &self.ring[start..start + frame.payload_len as usize]
     }
 
+    /// The packet number the next new frame gets: every lower one was sent.
+    pub(super) fn next_packet_number(&self) -> u64 {
+        self.base_pn + self.in_flight.len() as u64
+    }
+
     /// Processes the ack fields of a frame from the peer: its cumulative ack, its whole SACK
     /// list (header and Ack payload), whether that list was truncated, and its credit.
+    /// `sent_end` is [`Self::next_packet_number`] when the frame arrived (the caller
+    /// refused it if its cumulative ack was beyond): frames sent after that are not
+    /// acknowledged by it whatever its SACK ranges say, and `now` is its arrival time.
     pub(super) fn on_ack(
         &mut self,
         now: Nanos,
@@ -399,11 +403,10 @@ impl SendState {
         sack: &[SackRange],
         truncated: bool,
         credit: u64,
-    ) -> Result<AckOutcome, InvalidAck> {
-        let next_pn = self.base_pn + self.in_flight.len() as u64;
-        if cumulative_ack > next_pn {
-            return Err(InvalidAck);
-        }
+        sent_end: u64,
+    ) -> AckOutcome {
+        let next_pn = self.next_packet_number().min(sent_end);
+        let cumulative_ack = cumulative_ack.min(next_pn);
         self.peer_credit = self.peer_credit.max(credit);
         let mut outcome = AckOutcome::default();
         // Paths that had a frame acknowledged (a bit per path; MAX_PATHS is 64).
@@ -492,7 +495,7 @@ impl SendState {
         }
         self.last_cumulative_ack = cumulative_ack;
         self.drop_stale_retransmissions();
-        Ok(outcome)
+        outcome
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent

@@ -1162,6 +1162,91 @@ fn ping_pong_adds_one_datagram_per_message() {
     );
 }
 
+/// Puts `data` as one message into `from`'s send buffer and returns its datagram.
+fn send_one_message(
+    from: &mut ReliableConnection,
+    now: Nanos,
+    data: &[u8],
+    header: &mut [u8; frame::MAX_HEADER_LEN],
+) -> Vec<u8> {
+    from.start_message(data.len() as u64).unwrap();
+    assert_eq!(from.write_message(data), data.len());
+    let transmit = from.poll_transmit(now, header).unwrap();
+    let mut datagram = header[..transmit.header_len].to_vec();
+    datagram.extend_from_slice(transmit.payload);
+    datagram
+}
+
+/// The ack carried by a Data frame that brings a whole message is processed after the
+/// first frame of the answer is built, or at the next input or timer, and counts as of its
+/// arrival (module docs, "the answer first").
+#[test]
+fn an_answer_goes_out_before_the_ack_of_its_request_is_processed() {
+    let mut pair = Pair::established();
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut buffer = [0u8; 8];
+    let b = pair.b.as_mut().unwrap();
+    let a = &mut pair.a;
+    assert_eq!(
+        a.stats().smoothed_rtt_ns,
+        0,
+        "no RTT sample before the first ack"
+    );
+    // Two messages from a: b acks at once (every second frame), on its answer.
+    let sent_at = pair.now + 1_000;
+    for data in [b"request1", b"request2"] {
+        let datagram = send_one_message(a, sent_at, data, &mut header);
+        assert!(a.poll_transmit(sent_at, &mut header).is_none());
+        b.handle_datagram(sent_at + 1_000, 0, &datagram);
+        assert_eq!(b.read_message(&mut buffer), (8, true));
+    }
+    let answer = send_one_message(b, sent_at + 2_000, b"answer!!", &mut header);
+    assert!(b.poll_transmit(sent_at + 2_000, &mut header).is_none());
+    let frame = Frame::parse(&answer).unwrap();
+    assert_eq!(frame.header().frame_type, FrameType::Data);
+    assert_ne!(frame.header().flags & flags::ACK, 0);
+    // It reaches a: its ack waits; a timer at its arrival stands for it.
+    let arrived_at = sent_at + 10_000;
+    a.handle_datagram(arrived_at, 0, &answer);
+    assert!(!a.all_acked());
+    assert_eq!(a.stats().smoothed_rtt_ns, 0);
+    assert_eq!(a.poll_timeout(), Some(arrived_at));
+    assert_eq!(a.read_message(&mut buffer), (8, true));
+    // a answers 5 µs later: the answer is built first, the ack processed by the next call,
+    // as of its arrival.
+    let later = arrived_at + 5_000;
+    let next = send_one_message(a, later, b"answer#2", &mut header);
+    assert_eq!(a.stats().smoothed_rtt_ns, 0);
+    assert!(a.poll_transmit(later, &mut header).is_none());
+    assert_eq!(
+        a.stats().smoothed_rtt_ns,
+        arrived_at - sent_at,
+        "RTT to the arrival"
+    );
+    assert_ne!(a.poll_timeout(), Some(arrived_at));
+    b.handle_datagram(later + 1_000, 0, &next);
+    assert_eq!(b.read_message(&mut buffer), (8, true));
+    assert_eq!(&buffer, b"answer#2");
+    // Without an answer, the timer processes it.
+    let then = later + 2_000;
+    for data in [b"request3", b"request4"] {
+        let datagram = send_one_message(a, then, data, &mut header);
+        assert!(a.poll_transmit(then, &mut header).is_none());
+        b.handle_datagram(then, 0, &datagram);
+        assert_eq!(b.read_message(&mut buffer), (8, true));
+    }
+    let last = send_one_message(b, then, b"answer#3", &mut header);
+    a.handle_datagram(then + 1_000, 0, &last);
+    assert!(!a.all_acked());
+    assert_eq!(a.poll_timeout(), Some(then + 1_000));
+    a.handle_timeout(then + 1_000);
+    assert!(
+        a.all_acked(),
+        "everything a sent was acknowledged by answer#3"
+    );
+    assert_ne!(a.poll_timeout(), Some(then + 1_000));
+}
+
 #[test]
 fn message_ready_only_once_the_whole_message_arrived() {
     let mut pair = Pair::established();

@@ -28,10 +28,14 @@
 //! the application's answer, then the connection's events) and leaves its housekeeping
 //! (timers, retired connections) to the next poll when all that arrived is a message
 //! waiting for the application, whose answer should leave next; the next poll runs it
-//! whatever it finds, so it is never put off twice in a row. The answer leaves with one
-//! `send` on the connection's connected socket (`UdpSocket::send_one`, no message header
-//! to copy in), carrying the ack: one datagram each way per round trip, nothing allocated
-//! per message. The clock is still read on every poll: reading it only after an arrival
+//! whatever it finds, so it is never put off twice in a row. A blocking receive on an
+//! endpoint whose only inbound edge is one open connection polls and takes the message in
+//! one call ([`DgramShared::take_whole`]). The answer leaves with one `send` on the
+//! connection's connected socket (`UdpSocket::send_one`, no message header to copy in),
+//! carrying the ack, before the core is asked for anything more (the core itself
+//! processes the ack fields of the request only after that: "the answer first" in
+//! `quiver_proto::reliable`): one datagram each way per round trip, nothing allocated per
+//! message. The clock is still read on every poll: reading it only after an arrival
 //! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
 //! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
 //! on average); measured, no difference.
