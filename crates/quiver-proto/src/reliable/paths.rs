@@ -74,7 +74,7 @@ const MIN_ABSENCE_ALLOWANCE_NS: Nanos = 500_000;
 /// where the processes rather than the links are the bottleneck (8 x 1 Gbit/s at MTU 1500
 /// on the 2-vCPU VM) they cost throughput: 0.84 of nominal with 1 ms, 0.72 with 4 ms, in
 /// the same runs; in session 8, a 1 MiB budget (0.5 ms at 8 links) against 2 MiB (1 ms):
-/// quiver / TCP 0.961 against 0.940 (means of 5 and 4 runs; smoothed RTT 1.6 against 2.3
+/// quiver / TCP 0.965 against 0.940 (means of 4 runs each; smoothed RTT 1.6 against 2.3
 /// ms, and more frames of the message being read placed straight into its buffer), the
 /// same 0.96 of nominal at 4 links (docs/PERFORMANCE.md, "Session 8: 8 links").
 const SURPLUS_BUDGET_BYTES: u64 = 1 << 20;
