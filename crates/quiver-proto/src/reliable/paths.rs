@@ -623,9 +623,7 @@ impl Paths {
                 runner_up: usize::MAX,
             });
         }
-        // (expected arrival, index) of the best and the next best path.
-        let mut best: Option<(u64, usize)> = None;
-        let mut second: Option<(u64, usize)> = None;
+        let (mut best, mut second): (Option<(u64, usize)>, Option<(u64, usize)>) = (None, None);
         for (index, path) in self.paths.iter().enumerate() {
             if !path.has_room(frame_bytes) {
                 continue;
