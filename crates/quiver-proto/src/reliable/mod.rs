@@ -721,7 +721,6 @@ impl ReliableConnection {
         reader: &mut [u8],
     ) -> usize {
         self.stats.datagrams_received += 1;
-        self.send.forget_run();
         if path >= self.send.paths.len() {
             self.stats.unexpected_dropped += 1;
             return 0;
@@ -877,7 +876,6 @@ impl ReliableConnection {
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
-        self.send.forget_run();
         match self.state {
             State::Handshaking => {
                 if now >= self.handshake_deadline {

@@ -41,18 +41,6 @@ use super::Nanos;
 /// Most paths one connection can have.
 pub const MAX_PATHS: usize = 64;
 
-/// A path chosen for a run of frames ([`Paths::choose_run`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Run {
-    /// The chosen path.
-    pub(super) path: usize,
-    /// The frame size it was chosen for.
-    frame_bytes: u64,
-    /// Expected arrival of such a frame on the next best path, and that path (MAX: none).
-    runner_up_arrival_ns: u64,
-    runner_up: usize,
-}
-
 /// Window gain over the estimated bandwidth-delay product.
 const GAIN: u64 = 2;
 /// Added to the minimum RTT in the window, at most: the time acks may be held back by the
@@ -608,56 +596,6 @@ impl Paths {
             }
         }
         best.map(|(_, index)| index)
-    }
-
-    /// [`Paths::choose`] for the first frame of a run, and how long the chosen path stays
-    /// the choice: while nothing but sends on it changes the paths, it is the choice as long
-    /// as [`Paths::run_continues`] says so (the runner-up's expected arrival and index do
-    /// not move meanwhile). Saves the scan of every path for each frame of a burst.
-    pub(super) fn choose_run(&self, frame_bytes: u64) -> Option<Run> {
-        if self.paths.len() == 1 {
-            return self.paths[0].has_room(frame_bytes).then_some(Run {
-                path: 0,
-                frame_bytes,
-                runner_up_arrival_ns: u64::MAX,
-                runner_up: usize::MAX,
-            });
-        }
-        let (mut best, mut second): (Option<(u64, usize)>, Option<(u64, usize)>) = (None, None);
-        for (index, path) in self.paths.iter().enumerate() {
-            if !path.has_room(frame_bytes) {
-                continue;
-            }
-            let arrival = path.expected_arrival_ns(frame_bytes);
-            if best.is_none_or(|(best_arrival, _)| arrival < best_arrival) {
-                second = best;
-                best = Some((arrival, index));
-            } else if second.is_none_or(|(second_arrival, _)| arrival < second_arrival) {
-                second = Some((arrival, index));
-            }
-        }
-        let (_, path) = best?;
-        let (runner_up_arrival_ns, runner_up) = second.unwrap_or((u64::MAX, usize::MAX));
-        Some(Run {
-            path,
-            frame_bytes,
-            runner_up_arrival_ns,
-            runner_up,
-        })
-    }
-
-    /// Whether `run`'s path is still what [`Paths::choose`] would pick for a frame of
-    /// `frame_bytes`, given that only sends on that path changed the paths since
-    /// [`Paths::choose_run`]: it has room and arrives no later than the runner-up (at the
-    /// same time only with the lower index, as `choose` breaks ties).
-    pub(super) fn run_continues(&self, run: &Run, frame_bytes: u64) -> bool {
-        let path = &self.paths[run.path];
-        if run.frame_bytes != frame_bytes || !path.has_room(frame_bytes) {
-            return false;
-        }
-        let arrival = path.expected_arrival_ns(frame_bytes);
-        arrival < run.runner_up_arrival_ns
-            || (arrival == run.runner_up_arrival_ns && run.path < run.runner_up)
     }
 
     /// Whether some path could take a full-size frame now.

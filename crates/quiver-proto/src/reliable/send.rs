@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 
 use quiver_wire::frame::SackRange;
 
-use super::paths::{Paths, Run, NO_FRAME};
+use super::paths::{Paths, NO_FRAME};
 use super::stream_ring::StreamRing;
 use super::Nanos;
 
@@ -171,10 +171,6 @@ pub(super) struct SendState {
 
     /// The paths, their windows, timers and lists of frames in flight.
     pub(super) paths: Paths,
-    /// The path new frames go on while nothing but their own sends changes the paths
-    /// ([`Paths::choose_run`]); forgotten by every ack, timeout and retransmission, and by
-    /// [`Self::forget_run`] (the connection, on every datagram and timer).
-    run: Option<Run>,
     /// Some path's retransmission timer may be armed: false only from a
     /// [`Self::refresh_path_timers`] that found nothing in flight (and disarmed every
     /// timer) to the next transmission.
@@ -239,7 +235,6 @@ impl SendState {
             duplicate_acks: 0,
             freshest_ack_high: 0,
             paths,
-            run: None,
             path_timers_armed: false,
             frame_overhead_bytes,
             peer_credit: 0,
@@ -323,12 +318,6 @@ impl SendState {
                 && self.peer_credit < self.next_offset + MESSAGE_HEADER_LEN)
     }
 
-    /// Forgets the path of the current run of new frames: something else than their own
-    /// sends may have changed the paths (a datagram or a timer was handled).
-    pub(super) fn forget_run(&mut self) {
-        self.run = None;
-    }
-
     /// Whether sending stalls after this frame (buffer full, no credit, in-flight cap, every
     /// path's window full): the receiver should ack at once instead of delaying.
     pub(super) fn will_stall(&self) -> bool {
@@ -363,14 +352,7 @@ impl SendState {
             Some(payload) => payload as u64 + STREAM_OVERHEAD_BYTES,
             None => max_payload as u64 + self.frame_overhead_bytes,
         };
-        let path = match self.run {
-            Some(run) if self.paths.run_continues(&run, largest) => run.path,
-            _ => {
-                let run = self.paths.choose_run(largest);
-                self.run = run;
-                run?.path
-            }
-        };
+        let path = self.paths.choose(largest)?;
         // A length prefix that wraps around the end of the ring cannot travel as raw bytes;
         // a Data frame carries it implicitly (its first fragment covers the prefix).
         let frame = compact_payload
@@ -418,7 +400,6 @@ impl SendState {
         truncated: bool,
         credit: u64,
     ) -> Result<AckOutcome, InvalidAck> {
-        self.run = None;
         let next_pn = self.base_pn + self.in_flight.len() as u64;
         if cumulative_ack > next_pn {
             return Err(InvalidAck);
@@ -519,7 +500,6 @@ impl SendState {
     /// peer is silent), backs its timer off and marks it suspect. Returns how many frames were declared lost and whether the path failed often
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
-        self.run = None;
         let rto_ns = self.paths.get(path).rtt.rto_ns();
         // Nothing sent since this path's oldest frame got through on any path (give or
         // take the path's minimum RTT: links of different delays deliver out of send
@@ -581,7 +561,6 @@ impl SendState {
     /// Takes `path` down unless it is the last usable one: every frame in flight on it is
     /// declared lost and queued for the other paths. Returns whether it went down.
     pub(super) fn take_path_down(&mut self, now: Nanos, path: usize) -> bool {
-        self.run = None;
         if !self.paths.may_go_down(path) {
             return false;
         }
@@ -672,7 +651,6 @@ impl SendState {
         let packet_number = *self.retransmit_queue.front()?;
         let index = (packet_number - self.base_pn) as usize;
         let bytes = self.frame_bytes(&self.in_flight[index]);
-        self.run = None;
         let path = self.paths.choose(bytes)?;
         self.retransmit_queue.pop_front();
         let frame = &mut self.in_flight[index];
