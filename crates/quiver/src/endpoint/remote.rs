@@ -709,6 +709,19 @@ impl Endpoint {
             self.wait_net_out(idx, &mut wait, "flushing earlier sends")?;
         }
         let kind = self.net_out[idx].kind;
+        let in_place_min = self.config.udp_send_in_place_min;
+        if let OutLink::Dgram(id) = self.net_out[idx].link {
+            // TEMPORARY (w3h A/B): with QUIVER_W3H_TOGGLE set, in place only while failure
+            // detection is on, so that `quiver bench --detect interleave` pairs the two.
+            static TOGGLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            let toggle = *TOGGLE.get_or_init(|| std::env::var_os("QUIVER_W3H_TOGGLE").is_some());
+            if in_place_min > 0
+                && data.len() >= in_place_min
+                && (!toggle || self.config.detect.is_some())
+            {
+                return self.net_send_in_place(idx, id, data, &mut wait);
+            }
+        }
         loop {
             let out = &mut self.net_out[idx];
             let engine = self.ctx.dgram.as_deref();
@@ -726,6 +739,39 @@ impl Endpoint {
                     self.wait_net_out(idx, &mut wait, "waiting for the peer to take data")?
                 }
                 Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
+            }
+        }
+    }
+
+    /// The blocking send of a large message on datagram connection `id` (edge `idx`, its
+    /// queue empty): sent from `data` in place (`DgramShared::send_in_place`); returns once
+    /// no byte of `data` is lent to the protocol any more.
+    fn net_send_in_place(
+        &mut self,
+        idx: usize,
+        id: u64,
+        data: &[u8],
+        wait: &mut Wait,
+    ) -> Result<()> {
+        let Some(engine) = self.ctx.dgram.clone() else {
+            let failure = lost(self.net_out[idx].kind, "the datagram engine is gone");
+            return Err(self.fail_net_out(idx, failure, "while sending"));
+        };
+        let mut progress = crate::net::dgram::InPlace::default();
+        loop {
+            let step = match engine.send_in_place(&self.ctx, id, data, &mut progress) {
+                Ok(true) => return Ok(()),
+                // `send_in_place` polled the engine.
+                Ok(false) => {
+                    self.engine_polled = true;
+                    self.wait_net_out_polled(idx, wait, "waiting for the peer to take data")
+                }
+                Err(f) => Err(self.fail_net_out(idx, f, "while sending")),
+            };
+            if let Err(e) = step {
+                // `data` goes back to the caller: the connection must not need it.
+                engine.end_in_place(id, data);
+                return Err(e);
             }
         }
     }
@@ -803,6 +849,16 @@ impl Endpoint {
             engine.poll_io(&self.ctx);
             self.engine_polled = true;
         }
+        self.wait_net_out_polled(idx, wait, what)
+    }
+
+    /// [`Self::wait_net_out`] for a caller that has just polled the datagram engine.
+    fn wait_net_out_polled(
+        &mut self,
+        idx: usize,
+        wait: &mut Wait,
+        what: &'static str,
+    ) -> Result<()> {
         self.progress()?;
         self.tcp_read_ahead();
         let spin = self.config.spin;
