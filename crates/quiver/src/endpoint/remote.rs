@@ -2300,4 +2300,78 @@ mod tests {
             "the receiver's drop took {receiver_drop:?}"
         );
     }
+
+    /// Large blocking sends go out in place (lent from the caller's buffer) and arrive
+    /// intact though datagrams are lost and the sender overwrites its one buffer as soon as
+    /// each send returns (so a byte read from it after the return would arrive wrong);
+    /// messages larger than the window are lent in pieces.
+    #[test]
+    fn large_sends_in_place_survive_loss_and_a_reused_buffer() {
+        use crate::net::mem::tests::set_drop_rule;
+        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+        use std::sync::Arc;
+
+        let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 78, rank, 9), 41_001).into())
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Mem],
+            net_window_bytes: 1 << 20,
+            ..crate::Config::default()
+        };
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x1e4d);
+        let mut ep1 = ctx1.endpoint(0).unwrap();
+        let mut ep0 = ctx0.endpoint(0).unwrap();
+        ep0.set_timeout(Some(Duration::from_secs(20)));
+        ep1.set_timeout(Some(Duration::from_secs(20)));
+        let sizes = [300_000usize, (1 << 20) + 17, 3 << 20, 256 << 10, 100];
+        let content = |index: usize, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|at| {
+                    (at as u8)
+                        .wrapping_mul(13)
+                        .wrapping_add(index as u8 * 7 + 1)
+                })
+                .collect()
+        };
+        let receiver = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4 << 20];
+            let mut got = Vec::new();
+            for _ in 0..sizes.len() {
+                let (len, _) = ep1.recv(&mut buf).unwrap();
+                got.push(buf[..len].to_vec());
+            }
+            got
+        });
+        let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+        // Every seventh datagram from rank 0 to rank 1 is lost.
+        let count = Arc::new(AtomicUsize::new(0));
+        let in_rule = count.clone();
+        set_drop_rule(
+            addrs[0],
+            addrs[1],
+            Some(Box::new(move |_: &[u8], _: &[u8]| {
+                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
+            })),
+        );
+        let mut buffer = vec![0u8; 3 << 20];
+        for (index, &len) in sizes.iter().enumerate() {
+            buffer[..len].copy_from_slice(&content(index, len));
+            ep0.send(conn, &buffer[..len]).unwrap();
+            // The connection must no longer need the buffer.
+            buffer.fill(0xEE);
+        }
+        // Dropping the endpoint waits until all is acknowledged (resending what is lost).
+        drop(ep0);
+        let got = receiver.join().unwrap();
+        set_drop_rule(addrs[0], addrs[1], None);
+        for (index, &len) in sizes.iter().enumerate() {
+            assert!(got[index] == content(index, len), "message {index} differs");
+        }
+        let stats = ctx0.stats().datagram.unwrap();
+        let in_place: usize = sizes.iter().filter(|&&len| len >= 256 << 10).sum();
+        assert_eq!(stats.sent_in_place_bytes, in_place as u64, "{stats:?}");
+        assert!(stats.retransmits > 0, "{stats:?}");
+        assert!(count.load(AtomicOrdering::Relaxed) > 70);
+    }
 }
