@@ -711,14 +711,7 @@ impl Endpoint {
         let kind = self.net_out[idx].kind;
         let in_place_min = self.config.udp_send_in_place_min;
         if let OutLink::Dgram(id) = self.net_out[idx].link {
-            // TEMPORARY (w3h A/B): with QUIVER_W3H_TOGGLE set, in place only while failure
-            // detection is on, so that `quiver bench --detect interleave` pairs the two.
-            static TOGGLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-            let toggle = *TOGGLE.get_or_init(|| std::env::var_os("QUIVER_W3H_TOGGLE").is_some());
-            if in_place_min > 0
-                && data.len() >= in_place_min
-                && (!toggle || self.config.detect.is_some())
-            {
+            if in_place_min > 0 && data.len() >= in_place_min {
                 return self.net_send_in_place(idx, id, data, &mut wait);
             }
         }

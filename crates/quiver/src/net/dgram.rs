@@ -680,32 +680,21 @@ pub(crate) struct InPlace {
     all_lent_at: Option<Instant>,
 }
 
-/// Bytes of a message sent in place that one call adopts (copies into the send window)
-/// while waiting for their acknowledgement, the highest first.
-const ADOPT_STEP_BYTES: usize = 64 << 10;
+/// Bytes of a message sent in place that one round of its send adopts (copies into the
+/// send window) while it waits for their acknowledgement, the highest first: the copy
+/// from the top and the acknowledgements from the bottom meet in between.
+/// docs/PERFORMANCE.md, "Session 9: udp sends in place": steps of 0 to 64 KiB did about
+/// equally well (0 copies least but waits longest); adopting all at once did worse.
+const ADOPT_STEP_BYTES: usize = 8 << 10;
 /// How long after its last byte was lent a send in place waits for acknowledgements
 /// before it adopts all that is left.
-const TAIL_WAIT: Duration = Duration::from_micros(50);
-
-/// The tail policy of sends in place: [`ADOPT_STEP_BYTES`] and [`TAIL_WAIT`], or for
-/// experiments `QUIVER_UDP_ADOPT_STEP_BYTES` and `QUIVER_UDP_TAIL_WAIT_US`.
-#[derive(Debug, Clone, Copy)]
-struct InPlaceTuning {
-    adopt_step_bytes: usize,
-    tail_wait: Duration,
-}
-
-fn in_place_tuning() -> InPlaceTuning {
-    static TUNING: std::sync::OnceLock<InPlaceTuning> = std::sync::OnceLock::new();
-    *TUNING.get_or_init(|| {
-        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        InPlaceTuning {
-            adopt_step_bytes: number("QUIVER_UDP_ADOPT_STEP_BYTES")
-                .map_or(ADOPT_STEP_BYTES, |v| v as usize),
-            tail_wait: number("QUIVER_UDP_TAIL_WAIT_US").map_or(TAIL_WAIT, Duration::from_micros),
-        }
-    })
-}
+const TAIL_WAIT: Duration = Duration::from_micros(500);
+/// Payload bytes one system call of a send in place carries at most (see
+/// [`Engine::flush_lent`]), so that the receiver starts on them (and acknowledges them)
+/// while the rest are checksummed and sent: with 128 KiB about 13% of the bytes of 1 MiB
+/// sends were still unacknowledged at the end (adopted), against 18-28% with one call
+/// for all that the window allows.
+const LENT_BATCH_BYTES: usize = 128 << 10;
 
 /// A connection sending a message in place and that message (see
 /// [`DgramShared::send_in_place`]), or none.
@@ -1485,11 +1474,10 @@ impl DgramShared {
         if entry.core.lent_bytes() == 0 {
             return Ok(true);
         }
-        let tuning = in_place_tuning();
-        let step = if all_lent_at.elapsed() >= tuning.tail_wait {
+        let step = if all_lent_at.elapsed() >= TAIL_WAIT {
             usize::MAX
         } else {
-            tuning.adopt_step_bytes
+            ADOPT_STEP_BYTES
         };
         // Invariant: `data` is the message lent (its length checked by the core).
         let adopted = entry.core.adopt_lent(data, step).unwrap_or(0);
@@ -1610,7 +1598,7 @@ impl DgramShared {
             });
             // Only as much as the message still needs, so that little of the next one goes
             // through the receive window.
-            let budget = w3h_knob("QUIVER_W3H_RECV_BUDGET", RECV_BUDGET_BYTES).min(len - filled);
+            let budget = RECV_BUDGET_BYTES.min(len - filled);
             engine.poll_into(Some(ctx), self, &mut reader, budget, None);
             let placed = reader.map_or(0, |r| r.placed);
             filled += placed;
@@ -1804,8 +1792,14 @@ impl Engine {
             }
             let mut more = true;
             let mut full = false;
+            // Payload bytes laid out: a lender's flush sends at most LENT_BATCH_BYTES per
+            // system call.
             let mut batch_bytes = 0usize;
-            let batch_limit = w3h_knob("QUIVER_W3H_TX_BATCH", usize::MAX);
+            let batch_limit = if lent.is_empty() {
+                usize::MAX
+            } else {
+                LENT_BATCH_BYTES
+            };
             // Lay out at most TX_BYTES of copies and 1024 datagrams per socket and system call.
             while !full {
                 let Some(t) = entry.core.poll_transmit_lent(now, &mut self.header, lent) else {
@@ -2396,35 +2390,4 @@ impl Engine {
             }
         }
     }
-}
-
-// TEMPORARY (w3h tuning): prints the in-place counters at exit when QUIVER_W3H_DEBUG is set.
-impl Drop for DgramShared {
-    fn drop(&mut self) {
-        if std::env::var_os("QUIVER_W3H_DEBUG").is_some() {
-            let stats = self.stats();
-            eprintln!(
-                "w3h: sent in place {} B, adopted {} B, retransmits {}, datagrams sent {}",
-                stats.sent_in_place_bytes,
-                stats.adopted_bytes,
-                stats.retransmits,
-                stats.datagrams_sent
-            );
-        }
-    }
-}
-
-// TEMPORARY (w3h tuning): a numeric environment knob, read once per name.
-fn w3h_knob(name: &'static str, default: usize) -> usize {
-    static KNOBS: Mutex<Vec<(&'static str, usize)>> = Mutex::new(Vec::new());
-    let mut knobs = KNOBS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(&(_, value)) = knobs.iter().find(|(n, _)| *n == name) {
-        return value;
-    }
-    let value = std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    knobs.push((name, value));
-    value
 }
