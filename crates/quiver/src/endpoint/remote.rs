@@ -711,7 +711,12 @@ impl Endpoint {
         let kind = self.net_out[idx].kind;
         let in_place_min = self.config.udp_send_in_place_min;
         if let OutLink::Dgram(id) = self.net_out[idx].link {
-            if in_place_min > 0 && data.len() >= in_place_min {
+            let pays =
+                |engine: &crate::net::dgram::DgramShared| engine.in_place_pays(id, data.len());
+            if in_place_min > 0
+                && data.len() >= in_place_min
+                && self.ctx.dgram.as_deref().is_some_and(pays)
+            {
                 return self.net_send_in_place(idx, id, data, &mut wait);
             }
         }
@@ -2312,6 +2317,8 @@ mod tests {
             net_window_bytes: 1 << 20,
             ..crate::Config::default()
         };
+        // In place whatever the measured bandwidth-delay product (`in_place_pays`).
+        crate::net::dgram::tests_in_place::ALWAYS.store(true, std::sync::atomic::Ordering::Relaxed);
         let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x1e4d);
         let mut ep1 = ctx1.endpoint(0).unwrap();
         let mut ep0 = ctx0.endpoint(0).unwrap();
