@@ -699,8 +699,11 @@ pub(crate) mod tests_in_place {
 }
 
 /// A message is sent in place only when it is at least this many times its connection's
-/// bandwidth-delay product ([`DgramShared::in_place_pays`]).
-const IN_PLACE_BDP_MULTIPLE: u64 = 4;
+/// bandwidth-delay product ([`DgramShared::in_place_pays`]). About one such product is
+/// still unacknowledged when the send ends (and is copied): on loopback it is 2-3
+/// datagrams (110-150 KB), and sends that adopted 40% of their bytes were still 8% faster
+/// than copying (docs/PERFORMANCE.md, "Session 9: udp sends in place").
+const IN_PLACE_BDP_MULTIPLE: u64 = 3;
 /// Payload bytes one system call of a send in place carries at most (see
 /// [`Engine::flush_lent`]), so that the receiver starts on them (and acknowledges them)
 /// while the rest are checksummed and sent: with 128 KiB about 13% of the bytes of 1 MiB
