@@ -677,7 +677,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!((c.tcp_staging_bytes, c.udp_in_place_min), (1 << 20, 0));
+        assert_eq!(c.udp_send_in_place_min, 256 << 10);
         assert_eq!(c.profile, ProfileState::Disabled);
+        let c = Config::from_lookup(|k| (k == "QUIVER_UDP_SEND_IN_PLACE_MIN").then(|| "0".into()))
+            .unwrap();
+        assert_eq!(c.udp_send_in_place_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
     }
