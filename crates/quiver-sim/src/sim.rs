@@ -42,7 +42,9 @@ use quiver_wire::frame;
 use crate::event::{EventQueue, Nanos, MILLISECOND_NS, SECOND_NS};
 use crate::link::{Link, LinkConfig, LinkStats};
 use crate::rng::{mix64, SimRng};
-use crate::workload::{MessageReader, MessageScript, MessageWriter, ReceiverApp, SenderApp};
+use crate::workload::{
+    LendPolicy, MessageReader, MessageScript, MessageWriter, ReceiverApp, SenderApp,
+};
 
 /// Index of a node in the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,6 +98,8 @@ pub struct FlowConfig {
     /// The sender closes the connection gracefully once every message is written; the flow
     /// then settles only when both sides are Closed (or one failed).
     pub close_when_done: bool,
+    /// The sender lends its messages (sends them in place) instead of writing them.
+    pub lend: Option<LendPolicy>,
 }
 
 impl FlowConfig {
@@ -111,6 +115,7 @@ impl FlowConfig {
             initiator_key: None,
             settle_on_completion: true,
             close_when_done: false,
+            lend: None,
         }
     }
 }
@@ -186,6 +191,8 @@ pub struct FlowReport {
     pub peak_memory_bytes: usize,
     /// The bound it was checked against (`ReliableConfig::memory_bound_bytes`).
     pub memory_bound_bytes: usize,
+    /// Bytes of lent messages the sender adopted (copied) after all ([`FlowConfig::lend`]).
+    pub bytes_adopted: u64,
 }
 
 /// Everything the run produced.
@@ -452,7 +459,7 @@ impl Sim {
                 .schedule(config.start_ns, SimEvent::ReaderTick(id));
         }
         self.flows.push(Flow {
-            sender: SenderApp::new(config.script.clone()),
+            sender: SenderApp::lending(config.script.clone(), config.lend),
             receiver: ReceiverApp::new(config.script.clone()),
             config,
             initiator: None,
@@ -560,6 +567,7 @@ impl Sim {
         FlowReport {
             messages_scripted: flow.config.script.sizes.len(),
             messages_written: flow.sender.messages_written(),
+            bytes_adopted: flow.sender.bytes_adopted(),
             messages_received: flow.receiver.messages_received(),
             bytes_received: flow.receiver.bytes_read(),
             completed_at_ns: flow.completed_at_ns,
@@ -1023,10 +1031,14 @@ impl Sim {
         let mut header = std::mem::take(&mut self.header_scratch);
         // Bounded: a connection may not emit unboundedly many datagrams for one input.
         for _ in 0..1_000_000 {
-            let Some(transmit) = self.connections[slot]
-                .connection
-                .poll_transmit(now, &mut header)
-            else {
+            let entry = &mut self.connections[slot];
+            let flow = &self.flows[entry.flow.0];
+            // The sender's message, if it lends one (the initiator runs the sender).
+            let lent = match entry.role {
+                Role::Initiator if flow.initiator == Some(slot) => flow.sender.lent_message(),
+                _ => &[],
+            };
+            let Some(transmit) = entry.connection.poll_transmit_lent(now, &mut header, lent) else {
                 self.header_scratch = header;
                 return;
             };
@@ -1133,6 +1145,20 @@ impl MessageWriter for ConnectionApp<'_> {
     }
     fn send_capacity(&self) -> usize {
         self.0.send_capacity()
+    }
+    fn lend_message(&mut self, len: u64) -> u64 {
+        self.0
+            .lend_message(usize::try_from(len).unwrap_or(usize::MAX)) as u64
+    }
+    fn lent_bytes(&self) -> u64 {
+        self.0.lent_bytes()
+    }
+    fn adopt_lent(&mut self, message: &[u8], max_bytes: u64) -> u64 {
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        // Invariant: the sender app passes the message it lent, whole.
+        self.0
+            .adopt_lent(message, max_bytes)
+            .expect("the sender app passes the whole message it lent") as u64
     }
 }
 

@@ -20,6 +20,32 @@ pub trait MessageWriter {
     fn write_message(&mut self, data: &[u8]) -> usize;
     /// Bytes the connection can take now.
     fn send_capacity(&self) -> usize;
+    /// Lends up to `len` next bytes of the current message without copying them (the
+    /// sender keeps the message and passes it with every transmit); returns how many.
+    /// A connection that cannot lend takes none.
+    fn lend_message(&mut self, _len: u64) -> u64 {
+        0
+    }
+    /// Lent bytes neither acknowledged nor adopted: the sender keeps its message meanwhile.
+    fn lent_bytes(&self) -> u64 {
+        0
+    }
+    /// Copies up to `max_bytes` of the lent, unacknowledged bytes from `message` into the
+    /// connection (the highest first); returns how many.
+    fn adopt_lent(&mut self, _message: &[u8], _max_bytes: u64) -> u64 {
+        0
+    }
+}
+
+/// How a sender hands messages over in place (lends them, as a udp send in place does)
+/// instead of writing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LendPolicy {
+    /// Messages at least this long are lent; shorter ones are written.
+    pub min_message_bytes: u64,
+    /// Once a message is all lent, each pump adopts this many of its unacknowledged bytes
+    /// (0: none, the sender waits for the acknowledgements; `u64::MAX`: all at once).
+    pub adopt_step_bytes: u64,
 }
 
 /// The receiving half of a connection, as an application sees it.
@@ -92,6 +118,14 @@ pub struct SenderApp {
     in_message: bool,
     scratch: Vec<u8>,
     bytes_written: u64,
+    /// Lends messages instead of writing them when set.
+    lend: Option<LendPolicy>,
+    /// The message being lent (all of it), or empty. Overwritten once its lend is over,
+    /// as an application reusing its buffer would: a byte the connection read from it too
+    /// late arrives wrong.
+    lent: Vec<u8>,
+    /// Bytes adopted so far.
+    bytes_adopted: u64,
 }
 
 impl SenderApp {
@@ -104,7 +138,29 @@ impl SenderApp {
             in_message: false,
             scratch: vec![0; APP_CHUNK_BYTES],
             bytes_written: 0,
+            lend: None,
+            lent: Vec::new(),
+            bytes_adopted: 0,
         }
+    }
+
+    /// A sender that lends its messages per `policy` (see [`LendPolicy`]).
+    pub fn lending(script: MessageScript, policy: Option<LendPolicy>) -> Self {
+        Self {
+            lend: policy,
+            ..Self::new(script)
+        }
+    }
+
+    /// The message whose bytes the connection may have lent (pass it to
+    /// `poll_transmit_lent`); empty when none is being lent.
+    pub fn lent_message(&self) -> &[u8] {
+        &self.lent
+    }
+
+    /// Bytes of lent messages the connection copied after all (adopted).
+    pub fn bytes_adopted(&self) -> u64 {
+        self.bytes_adopted
     }
 
     /// True when every message has been fully handed to the connection.
@@ -133,6 +189,27 @@ impl SenderApp {
                 }
                 self.in_message = true;
                 self.offset_bytes = 0;
+                if self
+                    .lend
+                    .is_some_and(|policy| size > 0 && size >= policy.min_message_bytes)
+                {
+                    // Invariant: scripts hold messages that fit memory (the sims make them).
+                    self.lent.resize(size as usize, 0);
+                    fill_content(
+                        self.script.stream_seed,
+                        self.next_message as u64,
+                        0,
+                        &mut self.lent,
+                    );
+                }
+            }
+            if !self.lent.is_empty() {
+                let lent_now = self.pump_lent(connection, size);
+                written_now += lent_now;
+                if self.in_message {
+                    break;
+                }
+                continue;
             }
             let remaining = size - self.offset_bytes;
             if remaining > 0 {
@@ -167,6 +244,45 @@ impl SenderApp {
             }
         }
         written_now
+    }
+
+    /// Lends more of the current message (all of it in `lent`), adopts per the policy once
+    /// all is lent, and ends the message once nothing is lent any more. Returns the bytes
+    /// lent by this call.
+    fn pump_lent(&mut self, connection: &mut dyn MessageWriter, size: u64) -> u64 {
+        let mut lent_now = 0;
+        while self.offset_bytes < size {
+            let taken = connection.lend_message(size - self.offset_bytes);
+            assert!(
+                taken <= size - self.offset_bytes,
+                "lend_message took {taken} of {} bytes",
+                size - self.offset_bytes
+            );
+            if taken == 0 {
+                break;
+            }
+            self.offset_bytes += taken;
+            self.bytes_written += taken;
+            lent_now += taken;
+        }
+        if self.offset_bytes < size {
+            return lent_now;
+        }
+        let step = self.lend.map_or(u64::MAX, |policy| policy.adopt_step_bytes);
+        if step > 0 {
+            self.bytes_adopted += connection.adopt_lent(&self.lent, step);
+        }
+        if connection.lent_bytes() > 0 {
+            return lent_now;
+        }
+        // The lend is over: the connection must not read the message any more.
+        for (index, byte) in self.lent.iter_mut().enumerate() {
+            *byte = !(index as u8);
+        }
+        self.lent.clear();
+        self.in_message = false;
+        self.next_message += 1;
+        lent_now
     }
 }
 

@@ -60,6 +60,11 @@ pub struct Config {
     /// place (gathered with their header); shorter ones are copied next to their header.
     /// Either way runs of equal-size datagrams leave as one GSO send.
     pub udp_in_place_min: usize,
+    /// Datagram messages (udp, mem) at least this long are sent from the caller's buffer in
+    /// place by a blocking `send`: lent to the protocol instead of copied into its send
+    /// window, and only the part not yet acknowledged when the send returns is copied
+    /// (docs/ARCHITECTURE.md §8). 0 turns it off.
+    pub udp_send_in_place_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
@@ -216,6 +221,7 @@ impl Default for Config {
             detect: Some(Duration::from_secs(1)),
             tcp_staging_bytes: 256 << 10,
             udp_in_place_min: 512,
+            udp_send_in_place_min: 256 << 10,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -300,6 +306,9 @@ impl Config {
         let mut in_place = c.udp_in_place_min as u64;
         size("QUIVER_UDP_IN_PLACE_MIN", &mut in_place)?;
         c.udp_in_place_min = in_place as usize;
+        let mut send_in_place = c.udp_send_in_place_min as u64;
+        size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut send_in_place)?;
+        c.udp_send_in_place_min = send_in_place as usize;
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
                 *source = SettingSource::Environment;
@@ -445,6 +454,7 @@ impl Config {
             s("QUIVER_DETECT_MS", self.detect.map_or("off".into(), |d| format!("{} ms", d.as_millis())), "failure detection time: a peer stopped (SIGSTOP) this long while a call waits on it is reported; 0 turns detection off"),
             s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read as they arrive, into the destination when there is one"),
             s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
+            s("QUIVER_UDP_SEND_IN_PLACE_MIN", if self.udp_send_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_send_in_place_min) }, "udp messages at least this long are sent by a blocking send from the caller's buffer, not copied into the send window (0: off)"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
@@ -667,7 +677,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!((c.tcp_staging_bytes, c.udp_in_place_min), (1 << 20, 0));
+        assert_eq!(c.udp_send_in_place_min, 256 << 10);
         assert_eq!(c.profile, ProfileState::Disabled);
+        let c = Config::from_lookup(|k| (k == "QUIVER_UDP_SEND_IN_PLACE_MIN").then(|| "0".into()))
+            .unwrap();
+        assert_eq!(c.udp_send_in_place_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
     }

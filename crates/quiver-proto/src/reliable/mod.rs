@@ -39,6 +39,16 @@
 //! ack it carried (docs/PERFORMANCE.md, "udp latency path (session 8)"). Such an ack
 //! counts as it would have on arrival (its time, the frames sent by then).
 //!
+//! Sending in place: instead of copying a message into the send buffer
+//! ([`ReliableConnection::write_message`]), the application may lend its bytes
+//! ([`ReliableConnection::lend_message`]): their room in the send buffer is reserved, frames
+//! of them take their payload from the application's message (passed to
+//! [`ReliableConnection::poll_transmit_lent`]), and before the application reuses its
+//! message it copies what is still unacknowledged into the send buffer
+//! ([`ReliableConnection::adopt_lent`]). Retransmission, the memory bound and close work as
+//! for written bytes; acknowledged lent bytes are never copied (docs/PERFORMANCE.md,
+//! "Session 9: udp sends in place").
+//!
 //! Deterministic: no clock, no randomness (ids and nonces are arguments), no hash-order
 //! dependence. Same inputs, same outputs, byte for byte.
 
@@ -419,6 +429,19 @@ pub enum SendError {
     /// The connection is closing, closed or failed.
     #[error("connection closed for sending")]
     Closed,
+    /// Bytes of the previous message are still lent
+    /// ([`ReliableConnection::lend_message`]): adopt them first
+    /// ([`ReliableConnection::adopt_lent`]) or wait for their acknowledgement.
+    #[error("bytes of the previous message are still lent")]
+    Lent,
+    /// The slice given for the lent bytes is shorter than what was lent.
+    #[error("lent slice of {given} bytes, {needed} were lent")]
+    LentSliceTooShort {
+        /// Bytes the slice must have (from the message's first byte).
+        needed: u64,
+        /// Its length.
+        given: u64,
+    },
 }
 
 /// One datagram to send: `header[..header_len]` followed by `payload`.
@@ -426,7 +449,9 @@ pub enum SendError {
 pub struct Transmit<'a> {
     /// Bytes of the header written into the caller's buffer.
     pub header_len: usize,
-    /// The payload, borrowed from the connection (send buffer or handshake message).
+    /// The payload, borrowed from the connection (send buffer or handshake message) or,
+    /// for lent bytes, from the lender's message given to
+    /// [`ReliableConnection::poll_transmit_lent`].
     pub payload: &'a [u8],
     /// For a data frame, the stream offset of its payload: [`ReliableConnection::payload_at`]
     /// gives the same bytes back later, so a caller can gather several frames into one
@@ -811,10 +836,29 @@ impl ReliableConnection {
     /// With an ack deferred (module docs), a frame of new data that can go at once is
     /// returned before the ack is processed; the ack is processed by the next call (or
     /// input) whatever it brings, and always before `None`.
+    ///
+    /// While bytes are lent ([`lend_message`](Self::lend_message)) data frames go out only
+    /// from [`poll_transmit_lent`](Self::poll_transmit_lent), which has the lender's bytes;
+    /// this call then produces control frames only (handshake, acks, pings).
     pub fn poll_transmit<'a>(&'a mut self, now: Nanos, header: &mut [u8]) -> Option<Transmit<'a>> {
+        self.poll_transmit_lent(now, header, &[])
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for the lender of the open message's bytes
+    /// ([`lend_message`](Self::lend_message)): `message` is the whole message, from its first
+    /// byte (at least as long as what was lent). Frames of lent bytes take their payload
+    /// from it (the [`Transmit::payload`] then borrows it). With a shorter slice (an
+    /// empty one included) no data frame goes out while bytes are lent.
+    pub fn poll_transmit_lent<'a>(
+        &'a mut self,
+        now: Nanos,
+        header: &mut [u8],
+        message: &'a [u8],
+    ) -> Option<Transmit<'a>> {
         if header.len() < frame::MAX_HEADER_LEN {
             return None;
         }
+        let lent_covered = message.len() as u64 >= self.send.lent_slice_len();
         if let Some(deferred) = &mut self.deferred_ack {
             if !deferred.answered
                 && self.state == State::Established
@@ -822,8 +866,8 @@ impl ReliableConnection {
                 && !self.send.paths.reply_due()
             {
                 deferred.answered = true;
-                if let Some(to_send) = self.next_data_frame(now) {
-                    return Some(self.transmit_frame(header, to_send));
+                if let Some(to_send) = self.next_data_frame(now, lent_covered) {
+                    return Some(self.transmit_frame(header, to_send, message));
                 }
             }
             self.apply_deferred_ack();
@@ -849,8 +893,8 @@ impl ReliableConnection {
             );
         }
         if matches!(self.state, State::Established | State::Closing) {
-            if let Some(to_send) = self.next_data_frame(now) {
-                return Some(self.transmit_frame(header, to_send));
+            if let Some(to_send) = self.next_data_frame(now, lent_covered) {
+                return Some(self.transmit_frame(header, to_send, message));
             }
         }
         if self.state != State::Closed {
@@ -896,7 +940,19 @@ impl ReliableConnection {
     /// next `handle_datagram`, or a later `poll_transmit` processing a deferred one: module
     /// docs), and only bytes it acknowledges. None for a range not (or no longer) held.
     pub fn payload_at(&self, stream_offset: u64, len: usize) -> Option<&[u8]> {
-        self.send.payload_at(stream_offset, len)
+        self.send.payload_at(stream_offset, len, &[])
+    }
+
+    /// [`payload_at`](Self::payload_at) for the lender: bytes that are lent come from
+    /// `message` (the whole message, as given to
+    /// [`poll_transmit_lent`](Self::poll_transmit_lent)).
+    pub fn payload_at_lent<'a>(
+        &'a self,
+        stream_offset: u64,
+        len: usize,
+        message: &'a [u8],
+    ) -> Option<&'a [u8]> {
+        self.send.payload_at(stream_offset, len, message)
     }
 
     /// Earliest time [`handle_timeout`](Self::handle_timeout) must be called (retransmit,
@@ -975,10 +1031,14 @@ impl ReliableConnection {
     /// # Errors
     /// [`SendError::WouldBlock`] if the previous message has not been fully written yet or
     /// the send buffer lacks the 8 bytes a message header takes; [`SendError::Closed`] once
-    /// the connection is closing, closed or failed.
+    /// the connection is closing, closed or failed; [`SendError::Lent`] while bytes of the
+    /// previous message are lent.
     pub fn start_message(&mut self, len: u64) -> Result<(), SendError> {
         if !self.open_for_sending() {
             return Err(SendError::Closed);
+        }
+        if self.send.lent_bytes() > 0 {
+            return Err(SendError::Lent);
         }
         if self.send.message_open() || self.send.capacity() < MESSAGE_HEADER_LEN as usize {
             return Err(SendError::WouldBlock);
@@ -995,6 +1055,57 @@ impl ReliableConnection {
             return 0;
         }
         self.send.write(data)
+    }
+
+    /// Appends up to `len` of the current message's next bytes without copying them: the
+    /// caller lends them, and keeps the message unchanged until [`lent_bytes`](Self::lent_bytes)
+    /// is 0. Their room in the send buffer is reserved as for written bytes; frames of them
+    /// go out from [`poll_transmit_lent`](Self::poll_transmit_lent), which takes the payload
+    /// from the caller's message, retransmissions included. The lend ends when every lent
+    /// byte is acknowledged (no copy at all) or [adopted](Self::adopt_lent) (copied into the
+    /// send buffer, after which the connection owns them like written bytes).
+    ///
+    /// Returns the count lent (bounded by the message and the send buffer's room, as for
+    /// [`write_message`](Self::write_message)); 0 when no message is open, the connection
+    /// is closed or failed, or bytes were written after lent ones (one contiguous lend per
+    /// message; later bytes may still be written). A message may mix written and lent bytes.
+    pub fn lend_message(&mut self, len: usize) -> usize {
+        if matches!(self.state, State::Closed | State::Failed) {
+            return 0;
+        }
+        // Invariant: the count is at most `len`.
+        self.send.lend(len as u64) as usize
+    }
+
+    /// Lent bytes neither acknowledged nor adopted: while not 0 the lender keeps its message
+    /// and passes it to [`poll_transmit_lent`](Self::poll_transmit_lent). 0 once the
+    /// connection failed (nothing is sent any more).
+    pub fn lent_bytes(&self) -> u64 {
+        if self.state == State::Failed {
+            return 0;
+        }
+        self.send.lent_bytes()
+    }
+
+    /// Copies up to `max_bytes` of the lent bytes not yet acknowledged into the send
+    /// buffer, the highest first (the lowest are the likeliest to be acknowledged soon), from
+    /// `message` (the whole message, as for [`poll_transmit_lent`](Self::poll_transmit_lent));
+    /// returns the count. Once [`lent_bytes`](Self::lent_bytes) is 0 the caller may reuse
+    /// its message: retransmissions read the send buffer.
+    ///
+    /// # Errors
+    /// [`SendError::LentSliceTooShort`] if `message` is shorter than what was lent (nothing
+    /// is copied).
+    pub fn adopt_lent(&mut self, message: &[u8], max_bytes: usize) -> Result<usize, SendError> {
+        let needed = self.send.lent_slice_len();
+        if (message.len() as u64) < needed {
+            return Err(SendError::LentSliceTooShort {
+                needed,
+                given: message.len() as u64,
+            });
+        }
+        // Invariant: the count is at most `max_bytes`.
+        Ok(self.send.adopt(message, max_bytes as u64) as usize)
     }
 
     /// Bytes the send buffer can take now (a new message needs 8 of them for its header).
@@ -1448,8 +1559,12 @@ impl ReliableConnection {
         }
     }
 
-    /// The next Data (or compact Stream) frame to send, if any can go now.
-    fn next_data_frame(&mut self, now: Nanos) -> Option<send::FrameToSend> {
+    /// The next Data (or compact Stream) frame to send, if any can go now: none while bytes
+    /// are lent and the caller does not have them (`lent_covered` false).
+    fn next_data_frame(&mut self, now: Nanos, lent_covered: bool) -> Option<send::FrameToSend> {
+        if !lent_covered {
+            return None;
+        }
         let max_payload = self.config.max_data_payload_bytes();
         // Compact frames carry no acknowledgement: only when none waits to ride along.
         let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
@@ -1549,10 +1664,13 @@ impl ReliableConnection {
         }
     }
 
+    /// A Data or Close frame (or a compact Stream frame); its payload from the send buffer
+    /// or, for lent bytes, from `lent` (checked by the caller to cover them).
     fn transmit_frame<'a>(
         &'a mut self,
         header: &mut [u8],
         to_send: send::FrameToSend,
+        lent: &'a [u8],
     ) -> Transmit<'a> {
         let sent = to_send.frame;
         let path = to_send.path;
@@ -1563,7 +1681,7 @@ impl ReliableConnection {
             self.stats.payload_bytes_sent += u64::from(sent.payload_len);
         }
         if sent.compact {
-            return self.transmit_stream(header, to_send);
+            return self.transmit_stream(header, to_send, lent);
         }
         let frame_type = if sent.is_close {
             FrameType::Close
@@ -1584,7 +1702,7 @@ impl ReliableConnection {
         self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(path);
-        let payload = self.send.payload(&sent);
+        let payload = self.send.payload(&sent, lent);
         // Invariant: the payload is at most max_data_payload_bytes (<= u16::MAX) and the
         // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit); the SACK
         // ranges come from our own ordered range list.
@@ -1603,6 +1721,7 @@ impl ReliableConnection {
         &'a mut self,
         header: &mut [u8],
         to_send: send::FrameToSend,
+        lent: &'a [u8],
     ) -> Transmit<'a> {
         let sent = to_send.frame;
         let mut frame_header = FrameHeader::new(FrameType::Stream, self.peer_id.unwrap_or(0), 0);
@@ -1610,7 +1729,7 @@ impl ReliableConnection {
         frame_header.stream_offset = sent.payload_offset;
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(to_send.path);
-        let payload = self.send.payload(&sent);
+        let payload = self.send.payload(&sent, lent);
         // Invariant: the payload is at most max_stream_payload_bytes (<= u16::MAX) and the
         // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit).
         let header_len = frame_header.emit(header, payload).unwrap_or(0);

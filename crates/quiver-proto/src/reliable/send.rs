@@ -16,6 +16,15 @@
 //! (`fragment_offset == 0`) also covers those 8 stream bytes and the receiver rebuilds them
 //! from the frame's `message_len`. So a zero-length message costs 8 bytes of buffer and
 //! credit, which bounds the memory any number of empty messages can take.
+//!
+//! Lent bytes: the application may append bytes of the open message without copying them
+//! ([`SendState::lend`]): their room in the ring is reserved (so that they count against the
+//! buffer like written bytes and can be adopted later) but holds nothing; frames of them take
+//! their payload from the lender's slice of the message, passed with every call that needs
+//! it. Frames never straddle the start or the end of the lent range. The lender gives the
+//! slice up only once no lent byte is left unacknowledged: it copies the rest into the ring
+//! ([`SendState::adopt`], highest bytes first), after which they are written bytes like any
+//! others; acknowledged lent bytes need no copy at all.
 
 use std::collections::VecDeque;
 
@@ -140,6 +149,20 @@ pub(super) struct SendState {
     next_offset: u64,
     /// Bytes of the open message the application has still to write.
     write_remaining: u64,
+    /// Length of the open (or last) message.
+    write_message_len: u64,
+    /// Lent bytes (module docs): `[lent_start, lent_end)` are reserved in the ring and not
+    /// in it; every byte below `lent_start` that is not acknowledged is in the ring, and so
+    /// is every byte from `lent_end` to `write_offset`. Empty when equal. `lent_start` only
+    /// grows (acks, and the lend being done), `lent_end` only shrinks while lent (adoption
+    /// from the top) and grows when more is lent.
+    lent_start: u64,
+    lent_end: u64,
+    /// Stream offset of byte 0 of the lender's slice (the open message's first byte).
+    lent_base: u64,
+    /// Highest stream offset (exclusive) ever lent in this lend: frames of the lent range
+    /// end at or below it, so the lender's slice must reach it.
+    lent_limit: u64,
 
     /// Message being packetized: id, payload start and end in the stream.
     tx_message_id: u64,
@@ -217,6 +240,11 @@ impl SendState {
             write_offset: 0,
             next_offset: 0,
             write_remaining: 0,
+            write_message_len: 0,
+            lent_start: 0,
+            lent_end: 0,
+            lent_base: 0,
+            lent_limit: 0,
             tx_message_id: 0,
             tx_message_len: 0,
             tx_payload_start: 0,
@@ -260,6 +288,7 @@ impl SendState {
         self.ring.copy_in(at, &len.to_le_bytes());
         self.write_offset += MESSAGE_HEADER_LEN;
         self.write_remaining = len;
+        self.write_message_len = len;
     }
 
     /// Copies as much of `data` as fits the open message and the ring.
@@ -273,6 +302,75 @@ impl SendState {
             self.write_remaining -= count as u64;
         }
         count
+    }
+
+    /// Lends as much of the open message's next `len` bytes as fits the message and the
+    /// ring, without copying (module docs); returns the count. Nothing (0) unless the lent
+    /// range is empty or ends where the message's written bytes end (one contiguous lend
+    /// per message).
+    pub(super) fn lend(&mut self, len: u64) -> u64 {
+        let lending = self.lent_start < self.lent_end;
+        if lending && self.lent_end != self.write_offset {
+            return 0;
+        }
+        let count = len.min(self.write_remaining).min(self.capacity() as u64);
+        if count == 0 {
+            return 0;
+        }
+        if !lending {
+            self.lent_start = self.write_offset;
+            self.lent_base = self.write_offset - (self.write_message_len - self.write_remaining);
+        }
+        self.write_offset += count;
+        self.write_remaining -= count;
+        self.lent_end = self.write_offset;
+        self.lent_limit = self.lent_end;
+        count
+    }
+
+    /// Bytes lent and neither acknowledged nor adopted: while not 0 the lender must keep
+    /// its slice and pass it.
+    pub(super) fn lent_bytes(&self) -> u64 {
+        self.lent_end - self.lent_start
+    }
+
+    /// Length the lender's slice must have (0 when nothing is lent).
+    pub(super) fn lent_slice_len(&self) -> u64 {
+        if self.lent_start < self.lent_end {
+            self.lent_limit - self.lent_base
+        } else {
+            0
+        }
+    }
+
+    /// Copies up to `max_bytes` of the lent, unacknowledged bytes (the highest first) from
+    /// the lender's `message` (at least [`Self::lent_slice_len`] long: checked by the
+    /// caller) into the ring; returns the count. Once none is left the lend is over.
+    pub(super) fn adopt(&mut self, message: &[u8], max_bytes: u64) -> u64 {
+        let count = self.lent_bytes().min(max_bytes);
+        if count == 0 {
+            return 0;
+        }
+        let from = self.lent_end - count;
+        // Invariant: lent_base <= lent_start <= from < lent_end <= lent_limit, and the
+        // caller checked message.len() >= lent_limit - lent_base.
+        let start = (from - self.lent_base) as usize;
+        self.ring
+            .copy_in(from, &message[start..start + count as usize]);
+        self.lent_end = from;
+        count
+    }
+
+    /// Where a frame starting at stream offset `start` must end at the latest so that it
+    /// does not straddle the lent range's start or end (`u64::MAX`: anywhere).
+    fn lent_cut(&self, start: u64) -> u64 {
+        if self.lent_start >= self.lent_end || start >= self.lent_end {
+            u64::MAX
+        } else if start < self.lent_start {
+            self.lent_start
+        } else {
+            self.lent_end
+        }
     }
 
     pub(super) fn all_acked(&self) -> bool {
@@ -369,21 +467,41 @@ impl SendState {
         None
     }
 
-    /// The payload bytes of a frame (contiguous in the ring by construction).
-    /// Bytes `[offset, offset + len)` of the stream while still buffered (written and not
-    /// yet acknowledged) and contiguous in the ring; None otherwise.
-    pub(super) fn payload_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+    /// Bytes `[offset, offset + len)` of the stream while still buffered (written, or lent,
+    /// and not yet acknowledged): from the lender's `lent` slice when they are lent (the
+    /// range starts in the lent range; frames never straddle it), else from the ring when
+    /// contiguous there. None otherwise, or when `lent` is too short for them.
+    pub(super) fn payload_at<'a>(
+        &'a self,
+        offset: u64,
+        len: usize,
+        lent: &'a [u8],
+    ) -> Option<&'a [u8]> {
         let end = offset.checked_add(len as u64)?;
         if offset < self.acked_offset || end > self.write_offset {
             return None;
+        }
+        if (self.lent_start..self.lent_end).contains(&offset) {
+            if end > self.lent_limit {
+                return None;
+            }
+            let start = usize::try_from(offset - self.lent_base).ok()?;
+            return lent.get(start..start.checked_add(len)?);
         }
         let start = self.ring.position(offset);
         self.ring.get(start..start.checked_add(len)?)
     }
 
-    pub(super) fn payload(&self, frame: &SentFrame) -> &[u8] {
+    /// The payload bytes of a frame being transmitted: contiguous in the ring, or in the
+    /// lender's slice (the caller checked that it covers the lent range), by construction.
+    pub(super) fn payload<'a>(&'a self, frame: &SentFrame, lent: &'a [u8]) -> &'a [u8] {
+        let len = frame.payload_len as usize;
+        if (self.lent_start..self.lent_end).contains(&frame.payload_offset) {
+            let start = (frame.payload_offset - self.lent_base) as usize;
+            return &lent[start..start + len];
+        }
         let start = self.ring.position(frame.payload_offset);
-        &self.ring[start..start + frame.payload_len as usize]
+        &self.ring[start..start + len]
     }
 
     /// The packet number the next new frame gets: every lower one was sent.
@@ -428,6 +546,10 @@ impl SendState {
                 self.close_acked = true;
             }
             self.base_pn += 1;
+        }
+        if self.lent_start < self.lent_end && self.acked_offset > self.lent_start {
+            // Acknowledged lent bytes need no adoption.
+            self.lent_start = self.acked_offset.min(self.lent_end);
         }
         for range in sack {
             let start = range.start.max(self.base_pn);
@@ -680,8 +802,17 @@ impl SendState {
             .write_offset
             .min(self.peer_credit)
             .min(start.saturating_add(max_payload as u64))
-            .min(start + ring_room);
+            .min(start + ring_room)
+            .min(self.lent_cut(start));
         if end <= start {
+            return None;
+        }
+        if end == self.lent_start
+            && start == self.tx_message_end
+            && end == start + MESSAGE_HEADER_LEN
+        {
+            // Only the length prefix of a message whose bytes are lent: a Data frame
+            // carries the prefix with the first bytes instead (a datagram fewer).
             return None;
         }
         let mut cursor = start;
@@ -742,6 +873,7 @@ impl SendState {
             .min(self.peer_credit);
         let ring_room = self.ring.len() - self.ring.position(payload_offset);
         let len = available_end
+            .min(self.lent_cut(payload_offset))
             .saturating_sub(payload_offset)
             .min(max_payload as u64)
             .min(ring_room as u64);

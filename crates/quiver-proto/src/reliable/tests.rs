@@ -66,6 +66,8 @@ struct Pair {
     b_silent: bool,
     /// When set, b reads with it, and datagrams reach b through `handle_datagram_into`.
     direct: Option<DirectReader>,
+    /// The message a lends bytes of (passed to `poll_transmit_lent`; empty: none).
+    lent: Vec<u8>,
 }
 
 /// A reader on b that reads each message into a buffer of its own, at most `chunk` bytes per
@@ -151,6 +153,7 @@ impl Pair {
             accept_errors: Vec::new(),
             b_silent: false,
             direct: None,
+            lent: Vec::new(),
         }
     }
 
@@ -177,7 +180,8 @@ impl Pair {
         let mut header = [0u8; frame::MAX_HEADER_LEN];
         loop {
             let mut any = false;
-            while let Some(transmit) = self.a.poll_transmit(self.now, &mut header) {
+            while let Some(transmit) = self.a.poll_transmit_lent(self.now, &mut header, &self.lent)
+            {
                 let mut datagram = header[..transmit.header_len].to_vec();
                 datagram.extend_from_slice(transmit.payload);
                 self.route(true, datagram);
@@ -1482,5 +1486,337 @@ fn bytes_placed_ahead_survive_the_reader_giving_up_or_reading_on() {
         filled += count;
         assert_eq!(filled, message.len());
         assert_eq!(b.peek_message_len(), None);
+    }
+}
+
+// ---- lent bytes (sending in place) ----
+
+/// When a lending writer adopts what is still lent of a message it lent completely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopt {
+    /// Never: it waits until every lent byte is acknowledged (no copy at all).
+    Never,
+    /// All of it at once, right after lending the last byte.
+    AtOnce,
+    /// This many bytes per writer step (the highest first), acks meanwhile.
+    Chunks(usize),
+}
+
+/// [`transfer_with`] with a writer that lends its messages (`Pair::lent`) instead of
+/// writing them, adopting per `adopt`; once a message's lend is over it overwrites its copy
+/// (an application reusing its buffer), so a byte read from it too late arrives wrong.
+/// `write_from` > 0: the first that many bytes of each message are written, not lent.
+/// Returns what b read and how many bytes were adopted.
+fn transfer_lent(
+    pair: &mut Pair,
+    messages: &[Vec<u8>],
+    read_chunk: usize,
+    adopt: Adopt,
+    write_from: usize,
+) -> (Vec<Vec<u8>>, usize) {
+    let mut received = Vec::new();
+    let mut current = Vec::new();
+    let mut next_message = 0;
+    let mut taken = 0;
+    let mut started = false;
+    let mut adopted = 0;
+    let mut buffer = vec![0u8; read_chunk.max(1)];
+    pair.run_until(|pair| {
+        while next_message < messages.len() {
+            let message = &messages[next_message];
+            if !started {
+                match pair.a.start_message(message.len() as u64) {
+                    Ok(()) => {}
+                    Err(SendError::Lent) => panic!("the previous lend is over"),
+                    Err(_) => break,
+                }
+                started = true;
+                taken = 0;
+                pair.lent.clone_from(message);
+            }
+            while taken < message.len() {
+                let count = if taken < write_from.min(message.len()) {
+                    pair.a
+                        .write_message(&message[taken..write_from.min(message.len())])
+                } else {
+                    match pair.a.lend_message(message.len() - taken) {
+                        // Adopted from the top before all was lent: write the rest.
+                        0 => pair.a.write_message(&message[taken..]),
+                        lent => lent,
+                    }
+                };
+                if count == 0 {
+                    break;
+                }
+                taken += count;
+            }
+            if taken < message.len() {
+                break;
+            }
+            let limit = match adopt {
+                Adopt::Never => 0,
+                Adopt::AtOnce => usize::MAX,
+                Adopt::Chunks(bytes) => bytes,
+            };
+            adopted += pair.a.adopt_lent(&pair.lent, limit).unwrap();
+            if pair.a.lent_bytes() > 0 {
+                break;
+            }
+            for (index, byte) in pair.lent.iter_mut().enumerate() {
+                *byte = !(index as u8);
+            }
+            started = false;
+            next_message += 1;
+        }
+        while pair.b.is_some() {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            current.extend_from_slice(&buffer[..count]);
+            if complete {
+                received.push(core::mem::take(&mut current));
+            } else if count == 0 {
+                break;
+            }
+        }
+        received.len() == messages.len()
+    });
+    (received, adopted)
+}
+
+/// Lent messages of every size arrive identical whatever the adoption, with no copy at all
+/// when the writer waits for the acks, and frames of lent bytes the same size as others.
+#[test]
+fn lent_messages_arrive_identical_with_every_adoption() {
+    let messages = some_messages();
+    for compact in [false, true] {
+        for adopt in [
+            Adopt::Never,
+            Adopt::AtOnce,
+            Adopt::Chunks(1000),
+            Adopt::Chunks(1),
+        ] {
+            for write_from in [0, 3000] {
+                let config = ReliableConfig {
+                    compact_data_frames: compact,
+                    ..small_config()
+                };
+                let mut pair = Pair::new(config.clone(), config, 7, 7);
+                let (received, adopted) =
+                    transfer_lent(&mut pair, &messages, 4096, adopt, write_from);
+                assert_eq!(received, messages, "{adopt:?} compact {compact}");
+                if adopt == Adopt::Never {
+                    assert_eq!(adopted, 0);
+                }
+                assert_eq!(pair.a.stats().retransmits, 0);
+                // The last message's acks may still be on their way.
+                pair.run_until(|pair| pair.a.lent_bytes() == 0);
+            }
+        }
+    }
+}
+
+/// Frames of lent bytes lost while lent are resent from the lender's message; lost after
+/// adoption, from the send buffer (the lender's copy is overwritten by then).
+#[test]
+fn lent_frames_lost_are_resent_while_lent_and_after_adoption() {
+    for adopt in [Adopt::Never, Adopt::AtOnce, Adopt::Chunks(2000)] {
+        for compact in [false, true] {
+            let config = ReliableConfig {
+                compact_data_frames: compact,
+                ..small_config()
+            };
+            let mut pair = Pair::new(config.clone(), config, 7, 7);
+            pair.run_until(|pair| pair.a.state() == State::Established);
+            let start = pair.sent;
+            let mut data_seen = 0;
+            pair.filter = Box::new(move |index, from_a, header| {
+                let data = matches!(header.frame_type, FrameType::Data | FrameType::Stream);
+                if from_a && data && index >= start {
+                    data_seen += 1;
+                    // Losses in the middle (fast retransmit) and a tail (timeout).
+                    if [2, 3, 9, 20, 21, 22].contains(&data_seen) || data_seen % 17 == 0 {
+                        return Fate::Drop;
+                    }
+                }
+                Fate::Deliver
+            });
+            let messages = some_messages();
+            let (received, _) = transfer_lent(&mut pair, &messages, 4096, adopt, 0);
+            assert_eq!(received, messages, "{adopt:?} compact {compact}");
+            assert!(pair.a.stats().retransmits >= 6, "{:?}", pair.a.stats());
+        }
+    }
+}
+
+/// Acknowledgements release lent bytes: `lent_bytes` falls as they arrive, and nothing is
+/// left to adopt once all are acknowledged.
+#[test]
+fn acks_release_lent_bytes() {
+    let mut pair = Pair::established();
+    let message = patterned(40_000, 3);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.lend_message(message.len()), message.len());
+    assert_eq!(pair.a.lent_bytes(), message.len() as u64);
+    pair.lent.clone_from(&message);
+    pair.flush();
+    assert_eq!(pair.a.lent_bytes(), message.len() as u64);
+    // The first frames reach b, and its ack (every second frame) reaches a.
+    for _ in 0..4 {
+        let datagram = pair.to_b.pop_front().unwrap();
+        let now = pair.now;
+        pair.b().handle_datagram(now, 0, &datagram);
+    }
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut acks = Vec::new();
+    let now = pair.now;
+    while let Some(transmit) = pair.b().poll_transmit(now, &mut header) {
+        let mut datagram = header[..transmit.header_len].to_vec();
+        datagram.extend_from_slice(transmit.payload);
+        acks.push(datagram);
+    }
+    for datagram in acks {
+        pair.a.handle_datagram(pair.now, 0, &datagram);
+    }
+    let left = pair.a.lent_bytes();
+    assert!(left > 0 && left < message.len() as u64, "{left}");
+    pair.run_until(|pair| pair.a.lent_bytes() == 0);
+    assert_eq!(pair.a.adopt_lent(&pair.lent, usize::MAX), Ok(0));
+    let mut out = vec![0u8; message.len()];
+    assert_eq!(pair.b().read_message(&mut out), (message.len(), true));
+    assert_eq!(out, message);
+}
+
+/// Misuse of a lend is refused: a new message while bytes are lent, a slice shorter than
+/// what was lent; and without the lender's bytes no data frame goes out.
+#[test]
+fn lending_rules_are_enforced() {
+    let mut pair = Pair::established();
+    let message = patterned(10_000, 5);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.write_message(&message[..100]), 100);
+    assert_eq!(pair.a.lend_message(5000), 5000);
+    assert_eq!(pair.a.lend_message(400), 400);
+    // Written after lent bytes: no second lend of this message.
+    assert_eq!(pair.a.write_message(&message[5500..5600]), 100);
+    assert_eq!(pair.a.lend_message(100), 0);
+    assert_eq!(pair.a.write_message(&message[5600..]), message.len() - 5600);
+    assert_eq!(pair.a.start_message(1), Err(SendError::Lent));
+    assert_eq!(
+        pair.a.adopt_lent(&message[..5499], 10),
+        Err(SendError::LentSliceTooShort {
+            needed: 5500,
+            given: 5499
+        })
+    );
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    while let Some(transmit) = pair.a.poll_transmit(pair.now, &mut header) {
+        let parsed = Frame::parse(&header[..transmit.header_len]).map(|f| f.header().frame_type);
+        assert!(
+            !matches!(parsed, Ok(FrameType::Data | FrameType::Stream)),
+            "a data frame without the lender's bytes"
+        );
+    }
+    while pair
+        .a
+        .poll_transmit_lent(pair.now, &mut header, &message[..5499])
+        .is_some()
+    {}
+    assert_eq!(pair.a.stats().data_frames_sent, 0);
+    // With them, everything goes, and the receiver gets the message whole.
+    pair.lent.clone_from(&message);
+    pair.run_until(|pair| pair.a.all_acked());
+    assert_eq!(pair.a.lent_bytes(), 0);
+    assert!(pair.a.stats().data_frames_sent > 0);
+    let mut out = vec![0u8; message.len()];
+    assert_eq!(pair.b().read_message(&mut out), (message.len(), true));
+    assert_eq!(out, message);
+    pair.a.start_message(0).unwrap();
+}
+
+/// A close while bytes are lent delivers them first; the Closed event follows the acks.
+#[test]
+fn close_while_lent_delivers_the_lent_bytes() {
+    let mut pair = Pair::established();
+    let message = patterned(30_000, 8);
+    pair.a.start_message(message.len() as u64).unwrap();
+    assert_eq!(pair.a.lend_message(message.len()), message.len());
+    pair.lent.clone_from(&message);
+    pair.a.close(pair.now);
+    assert_eq!(pair.a.start_message(1), Err(SendError::Closed));
+    let mut out = vec![0u8; message.len()];
+    let mut filled = 0;
+    pair.run_until(|pair| {
+        let (count, _) = pair.b().read_message(&mut out[filled..]);
+        filled += count;
+        pair.a.state() == State::Closed && pair.b().state() == State::Closed
+    });
+    assert_eq!(filled, message.len());
+    assert_eq!(out, message);
+    assert_eq!(pair.a.lent_bytes(), 0);
+    assert_eq!(pair.a.poll_event(), Some(Event::Closed));
+}
+
+/// A connection that fails while bytes are lent releases them (nothing is sent any more).
+#[test]
+fn a_failed_connection_releases_lent_bytes() {
+    let mut pair = Pair::established();
+    pair.b_silent = true;
+    pair.a.start_message(20_000).unwrap();
+    assert_eq!(pair.a.lend_message(20_000), 20_000);
+    pair.lent = patterned(20_000, 1);
+    pair.run_until(|pair| pair.a.state() == State::Failed);
+    assert_eq!(pair.a.lent_bytes(), 0);
+    assert_eq!(pair.a.lend_message(10), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// `lossy_network_delivers_exactly_once` with a lending writer.
+    #[test]
+    fn lossy_network_delivers_lent_messages_exactly_once(
+        loss_percent in 0u32..30,
+        fates in proptest::collection::vec(fate_strategy(20), 64),
+        sizes in proptest::collection::vec(0usize..20_000, 1..12),
+        read_chunk in 1usize..5000,
+        window in 256usize..40_000,
+        compact in any::<bool>(),
+        adopt_chunk in prop_oneof![Just(0usize), Just(usize::MAX), 1usize..5000],
+        write_from in prop_oneof![Just(0usize), 1usize..3000],
+    ) {
+        let config = ReliableConfig {
+            send_buffer_bytes: window,
+            recv_window_bytes: window,
+            max_in_flight_datagrams: 64,
+            idle_timeout_ns: 30_000_000_000,
+            handshake_timeout_ns: 30_000_000_000,
+            max_retransmits: 40,
+            compact_data_frames: compact,
+            ..ReliableConfig::default()
+        };
+        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+        let mut roll = 0u64;
+        pair.filter = Box::new(move |index, _, _| {
+            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (roll >> 33) % 100 < u64::from(loss_percent) {
+                Fate::Drop
+            } else {
+                fates[index % fates.len()]
+            }
+        });
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &len)| patterned(len, index as u8))
+            .collect();
+        let adopt = match adopt_chunk {
+            0 => Adopt::Never,
+            usize::MAX => Adopt::AtOnce,
+            bytes => Adopt::Chunks(bytes),
+        };
+        let (received, _) = transfer_lent(&mut pair, &messages, read_chunk, adopt, write_from);
+        prop_assert_eq!(received, messages);
+        prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
+        prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
+        prop_assert_eq!(pair.b().stats().credit_violations, 0);
     }
 }

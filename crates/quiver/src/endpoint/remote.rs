@@ -709,6 +709,17 @@ impl Endpoint {
             self.wait_net_out(idx, &mut wait, "flushing earlier sends")?;
         }
         let kind = self.net_out[idx].kind;
+        let in_place_min = self.config.udp_send_in_place_min;
+        if let OutLink::Dgram(id) = self.net_out[idx].link {
+            let pays =
+                |engine: &crate::net::dgram::DgramShared| engine.in_place_pays(id, data.len());
+            if in_place_min > 0
+                && data.len() >= in_place_min
+                && self.ctx.dgram.as_deref().is_some_and(pays)
+            {
+                return self.net_send_in_place(idx, id, data, &mut wait);
+            }
+        }
         loop {
             let out = &mut self.net_out[idx];
             let engine = self.ctx.dgram.as_deref();
@@ -726,6 +737,39 @@ impl Endpoint {
                     self.wait_net_out(idx, &mut wait, "waiting for the peer to take data")?
                 }
                 Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
+            }
+        }
+    }
+
+    /// The blocking send of a large message on datagram connection `id` (edge `idx`, its
+    /// queue empty): sent from `data` in place (`DgramShared::send_in_place`); returns once
+    /// no byte of `data` is lent to the protocol any more.
+    fn net_send_in_place(
+        &mut self,
+        idx: usize,
+        id: u64,
+        data: &[u8],
+        wait: &mut Wait,
+    ) -> Result<()> {
+        let Some(engine) = self.ctx.dgram.clone() else {
+            let failure = lost(self.net_out[idx].kind, "the datagram engine is gone");
+            return Err(self.fail_net_out(idx, failure, "while sending"));
+        };
+        let mut progress = crate::net::dgram::InPlace::default();
+        loop {
+            let step = match engine.send_in_place(&self.ctx, id, data, &mut progress) {
+                Ok(true) => return Ok(()),
+                // `send_in_place` polled the engine.
+                Ok(false) => {
+                    self.engine_polled = true;
+                    self.wait_net_out_polled(idx, wait, "waiting for the peer to take data")
+                }
+                Err(f) => Err(self.fail_net_out(idx, f, "while sending")),
+            };
+            if let Err(e) = step {
+                // `data` goes back to the caller: the connection must not need it.
+                engine.end_in_place(id, data);
+                return Err(e);
             }
         }
     }
@@ -803,6 +847,16 @@ impl Endpoint {
             engine.poll_io(&self.ctx);
             self.engine_polled = true;
         }
+        self.wait_net_out_polled(idx, wait, what)
+    }
+
+    /// [`Self::wait_net_out`] for a caller that has just polled the datagram engine.
+    fn wait_net_out_polled(
+        &mut self,
+        idx: usize,
+        wait: &mut Wait,
+        what: &'static str,
+    ) -> Result<()> {
         self.progress()?;
         self.tcp_read_ahead();
         let spin = self.config.spin;
@@ -2243,5 +2297,81 @@ mod tests {
             receiver_drop < idle / 3,
             "the receiver's drop took {receiver_drop:?}"
         );
+    }
+
+    /// Large blocking sends go out in place (lent from the caller's buffer) and arrive
+    /// intact though datagrams are lost and the sender overwrites its one buffer as soon as
+    /// each send returns (so a byte read from it after the return would arrive wrong);
+    /// messages larger than the window are lent in pieces.
+    #[test]
+    fn large_sends_in_place_survive_loss_and_a_reused_buffer() {
+        use crate::net::mem::tests::set_drop_rule;
+        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+        use std::sync::Arc;
+
+        let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 78, rank, 9), 41_001).into())
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Mem],
+            net_window_bytes: 1 << 20,
+            ..crate::Config::default()
+        };
+        // In place whatever the measured bandwidth-delay product (`in_place_pays`).
+        crate::net::dgram::tests_in_place::ALWAYS.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x1e4d);
+        let mut ep1 = ctx1.endpoint(0).unwrap();
+        let mut ep0 = ctx0.endpoint(0).unwrap();
+        ep0.set_timeout(Some(Duration::from_secs(20)));
+        ep1.set_timeout(Some(Duration::from_secs(20)));
+        let sizes = [300_000usize, (1 << 20) + 17, 3 << 20, 256 << 10, 100];
+        let content = |index: usize, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|at| {
+                    (at as u8)
+                        .wrapping_mul(13)
+                        .wrapping_add(index as u8 * 7 + 1)
+                })
+                .collect()
+        };
+        let receiver = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4 << 20];
+            let mut got = Vec::new();
+            for _ in 0..sizes.len() {
+                let (len, _) = ep1.recv(&mut buf).unwrap();
+                got.push(buf[..len].to_vec());
+            }
+            got
+        });
+        let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+        // Every seventh datagram from rank 0 to rank 1 is lost.
+        let count = Arc::new(AtomicUsize::new(0));
+        let in_rule = count.clone();
+        set_drop_rule(
+            addrs[0],
+            addrs[1],
+            Some(Box::new(move |_: &[u8], _: &[u8]| {
+                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
+            })),
+        );
+        let mut buffer = vec![0u8; 3 << 20];
+        for (index, &len) in sizes.iter().enumerate() {
+            buffer[..len].copy_from_slice(&content(index, len));
+            ep0.send(conn, &buffer[..len]).unwrap();
+            // The connection must no longer need the buffer.
+            buffer.fill(0xEE);
+        }
+        // Dropping the endpoint waits until all is acknowledged (resending what is lost).
+        drop(ep0);
+        let got = receiver.join().unwrap();
+        set_drop_rule(addrs[0], addrs[1], None);
+        for (index, &len) in sizes.iter().enumerate() {
+            assert!(got[index] == content(index, len), "message {index} differs");
+        }
+        let stats = ctx0.stats().datagram.unwrap();
+        let in_place: usize = sizes.iter().filter(|&&len| len >= 256 << 10).sum();
+        assert_eq!(stats.sent_in_place_bytes, in_place as u64, "{stats:?}");
+        assert!(stats.retransmits > 0, "{stats:?}");
+        assert!(count.load(AtomicOrdering::Relaxed) > 70);
     }
 }

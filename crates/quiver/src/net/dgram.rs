@@ -186,10 +186,17 @@ impl UdpIo {
     }
 
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
-    /// to `to`, when given); in-place payloads come from `core`. A datagram the kernel
+    /// to `to`, when given); in-place payloads come from `core` (lent ones from `lent`, the
+    /// message being sent in place: see [`DgramShared::send_in_place`]). A datagram the kernel
     /// cannot take now (socket buffer full after a short wait) is lost like any other; the
     /// protocol resends it.
-    fn send_all(&mut self, to: SocketAddr, core: &ReliableConnection, via: Option<&mut UdpSocket>) {
+    fn send_all(
+        &mut self,
+        to: SocketAddr,
+        core: &ReliableConnection,
+        lent: &[u8],
+        via: Option<&mut UdpSocket>,
+    ) {
         let UdpIo {
             socket,
             tx,
@@ -214,7 +221,7 @@ impl UdpIo {
             tx_out,
             to,
             socket.gso_supported(),
-            |stream_offset, len| core.payload_at(stream_offset, len),
+            |stream_offset, len| core.payload_at_lent(stream_offset, len, lent),
         );
         send_gather_fully(socket, &gather);
     }
@@ -662,6 +669,61 @@ impl Reader<'_> {
     }
 }
 
+/// Progress of a message sent in place ([`DgramShared::send_in_place`]).
+#[derive(Debug, Default)]
+pub(crate) struct InPlace {
+    /// The message was started (its length is in the send window).
+    started: bool,
+    /// Bytes of it lent so far.
+    lent: usize,
+    /// When the last byte was lent: the adoption of the tail starts.
+    all_lent_at: Option<Instant>,
+}
+
+/// Bytes of a message sent in place that one round of its send adopts (copies into the
+/// send window) while it waits for their acknowledgement, the highest first: the copy
+/// from the top and the acknowledgements from the bottom meet in between.
+/// docs/PERFORMANCE.md, "Session 9: udp sends in place": steps of 0 to 64 KiB did about
+/// equally well (0 copies least but waits longest); adopting all at once did worse.
+const ADOPT_STEP_BYTES: usize = 8 << 10;
+/// How long after its last byte was lent a send in place waits for acknowledgements
+/// before it adopts all that is left.
+const TAIL_WAIT: Duration = Duration::from_micros(500);
+/// Test hook: sends in place whatever the measurements say.
+#[cfg(test)]
+pub(crate) mod tests_in_place {
+    /// When set, `DgramShared::in_place_pays` says yes (tests that must exercise the
+    /// path; correct either way, so other tests running meanwhile are not disturbed).
+    pub(crate) static ALWAYS: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+}
+
+/// A message is sent in place only when it is at least this many times its connection's
+/// bandwidth-delay product ([`DgramShared::in_place_pays`]). About one such product is
+/// still unacknowledged when the send ends (and is copied): on loopback it is 2-3
+/// datagrams (110-150 KB), and sends that adopted 40% of their bytes were still 8% faster
+/// than copying (docs/PERFORMANCE.md, "Session 9: udp sends in place").
+const IN_PLACE_BDP_MULTIPLE: u64 = 3;
+/// Payload bytes one system call of a send in place carries at most (see
+/// [`Engine::flush_lent`]), so that the receiver starts on them (and acknowledges them)
+/// while the rest are checksummed and sent: with 128 KiB about 13% of the bytes of 1 MiB
+/// sends were still unacknowledged at the end (adopted), against 18-28% with one call
+/// for all that the window allows.
+const LENT_BATCH_BYTES: usize = 128 << 10;
+
+/// A connection sending a message in place and that message (see
+/// [`DgramShared::send_in_place`]), or none.
+type Lender<'a> = Option<(u64, &'a [u8])>;
+
+/// The message connection `id` lends bytes of, if `lender` is that connection (else empty:
+/// without it no data frame goes out while bytes are lent).
+fn lent_of<'a>(lender: Lender<'a>, id: u64) -> &'a [u8] {
+    match lender {
+        Some((lender_id, message)) if lender_id == id => message,
+        _ => &[],
+    }
+}
+
 /// What the endpoint sees of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Status {
@@ -738,6 +800,10 @@ struct Engine {
     housekeeping_owed: bool,
     /// The socket a poll looks at first (several links: the one after the last served).
     next_socket: usize,
+    /// Bytes of messages sent in place, and of those, bytes that had to be copied into a
+    /// send window after all (not acknowledged before their send returned).
+    sent_in_place_bytes: u64,
+    adopted_bytes: u64,
 }
 
 impl Engine {
@@ -776,6 +842,12 @@ pub struct DatagramStats {
     /// Payload bytes received straight into a receive's buffer (a blocking receive in the
     /// middle of a message), not through the connection's receive window.
     pub direct_read_bytes: u64,
+    /// Message bytes sent in place: lent from the sender's buffer to the protocol, not
+    /// copied into a send window (`Config::udp_send_in_place_min`).
+    pub sent_in_place_bytes: u64,
+    /// Of those, bytes copied into the send window after all: not acknowledged when their
+    /// send returned.
+    pub adopted_bytes: u64,
 }
 
 impl DatagramStats {
@@ -997,6 +1069,8 @@ impl DgramShared {
                 timed_out: Vec::new(),
                 housekeeping_owed: false,
                 next_socket: 0,
+                sent_in_place_bytes: 0,
+                adopted_bytes: 0,
             }),
         })
     }
@@ -1043,6 +1117,8 @@ impl DgramShared {
         let engine = self.lock();
         let mut total = engine.retired;
         total.connections = 0;
+        total.sent_in_place_bytes = engine.sent_in_place_bytes;
+        total.adopted_bytes = engine.adopted_bytes;
         for e in engine.conns.values() {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);
@@ -1251,7 +1327,7 @@ impl DgramShared {
     /// [`DgramShared::take`]).
     pub(crate) fn poll_io_before_receive(&self, ctx: &ContextShared) -> u64 {
         let mut engine = self.lock();
-        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES);
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
         engine.news
     }
 
@@ -1269,7 +1345,7 @@ impl DgramShared {
         buf: &mut [u8],
     ) -> Option<Option<usize>> {
         let mut engine = self.lock();
-        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES);
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
         let entry = engine.conns.get_mut(&id)?;
         if entry.status != Status::Open {
             return None;
@@ -1337,6 +1413,138 @@ impl DgramShared {
         let done = *written == data.len();
         engine.flush(id);
         Ok(done)
+    }
+
+    /// Sends `data` as the next message of connection `id` from the caller's buffer, in
+    /// place: its bytes are lent to the protocol (`ReliableConnection::lend_message`)
+    /// instead of copied into the send window, and datagrams carry them straight from
+    /// `data` (checksum and gathered send). Each call polls the sockets (acks), lends what
+    /// the window has room for, and sends what the protocol lets go. Once all of `data` is
+    /// lent, what is not yet acknowledged is adopted (copied into the send window), the
+    /// highest bytes first, [`ADOPT_STEP_BYTES`] per call while acks keep arriving, all of
+    /// it after [`TAIL_WAIT`]: the sooner the call returns the fewer bytes are
+    /// acknowledged meanwhile (docs/PERFORMANCE.md, "Session 9: udp sends in place").
+    ///
+    /// True once the caller may reuse `data` (no byte of it is lent any more); on false
+    /// the caller waits a step and calls again with the same `data` and `progress`. A
+    /// caller that gives up before (an error, a timeout) must call
+    /// [`DgramShared::end_in_place`].
+    pub(crate) fn send_in_place(
+        &self,
+        ctx: &ContextShared,
+        id: u64,
+        data: &[u8],
+        progress: &mut InPlace,
+    ) -> std::result::Result<bool, Failure> {
+        let mut engine = self.lock();
+        let kind = self.kind;
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
+        };
+        match &entry.status {
+            Status::Failed(why) => return Err(Failure::Lost(kind.name(), why.clone())),
+            Status::Closed => return Err(Failure::Closed),
+            _ => {}
+        }
+        // The first call starts the message and sends; every other polls first:
+        // acknowledgements free room and release lent bytes.
+        let fresh = !progress.started && entry.core.start_message(data.len() as u64).is_ok();
+        if fresh {
+            progress.started = true;
+        } else {
+            engine.poll_into(
+                Some(ctx),
+                self,
+                &mut None,
+                RECV_BUDGET_BYTES,
+                Some((id, data)),
+            );
+            if !progress.started {
+                return Ok(false);
+            }
+        }
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
+        };
+        let mut lent_now = 0;
+        while progress.lent < data.len() {
+            let count = entry.core.lend_message(data.len() - progress.lent);
+            if count == 0 {
+                break;
+            }
+            progress.lent += count;
+            lent_now += count as u64;
+        }
+        engine.sent_in_place_bytes += lent_now;
+        engine.flush_lent(id, data);
+        if progress.lent == data.len() && progress.all_lent_at.is_none() {
+            progress.all_lent_at = Some(Instant::now());
+        }
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
+        };
+        let Some(all_lent_at) = progress.all_lent_at else {
+            return Ok(false);
+        };
+        if entry.core.lent_bytes() == 0 {
+            return Ok(true);
+        }
+        let step = if all_lent_at.elapsed() >= TAIL_WAIT {
+            usize::MAX
+        } else {
+            ADOPT_STEP_BYTES
+        };
+        // Invariant: `data` is the message lent (its length checked by the core).
+        let adopted = entry.core.adopt_lent(data, step).unwrap_or(0);
+        engine.adopted_bytes += adopted as u64;
+        let entry = engine.conns.get(&id).expect("looked up above");
+        Ok(entry.core.lent_bytes() == 0)
+    }
+
+    /// Whether a message of `len` bytes should be sent in place on connection `id`: only
+    /// on a connection of one path, and only when the message is at least
+    /// [`IN_PLACE_BDP_MULTIPLE`] times the connection's measured
+    /// bandwidth-delay product (over its paths, delivery rate times minimum RTT). What is unacknowledged when the send ends (about a bandwidth-delay product)
+    /// is copied anyway, and the send waits a little for acknowledgements first: on a
+    /// link that is slow or far compared to the message, that wait empties the pipe
+    /// between messages, where a copy lets the next message follow at once. False before
+    /// the first measurements.
+    pub(crate) fn in_place_pays(&self, id: u64, len: usize) -> bool {
+        let engine = self.lock();
+        let Some(entry) = engine.conns.get(&id) else {
+            return false;
+        };
+        let core = &entry.core;
+        #[cfg(test)]
+        if tests_in_place::ALWAYS.load(Ordering::Relaxed) {
+            return true;
+        }
+        if core.path_count() > 1 {
+            // Striped: the links are the limit, not the sender's copy, and the wait for the
+            // tail idled them (8 x 1 Gbit/s: 0.63-0.77 of tcp in place, 0.91 copied).
+            return false;
+        }
+        // Each path's rate times its minimum RTT: the smoothed RTT includes the queue the
+        // sender itself builds (about 1 ms on loopback with 8 MiB windows).
+        let (mut rate, mut bdp) = (0u64, 0u128);
+        for stats in (0..core.path_count()).filter_map(|path| core.path_stats(path)) {
+            rate = rate.saturating_add(stats.delivery_rate_bytes_per_second);
+            bdp += u128::from(stats.delivery_rate_bytes_per_second) * u128::from(stats.min_rtt_ns)
+                / 1_000_000_000;
+        }
+        rate > 0 && bdp > 0 && len as u128 >= u128::from(IN_PLACE_BDP_MULTIPLE) * bdp
+    }
+
+    /// Ends a send in place that [`DgramShared::send_in_place`] did not finish (the caller
+    /// gives up): what is still lent of `data` is adopted, so that the connection no longer
+    /// needs it. The message itself stays on its way (its rest, if any, is never written:
+    /// the caller's error ends the connection's use for sending, as for a partial write).
+    pub(crate) fn end_in_place(&self, id: u64, data: &[u8]) {
+        let mut engine = self.lock();
+        if let Some(entry) = engine.conns.get_mut(&id) {
+            let adopted = entry.core.adopt_lent(data, usize::MAX).unwrap_or(0);
+            engine.adopted_bytes += adopted as u64;
+        }
     }
 
     /// Whether everything written to connection `id` was acknowledged (true for a
@@ -1440,7 +1648,7 @@ impl DgramShared {
             // Only as much as the message still needs, so that little of the next one goes
             // through the receive window.
             let budget = RECV_BUDGET_BYTES.min(len - filled);
-            engine.poll_into(Some(ctx), self, &mut reader, budget);
+            engine.poll_into(Some(ctx), self, &mut reader, budget, None);
             let placed = reader.map_or(0, |r| r.placed);
             filled += placed;
             if filled == len {
@@ -1609,6 +1817,13 @@ impl Engine {
     /// bookkeeping) then runs while the datagram is on its way, not before it
     /// (docs/PERFORMANCE.md, "udp latency path (session 8)").
     fn flush(&mut self, id: u64) {
+        self.flush_lent(id, &[]);
+    }
+
+    /// [`Engine::flush`] with `lent`, the message connection `id` is sending in place (its
+    /// lent bytes: [`DgramShared::send_in_place`]); without it (empty) no data frame goes
+    /// out while bytes are lent.
+    fn flush_lent(&mut self, id: u64, lent: &[u8]) {
         self.timers_dirty = true;
         let now = self.now();
         let Some(entry) = self.conns.get_mut(&id) else {
@@ -1626,14 +1841,23 @@ impl Engine {
             }
             let mut more = true;
             let mut full = false;
+            // Payload bytes laid out: a lender's flush sends at most LENT_BATCH_BYTES per
+            // system call.
+            let mut batch_bytes = 0usize;
+            let batch_limit = if lent.is_empty() {
+                usize::MAX
+            } else {
+                LENT_BATCH_BYTES
+            };
             // Lay out at most TX_BYTES of copies and 1024 datagrams per socket and system call.
             while !full {
-                let Some(t) = entry.core.poll_transmit(now, &mut self.header) else {
+                let Some(t) = entry.core.poll_transmit_lent(now, &mut self.header, lent) else {
                     more = false;
                     break;
                 };
                 let path = t.path.min(sockets.len() - 1);
                 let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                batch_bytes += t.payload.len();
                 match &mut sockets[path] {
                     Socket::Mem(socket) => {
                         let _ = socket.send(to, &self.header[..t.header_len], t.payload);
@@ -1667,14 +1891,16 @@ impl Engine {
                                         ),
                                         _ => None,
                                     };
-                                    io.send_all(to, &entry.core, via);
+                                    io.send_all(to, &entry.core, lent, via);
                                     io.tx.clear();
                                     io.tx_out.clear();
                                 }
                             }
                         }
                         first = false;
-                        full = io.tx.len() >= TX_BYTES || io.tx_out.len() >= 1024;
+                        full = io.tx.len() >= TX_BYTES
+                            || io.tx_out.len() >= 1024
+                            || batch_bytes >= batch_limit;
                     }
                 }
             }
@@ -1688,7 +1914,7 @@ impl Engine {
                             }
                             _ => None,
                         };
-                        io.send_all(to, &entry.core, via);
+                        io.send_all(to, &entry.core, lent, via);
                     }
                 }
             }
@@ -1873,7 +2099,7 @@ impl Engine {
     }
 
     fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
-        self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES);
+        self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES, None);
     }
 
     /// [`Engine::poll`], with a receive in the middle of a message that takes the datagrams
@@ -1886,18 +2112,22 @@ impl Engine {
     /// message waiting for the application, whose answer should leave next, the
     /// housekeeping waits for the next poll (which runs it whatever it receives, so it is
     /// never put off twice in a row).
+    ///
+    /// `lender`: a connection sending a message in place, and that message
+    /// ([`DgramShared::send_in_place`]): its flushes send lent bytes too.
     fn poll_into(
         &mut self,
         ctx: Option<&ContextShared>,
         shared: &DgramShared,
         reader: &mut Option<Reader<'_>>,
         budget: usize,
+        lender: Lender<'_>,
     ) {
         // Acks held back for the application's answer: it has answered (and its message
         // carried them) or not; whatever is left goes now. Popped, not taken: the list
         // keeps its allocation.
         while let Some(id) = self.deferred.pop() {
-            self.flush(id);
+            self.flush_lent(id, lent_of(lender, id));
         }
         let now = self.now();
         let mut touched = std::mem::take(&mut self.touched);
@@ -1957,7 +2187,7 @@ impl Engine {
                     self.defer(id);
                 } else {
                     all_waiting = false;
-                    self.flush(id);
+                    self.flush_lent(id, lent_of(lender, id));
                 }
                 self.settle(id, ctx, shared);
             }
@@ -1970,13 +2200,19 @@ impl Engine {
             return;
         }
         self.housekeeping_owed = false;
-        self.housekeeping(now, ctx, shared);
+        self.housekeeping(now, ctx, shared, lender);
     }
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
     /// may have moved), sends what they produced, and forgets the connections given up and
     /// done. A poll that finds nothing to do reads no connection.
-    fn housekeeping(&mut self, now: Nanos, ctx: Option<&ContextShared>, shared: &DgramShared) {
+    fn housekeeping(
+        &mut self,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        lender: Lender<'_>,
+    ) {
         let scan = self.timers_dirty || self.next_timer.is_some_and(|t| t <= now);
         if !scan {
             return;
@@ -2011,7 +2247,7 @@ impl Engine {
             expired.dedup();
         }
         for &id in &expired {
-            self.flush(id);
+            self.flush_lent(id, lent_of(lender, id));
             self.settle(id, ctx, shared);
         }
         self.touched = expired;
