@@ -5,6 +5,8 @@
 //!   the cargo filter selects. This is how a reported failure is replayed.
 //! - `QUIVER_SIM_SEEDS=<N>`: run seeds `0..N` in the sweep tests instead of their default
 //!   count (long runs; fixed-seed tests are not affected).
+//! - `QUIVER_SIM_SEED_START=<S>`: start the sweeps at seed `S` instead of 0 (`S..S+N`), to
+//!   split a long sweep into runs that do not repeat each other's seeds.
 //!
 //! A panic inside a seed (an invariant, an assertion of the scenario, or a panic of the
 //! protocol core) is caught and re-raised with the scenario, the seed and the command that
@@ -17,6 +19,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub const SEED_ENV: &str = "QUIVER_SIM_SEED";
 /// Environment variable that sets the number of seeds of sweep tests.
 pub const SEED_COUNT_ENV: &str = "QUIVER_SIM_SEEDS";
+/// Environment variable that sets the first seed of sweep tests.
+pub const SEED_START_ENV: &str = "QUIVER_SIM_SEED_START";
 
 /// The seed named by `QUIVER_SIM_SEED`, if set.
 ///
@@ -35,17 +39,17 @@ fn parse_seed(text: &str) -> Option<u64> {
     }
 }
 
-/// The seeds a sweep test runs: the replay seed alone, else `0..QUIVER_SIM_SEEDS`, else
-/// `0..default_count`.
+/// The seeds a sweep test runs: the replay seed alone, else `count` seeds from
+/// `QUIVER_SIM_SEED_START` (default 0), `count` being `QUIVER_SIM_SEEDS` or else
+/// `default_count`.
 pub fn sweep_seeds(default_count: u64) -> Vec<u64> {
     if let Some(seed) = replay_seed() {
         return vec![seed];
     }
-    let count = std::env::var(SEED_COUNT_ENV)
-        .ok()
-        .and_then(|text| parse_seed(&text))
-        .unwrap_or(default_count);
-    (0..count).collect()
+    let number = |name: &str| std::env::var(name).ok().and_then(|text| parse_seed(&text));
+    let count = number(SEED_COUNT_ENV).unwrap_or(default_count);
+    let start = number(SEED_START_ENV).unwrap_or(0);
+    (start..start.saturating_add(count)).collect()
 }
 
 /// The seeds a fixed-seed test runs: the replay seed alone, else `seeds`.
