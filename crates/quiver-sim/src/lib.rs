@@ -38,7 +38,8 @@
 //! `striping_receiver_pauses_cost_one_frame_each` failing, a receiver pause taken for a
 //! dead link when the paths' queues differ (docs/striping.md, "Pauses"), which
 //! `striping_receiver_pauses_with_unequal_queues` now reproduces at every seed. A sweep
-//! runs all its seeds and names every failing one.
+//! runs all its seeds and names every failing one; `QUIVER_SIM_SEED_START` splits a long
+//! sweep into runs ([`seeds`]).
 #![forbid(unsafe_code)]
 
 pub mod event;
