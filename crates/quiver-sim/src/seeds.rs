@@ -5,10 +5,13 @@
 //!   the cargo filter selects. This is how a reported failure is replayed.
 //! - `QUIVER_SIM_SEEDS=<N>`: run seeds `0..N` in the sweep tests instead of their default
 //!   count (long runs; fixed-seed tests are not affected).
+//! - `QUIVER_SIM_SEED_START=<S>`: start the sweeps at seed `S` instead of 0 (`S..S+N`), to
+//!   split a long sweep into runs that do not repeat each other's seeds.
 //!
 //! A panic inside a seed (an invariant, an assertion of the scenario, or a panic of the
 //! protocol core) is caught and re-raised with the scenario, the seed and the command that
-//! replays exactly that run.
+//! replays exactly that run, once every seed has run: a long sweep names all its failing
+//! seeds at once (`N of M seeds failed: [...]`), not only the first.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -16,6 +19,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub const SEED_ENV: &str = "QUIVER_SIM_SEED";
 /// Environment variable that sets the number of seeds of sweep tests.
 pub const SEED_COUNT_ENV: &str = "QUIVER_SIM_SEEDS";
+/// Environment variable that sets the first seed of sweep tests.
+pub const SEED_START_ENV: &str = "QUIVER_SIM_SEED_START";
 
 /// The seed named by `QUIVER_SIM_SEED`, if set.
 ///
@@ -34,17 +39,17 @@ fn parse_seed(text: &str) -> Option<u64> {
     }
 }
 
-/// The seeds a sweep test runs: the replay seed alone, else `0..QUIVER_SIM_SEEDS`, else
-/// `0..default_count`.
+/// The seeds a sweep test runs: the replay seed alone, else `count` seeds from
+/// `QUIVER_SIM_SEED_START` (default 0), `count` being `QUIVER_SIM_SEEDS` or else
+/// `default_count`.
 pub fn sweep_seeds(default_count: u64) -> Vec<u64> {
     if let Some(seed) = replay_seed() {
         return vec![seed];
     }
-    let count = std::env::var(SEED_COUNT_ENV)
-        .ok()
-        .and_then(|text| parse_seed(&text))
-        .unwrap_or(default_count);
-    (0..count).collect()
+    let number = |name: &str| std::env::var(name).ok().and_then(|text| parse_seed(&text));
+    let count = number(SEED_COUNT_ENV).unwrap_or(default_count);
+    let start = number(SEED_START_ENV).unwrap_or(0);
+    (start..start.saturating_add(count)).collect()
 }
 
 /// The seeds a fixed-seed test runs: the replay seed alone, else `seeds`.
@@ -62,10 +67,14 @@ pub fn replay_command(test_name: &str, seed: u64) -> String {
 
 /// Runs `scenario` once per seed; returns how many seeds ran.
 ///
+/// Every seed runs, even after one failed, so that a long sweep reports all its failing
+/// seeds at once (each failure's message is printed to stderr as it happens).
+///
 /// # Panics
-/// When a seed fails: the message names the test, the seed, the original panic message and
-/// the replay command.
+/// When a seed fails: the message names the test, the first failing seed, its original
+/// panic message and replay command, and the list of every failing seed.
 pub fn run_seeds(test_name: &str, seeds: &[u64], mut scenario: impl FnMut(u64)) -> usize {
+    let mut failures: Vec<(u64, String)> = Vec::new();
     for &seed in seeds {
         let outcome = catch_unwind(AssertUnwindSafe(|| scenario(seed)));
         if let Err(payload) = outcome {
@@ -73,13 +82,22 @@ pub fn run_seeds(test_name: &str, seeds: &[u64], mut scenario: impl FnMut(u64)) 
                 .downcast_ref::<String>()
                 .map(String::as_str)
                 .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("(non-string panic payload)");
-            panic!(
-                "quiver-sim scenario `{test_name}` failed with seed {seed}:\n{message}\n\
-                 replay exactly this run with:\n  {}",
-                replay_command(test_name, seed)
-            );
+                .unwrap_or("(non-string panic payload)")
+                .to_owned();
+            eprintln!("quiver-sim scenario `{test_name}` failed with seed {seed}");
+            failures.push((seed, message));
         }
+    }
+    if let Some((seed, message)) = failures.first() {
+        let failing: Vec<u64> = failures.iter().map(|&(seed, _)| seed).collect();
+        panic!(
+            "quiver-sim scenario `{test_name}` failed with seed {seed}:\n{message}\n\
+             replay exactly this run with:\n  {}\n\
+             {} of {} seeds failed: {failing:?}",
+            replay_command(test_name, *seed),
+            failures.len(),
+            seeds.len()
+        );
     }
     seeds.len()
 }
@@ -110,5 +128,22 @@ mod tests {
             message.contains("QUIVER_SIM_SEED=2 cargo test -p quiver-sim --release demo_test"),
             "{message}"
         );
+        assert!(message.contains("1 of 3 seeds failed: [2]"), "{message}");
+    }
+
+    #[test]
+    fn every_failing_seed_is_listed() {
+        let mut ran = Vec::new();
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            run_seeds("demo_test", &[1, 2, 3, 4], |seed| {
+                ran.push(seed);
+                assert!(seed % 2 == 1, "boom at {seed}");
+            });
+        }))
+        .expect_err("seeds 2 and 4 fail");
+        assert_eq!(ran, [1, 2, 3, 4], "the sweep goes on after a failure");
+        let message = caught.downcast_ref::<String>().expect("formatted");
+        assert!(message.contains("failed with seed 2"), "{message}");
+        assert!(message.contains("2 of 4 seeds failed: [2, 4]"), "{message}");
     }
 }

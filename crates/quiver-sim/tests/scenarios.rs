@@ -158,9 +158,12 @@ fn burst_loss() {
     });
 }
 
+/// 30% random loss in both directions. Issue 3 asks CI for at least 1000 seeds with loss
+/// up to 30%: this sweep runs 2000 by default (about 0.3 s of CPU), `mixed_impairments`
+/// (loss 0-30% with other impairments) 1000.
 #[test]
 fn random_loss_30_percent() {
-    let seeds = sweep_seeds(800);
+    let seeds = sweep_seeds(2000);
     run_seeds("random_loss_30_percent", &seeds, |seed| {
         let lossy = LinkConfig {
             loss_probability: 0.3,
@@ -256,7 +259,7 @@ fn corruption() {
 /// bandwidth limit with a small queue and an MTU just above the datagram size.
 #[test]
 fn mixed_impairments() {
-    let seeds = sweep_seeds(800);
+    let seeds = sweep_seeds(1000);
     run_seeds("mixed_impairments", &seeds, |seed| {
         let mut rng = SimRng::new(seed ^ 0x313D);
         let mut link = || LinkConfig {

@@ -415,6 +415,88 @@ fn striping_receiver_pauses_cost_one_frame_each() {
     );
 }
 
+/// The regression scenario of seed 163 of `striping_receiver_pauses_cost_one_frame_each`,
+/// made deterministic: two 100 Mbit/s links of 300 µs and 30 µs delay. The windows (from
+/// each link's minimum RTT) keep ~0.7 ms more queue on the slower one, so it delivers
+/// frames ~9 ms after they left and the other ~8 ms: when the receiver pauses, frames sent
+/// on the fast link up to ~0.7 ms after the slow link's oldest unread frame have been read,
+/// more than the slow link's minimum RTT (0.6 ms). The timeout of the slow link during the
+/// pause must still see a silent peer (nothing acknowledged in the second half of its
+/// wait) and resend one frame, not declare its whole window lost: before, the fast link
+/// resent that window as soon as the receiver came back, before the originals' acks (on
+/// the slower return link) arrived, and the receiver dropped ~77 duplicates per pause.
+#[test]
+fn striping_receiver_pauses_with_unequal_queues() {
+    // Every seed failed before the fix: a few suffice.
+    let seeds = sweep_seeds(5);
+    run_seeds(
+        "striping_receiver_pauses_with_unequal_queues",
+        &seeds,
+        |seed| {
+            let mut rng = SimRng::new(seed ^ 0x00E0_A1E5);
+            let links = [link(100, 300), link(100, 30)];
+            let mut sim = Sim::new(seed);
+            let sender = sim.add_node();
+            let receiver = sim.add_node();
+            for config in &links {
+                sim.add_duplex_link(sender, receiver, config.clone());
+            }
+            let config = ReliableConfig {
+                min_rto_ns: 10 * MILLISECOND_NS,
+                initial_rto_ns: 200 * MILLISECOND_NS,
+                max_rto_ns: SECOND_NS,
+                max_retransmits: 12,
+                ..striped_config(links.len())
+            };
+            // 1.5 s of the two links.
+            let total = 2 * 100 * 1_000_000 / 8 * 3 / 2;
+            let sizes = vec![256 << 10; (total / (256 << 10)) as usize];
+            let script = MessageScript::fixed(seed, sizes);
+            let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
+            // Pauses of 20 to 30 ms, longer than the RTO (~19 ms), every 100 to 200 ms.
+            let mut pauses = 0u64;
+            let mut at = 100 * MILLISECOND_NS + rng.range_inclusive(0, 10_000) * MICROSECOND_NS;
+            while at < 1500 * MILLISECOND_NS {
+                let pause = rng.range_inclusive(20, 30) * MILLISECOND_NS;
+                sim.stall_node(receiver, at, at + pause);
+                pauses += 1;
+                at += pause + rng.range_inclusive(100_000, 200_000) * MICROSECOND_NS;
+            }
+            let report = run_to_delivery(&mut sim, flow);
+            let flow_report = &report.flows[flow.0];
+            print_run(
+                "striping_receiver_pauses_with_unequal_queues",
+                seed,
+                &report,
+                flow,
+                0.0,
+            );
+            let sender_stats = flow_report.initiator_stats.as_ref().expect("sender");
+            let receiver_stats = flow_report.responder_stats.as_ref().expect("receiver");
+            // About one frame per pause and link; a window is ~77 frames.
+            let bound = 2 * pauses * links.len() as u64;
+            assert!(
+                sender_stats.retransmits <= bound,
+                "{} retransmissions in {pauses} pauses: {flow_report:#?}",
+                sender_stats.retransmits
+            );
+            assert!(
+                receiver_stats.duplicates_dropped <= bound,
+                "{} duplicates in {pauses} pauses: {flow_report:#?}",
+                receiver_stats.duplicates_dropped
+            );
+            for path in &flow_report.initiator_paths {
+                assert!(
+                    path.frames_lost <= 2 * pauses,
+                    "a path declared {} frames lost in {pauses} pauses: {flow_report:#?}",
+                    path.frames_lost
+                );
+            }
+            assert_eq!(sender_stats.paths_down, 0, "{flow_report:#?}");
+        },
+    );
+}
+
 /// A link goes down and up again and again: the transfer completes, and the path goes down
 /// and rejoins.
 #[test]

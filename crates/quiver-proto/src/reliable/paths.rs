@@ -534,6 +534,9 @@ pub(super) struct Paths {
     /// When the latest frame (first transmission) or ping that got through on any path
     /// was sent: the peer was alive and reading then.
     latest_delivered_sent_at: Nanos,
+    /// When the latest acknowledgement of such a frame, or answer to such a ping, arrived:
+    /// the peer was alive and reading shortly before.
+    latest_delivered_at: Nanos,
     /// Some path may have a ping or a ping reply to send (false: none has; spares
     /// `take_reply`/`take_ping` their walk over the paths on every `poll_transmit`).
     control_due: bool,
@@ -562,6 +565,7 @@ impl Paths {
             ack_path: 0,
             signs_of_life: 0,
             latest_delivered_sent_at: 0,
+            latest_delivered_at: 0,
             control_due: false,
         }
     }
@@ -629,6 +633,7 @@ impl Paths {
     /// (its rate meter).
     pub(super) fn delivered(&mut self, path: usize, now: Nanos, bytes: u64, sent_at: Nanos) {
         self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
+        self.latest_delivered_at = self.latest_delivered_at.max(now);
         if self.paths[path].on_delivered(now, bytes, sent_at) {
             self.rebalance();
         }
@@ -657,6 +662,12 @@ impl Paths {
     /// When the latest frame or ping that got through (any path) was sent.
     pub(super) fn latest_delivered_sent_at(&self) -> Nanos {
         self.latest_delivered_sent_at
+    }
+
+    /// When the acknowledgement (or answer) of the latest frame or ping that got through
+    /// (any path) arrived.
+    pub(super) fn latest_delivered_at(&self) -> Nanos {
+        self.latest_delivered_at
     }
 
     /// Signs of life of any path so far.
@@ -797,6 +808,7 @@ impl Paths {
                 path.ping_outstanding = None;
                 path.on_rtt_sample(now.saturating_sub(sent_at));
                 self.latest_delivered_sent_at = self.latest_delivered_sent_at.max(sent_at);
+                self.latest_delivered_at = self.latest_delivered_at.max(now);
             }
         }
         if path.state == PathState::Down {

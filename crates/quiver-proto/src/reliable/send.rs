@@ -626,18 +626,41 @@ impl SendState {
     /// enough in a row to go down.
     pub(super) fn on_path_rto(&mut self, now: Nanos, path: usize) -> (u64, bool) {
         let rto_ns = self.paths.get(path).rtt.rto_ns();
-        // Nothing sent since this path's oldest frame got through on any path (give or
-        // take the path's minimum RTT: links of different delays deliver out of send
-        // order): the peer (or this process) is silent as a whole, not this link. Only
-        // that frame is declared lost (as TCP does); moving all the path's frames to the
-        // other paths only made duplicates of what the paused receiver was about to read.
+        // The peer (or this process) is silent as a whole, not this link, when nothing sent
+        // since this path's oldest frame got through on any path (give or take the path's
+        // minimum RTT: links of different delays deliver out of send order), or when no
+        // path had anything acknowledged in the second half of that frame's wait (from
+        // midway between its expected ack, one smoothed RTT after it left, and its
+        // timeout) while another path still waits for the ack of a frame sent before that
+        // midpoint: a reading peer would have acknowledged it. (Without a frame waiting
+        // elsewhere, the silence says nothing: the other paths may just have had nothing
+        // to send, e.g. held back by a receive window full behind this path's hole.)
+        // The second test is needed because paths with queues of different lengths deliver
+        // out of send order by far more than a minimum RTT: a frame that waited behind 9 ms
+        // of queue on one path was overtaken by frames sent 0.7 ms after it on another,
+        // with 8 ms of queue, which the receiver read just before it paused; the first test
+        // alone then called the pause a dead link, declared the whole window of the path
+        // lost, and the other path resent it all before the originals' acks came back
+        // (`striping_receiver_pauses_cost_one_frame_each`, seed 163: 712 duplicates).
+        // Only the oldest frame is declared lost (as TCP does); moving all the path's
+        // frames to the other paths only made duplicates of what the paused receiver was
+        // about to read.
         let peer_silent = {
             let entry = self.paths.get(path);
-            entry.head != NO_FRAME
-                && self.paths.latest_delivered_sent_at()
-                    < self.in_flight[(entry.head - self.base_pn) as usize]
-                        .sent_at
-                        .saturating_add(entry.min_rtt_ns())
+            entry.head != NO_FRAME && {
+                let head_sent_at = self.in_flight[(entry.head - self.base_pn) as usize].sent_at;
+                let midway_ns = entry.rtt.smoothed_ns().min(rto_ns) / 2 + rto_ns / 2;
+                let midpoint = head_sent_at.saturating_add(midway_ns);
+                self.paths.latest_delivered_sent_at()
+                    < head_sent_at.saturating_add(entry.min_rtt_ns())
+                    || (self.paths.latest_delivered_at() < midpoint
+                        && (0..self.paths.len()).any(|other| {
+                            let head = self.paths.get(other).head;
+                            other != path
+                                && head != NO_FRAME
+                                && self.in_flight[(head - self.base_pn) as usize].sent_at < midpoint
+                        }))
+            }
         };
         let mut lost = 0;
         loop {

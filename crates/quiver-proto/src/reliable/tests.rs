@@ -689,6 +689,306 @@ fn a_late_timer_waits_for_the_acks_that_came_meanwhile() {
     );
 }
 
+/// Two connections over two paths, driven by hand: every datagram is kept with the path it
+/// names, and the test decides when (and whether) it arrives.
+struct TwoPaths {
+    a: ReliableConnection,
+    b: ReliableConnection,
+    /// Messages b read so far, concatenated.
+    read: Vec<u8>,
+    /// The rest of the message being written (written as the send buffer frees).
+    unwritten: Vec<u8>,
+}
+
+/// One-way delay of both paths in the [`TwoPaths`] tests.
+const TWO_PATHS_DELAY_NS: Nanos = 500_000;
+
+impl TwoPaths {
+    /// Two paths, a 10 ms RTO floor.
+    fn config() -> ReliableConfig {
+        ReliableConfig {
+            path_count: 2,
+            min_rto_ns: 10_000_000,
+            ..ReliableConfig::default()
+        }
+    }
+
+    /// Established with [`Self::config`] (the handshake goes over path 0).
+    fn established() -> TwoPaths {
+        Self::established_with(Self::config())
+    }
+
+    fn established_with(config: ReliableConfig) -> TwoPaths {
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        pair.run_until(|pair| {
+            pair.a.state() == State::Established
+                && pair
+                    .b
+                    .as_ref()
+                    .is_some_and(|b| b.state() == State::Established)
+        });
+        let b = pair.b.take().unwrap();
+        TwoPaths {
+            a: pair.a,
+            b,
+            read: Vec::new(),
+            unwritten: Vec::new(),
+        }
+    }
+
+    /// Everything `connection` sends at `now`, with its path.
+    fn drain(connection: &mut ReliableConnection, now: Nanos) -> Vec<(usize, Vec<u8>)> {
+        let mut header = [0u8; frame::MAX_HEADER_LEN];
+        let mut out = Vec::new();
+        while let Some(transmit) = connection.poll_transmit(now, &mut header) {
+            let mut datagram = header[..transmit.header_len].to_vec();
+            datagram.extend_from_slice(transmit.payload);
+            out.push((transmit.path, datagram));
+        }
+        out
+    }
+
+    /// What a sends at `now` (after writing what the send buffer takes).
+    fn send_a(&mut self, now: Nanos) -> Vec<(usize, Vec<u8>)> {
+        let written = self.a.write_message(&self.unwritten);
+        self.unwritten.drain(..written);
+        Self::drain(&mut self.a, now)
+    }
+
+    /// `datagrams` reach b at `now`; b reads what it can and its answers (delayed acks
+    /// included) reach a one delay later.
+    fn deliver_to_b(&mut self, now: Nanos, datagrams: &[(usize, Vec<u8>)]) {
+        for (path, datagram) in datagrams {
+            self.b.handle_datagram(now, *path, datagram);
+        }
+        let mut buffer = vec![0u8; 64 << 10];
+        loop {
+            let (count, _) = self.b.read_message(&mut buffer);
+            if count == 0 {
+                break;
+            }
+            self.read.extend_from_slice(&buffer[..count]);
+        }
+        let mut answers = Self::drain(&mut self.b, now);
+        let ack_at = self.b.poll_timeout().unwrap_or(now).max(now);
+        if ack_at < now + TWO_PATHS_DELAY_NS {
+            self.b.handle_timeout(ack_at);
+            answers.extend(Self::drain(&mut self.b, ack_at));
+        }
+        for (path, datagram) in answers {
+            self.a
+                .handle_datagram(now + TWO_PATHS_DELAY_NS, path, &datagram);
+        }
+    }
+
+    /// Sends and delivers everything, round after round from `now` (each round one RTT),
+    /// until a has nothing left to send; returns the time after the last round.
+    fn run_lossless(&mut self, mut now: Nanos) -> Nanos {
+        for _ in 0..10_000 {
+            let datagrams = self.send_a(now);
+            if datagrams.is_empty()
+                && self.unwritten.is_empty()
+                && self.a.stats().send_buffered_bytes == 0
+            {
+                return now;
+            }
+            self.deliver_to_b(now + TWO_PATHS_DELAY_NS, &datagrams);
+            now += 2 * TWO_PATHS_DELAY_NS;
+            if let Some(deadline) = self.a.poll_timeout().filter(|&at| at <= now) {
+                self.a.handle_timeout(deadline.max(now));
+            }
+        }
+        panic!("no progress");
+    }
+
+    /// Starts `message`; [`Self::send_a`] writes it as the send buffer frees.
+    fn write(&mut self, message: &[u8]) {
+        assert!(self.unwritten.is_empty());
+        self.a.start_message(message.len() as u64).unwrap();
+        self.unwritten = message.to_vec();
+    }
+}
+
+/// Two paths of equal delay, the receiver pauses, and the frames of path 0 were queued
+/// longer than those of path 1: frames sent on path 1 more than path 0's minimum RTT after
+/// path 0's oldest unacknowledged frame were read before the pause. Path 0's timeout
+/// during the pause must still see a silent peer (no path had anything acknowledged in the
+/// second half of its wait) and declare only its oldest frame lost: before, it declared
+/// its whole window lost, and path 1 resent it the moment the receiver came back
+/// (striping_receiver_pauses_cost_one_frame_each, seed 163, in quiver-sim).
+#[test]
+fn a_pause_behind_a_longer_queue_on_one_path_costs_one_frame() {
+    let mut pair = TwoPaths::established();
+    // Warm up both paths: RTT samples of 1 ms.
+    let warm_up = patterned(60_000, 1);
+    pair.write(&warm_up);
+    let mut now = pair.run_lossless(10_000_000);
+    assert_eq!(pair.read, warm_up);
+    for path in 0..2 {
+        let stats = pair.a.path_stats(path).unwrap();
+        assert_eq!(stats.min_rtt_ns, 2 * TWO_PATHS_DELAY_NS, "{stats:?}");
+    }
+    // A second message: the first round goes out on both paths at once.
+    let message = patterned(200_000, 2);
+    pair.write(&message);
+    let first = pair.send_a(now);
+    assert!(first.iter().any(|(path, _)| *path == 0));
+    assert!(first.iter().any(|(path, _)| *path == 1));
+    let (mut held, on_path_1): (Vec<_>, Vec<_>) =
+        first.into_iter().partition(|(path, _)| *path == 0);
+    // Path 1's frames are read (path 0's wait in its queue), and so are those path 1 sends
+    // 1.2 ms later, when its acks are back: more than path 0's minimum RTT after path 0's
+    // oldest frame left.
+    pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &on_path_1);
+    now += 1_200_000;
+    let second = pair.send_a(now);
+    let (second_0, second_1): (Vec<_>, Vec<_>) =
+        second.into_iter().partition(|(path, _)| *path == 0);
+    assert!(!second_1.is_empty(), "path 1 sent again");
+    held.extend(second_0);
+    pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &second_1);
+    let path_0_frames = held.len() as u64;
+    assert!(path_0_frames > 10, "{path_0_frames} frames held on path 0");
+    // The receiver pauses: nothing more arrives. The paths time out.
+    let third = pair.send_a(now + 600_000);
+    held.extend(third);
+    let mut timeouts = 0;
+    while timeouts < 2 {
+        let deadline = pair.a.poll_timeout().unwrap();
+        pair.a.handle_timeout(deadline);
+        now = deadline;
+        timeouts = pair.a.stats().rto_expirations;
+        held.extend(pair.send_a(now));
+    }
+    let path_0 = pair.a.path_stats(0).unwrap();
+    assert_eq!(path_0.rto_expirations, 1, "{path_0:?}");
+    assert_eq!(
+        path_0.frames_lost, 1,
+        "the pause was taken for a dead path: {path_0:?}"
+    );
+    assert!(pair.a.stats().retransmits <= 2, "{:?}", pair.a.stats());
+    // The receiver wakes up: everything arrives, the transfer completes.
+    now += 10_000_000;
+    pair.deliver_to_b(now, &held);
+    pair.run_lossless(now + 2 * TWO_PATHS_DELAY_NS);
+    let mut expected = warm_up.clone();
+    expected.extend_from_slice(&message);
+    assert_eq!(pair.read, expected);
+    assert!(pair.a.stats().retransmits <= 2, "{:?}", pair.a.stats());
+    assert!(
+        pair.b.stats().duplicates_dropped <= 2,
+        "{:?}",
+        pair.b.stats()
+    );
+}
+
+/// The other side of the same judgement: path 0's frames wait longer than its timeout
+/// (a slow path, not a dead one) while the receiver reads path 1 all along. The timeout
+/// sees a reading peer and declares path 0's window lost; path 1 has no room at that
+/// moment, so only path 0's probe is resent, and the first original acknowledged after it
+/// proves the timeout spurious: the rest go back in flight instead of being resent.
+#[test]
+fn a_timeout_on_a_slow_path_is_undone_by_its_originals() {
+    let mut pair = TwoPaths::established();
+    let warm_up = patterned(60_000, 1);
+    pair.write(&warm_up);
+    let mut now = pair.run_lossless(10_000_000);
+    let message = patterned(6 << 20, 3);
+    pair.write(&message);
+    // Round after round, path 1's frames are read and acknowledged one RTT later; path 0's
+    // stay in its queue, until path 0's timer runs (before the round's acks come back).
+    let mut held = Vec::new();
+    loop {
+        let (on_path_0, on_path_1): (Vec<_>, Vec<_>) = pair
+            .send_a(now)
+            .into_iter()
+            .partition(|(path, _)| *path == 0);
+        held.extend(on_path_0);
+        let deadline = pair.a.poll_timeout().unwrap();
+        if deadline < now + 2 * TWO_PATHS_DELAY_NS {
+            pair.a.handle_timeout(deadline);
+            now = deadline;
+            // The probe only: path 1's window is full.
+            held.extend(pair.send_a(now));
+            held.extend(on_path_1);
+            break;
+        }
+        pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &on_path_1);
+        now += 2 * TWO_PATHS_DELAY_NS;
+        assert!(now < 1_000_000_000, "path 0 never timed out");
+    }
+    let path_0 = pair.a.path_stats(0).unwrap();
+    assert_eq!(path_0.rto_expirations, 1, "{path_0:?}");
+    assert!(path_0.frames_lost > 10, "a reading peer: {path_0:?}");
+    assert_eq!(pair.a.stats().retransmits, 1, "{:?}", pair.a.stats());
+    // Path 0's originals arrive.
+    pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &held);
+    let path_0 = pair.a.path_stats(0).unwrap();
+    assert_eq!(path_0.spurious_timeouts, 1, "{path_0:?}");
+    assert!(
+        path_0.spurious_losses + 1 >= path_0.frames_lost,
+        "{path_0:?}"
+    );
+    pair.run_lossless(now + 2 * TWO_PATHS_DELAY_NS);
+    let mut expected = warm_up.clone();
+    expected.extend_from_slice(&message);
+    assert!(pair.read == expected, "{} bytes read", pair.read.len());
+    assert_eq!(pair.a.stats().retransmits, 1, "{:?}", pair.a.stats());
+    assert!(
+        pair.b.stats().duplicates_dropped <= 1,
+        "{:?}",
+        pair.b.stats()
+    );
+}
+
+/// A dead path whose missing frames hold back the other (the receive window fills up
+/// behind them, and the other path, all acknowledged, waits for credit): no path has
+/// anything acknowledged in the second half of the timeout's wait, but no other path
+/// waits for an ack either, so that silence is no sign of a paused peer. The timeout
+/// declares the dead path's whole window lost at once, and the other path resends it.
+#[test]
+fn a_dead_path_that_blocks_the_window_resends_its_window_at_its_first_timeout() {
+    let config = ReliableConfig {
+        recv_window_bytes: 256 << 10,
+        ..TwoPaths::config()
+    };
+    let mut pair = TwoPaths::established_with(config);
+    let warm_up = patterned(60_000, 1);
+    pair.write(&warm_up);
+    let mut now = pair.run_lossless(10_000_000);
+    let message = patterned(2 << 20, 4);
+    pair.write(&message);
+    // Path 0 dies; path 1 is read until the window is full behind path 0's hole.
+    let mut blocked_rounds = 0;
+    loop {
+        let (_, on_path_1): (Vec<_>, Vec<_>) = pair
+            .send_a(now)
+            .into_iter()
+            .partition(|(path, _)| *path == 0);
+        if on_path_1.is_empty() {
+            blocked_rounds += 1;
+        }
+        let deadline = pair.a.poll_timeout().unwrap();
+        if deadline < now + 2 * TWO_PATHS_DELAY_NS {
+            pair.a.handle_timeout(deadline);
+            break;
+        }
+        pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &on_path_1);
+        now += 2 * TWO_PATHS_DELAY_NS;
+        assert!(now < 1_000_000_000, "path 0 never timed out");
+    }
+    assert!(
+        blocked_rounds >= 4,
+        "path 1 waited for credit {blocked_rounds} rounds"
+    );
+    let path_0 = pair.a.path_stats(0).unwrap();
+    assert_eq!(path_0.rto_expirations, 1, "{path_0:?}");
+    assert!(
+        path_0.frames_lost > 10 && path_0.bytes_in_flight == 0,
+        "a dead path's window waits for more timeouts: {path_0:?}"
+    );
+}
+
 #[test]
 fn duplicates_are_dropped_and_counted() {
     let mut pair = Pair::established();
