@@ -641,36 +641,45 @@ fn random_configs() {
 fn graceful_close() {
     let seeds = sweep_seeds(200);
     run_seeds("graceful_close", &seeds, |seed| {
-        let lossy = LinkConfig {
-            loss_probability: 0.1,
-            jitter_ns: 300 * MICROSECOND_NS,
-            ..base_link()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, lossy);
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 10, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, sweep_config(), script);
-        flow_config.close_when_done = true;
-        let flow = sim.add_flow(flow_config);
-        assert_eq!(
-            sim.run_until(SWEEP_DEADLINE_NS),
-            StopReason::AllFlowsSettled
-        );
-        let report = sim.report();
-        let flow_report = &report.flows[flow.0];
-        assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
-        for events in [&flow_report.initiator_events, &flow_report.responder_events] {
-            let kinds: Vec<Event> = events.iter().map(|&(_, event)| event).collect();
-            assert_eq!(
-                kinds,
-                vec![Event::Established, Event::Closed],
-                "{flow_report:#?}"
-            );
-        }
+        close_after_the_last_message(seed, false)
     });
+}
+
+/// The sender closes after its last message (lent ones with `lend`) over a lossy,
+/// reordering link: all is delivered, then both sides report Closed.
+fn close_after_the_last_message(seed: u64, lend: bool) {
+    let lossy = LinkConfig {
+        loss_probability: 0.1,
+        jitter_ns: 300 * MICROSECOND_NS,
+        ..base_link()
+    };
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    sim.add_duplex_link(sender, receiver, lossy);
+    let mut rng = sim.fork_rng(1);
+    let script = MessageScript::mixed(&mut rng, 10, 20_000);
+    let mut flow_config = FlowConfig::new(sender, receiver, sweep_config(), script);
+    flow_config.close_when_done = true;
+    if lend {
+        flow_config.lend = Some(random_lend_policy(&mut rng));
+    }
+    let flow = sim.add_flow(flow_config);
+    assert_eq!(
+        sim.run_until(SWEEP_DEADLINE_NS),
+        StopReason::AllFlowsSettled
+    );
+    let report = sim.report();
+    let flow_report = &report.flows[flow.0];
+    assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
+    for events in [&flow_report.initiator_events, &flow_report.responder_events] {
+        let kinds: Vec<Event> = events.iter().map(|&(_, event)| event).collect();
+        assert_eq!(
+            kinds,
+            vec![Event::Established, Event::Closed],
+            "{flow_report:#?}"
+        );
+    }
 }
 
 /// Both directions go down for longer than the idle timeout: both sides report
@@ -937,36 +946,7 @@ fn lending_loss_30() {
 fn lending_close() {
     let seeds = sweep_seeds(200);
     run_seeds("lending_close", &seeds, |seed| {
-        let lossy = LinkConfig {
-            loss_probability: 0.1,
-            jitter_ns: 300 * MICROSECOND_NS,
-            ..base_link()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, lossy);
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 10, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, sweep_config(), script);
-        flow_config.close_when_done = true;
-        flow_config.lend = Some(random_lend_policy(&mut rng));
-        let flow = sim.add_flow(flow_config);
-        assert_eq!(
-            sim.run_until(SWEEP_DEADLINE_NS),
-            StopReason::AllFlowsSettled
-        );
-        let report = sim.report();
-        let flow_report = &report.flows[flow.0];
-        assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
-        for events in [&flow_report.initiator_events, &flow_report.responder_events] {
-            let kinds: Vec<Event> = events.iter().map(|&(_, event)| event).collect();
-            assert_eq!(
-                kinds,
-                vec![Event::Established, Event::Closed],
-                "{flow_report:#?}"
-            );
-        }
+        close_after_the_last_message(seed, true)
     });
 }
 

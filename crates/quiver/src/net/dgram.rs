@@ -807,6 +807,32 @@ struct Engine {
 }
 
 impl Engine {
+    /// Connection `id`, or the failure a send on it reports when it is gone.
+    fn live_entry(
+        &mut self,
+        kind: TransportKind,
+        id: u64,
+    ) -> std::result::Result<&mut Entry, Failure> {
+        self.conns
+            .get_mut(&id)
+            .ok_or_else(|| Failure::Lost(kind.name(), "the connection is gone".into()))
+    }
+
+    /// Connection `id` if it can still send: gone, failed or closed is the failure a send
+    /// on it reports.
+    fn open_entry(
+        &mut self,
+        kind: TransportKind,
+        id: u64,
+    ) -> std::result::Result<&mut Entry, Failure> {
+        let entry = self.live_entry(kind, id)?;
+        match &entry.status {
+            Status::Failed(why) => Err(Failure::Lost(kind.name(), why.clone())),
+            Status::Closed => Err(Failure::Closed),
+            _ => Ok(entry),
+        }
+    }
+
     fn defer(&mut self, id: u64) {
         if !self.deferred.contains(&id) {
             self.deferred.push(id);
@@ -1389,14 +1415,7 @@ impl DgramShared {
     ) -> std::result::Result<bool, Failure> {
         let mut engine = self.lock();
         let kind = self.kind;
-        let Some(entry) = engine.conns.get_mut(&id) else {
-            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
-        };
-        match &entry.status {
-            Status::Failed(why) => return Err(Failure::Lost(kind.name(), why.clone())),
-            Status::Closed => return Err(Failure::Closed),
-            _ => {}
-        }
+        let entry = engine.open_entry(kind, id)?;
         if !*started {
             if entry.core.start_message(data.len() as u64).is_err() {
                 return Ok(false);
@@ -1438,14 +1457,7 @@ impl DgramShared {
     ) -> std::result::Result<bool, Failure> {
         let mut engine = self.lock();
         let kind = self.kind;
-        let Some(entry) = engine.conns.get_mut(&id) else {
-            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
-        };
-        match &entry.status {
-            Status::Failed(why) => return Err(Failure::Lost(kind.name(), why.clone())),
-            Status::Closed => return Err(Failure::Closed),
-            _ => {}
-        }
+        let entry = engine.open_entry(kind, id)?;
         // The first call starts the message and sends; every other polls first:
         // acknowledgements free room and release lent bytes.
         let fresh = !progress.started && entry.core.start_message(data.len() as u64).is_ok();
@@ -1463,9 +1475,7 @@ impl DgramShared {
                 return Ok(false);
             }
         }
-        let Some(entry) = engine.conns.get_mut(&id) else {
-            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
-        };
+        let entry = engine.live_entry(kind, id)?;
         let mut lent_now = 0;
         while progress.lent < data.len() {
             let count = entry.core.lend_message(data.len() - progress.lent);
@@ -1480,9 +1490,7 @@ impl DgramShared {
         if progress.lent == data.len() && progress.all_lent_at.is_none() {
             progress.all_lent_at = Some(Instant::now());
         }
-        let Some(entry) = engine.conns.get_mut(&id) else {
-            return Err(Failure::Lost(kind.name(), "the connection is gone".into()));
-        };
+        let entry = engine.live_entry(kind, id)?;
         let Some(all_lent_at) = progress.all_lent_at else {
             return Ok(false);
         };
