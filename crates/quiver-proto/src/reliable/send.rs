@@ -632,9 +632,11 @@ impl SendState {
         // path had anything acknowledged in the second half of that frame's wait (from
         // midway between its expected ack, one smoothed RTT after it left, and its
         // timeout) while another path still waits for the ack of a frame sent before that
-        // midpoint: a reading peer would have acknowledged it. (Without a frame waiting
-        // elsewhere, the silence says nothing: the other paths may just have had nothing
-        // to send, e.g. held back by a receive window full behind this path's hole.)
+        // midpoint and not before the latest frame that got through: a reading peer would
+        // have acknowledged it. Without such a frame the silence says nothing: the other
+        // paths may have had nothing to send (held back by a receive window full behind
+        // this path's hole, or at the end of a transfer), or only frames that later ones
+        // overtook, lost like this path's.
         // The second test is needed because paths with queues of different lengths deliver
         // out of send order by far more than a minimum RTT: a frame that waited behind 9 ms
         // of queue on one path was overtaken by frames sent 0.7 ms after it on another,
@@ -651,14 +653,16 @@ impl SendState {
                 let head_sent_at = self.in_flight[(entry.head - self.base_pn) as usize].sent_at;
                 let midway_ns = entry.rtt.smoothed_ns().min(rto_ns) / 2 + rto_ns / 2;
                 let midpoint = head_sent_at.saturating_add(midway_ns);
-                self.paths.latest_delivered_sent_at()
-                    < head_sent_at.saturating_add(entry.min_rtt_ns())
+                let latest_delivered_sent_at = self.paths.latest_delivered_sent_at();
+                latest_delivered_sent_at < head_sent_at.saturating_add(entry.min_rtt_ns())
                     || (self.paths.latest_delivered_at() < midpoint
                         && (0..self.paths.len()).any(|other| {
                             let head = self.paths.get(other).head;
                             other != path
                                 && head != NO_FRAME
-                                && self.in_flight[(head - self.base_pn) as usize].sent_at < midpoint
+                                && (latest_delivered_sent_at..midpoint).contains(
+                                    &self.in_flight[(head - self.base_pn) as usize].sent_at,
+                                )
                         }))
             }
         };

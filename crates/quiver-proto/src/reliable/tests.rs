@@ -989,6 +989,57 @@ fn a_dead_path_that_blocks_the_window_resends_its_window_at_its_first_timeout() 
     );
 }
 
+/// Frames lost on both paths at once while the peer reads on (a burst of loss, an outage
+/// of both links): after the losses, a frame sent later on path 1 got through, so the
+/// peer was reading, even though nothing was acknowledged in the second half of path 0's
+/// wait and path 1 still has an older frame in flight. That frame was overtaken by the
+/// later one, lost like path 0's: it is no sign of a paused peer, and path 0's timeout
+/// declares its whole window lost at once.
+#[test]
+fn losses_on_both_paths_while_the_peer_reads_resend_the_window_at_once() {
+    let mut pair = TwoPaths::established();
+    let warm_up = patterned(60_000, 1);
+    pair.write(&warm_up);
+    let now = pair.run_lossless(10_000_000);
+    // 30 frames on both paths: path 0's are all lost, and the last 2 of path 1 (fewer than
+    // the 3 later acknowledgements that would declare them lost).
+    let message = patterned(40_000, 5);
+    pair.write(&message);
+    let first = pair.send_a(now);
+    let on_path_1: Vec<_> = first
+        .iter()
+        .filter(|(path, _)| *path == 1)
+        .cloned()
+        .collect();
+    let lost_on_path_0 = first.len() - on_path_1.len();
+    assert!(lost_on_path_0 > 10, "{lost_on_path_0} frames on path 0");
+    pair.deliver_to_b(now + TWO_PATHS_DELAY_NS, &on_path_1[..on_path_1.len() - 2]);
+    // 1.5 ms later (more than the minimum RTT), one more frame, on path 1, gets through.
+    let later = now + 1_500_000;
+    let small = patterned(1000, 6);
+    pair.write(&small);
+    let second = pair.send_a(later);
+    assert_eq!(second.len(), 1, "{} datagrams", second.len());
+    assert_eq!(second[0].0, 1, "the path with room");
+    pair.deliver_to_b(later + TWO_PATHS_DELAY_NS, &second);
+    // Path 0's timer runs first.
+    let deadline = pair.a.poll_timeout().unwrap();
+    pair.a.handle_timeout(deadline);
+    let path_0 = pair.a.path_stats(0).unwrap();
+    assert_eq!(path_0.rto_expirations, 1, "{path_0:?}");
+    assert_eq!(
+        path_0.frames_lost, lost_on_path_0 as u64,
+        "a lost window taken for a paused peer: {path_0:?}"
+    );
+    assert_eq!(pair.a.path_stats(1).unwrap().rto_expirations, 0);
+    // Everything is resent and arrives.
+    pair.run_lossless(deadline);
+    let mut expected = warm_up.clone();
+    expected.extend_from_slice(&message);
+    expected.extend_from_slice(&small);
+    assert!(pair.read == expected, "{} bytes read", pair.read.len());
+}
+
 #[test]
 fn duplicates_are_dropped_and_counted() {
     let mut pair = Pair::established();
