@@ -1130,6 +1130,7 @@ fn tcp_server(links: u32) -> Result<TcpReport, String> {
                 .map_err(|error| format!("listening on link {link}: {error}"))
         })
         .collect::<Result<_, _>>()?;
+    let bodies = Arc::new(contents());
     let total = Arc::new(AtomicU64::new(0));
     let first = Arc::new(AtomicU64::new(u64::MAX));
     let last = Arc::new(AtomicU64::new(0));
@@ -1137,23 +1138,41 @@ fn tcp_server(links: u32) -> Result<TcpReport, String> {
     let threads: Vec<_> = listeners
         .into_iter()
         .map(|listener| {
-            let (total, first, last) = (total.clone(), first.clone(), last.clone());
+            let (bodies, total, first, last) =
+                (bodies.clone(), total.clone(), first.clone(), last.clone());
             std::thread::spawn(move || -> Result<(), String> {
                 let (mut stream, _) = listener
                     .accept()
                     .map_err(|error| format!("accepting: {error}"))?;
-                let mut buffer = vec![0u8; 1 << 20];
+                // The same work as the quiver receiver: whole messages, each checked
+                // against the body it was sent from.
+                let mut buffer = vec![0u8; MESSAGE_BYTES];
+                let mut index = 0u64;
                 loop {
-                    let count = stream
-                        .read(&mut buffer)
-                        .map_err(|error| format!("reading: {error}"))?;
-                    if count == 0 {
-                        return Ok(());
+                    let mut filled = 0;
+                    while filled < MESSAGE_BYTES {
+                        let count = stream
+                            .read(&mut buffer[filled..])
+                            .map_err(|error| format!("reading: {error}"))?;
+                        if count == 0 {
+                            return match filled {
+                                0 => Ok(()),
+                                _ => Err(format!(
+                                    "the stream ended {filled} bytes into message {index}"
+                                )),
+                            };
+                        }
+                        filled += count;
+                        let now = monotonic_ns();
+                        first.fetch_min(now, Ordering::Relaxed);
+                        last.fetch_max(now, Ordering::Relaxed);
+                        total.fetch_add(count as u64, Ordering::Relaxed);
                     }
-                    let now = monotonic_ns();
-                    first.fetch_min(now, Ordering::Relaxed);
-                    last.fetch_max(now, Ordering::Relaxed);
-                    total.fetch_add(count as u64, Ordering::Relaxed);
+                    let expected = &bodies[index as usize % CONTENTS];
+                    if buffer[..8] != index.to_le_bytes() || buffer[8..] != expected[8..] {
+                        return Err(format!("tcp message {index} is not what was sent"));
+                    }
+                    index += 1;
                 }
             })
         })
@@ -1172,10 +1191,14 @@ fn tcp_server(links: u32) -> Result<TcpReport, String> {
 }
 
 fn tcp_client(links: u32, seconds: Duration) -> Result<TcpReport, String> {
+    // The same messages as the quiver sender: CONTENTS bodies in turn, each stamped with
+    // its index (per stream), so that both baselines move and check the same bytes.
+    let bodies = Arc::new(contents());
     let cpu_before = cpu_seconds();
     let start = Instant::now();
     let threads: Vec<_> = (0..links)
         .map(|link| {
+            let bodies = bodies.clone();
             std::thread::spawn(move || -> Result<u64, String> {
                 let target = link_address(link, 1, TCP_PORT);
                 let connect_deadline = Instant::now() + Duration::from_secs(10);
@@ -1188,13 +1211,16 @@ fn tcp_client(links: u32, seconds: Duration) -> Result<TcpReport, String> {
                         Err(error) => return Err(format!("connecting to {target}: {error}")),
                     }
                 };
-                let buffer = vec![0x5au8; 1 << 20];
                 let mut sent = 0u64;
+                let mut index = 0u64;
                 while start.elapsed() < seconds {
+                    let body = &bodies[index as usize % CONTENTS];
                     stream
-                        .write_all(&buffer)
+                        .write_all(&index.to_le_bytes())
+                        .and_then(|()| stream.write_all(&body[8..]))
                         .map_err(|error| format!("writing to {target}: {error}"))?;
-                    sent += buffer.len() as u64;
+                    sent += body.len() as u64;
+                    index += 1;
                 }
                 Ok(sent)
             })
