@@ -1372,6 +1372,30 @@ mod tests {
     }
 
     #[test]
+    fn fuzz_seeds_reach_past_the_checksum() {
+        // The frame_parse fuzz seeds (written by fuzz/seedgen) must be valid frames of this
+        // version: a seed that fails the check never leads the fuzzer past it. The target
+        // verifies a Stream frame for STREAM_DEST.
+        let directory = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/frame_parse");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(directory).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.starts_with("seed-") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let parsed = Frame::parse_for(&bytes, STREAM_DEST);
+            assert!(
+                parsed.is_ok(),
+                "{name}: {parsed:?} (regenerate: cd fuzz/seedgen && cargo run --release)"
+            );
+            seeds += 1;
+        }
+        assert!(seeds >= 9, "{seeds} frame seeds in {directory}");
+    }
+
+    #[test]
     fn version_3_frames_are_refused_as_another_version() {
         // Genuine version-3 frames (CRC32C), byte for byte as the version-3 code sent them
         // (the former fuzz seeds frame_parse/seed-ping and seed-stream).
