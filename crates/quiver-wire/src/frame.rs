@@ -30,8 +30,8 @@
 //! header_len = 84 + 8 * sacks, then payload_len bytes of payload.
 //! ```
 //!
-//! `checksum` is the frame's integrity check (version 4): XXH3-64 in two
-//! seeded calls, truncated to its low 32 bits,
+//! `checksum` is the frame's integrity check (version 4): XXH3-64 in two seeded calls,
+//! truncated to its low 32 bits,
 //!
 //! ```text
 //! header_hash = XXH3_64(bytes[12..header_len], seed = u64_le(bytes[0..8]))
@@ -68,8 +68,8 @@
 //! - Only the low 24 bits of the destination connection id travel ([`short_id`]); the
 //!   receiver finds its connection by them (each side chooses its ids so that their low 24
 //!   bits are unique among its connections) and the full 64-bit id is part of the checksum.
-//! - `checksum` covers the full destination id (a pseudo header that
-//!   does not travel), bytes `0..4`, bytes `8..16` and the payload, in two XXH3-64 calls:
+//! - `checksum` covers the full destination id (a pseudo header that does not travel),
+//!   bytes `0..4`, bytes `8..16` and the payload, in two XXH3-64 calls:
 //!
 //!   ```text
 //!   seed        = dest_id XOR (u32_le(bytes[0..4]) << 32)
@@ -102,9 +102,8 @@
 //!
 //! - [`Frame::parse`] checks, in this order: a Stream tag of another version (first byte
 //!   `0xC0 | v`, v not [`VERSION`]: [`FrameError::UnsupportedVersion`]), length of the
-//!   fixed header, magic, version,
-//!   type, flags, SACK count, total length (`header_len + payload_len == datagram length`),
-//!   checksum, SACK ranges. [`Frame::parse_for`] does the same, and for a Stream frame (tag
+//!   fixed header, magic, version, type, flags, SACK count, total length (`header_len +
+//!   payload_len == datagram length`), checksum, SACK ranges. [`Frame::parse_for`] does the same, and for a Stream frame (tag
 //!   byte) its 16-byte length, the short destination id, then the checksum. On success
 //!   every accessor of the returned view is infallible.
 //! - [`FrameHeader::emit`] checks its inputs (buffer room, payload length, SACK ranges) and
