@@ -29,7 +29,7 @@
 //!
 //! What it does not do: congestion control beyond each path's window (it follows the
 //! measured delivery rate and ignores random loss; there is no fairness between
-//! connections), authentication of frames after the handshake (the CRC32C catches
+//! connections), authentication of frames after the handshake (the XXH3 check catches
 //! corruption, not forgery), I/O, clocks, randomness.
 //!
 //! The answer first: the acknowledgement fields of a Data frame that brings the
