@@ -1138,6 +1138,14 @@ impl ReliableConnection {
         self.recv.message_ready()
     }
 
+    /// [`peek_message_len`](Self::peek_message_len) and
+    /// [`message_ready`](Self::message_ready) together, with one look at the length
+    /// prefix: the length of the message being read (or the next one) and whether the rest
+    /// of it has arrived. None: no message has begun to arrive.
+    pub fn peek_message(&self) -> Option<(u64, bool)> {
+        self.recv.peek_message()
+    }
+
     /// Copies the next in-order bytes of the current message into `out`; returns (bytes
     /// copied, message complete). Frees receive credit (a window update is sent with the
     /// next `poll_transmit` once a quarter of the window was freed). A 0-length message

@@ -407,15 +407,19 @@ impl RecvState {
 
     /// Whether the rest of the current (or next) message is all in order in the ring.
     pub(super) fn message_ready(&self) -> bool {
-        let (start, remaining) = if self.in_message {
-            (self.read_offset, self.message_remaining)
+        self.peek_message().is_some_and(|(_, ready)| ready)
+    }
+
+    /// The current (or next) message's length and whether the rest of it is all in order
+    /// in the ring; None before its length prefix arrived.
+    pub(super) fn peek_message(&self) -> Option<(u64, bool)> {
+        let (len, start, remaining) = if self.in_message {
+            (self.message_len, self.read_offset, self.message_remaining)
         } else {
-            match self.peek_message_len() {
-                Some(len) => (self.read_offset + MESSAGE_HEADER_LEN, len),
-                None => return false,
-            }
+            let len = self.peek_message_len()?;
+            (len, self.read_offset + MESSAGE_HEADER_LEN, len)
         };
-        self.readable_end - start >= remaining
+        Some((len, self.readable_end - start >= remaining))
     }
 
     pub(super) fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {

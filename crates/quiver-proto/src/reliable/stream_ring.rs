@@ -5,12 +5,23 @@ use core::ops::{Deref, DerefMut};
 
 /// A fixed-size ring of stream bytes (allocated once; pages are touched only when used).
 #[derive(Debug)]
-pub(super) struct StreamRing(Vec<u8>);
+pub(super) struct StreamRing(Vec<u8>, u64);
+
+/// [`StreamRing`]'s second field when its length is not a power of two.
+const NO_MASK: u64 = u64::MAX;
 
 impl StreamRing {
     /// A ring of `len` bytes (at least 1, checked by config validation).
     pub(super) fn new(len: usize) -> StreamRing {
-        StreamRing(vec![0; len])
+        // A power-of-two length (the default windows) finds positions with a mask: a
+        // ping-pong message takes a dozen of them per hop, and a 64-bit division costs
+        // 10-20 cycles (docs/PERFORMANCE.md, "udp latency path (session 10)").
+        let mask = if len.is_power_of_two() {
+            len as u64 - 1
+        } else {
+            NO_MASK
+        };
+        StreamRing(vec![0; len], mask)
     }
 
     /// Bytes of memory held.
@@ -21,6 +32,9 @@ impl StreamRing {
     /// Where stream offset `offset` lives.
     pub(super) fn position(&self, offset: u64) -> usize {
         // Invariant: the ring is non-empty (config validation), so the result is < len.
+        if self.1 != NO_MASK {
+            return (offset & self.1) as usize;
+        }
         (offset % self.0.len() as u64) as usize
     }
 
@@ -103,6 +117,40 @@ mod tests {
                 assert!(dst[..shift].iter().all(|&b| b == 0xEE));
                 assert!(dst[shift + len..].iter().all(|&b| b == 0xEE));
             }
+        }
+    }
+
+    /// Positions and wrapping copies agree with `offset % len` for power-of-two lengths
+    /// (found with a mask) and others (a division).
+    #[test]
+    fn positions_and_wrapping_copies_match_the_modulo() {
+        for len in [1usize, 2, 7, 10, 16, 64, 100, 4096] {
+            let mut ring = StreamRing::new(len);
+            for offset in [
+                0u64,
+                1,
+                5,
+                15,
+                16,
+                17,
+                99,
+                4095,
+                4096,
+                1 << 40,
+                u64::MAX - 3,
+            ] {
+                assert_eq!(
+                    ring.position(offset),
+                    (offset % len as u64) as usize,
+                    "len {len}"
+                );
+            }
+            let data: Vec<u8> = (0..len.min(9) as u8).map(|b| b + 1).collect();
+            let offset = (3 * len as u64).saturating_sub(2);
+            ring.copy_in(offset, &data);
+            let mut out = vec![0u8; data.len()];
+            ring.copy_out(offset, &mut out);
+            assert_eq!(out, data, "len {len}");
         }
     }
 }

@@ -53,8 +53,8 @@ use quiver_proto::reliable::{
     reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
 };
 use quiver_transport::udp::{
-    max_gso_bytes, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch, UdpSocket,
-    MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
+    max_gso_bytes, monotonic_ns, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch,
+    UdpSocket, MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
 };
 use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN};
 use quiver_wire::handshake::Hello;
@@ -773,7 +773,9 @@ struct Engine {
     config_datagram: usize,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
     in_place_min: usize,
-    start: Instant,
+    /// When the engine started, as [`monotonic_ns`] read it (the origin of
+    /// [`Engine::now`]).
+    start_ns: Nanos,
     header: [u8; MAX_HEADER_LEN],
     rx: Box<[u8]>,
     /// Earliest protocol timer over all connections (recomputed by each poll).
@@ -1083,7 +1085,7 @@ impl DgramShared {
                 base,
                 config_datagram: config.udp_datagram_bytes,
                 in_place_min: config.udp_in_place_min,
-                start: Instant::now(),
+                start_ns: monotonic_ns(),
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
@@ -1376,10 +1378,10 @@ impl DgramShared {
         if entry.status != Status::Open {
             return None;
         }
-        let Some(len) = entry.core.peek_message_len() else {
+        let Some((len, ready)) = entry.core.peek_message() else {
             return Some(None);
         };
-        if len > buf.len() as u64 || !entry.core.message_ready() {
+        if len > buf.len() as u64 || !ready {
             return None;
         }
         let len = len as usize;
@@ -1754,8 +1756,11 @@ impl ConnTable {
 }
 
 impl Engine {
+    /// Nanoseconds since the engine started: `CLOCK_MONOTONIC` read and subtracted in
+    /// plain integers ([`monotonic_ns`]; `Instant::elapsed` adds its `Duration` and `u128`
+    /// steps to the two reads per hop on the latency path).
     fn now(&self) -> Nanos {
-        self.start.elapsed().as_nanos() as Nanos
+        monotonic_ns().saturating_sub(self.start_ns)
     }
 
     /// The earliest protocol timer over all connections.
@@ -2186,10 +2191,9 @@ impl Engine {
                 // is there for it to take (a partial one needs more frames first, so no
                 // answer comes), and only for a small exchange: a stream of frames needs its
                 // acks now (the sender's windows wait for them).
+                // (`message_ready` is false when no message has begun.)
                 let waiting = self.conns.get(&id).is_some_and(|e| {
-                    e.core.peek_message_len().is_some()
-                        && e.core.message_ready()
-                        && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
+                    e.core.message_ready() && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
                 });
                 if waiting {
                     self.defer(id);
@@ -2379,7 +2383,9 @@ impl Engine {
                             None => {
                                 // The endpoint closed meanwhile.
                                 entry.abandoned = true;
-                                entry.core.close(self.start.elapsed().as_nanos() as Nanos);
+                                entry
+                                    .core
+                                    .close(monotonic_ns().saturating_sub(self.start_ns));
                             }
                         }
                     }
