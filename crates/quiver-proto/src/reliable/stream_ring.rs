@@ -5,9 +5,13 @@ use core::ops::{Deref, DerefMut};
 
 /// A fixed-size ring of stream bytes (allocated once; pages are touched only when used).
 #[derive(Debug)]
-pub(super) struct StreamRing(Vec<u8>, u64);
+pub(super) struct StreamRing {
+    bytes: Vec<u8>,
+    /// `len - 1` when the length is a power of two, else [`NO_MASK`].
+    mask: u64,
+}
 
-/// [`StreamRing`]'s second field when its length is not a power of two.
+/// [`StreamRing::mask`] when the length is not a power of two.
 const NO_MASK: u64 = u64::MAX;
 
 impl StreamRing {
@@ -21,52 +25,55 @@ impl StreamRing {
         } else {
             NO_MASK
         };
-        StreamRing(vec![0; len], mask)
+        StreamRing {
+            bytes: vec![0; len],
+            mask,
+        }
     }
 
     /// Bytes of memory held.
     pub(super) fn capacity(&self) -> usize {
-        self.0.capacity()
+        self.bytes.capacity()
     }
 
     /// Where stream offset `offset` lives.
     pub(super) fn position(&self, offset: u64) -> usize {
         // Invariant: the ring is non-empty (config validation), so the result is < len.
-        if self.1 != NO_MASK {
-            return (offset & self.1) as usize;
+        if self.mask != NO_MASK {
+            return (offset & self.mask) as usize;
         }
-        (offset % self.0.len() as u64) as usize
+        (offset % self.bytes.len() as u64) as usize
     }
 
     /// Copies `data` to stream offsets `offset..`, wrapping at the end.
     pub(super) fn copy_in(&mut self, offset: u64, data: &[u8]) {
         let start = self.position(offset);
-        let first = data.len().min(self.0.len() - start);
-        copy_bytes(&mut self.0[start..start + first], &data[..first]);
+        let first = data.len().min(self.bytes.len() - start);
+        copy_bytes(&mut self.bytes[start..start + first], &data[..first]);
         let rest = data.len() - first;
-        copy_bytes(&mut self.0[..rest], &data[first..]);
+        copy_bytes(&mut self.bytes[..rest], &data[first..]);
     }
 
     /// Copies stream offsets `offset..offset + out.len()` into `out`, wrapping at the end.
     pub(super) fn copy_out(&self, offset: u64, out: &mut [u8]) {
         let start = self.position(offset);
-        let first = out.len().min(self.0.len() - start);
-        copy_bytes(&mut out[..first], &self.0[start..start + first]);
+        let first = out.len().min(self.bytes.len() - start);
+        copy_bytes(&mut out[..first], &self.bytes[start..start + first]);
         let rest = out.len() - first;
-        copy_bytes(&mut out[first..], &self.0[..rest]);
+        copy_bytes(&mut out[first..], &self.bytes[..rest]);
     }
 }
 
 impl Deref for StreamRing {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 
 impl DerefMut for StreamRing {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut self.bytes
     }
 }
 
