@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
 use quiver_proto::reliable::{
     reset_for, Event, PathStats, ReliableConfig, ReliableConnection, ReliableStats, State,
+    LEND_MESSAGE_TOKEN,
 };
 use quiver_wire::frame;
 
@@ -193,6 +194,9 @@ pub struct FlowReport {
     pub memory_bound_bytes: usize,
     /// Bytes of lent messages the sender adopted (copied) after all ([`FlowConfig::lend`]).
     pub bytes_adopted: u64,
+    /// Messages the sender posted ([`LendPolicy::posted_window`]) whose tokens the
+    /// connection has not released (yet).
+    pub posted_outstanding: u64,
 }
 
 /// Everything the run produced.
@@ -568,6 +572,7 @@ impl Sim {
             messages_scripted: flow.config.script.sizes.len(),
             messages_written: flow.sender.messages_written(),
             bytes_adopted: flow.sender.bytes_adopted(),
+            posted_outstanding: flow.sender.posted_outstanding(),
             messages_received: flow.receiver.messages_received(),
             bytes_received: flow.receiver.bytes_read(),
             completed_at_ns: flow.completed_at_ns,
@@ -1034,11 +1039,22 @@ impl Sim {
             let entry = &mut self.connections[slot];
             let flow = &self.flows[entry.flow.0];
             // The sender's message, if it lends one (the initiator runs the sender).
-            let lent = match entry.role {
-                Role::Initiator if flow.initiator == Some(slot) => flow.sender.lent_message(),
-                _ => &[],
+            let sender = match entry.role {
+                Role::Initiator if flow.initiator == Some(slot) => Some(&flow.sender),
+                _ => None,
             };
-            let Some(transmit) = entry.connection.poll_transmit_lent(now, &mut header, lent) else {
+            let lender = |token| {
+                let sender = sender?;
+                if token == LEND_MESSAGE_TOKEN {
+                    Some(sender.lent_message())
+                } else {
+                    sender.posted_message(token)
+                }
+            };
+            let Some(transmit) = entry
+                .connection
+                .poll_transmit_lending(now, &mut header, lender)
+            else {
                 self.header_scratch = header;
                 return;
             };
@@ -1159,6 +1175,13 @@ impl MessageWriter for ConnectionApp<'_> {
         self.0
             .adopt_lent(message, max_bytes)
             .expect("the sender app passes the whole message it lent") as u64
+    }
+    fn lend_message_as(&mut self, token: u64, len: u64) -> u64 {
+        self.0
+            .lend_message_as(token, usize::try_from(len).unwrap_or(usize::MAX)) as u64
+    }
+    fn poll_released(&mut self) -> Option<u64> {
+        self.0.poll_released()
     }
 }
 

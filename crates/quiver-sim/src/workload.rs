@@ -35,6 +35,16 @@ pub trait MessageWriter {
     fn adopt_lent(&mut self, _message: &[u8], _max_bytes: u64) -> u64 {
         0
     }
+    /// Lends up to `len` next bytes of the current message under `token` (a posted send:
+    /// the sender keeps the message until the token is released); returns how many.
+    fn lend_message_as(&mut self, _token: u64, _len: u64) -> u64 {
+        0
+    }
+    /// The token of a message lent with `lend_message_as` that the connection no longer
+    /// needs (all acknowledged, or the connection failed).
+    fn poll_released(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// How a sender hands messages over in place (lends them, as a udp send in place does)
@@ -45,7 +55,23 @@ pub struct LendPolicy {
     pub min_message_bytes: u64,
     /// Once a message is all lent, each pump adopts this many of its unacknowledged bytes
     /// (0: none, the sender waits for the acknowledgements; `u64::MAX`: all at once).
+    /// Unused with `posted_window`.
     pub adopt_step_bytes: u64,
+    /// 0: one message lent at a time, adopted per `adopt_step_bytes` (a blocking send in
+    /// place). N > 0: posted sends: each message is lent under its index as the token and
+    /// never adopted; the sender goes on with the next while up to N messages are lent,
+    /// and reuses a message's buffer (overwritten) only once its token is released.
+    pub posted_window: usize,
+}
+
+/// A message the sender lent under a token (a posted send), and its buffer.
+#[derive(Debug)]
+struct Posted {
+    token: u64,
+    buffer: Vec<u8>,
+    /// The connection released it: the buffer was overwritten and waits for reuse (a
+    /// read from it now arrives wrong).
+    released: bool,
 }
 
 /// The receiving half of a connection, as an application sees it.
@@ -126,6 +152,12 @@ pub struct SenderApp {
     lent: Vec<u8>,
     /// Bytes adopted so far.
     bytes_adopted: u64,
+    /// Posted messages not yet released, and released ones whose buffers wait for reuse.
+    posted: Vec<Posted>,
+    /// Posted messages whose tokens were released.
+    posted_released: u64,
+    /// Messages posted (lent under a token).
+    posted_total: u64,
 }
 
 impl SenderApp {
@@ -141,6 +173,9 @@ impl SenderApp {
             lend: None,
             lent: Vec::new(),
             bytes_adopted: 0,
+            posted: Vec::new(),
+            posted_released: 0,
+            posted_total: 0,
         }
     }
 
@@ -156,6 +191,20 @@ impl SenderApp {
     /// `poll_transmit_lent`); empty when none is being lent.
     pub fn lent_message(&self) -> &[u8] {
         &self.lent
+    }
+
+    /// The message posted under `token` (see [`LendPolicy::posted_window`]), also after
+    /// its release until its buffer is reused (then overwritten).
+    pub fn posted_message(&self, token: u64) -> Option<&[u8]> {
+        self.posted
+            .iter()
+            .find(|posted| posted.token == token)
+            .map(|posted| posted.buffer.as_slice())
+    }
+
+    /// Messages posted and not yet released by the connection.
+    pub fn posted_outstanding(&self) -> u64 {
+        self.posted_total - self.posted_released
     }
 
     /// Bytes of lent messages the connection copied after all (adopted).
@@ -181,11 +230,29 @@ impl SenderApp {
     /// Hands the connection as much as it takes now; returns bytes written by this call.
     pub fn pump(&mut self, connection: &mut dyn MessageWriter) -> u64 {
         let mut written_now = 0;
+        self.take_released(connection);
+        let window = self.lend.map_or(0, |policy| policy.posted_window);
         while self.next_message < self.script.sizes.len() {
             let size = self.script.sizes[self.next_message];
             if !self.in_message {
+                let lends = self
+                    .lend
+                    .is_some_and(|policy| size > 0 && size >= policy.min_message_bytes);
+                if window > 0 && lends && self.posted_outstanding() >= window as u64 {
+                    break;
+                }
                 if !connection.start_message(size) {
                     break;
+                }
+                if window > 0 && lends {
+                    self.in_message = true;
+                    self.offset_bytes = 0;
+                    self.post_current(size);
+                    written_now += self.pump_posted(connection, size);
+                    if self.in_message {
+                        break;
+                    }
+                    continue;
                 }
                 self.in_message = true;
                 self.offset_bytes = 0;
@@ -202,6 +269,13 @@ impl SenderApp {
                         &mut self.lent,
                     );
                 }
+            }
+            if window > 0 && self.posted_message(self.next_message as u64).is_some() {
+                written_now += self.pump_posted(connection, size);
+                if self.in_message {
+                    break;
+                }
+                continue;
             }
             if !self.lent.is_empty() {
                 let lent_now = self.pump_lent(connection, size);
@@ -244,6 +318,75 @@ impl SenderApp {
             }
         }
         written_now
+    }
+
+    /// Marks the messages whose tokens the connection released, and overwrites their
+    /// buffers (an application reusing them).
+    fn take_released(&mut self, connection: &mut dyn MessageWriter) {
+        while let Some(token) = connection.poll_released() {
+            let posted = self
+                .posted
+                .iter_mut()
+                .find(|posted| posted.token == token && !posted.released);
+            let Some(posted) = posted else {
+                panic!("token {token} released but not posted (or released twice)");
+            };
+            posted.released = true;
+            for (index, byte) in posted.buffer.iter_mut().enumerate() {
+                *byte = !(index as u8) ^ 0xa5;
+            }
+            self.posted_released += 1;
+        }
+    }
+
+    /// Puts the current message (of `size` bytes) in a posted buffer: a released one's
+    /// (the oldest) when there is one, else a new one.
+    fn post_current(&mut self, size: u64) {
+        let reused = self.posted.iter().position(|posted| posted.released);
+        let mut buffer = match reused {
+            Some(index) => self.posted.remove(index).buffer,
+            None => Vec::new(),
+        };
+        // Invariant: scripts hold messages that fit memory (the sims make them).
+        buffer.resize(size as usize, 0);
+        fill_content(
+            self.script.stream_seed,
+            self.next_message as u64,
+            0,
+            &mut buffer,
+        );
+        self.posted.push(Posted {
+            token: self.next_message as u64,
+            buffer,
+            released: false,
+        });
+        self.posted_total += 1;
+    }
+
+    /// Lends more of the current posted message; the sender moves on to the next message
+    /// once all of it is lent (not acknowledged). Returns the bytes lent by this call.
+    fn pump_posted(&mut self, connection: &mut dyn MessageWriter, size: u64) -> u64 {
+        let token = self.next_message as u64;
+        let mut lent_now = 0;
+        while self.offset_bytes < size {
+            let taken = connection.lend_message_as(token, size - self.offset_bytes);
+            assert!(
+                taken <= size - self.offset_bytes,
+                "lend_message_as took {taken} of {} bytes",
+                size - self.offset_bytes
+            );
+            if taken == 0 {
+                break;
+            }
+            self.offset_bytes += taken;
+            self.bytes_written += taken;
+            lent_now += taken;
+        }
+        if self.offset_bytes == size {
+            self.in_message = false;
+            self.next_message += 1;
+        }
+        lent_now
     }
 
     /// Lends more of the current message (all of it in `lent`), adopts per the policy once

@@ -853,6 +853,7 @@ fn random_lend_policy(rng: &mut SimRng) -> LendPolicy {
             1 => u64::MAX,
             _ => rng.range_inclusive(1, 5000),
         },
+        posted_window: 0,
     }
 }
 
@@ -971,6 +972,7 @@ fn lending_dead_receiver() {
         flow_config.lend = Some(LendPolicy {
             min_message_bytes: 0,
             adopt_step_bytes: 0,
+            posted_window: 0,
         });
         let flow = sim.add_flow(flow_config);
         let kill_ns = rng.range_inclusive(500, 2000) * MICROSECOND_NS;
@@ -1020,6 +1022,7 @@ fn lending_big_messages() {
         flow_config.lend = Some(LendPolicy {
             min_message_bytes: 1000,
             adopt_step_bytes: [0, 64 << 10, u64::MAX][seed as usize % 3],
+            posted_window: 0,
         });
         let flow = sim.add_flow(flow_config);
         let report = run_to_delivery(&mut sim, flow);
@@ -1029,6 +1032,225 @@ fn lending_big_messages() {
             flow_report.bytes_received,
             flow_report.completed_at_ns.unwrap_or(0) as f64 / 1e6,
             flow_report.bytes_adopted,
+        );
+    });
+}
+
+// ---- posted sends in place: several messages lent at once (issue 4, session 11) ----
+
+/// A random way of posting: which messages are lent (all, or from 1 or 5 KB up) and how
+/// many may be lent at once (1 to 8).
+fn random_post_policy(rng: &mut SimRng) -> LendPolicy {
+    LendPolicy {
+        min_message_bytes: [0, 1000, 5000][rng.below(3) as usize],
+        adopt_step_bytes: 0,
+        posted_window: rng.range_inclusive(1, 8) as usize,
+    }
+}
+
+/// Runs `flow` to delivery and checks that every posted message was released, none of
+/// them adopted.
+fn run_posted_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
+    let report = run_to_delivery(sim, flow);
+    let flow_report = &report.flows[flow.0];
+    assert_eq!(flow_report.posted_outstanding, 0, "{flow_report:#?}");
+    assert_eq!(flow_report.bytes_adopted, 0);
+    report
+}
+
+/// `lending_sweep_configs` with a sender that posts: several messages lent at once, each
+/// buffer overwritten the moment its token is released (a late read arrives wrong).
+#[test]
+fn posting_sweep_configs() {
+    let seeds = sweep_seeds(1000);
+    run_seeds("posting_sweep_configs", &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ 0x9057_0001);
+        let max_datagram_bytes = rng.range_inclusive(416, 9000) as usize;
+        let min_rto_ns = rng.range_inclusive(1, 5) * MILLISECOND_NS;
+        let config = ReliableConfig {
+            max_datagram_bytes,
+            send_buffer_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
+            recv_window_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
+            max_sack_ranges: rng.range_inclusive(0, 16) as usize,
+            initial_rto_ns: min_rto_ns + rng.range_inclusive(0, 20) * MILLISECOND_NS,
+            min_rto_ns,
+            max_rto_ns: 50 * MILLISECOND_NS,
+            ack_delay_ns: rng.range_inclusive(0, 2000) * MICROSECOND_NS,
+            max_in_flight_datagrams: log_uniform(&mut rng, 1, 512) as usize,
+            compact_data_frames: rng.below(2) == 0,
+            ..sweep_config()
+        };
+        let mut link = || LinkConfig {
+            delay_ns: rng.range_inclusive(10, 300) * MICROSECOND_NS,
+            jitter_ns: rng.range_inclusive(0, 500) * MICROSECOND_NS,
+            loss_probability: rng.next_f64() * 0.3,
+            duplicate_probability: rng.next_f64() * 0.05,
+            corrupt_probability: rng.next_f64() * 0.05,
+            mtu_bytes: max_datagram_bytes,
+            ..base_link()
+        };
+        let (forward, back) = (link(), link());
+        let policy = random_post_policy(&mut rng);
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_link(sender, receiver, forward);
+        sim.add_link(receiver, sender, back);
+        let mut script_rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut script_rng, 16, 20_000);
+        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+        flow_config.lend = Some(policy);
+        let flow = sim.add_flow(flow_config);
+        run_posted_to_delivery(&mut sim, flow);
+    });
+}
+
+/// 30% loss both ways with a posting sender: frames of several lent messages are lost and
+/// resent from their buffers, each released only once all its bytes are acknowledged.
+#[test]
+fn posting_loss_30() {
+    let seeds = sweep_seeds(1000);
+    run_seeds("posting_loss_30", &seeds, |seed| {
+        let lossy = LinkConfig {
+            loss_probability: 0.3,
+            ..base_link()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_duplex_link(sender, receiver, lossy);
+        let mut rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut rng, 12, 40_000);
+        let config = ReliableConfig {
+            compact_data_frames: seed % 2 == 0,
+            ..sweep_config()
+        };
+        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+        flow_config.lend = Some(random_post_policy(&mut rng));
+        let flow = sim.add_flow(flow_config);
+        let report = run_posted_to_delivery(&mut sim, flow);
+        assert!(report.total_link(|link| link.dropped_loss) > 0);
+    });
+}
+
+/// The receiver dies while the sender has messages posted: PeerUnreachable within the idle
+/// timeout (+ max_rto) of the kill, and every posted message is released with it.
+#[test]
+fn posting_dead_receiver() {
+    let seeds = sweep_seeds(200);
+    run_seeds("posting_dead_receiver", &seeds, |seed| {
+        let config = ReliableConfig {
+            idle_timeout_ns: 300 * MILLISECOND_NS,
+            ..sweep_config()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_duplex_link(sender, receiver, base_link());
+        let mut rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut rng, 400, 20_000);
+        let mut flow_config = FlowConfig::new(sender, receiver, config.clone(), script);
+        flow_config.settle_on_completion = false;
+        flow_config.lend = Some(LendPolicy {
+            min_message_bytes: 0,
+            adopt_step_bytes: 0,
+            posted_window: rng.range_inclusive(1, 8) as usize,
+        });
+        let flow = sim.add_flow(flow_config);
+        let kill_ns = rng.range_inclusive(500, 2000) * MICROSECOND_NS;
+        sim.kill_node(receiver, kill_ns);
+        sim.run_until(SWEEP_DEADLINE_NS);
+        let report = sim.report();
+        let flow_report = &report.flows[flow.0];
+        assert!(flow_report.completed_at_ns.is_none(), "{flow_report:#?}");
+        let unreachable_at = flow_report
+            .initiator_events
+            .iter()
+            .find(|(_, event)| matches!(event, Event::PeerUnreachable))
+            .map(|&(at, _)| at)
+            .unwrap_or_else(|| panic!("no PeerUnreachable: {flow_report:#?}"));
+        assert!(unreachable_at > kill_ns);
+        assert!(unreachable_at <= kill_ns + config.idle_timeout_ns + config.max_rto_ns);
+        assert_eq!(flow_report.posted_outstanding, 0, "{flow_report:#?}");
+    });
+}
+
+/// The sender closes after its last posted message over a lossy, reordering link: all is
+/// delivered and released, then both sides report Closed.
+#[test]
+fn posting_close() {
+    let seeds = sweep_seeds(200);
+    run_seeds("posting_close", &seeds, |seed| {
+        let lossy = LinkConfig {
+            loss_probability: 0.1,
+            jitter_ns: 300 * MICROSECOND_NS,
+            ..base_link()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_duplex_link(sender, receiver, lossy);
+        let mut rng = sim.fork_rng(1);
+        let script = MessageScript::mixed(&mut rng, 10, 20_000);
+        let mut flow_config = FlowConfig::new(sender, receiver, sweep_config(), script);
+        flow_config.close_when_done = true;
+        flow_config.lend = Some(random_post_policy(&mut rng));
+        let flow = sim.add_flow(flow_config);
+        assert_eq!(
+            sim.run_until(SWEEP_DEADLINE_NS),
+            StopReason::AllFlowsSettled
+        );
+        let report = sim.report();
+        let flow_report = &report.flows[flow.0];
+        assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
+        assert_eq!(flow_report.posted_outstanding, 0, "{flow_report:#?}");
+        for events in [&flow_report.initiator_events, &flow_report.responder_events] {
+            let kinds: Vec<Event> = events.iter().map(|&(_, event)| event).collect();
+            assert_eq!(kinds, vec![Event::Established, Event::Closed]);
+        }
+    });
+}
+
+/// 1 MiB messages posted four at a time over a 10 Gbit/s link with 1% loss and an 8 MiB
+/// send buffer (the udp engine's window), and messages larger than the buffer (lent in
+/// parts as acknowledgements free room).
+#[test]
+fn posting_big_messages() {
+    let seeds = fixed_seeds(&[1, 2, 3]);
+    run_seeds("posting_big_messages", &seeds, |seed| {
+        let link = LinkConfig {
+            delay_ns: 20 * MICROSECOND_NS,
+            jitter_ns: 5 * MICROSECOND_NS,
+            loss_probability: 0.01,
+            bandwidth_bits_per_second: 10_000_000_000,
+            queue_capacity_bytes: 4 * 1024 * 1024,
+            ..LinkConfig::default()
+        };
+        let config = ReliableConfig {
+            initial_rto_ns: 5 * MILLISECOND_NS,
+            send_buffer_bytes: [8 << 20, 2 << 20, 8 << 20][seed as usize % 3],
+            ..ReliableConfig::default()
+        };
+        let mut sim = Sim::new(seed);
+        let sender = sim.add_node();
+        let receiver = sim.add_node();
+        sim.add_duplex_link(sender, receiver, link);
+        let mut sizes = vec![1 << 20; 12];
+        sizes.extend([3 << 20, 1, 0, 10 << 20, 100_000]);
+        let script = MessageScript::fixed(seed, sizes);
+        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+        flow_config.lend = Some(LendPolicy {
+            min_message_bytes: 1000,
+            adopt_step_bytes: 0,
+            posted_window: 4,
+        });
+        let flow = sim.add_flow(flow_config);
+        let report = run_posted_to_delivery(&mut sim, flow);
+        let flow_report = &report.flows[flow.0];
+        eprintln!(
+            "posting_big_messages seed {seed}: {} bytes in {:.3} ms virtual",
+            flow_report.bytes_received,
+            flow_report.completed_at_ns.unwrap_or(0) as f64 / 1e6,
         );
     });
 }

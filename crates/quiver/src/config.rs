@@ -65,6 +65,11 @@ pub struct Config {
     /// window, and only the part not yet acknowledged when the send returns is copied
     /// (docs/ARCHITECTURE.md §8). 0 turns it off.
     pub udp_send_in_place_min: usize,
+    /// Datagram messages (udp, mem) at least this long given to `post_send` are sent from
+    /// the posted buffer with no copy at all, striped connections included: the buffer is
+    /// lent to the protocol, retransmissions read it, and `wait_send` hands it back once
+    /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off.
+    pub udp_post_in_place_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
@@ -222,6 +227,7 @@ impl Default for Config {
             tcp_staging_bytes: 256 << 10,
             udp_in_place_min: 512,
             udp_send_in_place_min: 256 << 10,
+            udp_post_in_place_min: 256 << 10,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -309,6 +315,9 @@ impl Config {
         let mut send_in_place = c.udp_send_in_place_min as u64;
         size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut send_in_place)?;
         c.udp_send_in_place_min = send_in_place as usize;
+        let mut post_in_place = c.udp_post_in_place_min as u64;
+        size("QUIVER_UDP_POST_IN_PLACE_MIN", &mut post_in_place)?;
+        c.udp_post_in_place_min = post_in_place as usize;
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
                 *source = SettingSource::Environment;
@@ -455,6 +464,7 @@ impl Config {
             s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read as they arrive, into the destination when there is one"),
             s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
             s("QUIVER_UDP_SEND_IN_PLACE_MIN", if self.udp_send_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_send_in_place_min) }, "udp messages at least this long are sent by a blocking send from the caller's buffer, not copied into the send window (0: off)"),
+            s("QUIVER_UDP_POST_IN_PLACE_MIN", if self.udp_post_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_post_in_place_min) }, "udp messages at least this long given to post_send are sent from the posted buffer, never copied; wait_send returns it once all is acknowledged (0: off)"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
@@ -682,6 +692,10 @@ mod tests {
         let c = Config::from_lookup(|k| (k == "QUIVER_UDP_SEND_IN_PLACE_MIN").then(|| "0".into()))
             .unwrap();
         assert_eq!(c.udp_send_in_place_min, 0);
+        assert_eq!(c.udp_post_in_place_min, 256 << 10);
+        let c = Config::from_lookup(|k| (k == "QUIVER_UDP_POST_IN_PLACE_MIN").then(|| "1M".into()))
+            .unwrap();
+        assert_eq!(c.udp_post_in_place_min, 1 << 20);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
     }

@@ -22,6 +22,7 @@
 //! Root only (the testbed). Kernel-side work (veth, tbf, softirq receive processing) is
 //! charged to whichever process the kernel runs it in, so the CPU figures are indicative.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quiver::{Addr, Context};
+use quiver::{Addr, Context, SendRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::{spawn_rank, JobIdentity};
@@ -95,6 +96,11 @@ pub(crate) struct StripeArgs {
     /// Skip the TCP baseline.
     #[arg(long)]
     no_tcp: bool,
+    /// The quiver sender keeps this many messages posted (`post_send`, which a udp
+    /// connection transmits in place, with no copy, from 256 KiB up) instead of one
+    /// blocking `send` at a time; 0 = blocking sends. At most 16 (the distinct bodies).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    post_window: usize,
     /// CPUs of the sender and the receiver, e.g. 0,1 [default: the first two allowed].
     #[arg(long, value_name = "A,B")]
     cpus: Option<String>,
@@ -280,6 +286,7 @@ struct Plan {
     kill_link: Option<f64>,
     offloads_off: bool,
     tcp: bool,
+    post_window: usize,
     cpus: [usize; 2],
     name: String,
     json: Option<String>,
@@ -329,6 +336,12 @@ impl Plan {
             other => return Err(format!("--offloads: expected keep or off, got {other:?}")),
         };
         let cpus = choose_cpus(args.cpus.as_deref())?;
+        if args.post_window > CONTENTS {
+            return Err(format!(
+                "--post-window: at most {CONTENTS}, got {}",
+                args.post_window
+            ));
+        }
         Ok(Plan {
             link_counts,
             rate_bps: testbed::parse_rate(&args.rate)?,
@@ -338,6 +351,7 @@ impl Plan {
             kill_link: args.kill_link,
             offloads_off,
             tcp: !args.no_tcp && args.kill_link.is_none(),
+            post_window: args.post_window,
             cpus,
             name: args.name.clone(),
             json: args.json.clone(),
@@ -824,7 +838,12 @@ fn run_quiver(
         ),
     ];
     let seconds = format!("{}", plan.seconds);
-    let extra = vec!["--seconds".to_string(), seconds];
+    let extra = vec![
+        "--seconds".to_string(),
+        seconds,
+        "--post-window".to_string(),
+        plan.post_window.to_string(),
+    ];
     let receiver = Worker::start(
         "receiver",
         &b,
@@ -943,7 +962,7 @@ fn run_tcp(plan: &Plan, links: u32) -> Result<(TcpReport, TcpReport, Option<Stri
 fn run_worker(role: &str, args: &StripeArgs) -> Result<(), String> {
     let seconds = Duration::from_secs_f64(args.seconds);
     let json = match role {
-        "sender" => serde_json::to_string(&quiver_sender(seconds)?),
+        "sender" => serde_json::to_string(&quiver_sender(seconds, args.post_window)?),
         "receiver" => serde_json::to_string(&quiver_receiver()?),
         "tcp-server" => serde_json::to_string(&tcp_server(args.worker_links)?),
         "tcp-client" => serde_json::to_string(&tcp_client(args.worker_links, seconds)?),
@@ -971,7 +990,7 @@ fn contents() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn quiver_sender(seconds: Duration) -> Result<SenderReport, String> {
+fn quiver_sender(seconds: Duration, post_window: usize) -> Result<SenderReport, String> {
     let context = Context::from_env().map_err(|error| format!("context: {error}"))?;
     let mut endpoint = context
         .endpoint(1)
@@ -979,20 +998,50 @@ fn quiver_sender(seconds: Duration) -> Result<SenderReport, String> {
     let connection = endpoint
         .connect(Addr::new(1, 1))
         .map_err(|error| format!("connecting to the receiver: {error}"))?;
-    let mut bodies = contents();
+    // Each body is lent to a posted send and comes back when it completes, so a slot is
+    // empty while its message is posted (the window is at most CONTENTS).
+    let mut bodies: Vec<Option<Vec<u8>>> = contents().into_iter().map(Some).collect();
+    let mut posted: VecDeque<(u64, SendRequest)> = VecDeque::new();
     let cpu_before = cpu_seconds();
     let start = Instant::now();
     let mut messages = 0u64;
+    let failed = |index: u64, error: quiver::Error| {
+        format!(
+            "sending message {index}: {error}; {}",
+            diagnostics(&context)
+        )
+    };
     while start.elapsed() < seconds {
-        let body = &mut bodies[messages as usize % CONTENTS];
-        body[..8].copy_from_slice(&messages.to_le_bytes());
-        endpoint.send(connection, body).map_err(|error| {
-            format!(
-                "sending message {messages}: {error}; {}",
-                diagnostics(&context)
-            )
-        })?;
+        let slot = messages as usize % CONTENTS;
+        if post_window == 0 {
+            let body = bodies[slot].as_mut().expect("no send is posted");
+            body[..8].copy_from_slice(&messages.to_le_bytes());
+            endpoint
+                .send(connection, body)
+                .map_err(|error| failed(messages, error))?;
+        } else {
+            if posted.len() >= post_window {
+                let (index, request) = posted.pop_front().expect("the window is full");
+                let body = endpoint
+                    .wait_send(request)
+                    .map_err(|error| failed(index, error))?;
+                bodies[index as usize % CONTENTS] = Some(body);
+            }
+            // Invariant: the message CONTENTS before this one completed (the window is
+            // at most CONTENTS and the oldest is waited for first).
+            let mut body = bodies[slot].take().expect("its last send completed");
+            body[..8].copy_from_slice(&messages.to_le_bytes());
+            let request = endpoint
+                .post_send(connection, body)
+                .map_err(|error| failed(messages, error))?;
+            posted.push_back((messages, request));
+        }
         messages += 1;
+    }
+    while let Some((index, request)) = posted.pop_front() {
+        endpoint
+            .wait_send(request)
+            .map_err(|error| failed(index, error))?;
     }
     let mut end = [0u8; 16];
     end[..8].copy_from_slice(END_MARKER);

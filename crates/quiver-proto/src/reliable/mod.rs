@@ -49,6 +49,14 @@
 //! for written bytes; acknowledged lent bytes are never copied (docs/PERFORMANCE.md,
 //! "Session 9: udp sends in place").
 //!
+//! Several messages in place: each message may be lent under a token the application
+//! chooses ([`ReliableConnection::lend_message_as`]), and many may be lent at once (a
+//! queue of lent ranges, one per message). Frames of lent bytes take their payload from a
+//! lookup the application passes ([`ReliableConnection::poll_transmit_lending`]: token to
+//! the whole message), retransmissions included; once every byte of a message is
+//! acknowledged its token comes back from [`ReliableConnection::poll_released`], after which
+//! the connection never asks for it again. A failed connection releases every token.
+//!
 //! Deterministic: no clock, no randomness (ids and nonces are arguments), no hash-order
 //! dependence. Same inputs, same outputs, byte for byte.
 
@@ -75,6 +83,7 @@ use paths::Paths;
 pub use paths::{PathState, PathStats, MAX_PATHS};
 use recv::{RecvState, Refusal};
 use rtt::RttEstimator;
+pub use send::LEND_MESSAGE_TOKEN;
 use send::{SendState, MESSAGE_HEADER_LEN};
 
 /// Monotonic time in nanoseconds, supplied by the caller on every call that needs time.
@@ -292,7 +301,8 @@ impl ReliableConfig {
                 + core::mem::size_of::<u64>()
                 + core::mem::size_of::<Option<u64>>()
                 + core::mem::size_of::<frame::SackRange>()
-                + core::mem::size_of::<(u64, u64)>());
+                + core::mem::size_of::<(u64, u64)>()
+                + send::LEND_ENTRY_BYTES);
         self.send_buffer_bytes
             + self.recv_window_bytes
             + self.max_in_flight_datagrams.saturating_add(1) * per_packet
@@ -855,10 +865,29 @@ impl ReliableConnection {
         header: &mut [u8],
         message: &'a [u8],
     ) -> Option<Transmit<'a>> {
+        self.poll_transmit_lending(now, header, |token| {
+            (token == LEND_MESSAGE_TOKEN).then_some(message)
+        })
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for a lender of several messages
+    /// ([`lend_message_as`](Self::lend_message_as)): `lender` returns the whole message lent
+    /// under a token (from its first byte, at least as long as what was lent of it), or
+    /// None when the caller does not have it now. Frames of lent bytes take their payload
+    /// from it (the [`Transmit::payload`] then borrows it); a frame whose lender's message
+    /// is missing or too short does not go out, nor does any data frame after it.
+    pub fn poll_transmit_lending<'a, F>(
+        &'a mut self,
+        now: Nanos,
+        header: &mut [u8],
+        mut lender: F,
+    ) -> Option<Transmit<'a>>
+    where
+        F: FnMut(u64) -> Option<&'a [u8]>,
+    {
         if header.len() < frame::MAX_HEADER_LEN {
             return None;
         }
-        let lent_covered = message.len() as u64 >= self.send.lent_slice_len();
         if let Some(deferred) = &mut self.deferred_ack {
             if !deferred.answered
                 && self.state == State::Established
@@ -866,8 +895,8 @@ impl ReliableConnection {
                 && !self.send.paths.reply_due()
             {
                 deferred.answered = true;
-                if let Some(to_send) = self.next_data_frame(now, lent_covered) {
-                    return Some(self.transmit_frame(header, to_send, message));
+                if let Some((to_send, lent)) = self.next_data_frame(now, &mut lender) {
+                    return Some(self.transmit_frame(header, to_send, lent));
                 }
             }
             self.apply_deferred_ack();
@@ -893,8 +922,8 @@ impl ReliableConnection {
             );
         }
         if matches!(self.state, State::Established | State::Closing) {
-            if let Some(to_send) = self.next_data_frame(now, lent_covered) {
-                return Some(self.transmit_frame(header, to_send, message));
+            if let Some((to_send, lent)) = self.next_data_frame(now, &mut lender) {
+                return Some(self.transmit_frame(header, to_send, lent));
             }
         }
         if self.state != State::Closed {
@@ -940,7 +969,7 @@ impl ReliableConnection {
     /// next `handle_datagram`, or a later `poll_transmit` processing a deferred one: module
     /// docs), and only bytes it acknowledges. None for a range not (or no longer) held.
     pub fn payload_at(&self, stream_offset: u64, len: usize) -> Option<&[u8]> {
-        self.send.payload_at(stream_offset, len, &[])
+        self.payload_at_lending(stream_offset, len, |_| None)
     }
 
     /// [`payload_at`](Self::payload_at) for the lender: bytes that are lent come from
@@ -952,7 +981,25 @@ impl ReliableConnection {
         len: usize,
         message: &'a [u8],
     ) -> Option<&'a [u8]> {
-        self.send.payload_at(stream_offset, len, message)
+        self.payload_at_lending(stream_offset, len, |token| {
+            (token == LEND_MESSAGE_TOKEN).then_some(message)
+        })
+    }
+
+    /// [`payload_at`](Self::payload_at) for a lender of several messages: bytes that are
+    /// lent come from the message `lender` returns for their token (as for
+    /// [`poll_transmit_lending`](Self::poll_transmit_lending)). None once the connection
+    /// failed (it released every lent message).
+    pub fn payload_at_lending<'a>(
+        &'a self,
+        stream_offset: u64,
+        len: usize,
+        lender: impl FnOnce(u64) -> Option<&'a [u8]>,
+    ) -> Option<&'a [u8]> {
+        if self.state == State::Failed {
+            return None;
+        }
+        self.send.payload_at(stream_offset, len, lender)
     }
 
     /// Earliest time [`handle_timeout`](Self::handle_timeout) must be called (retransmit,
@@ -1070,14 +1117,49 @@ impl ReliableConnection {
     /// is closed or failed, or bytes were written after lent ones (one contiguous lend per
     /// message; later bytes may still be written). A message may mix written and lent bytes.
     pub fn lend_message(&mut self, len: usize) -> usize {
+        self.lend_message_as(LEND_MESSAGE_TOKEN, len)
+    }
+
+    /// Lends up to `len` of the current message's next bytes under `token` (the caller's
+    /// name for the message, e.g. an index into its table of lent buffers): as
+    /// [`lend_message`](Self::lend_message), but other messages may be started and lent
+    /// while this one's bytes are lent, and the caller never adopts them: it keeps the
+    /// message unchanged until its token comes back from
+    /// [`poll_released`](Self::poll_released) (every byte acknowledged, or the connection
+    /// failed), and passes it to [`poll_transmit_lending`](Self::poll_transmit_lending) and
+    /// [`payload_at_lending`](Self::payload_at_lending) meanwhile. A message larger than
+    /// the send buffer is lent in parts as acknowledgements free room (the same token each
+    /// time); its token is released once, after its last part.
+    ///
+    /// Returns the count lent; 0 as for [`lend_message`](Self::lend_message), and when the
+    /// message's lend has another token, or when the connection holds
+    /// `max_in_flight_datagrams` lends and released tokens not yet polled together.
+    /// `lend_message` is `lend_message_as(LEND_MESSAGE_TOKEN, ..)`: that token is the one
+    /// [`start_message`](Self::start_message) waits for, and it is never released.
+    pub fn lend_message_as(&mut self, token: u64, len: usize) -> usize {
         if matches!(self.state, State::Closed | State::Failed) {
             return 0;
         }
         // Invariant: the count is at most `len`.
-        self.send.lend(len as u64) as usize
+        self.send.lend(token, len as u64) as usize
     }
 
-    /// Lent bytes neither acknowledged nor adopted: while not 0 the lender keeps its message
+    /// The token of a message lent with [`lend_message_as`](Self::lend_message_as) whose
+    /// lend ended, oldest first: every byte of it was acknowledged (or the connection
+    /// failed, which releases them all). The connection never reads that message again.
+    pub fn poll_released(&mut self) -> Option<u64> {
+        self.send.poll_released()
+    }
+
+    /// Messages lent with [`lend_message_as`](Self::lend_message_as) whose tokens are not
+    /// yet released (released tokens waiting in [`poll_released`](Self::poll_released) are
+    /// not counted).
+    pub fn lent_messages(&self) -> usize {
+        self.send.lent_messages()
+    }
+
+    /// Bytes lent by [`lend_message`](Self::lend_message) neither acknowledged nor adopted
+    /// (messages lent under other tokens not counted): while not 0 the lender keeps its message
     /// and passes it to [`poll_transmit_lent`](Self::poll_transmit_lent). 0 once the
     /// connection failed (nothing is sent any more).
     pub fn lent_bytes(&self) -> u64 {
@@ -1567,17 +1649,39 @@ impl ReliableConnection {
         }
     }
 
-    /// The next Data (or compact Stream) frame to send, if any can go now: none while bytes
-    /// are lent and the caller does not have them (`lent_covered` false).
-    fn next_data_frame(&mut self, now: Nanos, lent_covered: bool) -> Option<send::FrameToSend> {
-        if !lent_covered {
-            return None;
-        }
+    /// The next Data (or compact Stream) frame to send, if any can go now, and the lender's
+    /// message its payload comes from (empty when it is not lent): none when the frame
+    /// would carry lent bytes and `lender` does not have their message.
+    fn next_data_frame<'a, F>(
+        &mut self,
+        now: Nanos,
+        lender: &mut F,
+    ) -> Option<(send::FrameToSend, &'a [u8])>
+    where
+        F: FnMut(u64) -> Option<&'a [u8]>,
+    {
+        let covered = |lender: &mut F, (token, needed): (u64, u64)| {
+            lender(token).filter(|message| message.len() as u64 >= needed)
+        };
+        // Checked before the frame is cut (cutting cannot be undone).
+        let checked = match self.send.next_lend_needed() {
+            Some(lend) => Some((lend.0, covered(lender, lend)?)),
+            None => None,
+        };
         let max_payload = self.config.max_data_payload_bytes();
         // Compact frames carry no acknowledgement: only when none waits to ride along.
         let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
             .then(|| self.config.max_stream_payload_bytes());
-        self.send.next_frame(now, max_payload, compact_payload)
+        let to_send = self.send.next_frame(now, max_payload, compact_payload)?;
+        let lent = match self.send.lend_at(to_send.frame.payload_offset) {
+            None => &[][..],
+            Some((token, _)) if checked.is_some_and(|(checked, _)| checked == token) => {
+                checked.map_or(&[][..], |(_, message)| message)
+            }
+            // Not reached: the frame's lend is the one checked above.
+            Some(lend) => covered(lender, lend).unwrap_or(&[]),
+        };
+        Some((to_send, lent))
     }
 
     /// A Data or Close frame; returns the bytes that went to `reader`.
@@ -1898,6 +2002,7 @@ impl ReliableConnection {
 
     fn unreachable(&mut self) {
         self.state = State::Failed;
+        self.send.release_all();
         self.fail_reason = Some(FailReason::PeerUnreachable);
         self.probe_deadline = None;
         self.events.push_back(Event::PeerUnreachable);
@@ -1914,6 +2019,7 @@ impl ReliableConnection {
             self.stats.handshake_failures += 1;
         }
         self.state = State::Failed;
+        self.send.release_all();
         self.fail_reason = Some(reason);
         self.probe_deadline = None;
         self.handshake_retransmit_at = None;

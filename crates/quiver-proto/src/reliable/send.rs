@@ -20,11 +20,15 @@
 //! Lent bytes: the application may append bytes of the open message without copying them
 //! ([`SendState::lend`]): their room in the ring is reserved (so that they count against the
 //! buffer like written bytes and can be adopted later) but holds nothing; frames of them take
-//! their payload from the lender's slice of the message, passed with every call that needs
-//! it. Frames never straddle the start or the end of the lent range. The lender gives the
-//! slice up only once no lent byte is left unacknowledged: it copies the rest into the ring
-//! ([`SendState::adopt`], highest bytes first), after which they are written bytes like any
-//! others; acknowledged lent bytes need no copy at all.
+//! their payload from the lender's slice of the message, which the caller looks up by the
+//! token it lent the message under, with every call that needs it. Several messages may be
+//! lent at once: a queue of *lends* in stream order, one contiguous range per message, each
+//! with its token. Frames never straddle the start or the end of a lent range. A lend ends
+//! once none of its bytes is left unacknowledged and its message will lend no more: its
+//! token is then *released* ([`SendState::poll_released`]) and the core never reads its
+//! slice again. The lender of [`LEND_MESSAGE_TOKEN`] may instead copy the rest into the
+//! ring ([`SendState::adopt`], highest bytes first), after which they are written bytes like
+//! any others; acknowledged lent bytes need no copy at all.
 
 use std::collections::VecDeque;
 
@@ -36,6 +40,40 @@ use super::Nanos;
 
 /// Bytes of stream each message header takes.
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
+
+/// The token the single-message lend of `ReliableConnection::lend_message` goes under: its
+/// lender adopts what is left before it gives its slice up, and it is never released through
+/// [`SendState::poll_released`].
+pub const LEND_MESSAGE_TOKEN: u64 = u64::MAX;
+
+/// One lent message's range (module docs): `[start, end)` are reserved in the ring and not
+/// in it. `start` only grows (acks), `end` shrinks by adoption from the top and grows while
+/// the message lends more; bytes from `end` to `limit` were adopted (they are in the ring,
+/// and still in the lender's slice).
+#[derive(Debug, Clone, Copy)]
+struct Lend {
+    /// The lender's token for the message.
+    token: u64,
+    /// Stream offset of byte 0 of the lender's slice (the message's first byte).
+    base: u64,
+    start: u64,
+    end: u64,
+    /// Highest stream offset (exclusive) ever lent in this lend: frames of the range end at
+    /// or below it, so the lender's slice must reach it.
+    limit: u64,
+}
+
+/// Bytes a lend and its released token take at most (the memory bound counts them per
+/// datagram in flight: a connection holds at most `max_in_flight_datagrams` of them).
+pub(super) const LEND_ENTRY_BYTES: usize =
+    core::mem::size_of::<Lend>() + core::mem::size_of::<u64>();
+
+impl Lend {
+    /// Length the lender's slice must have.
+    fn slice_len(&self) -> u64 {
+        self.limit - self.base
+    }
+}
 
 /// A frame after a transmission: enough to retransmit it byte for byte, and to account for
 /// it on the path it was last sent on.
@@ -151,18 +189,17 @@ pub(super) struct SendState {
     write_remaining: u64,
     /// Length of the open (or last) message.
     write_message_len: u64,
-    /// Lent bytes (module docs): `[lent_start, lent_end)` are reserved in the ring and not
-    /// in it; every byte below `lent_start` that is not acknowledged is in the ring, and so
-    /// is every byte from `lent_end` to `write_offset`. Empty when equal. `lent_start` only
-    /// grows (acks, and the lend being done), `lent_end` only shrinks while lent (adoption
-    /// from the top) and grows when more is lent.
-    lent_start: u64,
-    lent_end: u64,
-    /// Stream offset of byte 0 of the lender's slice (the open message's first byte).
-    lent_base: u64,
-    /// Highest stream offset (exclusive) ever lent in this lend: frames of the lent range
-    /// end at or below it, so the lender's slice must reach it.
-    lent_limit: u64,
+    /// Lent ranges (module docs) in stream order, not overlapping: every byte not in one
+    /// of them and not acknowledged is in the ring. An entry stays while it has bytes lent,
+    /// or while it is the open message's and may lend more (`Self::growable`).
+    lends: VecDeque<Lend>,
+    /// Tokens of lends that ended, for the caller (`poll_released`).
+    released: VecDeque<u64>,
+    /// At most this many lends and released tokens together (the memory bound).
+    max_lends: usize,
+    /// Base (first byte's stream offset) of a message whose lend was ended by a write
+    /// after it: that message lends no more (one contiguous range per message).
+    lend_ended_base: Option<u64>,
 
     /// Message being packetized: id, payload start and end in the stream.
     tx_message_id: u64,
@@ -241,10 +278,10 @@ impl SendState {
             next_offset: 0,
             write_remaining: 0,
             write_message_len: 0,
-            lent_start: 0,
-            lent_end: 0,
-            lent_base: 0,
-            lent_limit: 0,
+            lends: VecDeque::new(),
+            released: VecDeque::new(),
+            max_lends: max_in_flight,
+            lend_ended_base: None,
             tx_message_id: 0,
             tx_message_len: 0,
             tx_payload_start: 0,
@@ -289,6 +326,13 @@ impl SendState {
         self.write_offset += MESSAGE_HEADER_LEN;
         self.write_remaining = len;
         self.write_message_len = len;
+        // The previous message's last lend may have ended meanwhile (acknowledged).
+        self.settle_lends();
+    }
+
+    /// Stream offset of the open (or last) message's first byte.
+    fn message_base(&self) -> u64 {
+        self.write_offset - (self.write_message_len - self.write_remaining)
     }
 
     /// Copies as much of `data` as fits the open message and the ring.
@@ -296,80 +340,214 @@ impl SendState {
         let remaining = usize::try_from(self.write_remaining).unwrap_or(usize::MAX);
         let count = data.len().min(remaining).min(self.capacity());
         if count > 0 {
+            let base = self.message_base();
+            if self
+                .lends
+                .back()
+                .is_some_and(|lend| lend.base == base && lend.end == self.write_offset)
+            {
+                // Written after lent bytes: this message lends no more.
+                self.lend_ended_base = Some(base);
+            }
             let at = self.write_offset;
             self.ring.copy_in(at, &data[..count]);
             self.write_offset += count as u64;
             self.write_remaining -= count as u64;
+            self.settle_lends();
         }
         count
     }
 
     /// Lends as much of the open message's next `len` bytes as fits the message and the
-    /// ring, without copying (module docs); returns the count. Nothing (0) unless the lent
-    /// range is empty or ends where the message's written bytes end (one contiguous lend
+    /// ring, without copying, under `token` (module docs); returns the count. Nothing (0)
+    /// when bytes of the message were written after lent ones, when its lend is another
+    /// token's, or when a new lend would exceed the count of lends held (one contiguous lend
     /// per message).
-    pub(super) fn lend(&mut self, len: u64) -> u64 {
-        let lending = self.lent_start < self.lent_end;
-        if lending && self.lent_end != self.write_offset {
+    pub(super) fn lend(&mut self, token: u64, len: u64) -> u64 {
+        let base = self.message_base();
+        if self.lend_ended_base == Some(base) {
+            return 0;
+        }
+        let extend = match self.lends.back() {
+            Some(last) if last.base == base && self.write_remaining > 0 => {
+                if last.token != token || last.end != self.write_offset {
+                    return 0;
+                }
+                true
+            }
+            _ => false,
+        };
+        if !extend && self.lends.len() + self.released.len() >= self.max_lends {
             return 0;
         }
         let count = len.min(self.write_remaining).min(self.capacity() as u64);
         if count == 0 {
             return 0;
         }
-        if !lending {
-            self.lent_start = self.write_offset;
-            self.lent_base = self.write_offset - (self.write_message_len - self.write_remaining);
-        }
+        let start = self.write_offset;
         self.write_offset += count;
         self.write_remaining -= count;
-        self.lent_end = self.write_offset;
-        self.lent_limit = self.lent_end;
+        let end = self.write_offset;
+        match self.lends.back_mut() {
+            Some(last) if extend => {
+                last.end = end;
+                last.limit = end;
+            }
+            _ => self.lends.push_back(Lend {
+                token,
+                base,
+                start,
+                end,
+                limit: end,
+            }),
+        }
         count
     }
 
-    /// Bytes lent and neither acknowledged nor adopted: while not 0 the lender must keep
-    /// its slice and pass it.
-    pub(super) fn lent_bytes(&self) -> u64 {
-        self.lent_end - self.lent_start
+    /// Whether lend `index` may still grow: the last one, of the open message, ending where
+    /// its written bytes end.
+    fn growable(&self, index: usize) -> bool {
+        index + 1 == self.lends.len()
+            && self.write_remaining > 0
+            && self.lends[index].end == self.write_offset
+            && self.lends[index].base == self.message_base()
+            && self.lend_ended_base != Some(self.lends[index].base)
     }
 
-    /// Length the lender's slice must have (0 when nothing is lent).
-    pub(super) fn lent_slice_len(&self) -> u64 {
-        if self.lent_start < self.lent_end {
-            self.lent_limit - self.lent_base
-        } else {
-            0
+    /// Ends the lends at the front that have no byte left lent and will lend no more.
+    fn settle_lends(&mut self) {
+        while let Some(front) = self.lends.front_mut() {
+            if self.acked_offset > front.start {
+                front.start = self.acked_offset.min(front.end);
+            }
+            if front.start < front.end || self.growable(0) {
+                break;
+            }
+            if let Some(lend) = self.lends.pop_front() {
+                if lend.token != LEND_MESSAGE_TOKEN {
+                    self.released.push_back(lend.token);
+                }
+            }
         }
     }
 
-    /// Copies up to `max_bytes` of the lent, unacknowledged bytes (the highest first) from
-    /// the lender's `message` (at least [`Self::lent_slice_len`] long: checked by the
-    /// caller) into the ring; returns the count. Once none is left the lend is over.
+    /// Ends every lend (the connection failed: nothing is sent any more).
+    pub(super) fn release_all(&mut self) {
+        while let Some(lend) = self.lends.pop_front() {
+            if lend.token != LEND_MESSAGE_TOKEN {
+                self.released.push_back(lend.token);
+            }
+        }
+    }
+
+    /// The token of a lend that ended, oldest first.
+    pub(super) fn poll_released(&mut self) -> Option<u64> {
+        self.released.pop_front()
+    }
+
+    /// Lends not yet ended under other tokens than [`LEND_MESSAGE_TOKEN`].
+    pub(super) fn lent_messages(&self) -> usize {
+        self.lends
+            .iter()
+            .filter(|lend| lend.token != LEND_MESSAGE_TOKEN)
+            .count()
+    }
+
+    /// The lend of [`LEND_MESSAGE_TOKEN`] (the last one when it exists: no message starts
+    /// while it has bytes lent).
+    fn single_lend(&self) -> Option<&Lend> {
+        self.lends
+            .back()
+            .filter(|lend| lend.token == LEND_MESSAGE_TOKEN)
+    }
+
+    /// Bytes lent under [`LEND_MESSAGE_TOKEN`] and neither acknowledged nor adopted: while
+    /// not 0 the lender must keep its slice and pass it.
+    pub(super) fn lent_bytes(&self) -> u64 {
+        self.single_lend().map_or(0, |lend| lend.end - lend.start)
+    }
+
+    /// Length the slice of the [`LEND_MESSAGE_TOKEN`] lender must have (0 when nothing of
+    /// it is lent).
+    pub(super) fn lent_slice_len(&self) -> u64 {
+        self.single_lend()
+            .filter(|lend| lend.start < lend.end)
+            .map_or(0, Lend::slice_len)
+    }
+
+    /// Copies up to `max_bytes` of the [`LEND_MESSAGE_TOKEN`] lend's unacknowledged bytes
+    /// (the highest first) from the lender's `message` (at least [`Self::lent_slice_len`]
+    /// long: checked by the caller) into the ring; returns the count. Once none is left the
+    /// lend is over.
     pub(super) fn adopt(&mut self, message: &[u8], max_bytes: u64) -> u64 {
-        let count = self.lent_bytes().min(max_bytes);
+        let Some(lend) = self.single_lend().copied() else {
+            return 0;
+        };
+        let count = (lend.end - lend.start).min(max_bytes);
         if count == 0 {
             return 0;
         }
-        let from = self.lent_end - count;
-        // Invariant: lent_base <= lent_start <= from < lent_end <= lent_limit, and the
-        // caller checked message.len() >= lent_limit - lent_base.
-        let start = (from - self.lent_base) as usize;
+        let from = lend.end - count;
+        // Invariant: base <= start <= from < end <= limit, and the caller checked
+        // message.len() >= limit - base.
+        let start = (from - lend.base) as usize;
         self.ring
             .copy_in(from, &message[start..start + count as usize]);
-        self.lent_end = from;
+        let last = self.lends.len() - 1;
+        self.lends[last].end = from;
+        if from == lend.start && !self.growable(last) {
+            self.lends.pop_back();
+        }
         count
     }
 
+    /// Index of the lend whose range holds stream offset `offset`.
+    fn lend_index_at(&self, offset: u64) -> Option<usize> {
+        let index = self.lends.partition_point(|lend| lend.end <= offset);
+        self.lends
+            .get(index)
+            .filter(|lend| lend.start <= offset)
+            .map(|_| index)
+    }
+
+    /// The token and needed slice length of the lend holding stream offset `offset`.
+    pub(super) fn lend_at(&self, offset: u64) -> Option<(u64, u64)> {
+        self.lend_index_at(offset)
+            .map(|index| (self.lends[index].token, self.lends[index].slice_len()))
+    }
+
+    /// The lend (token, needed slice length) whose bytes the next data frame may carry, if
+    /// any: the next retransmission's, or, for new data, one starting within a message
+    /// header of the next byte to send (conservative: a frame of lent bytes is cut only
+    /// after its lender's slice was checked).
+    pub(super) fn next_lend_needed(&mut self) -> Option<(u64, u64)> {
+        if self.lends.is_empty() {
+            return None;
+        }
+        if self.retransmission_pending() {
+            let packet_number = *self.retransmit_queue.front()?;
+            let frame = self
+                .in_flight
+                .get((packet_number - self.base_pn) as usize)?;
+            return self.lend_at(frame.payload_offset);
+        }
+        let index = self
+            .lends
+            .partition_point(|lend| lend.end <= self.next_offset);
+        self.lends
+            .get(index)
+            .filter(|lend| lend.start <= self.next_offset + MESSAGE_HEADER_LEN)
+            .map(|lend| (lend.token, lend.slice_len()))
+    }
+
     /// Where a frame starting at stream offset `start` must end at the latest so that it
-    /// does not straddle the lent range's start or end (`u64::MAX`: anywhere).
+    /// does not straddle a lent range's start or end (`u64::MAX`: anywhere).
     fn lent_cut(&self, start: u64) -> u64 {
-        if self.lent_start >= self.lent_end || start >= self.lent_end {
-            u64::MAX
-        } else if start < self.lent_start {
-            self.lent_start
-        } else {
-            self.lent_end
+        let index = self.lends.partition_point(|lend| lend.end <= start);
+        match self.lends.get(index) {
+            None => u64::MAX,
+            Some(lend) if start < lend.start => lend.start,
+            Some(lend) => lend.end,
         }
     }
 
@@ -468,37 +646,42 @@ impl SendState {
     }
 
     /// Bytes `[offset, offset + len)` of the stream while still buffered (written, or lent,
-    /// and not yet acknowledged): from the lender's `lent` slice when they are lent (the
-    /// range starts in the lent range; frames never straddle it), else from the ring when
-    /// contiguous there. None otherwise, or when `lent` is too short for them.
+    /// and not yet acknowledged): from the lender's slice (`lender` looks it up by token)
+    /// when they are lent (the range starts in a lent range; frames never straddle one),
+    /// else from the ring when contiguous there. None otherwise, or when the lender's slice
+    /// is missing or too short for them.
     pub(super) fn payload_at<'a>(
         &'a self,
         offset: u64,
         len: usize,
-        lent: &'a [u8],
+        lender: impl FnOnce(u64) -> Option<&'a [u8]>,
     ) -> Option<&'a [u8]> {
         let end = offset.checked_add(len as u64)?;
         if offset < self.acked_offset || end > self.write_offset {
             return None;
         }
-        if (self.lent_start..self.lent_end).contains(&offset) {
-            if end > self.lent_limit {
+        if let Some(index) = self.lend_index_at(offset) {
+            let lend = self.lends[index];
+            if end > lend.limit {
                 return None;
             }
-            let start = usize::try_from(offset - self.lent_base).ok()?;
-            return lent.get(start..start.checked_add(len)?);
+            let start = usize::try_from(offset - lend.base).ok()?;
+            return lender(lend.token)?.get(start..start.checked_add(len)?);
         }
         let start = self.ring.position(offset);
         self.ring.get(start..start.checked_add(len)?)
     }
 
     /// The payload bytes of a frame being transmitted: contiguous in the ring, or in the
-    /// lender's slice (the caller checked that it covers the lent range), by construction.
+    /// lender's slice `lent` of the lend holding them (the caller checked that it covers
+    /// the lend), by construction.
     pub(super) fn payload<'a>(&'a self, frame: &SentFrame, lent: &'a [u8]) -> &'a [u8] {
         let len = frame.payload_len as usize;
-        if (self.lent_start..self.lent_end).contains(&frame.payload_offset) {
-            let start = (frame.payload_offset - self.lent_base) as usize;
-            return &lent[start..start + len];
+        if let Some(index) = self.lend_index_at(frame.payload_offset) {
+            let start = (frame.payload_offset - self.lends[index].base) as usize;
+            let payload = lent.get(start..start + len);
+            debug_assert!(payload.is_some(), "a lent frame without its lender's bytes");
+            return payload.unwrap_or(&[]);
         }
         let start = self.ring.position(frame.payload_offset);
         &self.ring[start..start + len]
@@ -547,9 +730,9 @@ impl SendState {
             }
             self.base_pn += 1;
         }
-        if self.lent_start < self.lent_end && self.acked_offset > self.lent_start {
-            // Acknowledged lent bytes need no adoption.
-            self.lent_start = self.acked_offset.min(self.lent_end);
+        if !self.lends.is_empty() {
+            // Acknowledged lent bytes need no adoption; whole lends end.
+            self.settle_lends();
         }
         for range in sack {
             let start = range.start.max(self.base_pn);
@@ -767,6 +950,8 @@ impl SendState {
         self.ring.capacity()
             + self.in_flight.capacity() * core::mem::size_of::<SentFrame>()
             + self.retransmit_queue.capacity() * core::mem::size_of::<u64>()
+            + self.lends.capacity() * core::mem::size_of::<Lend>()
+            + self.released.capacity() * core::mem::size_of::<u64>()
             + self.paths.len() * core::mem::size_of::<super::paths::Path>()
     }
 
@@ -834,9 +1019,9 @@ impl SendState {
         if end <= start {
             return None;
         }
-        if end == self.lent_start
-            && start == self.tx_message_end
+        if start == self.tx_message_end
             && end == start + MESSAGE_HEADER_LEN
+            && end == self.lent_cut(start)
         {
             // Only the length prefix of a message whose bytes are lent: a Data frame
             // carries the prefix with the first bytes instead (a datagram fewer).

@@ -68,6 +68,8 @@ struct Pair {
     direct: Option<DirectReader>,
     /// The message a lends bytes of (passed to `poll_transmit_lent`; empty: none).
     lent: Vec<u8>,
+    /// Messages a lent with `lend_message_as`, by token (index).
+    posted: Vec<Vec<u8>>,
 }
 
 /// A reader on b that reads each message into a buffer of its own, at most `chunk` bytes per
@@ -154,6 +156,7 @@ impl Pair {
             b_silent: false,
             direct: None,
             lent: Vec::new(),
+            posted: Vec::new(),
         }
     }
 
@@ -178,14 +181,27 @@ impl Pair {
     /// Collects every transmit of both sides into the network.
     fn flush(&mut self) {
         let mut header = [0u8; frame::MAX_HEADER_LEN];
+        let mut from_a = Vec::new();
         loop {
             let mut any = false;
-            while let Some(transmit) = self.a.poll_transmit_lent(self.now, &mut header, &self.lent)
+            let (lent, posted) = (&self.lent, &self.posted);
+            while let Some(transmit) =
+                self.a
+                    .poll_transmit_lending(self.now, &mut header, |token| {
+                        if token == LEND_MESSAGE_TOKEN {
+                            Some(lent.as_slice())
+                        } else {
+                            posted.get(token as usize).map(Vec::as_slice)
+                        }
+                    })
             {
                 let mut datagram = header[..transmit.header_len].to_vec();
                 datagram.extend_from_slice(transmit.payload);
-                self.route(true, datagram);
+                from_a.push(datagram);
                 any = true;
+            }
+            for datagram in from_a.drain(..) {
+                self.route(true, datagram);
             }
             let mut from_b = Vec::new();
             if let Some(b) = self.b.as_mut() {
@@ -2037,7 +2053,7 @@ fn acks_release_lent_bytes() {
 }
 
 /// Misuse of a lend is refused: a new message while bytes are lent, a slice shorter than
-/// what was lent; and without the lender's bytes no data frame goes out.
+/// what was lent; and without the lender's bytes no frame of lent bytes goes out.
 #[test]
 fn lending_rules_are_enforced() {
     let mut pair = Pair::established();
@@ -2071,7 +2087,12 @@ fn lending_rules_are_enforced() {
         .poll_transmit_lent(pair.now, &mut header, &message[..5499])
         .is_some()
     {}
-    assert_eq!(pair.a.stats().data_frames_sent, 0);
+    // The written bytes before the lent ones may go; no lent byte does.
+    assert!(
+        pair.a.stats().payload_bytes_sent <= 100,
+        "{:?}",
+        pair.a.stats()
+    );
     // With them, everything goes, and the receiver gets the message whole.
     pair.lent.clone_from(&message);
     pair.run_until(|pair| pair.a.all_acked());
@@ -2166,6 +2187,386 @@ proptest! {
         };
         let (received, _) = transfer_lent(&mut pair, &messages, read_chunk, adopt, write_from);
         prop_assert_eq!(received, messages);
+        prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
+        prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
+        prop_assert_eq!(pair.b().stats().credit_violations, 0);
+    }
+}
+
+// ---- several messages lent at once (`lend_message_as`, `poll_released`) ----
+
+/// How [`transfer_posted`] hands each message over.
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    /// Messages lent and not yet released at most (a window of posted sends).
+    window: usize,
+    /// The first this many bytes of each message are written, not lent.
+    write_from: usize,
+    /// Every `single_every`-th message (0: none) goes through `lend_message` instead and is
+    /// adopted at once, as a blocking send in place does between posted ones.
+    single_every: usize,
+}
+
+/// [`transfer_with`] with a writer that lends its messages under their indexes as tokens,
+/// keeping up to `posting.window` of them lent. Once a token is released it checks that it
+/// was lent and never released before, and overwrites that message's copy (an application
+/// reusing its buffer), so a byte read from it too late arrives wrong. Returns what b read
+/// and the tokens in the order they were released.
+fn transfer_posted(
+    pair: &mut Pair,
+    messages: &[Vec<u8>],
+    read_chunk: usize,
+    posting: Posting,
+) -> (Vec<Vec<u8>>, Vec<u64>) {
+    let mut received = Vec::new();
+    let mut current = Vec::new();
+    let mut next_message = 0;
+    let mut taken = 0;
+    let mut started = false;
+    let mut released = Vec::new();
+    let mut outstanding = 0usize;
+    let mut buffer = vec![0u8; read_chunk.max(1)];
+    pair.posted = vec![Vec::new(); messages.len()];
+    pair.run_until(|pair| {
+        while let Some(token) = pair.a.poll_released() {
+            let index = token as usize;
+            assert!(index < next_message || (index == next_message && started));
+            assert!(!released.contains(&token), "token {token} released twice");
+            assert!(!pair.posted[index].is_empty() || messages[index].is_empty());
+            released.push(token);
+            outstanding -= 1;
+            for (offset, byte) in pair.posted[index].iter_mut().enumerate() {
+                *byte = !(offset as u8) ^ 0x5a;
+            }
+        }
+        while next_message < messages.len() {
+            let message = &messages[next_message];
+            let single = posting.single_every > 0
+                && next_message % posting.single_every == posting.single_every - 1;
+            if !started {
+                if !single && outstanding >= posting.window {
+                    break;
+                }
+                match pair.a.start_message(message.len() as u64) {
+                    Ok(()) => {}
+                    Err(SendError::Lent) => panic!("the single lend is over"),
+                    Err(_) => break,
+                }
+                started = true;
+                taken = 0;
+                if single {
+                    pair.lent.clone_from(message);
+                } else {
+                    pair.posted[next_message].clone_from(message);
+                }
+            }
+            let mut lent_any = false;
+            while taken < message.len() {
+                let count = if taken < posting.write_from.min(message.len()) {
+                    pair.a
+                        .write_message(&message[taken..posting.write_from.min(message.len())])
+                } else if single {
+                    pair.a.lend_message(message.len() - taken)
+                } else {
+                    let count = pair
+                        .a
+                        .lend_message_as(next_message as u64, message.len() - taken);
+                    if count > 0 && !lent_any && pair.a.lent_messages() > outstanding {
+                        outstanding += 1;
+                    }
+                    lent_any |= count > 0;
+                    count
+                };
+                if count == 0 {
+                    break;
+                }
+                taken += count;
+            }
+            if taken < message.len() {
+                break;
+            }
+            if single {
+                pair.a.adopt_lent(&pair.lent, usize::MAX).unwrap();
+                assert_eq!(pair.a.lent_bytes(), 0);
+                for (index, byte) in pair.lent.iter_mut().enumerate() {
+                    *byte = !(index as u8);
+                }
+            }
+            started = false;
+            next_message += 1;
+        }
+        while pair.b.is_some() {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            current.extend_from_slice(&buffer[..count]);
+            if complete {
+                received.push(core::mem::take(&mut current));
+            } else if count == 0 {
+                break;
+            }
+        }
+        received.len() == messages.len()
+    });
+    pair.run_until(|pair| {
+        while let Some(token) = pair.a.poll_released() {
+            assert!(!released.contains(&token), "token {token} released twice");
+            released.push(token);
+        }
+        pair.a.lent_messages() == 0
+    });
+    (received, released)
+}
+
+/// The tokens a transfer must release: every message lent (not single, with bytes past
+/// `write_from`), each once.
+fn expected_tokens(messages: &[Vec<u8>], posting: Posting) -> Vec<u64> {
+    (0..messages.len())
+        .filter(|&index| {
+            let single = posting.single_every > 0
+                && index % posting.single_every == posting.single_every - 1;
+            !single && messages[index].len() > posting.write_from
+        })
+        .map(|index| index as u64)
+        .collect()
+}
+
+/// Several messages lent at once arrive identical, their tokens are released once each in
+/// message order, nothing is adopted or resent, whatever the window of lent messages.
+#[test]
+fn posted_messages_arrive_identical_and_are_released_once() {
+    let messages = some_messages();
+    for compact in [false, true] {
+        for window in [1, 2, 3, 100] {
+            for write_from in [0, 3000] {
+                for single_every in [0, 3] {
+                    let config = ReliableConfig {
+                        compact_data_frames: compact,
+                        ..small_config()
+                    };
+                    let posting = Posting {
+                        window,
+                        write_from,
+                        single_every,
+                    };
+                    let mut pair = Pair::new(config.clone(), config, 7, 7);
+                    let (received, released) = transfer_posted(&mut pair, &messages, 4096, posting);
+                    assert_eq!(received, messages, "{posting:?} compact {compact}");
+                    assert_eq!(released, expected_tokens(&messages, posting), "{posting:?}");
+                    assert_eq!(pair.a.stats().retransmits, 0);
+                }
+            }
+        }
+    }
+}
+
+/// Many small messages lent at once: frames never mix two lends (each frame's payload is
+/// one message's), and every one is released.
+#[test]
+fn many_small_posted_messages_share_the_window() {
+    let messages: Vec<Vec<u8>> = (0..200)
+        .map(|index| patterned(1 + index * 37 % 3000, index as u8))
+        .collect();
+    for compact in [false, true] {
+        let config = ReliableConfig {
+            compact_data_frames: compact,
+            ..small_config()
+        };
+        let posting = Posting {
+            window: 1000,
+            write_from: 0,
+            single_every: 0,
+        };
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        let (received, released) = transfer_posted(&mut pair, &messages, 100_000, posting);
+        assert_eq!(received, messages);
+        assert_eq!(released, expected_tokens(&messages, posting));
+    }
+}
+
+/// Frames of posted messages lost are resent from the lender's messages; the tokens come
+/// back only after the resent bytes are acknowledged (the overwrite would show otherwise).
+#[test]
+fn posted_frames_lost_are_resent_from_the_lenders_messages() {
+    for compact in [false, true] {
+        for window in [2, 100] {
+            let config = ReliableConfig {
+                compact_data_frames: compact,
+                ..small_config()
+            };
+            let mut pair = Pair::new(config.clone(), config, 7, 7);
+            pair.run_until(|pair| pair.a.state() == State::Established);
+            let start = pair.sent;
+            let mut data_seen = 0;
+            pair.filter = Box::new(move |index, from_a, header| {
+                let data = matches!(header.frame_type, FrameType::Data | FrameType::Stream);
+                if from_a && data && index >= start {
+                    data_seen += 1;
+                    if [2, 3, 9, 20, 21, 22].contains(&data_seen) || data_seen % 13 == 0 {
+                        return Fate::Drop;
+                    }
+                }
+                Fate::Deliver
+            });
+            let messages = some_messages();
+            let posting = Posting {
+                window,
+                write_from: 0,
+                single_every: 0,
+            };
+            let (received, released) = transfer_posted(&mut pair, &messages, 4096, posting);
+            assert_eq!(received, messages, "window {window} compact {compact}");
+            assert_eq!(released, expected_tokens(&messages, posting));
+            assert!(pair.a.stats().retransmits >= 6, "{:?}", pair.a.stats());
+        }
+    }
+}
+
+/// The rules of several lends: a message keeps the token it was first lent under, stops
+/// lending once bytes were written after lent ones, and the count of lends and released
+/// tokens not yet polled is capped by `max_in_flight_datagrams`.
+#[test]
+fn posted_lending_rules_are_enforced() {
+    let config = ReliableConfig {
+        max_in_flight_datagrams: 4,
+        ..small_config()
+    };
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| pair.a.state() == State::Established);
+    pair.a.start_message(1000).unwrap();
+    assert_eq!(pair.a.lend_message_as(0, 400), 400);
+    assert_eq!(pair.a.lend_message_as(1, 100), 0, "another token");
+    assert_eq!(pair.a.lend_message(100), 0, "the single token");
+    assert_eq!(pair.a.lend_message_as(0, 100), 100);
+    assert_eq!(pair.a.write_message(&[1; 10]), 10);
+    assert_eq!(
+        pair.a.lend_message_as(0, 100),
+        0,
+        "written after lent bytes"
+    );
+    assert_eq!(pair.a.write_message(&[1; 490]), 490);
+    for token in 1..4 {
+        pair.a.start_message(10).unwrap();
+        assert_eq!(pair.a.lend_message_as(token, 10), 10);
+    }
+    assert_eq!(pair.a.lent_messages(), 4);
+    pair.a.start_message(10).unwrap();
+    assert_eq!(pair.a.lend_message_as(4, 10), 0, "four lends held");
+    assert_eq!(pair.a.write_message(&[2; 10]), 10);
+    assert_eq!(
+        pair.a.lent_bytes(),
+        0,
+        "only lend_message's bytes count there"
+    );
+    pair.posted = vec![patterned(1000, 0), vec![3; 10], vec![3; 10], vec![3; 10]];
+    pair.posted[0][500..510].fill(1);
+    pair.posted[0][510..].fill(1);
+    pair.run_until(|pair| pair.a.all_acked());
+    assert_eq!(pair.a.lent_messages(), 0);
+    let released: Vec<u64> = std::iter::from_fn(|| pair.a.poll_released()).collect();
+    assert_eq!(released, vec![0, 1, 2, 3]);
+    assert_eq!(pair.a.poll_released(), None);
+    let mut out = vec![0u8; 1000];
+    assert_eq!(pair.b().read_message(&mut out), (1000, true));
+    assert_eq!(out, pair.posted[0]);
+}
+
+/// Without a lent message's bytes (the lookup answers None) none of its frames goes out,
+/// nor any after it; the frames before it do.
+#[test]
+fn a_missing_lent_message_holds_back_its_frames() {
+    let mut pair = Pair::established();
+    pair.a.start_message(100).unwrap();
+    assert_eq!(pair.a.write_message(&[7; 100]), 100);
+    pair.a.start_message(5000).unwrap();
+    assert_eq!(pair.a.lend_message_as(1, 5000), 5000);
+    pair.a.start_message(100).unwrap();
+    assert_eq!(pair.a.write_message(&[8; 100]), 100);
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let long = vec![9u8; 5000];
+    let short = vec![9u8; 4999];
+    while pair
+        .a
+        .poll_transmit_lending(pair.now, &mut header, |token| {
+            (token == 1).then_some(short.as_slice())
+        })
+        .is_some()
+    {}
+    assert_eq!(pair.a.stats().payload_bytes_sent, 100);
+    while pair
+        .a
+        .poll_transmit_lending(pair.now, &mut header, |token| {
+            (token == 1).then_some(long.as_slice())
+        })
+        .is_some()
+    {}
+    assert_eq!(pair.a.stats().payload_bytes_sent, 5200);
+}
+
+/// A connection that fails while messages are lent releases every token.
+#[test]
+fn a_failed_connection_releases_every_token() {
+    let mut pair = Pair::established();
+    pair.b_silent = true;
+    pair.posted = vec![patterned(20_000, 1), patterned(30_000, 2)];
+    for (token, len) in [(0u64, 20_000usize), (1, 30_000)] {
+        pair.a.start_message(len as u64).unwrap();
+        assert_eq!(pair.a.lend_message_as(token, len), len);
+    }
+    assert_eq!(pair.a.lent_messages(), 2);
+    pair.run_until(|pair| pair.a.state() == State::Failed);
+    assert_eq!(pair.a.lent_messages(), 0);
+    let released: Vec<u64> = std::iter::from_fn(|| pair.a.poll_released()).collect();
+    assert_eq!(released, vec![0, 1]);
+    assert_eq!(
+        pair.a.payload_at_lending(0, 10, |_| Some(&[0; 100][..])),
+        None
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// `lossy_network_delivers_exactly_once` with a writer that keeps several messages lent.
+    #[test]
+    fn lossy_network_delivers_posted_messages_exactly_once(
+        loss_percent in 0u32..30,
+        fates in proptest::collection::vec(fate_strategy(20), 64),
+        sizes in proptest::collection::vec(0usize..20_000, 1..16),
+        read_chunk in 1usize..5000,
+        window in 256usize..40_000,
+        compact in any::<bool>(),
+        posted_window in 1usize..8,
+        write_from in prop_oneof![Just(0usize), 1usize..3000],
+        single_every in prop_oneof![Just(0usize), 2usize..5],
+    ) {
+        let config = ReliableConfig {
+            send_buffer_bytes: window,
+            recv_window_bytes: window,
+            max_in_flight_datagrams: 64,
+            idle_timeout_ns: 30_000_000_000,
+            handshake_timeout_ns: 30_000_000_000,
+            max_retransmits: 40,
+            compact_data_frames: compact,
+            ..ReliableConfig::default()
+        };
+        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+        let mut roll = 0u64;
+        pair.filter = Box::new(move |index, _, _| {
+            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (roll >> 33) % 100 < u64::from(loss_percent) {
+                Fate::Drop
+            } else {
+                fates[index % fates.len()]
+            }
+        });
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &len)| patterned(len, index as u8))
+            .collect();
+        let posting = Posting { window: posted_window, write_from, single_every };
+        let (received, released) = transfer_posted(&mut pair, &messages, read_chunk, posting);
+        prop_assert_eq!(received, messages.clone());
+        prop_assert_eq!(released, expected_tokens(&messages, posting));
         prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
         prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
         prop_assert_eq!(pair.b().stats().credit_violations, 0);

@@ -40,6 +40,9 @@ pub(super) struct NetQueued {
     written: usize,
     /// Whether the message has been started in the datagram engine.
     started: bool,
+    /// A posted send to be sent in place (`Config::udp_post_in_place_min`): handed to the
+    /// datagram engine whole when its turn comes (`DgramShared::post_in_place`).
+    in_place: bool,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,11 @@ pub(super) struct NetOut {
     pub(super) failure: Option<Failure>,
     /// The peer's process, when it runs on this node (tcp): watched for a freeze.
     process: Option<PeerProcess>,
+    /// Posted sends handed to the datagram engine in place and not yet released by it:
+    /// (token, request). They complete from [`Endpoint::collect_posted_in_place`].
+    in_place: Vec<(u64, Key)>,
+    /// The token the next posted send in place gets.
+    next_token: u64,
 }
 
 /// The receiving side of a tcp stream. Messages come out in stream order: first `ready`,
@@ -583,6 +591,8 @@ impl Endpoint {
             queue: VecDeque::new(),
             failure: None,
             process,
+            in_place: Vec::new(),
+            next_token: 0,
         });
         let conn = Connection {
             endpoint_id: self.id,
@@ -618,6 +628,14 @@ impl Endpoint {
                 self.shared.release_tcp_connect(peer);
             }
             out.failure = Some(failure.clone());
+            // Posted sends in place: their buffers stay with the engine until the protocol
+            // releases them (the connection failed: at once; else when it is forgotten).
+            for (_, key) in out.in_place.drain(..) {
+                self.pending_sends -= 1;
+                if let Some(s) = self.sends.get_mut(key) {
+                    *s = SendState::Done(Err(failure.to_error(peer, during)));
+                }
+            }
             while let Some(q) = out.queue.pop_front() {
                 self.pending_sends -= 1;
                 match q.key {
@@ -640,12 +658,33 @@ impl Endpoint {
             return Err(f.to_error(out.peer, "while sending"));
         }
         let kind = out.kind;
+        if !out.in_place.is_empty() {
+            self.collect_posted_in_place(idx)?;
+        }
         loop {
             let out = &mut self.net_out[idx];
             let Some(q) = out.queue.front_mut() else {
                 return Ok(());
             };
             let engine = self.ctx.dgram.as_deref();
+            if let (true, OutLink::Dgram(id), Some(engine), Some(key)) =
+                (q.in_place, &out.link, engine, q.key)
+            {
+                let token = out.next_token;
+                match engine.post_in_place(*id, token, std::mem::take(&mut q.data)) {
+                    Ok(None) => {
+                        out.next_token += 1;
+                        out.in_place.push((token, key));
+                        out.queue.pop_front();
+                        continue;
+                    }
+                    Ok(Some(data)) => {
+                        q.data = data;
+                        return Ok(());
+                    }
+                    Err(f) => return Err(self.fail_net_out(idx, f, "while sending")),
+                }
+            }
             let complete = match write_link(
                 &mut out.link,
                 kind,
@@ -815,6 +854,7 @@ impl Endpoint {
                     data: copy,
                     written,
                     started,
+                    in_place: false,
                 });
                 Ok(())
             }
@@ -822,15 +862,62 @@ impl Endpoint {
         }
     }
 
-    /// Posted send on a network connection.
+    /// Completes the posted sends in place of edge `idx` whose buffers the datagram engine
+    /// released: acknowledged (the buffer goes back with the request), or the connection
+    /// failed (the request fails, and so does the edge).
+    fn collect_posted_in_place(&mut self, idx: usize) -> Result<()> {
+        let (OutLink::Dgram(id), Some(engine)) = (&self.net_out[idx].link, &self.ctx.dgram) else {
+            return Ok(());
+        };
+        let mut done = Vec::new();
+        engine.collect_posted(*id, &mut done);
+        let out = &mut self.net_out[idx];
+        let (peer, kind) = (out.peer, out.kind);
+        let mut failed = false;
+        for (token, data, delivered) in done {
+            let Some(position) = out.in_place.iter().position(|&(t, _)| t == token) else {
+                continue;
+            };
+            let (_, key) = out.in_place.swap_remove(position);
+            self.pending_sends -= 1;
+            let result = if delivered {
+                Ok(data)
+            } else {
+                failed = true;
+                let failure = lost(
+                    kind,
+                    "the connection failed before the message was acknowledged",
+                );
+                Err(failure.to_error(peer, "while sending"))
+            };
+            if let Some(s) = self.sends.get_mut(key) {
+                *s = SendState::Done(result);
+            }
+        }
+        if failed {
+            let failure = lost(kind, "the connection failed");
+            return Err(self.fail_net_out(idx, failure, "while sending"));
+        }
+        Ok(())
+    }
+
+    /// Posted send on a network connection. On a datagram connection a message of at least
+    /// `Config::udp_post_in_place_min` bytes is sent in place: its buffer goes to the
+    /// engine and the protocol reads its frames from it (retransmissions included) until
+    /// every byte is acknowledged; only then does the request complete.
     pub(super) fn net_post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
         let idx = self.net_index(conn)?;
         let key = self.sends.insert(SendState::Pending);
+        let in_place_min = self.config.udp_post_in_place_min;
+        let in_place = in_place_min > 0
+            && data.len() >= in_place_min
+            && matches!(self.net_out[idx].link, OutLink::Dgram(_));
         self.net_out[idx].queue.push_back(NetQueued {
             key: Some(key),
             data,
             written: 0,
             started: false,
+            in_place,
         });
         self.pending_sends += 1;
         // Failures are recorded in the request.
@@ -2373,5 +2460,161 @@ mod tests {
         assert_eq!(stats.sent_in_place_bytes, in_place as u64, "{stats:?}");
         assert!(stats.retransmits > 0, "{stats:?}");
         assert!(count.load(AtomicOrdering::Relaxed) > 70);
+    }
+
+    /// Posted sends go out in place, several at once (the endpoint keeps three in flight):
+    /// each completes only once all its bytes are acknowledged, hands its buffer back, and
+    /// the sender overwrites that buffer at once and reuses it for a later message (so a
+    /// byte the protocol read from it after the completion would arrive wrong), though
+    /// datagrams are lost; a blocking send and small posted sends (copied) mix in.
+    #[test]
+    fn posted_sends_in_place_survive_loss_and_reused_buffers() {
+        use crate::net::mem::tests::set_drop_rule;
+        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+        use std::sync::Arc;
+
+        let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 79, rank, 9), 41_002).into())
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Mem],
+            net_window_bytes: 2 << 20,
+            udp_post_in_place_min: 64 << 10,
+            ..crate::Config::default()
+        };
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x9057);
+        let mut ep1 = ctx1.endpoint(0).unwrap();
+        let mut ep0 = ctx0.endpoint(0).unwrap();
+        ep0.set_timeout(Some(Duration::from_secs(20)));
+        ep1.set_timeout(Some(Duration::from_secs(20)));
+        let sizes: Vec<usize> = (0..24)
+            .map(|index| match index % 6 {
+                0 => 1 << 20,
+                1 => 100,
+                2 => (3 << 20) + 5,
+                3 => 64 << 10,
+                4 => 300_000,
+                _ => (64 << 10) - 1,
+            })
+            .collect();
+        let content = |index: usize, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|at| {
+                    (at as u8)
+                        .wrapping_mul(29)
+                        .wrapping_add(index as u8 * 3 + 1)
+                })
+                .collect()
+        };
+        let receiver_sizes = sizes.clone();
+        let receiver = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4 << 20];
+            let mut got = Vec::new();
+            for _ in 0..receiver_sizes.len() + 1 {
+                let (len, _) = ep1.recv(&mut buf).unwrap();
+                got.push(buf[..len].to_vec());
+            }
+            got
+        });
+        let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+        // Every seventh datagram from rank 0 to rank 1 is lost.
+        let count = Arc::new(AtomicUsize::new(0));
+        let in_rule = count.clone();
+        set_drop_rule(
+            addrs[0],
+            addrs[1],
+            Some(Box::new(move |_: &[u8], _: &[u8]| {
+                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
+            })),
+        );
+        let mut free: Vec<Vec<u8>> = Vec::new();
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut completed = 0;
+        for (index, &len) in sizes.iter().enumerate() {
+            if in_flight.len() == 3 {
+                let request = in_flight.pop_front().unwrap();
+                let mut buffer = ep0.wait_send(request).unwrap();
+                completed += 1;
+                // The connection must no longer need it.
+                buffer.fill(0xEE);
+                free.push(buffer);
+            }
+            let mut buffer = free.pop().unwrap_or_default();
+            buffer.clear();
+            buffer.extend_from_slice(&content(index, len));
+            in_flight.push_back(ep0.post_send(conn, buffer).unwrap());
+            if index == 10 {
+                // A blocking send between posted ones keeps its place in the stream.
+                ep0.send(conn, &content(1000, 500_000)).unwrap();
+            }
+        }
+        while let Some(request) = in_flight.pop_front() {
+            let mut buffer = ep0.wait_send(request).unwrap();
+            buffer.fill(0xEE);
+            completed += 1;
+        }
+        assert_eq!(completed, sizes.len());
+        let stats = ctx0.stats().datagram.unwrap();
+        drop(ep0);
+        let got = receiver.join().unwrap();
+        set_drop_rule(addrs[0], addrs[1], None);
+        let mut expected: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &len)| content(index, len))
+            .collect();
+        expected.insert(11, content(1000, 500_000));
+        for (index, message) in expected.iter().enumerate() {
+            assert!(got[index] == *message, "message {index} differs");
+        }
+        let posted: usize = sizes.iter().filter(|&&len| len >= 64 << 10).sum();
+        assert_eq!(stats.posted_in_place_bytes, posted as u64, "{stats:?}");
+        assert!(stats.retransmits > 0, "{stats:?}");
+    }
+
+    /// Posted sends in place on a connection whose peer goes silent: they complete with the
+    /// connection's error once it gives the peer up, and the endpoint drops cleanly.
+    #[test]
+    fn posted_sends_in_place_fail_with_the_connection() {
+        use crate::net::mem::tests::set_drop_rule;
+
+        let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 80, rank, 9), 41_003).into())
+            .collect();
+        let config = crate::Config {
+            transports: vec![TransportKind::Mem],
+            net_idle_timeout: Duration::from_millis(300),
+            udp_post_in_place_min: 64 << 10,
+            ..crate::Config::default()
+        };
+        let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x9058);
+        let mut ep1 = ctx1.endpoint(0).unwrap();
+        let mut ep0 = ctx0.endpoint(0).unwrap();
+        ep0.set_timeout(Some(Duration::from_secs(10)));
+        ep1.set_timeout(Some(Duration::from_secs(10)));
+        let receiver = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 16];
+            let got = ep1.recv(&mut buf).map(|(len, _)| len);
+            (got, ep1)
+        });
+        let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+        ep0.send(conn, b"first").unwrap();
+        let (got, ep1) = receiver.join().unwrap();
+        assert_eq!(got.unwrap(), 5);
+        // From now on rank 1 hears nothing.
+        set_drop_rule(
+            addrs[0],
+            addrs[1],
+            Some(Box::new(|_: &[u8], _: &[u8]| true)),
+        );
+        let requests: Vec<SendRequest> = (0..3)
+            .map(|_| ep0.post_send(conn, vec![7u8; 200_000]).unwrap())
+            .collect();
+        for request in requests {
+            assert!(ep0.wait_send(request).is_err());
+        }
+        drop(ep0);
+        drop(ep1);
+        set_drop_rule(addrs[0], addrs[1], None);
     }
 }

@@ -40,7 +40,7 @@
 //! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
 //! on average); measured, no difference.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 use quiver_proto::handshake::{ConnectRequest, JobKey, RejectReason};
 use quiver_proto::reliable::{
     reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
+    LEND_MESSAGE_TOKEN,
 };
 use quiver_transport::udp::{
     max_gso_bytes, monotonic_ns, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch,
@@ -195,6 +196,7 @@ impl UdpIo {
         to: SocketAddr,
         core: &ReliableConnection,
         lent: &[u8],
+        posted: &VecDeque<Posted>,
         via: Option<&mut UdpSocket>,
     ) {
         let UdpIo {
@@ -221,7 +223,9 @@ impl UdpIo {
             tx_out,
             to,
             socket.gso_supported(),
-            |stream_offset, len| core.payload_at_lent(stream_offset, len, lent),
+            |stream_offset, len| {
+                core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
+            },
         );
         send_gather_fully(socket, &gather);
     }
@@ -724,6 +728,28 @@ fn lent_of<'a>(lender: Lender<'a>, id: u64) -> &'a [u8] {
     }
 }
 
+/// A message posted in place on a connection (`DgramShared::post_in_place`): the buffer
+/// the protocol core reads its frames from until it releases the token.
+#[derive(Debug)]
+struct Posted {
+    token: u64,
+    data: Vec<u8>,
+    /// Bytes of it lent to the core so far.
+    lent: usize,
+}
+
+/// The message lent under `token`: the blocking send's `lent` for
+/// [`LEND_MESSAGE_TOKEN`], else a posted one.
+fn lender<'a>(lent: &'a [u8], posted: &'a VecDeque<Posted>, token: u64) -> Option<&'a [u8]> {
+    if token == LEND_MESSAGE_TOKEN {
+        return Some(lent);
+    }
+    posted
+        .iter()
+        .find(|message| message.token == token)
+        .map(|message| message.data.as_slice())
+}
+
 /// What the endpoint sees of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Status {
@@ -757,6 +783,29 @@ struct Entry {
     /// A message from the peer was seen (for a connection this side opened: the peer
     /// sends on it too).
     peer_sent: bool,
+    /// Messages posted in place and not yet handed back, in stream order; the last may be
+    /// lent in part (the rest follows as acknowledgements free room).
+    posted: VecDeque<Posted>,
+}
+
+impl Entry {
+    /// Lends more of the posted message not yet all lent (the last one), if any.
+    fn lend_posted(&mut self) -> u64 {
+        let mut lent_now = 0;
+        if let Some(last) = self.posted.back_mut() {
+            while last.lent < last.data.len() {
+                let count = self
+                    .core
+                    .lend_message_as(last.token, last.data.len() - last.lent);
+                if count == 0 {
+                    break;
+                }
+                last.lent += count;
+                lent_now += count as u64;
+            }
+        }
+        lent_now
+    }
 }
 
 #[derive(Debug)]
@@ -806,6 +855,8 @@ struct Engine {
     /// send window after all (not acknowledged before their send returned).
     sent_in_place_bytes: u64,
     adopted_bytes: u64,
+    /// Bytes of posted messages lent to the protocol (never copied).
+    posted_in_place_bytes: u64,
 }
 
 impl Engine {
@@ -876,6 +927,9 @@ pub struct DatagramStats {
     /// Of those, bytes copied into the send window after all: not acknowledged when their
     /// send returned.
     pub adopted_bytes: u64,
+    /// Message bytes of posted sends sent in place (`Config::udp_post_in_place_min`):
+    /// lent from the posted buffer, never copied.
+    pub posted_in_place_bytes: u64,
 }
 
 impl DatagramStats {
@@ -1099,6 +1153,7 @@ impl DgramShared {
                 next_socket: 0,
                 sent_in_place_bytes: 0,
                 adopted_bytes: 0,
+                posted_in_place_bytes: 0,
             }),
         })
     }
@@ -1147,6 +1202,7 @@ impl DgramShared {
         total.connections = 0;
         total.sent_in_place_bytes = engine.sent_in_place_bytes;
         total.adopted_bytes = engine.adopted_bytes;
+        total.posted_in_place_bytes = engine.posted_in_place_bytes;
         for e in engine.conns.values() {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);
@@ -1262,6 +1318,7 @@ impl DgramShared {
                         abandoned: false,
                         senders: Vec::new(),
                         peer_sent: false,
+                        posted: VecDeque::new(),
                     },
                 );
                 engine.flush(id);
@@ -1557,6 +1614,60 @@ impl DgramShared {
         }
     }
 
+    /// Starts `data` as the next message of connection `id`, posted in place under `token`
+    /// (the caller's name for the request): the engine keeps the buffer and lends it to the
+    /// protocol (`ReliableConnection::lend_message_as`), all of it or, for a message larger
+    /// than the send window, in parts as acknowledgements free room (every flush of the
+    /// connection lends more); frames and retransmissions read it in place. It comes back
+    /// from [`DgramShared::collect_posted`] once the protocol released it. `Ok(Some(data))`:
+    /// not started now (the previous message is not all taken, or the window lacks room for
+    /// its header), try again later.
+    pub(crate) fn post_in_place(
+        &self,
+        id: u64,
+        token: u64,
+        data: Vec<u8>,
+    ) -> std::result::Result<Option<Vec<u8>>, Failure> {
+        let mut engine = self.lock();
+        let kind = self.kind;
+        let entry = engine.open_entry(kind, id)?;
+        if entry
+            .posted
+            .back()
+            .is_some_and(|last| last.lent < last.data.len())
+            || entry.core.start_message(data.len() as u64).is_err()
+        {
+            return Ok(Some(data));
+        }
+        entry.posted.push_back(Posted {
+            token,
+            data,
+            lent: 0,
+        });
+        // Flushing lends what fits and sends it.
+        engine.flush(id);
+        Ok(None)
+    }
+
+    /// Hands back the buffers of connection `id`'s posted messages that the protocol
+    /// released, into `done` as (token, buffer, delivered): delivered is false when the
+    /// connection failed (the core then releases every message, acknowledged or not).
+    pub(crate) fn collect_posted(&self, id: u64, done: &mut Vec<(u64, Vec<u8>, bool)>) {
+        let mut engine = self.lock();
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return;
+        };
+        let failed =
+            entry.core.state() == State::Failed || matches!(entry.status, Status::Failed(_));
+        while let Some(token) = entry.core.poll_released() {
+            if let Some(index) = entry.posted.iter().position(|p| p.token == token) {
+                if let Some(posted) = entry.posted.remove(index) {
+                    done.push((token, posted.data, !failed));
+                }
+            }
+        }
+    }
+
     /// Whether everything written to connection `id` was acknowledged (true for a
     /// connection that failed or is gone: nothing more will be).
     pub(crate) fn all_acked(&self, id: u64) -> bool {
@@ -1842,6 +1953,10 @@ impl Engine {
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
         };
+        if !entry.posted.is_empty() {
+            // A posted message larger than the window goes on as acknowledgements free room.
+            self.posted_in_place_bytes += entry.lend_posted();
+        }
         let sockets = &mut self.sockets;
         let in_place_min = self.in_place_min;
         let mut first = true;
@@ -1864,7 +1979,13 @@ impl Engine {
             };
             // Lay out at most TX_BYTES of copies and 1024 datagrams per socket and system call.
             while !full {
-                let Some(t) = entry.core.poll_transmit_lent(now, &mut self.header, lent) else {
+                let posted = &entry.posted;
+                let Some(t) = entry
+                    .core
+                    .poll_transmit_lending(now, &mut self.header, |token| {
+                        lender(lent, posted, token)
+                    })
+                else {
                     more = false;
                     break;
                 };
@@ -1904,7 +2025,7 @@ impl Engine {
                                         ),
                                         _ => None,
                                     };
-                                    io.send_all(to, &entry.core, lent, via);
+                                    io.send_all(to, &entry.core, lent, &entry.posted, via);
                                     io.tx.clear();
                                     io.tx_out.clear();
                                 }
@@ -1927,7 +2048,7 @@ impl Engine {
                             }
                             _ => None,
                         };
-                        io.send_all(to, &entry.core, lent, via);
+                        io.send_all(to, &entry.core, lent, &entry.posted, via);
                     }
                 }
             }
@@ -2354,6 +2475,7 @@ impl Engine {
                 abandoned: !open || crossed,
                 senders: Vec::new(),
                 peer_sent: false,
+                posted: VecDeque::new(),
             },
         );
         Some(id)
