@@ -843,6 +843,60 @@ fn goodput_table() {
 
 // ---- sending in place: the sender lends its messages (issue 3, session 9) ----
 
+/// A random edge configuration and two random links (loss up to `max_loss` each way), as
+/// the lending and posting sweeps draw them from `rng`, in this order (a seed replays).
+fn random_edge_setup(rng: &mut SimRng, max_loss: f64) -> (ReliableConfig, LinkConfig, LinkConfig) {
+    let max_datagram_bytes = rng.range_inclusive(416, 9000) as usize;
+    let min_rto_ns = rng.range_inclusive(1, 5) * MILLISECOND_NS;
+    let config = ReliableConfig {
+        max_datagram_bytes,
+        send_buffer_bytes: log_uniform(rng, 64, 256 * 1024) as usize,
+        recv_window_bytes: log_uniform(rng, 64, 256 * 1024) as usize,
+        max_sack_ranges: rng.range_inclusive(0, 16) as usize,
+        initial_rto_ns: min_rto_ns + rng.range_inclusive(0, 20) * MILLISECOND_NS,
+        min_rto_ns,
+        max_rto_ns: 50 * MILLISECOND_NS,
+        ack_delay_ns: rng.range_inclusive(0, 2000) * MICROSECOND_NS,
+        max_in_flight_datagrams: log_uniform(rng, 1, 512) as usize,
+        compact_data_frames: rng.below(2) == 0,
+        ..sweep_config()
+    };
+    let mut link = || LinkConfig {
+        delay_ns: rng.range_inclusive(10, 300) * MICROSECOND_NS,
+        jitter_ns: rng.range_inclusive(0, 500) * MICROSECOND_NS,
+        loss_probability: rng.next_f64() * max_loss,
+        duplicate_probability: rng.next_f64() * 0.05,
+        corrupt_probability: rng.next_f64() * 0.05,
+        mtu_bytes: max_datagram_bytes,
+        ..base_link()
+    };
+    let (forward, back) = (link(), link());
+    (config, forward, back)
+}
+
+/// [`two_nodes`] with a lending or posting sender: one flow of `messages` mixed messages
+/// of up to 20 000 bytes under `policy`.
+fn lending_flow(
+    seed: u64,
+    forward: LinkConfig,
+    back: LinkConfig,
+    config: ReliableConfig,
+    policy: LendPolicy,
+    messages: usize,
+) -> (Sim, FlowId) {
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    sim.add_link(sender, receiver, forward);
+    sim.add_link(receiver, sender, back);
+    let mut script_rng = sim.fork_rng(1);
+    let script = MessageScript::mixed(&mut script_rng, messages, 20_000);
+    let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+    flow_config.lend = Some(policy);
+    let flow = sim.add_flow(flow_config);
+    (sim, flow)
+}
+
 /// A random way of lending: which messages (all, or from 1 or 5 KB up) and how the tail
 /// is adopted (never: wait for the acks; all at once; or a few bytes per pump).
 fn random_lend_policy(rng: &mut SimRng) -> LendPolicy {
@@ -865,42 +919,9 @@ fn lending_sweep_configs() {
     let seeds = sweep_seeds(400);
     run_seeds("lending_sweep_configs", &seeds, |seed| {
         let mut rng = SimRng::new(seed ^ 0x1E4D_0001);
-        let max_datagram_bytes = rng.range_inclusive(416, 9000) as usize;
-        let min_rto_ns = rng.range_inclusive(1, 5) * MILLISECOND_NS;
-        let config = ReliableConfig {
-            max_datagram_bytes,
-            send_buffer_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
-            recv_window_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
-            max_sack_ranges: rng.range_inclusive(0, 16) as usize,
-            initial_rto_ns: min_rto_ns + rng.range_inclusive(0, 20) * MILLISECOND_NS,
-            min_rto_ns,
-            max_rto_ns: 50 * MILLISECOND_NS,
-            ack_delay_ns: rng.range_inclusive(0, 2000) * MICROSECOND_NS,
-            max_in_flight_datagrams: log_uniform(&mut rng, 1, 512) as usize,
-            compact_data_frames: rng.below(2) == 0,
-            ..sweep_config()
-        };
-        let mut link = || LinkConfig {
-            delay_ns: rng.range_inclusive(10, 300) * MICROSECOND_NS,
-            jitter_ns: rng.range_inclusive(0, 500) * MICROSECOND_NS,
-            loss_probability: rng.next_f64() * 0.2,
-            duplicate_probability: rng.next_f64() * 0.05,
-            corrupt_probability: rng.next_f64() * 0.05,
-            mtu_bytes: max_datagram_bytes,
-            ..base_link()
-        };
-        let (forward, back) = (link(), link());
+        let (config, forward, back) = random_edge_setup(&mut rng, 0.2);
         let policy = random_lend_policy(&mut rng);
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_link(sender, receiver, forward);
-        sim.add_link(receiver, sender, back);
-        let mut script_rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut script_rng, 12, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(policy);
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = lending_flow(seed, forward, back, config, policy, 12);
         let report = run_to_delivery(&mut sim, flow);
         if policy.adopt_step_bytes == 0 {
             assert_eq!(report.flows[flow.0].bytes_adopted, 0, "{policy:?}");
@@ -1065,42 +1086,9 @@ fn posting_sweep_configs() {
     let seeds = sweep_seeds(1000);
     run_seeds("posting_sweep_configs", &seeds, |seed| {
         let mut rng = SimRng::new(seed ^ 0x9057_0001);
-        let max_datagram_bytes = rng.range_inclusive(416, 9000) as usize;
-        let min_rto_ns = rng.range_inclusive(1, 5) * MILLISECOND_NS;
-        let config = ReliableConfig {
-            max_datagram_bytes,
-            send_buffer_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
-            recv_window_bytes: log_uniform(&mut rng, 64, 256 * 1024) as usize,
-            max_sack_ranges: rng.range_inclusive(0, 16) as usize,
-            initial_rto_ns: min_rto_ns + rng.range_inclusive(0, 20) * MILLISECOND_NS,
-            min_rto_ns,
-            max_rto_ns: 50 * MILLISECOND_NS,
-            ack_delay_ns: rng.range_inclusive(0, 2000) * MICROSECOND_NS,
-            max_in_flight_datagrams: log_uniform(&mut rng, 1, 512) as usize,
-            compact_data_frames: rng.below(2) == 0,
-            ..sweep_config()
-        };
-        let mut link = || LinkConfig {
-            delay_ns: rng.range_inclusive(10, 300) * MICROSECOND_NS,
-            jitter_ns: rng.range_inclusive(0, 500) * MICROSECOND_NS,
-            loss_probability: rng.next_f64() * 0.3,
-            duplicate_probability: rng.next_f64() * 0.05,
-            corrupt_probability: rng.next_f64() * 0.05,
-            mtu_bytes: max_datagram_bytes,
-            ..base_link()
-        };
-        let (forward, back) = (link(), link());
+        let (config, forward, back) = random_edge_setup(&mut rng, 0.3);
         let policy = random_post_policy(&mut rng);
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_link(sender, receiver, forward);
-        sim.add_link(receiver, sender, back);
-        let mut script_rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut script_rng, 16, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(policy);
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = lending_flow(seed, forward, back, config, policy, 16);
         run_posted_to_delivery(&mut sim, flow);
     });
 }
