@@ -363,17 +363,17 @@ impl SenderApp {
         self.posted_total += 1;
     }
 
-    /// Lends more of the current posted message; the sender moves on to the next message
-    /// once all of it is lent (not acknowledged). Returns the bytes lent by this call.
-    fn pump_posted(&mut self, connection: &mut dyn MessageWriter, size: u64) -> u64 {
-        let token = self.next_message as u64;
+    /// Lends the current message's bytes from `offset_bytes` on with `lend` (which lends up
+    /// to the count it is given and returns how many it took) until it takes none or the
+    /// message of `size` bytes is all lent. Returns the bytes lent.
+    fn lend_rest(&mut self, size: u64, mut lend: impl FnMut(u64) -> u64) -> u64 {
         let mut lent_now = 0;
         while self.offset_bytes < size {
-            let taken = connection.lend_message_as(token, size - self.offset_bytes);
+            let asked = size - self.offset_bytes;
+            let taken = lend(asked);
             assert!(
-                taken <= size - self.offset_bytes,
-                "lend_message_as took {taken} of {} bytes",
-                size - self.offset_bytes
+                taken <= asked,
+                "the connection lent {taken} of {asked} bytes"
             );
             if taken == 0 {
                 break;
@@ -382,6 +382,14 @@ impl SenderApp {
             self.bytes_written += taken;
             lent_now += taken;
         }
+        lent_now
+    }
+
+    /// Lends more of the current posted message; the sender moves on to the next message
+    /// once all of it is lent (not acknowledged). Returns the bytes lent by this call.
+    fn pump_posted(&mut self, connection: &mut dyn MessageWriter, size: u64) -> u64 {
+        let token = self.next_message as u64;
+        let lent_now = self.lend_rest(size, |len| connection.lend_message_as(token, len));
         if self.offset_bytes == size {
             self.in_message = false;
             self.next_message += 1;
@@ -393,21 +401,7 @@ impl SenderApp {
     /// all is lent, and ends the message once nothing is lent any more. Returns the bytes
     /// lent by this call.
     fn pump_lent(&mut self, connection: &mut dyn MessageWriter, size: u64) -> u64 {
-        let mut lent_now = 0;
-        while self.offset_bytes < size {
-            let taken = connection.lend_message(size - self.offset_bytes);
-            assert!(
-                taken <= size - self.offset_bytes,
-                "lend_message took {taken} of {} bytes",
-                size - self.offset_bytes
-            );
-            if taken == 0 {
-                break;
-            }
-            self.offset_bytes += taken;
-            self.bytes_written += taken;
-            lent_now += taken;
-        }
+        let lent_now = self.lend_rest(size, |len| connection.lend_message(len));
         if self.offset_bytes < size {
             return lent_now;
         }

@@ -571,6 +571,36 @@ fn striping_loss_on_one_link() {
     });
 }
 
+/// 2 to 8 random links for the random-network sweeps: rate, loss (one of `losses`),
+/// jitter, duplication, corruption and delay, drawn from `rng` in this order.
+fn random_links(rng: &mut SimRng, losses: [f64; 4]) -> Vec<LinkConfig> {
+    let count = rng.range_inclusive(2, 8) as usize;
+    (0..count)
+        .map(|_| {
+            let rate = [20, 50, 100, 300][rng.range_inclusive(0, 3) as usize];
+            LinkConfig {
+                loss_probability: losses[rng.range_inclusive(0, 3) as usize],
+                jitter_ns: rng.range_inclusive(0, 200) * MICROSECOND_NS,
+                duplicate_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
+                corrupt_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
+                ..link(rate, rng.range_inclusive(20, 2000))
+            }
+        })
+        .collect()
+}
+
+/// On half the draws, cuts one random link (both directions, `ids`) for 1-500 ms
+/// starting in the first 100 ms.
+fn maybe_partition(rng: &mut SimRng, sim: &mut Sim, ids: &[(LinkId, LinkId)]) {
+    if rng.range_inclusive(0, 1) == 1 {
+        let victim = rng.range_inclusive(0, ids.len() as u64 - 1) as usize;
+        let start = rng.range_inclusive(0, 100) * MILLISECOND_NS;
+        let end = start + rng.range_inclusive(1, 500) * MILLISECOND_NS;
+        sim.partition(ids[victim].0, start, end);
+        sim.partition(ids[victim].1, start, end);
+    }
+}
+
 /// Random multi-link networks (2 to 8 links; loss, jitter, duplication and corruption on
 /// some): delivery only, every invariant checked at every step.
 #[test]
@@ -578,35 +608,17 @@ fn striping_random_networks() {
     let seeds = sweep_seeds(150);
     run_seeds("striping_random_networks", &seeds, |seed| {
         let mut rng = SimRng::new(seed ^ 0x4A4D);
-        let count = rng.range_inclusive(2, 8) as usize;
-        let links: Vec<LinkConfig> = (0..count)
-            .map(|_| {
-                let rate = [20, 50, 100, 300][rng.range_inclusive(0, 3) as usize];
-                LinkConfig {
-                    loss_probability: [0.0, 0.0, 0.02, 0.1][rng.range_inclusive(0, 3) as usize],
-                    jitter_ns: rng.range_inclusive(0, 200) * MICROSECOND_NS,
-                    duplicate_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
-                    corrupt_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
-                    ..link(rate, rng.range_inclusive(20, 2000))
-                }
-            })
-            .collect();
+        let links = random_links(&mut rng, [0.0, 0.0, 0.02, 0.1]);
         let total = rng.range_inclusive(1, 2 << 20);
         // Full Data frames on odd seeds, compact Stream frames on even ones.
         let (mut sim, flow, ids) = striped_with(seed, &links, total, seed % 2 == 0);
-        if rng.range_inclusive(0, 1) == 1 {
-            let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
-            let start = rng.range_inclusive(0, 100) * MILLISECOND_NS;
-            let end = start + rng.range_inclusive(1, 500) * MILLISECOND_NS;
-            sim.partition(ids[victim].0, start, end);
-            sim.partition(ids[victim].1, start, end);
-        }
+        maybe_partition(&mut rng, &mut sim, &ids);
         let report = run_to_delivery(&mut sim, flow);
         print_run("striping_random_networks", seed, &report, flow, 0.0);
     });
 }
 
-/// A posting sender (issue 4, session 11): messages lent several at a time, each buffer
+/// A posting sender (issue 4, session 10): messages lent several at a time, each buffer
 /// overwritten the moment its token is released; 1 to 16 messages posted.
 fn random_posting(rng: &mut SimRng) -> LendPolicy {
     LendPolicy {
@@ -631,30 +643,12 @@ fn striping_posted_random_networks() {
     let seeds = sweep_seeds(150);
     run_seeds("striping_posted_random_networks", &seeds, |seed| {
         let mut rng = SimRng::new(seed ^ 0x9057_4A4D);
-        let count = rng.range_inclusive(2, 8) as usize;
-        let links: Vec<LinkConfig> = (0..count)
-            .map(|_| {
-                let rate = [20, 50, 100, 300][rng.range_inclusive(0, 3) as usize];
-                LinkConfig {
-                    loss_probability: [0.0, 0.02, 0.1, 0.3][rng.range_inclusive(0, 3) as usize],
-                    jitter_ns: rng.range_inclusive(0, 200) * MICROSECOND_NS,
-                    duplicate_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
-                    corrupt_probability: [0.0, 0.01][rng.range_inclusive(0, 1) as usize],
-                    ..link(rate, rng.range_inclusive(20, 2000))
-                }
-            })
-            .collect();
+        let links = random_links(&mut rng, [0.0, 0.02, 0.1, 0.3]);
         let total = rng.range_inclusive(1, 2 << 20);
         let posting = random_posting(&mut rng);
         let (mut sim, flow, ids) =
             striped_lending(seed, &links, total, seed % 2 == 0, Some(posting));
-        if rng.range_inclusive(0, 1) == 1 {
-            let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
-            let start = rng.range_inclusive(0, 100) * MILLISECOND_NS;
-            let end = start + rng.range_inclusive(1, 500) * MILLISECOND_NS;
-            sim.partition(ids[victim].0, start, end);
-            sim.partition(ids[victim].1, start, end);
-        }
+        maybe_partition(&mut rng, &mut sim, &ids);
         let report = run_to_delivery(&mut sim, flow);
         assert_all_released(&report, flow);
         print_run("striping_posted_random_networks", seed, &report, flow, 0.0);
