@@ -264,6 +264,13 @@ impl Config {
             }
             Ok(())
         };
+        // A byte count or count held as usize.
+        let usize_size = |k: &str, v: &mut usize| -> Result<()> {
+            let mut wide = *v as u64;
+            size(k, &mut wide)?;
+            *v = wide as usize;
+            Ok(())
+        };
         size("QUIVER_SHM_RING_BYTES", &mut c.shm_ring_bytes)?;
         // Defaults that depend on the ring shrink with it; explicit values are checked.
         if c.shm_ring_bytes.is_power_of_two() && c.shm_ring_bytes >= 4096 {
@@ -284,21 +291,13 @@ impl Config {
         let mut op = 0;
         size("QUIVER_TIMEOUT_MS", &mut op)?;
         c.op_timeout = (op > 0).then(|| Duration::from_millis(op));
-        let mut n = c.pool_buffers as u64;
-        size("QUIVER_POOL_BUFFERS", &mut n)?;
-        c.pool_buffers = n as usize;
-        let mut b = c.pool_buffer_bytes as u64;
-        size("QUIVER_POOL_BUFFER_BYTES", &mut b)?;
-        c.pool_buffer_bytes = b as usize;
+        usize_size("QUIVER_POOL_BUFFERS", &mut c.pool_buffers)?;
+        usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
             c.transports = parse_transports(&t)?;
         }
-        let mut d = c.udp_datagram_bytes as u64;
-        size("QUIVER_UDP_DATAGRAM_BYTES", &mut d)?;
-        c.udp_datagram_bytes = d as usize;
-        let mut w = c.net_window_bytes as u64;
-        size("QUIVER_NET_WINDOW_BYTES", &mut w)?;
-        c.net_window_bytes = w as usize;
+        usize_size("QUIVER_UDP_DATAGRAM_BYTES", &mut c.udp_datagram_bytes)?;
+        usize_size("QUIVER_NET_WINDOW_BYTES", &mut c.net_window_bytes)?;
         let mut detect = c.detect.map_or(0, |d| d.as_millis() as u64);
         size("QUIVER_DETECT_MS", &mut detect)?;
         c.detect = (detect > 0).then(|| Duration::from_millis(detect));
@@ -306,18 +305,10 @@ impl Config {
         let mut idle = c.detect.unwrap_or(c.net_idle_timeout).as_millis() as u64;
         size("QUIVER_NET_IDLE_TIMEOUT_MS", &mut idle)?;
         c.net_idle_timeout = Duration::from_millis(idle);
-        let mut staging = c.tcp_staging_bytes as u64;
-        size("QUIVER_TCP_STAGING_BYTES", &mut staging)?;
-        c.tcp_staging_bytes = staging as usize;
-        let mut in_place = c.udp_in_place_min as u64;
-        size("QUIVER_UDP_IN_PLACE_MIN", &mut in_place)?;
-        c.udp_in_place_min = in_place as usize;
-        let mut send_in_place = c.udp_send_in_place_min as u64;
-        size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut send_in_place)?;
-        c.udp_send_in_place_min = send_in_place as usize;
-        let mut post_in_place = c.udp_post_in_place_min as u64;
-        size("QUIVER_UDP_POST_IN_PLACE_MIN", &mut post_in_place)?;
-        c.udp_post_in_place_min = post_in_place as usize;
+        usize_size("QUIVER_TCP_STAGING_BYTES", &mut c.tcp_staging_bytes)?;
+        usize_size("QUIVER_UDP_IN_PLACE_MIN", &mut c.udp_in_place_min)?;
+        usize_size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut c.udp_send_in_place_min)?;
+        usize_size("QUIVER_UDP_POST_IN_PLACE_MIN", &mut c.udp_post_in_place_min)?;
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
                 *source = SettingSource::Environment;
