@@ -16,7 +16,7 @@ use quiver_sim::event::{Nanos, MICROSECOND_NS, MILLISECOND_NS, SECOND_NS};
 use quiver_sim::link::{GilbertElliott, LinkConfig, TailDrop};
 use quiver_sim::rng::SimRng;
 use quiver_sim::seeds::{fixed_seeds, run_seeds, sweep_seeds};
-use quiver_sim::sim::{FlowConfig, FlowId, Sim, SimReport, StopReason};
+use quiver_sim::sim::{FlowConfig, FlowId, FlowReport, Sim, SimReport, StopReason};
 use quiver_sim::workload::{LendPolicy, MessageScript};
 
 /// Short virtual timeouts for the many-seed sweeps; timeouts generous enough that 30% loss
@@ -972,44 +972,56 @@ fn lending_close() {
     });
 }
 
+/// The receiver dies 0.5-2 ms into a lending sender's flow of 400 messages (a posting one
+/// with 1-8 messages posted when `posting`): the sender reports PeerUnreachable within the
+/// idle timeout (+ max_rto) of the kill. Returns the sender's flow report.
+fn receiver_dies_while_lending(seed: u64, posting: bool) -> FlowReport {
+    let config = ReliableConfig {
+        idle_timeout_ns: 300 * MILLISECOND_NS,
+        ..sweep_config()
+    };
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    sim.add_duplex_link(sender, receiver, base_link());
+    let mut rng = sim.fork_rng(1);
+    let script = MessageScript::mixed(&mut rng, 400, 20_000);
+    let mut flow_config = FlowConfig::new(sender, receiver, config.clone(), script);
+    flow_config.settle_on_completion = false;
+    flow_config.lend = Some(LendPolicy {
+        min_message_bytes: 0,
+        adopt_step_bytes: 0,
+        posted_window: if posting {
+            rng.range_inclusive(1, 8) as usize
+        } else {
+            0
+        },
+    });
+    let flow = sim.add_flow(flow_config);
+    let kill_ns = rng.range_inclusive(500, 2000) * MICROSECOND_NS;
+    sim.kill_node(receiver, kill_ns);
+    sim.run_until(SWEEP_DEADLINE_NS);
+    let report = sim.report();
+    let flow_report = &report.flows[flow.0];
+    assert!(flow_report.completed_at_ns.is_none(), "{flow_report:#?}");
+    let unreachable_at = flow_report
+        .initiator_events
+        .iter()
+        .find(|(_, event)| matches!(event, Event::PeerUnreachable))
+        .map(|&(at, _)| at)
+        .unwrap_or_else(|| panic!("no PeerUnreachable: {flow_report:#?}"));
+    assert!(unreachable_at > kill_ns);
+    assert!(unreachable_at <= kill_ns + config.idle_timeout_ns + config.max_rto_ns);
+    flow_report.clone()
+}
+
 /// The receiver dies while the sender lends: the sender reports PeerUnreachable within
 /// the idle timeout (+ max_rto) of the kill, and its lend ends with it.
 #[test]
 fn lending_dead_receiver() {
     let seeds = sweep_seeds(100);
     run_seeds("lending_dead_receiver", &seeds, |seed| {
-        let config = ReliableConfig {
-            idle_timeout_ns: 300 * MILLISECOND_NS,
-            ..sweep_config()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, base_link());
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 400, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, config.clone(), script);
-        flow_config.settle_on_completion = false;
-        flow_config.lend = Some(LendPolicy {
-            min_message_bytes: 0,
-            adopt_step_bytes: 0,
-            posted_window: 0,
-        });
-        let flow = sim.add_flow(flow_config);
-        let kill_ns = rng.range_inclusive(500, 2000) * MICROSECOND_NS;
-        sim.kill_node(receiver, kill_ns);
-        sim.run_until(SWEEP_DEADLINE_NS);
-        let report = sim.report();
-        let flow_report = &report.flows[flow.0];
-        assert!(flow_report.completed_at_ns.is_none(), "{flow_report:#?}");
-        let unreachable_at = flow_report
-            .initiator_events
-            .iter()
-            .find(|(_, event)| matches!(event, Event::PeerUnreachable))
-            .map(|&(at, _)| at)
-            .unwrap_or_else(|| panic!("no PeerUnreachable: {flow_report:#?}"));
-        assert!(unreachable_at > kill_ns);
-        assert!(unreachable_at <= kill_ns + config.idle_timeout_ns + config.max_rto_ns);
+        let flow_report = receiver_dies_while_lending(seed, false);
         assert_eq!(flow_report.bytes_adopted, 0);
     });
 }
@@ -1127,38 +1139,7 @@ fn posting_loss_30() {
 fn posting_dead_receiver() {
     let seeds = sweep_seeds(200);
     run_seeds("posting_dead_receiver", &seeds, |seed| {
-        let config = ReliableConfig {
-            idle_timeout_ns: 300 * MILLISECOND_NS,
-            ..sweep_config()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, base_link());
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 400, 20_000);
-        let mut flow_config = FlowConfig::new(sender, receiver, config.clone(), script);
-        flow_config.settle_on_completion = false;
-        flow_config.lend = Some(LendPolicy {
-            min_message_bytes: 0,
-            adopt_step_bytes: 0,
-            posted_window: rng.range_inclusive(1, 8) as usize,
-        });
-        let flow = sim.add_flow(flow_config);
-        let kill_ns = rng.range_inclusive(500, 2000) * MICROSECOND_NS;
-        sim.kill_node(receiver, kill_ns);
-        sim.run_until(SWEEP_DEADLINE_NS);
-        let report = sim.report();
-        let flow_report = &report.flows[flow.0];
-        assert!(flow_report.completed_at_ns.is_none(), "{flow_report:#?}");
-        let unreachable_at = flow_report
-            .initiator_events
-            .iter()
-            .find(|(_, event)| matches!(event, Event::PeerUnreachable))
-            .map(|&(at, _)| at)
-            .unwrap_or_else(|| panic!("no PeerUnreachable: {flow_report:#?}"));
-        assert!(unreachable_at > kill_ns);
-        assert!(unreachable_at <= kill_ns + config.idle_timeout_ns + config.max_rto_ns);
+        let flow_report = receiver_dies_while_lending(seed, true);
         assert_eq!(flow_report.posted_outstanding, 0, "{flow_report:#?}");
     });
 }
