@@ -6,8 +6,10 @@
 //! receiving, backpressure, BufferTooSmall keeping the message, a closed peer, a stranger
 //! with the wrong key refused and counted.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
@@ -40,12 +42,19 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// A free port for both tcp and udp on 127.0.0.1.
+/// A free port for both tcp and udp on 127.0.0.1, never one handed out before in this
+/// process. The port is free only until a rank binds it, and the tests run in parallel:
+/// without the record, a port just released by one job's probe could go to another job too.
+/// (A CI run once failed with "address already in use" here; this closes that way to it,
+/// not the kernel giving the port to someone else's socket meanwhile.)
 fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            && HANDED_OUT.lock().unwrap().insert(port)
+        {
             return port;
         }
     }
