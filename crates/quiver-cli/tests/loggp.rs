@@ -6,11 +6,18 @@
 //!   [`TOLERANCE_FRACTION`] of the latter plus [`TOLERANCE_US`] (these shared 2-vCPU
 //!   machines move a figure by tens of percent between two loops; a run whose cache-line
 //!   hand-off floor moved is retried once, since then both loops saw different machines);
-//! - **g is never below o_s**: a sender cannot start messages faster than it spends inside
-//!   each send (with [`CLOCK_SLACK_US`] for the clock's resolution, and [`GAP_TOLERANCE`]:
-//!   over udp and tcp an isolated send also carries work that a stream shares out, such as
-//!   the ack owed for the previous message and a system call of its own, so g measured in a
-//!   stream came out up to 9% below the isolated o_s in CI runs).
+//! - **g is never below o_s over shm**: a sender cannot start messages faster than it
+//!   spends inside each send (with [`CLOCK_SLACK_US`] for the clock's resolution and
+//!   [`GAP_TOLERANCE`] for the noise of two loops).
+//!
+//! Over udp and tcp, g is only checked to be a positive, finite time. There an isolated send
+//! is not the sender's own work alone: on loopback the system call also delivers the
+//! datagram or segment into the receiver's socket (the bench measures L < 0 over both,
+//! i.e. o_s + o_r exceeds the one-way latency), and it carries work that a stream shares out
+//! (the ack owed for the previous message, a cold path after the idle wait). A CI run
+//! measured g 27% below o_s over udp at 8 B (4.48 against 6.14 µs), and runs of the
+//! session-9 and session-10 binaries on the development VM measured up to 21% below at
+//! 1 KiB; no tolerance makes a sound invariant of that.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -67,7 +74,7 @@ fn number(record: &Value, key: &str) -> f64 {
 }
 
 /// The problems of one run, empty when consistent.
-fn problems(records: &[Value]) -> Vec<String> {
+fn problems(records: &[Value], gap_bounded_by_send: bool) -> Vec<String> {
     let mut problems = Vec::new();
     for size in [8u64, 1024] {
         let find = |test: &str| {
@@ -91,7 +98,9 @@ fn problems(records: &[Value]) -> Vec<String> {
                 "{size} B: o_s + L + o_r = {model:.3} µs vs pingpong {one_way:.3} µs (allowed ±{allowed:.3})"
             ));
         }
-        if g + CLOCK_SLACK_US < o_s * (1.0 - GAP_TOLERANCE) {
+        if !(g.is_finite() && g > 0.0) {
+            problems.push(format!("{size} B: g = {g} µs is not a positive time"));
+        } else if gap_bounded_by_send && g + CLOCK_SLACK_US < o_s * (1.0 - GAP_TOLERANCE) {
             problems.push(format!("{size} B: g = {g:.3} µs below o_s = {o_s:.3} µs"));
         }
     }
@@ -100,7 +109,7 @@ fn problems(records: &[Value]) -> Vec<String> {
 
 fn check(transport: &str) {
     let (records, stderr) = run(transport);
-    let found = problems(&records);
+    let found = problems(&records, transport == "shm");
     if found.is_empty() {
         return;
     }
@@ -110,7 +119,7 @@ fn check(transport: &str) {
         "{transport}: {found:?}\n{stderr}"
     );
     let (records, stderr) = run(transport);
-    let found = problems(&records);
+    let found = problems(&records, transport == "shm");
     assert!(
         found.is_empty(),
         "{transport} (second run): {found:?}\n{stderr}"
