@@ -161,7 +161,15 @@ impl Pair {
     }
 
     fn established() -> Self {
-        let mut pair = Self::new(small_config(), small_config(), 7, 7);
+        let mut pair = Self::handshaken(small_config());
+        assert_eq!(pair.a.poll_event(), Some(Event::Established));
+        assert_eq!(pair.b().poll_event(), Some(Event::Established));
+        pair
+    }
+
+    /// Both ends with `config`, run until both are established (events left unread).
+    fn handshaken(config: ReliableConfig) -> Self {
+        let mut pair = Self::new(config.clone(), config, 7, 7);
         pair.run_until(|pair| {
             pair.a.state() == State::Established
                 && pair
@@ -169,8 +177,6 @@ impl Pair {
                     .as_ref()
                     .is_some_and(|b| b.state() == State::Established)
         });
-        assert_eq!(pair.a.poll_event(), Some(Event::Established));
-        assert_eq!(pair.b().poll_event(), Some(Event::Established));
         pair
     }
 
@@ -735,14 +741,7 @@ impl TwoPaths {
     }
 
     fn established_with(config: ReliableConfig) -> TwoPaths {
-        let mut pair = Pair::new(config.clone(), config, 7, 7);
-        pair.run_until(|pair| {
-            pair.a.state() == State::Established
-                && pair
-                    .b
-                    .as_ref()
-                    .is_some_and(|b| b.state() == State::Established)
-        });
+        let mut pair = Pair::handshaken(config);
         let b = pair.b.take().unwrap();
         TwoPaths {
             a: pair.a,
@@ -1507,15 +1506,7 @@ fn ping_pong_with_compact_frames_adds_one_datagram_per_message() {
         compact_data_frames: true,
         ..small_config()
     };
-    let mut pair = Pair::new(config.clone(), config, 7, 7);
-    pair.run_until(|pair| {
-        pair.a.state() == State::Established
-            && pair
-                .b
-                .as_ref()
-                .is_some_and(|b| b.state() == State::Established)
-    });
-    ping_pong_one_datagram_per_message(pair);
+    ping_pong_one_datagram_per_message(Pair::handshaken(config));
 }
 
 fn ping_pong_one_datagram_per_message(mut pair: Pair) {
