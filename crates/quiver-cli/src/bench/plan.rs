@@ -141,6 +141,10 @@ pub(crate) const DEFAULT_WINDOW: u64 = 64;
 pub(crate) const MAX_WINDOW: u64 = 4096;
 /// Largest memory the bw sender may hold in posted buffers (window x size), in bytes.
 pub(crate) const MAX_WINDOW_BYTES: u64 = 4 << 30;
+/// bw above the eager size, where the transport sends posted sends in place (udp): most
+/// distinct buffers the sender keeps posted (at most the window, so within
+/// [`MAX_WINDOW_BYTES`] too; 8 MiB at 1 MiB). See [`posted_in_place_buffers`].
+pub(crate) const MAX_POSTED_IN_PLACE: u64 = 8;
 /// Size of a rate message, in bytes.
 pub(crate) const RATE_MESSAGE_BYTES: u64 = 8;
 
@@ -414,6 +418,13 @@ pub(crate) fn warmup_windows(windows: u64) -> u64 {
     (windows / 10).clamp(2, 100)
 }
 
+/// bw above the eager size where the transport sends posted sends in place: how many
+/// distinct buffers of one message each the sender keeps posted in a window of `window`
+/// messages (at least 1, at most the window and [`MAX_POSTED_IN_PLACE`]).
+pub(crate) fn posted_in_place_buffers(window: u64) -> u64 {
+    window.clamp(1, MAX_POSTED_IN_PLACE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,5 +593,13 @@ mod tests {
         assert_eq!(warmup_iters(20_000), 1_000);
         assert_eq!(warmup_windows(32), 3);
         assert_eq!(warmup_windows(1), 2);
+    }
+
+    #[test]
+    fn posted_in_place_buffers_stay_within_the_window_and_the_cap() {
+        assert_eq!(posted_in_place_buffers(1), 1);
+        assert_eq!(posted_in_place_buffers(3), 3);
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW), MAX_POSTED_IN_PLACE);
+        assert_eq!(posted_in_place_buffers(MAX_WINDOW), MAX_POSTED_IN_PLACE);
     }
 }
