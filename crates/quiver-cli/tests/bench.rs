@@ -957,11 +957,12 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
 }
 
 /// bw above the eager limit over udp, where a posted send of at least
-/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB) is sent in place: the sender keeps 8 distinct
-/// buffers posted and posts each again when it comes back (a window of 12 reuses 4 of
-/// them), and the receiver checks every message's length (an odd size, so a wrong length
-/// fails the run). tcp, in the same launch, and messages under the minimum keep the old
-/// ways (no `posted`); with a larger minimum set, 1000003 bytes are not posted either.
+/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB) is sent in place: the sender keeps 2 distinct
+/// buffers posted and posts each again when it comes back (6 times each in a window of
+/// 12), and the receiver checks every message's length (an odd size, so a wrong length
+/// fails the run). tcp, in the same launch, and messages under the eager size or over
+/// 1 MiB keep the old ways (no `posted`); with a larger minimum set, 600000 bytes are
+/// not posted either.
 #[test]
 fn bw_over_udp_keeps_large_messages_posted_in_place() {
     let arguments = [
@@ -973,7 +974,7 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
         "--rounds",
         "2",
         "--sizes",
-        "64K,1000003",
+        "64K,1000003,3M",
         "--iters",
         "3",
         "--window",
@@ -986,14 +987,14 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
         .into_iter()
         .filter(|record| record["summary"].is_null())
         .collect();
-    // Two sizes, two rounds, udp and tcp.
-    assert_eq!(bw.len(), 8, "{records:?}");
+    // Three sizes, two rounds, udp and tcp.
+    assert_eq!(bw.len(), 12, "{records:?}");
     for record in &bw {
         positive(record, "bandwidth_MBps");
         assert_eq!(record["window"], 12, "{record}");
         let in_place = record["transport"] == "udp" && record["size"] == 1_000_003;
         let expected = if in_place {
-            Value::from(8)
+            Value::from(2)
         } else {
             Value::Null
         };
@@ -1007,10 +1008,10 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         Command::new(env!("CARGO_BIN_EXE_quiver"))
             .arg("bench")
-            .args(["bw", "--transport", "udp", "--sizes", "1000003,3M"])
+            .args(["bw", "--transport", "udp", "--sizes", "600000,1000003"])
             .args(["--iters", "3", "--window", "3", "--json", "-"])
             .args(["--timeout", "120"])
-            .env("QUIVER_UDP_POST_IN_PLACE_MIN", "2M")
+            .env("QUIVER_UDP_POST_IN_PLACE_MIN", "768K")
             .output()
             .expect("run quiver bench")
     };
@@ -1019,8 +1020,8 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
     assert_eq!(bw.len(), 2, "{records:?}");
     for record in bw {
         positive(record, "bandwidth_MBps");
-        let expected = if record["size"] == 3 << 20 {
-            Value::from(3)
+        let expected = if record["size"] == 1_000_003 {
+            Value::from(2)
         } else {
             Value::Null
         };

@@ -142,9 +142,13 @@ pub(crate) const MAX_WINDOW: u64 = 4096;
 /// Largest memory the bw sender may hold in posted buffers (window x size), in bytes.
 pub(crate) const MAX_WINDOW_BYTES: u64 = 4 << 30;
 /// bw above the eager size, where the transport sends posted sends in place (udp): most
-/// distinct buffers the sender keeps posted (at most the window, so within
-/// [`MAX_WINDOW_BYTES`] too; 8 MiB at 1 MiB). See [`posted_in_place_buffers`].
-pub(crate) const MAX_POSTED_IN_PLACE: u64 = 8;
+/// distinct buffers the sender keeps posted (double buffering: one message goes out while
+/// the one before waits for its last acknowledgements). More measured slower over udp
+/// loopback (docs/PERFORMANCE.md, session 11). See [`posted_in_place_buffers`].
+pub(crate) const MAX_POSTED_IN_PLACE: u64 = 2;
+/// The same: most bytes the sender keeps posted ([`MAX_POSTED_IN_PLACE`] buffers of up to
+/// 1 MiB; larger messages go by blocking sends, which measured faster than posting them).
+pub(crate) const MAX_POSTED_IN_PLACE_BYTES: u64 = 2 << 20;
 /// Size of a rate message, in bytes.
 pub(crate) const RATE_MESSAGE_BYTES: u64 = 8;
 
@@ -419,10 +423,14 @@ pub(crate) fn warmup_windows(windows: u64) -> u64 {
 }
 
 /// bw above the eager size where the transport sends posted sends in place: how many
-/// distinct buffers of one message each the sender keeps posted in a window of `window`
-/// messages (at least 1, at most the window and [`MAX_POSTED_IN_PLACE`]).
-pub(crate) fn posted_in_place_buffers(window: u64) -> u64 {
-    window.clamp(1, MAX_POSTED_IN_PLACE)
+/// distinct buffers of `size_bytes` the sender keeps posted in a window of `window`
+/// messages: at most the window, [`MAX_POSTED_IN_PLACE`] and [`MAX_POSTED_IN_PLACE_BYTES`];
+/// `None` below two (one posted at a time would wait for each message's last
+/// acknowledgement before starting the next: blocking sends are used then).
+pub(crate) fn posted_in_place_buffers(window: u64, size_bytes: u64) -> Option<u64> {
+    let by_bytes = MAX_POSTED_IN_PLACE_BYTES / size_bytes.max(1);
+    let buffers = window.min(MAX_POSTED_IN_PLACE).min(by_bytes);
+    (buffers >= 2).then_some(buffers)
 }
 
 #[cfg(test)]
@@ -596,10 +604,14 @@ mod tests {
     }
 
     #[test]
-    fn posted_in_place_buffers_stay_within_the_window_and_the_cap() {
-        assert_eq!(posted_in_place_buffers(1), 1);
-        assert_eq!(posted_in_place_buffers(3), 3);
-        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW), MAX_POSTED_IN_PLACE);
-        assert_eq!(posted_in_place_buffers(MAX_WINDOW), MAX_POSTED_IN_PLACE);
+    fn posted_in_place_buffers_stay_within_the_window_and_the_caps() {
+        let mib = 1 << 20;
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, mib), Some(2));
+        assert_eq!(posted_in_place_buffers(MAX_WINDOW, 512 << 10), Some(2));
+        assert_eq!(posted_in_place_buffers(2, mib), Some(2));
+        // One at a time, or more bytes than the cap: blocking sends.
+        assert_eq!(posted_in_place_buffers(1, mib), None);
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, mib + 1), None);
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, 4 * mib), None);
     }
 }

@@ -16,12 +16,14 @@
 //! ([`Link::send_window`]). Up to the eager limit (`QUIVER_SHM_EAGER_MAX`) every message has
 //! its own buffer and all are posted. Above it the sender depends on the transport: where a
 //! posted send is sent in place, never copied (udp and mem datagram connections, messages of
-//! at least `QUIVER_UDP_POST_IN_PLACE_MIN`: [`Endpoint::posts_in_place`]), it keeps a few
-//! distinct buffers posted ([`plan::posted_in_place_buffers`], 8 at most) and posts each
-//! again as soon as its `wait_send` hands it back, so the window flows with that many in
-//! flight (osu_bw's MPI_Isend window); elsewhere (shm, tcp) it sends one buffer `window`
-//! times with blocking sends, as osu_bw does for rendezvous messages. The record of the
-//! first kind carries `posted` (how many buffers). The receiver is the same in all cases.
+//! at least `QUIVER_UDP_POST_IN_PLACE_MIN`: [`Endpoint::posts_in_place`]) and two fit in
+//! 2 MiB, it keeps two distinct buffers posted ([`plan::posted_in_place_buffers`]) and
+//! posts each again as soon as its `wait_send` hands it back, so one message goes out
+//! while the one before waits for its last acknowledgements (more in flight measured
+//! slower); elsewhere (shm, tcp, larger messages, a window of 1) it sends one buffer
+//! `window` times with blocking sends, as osu_bw does for rendezvous messages. The record
+//! of the first kind carries `posted` (how many buffers). The receiver is the same in all
+//! cases.
 //!
 //! Detection cost: around each timed run (pingpong, bw, rate, pool; bibw: the whole point)
 //! both ranks take their endpoint's [`DetectionStats`]; after it, rank 1 sends its share
@@ -752,19 +754,14 @@ impl Link {
             return Ok(None);
         }
         // Owned send buffers (see send_window: a window of them up to the eager limit; above
-        // it a few kept posted where the transport sends posted sends in place, else one
+        // it two kept posted where the transport sends posted sends in place, else one
         // reused buffer), touched now so no page fault is timed.
-        let mode = if size <= self.eager_max {
-            WindowMode::PostAll
-        } else if self.endpoint.posts_in_place(self.connection, length) {
-            WindowMode::KeepPosted
-        } else {
-            WindowMode::Repeat
-        };
-        let pool_size = match mode {
-            WindowMode::PostAll => window,
-            WindowMode::KeepPosted => plan::posted_in_place_buffers(window),
-            WindowMode::Repeat => 1,
+        let keep_posted = plan::posted_in_place_buffers(window, size)
+            .filter(|_| self.endpoint.posts_in_place(self.connection, length));
+        let (mode, pool_size) = match keep_posted {
+            _ if size <= self.eager_max => (WindowMode::PostAll, window),
+            Some(buffers) => (WindowMode::KeepPosted, buffers),
+            None => (WindowMode::Repeat, 1),
         };
         let mut pool: Vec<Vec<u8>> = (0..pool_size)
             .map(|_| buffers.send[..length].to_vec())
@@ -994,10 +991,12 @@ enum WindowMode {
     /// Up to the eager limit: one buffer per message, all posted, then waited for.
     PostAll,
     /// Above it, where the transport sends posted sends in place (udp, mem datagram
-    /// connections, `Endpoint::posts_in_place`): a few buffers
-    /// ([`plan::posted_in_place_buffers`]) kept posted, each posted again when it comes back.
+    /// connections, `Endpoint::posts_in_place`) and two buffers fit
+    /// ([`plan::posted_in_place_buffers`]): those kept posted, each posted again when it
+    /// comes back.
     KeepPosted,
-    /// Above it otherwise (shm, tcp): one buffer sent `window` times with blocking sends.
+    /// Above it otherwise (shm, tcp, larger messages): one buffer sent `window` times with
+    /// blocking sends.
     Repeat,
 }
 
