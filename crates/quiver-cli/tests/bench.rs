@@ -955,3 +955,76 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// bw above the eager limit over udp, where a posted send of at least
+/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB) is sent in place: the sender keeps 2 distinct
+/// buffers posted and posts each again when it comes back (6 times each in a window of
+/// 12), and the receiver checks every message's length (an odd size, so a wrong length
+/// fails the run). tcp, in the same launch, and messages under the eager size or over
+/// 1 MiB keep the old ways (no `posted`); with a larger minimum set, 600000 bytes are
+/// not posted either.
+#[test]
+fn bw_over_udp_keeps_large_messages_posted_in_place() {
+    let arguments = [
+        "bw",
+        "--transport",
+        "udp",
+        "--baseline",
+        "tcp",
+        "--rounds",
+        "2",
+        "--sizes",
+        "64K,1000003,3M",
+        "--iters",
+        "3",
+        "--window",
+        "12",
+        "--json",
+        "-",
+    ];
+    let records = json_lines(&quiver_bench(&arguments));
+    let bw: Vec<&Value> = of_test(&records, "bw")
+        .into_iter()
+        .filter(|record| record["summary"].is_null())
+        .collect();
+    // Three sizes, two rounds, udp and tcp.
+    assert_eq!(bw.len(), 12, "{records:?}");
+    for record in &bw {
+        positive(record, "bandwidth_MBps");
+        assert_eq!(record["window"], 12, "{record}");
+        let in_place = record["transport"] == "udp" && record["size"] == 1_000_003;
+        let expected = if in_place {
+            Value::from(2)
+        } else {
+            Value::Null
+        };
+        assert_eq!(record["posted"], expected, "{record}");
+    }
+
+    // The bench asks the endpoint, which follows the configuration.
+    let output = {
+        let _guard = ONE_BENCH_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .arg("bench")
+            .args(["bw", "--transport", "udp", "--sizes", "600000,1000003"])
+            .args(["--iters", "3", "--window", "3", "--json", "-"])
+            .args(["--timeout", "120"])
+            .env("QUIVER_UDP_POST_IN_PLACE_MIN", "768K")
+            .output()
+            .expect("run quiver bench")
+    };
+    let records = json_lines(&output);
+    let bw = of_test(&records, "bw");
+    assert_eq!(bw.len(), 2, "{records:?}");
+    for record in bw {
+        positive(record, "bandwidth_MBps");
+        let expected = if record["size"] == 1_000_003 {
+            Value::from(2)
+        } else {
+            Value::Null
+        };
+        assert_eq!(record["posted"], expected, "{record}");
+    }
+}

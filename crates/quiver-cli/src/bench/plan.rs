@@ -141,6 +141,14 @@ pub(crate) const DEFAULT_WINDOW: u64 = 64;
 pub(crate) const MAX_WINDOW: u64 = 4096;
 /// Largest memory the bw sender may hold in posted buffers (window x size), in bytes.
 pub(crate) const MAX_WINDOW_BYTES: u64 = 4 << 30;
+/// bw above the eager size, where the transport sends posted sends in place (udp): most
+/// distinct buffers the sender keeps posted (double buffering: one message goes out while
+/// the one before waits for its last acknowledgements). More measured slower over udp
+/// loopback (docs/PERFORMANCE.md, session 11). See [`posted_in_place_buffers`].
+pub(crate) const MAX_POSTED_IN_PLACE: u64 = 2;
+/// The same: most bytes the sender keeps posted ([`MAX_POSTED_IN_PLACE`] buffers of up to
+/// 1 MiB; larger messages go by blocking sends, which measured faster than posting them).
+pub(crate) const MAX_POSTED_IN_PLACE_BYTES: u64 = 2 << 20;
 /// Size of a rate message, in bytes.
 pub(crate) const RATE_MESSAGE_BYTES: u64 = 8;
 
@@ -414,6 +422,17 @@ pub(crate) fn warmup_windows(windows: u64) -> u64 {
     (windows / 10).clamp(2, 100)
 }
 
+/// bw above the eager size where the transport sends posted sends in place: how many
+/// distinct buffers of `size_bytes` the sender keeps posted in a window of `window`
+/// messages: at most the window, [`MAX_POSTED_IN_PLACE`] and [`MAX_POSTED_IN_PLACE_BYTES`];
+/// `None` below two (one posted at a time would wait for each message's last
+/// acknowledgement before starting the next: blocking sends are used then).
+pub(crate) fn posted_in_place_buffers(window: u64, size_bytes: u64) -> Option<u64> {
+    let by_bytes = MAX_POSTED_IN_PLACE_BYTES / size_bytes.max(1);
+    let buffers = window.min(MAX_POSTED_IN_PLACE).min(by_bytes);
+    (buffers >= 2).then_some(buffers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,5 +601,17 @@ mod tests {
         assert_eq!(warmup_iters(20_000), 1_000);
         assert_eq!(warmup_windows(32), 3);
         assert_eq!(warmup_windows(1), 2);
+    }
+
+    #[test]
+    fn posted_in_place_buffers_stay_within_the_window_and_the_caps() {
+        let mib = 1 << 20;
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, mib), Some(2));
+        assert_eq!(posted_in_place_buffers(MAX_WINDOW, 512 << 10), Some(2));
+        assert_eq!(posted_in_place_buffers(2, mib), Some(2));
+        // One at a time, or more bytes than the cap: blocking sends.
+        assert_eq!(posted_in_place_buffers(1, mib), None);
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, mib + 1), None);
+        assert_eq!(posted_in_place_buffers(DEFAULT_WINDOW, 4 * mib), None);
     }
 }

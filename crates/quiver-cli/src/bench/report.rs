@@ -183,6 +183,11 @@ pub(crate) struct Record {
     /// Time the slow looks took, in nanoseconds (included in `detect_ns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) detect_slow_ns: Option<u64>,
+    /// bw above the eager size where the transport sends posted sends in place (udp): how
+    /// many distinct buffers the sender kept posted (`worker.rs`, `send_window`). Absent
+    /// where it sends one buffer with blocking sends or posts the whole window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) posted: Option<u64>,
 }
 
 /// `variant` of the summary records of `--detect both` (one per test, transport and size).

@@ -12,6 +12,19 @@
 //! Timed loops do no allocation, logging or formatting: buffers and timestamp vectors are
 //! sized before the loop; pingpong reads the clock once per round trip.
 //!
+//! bw and rate send a window of `window` messages, then wait for a 1-byte ack
+//! ([`Link::send_window`]). Up to the eager limit (`QUIVER_SHM_EAGER_MAX`) every message has
+//! its own buffer and all are posted. Above it the sender depends on the transport: where a
+//! posted send is sent in place, never copied (udp and mem datagram connections, messages of
+//! at least `QUIVER_UDP_POST_IN_PLACE_MIN`: [`Endpoint::posts_in_place`]) and two fit in
+//! 2 MiB, it keeps two distinct buffers posted ([`plan::posted_in_place_buffers`]) and
+//! posts each again as soon as its `wait_send` hands it back, so one message goes out
+//! while the one before waits for its last acknowledgements (more in flight measured
+//! slower); elsewhere (shm, tcp, larger messages, a window of 1) it sends one buffer
+//! `window` times with blocking sends, as osu_bw does for rendezvous messages. The record
+//! of the first kind carries `posted` (how many buffers). The receiver is the same in all
+//! cases.
+//!
 //! Detection cost: around each timed run (pingpong, bw, rate, pool; bibw: the whole point)
 //! both ranks take their endpoint's [`DetectionStats`]; after it, rank 1 sends its share
 //! to rank 0 (one 16-byte message, outside the timing), which puts the sum of both in the
@@ -31,6 +44,7 @@
 //! message of each other, and the two channels never carry each other's messages. The
 //! raw block's record carries `transport` = "raw-udp" or "raw-tcp" and the same `round`.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
@@ -739,21 +753,28 @@ impl Link {
             self.total_detection(own)?;
             return Ok(None);
         }
-        // Owned send buffers for one window (one reused buffer above the eager limit, see
-        // send_window), touched now so no page fault is timed.
-        let pool_size = if size > self.eager_max { 1 } else { window };
+        // Owned send buffers (see send_window: a window of them up to the eager limit; above
+        // it two kept posted where the transport sends posted sends in place, else one
+        // reused buffer), touched now so no page fault is timed.
+        let keep_posted = plan::posted_in_place_buffers(window, size)
+            .filter(|_| self.endpoint.posts_in_place(self.connection, length));
+        let (mode, pool_size) = match keep_posted {
+            _ if size <= self.eager_max => (WindowMode::PostAll, window),
+            Some(buffers) => (WindowMode::KeepPosted, buffers),
+            None => (WindowMode::Repeat, 1),
+        };
         let mut pool: Vec<Vec<u8>> = (0..pool_size)
             .map(|_| buffers.send[..length].to_vec())
             .collect();
-        let mut requests: Vec<SendRequest> = Vec::with_capacity(window as usize);
+        let mut requests: VecDeque<SendRequest> = VecDeque::with_capacity(pool_size as usize);
         let mut ack = [0u8; ACK_BYTES];
         for _ in 0..warmup {
-            self.send_window(&mut pool, window, &mut requests, &mut ack)?;
+            self.send_window(mode, &mut pool, window, &mut requests, &mut ack)?;
         }
         let before = self.endpoint.detection_stats();
         let start = Instant::now();
         for _ in 0..windows {
-            self.send_window(&mut pool, window, &mut requests, &mut ack)?;
+            self.send_window(mode, &mut pool, window, &mut requests, &mut ack)?;
         }
         let elapsed = start.elapsed();
         let own = self.endpoint.detection_stats().since(&before);
@@ -765,6 +786,7 @@ impl Link {
             size,
             iters: windows,
             window: Some(window),
+            posted: (mode == WindowMode::KeepPosted).then_some(pool_size),
             ..Record::default()
         };
         // bytes per µs = 10^6 bytes/s = MB/s; messages per µs = Mmsg/s.
@@ -816,32 +838,55 @@ impl Link {
         record.detect_share = (timed_ns > 0.0).then(|| both.look_ns as f64 / timed_ns);
     }
 
-    /// Sends one window of `window` messages, then waits for the ack. Up to the eager limit,
-    /// posts every buffer of `pool` (`window` of them) and waits until each is handed back.
-    /// Above it, sends the one buffer of `pool` `window` times, as osu_bw does: a
-    /// rendezvous send completes only once the receiver has pulled it, so posting them
-    /// adds no overlap, and distinct buffers would only measure cache misses.
+    /// Sends one window of `window` messages as `mode` says, then waits for the ack.
+    /// [`WindowMode::PostAll`] (up to the eager limit): posts every buffer of `pool`
+    /// (`window` of them) and waits until each is handed back. [`WindowMode::Repeat`]
+    /// (above it): sends the one buffer of `pool` `window` times with blocking sends, as
+    /// osu_bw does: a rendezvous send completes only once the receiver has pulled it, so
+    /// posting them adds no overlap, and distinct buffers would only measure cache misses.
+    /// [`WindowMode::KeepPosted`] (above it, where the transport sends posted sends in
+    /// place): keeps every buffer of `pool` posted, waiting for the oldest request and
+    /// posting its buffer again, until `window` messages are posted; then waits for all.
     fn send_window(
         &mut self,
+        mode: WindowMode,
         pool: &mut Vec<Vec<u8>>,
         window: u64,
-        requests: &mut Vec<SendRequest>,
+        requests: &mut VecDeque<SendRequest>,
         ack: &mut [u8; ACK_BYTES],
     ) -> StepResult<()> {
-        let eager_max = self.eager_max;
-        if let Some(buffer) = pool
-            .first()
-            .filter(|buffer| buffer.len() as u64 > eager_max)
-        {
-            for _ in 0..window {
-                self.endpoint.send(self.connection, buffer)?;
+        match mode {
+            WindowMode::Repeat => {
+                if let Some(buffer) = pool.first() {
+                    for _ in 0..window {
+                        self.endpoint.send(self.connection, buffer)?;
+                    }
+                }
             }
-        } else {
-            while let Some(buffer) = pool.pop() {
-                requests.push(self.endpoint.post_send(self.connection, buffer)?);
+            WindowMode::PostAll => {
+                while let Some(buffer) = pool.pop() {
+                    requests.push_back(self.endpoint.post_send(self.connection, buffer)?);
+                }
+                for request in requests.drain(..) {
+                    pool.push(self.endpoint.wait_send(request)?);
+                }
             }
-            for request in requests.drain(..) {
-                pool.push(self.endpoint.wait_send(request)?);
+            WindowMode::KeepPosted => {
+                let mut posted = 0;
+                while posted < window {
+                    if let Some(buffer) = pool.pop() {
+                        requests.push_back(self.endpoint.post_send(self.connection, buffer)?);
+                        posted += 1;
+                    } else if let Some(request) = requests.pop_front() {
+                        pool.push(self.endpoint.wait_send(request)?);
+                    } else {
+                        // An empty pool with nothing posted: stream() made no buffer.
+                        break;
+                    }
+                }
+                while let Some(request) = requests.pop_front() {
+                    pool.push(self.endpoint.wait_send(request)?);
+                }
             }
         }
         self.receive_exact(ack, ACK_BYTES)
@@ -938,6 +983,21 @@ impl BenchLink for Link {
         }
         Ok(())
     }
+}
+
+/// How rank 0 sends a window of bw or rate (`Link::send_window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowMode {
+    /// Up to the eager limit: one buffer per message, all posted, then waited for.
+    PostAll,
+    /// Above it, where the transport sends posted sends in place (udp, mem datagram
+    /// connections, `Endpoint::posts_in_place`) and two buffers fit
+    /// ([`plan::posted_in_place_buffers`]): those kept posted, each posted again when it
+    /// comes back.
+    KeepPosted,
+    /// Above it otherwise (shm, tcp, larger messages): one buffer sent `window` times with
+    /// blocking sends.
+    Repeat,
 }
 
 /// From the first to the last timestamp of a timed run (zero with fewer than two).

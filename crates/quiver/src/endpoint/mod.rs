@@ -1878,3 +1878,25 @@ fn corrupt_detail(peer: Addr, detail: &str) -> Error {
         detail: detail.to_string(),
     }
 }
+
+impl Endpoint {
+    /// Whether a [`Endpoint::post_send`] of `len` bytes on `conn` is sent in place: a
+    /// datagram connection (udp, mem) and `len` at least `Config::udp_post_in_place_min`
+    /// (`QUIVER_UDP_POST_IN_PLACE_MIN`, not 0). Such a send is never copied; the endpoint
+    /// holds the buffer until every byte is acknowledged, so a caller that streams large
+    /// messages keeps several distinct buffers posted. False for shm and tcp connections,
+    /// for shorter messages, and for a connection of another endpoint.
+    pub fn posts_in_place(&self, conn: Connection, len: usize) -> bool {
+        let in_place_min = self.config.udp_post_in_place_min;
+        if !Endpoint::is_net(conn) || conn.endpoint_id != self.id {
+            return false;
+        }
+        let index = (conn.index & !NET_BIT) as usize;
+        in_place_min > 0
+            && len >= in_place_min
+            && self
+                .net_out
+                .get(index)
+                .is_some_and(|out| out.kind.is_datagram())
+    }
+}
