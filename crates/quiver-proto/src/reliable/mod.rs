@@ -949,6 +949,12 @@ impl ReliableConnection {
         self.recv.posted_readers()
     }
 
+    /// Whether a message is being read with `read_message` (begun, not complete): posted
+    /// readers wait for its end.
+    pub fn reading_message(&self) -> bool {
+        self.recv.reading_message()
+    }
+
     /// Takes back the posted readers whose message has not begun to be read, in posting
     /// order (their tokens); bytes placed in their buffers go back into the receive buffer,
     /// so that the messages stay whole for other reads. A reader whose message is being

@@ -384,6 +384,11 @@ impl RecvState {
         self.posted.len() + self.claimed.len()
     }
 
+    /// Whether a message is being read with `read_message` (begun, not complete).
+    pub(super) fn reading_message(&self) -> bool {
+        self.in_message
+    }
+
     /// The next posted reader's news, in the order they finished.
     pub(super) fn poll_posted(&mut self) -> Option<PostedRead> {
         self.completions.pop_front()
