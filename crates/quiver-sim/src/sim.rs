@@ -35,8 +35,8 @@ use std::collections::BTreeMap;
 
 use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
 use quiver_proto::reliable::{
-    reset_for, Event, PathStats, ReliableConfig, ReliableConnection, ReliableStats, State,
-    LEND_MESSAGE_TOKEN,
+    reset_for, Event, PathStats, PostedBuffers, PostedRead, ReliableConfig, ReliableConnection,
+    ReliableStats, State, LEND_MESSAGE_TOKEN,
 };
 use quiver_wire::frame;
 
@@ -44,7 +44,7 @@ use crate::event::{EventQueue, Nanos, MILLISECOND_NS, SECOND_NS};
 use crate::link::{Link, LinkConfig, LinkStats};
 use crate::rng::{mix64, SimRng};
 use crate::workload::{
-    LendPolicy, MessageReader, MessageScript, MessageWriter, ReceiverApp, SenderApp,
+    LendPolicy, MessageReader, MessageScript, MessageWriter, PostedReceives, ReceiverApp, SenderApp,
 };
 
 /// Index of a node in the simulation.
@@ -60,16 +60,17 @@ pub struct LinkId(pub usize);
 pub struct FlowId(pub usize);
 
 /// The simulator's own, independent upper bound on a connection's memory for `config`:
-/// both buffers, per-datagram tracking for every datagram allowed in flight (384 bytes
-/// each, generous for a packet number, offsets, times, path bookkeeping and a queue slot
-/// counted twice for growth), a few datagrams of scratch, 1 KiB per path, and 64 KiB of
+/// both buffers, per-datagram tracking for every datagram allowed in flight (448 bytes
+/// each, generous for a packet number, offsets, times, path bookkeeping, the receiver's
+/// range lists (SACK, bytes placed ahead for a reader and for posted readers) and a queue
+/// slot, counted twice for growth), a few datagrams of scratch, 1 KiB per path, and 64 KiB of
 /// fixed overhead. The core's own
 /// `ReliableConfig::memory_bound_bytes()` must not exceed it, and `memory_bytes()` must
 /// never exceed the core's bound.
 pub fn memory_bound_bytes(config: &ReliableConfig) -> usize {
     config.send_buffer_bytes
         + config.recv_window_bytes
-        + config.max_in_flight_datagrams * 384
+        + config.max_in_flight_datagrams * 448
         + 4 * config.max_datagram_bytes
         + config.path_count * 1024
         + 64 * 1024
@@ -101,6 +102,8 @@ pub struct FlowConfig {
     pub close_when_done: bool,
     /// The sender lends its messages (sends them in place) instead of writing them.
     pub lend: Option<LendPolicy>,
+    /// The receiver reads with posted readers instead of `read_message`.
+    pub recv_posted: Option<PostedReceives>,
 }
 
 impl FlowConfig {
@@ -117,6 +120,7 @@ impl FlowConfig {
             settle_on_completion: true,
             close_when_done: false,
             lend: None,
+            recv_posted: None,
         }
     }
 }
@@ -197,6 +201,9 @@ pub struct FlowReport {
     /// Messages the sender posted ([`LendPolicy::posted_window`]) whose tokens the
     /// connection has not released (yet).
     pub posted_outstanding: u64,
+    /// Posted readers of the receiver ([`FlowConfig::recv_posted`]) that finished too small
+    /// for their message.
+    pub posted_too_small: u64,
 }
 
 /// Everything the run produced.
@@ -464,7 +471,7 @@ impl Sim {
         }
         self.flows.push(Flow {
             sender: SenderApp::lending(config.script.clone(), config.lend),
-            receiver: ReceiverApp::new(config.script.clone()),
+            receiver: ReceiverApp::posting(config.script.clone(), config.recv_posted),
             config,
             initiator: None,
             responder: None,
@@ -573,6 +580,7 @@ impl Sim {
             messages_written: flow.sender.messages_written(),
             bytes_adopted: flow.sender.bytes_adopted(),
             posted_outstanding: flow.sender.posted_outstanding(),
+            posted_too_small: flow.receiver.too_small(),
             messages_received: flow.receiver.messages_received(),
             bytes_received: flow.receiver.bytes_read(),
             completed_at_ns: flow.completed_at_ns,
@@ -847,14 +855,29 @@ impl Sim {
             self.header_scratch = header;
             return;
         };
-        let connection = &mut self.connections[slot].connection;
-        let path = if path < connection.path_count() {
+        self.feed(now, slot, path, datagram);
+        self.drive(now, slot);
+    }
+
+    /// Hands `datagram` (arrived on `path`) to connection `slot`: the responder of a flow
+    /// whose receiver posts readers gets it with their buffers.
+    fn feed(&mut self, now: Nanos, slot: usize, path: usize, datagram: &[u8]) {
+        let entry = &mut self.connections[slot];
+        let flow = &mut self.flows[entry.flow.0];
+        let path = if path < entry.connection.path_count() {
             path
         } else {
             0
         };
-        connection.handle_datagram(now, path, datagram);
-        self.drive(now, slot);
+        let responder = entry.role == Role::Responder && flow.responder == Some(slot);
+        match flow.receiver.posted_buffers() {
+            Some(buffers) if responder => {
+                entry
+                    .connection
+                    .handle_datagram_posted(now, path, datagram, buffers);
+            }
+            _ => entry.connection.handle_datagram(now, path, datagram),
+        }
     }
 
     /// A datagram with destination id 0: a Hello for a new connection, or a repeat of a
@@ -873,13 +896,7 @@ impl Sim {
         if let Ok(parsed) = frame::Frame::parse(datagram) {
             let key = (from, parsed.header().src_id);
             if let Some(&existing) = self.nodes[to.0].by_hello.get(&key) {
-                let connection = &mut self.connections[existing].connection;
-                let path = if path < connection.path_count() {
-                    path
-                } else {
-                    0
-                };
-                connection.handle_datagram(now, path, datagram);
+                self.feed(now, existing, path, datagram);
                 self.drive(now, existing);
                 return;
             }
@@ -974,7 +991,8 @@ impl Sim {
         let flow = &self.flows[flow_id.0];
         let unread = flow.sender.bytes_written() - flow.receiver.bytes_read();
         let config = &flow.config.config;
-        let bound = (config.send_buffer_bytes + config.recv_window_bytes) as u64;
+        let bound = (config.send_buffer_bytes + config.recv_window_bytes) as u64
+            + flow.receiver.unseen_read_bytes();
         assert!(
             unread <= bound,
             "flow-control invariant violated at {now} ns on flow {}: {unread} bytes written \
@@ -1191,5 +1209,14 @@ impl MessageReader for ConnectionApp<'_> {
     }
     fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
         self.0.read_message(out)
+    }
+    fn post_reader(&mut self, token: u64, capacity: usize) -> bool {
+        self.0.post_reader(token, capacity)
+    }
+    fn read_posted(&mut self, buffers: &mut dyn PostedBuffers) {
+        self.0.read_posted(buffers);
+    }
+    fn poll_posted(&mut self) -> Option<PostedRead> {
+        self.0.poll_posted()
     }
 }

@@ -7,6 +7,8 @@
 //! differs). The apps talk to a connection through two small traits so they can be tested
 //! without the protocol core.
 
+use quiver_proto::reliable::{PostedBuffers, PostedRead};
+
 use crate::rng::{mix64, SimRng};
 
 /// Largest chunk the apps move per call (bounds the scratch buffers).
@@ -80,6 +82,45 @@ pub trait MessageReader {
     fn peek_message_len(&self) -> Option<u64>;
     /// Reads the next bytes of the current message: (bytes copied, message complete).
     fn read_message(&mut self, out: &mut [u8]) -> (usize, bool);
+    /// Posts a reader of `capacity` bytes under `token` (`ReliableConnection::post_reader`);
+    /// false when not taken (the default: a reader without posted readers).
+    fn post_reader(&mut self, _token: u64, _capacity: usize) -> bool {
+        false
+    }
+    /// Lets the posted readers claim and read what they can (`read_posted`).
+    fn read_posted(&mut self, _buffers: &mut dyn PostedBuffers) {}
+    /// The next posted reader that finished (`poll_posted`).
+    fn poll_posted(&mut self) -> Option<PostedRead> {
+        None
+    }
+}
+
+/// A receiver that reads with posted readers (`ReliableConnection::post_reader`) instead of
+/// `read_message`: datagrams reach the connection with `handle_datagram_posted`, so frames
+/// of the next messages go straight to their readers' buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostedReceives {
+    /// Readers kept posted (at least 1).
+    pub window: usize,
+    /// Every `small_every`-th reader (0: none) gets a buffer of [`SMALL_READER_BYTES`]:
+    /// most messages are longer, so it finishes `TooSmall` and its message goes to the next.
+    pub small_every: u64,
+}
+
+/// Capacity of the deliberately small posted readers ([`PostedReceives::small_every`]).
+pub const SMALL_READER_BYTES: usize = 1000;
+
+/// Posted readers' buffers (token, buffer), in posting order.
+#[derive(Debug, Default)]
+pub struct ReaderBuffers(Vec<(u64, Vec<u8>)>);
+
+impl PostedBuffers for ReaderBuffers {
+    fn buffer(&mut self, token: u64) -> Option<&mut [u8]> {
+        self.0
+            .iter_mut()
+            .find(|(held, _)| *held == token)
+            .map(|(_, buffer)| buffer.as_mut_slice())
+    }
 }
 
 /// Fills `out` with the bytes of message `message_index` starting at `offset`.
@@ -432,6 +473,12 @@ pub struct ReceiverApp {
     scratch: Vec<u8>,
     expected: Vec<u8>,
     bytes_read: u64,
+    /// Reads with posted readers instead (see [`PostedReceives`]).
+    posted: Option<PostedReceives>,
+    buffers: ReaderBuffers,
+    next_token: u64,
+    /// Readers that finished `TooSmall`.
+    too_small: u64,
 }
 
 impl ReceiverApp {
@@ -444,7 +491,40 @@ impl ReceiverApp {
             scratch: vec![0; APP_CHUNK_BYTES],
             expected: vec![0; APP_CHUNK_BYTES],
             bytes_read: 0,
+            posted: None,
+            buffers: ReaderBuffers::default(),
+            next_token: 0,
+            too_small: 0,
         }
+    }
+
+    /// A receiver expecting `script` that reads per `posted` (None: with `read_message`).
+    pub fn posting(script: MessageScript, posted: Option<PostedReceives>) -> Self {
+        Self {
+            posted,
+            ..Self::new(script)
+        }
+    }
+
+    /// The posted readers' buffers, for `handle_datagram_posted`; None when this receiver
+    /// does not post.
+    pub fn posted_buffers(&mut self) -> Option<&mut ReaderBuffers> {
+        self.posted.is_some().then_some(&mut self.buffers)
+    }
+
+    /// Bytes the connection may count as read before this receiver does: with posted
+    /// readers, a message being read into its buffer is counted only once whole.
+    pub fn unseen_read_bytes(&self) -> u64 {
+        if self.posted.is_some() {
+            self.script.sizes.iter().copied().max().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Posted readers that finished `TooSmall`.
+    pub fn too_small(&self) -> u64 {
+        self.too_small
     }
 
     /// Messages completely received and verified.
@@ -473,6 +553,9 @@ impl ReceiverApp {
         connection: &mut dyn MessageReader,
         max_bytes: u64,
     ) -> Result<u64, String> {
+        if let Some(posted) = self.posted {
+            return self.pump_posted(connection, posted);
+        }
         let mut read_now = 0u64;
         loop {
             if self.offset_bytes == 0 {
@@ -513,6 +596,111 @@ impl ReceiverApp {
             }
         }
         Ok(read_now)
+    }
+
+    /// [`Self::pump`] with posted readers: takes the finished ones (verifying each message
+    /// whole), posts new ones up to the window, and lets them read.
+    fn pump_posted(
+        &mut self,
+        connection: &mut dyn MessageReader,
+        posted: PostedReceives,
+    ) -> Result<u64, String> {
+        let mut read_now = 0u64;
+        loop {
+            let mut progress = false;
+            while let Some(done) = connection.poll_posted() {
+                progress = true;
+                read_now += self.finished(done)?;
+            }
+            let largest = self.script.sizes.iter().copied().max().unwrap_or(0) as usize;
+            while self.buffers.0.len() < posted.window.max(1) {
+                let small = posted.small_every > 0
+                    && self.next_token % posted.small_every == posted.small_every - 1;
+                let capacity = if small { SMALL_READER_BYTES } else { largest };
+                if !connection.post_reader(self.next_token, capacity) {
+                    break;
+                }
+                self.buffers.0.push((self.next_token, vec![0xA5; capacity]));
+                self.next_token += 1;
+            }
+            connection.read_posted(&mut self.buffers);
+            while let Some(done) = connection.poll_posted() {
+                progress = true;
+                read_now += self.finished(done)?;
+            }
+            if !progress {
+                return Ok(read_now);
+            }
+        }
+    }
+
+    /// A posted reader finished: verifies its message (or its being too small). Returns
+    /// the bytes read.
+    fn finished(&mut self, done: PostedRead) -> Result<u64, String> {
+        match done {
+            PostedRead::Complete { token, len } => {
+                if self.buffers.0.first().map(|(held, _)| *held) != Some(token) {
+                    return Err(format!(
+                        "posted reader {token} completed out of posting order"
+                    ));
+                }
+                let (_, buffer) = self.buffers.0.remove(0);
+                let index = self.next_message;
+                let Some(&size) = self.script.sizes.get(index) else {
+                    return Err(format!(
+                        "extra message of {len} bytes delivered after all {} scripted messages",
+                        self.script.sizes.len()
+                    ));
+                };
+                if len != size {
+                    return Err(format!(
+                        "message {index} delivered with length {len}, expected {size}"
+                    ));
+                }
+                let mut offset = 0usize;
+                while offset < len as usize {
+                    let count = (len as usize - offset).min(APP_CHUNK_BYTES);
+                    let expected = &mut self.expected[..count];
+                    fill_content(
+                        self.script.stream_seed,
+                        index as u64,
+                        offset as u64,
+                        expected,
+                    );
+                    if buffer[offset..offset + count] != *expected {
+                        let first_bad = (0..count)
+                            .find(|&at| buffer[offset + at] != expected[at])
+                            .unwrap_or(0);
+                        return Err(format!(
+                            "message {index} of {size} bytes (posted reader {token}): wrong \
+                             byte at offset {}",
+                            offset + first_bad
+                        ));
+                    }
+                    offset += count;
+                }
+                self.next_message += 1;
+                self.bytes_read += len;
+                Ok(len)
+            }
+            PostedRead::TooSmall { token, len } => {
+                let Some(at) = self.buffers.0.iter().position(|(held, _)| *held == token) else {
+                    return Err(format!("unknown posted reader {token} finished"));
+                };
+                let (_, buffer) = self.buffers.0.remove(at);
+                if len <= buffer.len() as u64 {
+                    return Err(format!(
+                        "posted reader {token} of {} bytes refused a message of {len}",
+                        buffer.len()
+                    ));
+                }
+                if buffer.iter().any(|&byte| byte != 0xA5) {
+                    return Err(format!("posted reader {token} refused, yet written to"));
+                }
+                self.too_small += 1;
+                Ok(0)
+            }
+        }
     }
 
     fn verify_chunk(&mut self, count: usize, complete: bool, size: u64) -> Result<(), String> {

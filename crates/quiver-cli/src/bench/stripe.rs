@@ -61,6 +61,8 @@ const UDP_HEADER_BYTES: u32 = 28;
 const STREAM_HEADER_BYTES: u32 = quiver_wire::frame::STREAM_HEADER_LEN as u32;
 /// Ethernet header bytes tbf counts on top of the MTU.
 const ETHERNET_HEADER_BYTES: u32 = 14;
+/// Largest --recv-window (the reliable core's posted-reader limit).
+const MAX_RECV_WINDOW: usize = 64;
 /// Largest --links entry (one /24 per link under 10.77.0.0/16, and quiver's path limit).
 const MAX_LINKS: u32 = 64;
 
@@ -101,6 +103,12 @@ pub(crate) struct StripeArgs {
     /// blocking `send` at a time; 0 = blocking sends. At most 16 (the distinct bodies).
     #[arg(long, value_name = "N", default_value_t = 0)]
     post_window: usize,
+    /// The quiver receiver keeps this many receives posted (`post_recv`, 1 MiB each): on
+    /// its one udp connection the engine places frames of the next messages straight into
+    /// their buffers, also while earlier messages still arrive; 0 = one blocking `recv` at
+    /// a time. At most 64.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    recv_window: usize,
     /// CPUs of the sender and the receiver, e.g. 0,1 [default: the first two allowed].
     #[arg(long, value_name = "A,B")]
     cpus: Option<String>,
@@ -159,6 +167,11 @@ struct StripeRecord {
     spurious_losses: u64,
     /// Duplicate frames the receiver dropped (retransmissions of frames that had arrived).
     duplicates: u64,
+    /// Receives the quiver receiver kept posted (0: blocking `recv`).
+    recv_window: usize,
+    /// Share of the received payload bytes placed straight into the receives' buffers
+    /// (the rest went through the connection's receive window: one more copy).
+    direct_read_ratio: f64,
     paths_down: u64,
     paths_rejoined: u64,
     /// Share of the payload bytes sent on each link.
@@ -287,6 +300,7 @@ struct Plan {
     offloads_off: bool,
     tcp: bool,
     post_window: usize,
+    recv_window: usize,
     cpus: [usize; 2],
     name: String,
     json: Option<String>,
@@ -342,6 +356,12 @@ impl Plan {
                 args.post_window
             ));
         }
+        if args.recv_window > MAX_RECV_WINDOW {
+            return Err(format!(
+                "--recv-window: at most {MAX_RECV_WINDOW}, got {}",
+                args.recv_window
+            ));
+        }
         Ok(Plan {
             link_counts,
             rate_bps: testbed::parse_rate(&args.rate)?,
@@ -352,6 +372,7 @@ impl Plan {
             offloads_off,
             tcp: !args.no_tcp && args.kill_link.is_none(),
             post_window: args.post_window,
+            recv_window: args.recv_window,
             cpus,
             name: args.name.clone(),
             json: args.json.clone(),
@@ -622,6 +643,8 @@ fn record(
         timeouts: sender.timeouts,
         spurious_losses: sender.link_spurious_losses.iter().sum(),
         duplicates: receiver.duplicates_dropped,
+        recv_window: plan.recv_window,
+        direct_read_ratio: receiver.direct_read_bytes as f64 / receiver.bytes.max(1) as f64,
         paths_down: sender.paths_down,
         paths_rejoined: sender.paths_rejoined,
         link_shares: sender
@@ -843,6 +866,8 @@ fn run_quiver(
         seconds,
         "--post-window".to_string(),
         plan.post_window.to_string(),
+        "--recv-window".to_string(),
+        plan.recv_window.to_string(),
     ];
     let receiver = Worker::start(
         "receiver",
@@ -963,7 +988,7 @@ fn run_worker(role: &str, args: &StripeArgs) -> Result<(), String> {
     let seconds = Duration::from_secs_f64(args.seconds);
     let json = match role {
         "sender" => serde_json::to_string(&quiver_sender(seconds, args.post_window)?),
-        "receiver" => serde_json::to_string(&quiver_receiver()?),
+        "receiver" => serde_json::to_string(&quiver_receiver(args.recv_window)?),
         "tcp-server" => serde_json::to_string(&tcp_server(args.worker_links)?),
         "tcp-client" => serde_json::to_string(&tcp_client(args.worker_links, seconds)?),
         other => return Err(format!("unknown worker role {other:?}")),
@@ -1104,7 +1129,7 @@ fn quiver_sender(seconds: Duration, post_window: usize) -> Result<SenderReport, 
     })
 }
 
-fn quiver_receiver() -> Result<ReceiverReport, String> {
+fn quiver_receiver(recv_window: usize) -> Result<ReceiverReport, String> {
     let context = Context::from_env().map_err(|error| format!("context: {error}"))?;
     let mut endpoint = context
         .endpoint(1)
@@ -1114,14 +1139,43 @@ fn quiver_receiver() -> Result<ReceiverReport, String> {
     let mut report = ReceiverReport::default();
     let mut cpu_at_first = 0.0;
     let mut next_sample = Instant::now();
+    // With --recv-window N: N receives posted, completed in order, each buffer posted
+    // again once checked.
+    let mut posted = VecDeque::new();
+    for _ in 0..recv_window {
+        let request = endpoint
+            .post_recv(vec![0u8; MESSAGE_BYTES])
+            .map_err(|error| format!("posting a receive: {error}"))?;
+        posted.push_back(request);
+    }
     loop {
-        let (len, _) = endpoint.recv(&mut buffer).map_err(|error| {
+        let receive_error = |error: quiver::Error, report: &ReceiverReport| {
             format!(
                 "receiving message {}: {error}; {}",
                 report.messages,
                 diagnostics(&context)
             )
-        })?;
+        };
+        let len = match posted.pop_front() {
+            Some(request) => {
+                let done = endpoint
+                    .wait_recv(request)
+                    .map_err(|error| receive_error(error, &report))?;
+                // The checked buffer of the previous message is posted again.
+                let previous = std::mem::replace(&mut buffer, done.buf);
+                let request = endpoint
+                    .post_recv(previous)
+                    .map_err(|error| format!("posting a receive: {error}"))?;
+                posted.push_back(request);
+                done.len
+            }
+            None => {
+                endpoint
+                    .recv(&mut buffer)
+                    .map_err(|error| receive_error(error, &report))?
+                    .0
+            }
+        };
         let now_ns = monotonic_ns();
         if len == 16 && &buffer[..8] == END_MARKER {
             let sent = u64::from_le_bytes(buffer[8..16].try_into().unwrap_or([0; 8]));
@@ -1365,6 +1419,10 @@ mod tests {
         let killing = super::tests::plan(&["--links", "2", "--kill-link", "3"]).expect("valid");
         assert!(!killing.tcp, "no TCP baseline with a dead link");
         assert!(super::tests::plan(&["--offloads", "maybe"]).is_err());
+        assert_eq!(plan.recv_window, 0, "blocking receives by default");
+        let posting = super::tests::plan(&["--recv-window", "8"]).expect("valid");
+        assert_eq!(posting.recv_window, 8);
+        assert!(super::tests::plan(&["--recv-window", "65"]).is_err());
     }
 
     #[test]

@@ -81,6 +81,7 @@ use crate::handshake::{
 };
 use paths::Paths;
 pub use paths::{PathState, PathStats, MAX_PATHS};
+pub use recv::MAX_POSTED_READERS;
 use recv::{RecvState, Refusal};
 use rtt::RttEstimator;
 pub use send::LEND_MESSAGE_TOKEN;
@@ -299,9 +300,9 @@ impl ReliableConfig {
         let per_packet = 2
             * (core::mem::size_of::<send::SentFrame>()
                 + core::mem::size_of::<u64>()
-                + core::mem::size_of::<Option<u64>>()
+                + core::mem::size_of::<Option<(u64, u64)>>()
                 + core::mem::size_of::<frame::SackRange>()
-                + core::mem::size_of::<(u64, u64)>()
+                + 2 * core::mem::size_of::<(u64, u64)>()
                 + send::LEND_ENTRY_BYTES);
         self.send_buffer_bytes
             + self.recv_window_bytes
@@ -334,7 +335,11 @@ const FIXED_MEMORY_BYTES: usize = core::mem::size_of::<ReliableConnection>()
     + core::mem::size_of::<Initiator>()
     + core::mem::size_of::<Responder>()
     + 16 * core::mem::size_of::<Event>()
-    + MAX_ACK_RANGES * (2 * core::mem::size_of::<SackRange>() + SACK_RANGE_LEN);
+    + MAX_ACK_RANGES * (2 * core::mem::size_of::<SackRange>() + SACK_RANGE_LEN)
+    + 2 * MAX_POSTED_READERS
+        * (core::mem::size_of::<(u64, u64)>()
+            + core::mem::size_of::<recv::Claimed>()
+            + core::mem::size_of::<PostedRead>());
 
 /// A configuration value out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -523,6 +528,45 @@ pub struct ReliableStats {
     /// Payload bytes [`ReliableConnection::handle_datagram_into`] placed straight into the
     /// reader's buffer (not through the receive buffer), in order or ahead.
     pub direct_read_bytes: u64,
+}
+
+/// The buffers of a connection's posted readers
+/// ([`ReliableConnection::post_reader`]), which the caller keeps: the core asks for one by
+/// its token each time it places bytes in it or reads bytes into it.
+pub trait PostedBuffers {
+    /// The buffer posted under `token` (at least the capacity it was posted with), or None
+    /// when the caller does not have it now: its bytes then go through the receive buffer.
+    fn buffer(&mut self, token: u64) -> Option<&mut [u8]>;
+}
+
+/// [`PostedBuffers`] with no buffer at all.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoBuffers;
+
+impl PostedBuffers for NoBuffers {
+    fn buffer(&mut self, _token: u64) -> Option<&mut [u8]> {
+        None
+    }
+}
+
+/// A posted reader that finished ([`ReliableConnection::poll_posted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostedRead {
+    /// The message of `len` bytes is at the start of the buffer of `token`.
+    Complete {
+        /// The reader's token.
+        token: u64,
+        /// The message's length.
+        len: u64,
+    },
+    /// The next message, of `len` bytes, is longer than the buffer of `token`: nothing of
+    /// it went there; it stays for the next posted reader, or for `read_message`.
+    TooSmall {
+        /// The reader's token.
+        token: u64,
+        /// The message's length.
+        len: u64,
+    },
 }
 
 /// The handshake's part of a connection.
@@ -780,6 +824,32 @@ impl ReliableConnection {
         datagram: &[u8],
         reader: &mut [u8],
     ) -> usize {
+        self.handle_datagram_with(now, path, datagram, reader, &mut NoBuffers)
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) for a caller with posted readers
+    /// ([`post_reader`](Self::post_reader)), whose buffers are in `buffers`: the
+    /// datagram's bytes of messages claimed by posted readers go straight to their place in
+    /// those buffers (in order or ahead of the reads), and the readers read what is in
+    /// order. Finished readers are in [`poll_posted`](Self::poll_posted).
+    pub fn handle_datagram_posted(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        datagram: &[u8],
+        buffers: &mut dyn PostedBuffers,
+    ) {
+        self.handle_datagram_with(now, path, datagram, &mut [], buffers);
+    }
+
+    fn handle_datagram_with(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        datagram: &[u8],
+        reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
+    ) -> usize {
         self.stats.datagrams_received += 1;
         self.apply_deferred_ack();
         if path >= self.send.paths.len() {
@@ -817,7 +887,14 @@ impl ReliableConnection {
             | FrameType::Ping
             | FrameType::Close
             | FrameType::Stream => {
-                direct = self.handle_connection_frame(now, path, header, frame.payload(), reader);
+                direct = self.handle_connection_frame(
+                    now,
+                    path,
+                    header,
+                    frame.payload(),
+                    reader,
+                    buffers,
+                );
             }
         }
         self.stats.direct_read_bytes = self.recv.placed_bytes();
@@ -835,6 +912,56 @@ impl ReliableConnection {
     /// next read may use any buffer. Nothing to do after a message completed.
     pub fn detach_reader(&mut self, reader: &[u8]) {
         self.recv.detach_reader(reader);
+    }
+
+    /// Posts a reader: a buffer of `capacity` bytes, under `token`, which the next message
+    /// no earlier posted reader took goes to. Posted readers take messages in posting order
+    /// and before `read_message` gets any: while any is held, `peek_message` and
+    /// `read_message` see no new message (a message being read with `read_message` when
+    /// the first reader is posted is read to its end that way). The caller keeps the
+    /// buffers and hands them to [`handle_datagram_posted`](Self::handle_datagram_posted)
+    /// and [`read_posted`](Self::read_posted); each reader finishes
+    /// ([`poll_posted`](Self::poll_posted)) with its whole message, or at once with
+    /// [`PostedRead::TooSmall`] when its message is longer than `capacity`. False (nothing
+    /// posted) when [`MAX_POSTED_READERS`] are held.
+    pub fn post_reader(&mut self, token: u64, capacity: usize) -> bool {
+        self.recv.post_reader(token, capacity as u64)
+    }
+
+    /// Moves the posted readers on without a datagram: they claim the messages whose
+    /// length prefixes arrived, and the first reads what is in order (copying what did not
+    /// go straight to its buffer out of the receive buffer). Call after posting, and after a
+    /// `read_message` that finished a message while readers were posted. Freed credit may
+    /// bring a window update: call `poll_transmit` after.
+    pub fn read_posted(&mut self, buffers: &mut dyn PostedBuffers) {
+        self.recv.read_posted(buffers);
+    }
+
+    /// The next posted reader that finished, in the order they finished (messages are
+    /// complete in posting order; a [`PostedRead::TooSmall`] comes as soon as its message's
+    /// length is known).
+    pub fn poll_posted(&mut self) -> Option<PostedRead> {
+        self.recv.poll_posted()
+    }
+
+    /// Posted readers held, not yet finished.
+    pub fn posted_readers(&self) -> usize {
+        self.recv.posted_readers()
+    }
+
+    /// Whether a message is being read with `read_message` (begun, not complete): posted
+    /// readers wait for its end.
+    pub fn reading_message(&self) -> bool {
+        self.recv.reading_message()
+    }
+
+    /// Takes back the posted readers whose message has not begun to be read, in posting
+    /// order (their tokens); bytes placed in their buffers go back into the receive buffer,
+    /// so that the messages stay whole for other reads. A reader whose message is being
+    /// read stays posted until it finishes. Readers whose buffer `buffers` lacks (and every
+    /// later one) stay posted too.
+    pub fn withdraw_readers(&mut self, buffers: &mut dyn PostedBuffers) -> Vec<u64> {
+        self.recv.withdraw_readers(buffers)
     }
 
     /// Next datagram to send, if any: writes the header into `header` (at least
@@ -1540,6 +1667,7 @@ impl ReliableConnection {
         header: &FrameHeader,
         payload: &[u8],
         reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
     ) -> usize {
         if !matches!(
             self.state,
@@ -1588,7 +1716,7 @@ impl ReliableConnection {
         let mut direct = 0;
         match header.frame_type {
             FrameType::Data | FrameType::Close => {
-                direct = self.take_data(now, header, payload, reader);
+                direct = self.take_data(now, header, payload, reader, buffers);
                 if let Some(ack) = ack_held {
                     if self.state == State::Established
                         && !self.send.close_requested()
@@ -1600,7 +1728,9 @@ impl ReliableConnection {
                     }
                 }
             }
-            FrameType::Stream => direct = self.take_stream(now, header, payload, reader),
+            FrameType::Stream => {
+                direct = self.take_stream(now, header, payload, reader, buffers);
+            }
             // Answered on the path it came by, so that the answer proves that path.
             FrameType::Ping => self.send.paths.queue_reply(path, header.packet_number),
             FrameType::Ack
@@ -1694,6 +1824,7 @@ impl ReliableConnection {
         header: &FrameHeader,
         payload: &[u8],
         reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
     ) -> usize {
         let is_close = header.frame_type == FrameType::Close;
         let first_fragment = !is_close && header.fragment_offset == 0;
@@ -1705,6 +1836,7 @@ impl ReliableConnection {
             header.stream_offset,
             if is_close { &[] } else { payload },
             reader,
+            buffers,
         );
         match result {
             Ok((arrival, direct)) => {
@@ -1740,6 +1872,7 @@ impl ReliableConnection {
         header: &FrameHeader,
         payload: &[u8],
         reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
     ) -> usize {
         let packet_number = expand_low32(header.packet_number, self.recv.cumulative());
         let stream_offset = expand_low32(header.stream_offset, self.recv.readable_end());
@@ -1751,6 +1884,7 @@ impl ReliableConnection {
             stream_offset,
             payload,
             reader,
+            buffers,
         ) {
             Ok((arrival, direct)) => {
                 self.recv

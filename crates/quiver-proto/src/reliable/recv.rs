@@ -5,6 +5,13 @@
 //! Memory: the ring is `recv_window_bytes` long and the credit we advertise never lets the
 //! peer send past `read_offset + recv_window_bytes`, so every acceptable byte has its own
 //! slot; the per-packet tables hold at most `max_in_flight_datagrams` entries.
+//!
+//! Posted readers ([`RecvState::post_reader`]): buffers for the next messages, each under a
+//! token, claimed by message in posting order once the message's length prefix (and so its
+//! place in the stream) is known. A frame's bytes of a claimed message go straight to their
+//! place in its buffer instead of into the ring; they count as read only in order, so the
+//! credit (and the ring slots they would have used) is exactly as if they had gone through
+//! the ring.
 
 use std::collections::VecDeque;
 
@@ -12,7 +19,36 @@ use quiver_wire::frame::{SackRange, SackRanges};
 
 use super::send::MESSAGE_HEADER_LEN;
 use super::stream_ring::StreamRing;
-use super::Nanos;
+use super::{Nanos, PostedBuffers, PostedRead};
+
+/// Posted readers a connection holds at most (claimed or not, or finished and not yet
+/// polled).
+pub const MAX_POSTED_READERS: usize = 64;
+
+/// A message claimed by a posted reader: where it is in the stream and whose buffer it
+/// goes to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Claimed {
+    token: u64,
+    /// Stream offset of the message's 8-byte length prefix.
+    prefix_at: u64,
+    /// Its length (at most the reader's capacity).
+    len: u64,
+    /// The read offset has passed its prefix: its bytes are being read in order.
+    started: bool,
+}
+
+impl Claimed {
+    /// Stream offset of the message's first byte.
+    fn payload_start(&self) -> u64 {
+        self.prefix_at + MESSAGE_HEADER_LEN
+    }
+
+    /// Stream offset just past the message.
+    fn end(&self) -> u64 {
+        self.payload_start() + self.len
+    }
+}
 
 /// Why a Data or Close frame was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +81,9 @@ pub(super) struct RecvState {
     readable_end: u64,
     /// Next expected packet number.
     cumulative: u64,
-    /// Index i is packet `cumulative + i`: the stream end it covers if it arrived.
-    pending: VecDeque<Option<u64>>,
+    /// Index i is packet `cumulative + i`: the stream range (start, end) it covers if it
+    /// arrived.
+    pending: VecDeque<Option<(u64, u64)>>,
     /// Received packet ranges above `cumulative`, ascending, separated by gaps.
     ranges: VecDeque<SackRange>,
     max_in_flight: usize,
@@ -63,6 +100,17 @@ pub(super) struct RecvState {
     placed: VecDeque<(u64, u64)>,
     /// Payload bytes placed straight into a reader's buffer so far (in order or ahead).
     placed_bytes: u64,
+
+    /// Posted readers (token, capacity) not yet matched to a message, in posting order.
+    posted: VecDeque<(u64, u64)>,
+    /// Messages matched to posted readers, in stream order (consecutive messages).
+    claimed: VecDeque<Claimed>,
+    /// Stream ranges of claimed messages' bytes placed in their readers' buffers:
+    /// ascending, disjoint, each within one message's bytes (never a length prefix), at or
+    /// above `read_offset`, at most `max_in_flight` of them. Their bytes are not in the ring.
+    claimed_placed: VecDeque<(u64, u64)>,
+    /// Posted readers done (in the order they finished).
+    completions: VecDeque<PostedRead>,
 
     /// Credit in the last frame we sent.
     advertised_credit: u64,
@@ -90,6 +138,10 @@ impl RecvState {
             message_remaining: 0,
             placed: VecDeque::new(),
             placed_bytes: 0,
+            posted: VecDeque::new(),
+            claimed: VecDeque::new(),
+            claimed_placed: VecDeque::new(),
+            completions: VecDeque::new(),
             advertised_credit: window_bytes as u64,
             unacked_frames: 0,
             ack_now: false,
@@ -109,6 +161,10 @@ impl RecvState {
     /// in `reader` as well and remembered in `placed`; it counts as read once everything
     /// before it is (here, or in a later `read_message` with the same buffer). Returns how
     /// the frame arrived and how many bytes at the start of `reader` are now read.
+    ///
+    /// Bytes of messages claimed by posted readers go to their buffers (from `buffers`)
+    /// instead of the ring; the posted readers then claim and read what they can
+    /// ([`Self::read_posted`]).
     #[allow(clippy::too_many_arguments)] // The fields of one frame; a struct would only rename them.
     pub(super) fn on_frame(
         &mut self,
@@ -119,6 +175,7 @@ impl RecvState {
         payload_offset: u64,
         payload: &[u8],
         reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
         let Some(index) = packet_number.checked_sub(self.cumulative) else {
             return Err(Refusal::Duplicate);
@@ -181,17 +238,20 @@ impl RecvState {
         self.placed_bytes += (direct + ahead) as u64;
         // The ring slots of the bytes that went to the reader are never read: the read
         // offset moves past them (below, or once the bytes before them are read).
-        self.ring.copy_in(
-            payload_offset + (direct + ahead) as u64,
-            &payload[direct + ahead..],
-        );
+        let rest_offset = payload_offset + (direct + ahead) as u64;
+        let rest = &payload[direct + ahead..];
+        if self.claimed.is_empty() {
+            self.ring.copy_in(rest_offset, rest);
+        } else {
+            self.place_claimed(rest_offset, rest, buffers);
+        }
         if is_close {
             self.close_packet = Some(packet_number);
         }
         if self.pending.len() <= index {
             self.pending.resize(index + 1, None);
         }
-        self.pending[index] = Some(stream_end);
+        self.pending[index] = Some((stream_start, stream_end));
         let had_gap = !self.ranges.is_empty();
         if index == 0 {
             self.advance();
@@ -206,6 +266,10 @@ impl RecvState {
         // Bytes placed ahead earlier that are now next in order: read.
         if !reader.is_empty() {
             read += self.consume_placed();
+        }
+        if !self.posted.is_empty() || !self.claimed.is_empty() {
+            self.claim(Some((stream_start, stream_end)), false);
+            self.drive_posted(buffers);
         }
         // Invariant: what was read is in `reader` (placed there by this call or an earlier
         // one with the same buffer), so it is at most `reader.len()`.
@@ -239,7 +303,14 @@ impl RecvState {
             .placed
             .get(after)
             .is_some_and(|&(start, _)| start == end);
-        if !joins_previous && !joins_next && self.placed.len() >= self.max_in_flight {
+        // Bytes placed already (only a broken peer sends a range twice under two packet
+        // numbers): to the ring, which never confuses the read.
+        let overlaps = (after > 0 && self.placed[after - 1].1 > offset)
+            || self
+                .placed
+                .get(after)
+                .is_some_and(|&(start, _)| start < end);
+        if overlaps || (!joins_previous && !joins_next && self.placed.len() >= self.max_in_flight) {
             return 0;
         }
         let count = (end - offset) as usize;
@@ -291,6 +362,289 @@ impl RecvState {
             if from < to {
                 self.ring.copy_in(start, &reader[from..to]);
             }
+        }
+    }
+
+    // ---- posted readers ----
+
+    /// Queues a posted reader: a buffer of `capacity` bytes, under `token`, for the next
+    /// message no earlier reader claimed. False (nothing queued) when
+    /// [`MAX_POSTED_READERS`] are held already (finished ones not yet polled included).
+    pub(super) fn post_reader(&mut self, token: u64, capacity: u64) -> bool {
+        if self.posted.len() + self.claimed.len() + self.completions.len() >= MAX_POSTED_READERS {
+            return false;
+        }
+        self.posted.push_back((token, capacity));
+        self.claim(None, true);
+        true
+    }
+
+    /// Posted readers held (claimed or not, not yet finished).
+    pub(super) fn posted_readers(&self) -> usize {
+        self.posted.len() + self.claimed.len()
+    }
+
+    /// Whether a message is being read with `read_message` (begun, not complete).
+    pub(super) fn reading_message(&self) -> bool {
+        self.in_message
+    }
+
+    /// The next posted reader's news, in the order they finished.
+    pub(super) fn poll_posted(&mut self) -> Option<PostedRead> {
+        self.completions.pop_front()
+    }
+
+    /// Claims and reads what the posted readers can now: messages whose length prefixes
+    /// arrived get readers, and the first claimed message's bytes in order are read into
+    /// its buffer (from the ring where they did not go straight there).
+    pub(super) fn read_posted(&mut self, buffers: &mut dyn PostedBuffers) {
+        if self.posted.is_empty() && self.claimed.is_empty() {
+            return;
+        }
+        // No walk over the packets above a gap: a prefix that arrived there was looked for
+        // when the chain of known prefixes reached it or a reader was posted (an engine
+        // calls this on every poll, with thousands of packets above a gap).
+        self.claim(None, false);
+        self.drive_posted(buffers);
+    }
+
+    /// Takes back every posted reader whose message has not begun to be read (claimed or
+    /// not), the bytes placed in their buffers going back into the ring; returns their
+    /// tokens in posting order. A reader whose message is being read (its first bytes are
+    /// read) stays: it finishes with that message. Readers whose buffer `buffers` does not
+    /// have now stay too, with every later one.
+    pub(super) fn withdraw_readers(&mut self, buffers: &mut dyn PostedBuffers) -> Vec<u64> {
+        let mut keep = 0;
+        while self
+            .claimed
+            .get(keep)
+            .is_some_and(|claimed| claimed.started)
+        {
+            keep += 1;
+        }
+        let mut withdrawn = Vec::new();
+        while let Some(&claimed) = self.claimed.get(keep) {
+            let from = self
+                .claimed_placed
+                .partition_point(|&(start, _)| start < claimed.payload_start());
+            let to = self
+                .claimed_placed
+                .partition_point(|&(start, _)| start < claimed.end());
+            if from < to {
+                let Some(buffer) = buffers.buffer(claimed.token) else {
+                    break;
+                };
+                for &(start, end) in self.claimed_placed.range(from..to) {
+                    let at = (start - claimed.payload_start()) as usize;
+                    let count = (end - start) as usize;
+                    self.ring.copy_in(start, &buffer[at..at + count]);
+                }
+                self.claimed_placed.drain(from..to);
+            }
+            self.claimed.remove(keep);
+            withdrawn.push(claimed.token);
+        }
+        if self.claimed.len() == keep {
+            withdrawn.extend(self.posted.drain(..).map(|(token, _)| token));
+        }
+        withdrawn
+    }
+
+    /// Whether the next message (none being read) belongs to a posted reader: reads of the
+    /// application's own (`read_message`) wait until every posted reader is done.
+    fn posted_first(&self) -> bool {
+        !self.in_message && self.posted_readers() > 0
+    }
+
+    /// Stream offset of the length prefix of the first message no posted reader claimed.
+    fn next_unclaimed_prefix(&self) -> u64 {
+        if let Some(last) = self.claimed.back() {
+            last.end()
+        } else if self.in_message {
+            self.read_offset + self.message_remaining
+        } else {
+            self.read_offset
+        }
+    }
+
+    /// Whether the 8 bytes at `at` (a length prefix) are in the ring: in order, in the
+    /// frame that just arrived (`frame`, its stream range), or with `scan`, in any frame
+    /// that arrived above a gap (a walk over the packets above the cumulative ack).
+    fn prefix_known(&self, at: u64, frame: Option<(u64, u64)>, scan: bool) -> bool {
+        let covers = |(start, end): (u64, u64)| start <= at && at + MESSAGE_HEADER_LEN <= end;
+        at + MESSAGE_HEADER_LEN <= self.readable_end
+            || frame.is_some_and(covers)
+            || (scan && self.pending.iter().flatten().copied().any(covers))
+    }
+
+    /// Gives the next unclaimed messages whose length prefixes are known to the posted
+    /// readers in order: a message longer than its reader's capacity finishes that reader
+    /// ([`PostedRead::TooSmall`]) and is offered to the next one (or, with none left, stays
+    /// for `read_message`). `frame`: the stream range of the frame that just arrived;
+    /// `scan`: look for the first prefix in every frame above a gap too (the prefixes after
+    /// a newly claimed message always are).
+    fn claim(&mut self, frame: Option<(u64, u64)>, mut scan: bool) {
+        while let Some(&(token, capacity)) = self.posted.front() {
+            let at = self.next_unclaimed_prefix();
+            if !self.prefix_known(at, frame, scan) {
+                return;
+            }
+            let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+            self.ring.copy_out(at, &mut header);
+            let len = u64::from_le_bytes(header);
+            self.posted.pop_front();
+            if len > capacity {
+                self.completions
+                    .push_back(PostedRead::TooSmall { token, len });
+                continue;
+            }
+            self.claimed.push_back(Claimed {
+                token,
+                prefix_at: at,
+                len,
+                started: false,
+            });
+            scan = true;
+        }
+    }
+
+    /// Places the bytes of `payload` (at stream `offset`) that belong to claimed messages
+    /// in their readers' buffers; the others (length prefixes, unclaimed messages, bytes
+    /// whose buffer is missing or whose range cannot be recorded) go to the ring.
+    fn place_claimed(&mut self, offset: u64, payload: &[u8], buffers: &mut dyn PostedBuffers) {
+        let end = offset + payload.len() as u64;
+        let mut cursor = offset;
+        let first = self
+            .claimed
+            .partition_point(|claimed| claimed.end() <= offset);
+        for index in first..self.claimed.len() {
+            let claimed = self.claimed[index];
+            if claimed.payload_start() >= end {
+                break;
+            }
+            let from = cursor.max(claimed.payload_start());
+            let to = end.min(claimed.end());
+            if from >= to {
+                continue;
+            }
+            let bytes = &payload[(from - offset) as usize..(to - offset) as usize];
+            if self.place_in(claimed, from, bytes, buffers) {
+                let gap = &payload[(cursor - offset) as usize..(from - offset) as usize];
+                self.ring.copy_in(cursor, gap);
+                cursor = to;
+            }
+        }
+        self.ring
+            .copy_in(cursor, &payload[(cursor - offset) as usize..]);
+    }
+
+    /// Copies `bytes` (stream offset `at`, within `claimed`'s message) to their place in its
+    /// reader's buffer and records the range. False (nothing copied) when the buffer is
+    /// missing or short, the range overlaps one placed before, or the range list is full.
+    fn place_in(
+        &mut self,
+        claimed: Claimed,
+        at: u64,
+        bytes: &[u8],
+        buffers: &mut dyn PostedBuffers,
+    ) -> bool {
+        let end = at + bytes.len() as u64;
+        let after = self
+            .claimed_placed
+            .partition_point(|&(start, _)| start < at);
+        let joins_previous = after > 0 && self.claimed_placed[after - 1].1 == at;
+        let joins_next = self
+            .claimed_placed
+            .get(after)
+            .is_some_and(|&(start, _)| start == end);
+        let overlaps = (after > 0 && self.claimed_placed[after - 1].1 > at)
+            || self
+                .claimed_placed
+                .get(after)
+                .is_some_and(|&(start, _)| start < end);
+        if overlaps
+            || (!joins_previous && !joins_next && self.claimed_placed.len() >= self.max_in_flight)
+        {
+            return false;
+        }
+        let Some(buffer) = buffers.buffer(claimed.token) else {
+            return false;
+        };
+        if (buffer.len() as u64) < claimed.len {
+            return false;
+        }
+        let from = (at - claimed.payload_start()) as usize;
+        super::stream_ring::copy_bytes(&mut buffer[from..from + bytes.len()], bytes);
+        self.placed_bytes += bytes.len() as u64;
+        match (joins_previous, joins_next) {
+            (true, true) => {
+                self.claimed_placed[after - 1].1 = self.claimed_placed[after].1;
+                self.claimed_placed.remove(after);
+            }
+            (true, false) => self.claimed_placed[after - 1].1 = end,
+            (false, true) => self.claimed_placed[after].0 = at,
+            (false, false) => self.claimed_placed.insert(after, (at, end)),
+        }
+        true
+    }
+
+    /// Reads the first claimed message's bytes that are in order into its buffer (from the
+    /// ring, except those placed there already), once the reads before it are done;
+    /// finishes each message read whole ([`PostedRead::Complete`]) and goes on with the next.
+    fn drive_posted(&mut self, buffers: &mut dyn PostedBuffers) {
+        while let Some(front) = self.claimed.front_mut() {
+            if self.in_message {
+                // The application's own read of an earlier message is not done.
+                return;
+            }
+            if !front.started {
+                if self.read_offset != front.prefix_at
+                    || self.readable_end < front.prefix_at + MESSAGE_HEADER_LEN
+                {
+                    return;
+                }
+                front.started = true;
+                self.advance_read(MESSAGE_HEADER_LEN);
+            }
+            let claimed = self.claimed[0];
+            let end = self.readable_end.min(claimed.end());
+            if self.read_offset < end {
+                let Some(buffer) = buffers.buffer(claimed.token) else {
+                    return;
+                };
+                if (buffer.len() as u64) < claimed.len {
+                    return;
+                }
+                let mut at = self.read_offset;
+                while at < end {
+                    match self.claimed_placed.front().copied() {
+                        Some((start, placed_end)) if start <= at => {
+                            at = placed_end.min(end);
+                            if placed_end <= end {
+                                self.claimed_placed.pop_front();
+                            } else {
+                                self.claimed_placed[0].0 = end;
+                            }
+                        }
+                        next => {
+                            let upto = next.map_or(end, |(start, _)| start.min(end));
+                            let from = (at - claimed.payload_start()) as usize;
+                            let to = (upto - claimed.payload_start()) as usize;
+                            self.ring.copy_out(at, &mut buffer[from..to]);
+                            at = upto;
+                        }
+                    }
+                }
+                self.advance_read(at - self.read_offset);
+            }
+            if self.read_offset < claimed.end() {
+                return;
+            }
+            self.claimed.pop_front();
+            self.completions.push_back(PostedRead::Complete {
+                token: claimed.token,
+                len: claimed.len,
+            });
         }
     }
 
@@ -397,6 +751,9 @@ impl RecvState {
         if self.in_message {
             return Some(self.message_len);
         }
+        if self.posted_first() {
+            return None;
+        }
         if self.readable_end < self.read_offset + MESSAGE_HEADER_LEN {
             return None;
         }
@@ -424,6 +781,9 @@ impl RecvState {
 
     pub(super) fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
         if !self.in_message {
+            if self.posted_first() {
+                return (0, false);
+            }
             let Some(len) = self.peek_message_len() else {
                 return (0, false);
             };
@@ -465,31 +825,41 @@ impl RecvState {
     /// and asks for a window update once a quarter of the window was freed since the last
     /// advertisement. Returns whether the message is complete.
     fn consume(&mut self, count: u64) -> bool {
-        self.read_offset += count;
         self.message_remaining -= count;
         let complete = self.message_remaining == 0;
         if complete {
             self.in_message = false;
         }
+        self.advance_read(count);
+        complete
+    }
+
+    /// Moves the read offset over `count` bytes read in order; asks for a window update
+    /// once a quarter of the window was freed since the last advertisement.
+    fn advance_read(&mut self, count: u64) {
+        self.read_offset += count;
         if self.credit() - self.advertised_credit >= (self.ring.len() as u64 / 4).max(1) {
             self.ack_now = true;
         }
-        complete
     }
 
     /// Bytes of memory held.
     pub(super) fn memory_bytes(&self) -> usize {
         self.ring.capacity()
-            + self.pending.capacity() * core::mem::size_of::<Option<u64>>()
+            + self.pending.capacity() * core::mem::size_of::<Option<(u64, u64)>>()
             + self.ranges.capacity() * core::mem::size_of::<SackRange>()
             + self.placed.capacity() * core::mem::size_of::<(u64, u64)>()
+            + self.claimed_placed.capacity() * core::mem::size_of::<(u64, u64)>()
+            + self.posted.capacity() * core::mem::size_of::<(u64, u64)>()
+            + self.claimed.capacity() * core::mem::size_of::<Claimed>()
+            + self.completions.capacity() * core::mem::size_of::<PostedRead>()
     }
 
     // ---- helpers ----
 
     /// Moves the cumulative ack over every packet that arrived in order.
     fn advance(&mut self) {
-        while let Some(Some(stream_end)) = self.pending.front().copied() {
+        while let Some(Some((_, stream_end))) = self.pending.front().copied() {
             self.pending.pop_front();
             self.readable_end = self.readable_end.max(stream_end);
             self.cumulative += 1;

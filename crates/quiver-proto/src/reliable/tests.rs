@@ -66,6 +66,9 @@ struct Pair {
     b_silent: bool,
     /// When set, b reads with it, and datagrams reach b through `handle_datagram_into`.
     direct: Option<DirectReader>,
+    /// When set, b reads with posted readers, and datagrams reach b through
+    /// `handle_datagram_posted`.
+    posted_reader: Option<PostedApp>,
     /// The message a lends bytes of (passed to `poll_transmit_lent`; empty: none).
     lent: Vec<u8>,
     /// Messages a lent with `lend_message_as`, by token (index).
@@ -137,6 +140,154 @@ impl DirectReader {
     }
 }
 
+impl PostedBuffers for Vec<(u64, Vec<u8>)> {
+    fn buffer(&mut self, token: u64) -> Option<&mut [u8]> {
+        self.iter_mut()
+            .find(|(held, _)| *held == token)
+            .map(|(_, buffer)| buffer.as_mut_slice())
+    }
+}
+
+/// A reader on b that keeps `window` posted readers ([`ReliableConnection::post_reader`]),
+/// their capacities cycling through `capacities` (some may be shorter than their
+/// messages), and every `withdraw_every` pulls takes back the readers whose message has not
+/// begun (scribbling over their buffers). Every `switch_every` pulls it switches between
+/// posted readers and reads of its own (`read_message`, `chunk` bytes at a time).
+#[derive(Debug)]
+struct PostedApp {
+    window: usize,
+    capacities: Vec<usize>,
+    chunk: usize,
+    withdraw_every: Option<usize>,
+    switch_every: Option<usize>,
+    posting: bool,
+    pulls: usize,
+    next_token: u64,
+    /// Posted readers' buffers, in posting order.
+    buffers: Vec<(u64, Vec<u8>)>,
+    /// A message being read with `read_message`.
+    current: Option<Vec<u8>>,
+    received: Vec<Vec<u8>>,
+    too_small: usize,
+    withdrawn: usize,
+}
+
+impl PostedApp {
+    fn new(window: usize, capacities: Vec<usize>) -> PostedApp {
+        PostedApp {
+            window,
+            capacities,
+            chunk: 1000,
+            withdraw_every: None,
+            switch_every: None,
+            posting: true,
+            pulls: 0,
+            next_token: 100,
+            buffers: Vec::new(),
+            current: None,
+            received: Vec::new(),
+            too_small: 0,
+            withdrawn: 0,
+        }
+    }
+
+    fn deliver(&mut self, b: &mut ReliableConnection, now: Nanos, datagram: &[u8]) {
+        b.handle_datagram_posted(now, 0, datagram, &mut self.buffers);
+        self.pull(b);
+    }
+
+    /// Takes the finished readers' news; returns whether there was any.
+    fn finished(&mut self, b: &mut ReliableConnection) -> bool {
+        let mut any = false;
+        while let Some(done) = b.poll_posted() {
+            any = true;
+            match done {
+                PostedRead::Complete { token, len } => {
+                    // Messages complete in posting order (too-small readers left earlier).
+                    assert_eq!(self.buffers[0].0, token, "completed out of order");
+                    let (_, mut buffer) = self.buffers.remove(0);
+                    buffer.truncate(len as usize);
+                    self.received.push(buffer);
+                }
+                PostedRead::TooSmall { token, len } => {
+                    let at = self.buffers.iter().position(|(held, _)| *held == token);
+                    let (_, buffer) = self.buffers.remove(at.unwrap());
+                    assert!(len > buffer.len() as u64);
+                    self.too_small += 1;
+                }
+            }
+        }
+        any
+    }
+
+    fn pull(&mut self, b: &mut ReliableConnection) {
+        self.pulls += 1;
+        if self
+            .switch_every
+            .is_some_and(|every| self.pulls % every == 0)
+        {
+            self.posting = !self.posting;
+            if !self.posting {
+                self.withdraw(b);
+            }
+        }
+        if self.posting
+            && self
+                .withdraw_every
+                .is_some_and(|every| self.pulls % every == 0)
+        {
+            self.withdraw(b);
+        }
+        loop {
+            let mut progress = self.finished(b);
+            if self.posting {
+                while self.buffers.len() < self.window {
+                    let capacity =
+                        self.capacities[self.next_token as usize % self.capacities.len()];
+                    if !b.post_reader(self.next_token, capacity) {
+                        break;
+                    }
+                    self.buffers.push((self.next_token, vec![0xAB; capacity]));
+                    self.next_token += 1;
+                }
+            }
+            b.read_posted(&mut self.buffers);
+            progress |= self.finished(b);
+            // Reads of its own: the message it was reading, or (not posting) any.
+            if self.current.is_some() || (!self.posting && b.posted_readers() == 0) {
+                let mut chunk = vec![0u8; self.chunk];
+                loop {
+                    let (count, complete) = b.read_message(&mut chunk);
+                    if count == 0 && !complete {
+                        break;
+                    }
+                    progress = true;
+                    let current = self.current.get_or_insert_with(Vec::new);
+                    current.extend_from_slice(&chunk[..count]);
+                    if complete {
+                        self.received.push(self.current.take().unwrap());
+                        if self.posting {
+                            break;
+                        }
+                    }
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn withdraw(&mut self, b: &mut ReliableConnection) {
+        for token in b.withdraw_readers(&mut self.buffers) {
+            let at = self.buffers.iter().position(|(held, _)| *held == token);
+            let (_, mut buffer) = self.buffers.remove(at.unwrap());
+            buffer.fill(0xEE);
+            self.withdrawn += 1;
+        }
+    }
+}
+
 impl Pair {
     fn new(config_a: ReliableConfig, config_b: ReliableConfig, key_a: u8, key_b: u8) -> Self {
         let a =
@@ -155,6 +306,7 @@ impl Pair {
             accept_errors: Vec::new(),
             b_silent: false,
             direct: None,
+            posted_reader: None,
             lent: Vec::new(),
             posted: Vec::new(),
         }
@@ -287,9 +439,10 @@ impl Pair {
         while let Some(datagram) = self.to_b.pop_front() {
             any = true;
             match self.b.as_mut() {
-                Some(b) => match self.direct.as_mut() {
-                    Some(reader) => reader.deliver(b, self.now, &datagram),
-                    None => b.handle_datagram(self.now, 0, &datagram),
+                Some(b) => match (self.direct.as_mut(), self.posted_reader.as_mut()) {
+                    (Some(reader), _) => reader.deliver(b, self.now, &datagram),
+                    (None, Some(reader)) => reader.deliver(b, self.now, &datagram),
+                    (None, None) => b.handle_datagram(self.now, 0, &datagram),
                 },
                 None => match ReliableConnection::accept(
                     self.config_b.clone(),
@@ -2581,6 +2734,309 @@ proptest! {
         let (received, released) = transfer_posted(&mut pair, &messages, read_chunk, posting);
         prop_assert_eq!(received, messages.clone());
         prop_assert_eq!(released, expected_tokens(&messages, posting));
+        prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
+        prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
+        prop_assert_eq!(pair.b().stats().credit_violations, 0);
+    }
+}
+
+// ---- posted readers (receiving in place) ----
+
+/// Sends `messages` from a to b, b reading with `reader`; returns b's reader when all
+/// arrived.
+fn transfer_to_posted(pair: &mut Pair, messages: &[Vec<u8>], reader: PostedApp) -> PostedApp {
+    pair.posted_reader = Some(reader);
+    let mut next_message = 0;
+    let mut written = 0;
+    let mut started = false;
+    pair.run_until(|pair| {
+        while next_message < messages.len() {
+            let message = &messages[next_message];
+            if !started {
+                if pair.a.start_message(message.len() as u64).is_err() {
+                    break;
+                }
+                started = true;
+                written = 0;
+            }
+            written += pair.a.write_message(&message[written..]);
+            if written < message.len() {
+                break;
+            }
+            started = false;
+            next_message += 1;
+        }
+        let (Some(reader), Some(b)) = (pair.posted_reader.as_mut(), pair.b.as_mut()) else {
+            return false;
+        };
+        reader.pull(b);
+        reader.received.len() == messages.len()
+    });
+    pair.posted_reader.take().unwrap()
+}
+
+fn posted_config(compact: bool) -> ReliableConfig {
+    ReliableConfig {
+        send_buffer_bytes: 256 << 10,
+        recv_window_bytes: 256 << 10,
+        compact_data_frames: compact,
+        ..ReliableConfig::default()
+    }
+}
+
+/// With four readers posted, the frames of the next messages go straight to their buffers
+/// even while an earlier message is still arriving: almost no byte goes through the receive
+/// buffer, and every message arrives intact.
+#[test]
+fn posted_readers_take_the_next_messages_straight() {
+    for compact in [false, true] {
+        let config = posted_config(compact);
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+        let messages: Vec<Vec<u8>> = (0..12)
+            .map(|i| patterned(30_000 + i * 977, i as u8))
+            .collect();
+        let reader = transfer_to_posted(&mut pair, &messages, PostedApp::new(4, vec![64 << 10]));
+        assert_eq!(reader.received, messages);
+        let total: usize = messages.iter().map(Vec::len).sum();
+        let placed = pair.b().stats().direct_read_bytes;
+        // Only the bytes of a message that share a frame with its length prefix (compact
+        // frames) may go through the ring.
+        let frame = config_payload(compact) as u64;
+        assert!(
+            placed + 12 * frame >= total as u64,
+            "compact {compact}: {placed} of {total} placed"
+        );
+        assert_eq!(pair.b().posted_readers(), 4);
+    }
+}
+
+fn config_payload(compact: bool) -> usize {
+    let config = posted_config(compact);
+    if compact {
+        config.max_stream_payload_bytes()
+    } else {
+        config.max_data_payload_bytes()
+    }
+}
+
+/// Every other data frame overtakes the one before it: the readers claim each message once
+/// its length prefix is in, place what comes after in its buffer and copy what came before
+/// out of the receive buffer.
+#[test]
+fn posted_readers_place_frames_ahead_of_the_reads() {
+    for compact in [false, true] {
+        let config = posted_config(compact);
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+        let mut data_frames = 0u64;
+        pair.filter = Box::new(move |_, from_a, header| {
+            if !from_a || !matches!(header.frame_type, FrameType::Data | FrameType::Stream) {
+                return Fate::Deliver;
+            }
+            data_frames += 1;
+            if data_frames % 2 == 1 {
+                Fate::Delay
+            } else {
+                Fate::Deliver
+            }
+        });
+        let messages: Vec<Vec<u8>> = (0..8).map(|i| patterned(40_000, 40 + i)).collect();
+        let reader = transfer_to_posted(&mut pair, &messages, PostedApp::new(3, vec![50_000]));
+        assert_eq!(reader.received, messages);
+        let total: u64 = messages.iter().map(|m| m.len() as u64).sum();
+        let placed = pair.b().stats().direct_read_bytes;
+        assert!(
+            placed * 10 >= total * 9,
+            "compact {compact}: {placed} of {total} placed"
+        );
+        assert_eq!(pair.b().stats().duplicates_dropped, 0);
+    }
+}
+
+/// A reader whose buffer is shorter than its message finishes with `TooSmall` and nothing
+/// placed in it; the message goes to the next reader, or with none left, to `read_message`.
+#[test]
+fn a_posted_reader_too_small_leaves_its_message_to_the_next() {
+    let config = posted_config(true);
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+    let messages = [
+        patterned(5_000, 1),
+        patterned(20_000, 2),
+        patterned(7_000, 3),
+    ];
+    for message in &messages {
+        pair.a.start_message(message.len() as u64).unwrap();
+        assert_eq!(pair.a.write_message(message), message.len());
+    }
+    pair.flush();
+    let datagrams: Vec<Vec<u8>> = pair.to_b.drain(..).collect();
+    let now = pair.now;
+    let b = pair.b.as_mut().unwrap();
+    // Reader 0 fits message 0; reader 1 (10 000) is too small for message 1, reader 2 takes
+    // it; message 2 is left to read_message.
+    let mut buffers: Vec<(u64, Vec<u8>)> = vec![
+        (0, vec![0xAB; 6_000]),
+        (1, vec![0xAB; 10_000]),
+        (2, vec![0xAB; 20_000]),
+    ];
+    for (token, buffer) in &buffers {
+        assert!(b.post_reader(*token, buffer.len()));
+    }
+    for datagram in &datagrams {
+        b.handle_datagram_posted(now, 0, datagram, &mut buffers);
+    }
+    // The too-small reader finishes as soon as its message's length prefix is in, which
+    // comes with the end of message 0.
+    assert_eq!(
+        b.poll_posted(),
+        Some(PostedRead::TooSmall {
+            token: 1,
+            len: 20_000
+        })
+    );
+    assert_eq!(
+        b.poll_posted(),
+        Some(PostedRead::Complete {
+            token: 0,
+            len: 5_000
+        })
+    );
+    assert_eq!(
+        b.poll_posted(),
+        Some(PostedRead::Complete {
+            token: 2,
+            len: 20_000
+        })
+    );
+    assert_eq!(b.poll_posted(), None);
+    assert!(
+        buffers[1].1.iter().all(|&byte| byte == 0xAB),
+        "bytes went to the too-small buffer"
+    );
+    assert_eq!(&buffers[0].1[..5_000], &messages[0][..]);
+    assert_eq!(&buffers[2].1[..], &messages[1][..]);
+    assert_eq!(b.posted_readers(), 0);
+    assert_eq!(b.peek_message(), Some((7_000, true)));
+    let mut out = vec![0u8; 7_000];
+    assert_eq!(b.read_message(&mut out), (7_000, true));
+    assert_eq!(out, messages[2]);
+}
+
+/// Readers taken back before their messages begin: the bytes placed in their buffers go
+/// back to the receive buffer and the messages read whole with `read_message`; posting
+/// while a message is being read leaves that message to its reader. (A reader whose message
+/// has begun to be read stays: the proptest's withdrawals cover it.)
+#[test]
+fn withdrawn_readers_leave_their_messages_whole() {
+    for compact in [false, true] {
+        let config = posted_config(compact);
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+        let messages: Vec<Vec<u8>> = (0..3).map(|i| patterned(18_000, 70 + i)).collect();
+        for message in &messages {
+            pair.a.start_message(message.len() as u64).unwrap();
+            assert_eq!(pair.a.write_message(message), message.len());
+        }
+        pair.flush();
+        let datagrams: Vec<Vec<u8>> = pair.to_b.drain(..).collect();
+        let now = pair.now;
+        let b = pair.b.as_mut().unwrap();
+        // Message 0 begins to be read with read_message; then two readers are posted.
+        b.handle_datagram(now, 0, &datagrams[0]);
+        let mut first = vec![0u8; 18_000];
+        let (mut filled, complete) = b.read_message(&mut first);
+        assert!(!complete && filled > 0);
+        let mut buffers: Vec<(u64, Vec<u8>)> = vec![(7, vec![0; 18_000]), (8, vec![0; 18_000])];
+        assert!(b.post_reader(7, 18_000));
+        assert!(b.post_reader(8, 18_000));
+        // All but the last datagram: message 0's rest goes to the ring (read_message reads
+        // it), messages 1 and 2 to the readers.
+        let last = datagrams.len() - 1;
+        for datagram in &datagrams[1..last] {
+            b.handle_datagram_posted(now, 0, datagram, &mut buffers);
+        }
+        let (count, complete) = b.read_message(&mut first[filled..]);
+        filled += count;
+        assert!(complete);
+        assert_eq!(filled, 18_000);
+        assert_eq!(first, messages[0]);
+        let placed = b.stats().direct_read_bytes;
+        assert!(placed > 20_000, "compact {compact}: {placed}");
+        // Message 1 is all in, message 2 has begun to arrive; neither has begun to be read
+        // (message 0's reader just finished it): both readers come back.
+        assert_eq!(b.poll_posted(), None);
+        assert_eq!(b.withdraw_readers(&mut buffers), vec![7, 8]);
+        for (_, buffer) in &mut buffers {
+            buffer.fill(0xEE);
+        }
+        assert_eq!(b.posted_readers(), 0);
+        assert_eq!(b.peek_message(), Some((18_000, true)));
+        let mut second = vec![0u8; 18_000];
+        assert_eq!(b.read_message(&mut second), (18_000, true));
+        assert_eq!(second, messages[1]);
+        assert_eq!(b.peek_message(), Some((18_000, false)));
+        b.handle_datagram_posted(now, 0, &datagrams[last], &mut buffers);
+        let mut third = vec![0u8; 18_000];
+        assert_eq!(b.read_message(&mut third), (18_000, true));
+        assert_eq!(third, messages[2]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Posted readers under loss up to 30%, duplication, corruption and reordering, some of
+    /// them too small for their messages, some taken back, switching with reads of the
+    /// application's own: every message arrives once, in order, byte-identical; memory
+    /// stays within the bound and the credit is never exceeded.
+    #[test]
+    fn lossy_network_delivers_into_posted_readers(
+        loss_percent in 0u32..30,
+        fates in proptest::collection::vec(fate_strategy(20), 64),
+        sizes in proptest::collection::vec(0usize..20_000, 1..16),
+        window in 1usize..8,
+        small in proptest::collection::vec(0usize..20_000, 0..3),
+        chunk in 1usize..5000,
+        withdraw_every in proptest::option::of(3usize..40),
+        switch_every in proptest::option::of(5usize..60),
+        recv_window in 256usize..60_000,
+        compact in any::<bool>(),
+    ) {
+        let config = ReliableConfig {
+            send_buffer_bytes: 40_000,
+            recv_window_bytes: recv_window,
+            max_in_flight_datagrams: 64,
+            idle_timeout_ns: 30_000_000_000,
+            handshake_timeout_ns: 30_000_000_000,
+            max_retransmits: 40,
+            compact_data_frames: compact,
+            ..ReliableConfig::default()
+        };
+        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+        let mut roll = 0u64;
+        pair.filter = Box::new(move |index, _, _| {
+            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (roll >> 33) % 100 < u64::from(loss_percent) {
+                Fate::Drop
+            } else {
+                fates[index % fates.len()]
+            }
+        });
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &len)| patterned(len, index as u8))
+            .collect();
+        let mut capacities = vec![20_000];
+        capacities.extend(small);
+        let mut reader = PostedApp::new(window, capacities);
+        reader.chunk = chunk;
+        reader.withdraw_every = withdraw_every;
+        reader.switch_every = switch_every;
+        let reader = transfer_to_posted(&mut pair, &messages, reader);
+        prop_assert_eq!(reader.received, messages);
         prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
         prop_assert!(pair.b().memory_bytes() <= config.memory_bound_bytes());
         prop_assert_eq!(pair.b().stats().credit_violations, 0);

@@ -392,6 +392,13 @@ pub struct Endpoint {
     committed: Option<usize>,
     /// Posted receives bound to a large tcp message still arriving ([`RecvState::Bound`]).
     bound_recvs: usize,
+    /// Posted receives handed to the datagram engine ([`RecvState::Bound`]; remote.rs,
+    /// `bind_dgram_recvs`): (token, request), in posting order.
+    dgram_recvs: VecDeque<(u64, Key)>,
+    /// The connection they are on: (engine id, peer, transport name).
+    dgram_recvs_on: Option<(u64, Addr, &'static str)>,
+    /// The token of the next receive handed to the engine.
+    next_recv_token: u64,
     /// The liveness looks: when the next is due, what they cost so far
     /// ([`Endpoint::detection_stats`]).
     detection: Looks,
@@ -448,6 +455,9 @@ impl Endpoint {
             dgram_seen: None,
             committed: None,
             bound_recvs: 0,
+            dgram_recvs: VecDeque::new(),
+            dgram_recvs_on: None,
+            next_recv_token: 0,
             detection: Looks::default(),
         }
     }
@@ -900,6 +910,9 @@ impl Endpoint {
         if self.bound_recvs > 0 {
             self.progress_bound_recvs();
         }
+        if !self.dgram_recvs.is_empty() {
+            self.progress_dgram_recvs();
+        }
         if !self.posted_recvs.is_empty() {
             self.progress_recvs();
         }
@@ -1252,6 +1265,9 @@ impl Endpoint {
     }
 
     fn progress_recvs(&mut self) {
+        // On an endpoint whose one inbound edge is a datagram connection, the engine takes
+        // the posted receives' buffers (frames go straight into them).
+        self.bind_dgram_recvs();
         while let Some(&key) = self.posted_recvs.front() {
             let mut buf = match self.recvs.get_mut(key) {
                 Some(RecvState::Pending(buf)) => std::mem::take(buf),

@@ -25,6 +25,7 @@ use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 use super::*;
 use crate::config::TransportKind;
 use crate::context::NetInbound;
+use crate::net::dgram::RecvDone;
 
 /// Marks a [`Connection`] index as a network connection (index into `net_out`).
 pub(super) const NET_BIT: u32 = 1 << 31;
@@ -1482,6 +1483,151 @@ impl Endpoint {
         self.engine_polled = true;
         self.dgram_seen = None;
         Some(Ok(taken.map(|len| (len, peer))))
+    }
+
+    /// The endpoint's one inbound edge when it is an open datagram connection and nothing
+    /// else could deliver (the conditions of [`Endpoint::look_lone_dgram`]): (engine id,
+    /// peer, transport name).
+    fn lone_dgram(&self) -> Option<(u64, Addr, &'static str)> {
+        if self.committed.is_some()
+            || self.net_in.len() != 1
+            || !self.inbound.is_empty()
+            || self.shared.has_incoming.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let inb = &self.net_in[0];
+        let InLink::Dgram(id) = inb.link else {
+            return None;
+        };
+        (inb.state == InboundState::Open && inb.active).then_some((id, inb.peer, inb.kind.name()))
+    }
+
+    /// Hands the posted receives waiting at the front of the line to the datagram engine
+    /// when the endpoint's one inbound edge is a datagram connection
+    /// ([`DgramShared::post_recvs`](crate::net::dgram::DgramShared::post_recvs)): the
+    /// protocol places frames of the next messages straight into their buffers, also while
+    /// earlier messages still arrive (a striped connection's frames of several messages
+    /// overtake each other). They become [`RecvState::Bound`] and complete from
+    /// [`Endpoint::progress_dgram_recvs`], in posting order. Otherwise (other edges, another
+    /// connection still holding receives) nothing changes.
+    pub(super) fn bind_dgram_recvs(&mut self) {
+        if self.posted_recvs.is_empty() {
+            return;
+        }
+        let Some(on) = self.lone_dgram() else {
+            return;
+        };
+        if self.dgram_recvs_on.is_some_and(|(id, ..)| id != on.0) {
+            return;
+        }
+        let Some(engine) = self.ctx.dgram.as_deref() else {
+            return;
+        };
+        let mut batch = VecDeque::new();
+        let mut keys = Vec::new();
+        for &key in &self.posted_recvs {
+            let Some(RecvState::Pending(buf)) = self.recvs.get_mut(key) else {
+                break;
+            };
+            batch.push_back((self.next_recv_token, std::mem::take(buf)));
+            keys.push(key);
+            self.next_recv_token += 1;
+        }
+        let taken = engine.post_recvs(on.0, &mut batch);
+        let first_token = self.next_recv_token - keys.len() as u64;
+        for (index, &key) in keys.iter().enumerate() {
+            if index < taken {
+                if let Some(state) = self.recvs.get_mut(key) {
+                    *state = RecvState::Bound;
+                }
+                self.dgram_recvs
+                    .push_back((first_token + index as u64, key));
+            } else if let (Some(RecvState::Pending(slot)), Some((_, buf))) =
+                (self.recvs.get_mut(key), batch.pop_front())
+            {
+                *slot = buf;
+            }
+        }
+        if taken > 0 {
+            self.posted_recvs.drain(..taken);
+            self.dgram_recvs_on = Some(on);
+        }
+    }
+
+    /// Completes the posted receives the datagram engine finished
+    /// ([`Endpoint::bind_dgram_recvs`]): a whole message, a message too long for the
+    /// buffer (`BufferTooSmall`, the message stays for the next receive), or the
+    /// connection's failure in the middle of the receive's message. Receives whose message
+    /// had not begun when the connection ended come back to the front of the line, for the
+    /// general path.
+    pub(super) fn progress_dgram_recvs(&mut self) {
+        let Some((id, peer, transport)) = self.dgram_recvs_on else {
+            return;
+        };
+        let Some(engine) = self.ctx.dgram.as_deref() else {
+            return;
+        };
+        let mut done = Vec::new();
+        let held = engine.collect_recvs(id, &mut done);
+        let mut returned = Vec::new();
+        for finished in done {
+            let token = match &finished {
+                RecvDone::Complete { token, .. }
+                | RecvDone::TooSmall { token, .. }
+                | RecvDone::Returned { token, .. }
+                | RecvDone::Failed { token, .. } => *token,
+            };
+            let Some(at) = self.dgram_recvs.iter().position(|(held, _)| *held == token) else {
+                continue;
+            };
+            let Some((_, key)) = self.dgram_recvs.remove(at) else {
+                continue;
+            };
+            let state = match finished {
+                RecvDone::Complete { buf, len, .. } => RecvState::Done(Ok(RecvCompletion {
+                    buf,
+                    len,
+                    src: peer,
+                })),
+                RecvDone::TooSmall { buf, len, .. } => {
+                    RecvState::Done(Err(Error::BufferTooSmall {
+                        message: len,
+                        buffer: buf.len(),
+                    }))
+                }
+                RecvDone::Returned { buf, .. } => {
+                    returned.push(key);
+                    RecvState::Pending(buf)
+                }
+                RecvDone::Failed { why, .. } => RecvState::Done(Err(Error::Unreachable {
+                    peer,
+                    transport,
+                    detail: why,
+                })),
+            };
+            if let Some(slot) = self.recvs.get_mut(key) {
+                *slot = state;
+            }
+        }
+        for key in returned.into_iter().rev() {
+            self.posted_recvs.push_front(key);
+        }
+        if held.is_none() {
+            // The connection is gone: nothing will complete the receives it held.
+            for (_, key) in self.dgram_recvs.drain(..) {
+                if let Some(slot) = self.recvs.get_mut(key) {
+                    *slot = RecvState::Done(Err(Error::Unreachable {
+                        peer,
+                        transport,
+                        detail: "the connection ended while a receive was posted on it".into(),
+                    }));
+                }
+            }
+        }
+        if self.dgram_recvs.is_empty() {
+            self.dgram_recvs_on = None;
+        }
     }
 
     /// Reads more of every large tcp message bound to a posted receive; completes the

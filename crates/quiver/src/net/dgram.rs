@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 
 use quiver_proto::handshake::{ConnectRequest, JobKey, RejectReason};
 use quiver_proto::reliable::{
-    reset_for, Event, FailReason, Nanos, ReliableConfig, ReliableConnection, State,
-    LEND_MESSAGE_TOKEN,
+    reset_for, Event, FailReason, Nanos, PostedBuffers, PostedRead, ReliableConfig,
+    ReliableConnection, State, LEND_MESSAGE_TOKEN,
 };
 use quiver_transport::udp::{
     max_gso_bytes, monotonic_ns, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch,
@@ -654,23 +654,75 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// Feeds `datagram` to connection `id`'s `core`, into the reader's buffer if it is the
-    /// reader's connection.
+    /// Feeds `datagram` to connection `id` (`entry`): into the reader's buffer if it is the
+    /// reader's connection, else into its posted receives' buffers if it has any.
     fn feed(
         reader: &mut Option<Reader<'_>>,
         id: u64,
-        core: &mut ReliableConnection,
+        entry: &mut Entry,
         now: Nanos,
         path: usize,
         datagram: &[u8],
     ) {
         match reader {
             Some(r) if r.id == id => {
-                r.placed += core.handle_datagram_into(now, path, datagram, &mut r.out[r.placed..]);
+                r.placed +=
+                    entry
+                        .core
+                        .handle_datagram_into(now, path, datagram, &mut r.out[r.placed..]);
             }
-            _ => core.handle_datagram(now, path, datagram),
+            _ if !entry.reads.0.is_empty() => {
+                entry
+                    .core
+                    .handle_datagram_posted(now, path, datagram, &mut entry.reads);
+            }
+            _ => entry.core.handle_datagram(now, path, datagram),
         }
     }
+}
+
+/// The buffers of a connection's posted receives held by the engine
+/// ([`DgramShared::post_recvs`]), (token, buffer) in posting order.
+#[derive(Debug, Default)]
+struct PostedReads(Vec<(u64, Vec<u8>)>);
+
+impl PostedBuffers for PostedReads {
+    fn buffer(&mut self, token: u64) -> Option<&mut [u8]> {
+        self.0
+            .iter_mut()
+            .find(|(held, _)| *held == token)
+            .map(|(_, buffer)| buffer.as_mut_slice())
+    }
+}
+
+impl PostedReads {
+    fn take(&mut self, token: u64) -> Option<Vec<u8>> {
+        let index = self.0.iter().position(|(held, _)| *held == token)?;
+        Some(self.0.remove(index).1)
+    }
+}
+
+/// What became of a receive posted with [`DgramShared::post_recvs`].
+#[derive(Debug)]
+pub(crate) enum RecvDone {
+    /// A message of `len` bytes is at the start of `buf`.
+    Complete {
+        token: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    /// The next message (`len` bytes) is longer than `buf`; it stays for the next receive.
+    TooSmall {
+        token: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    /// Handed back untouched: the connection ended (failed or closed) before the receive's
+    /// message began; the endpoint's general receive path takes it on.
+    Returned { token: u64, buf: Vec<u8> },
+    /// The connection failed in the middle of the receive's message (its buffer is
+    /// dropped).
+    Failed { token: u64, why: String },
 }
 
 /// Progress of a message sent in place ([`DgramShared::send_in_place`]).
@@ -786,6 +838,9 @@ struct Entry {
     /// Messages posted in place and not yet handed back, in stream order; the last may be
     /// lent in part (the rest follows as acknowledgements free room).
     posted: VecDeque<Posted>,
+    /// Buffers of receives posted in place ([`DgramShared::post_recvs`]) not yet handed
+    /// back.
+    reads: PostedReads,
 }
 
 impl Entry {
@@ -1319,6 +1374,7 @@ impl DgramShared {
                         senders: Vec::new(),
                         peer_sent: false,
                         posted: VecDeque::new(),
+                        reads: PostedReads::default(),
                     },
                 );
                 engine.flush(id);
@@ -1666,6 +1722,102 @@ impl DgramShared {
                 }
             }
         }
+    }
+
+    /// Posts receives in place on connection `id` (an endpoint's lone inbound connection):
+    /// takes buffers from the front of `recvs` ((token, buffer), in posting order) as long
+    /// as the protocol takes readers (`ReliableConnection::post_reader`), and keeps them.
+    /// Every datagram then goes to the connection with them
+    /// (`handle_datagram_posted`): frames of the next messages go straight to their
+    /// receives' buffers, also while earlier messages are still arriving. They come back
+    /// from [`DgramShared::collect_recvs`]. Takes none from a connection that is not open,
+    /// or in the middle of a message read the general way. Returns how many were taken.
+    pub(crate) fn post_recvs(&self, id: u64, recvs: &mut VecDeque<(u64, Vec<u8>)>) -> usize {
+        let mut engine = self.lock();
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return 0;
+        };
+        if entry.status != Status::Open || entry.core.reading_message() {
+            return 0;
+        }
+        let mut taken = 0;
+        while let Some((token, buf)) = recvs.pop_front() {
+            if !entry.core.post_reader(token, buf.len()) {
+                recvs.push_front((token, buf));
+                break;
+            }
+            entry.reads.0.push((token, buf));
+            taken += 1;
+        }
+        if taken > 0 {
+            // What arrived already goes in now; freed credit may bring a window update.
+            entry.core.read_posted(&mut entry.reads);
+            entry.peer_sent = true;
+            engine.timers_dirty = true;
+            engine.flush(id);
+        }
+        taken
+    }
+
+    /// Hands back what became of connection `id`'s receives posted in place, into `done`:
+    /// completed or too small, in the order they finished; once the connection failed or
+    /// was closed, every other one (its message not begun: returned as it was; begun: with
+    /// the failure). Returns how many receives the engine still holds; None when the
+    /// connection is gone (with the receives it held).
+    pub(crate) fn collect_recvs(&self, id: u64, done: &mut Vec<RecvDone>) -> Option<usize> {
+        let mut engine = self.lock();
+        let entry = engine.conns.get_mut(&id)?;
+        let Entry {
+            core,
+            reads,
+            status,
+            ..
+        } = entry;
+        if reads.0.is_empty() {
+            return Some(0);
+        }
+        let before = done.len();
+        core.read_posted(reads);
+        while let Some(read) = core.poll_posted() {
+            let (token, len, complete) = match read {
+                PostedRead::Complete { token, len } => (token, len, true),
+                PostedRead::TooSmall { token, len } => (token, len, false),
+            };
+            let Some(buf) = reads.take(token) else {
+                continue;
+            };
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            done.push(if complete {
+                RecvDone::Complete { token, buf, len }
+            } else {
+                RecvDone::TooSmall { token, buf, len }
+            });
+        }
+        let ended = match status {
+            Status::Failed(why) => Some(why.clone()),
+            Status::Closed => Some("the peer closed the connection".to_owned()),
+            _ => None,
+        };
+        if let Some(why) = ended {
+            for token in core.withdraw_readers(reads) {
+                if let Some(buf) = reads.take(token) {
+                    done.push(RecvDone::Returned { token, buf });
+                }
+            }
+            for (token, _) in reads.0.drain(..) {
+                done.push(RecvDone::Failed {
+                    token,
+                    why: format!("{why} (in the middle of a message)"),
+                });
+            }
+        }
+        let held = reads.0.len();
+        if done.len() > before {
+            // Freed receive credit may bring a window update forward.
+            engine.timers_dirty = true;
+            engine.flush(id);
+        }
+        Some(held)
     }
 
     /// Whether everything written to connection `id` was acknowledged (true for a
@@ -2081,7 +2233,7 @@ impl Engine {
             Some(Destination::Short(short)) => {
                 // A Stream frame (bulk data): its connection verifies it against its full id.
                 if let Some((id, entry)) = self.conns.get_mut_short(short) {
-                    Reader::feed(reader, id, &mut entry.core, now, path, datagram);
+                    Reader::feed(reader, id, entry, now, path, datagram);
                     touched.push(id);
                 }
             }
@@ -2089,7 +2241,7 @@ impl Engine {
                 if let Some(entry) = self.conns.get_mut(&id) {
                     // A socket beyond the connection's paths (a peer with fewer links): the
                     // core counts and drops it.
-                    Reader::feed(reader, id, &mut entry.core, now, path, datagram);
+                    Reader::feed(reader, id, entry, now, path, datagram);
                     touched.push(id);
                 } else if let Some(n) = reset_for(datagram, &mut self.header) {
                     // A stale connection (we forgot it) or a forged id: tell the sender.
@@ -2476,6 +2628,7 @@ impl Engine {
                 senders: Vec::new(),
                 peer_sent: false,
                 posted: VecDeque::new(),
+                reads: PostedReads::default(),
             },
         );
         Some(id)
