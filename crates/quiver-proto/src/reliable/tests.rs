@@ -1488,6 +1488,52 @@ fn config_limits_are_checked() {
     );
 }
 
+/// The configuration of the lossy property tests: generous timeouts and retransmissions,
+/// 64 frames in flight.
+fn lossy_config(
+    send_buffer_bytes: usize,
+    recv_window_bytes: usize,
+    compact: bool,
+) -> ReliableConfig {
+    ReliableConfig {
+        send_buffer_bytes,
+        recv_window_bytes,
+        max_in_flight_datagrams: 64,
+        idle_timeout_ns: 30_000_000_000,
+        handshake_timeout_ns: 30_000_000_000,
+        max_retransmits: 40,
+        compact_data_frames: compact,
+        ..ReliableConfig::default()
+    }
+}
+
+/// A pair whose datagrams are dropped at `loss_percent` (a fixed pseudo-random sequence)
+/// and otherwise meet `fates` in turn.
+fn lossy_pair(config: &ReliableConfig, loss_percent: u32, fates: Vec<Fate>) -> Pair {
+    let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
+    let mut roll = 0u64;
+    pair.filter = Box::new(move |index, _, _| {
+        roll = roll
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if (roll >> 33) % 100 < u64::from(loss_percent) {
+            Fate::Drop
+        } else {
+            fates[index % fates.len()]
+        }
+    });
+    pair
+}
+
+/// One patterned message per size, each with its own seed.
+fn patterned_messages(sizes: &[usize]) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &len)| patterned(len, index as u8))
+        .collect()
+}
+
 fn fate_strategy(loss_percent: u32) -> impl Strategy<Value = Fate> {
     // Shrinks towards 0, i.e. towards Deliver.
     (0u32..100).prop_map(move |roll| match 99 - roll {
@@ -1514,31 +1560,9 @@ proptest! {
         compact in any::<bool>(),
         direct in any::<bool>(),
     ) {
-        let config = ReliableConfig {
-            send_buffer_bytes: window,
-            recv_window_bytes: window,
-            max_in_flight_datagrams: 64,
-            idle_timeout_ns: 30_000_000_000,
-            handshake_timeout_ns: 30_000_000_000,
-            max_retransmits: 40,
-            compact_data_frames: compact,
-            ..ReliableConfig::default()
-        };
-        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
-        let mut roll = 0u64;
-        pair.filter = Box::new(move |index, _, _| {
-            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (roll >> 33) % 100 < u64::from(loss_percent) {
-                Fate::Drop
-            } else {
-                fates[index % fates.len()]
-            }
-        });
-        let messages: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &len)| patterned(len, index as u8))
-            .collect();
+        let config = lossy_config(window, window, compact);
+        let mut pair = lossy_pair(&config, loss_percent, fates);
+        let messages = patterned_messages(&sizes);
         let received = transfer_with(&mut pair, &messages, read_chunk, direct);
         prop_assert_eq!(received, messages);
         prop_assert!(pair.a.memory_bytes() <= config.memory_bound_bytes());
@@ -2322,31 +2346,9 @@ proptest! {
         adopt_chunk in prop_oneof![Just(0usize), Just(usize::MAX), 1usize..5000],
         write_from in prop_oneof![Just(0usize), 1usize..3000],
     ) {
-        let config = ReliableConfig {
-            send_buffer_bytes: window,
-            recv_window_bytes: window,
-            max_in_flight_datagrams: 64,
-            idle_timeout_ns: 30_000_000_000,
-            handshake_timeout_ns: 30_000_000_000,
-            max_retransmits: 40,
-            compact_data_frames: compact,
-            ..ReliableConfig::default()
-        };
-        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
-        let mut roll = 0u64;
-        pair.filter = Box::new(move |index, _, _| {
-            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (roll >> 33) % 100 < u64::from(loss_percent) {
-                Fate::Drop
-            } else {
-                fates[index % fates.len()]
-            }
-        });
-        let messages: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &len)| patterned(len, index as u8))
-            .collect();
+        let config = lossy_config(window, window, compact);
+        let mut pair = lossy_pair(&config, loss_percent, fates);
+        let messages = patterned_messages(&sizes);
         let adopt = match adopt_chunk {
             0 => Adopt::Never,
             usize::MAX => Adopt::AtOnce,
@@ -2705,31 +2707,9 @@ proptest! {
         write_from in prop_oneof![Just(0usize), 1usize..3000],
         single_every in prop_oneof![Just(0usize), 2usize..5],
     ) {
-        let config = ReliableConfig {
-            send_buffer_bytes: window,
-            recv_window_bytes: window,
-            max_in_flight_datagrams: 64,
-            idle_timeout_ns: 30_000_000_000,
-            handshake_timeout_ns: 30_000_000_000,
-            max_retransmits: 40,
-            compact_data_frames: compact,
-            ..ReliableConfig::default()
-        };
-        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
-        let mut roll = 0u64;
-        pair.filter = Box::new(move |index, _, _| {
-            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (roll >> 33) % 100 < u64::from(loss_percent) {
-                Fate::Drop
-            } else {
-                fates[index % fates.len()]
-            }
-        });
-        let messages: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &len)| patterned(len, index as u8))
-            .collect();
+        let config = lossy_config(window, window, compact);
+        let mut pair = lossy_pair(&config, loss_percent, fates);
+        let messages = patterned_messages(&sizes);
         let posting = Posting { window: posted_window, write_from, single_every };
         let (received, released) = transfer_posted(&mut pair, &messages, read_chunk, posting);
         prop_assert_eq!(received, messages.clone());
@@ -3004,31 +2984,9 @@ proptest! {
         recv_window in 256usize..60_000,
         compact in any::<bool>(),
     ) {
-        let config = ReliableConfig {
-            send_buffer_bytes: 40_000,
-            recv_window_bytes: recv_window,
-            max_in_flight_datagrams: 64,
-            idle_timeout_ns: 30_000_000_000,
-            handshake_timeout_ns: 30_000_000_000,
-            max_retransmits: 40,
-            compact_data_frames: compact,
-            ..ReliableConfig::default()
-        };
-        let mut pair = Pair::new(config.clone(), config.clone(), 7, 7);
-        let mut roll = 0u64;
-        pair.filter = Box::new(move |index, _, _| {
-            roll = roll.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (roll >> 33) % 100 < u64::from(loss_percent) {
-                Fate::Drop
-            } else {
-                fates[index % fates.len()]
-            }
-        });
-        let messages: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &len)| patterned(len, index as u8))
-            .collect();
+        let config = lossy_config(40_000, recv_window, compact);
+        let mut pair = lossy_pair(&config, loss_percent, fates);
+        let messages = patterned_messages(&sizes);
         let mut capacities = vec![20_000];
         capacities.extend(small);
         let mut reader = PostedApp::new(window, capacities);
