@@ -534,28 +534,11 @@ fn transfer_with(
     }
     let mut received = Vec::new();
     let mut current = Vec::new();
-    let mut next_message = 0;
-    let mut written = 0;
-    let mut started = false;
+    let mut writer = MessageWriter::default();
     let mut buffer = vec![0u8; read_chunk.max(1)];
     pair.run_until(|pair| {
         // Writer.
-        while next_message < messages.len() {
-            let message = &messages[next_message];
-            if !started {
-                if pair.a.start_message(message.len() as u64).is_err() {
-                    break;
-                }
-                started = true;
-                written = 0;
-            }
-            written += pair.a.write_message(&message[written..]);
-            if written < message.len() {
-                break;
-            }
-            started = false;
-            next_message += 1;
-        }
+        writer.write(&mut pair.a, messages);
         // Reader.
         if let (Some(reader), Some(b)) = (pair.direct.as_mut(), pair.b.as_mut()) {
             reader.pull(b);
@@ -2722,30 +2705,42 @@ proptest! {
 
 // ---- posted readers (receiving in place) ----
 
+/// Writes a list of messages into a connection as far as its send buffer takes them,
+/// resuming where the last call stopped.
+#[derive(Default)]
+struct MessageWriter {
+    next_message: usize,
+    written: usize,
+    started: bool,
+}
+
+impl MessageWriter {
+    fn write(&mut self, connection: &mut ReliableConnection, messages: &[Vec<u8>]) {
+        while let Some(message) = messages.get(self.next_message) {
+            if !self.started {
+                if connection.start_message(message.len() as u64).is_err() {
+                    break;
+                }
+                self.started = true;
+                self.written = 0;
+            }
+            self.written += connection.write_message(&message[self.written..]);
+            if self.written < message.len() {
+                break;
+            }
+            self.started = false;
+            self.next_message += 1;
+        }
+    }
+}
+
 /// Sends `messages` from a to b, b reading with `reader`; returns b's reader when all
 /// arrived.
 fn transfer_to_posted(pair: &mut Pair, messages: &[Vec<u8>], reader: PostedApp) -> PostedApp {
     pair.posted_reader = Some(reader);
-    let mut next_message = 0;
-    let mut written = 0;
-    let mut started = false;
+    let mut writer = MessageWriter::default();
     pair.run_until(|pair| {
-        while next_message < messages.len() {
-            let message = &messages[next_message];
-            if !started {
-                if pair.a.start_message(message.len() as u64).is_err() {
-                    break;
-                }
-                started = true;
-                written = 0;
-            }
-            written += pair.a.write_message(&message[written..]);
-            if written < message.len() {
-                break;
-            }
-            started = false;
-            next_message += 1;
-        }
+        writer.write(&mut pair.a, messages);
         let (Some(reader), Some(b)) = (pair.posted_reader.as_mut(), pair.b.as_mut()) else {
             return false;
         };
