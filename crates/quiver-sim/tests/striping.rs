@@ -673,9 +673,15 @@ fn striping_posted_random_networks() {
 /// with 8 messages posted the goodput stays near what the links carry.
 #[test]
 fn striping_posted_link_killed() {
+    posted_link_killed("striping_posted_link_killed", 0x9057_DEAD, None);
+}
+
+/// A link killed under a posting sender, the receiver posting `receives` or reading with
+/// blocking reads; with blocking reads the goodput must stay near what the links carry.
+fn posted_link_killed(name: &str, salt: u64, receives: Option<PostedReceives>) {
     let seeds = sweep_seeds(60);
-    run_seeds("striping_posted_link_killed", &seeds, |seed| {
-        let mut rng = SimRng::new(seed ^ 0x9057_DEAD);
+    run_seeds(name, &seeds, |seed| {
+        let mut rng = SimRng::new(seed ^ salt);
         let count = rng.range_inclusive(2, 4) as usize;
         let rate = 100;
         let links: Vec<LinkConfig> = (0..count)
@@ -687,19 +693,24 @@ fn striping_posted_link_killed() {
             adopt_step_bytes: 0,
             posted_window: 8,
         };
-        let (mut sim, flow, ids) = striped_lending(seed, &links, total, true, Some(posting));
+        let (mut sim, flow, ids) =
+            striped_posting(seed, &links, total, true, Some(posting), receives);
         let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
         let kill_at = rng.range_inclusive(20, 200) * MILLISECOND_NS;
         sim.partition(ids[victim].0, kill_at, Nanos::MAX);
         sim.partition(ids[victim].1, kill_at, Nanos::MAX);
         let report = run_to_delivery(&mut sim, flow);
         assert_all_released(&report, flow);
+        if receives.is_some() {
+            print_run(name, seed, &report, flow, 0.0);
+            return;
+        }
         let completed = report.flows[flow.0].completed_at_ns.expect("completed");
         let capacity_mbit_ns = (count as u64 * rate) as f64 * kill_at.min(completed) as f64
             + ((count as u64 - 1) * rate) as f64 * completed.saturating_sub(kill_at) as f64;
         let average_capacity = (capacity_mbit_ns / completed as f64) as u64;
         let ratio = goodput_ratio(&report, flow, average_capacity);
-        print_run("striping_posted_link_killed", seed, &report, flow, ratio);
+        print_run(name, seed, &report, flow, ratio);
         assert!(
             ratio >= 0.75,
             "goodput {ratio:.3} of the capacity left ({count} x {rate} Mbit/s, one dead at {kill_at} ns)"
@@ -811,38 +822,13 @@ fn striping_posted_receives_place_most_bytes() {
 /// frames are resent on the survivors into the readers' buffers; nothing is lost.
 #[test]
 fn striping_posted_receives_link_killed() {
-    let seeds = sweep_seeds(60);
-    run_seeds("striping_posted_receives_link_killed", &seeds, |seed| {
-        let mut rng = SimRng::new(seed ^ 0x2EC0_DEAD);
-        let count = rng.range_inclusive(2, 4) as usize;
-        let rate = 100;
-        let links: Vec<LinkConfig> = (0..count)
-            .map(|_| link(rate, rng.range_inclusive(50, 300)))
-            .collect();
-        let total = (count as u64 * rate) * 1_000_000 / 8 / 2;
-        let posting = LendPolicy {
-            min_message_bytes: 0,
-            adopt_step_bytes: 0,
-            posted_window: 8,
-        };
-        let receives = PostedReceives {
-            window: 8,
-            small_every: 0,
-        };
-        let (mut sim, flow, ids) =
-            striped_posting(seed, &links, total, true, Some(posting), Some(receives));
-        let victim = rng.range_inclusive(0, count as u64 - 1) as usize;
-        let kill_at = rng.range_inclusive(20, 200) * MILLISECOND_NS;
-        sim.partition(ids[victim].0, kill_at, Nanos::MAX);
-        sim.partition(ids[victim].1, kill_at, Nanos::MAX);
-        let report = run_to_delivery(&mut sim, flow);
-        assert_all_released(&report, flow);
-        print_run(
-            "striping_posted_receives_link_killed",
-            seed,
-            &report,
-            flow,
-            0.0,
-        );
-    });
+    let receives = PostedReceives {
+        window: 8,
+        small_every: 0,
+    };
+    posted_link_killed(
+        "striping_posted_receives_link_killed",
+        0x2EC0_DEAD,
+        Some(receives),
+    );
 }
