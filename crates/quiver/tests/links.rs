@@ -3,7 +3,10 @@
 //! mem sockets. Messages of every size arrive byte-identical and in order, and every link
 //! carries part of the traffic.
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+mod support;
+use support::pattern;
+
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::Duration;
@@ -12,23 +15,9 @@ use quiver::{Addr, Config, Context, TransportKind};
 
 const LINKS: usize = 3;
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(97)) as u8)
-        .collect()
-}
-
-/// A udp port free on 127.0.0.1, .2 and .3 at once.
+/// A udp port free on 127.0.0.1, .2 and .3 at once (never handed out twice).
 fn free_port() -> u16 {
-    loop {
-        let first = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = first.local_addr().unwrap().port();
-        let others_free = (2..=LINKS as u8)
-            .all(|host| UdpSocket::bind((Ipv4Addr::new(127, 0, 0, host), port)).is_ok());
-        if others_free {
-            return port;
-        }
-    }
+    support::free_port(LINKS as u8)
 }
 
 static NEXT_JOB: AtomicU32 = AtomicU32::new(1);

@@ -7,6 +7,9 @@
 //! its receive's buffer fails that receive with `BufferTooSmall` and goes to the next, and
 //! most bytes are placed straight into the buffers.
 
+mod support;
+use support::pattern;
+
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -22,23 +25,9 @@ const LARGE_BYTES: usize = 1 << 20;
 /// Receives the receiver keeps posted.
 const WINDOW: usize = 16;
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(97)) as u8)
-        .collect()
-}
-
-/// A udp port free on 127.0.0.1, .2 and .3 at once.
+/// A udp port free on 127.0.0.1, .2 and .3 at once (never handed out twice).
 fn free_port() -> u16 {
-    loop {
-        let first = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = first.local_addr().unwrap().port();
-        let others_free = (2..=LINKS as u8)
-            .all(|host| UdpSocket::bind((Ipv4Addr::new(127, 0, 0, host), port)).is_ok());
-        if others_free {
-            return port;
-        }
-    }
+    support::free_port(LINKS as u8)
 }
 
 fn link_addresses(port: u16) -> Vec<SocketAddr> {

@@ -1461,21 +1461,7 @@ impl Endpoint {
         &mut self,
         buf: &mut [u8],
     ) -> Option<Result<Option<(usize, Addr)>>> {
-        if self.committed.is_some()
-            || self.net_in.len() != 1
-            || !self.inbound.is_empty()
-            || self.shared.has_incoming.load(Ordering::Relaxed)
-        {
-            return None;
-        }
-        let inb = &self.net_in[0];
-        let InLink::Dgram(id) = inb.link else {
-            return None;
-        };
-        if inb.state != InboundState::Open || !inb.active {
-            return None;
-        }
-        let peer = inb.peer;
+        let (id, peer, _) = self.lone_dgram()?;
         let engine = self.ctx.dgram.as_deref()?;
         let taken = engine.take_whole(&self.ctx, id, buf)?;
         // As after the general path's poll: progress need not poll again, and the next

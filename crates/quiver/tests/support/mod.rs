@@ -1,0 +1,35 @@
+//! Helpers shared by this crate's striped-link integration tests (each test file that
+//! needs them declares `mod support;`).
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, UdpSocket};
+use std::sync::Mutex;
+
+/// `len` bytes that differ from message to message (`seed`) and along the message.
+pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(97)) as u8)
+        .collect()
+}
+
+/// Ports this test binary already handed out: a port is probed free and then bound later,
+/// so two tests running at once could otherwise be given the same one.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// A udp port free on 127.0.0.1 up to 127.0.0.`hosts` at once, never handed out before in
+/// this test binary.
+pub(crate) fn free_port(hosts: u8) -> u16 {
+    loop {
+        let first = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = first.local_addr().unwrap().port();
+        let others_free =
+            (2..=hosts).all(|host| UdpSocket::bind((Ipv4Addr::new(127, 0, 0, host), port)).is_ok());
+        if !others_free {
+            continue;
+        }
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+        if handed_out.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
