@@ -1799,11 +1799,8 @@ impl ReliableConnection {
             None => None,
         };
         let max_payload = self.config.max_data_payload_bytes();
-        // Compact frames carry no acknowledgement: only when none is owed at all. A frame
-        // that answers data not yet acknowledged carries the ack (a Data frame), even before
-        // that ack is due: otherwise the ack follows as a datagram of its own.
-        let owes_ack = self.recv.unacked_frames() > 0 || self.recv.ack_due(now);
-        let compact_payload = (self.config.compact_data_frames && !owes_ack)
+        // Compact frames carry no acknowledgement: only when none waits to ride along.
+        let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
             .then(|| self.config.max_stream_payload_bytes());
         let to_send = self.send.next_frame(now, max_payload, compact_payload)?;
         let lent = match self.send.lend_at(to_send.frame.payload_offset) {

@@ -1657,18 +1657,6 @@ fn ping_pong_adds_one_datagram_per_message() {
     ping_pong_one_datagram_per_message(Pair::established());
 }
 
-/// The same with compact Stream frames, as the datagram engine configures them: an answer
-/// that owes an ack goes as a Data frame carrying it, not as a Stream frame followed by a
-/// standalone Ack (which cost udp round trips one more datagram each way).
-#[test]
-fn ping_pong_with_compact_frames_adds_one_datagram_per_message() {
-    let config = ReliableConfig {
-        compact_data_frames: true,
-        ..small_config()
-    };
-    ping_pong_one_datagram_per_message(Pair::handshaken(config));
-}
-
 fn ping_pong_one_datagram_per_message(mut pair: Pair) {
     let mut header = [0u8; frame::MAX_HEADER_LEN];
     let mut datagram = [0u8; 2048];
