@@ -929,29 +929,41 @@ fn lending_sweep_configs() {
     });
 }
 
+/// A flow of `messages` mixed messages (up to 40 000 bytes) over one link with 30% loss
+/// both ways, its sender lending under `policy` (drawn after the script); compact frames
+/// on even seeds.
+fn lossy_lending_flow(
+    seed: u64,
+    messages: usize,
+    policy: fn(&mut SimRng) -> LendPolicy,
+) -> (Sim, FlowId) {
+    let lossy = LinkConfig {
+        loss_probability: 0.3,
+        ..base_link()
+    };
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    sim.add_duplex_link(sender, receiver, lossy);
+    let mut rng = sim.fork_rng(1);
+    let script = MessageScript::mixed(&mut rng, messages, 40_000);
+    let config = ReliableConfig {
+        compact_data_frames: seed % 2 == 0,
+        ..sweep_config()
+    };
+    let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+    flow_config.lend = Some(policy(&mut rng));
+    let flow = sim.add_flow(flow_config);
+    (sim, flow)
+}
+
 /// 30% loss both ways with a lending sender: lent frames are lost and resent while lent
 /// and after adoption.
 #[test]
 fn lending_loss_30() {
     let seeds = sweep_seeds(400);
     run_seeds("lending_loss_30", &seeds, |seed| {
-        let lossy = LinkConfig {
-            loss_probability: 0.3,
-            ..base_link()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, lossy);
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 10, 40_000);
-        let config = ReliableConfig {
-            compact_data_frames: seed % 2 == 0,
-            ..sweep_config()
-        };
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(random_lend_policy(&mut rng));
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = lossy_lending_flow(seed, 10, random_lend_policy);
         let report = run_to_delivery(&mut sim, flow);
         assert!(report.total_link(|link| link.dropped_loss) > 0);
         let stats = report.flows[flow.0]
@@ -1111,23 +1123,7 @@ fn posting_sweep_configs() {
 fn posting_loss_30() {
     let seeds = sweep_seeds(1000);
     run_seeds("posting_loss_30", &seeds, |seed| {
-        let lossy = LinkConfig {
-            loss_probability: 0.3,
-            ..base_link()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, lossy);
-        let mut rng = sim.fork_rng(1);
-        let script = MessageScript::mixed(&mut rng, 12, 40_000);
-        let config = ReliableConfig {
-            compact_data_frames: seed % 2 == 0,
-            ..sweep_config()
-        };
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(random_post_policy(&mut rng));
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = lossy_lending_flow(seed, 12, random_post_policy);
         let report = run_posted_to_delivery(&mut sim, flow);
         assert!(report.total_link(|link| link.dropped_loss) > 0);
     });
