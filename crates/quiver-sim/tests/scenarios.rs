@@ -1038,38 +1038,55 @@ fn lending_dead_receiver() {
     });
 }
 
+/// A flow of `sizes` over a 10 Gbit/s link with 1% loss (20 µs delay, 5 µs jitter, 4 MiB
+/// queues), a `send_buffer_bytes` send buffer, its sender lending under `policy`.
+fn big_message_flow(
+    seed: u64,
+    send_buffer_bytes: usize,
+    sizes: Vec<u64>,
+    policy: LendPolicy,
+) -> (Sim, FlowId) {
+    let link = LinkConfig {
+        delay_ns: 20 * MICROSECOND_NS,
+        jitter_ns: 5 * MICROSECOND_NS,
+        loss_probability: 0.01,
+        bandwidth_bits_per_second: 10_000_000_000,
+        queue_capacity_bytes: 4 * 1024 * 1024,
+        ..LinkConfig::default()
+    };
+    let config = ReliableConfig {
+        initial_rto_ns: 5 * MILLISECOND_NS,
+        send_buffer_bytes,
+        ..ReliableConfig::default()
+    };
+    let mut sim = Sim::new(seed);
+    let sender = sim.add_node();
+    let receiver = sim.add_node();
+    sim.add_duplex_link(sender, receiver, link);
+    let script = MessageScript::fixed(seed, sizes);
+    let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+    flow_config.lend = Some(policy);
+    let flow = sim.add_flow(flow_config);
+    (sim, flow)
+}
+
 /// Messages of several MiB lent over a 10 Gbit/s link with 1% loss and default buffers
 /// (a message larger than the send buffer is lent as acknowledgements free room).
 #[test]
 fn lending_big_messages() {
     let seeds = fixed_seeds(&[1, 2, 3]);
     run_seeds("lending_big_messages", &seeds, |seed| {
-        let link = LinkConfig {
-            delay_ns: 20 * MICROSECOND_NS,
-            jitter_ns: 5 * MICROSECOND_NS,
-            loss_probability: 0.01,
-            bandwidth_bits_per_second: 10_000_000_000,
-            queue_capacity_bytes: 4 * 1024 * 1024,
-            ..LinkConfig::default()
-        };
-        let config = ReliableConfig {
-            initial_rto_ns: 5 * MILLISECOND_NS,
-            send_buffer_bytes: 2 << 20,
-            ..ReliableConfig::default()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, link);
         let sizes = vec![4 << 20, 1, 0, (3 << 20) + 17, 100_000, 1 << 20];
-        let script = MessageScript::fixed(seed, sizes);
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(LendPolicy {
-            min_message_bytes: 1000,
-            adopt_step_bytes: [0, 64 << 10, u64::MAX][seed as usize % 3],
-            posted_window: 0,
-        });
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = big_message_flow(
+            seed,
+            2 << 20,
+            sizes,
+            LendPolicy {
+                min_message_bytes: 1000,
+                adopt_step_bytes: [0, 64 << 10, u64::MAX][seed as usize % 3],
+                posted_window: 0,
+            },
+        );
         let report = run_to_delivery(&mut sim, flow);
         let flow_report = &report.flows[flow.0];
         eprintln!(
@@ -1183,33 +1200,18 @@ fn posting_close() {
 fn posting_big_messages() {
     let seeds = fixed_seeds(&[1, 2, 3]);
     run_seeds("posting_big_messages", &seeds, |seed| {
-        let link = LinkConfig {
-            delay_ns: 20 * MICROSECOND_NS,
-            jitter_ns: 5 * MICROSECOND_NS,
-            loss_probability: 0.01,
-            bandwidth_bits_per_second: 10_000_000_000,
-            queue_capacity_bytes: 4 * 1024 * 1024,
-            ..LinkConfig::default()
-        };
-        let config = ReliableConfig {
-            initial_rto_ns: 5 * MILLISECOND_NS,
-            send_buffer_bytes: [8 << 20, 2 << 20, 8 << 20][seed as usize % 3],
-            ..ReliableConfig::default()
-        };
-        let mut sim = Sim::new(seed);
-        let sender = sim.add_node();
-        let receiver = sim.add_node();
-        sim.add_duplex_link(sender, receiver, link);
         let mut sizes = vec![1 << 20; 12];
         sizes.extend([3 << 20, 1, 0, 10 << 20, 100_000]);
-        let script = MessageScript::fixed(seed, sizes);
-        let mut flow_config = FlowConfig::new(sender, receiver, config, script);
-        flow_config.lend = Some(LendPolicy {
-            min_message_bytes: 1000,
-            adopt_step_bytes: 0,
-            posted_window: 4,
-        });
-        let flow = sim.add_flow(flow_config);
+        let (mut sim, flow) = big_message_flow(
+            seed,
+            [8 << 20, 2 << 20, 8 << 20][seed as usize % 3],
+            sizes,
+            LendPolicy {
+                min_message_bytes: 1000,
+                adopt_step_bytes: 0,
+                posted_window: 4,
+            },
+        );
         let report = run_posted_to_delivery(&mut sim, flow);
         let flow_report = &report.flows[flow.0];
         eprintln!(
