@@ -2143,31 +2143,38 @@ fn lent_messages_arrive_identical_with_every_adoption() {
     }
 }
 
+/// A pair (small configuration, compact frames or not) established a to b, that drops a's
+/// data frames number 2, 3, 9 and 20-22 from now on (losses in the middle, repaired by
+/// fast retransmit, and a tail, by timeout) and every `every`-th.
+fn pair_losing_data_frames(compact: bool, every: u32) -> Pair {
+    let config = ReliableConfig {
+        compact_data_frames: compact,
+        ..small_config()
+    };
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| pair.a.state() == State::Established);
+    let start = pair.sent;
+    let mut data_seen = 0;
+    pair.filter = Box::new(move |index, from_a, header| {
+        let data = matches!(header.frame_type, FrameType::Data | FrameType::Stream);
+        if from_a && data && index >= start {
+            data_seen += 1;
+            if [2, 3, 9, 20, 21, 22].contains(&data_seen) || data_seen % every == 0 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    pair
+}
+
 /// Frames of lent bytes lost while lent are resent from the lender's message; lost after
 /// adoption, from the send buffer (the lender's copy is overwritten by then).
 #[test]
 fn lent_frames_lost_are_resent_while_lent_and_after_adoption() {
     for adopt in [Adopt::Never, Adopt::AtOnce, Adopt::Chunks(2000)] {
         for compact in [false, true] {
-            let config = ReliableConfig {
-                compact_data_frames: compact,
-                ..small_config()
-            };
-            let mut pair = Pair::new(config.clone(), config, 7, 7);
-            pair.run_until(|pair| pair.a.state() == State::Established);
-            let start = pair.sent;
-            let mut data_seen = 0;
-            pair.filter = Box::new(move |index, from_a, header| {
-                let data = matches!(header.frame_type, FrameType::Data | FrameType::Stream);
-                if from_a && data && index >= start {
-                    data_seen += 1;
-                    // Losses in the middle (fast retransmit) and a tail (timeout).
-                    if [2, 3, 9, 20, 21, 22].contains(&data_seen) || data_seen % 17 == 0 {
-                        return Fate::Drop;
-                    }
-                }
-                Fate::Deliver
-            });
+            let mut pair = pair_losing_data_frames(compact, 17);
             let messages = some_messages();
             let (received, _) = transfer_lent(&mut pair, &messages, 4096, adopt, 0);
             assert_eq!(received, messages, "{adopt:?} compact {compact}");
@@ -2528,24 +2535,7 @@ fn many_small_posted_messages_share_the_window() {
 fn posted_frames_lost_are_resent_from_the_lenders_messages() {
     for compact in [false, true] {
         for window in [2, 100] {
-            let config = ReliableConfig {
-                compact_data_frames: compact,
-                ..small_config()
-            };
-            let mut pair = Pair::new(config.clone(), config, 7, 7);
-            pair.run_until(|pair| pair.a.state() == State::Established);
-            let start = pair.sent;
-            let mut data_seen = 0;
-            pair.filter = Box::new(move |index, from_a, header| {
-                let data = matches!(header.frame_type, FrameType::Data | FrameType::Stream);
-                if from_a && data && index >= start {
-                    data_seen += 1;
-                    if [2, 3, 9, 20, 21, 22].contains(&data_seen) || data_seen % 13 == 0 {
-                        return Fate::Drop;
-                    }
-                }
-                Fate::Deliver
-            });
+            let mut pair = pair_losing_data_frames(compact, 13);
             let messages = some_messages();
             let posting = Posting {
                 window,
