@@ -2518,6 +2518,41 @@ mod tests {
         );
     }
 
+    /// Drops every seventh datagram from `from` to `to` (mem sockets); returns the count of
+    /// datagrams seen.
+    fn drop_every_seventh(
+        from: std::net::SocketAddr,
+        to: std::net::SocketAddr,
+    ) -> Arc<std::sync::atomic::AtomicUsize> {
+        use crate::net::mem::tests::set_drop_rule;
+        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+        let count = Arc::new(AtomicUsize::new(0));
+        let in_rule = count.clone();
+        set_drop_rule(
+            from,
+            to,
+            Some(Box::new(move |_: &[u8], _: &[u8]| {
+                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
+            })),
+        );
+        count
+    }
+
+    /// Receives `messages` messages (up to 4 MiB each) on `endpoint` in a thread of its own.
+    fn receive_in_thread(
+        mut endpoint: Endpoint,
+        messages: usize,
+    ) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4 << 20];
+            (0..messages)
+                .map(|_| {
+                    let (len, _) = endpoint.recv(&mut buf).unwrap();
+                    buf[..len].to_vec()
+                })
+                .collect()
+        })
+    }
     /// Large blocking sends go out in place (lent from the caller's buffer) and arrive
     /// intact though datagrams are lost and the sender overwrites its one buffer as soon as
     /// each send returns (so a byte read from it after the return would arrive wrong);
@@ -2525,8 +2560,7 @@ mod tests {
     #[test]
     fn large_sends_in_place_survive_loss_and_a_reused_buffer() {
         use crate::net::mem::tests::set_drop_rule;
-        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-        use std::sync::Arc;
+        use std::sync::atomic::Ordering as AtomicOrdering;
 
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
             .map(|rank| (Ipv4Addr::new(127, 78, rank, 9), 41_001).into())
@@ -2553,26 +2587,9 @@ mod tests {
                 })
                 .collect()
         };
-        let receiver = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 4 << 20];
-            let mut got = Vec::new();
-            for _ in 0..sizes.len() {
-                let (len, _) = ep1.recv(&mut buf).unwrap();
-                got.push(buf[..len].to_vec());
-            }
-            got
-        });
+        let receiver = receive_in_thread(ep1, sizes.len());
         let conn = ep0.connect(Addr::new(1, 0)).unwrap();
-        // Every seventh datagram from rank 0 to rank 1 is lost.
-        let count = Arc::new(AtomicUsize::new(0));
-        let in_rule = count.clone();
-        set_drop_rule(
-            addrs[0],
-            addrs[1],
-            Some(Box::new(move |_: &[u8], _: &[u8]| {
-                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
-            })),
-        );
+        let count = drop_every_seventh(addrs[0], addrs[1]);
         let mut buffer = vec![0u8; 3 << 20];
         for (index, &len) in sizes.iter().enumerate() {
             buffer[..len].copy_from_slice(&content(index, len));
@@ -2602,8 +2619,6 @@ mod tests {
     #[test]
     fn posted_sends_in_place_survive_loss_and_reused_buffers() {
         use crate::net::mem::tests::set_drop_rule;
-        use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-        use std::sync::Arc;
 
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
             .map(|rank| (Ipv4Addr::new(127, 79, rank, 9), 41_002).into())
@@ -2638,27 +2653,9 @@ mod tests {
                 })
                 .collect()
         };
-        let receiver_sizes = sizes.clone();
-        let receiver = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 4 << 20];
-            let mut got = Vec::new();
-            for _ in 0..receiver_sizes.len() + 1 {
-                let (len, _) = ep1.recv(&mut buf).unwrap();
-                got.push(buf[..len].to_vec());
-            }
-            got
-        });
+        let receiver = receive_in_thread(ep1, sizes.len() + 1);
         let conn = ep0.connect(Addr::new(1, 0)).unwrap();
-        // Every seventh datagram from rank 0 to rank 1 is lost.
-        let count = Arc::new(AtomicUsize::new(0));
-        let in_rule = count.clone();
-        set_drop_rule(
-            addrs[0],
-            addrs[1],
-            Some(Box::new(move |_: &[u8], _: &[u8]| {
-                in_rule.fetch_add(1, AtomicOrdering::Relaxed) % 7 == 6
-            })),
-        );
+        drop_every_seventh(addrs[0], addrs[1]);
         let mut free: Vec<Vec<u8>> = Vec::new();
         let mut in_flight = std::collections::VecDeque::new();
         let mut completed = 0;
