@@ -250,6 +250,14 @@ fn striping_unequal_speeds() {
     });
 }
 
+/// Average capacity in Mbit/s of `count` links of `rate` Mbit/s over a transfer that
+/// completed at `completed` ns: every link until one dies at `kill_at`, the survivors after.
+fn capacity_with_one_killed(count: u64, rate: u64, kill_at: Nanos, completed: Nanos) -> u64 {
+    let capacity_mbit_ns = (count * rate) as f64 * kill_at.min(completed) as f64
+        + ((count - 1) * rate) as f64 * completed.saturating_sub(kill_at) as f64;
+    (capacity_mbit_ns / completed as f64) as u64
+}
+
 /// A link dies (both directions) mid-transfer and stays dead: nothing is lost, the path goes
 /// down, the survivors finish the transfer at close to their own capacity.
 #[test]
@@ -272,10 +280,7 @@ fn striping_link_killed() {
         let flow_report = &report.flows[flow.0];
         let stats = flow_report.initiator_stats.as_ref().expect("initiator");
         let completed = flow_report.completed_at_ns.expect("completed");
-        // Capacity: every link until the kill, the survivors after it.
-        let capacity_mbit_ns = (count as u64 * rate) as f64 * kill_at.min(completed) as f64
-            + ((count as u64 - 1) * rate) as f64 * completed.saturating_sub(kill_at) as f64;
-        let average_capacity = (capacity_mbit_ns / completed as f64) as u64;
+        let average_capacity = capacity_with_one_killed(count as u64, rate, kill_at, completed);
         let ratio = goodput_ratio(&report, flow, average_capacity);
         print_run("striping_link_killed", seed, &report, flow, ratio);
         if completed > kill_at + 100 * MILLISECOND_NS {
@@ -706,9 +711,7 @@ fn posted_link_killed(name: &str, salt: u64, receives: Option<PostedReceives>) {
             return;
         }
         let completed = report.flows[flow.0].completed_at_ns.expect("completed");
-        let capacity_mbit_ns = (count as u64 * rate) as f64 * kill_at.min(completed) as f64
-            + ((count as u64 - 1) * rate) as f64 * completed.saturating_sub(kill_at) as f64;
-        let average_capacity = (capacity_mbit_ns / completed as f64) as u64;
+        let average_capacity = capacity_with_one_killed(count as u64, rate, kill_at, completed);
         let ratio = goodput_ratio(&report, flow, average_capacity);
         print_run(name, seed, &report, flow, ratio);
         assert!(
