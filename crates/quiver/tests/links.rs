@@ -86,15 +86,7 @@ fn striped_transfer(transport: TransportKind) {
     let sender = context(0);
     assert_eq!(sender.links(), links[0]);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
-    let connection = endpoint.connect(Addr::new(1, 1)).expect("connect");
-    for (index, &size) in sizes.iter().enumerate() {
-        endpoint
-            .send(connection, &pattern(size, index as u32))
-            .expect("send");
-    }
-    let mut done = [0u8; 8];
-    let (len, _) = endpoint.recv(&mut done).expect("done");
-    assert_eq!(&done[..len], b"done");
+    let connection = support::send_patterned_until_done(&mut endpoint, &sizes);
     let sent = sender.link_stats();
     endpoint.send(connection, b"bye").expect("bye");
     let received = receiver.join().expect("receiver");

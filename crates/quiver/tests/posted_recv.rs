@@ -236,15 +236,7 @@ fn posted_receives_on_a_lossy_striped_connection() {
     };
     let sender = context(0, vec![sender_links.clone(), proxy_front.clone()]);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
-    let connection = endpoint.connect(Addr::new(1, 1)).expect("connect");
-    for (index, &size) in sizes.iter().enumerate() {
-        endpoint
-            .send(connection, &pattern(size, index as u32))
-            .expect("send");
-    }
-    let mut done = [0u8; 8];
-    let (len, _) = endpoint.recv(&mut done).expect("done");
-    assert_eq!(&done[..len], b"done");
+    support::send_patterned_until_done(&mut endpoint, &sizes);
     let (too_small, placed) = receiver.join().expect("receiver");
     let dropped = proxy.stop();
     let total: usize = sizes.iter().sum();

@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::Mutex;
 
+use quiver::{Addr, Connection, Endpoint};
+
 /// `len` bytes that differ from message to message (`seed`) and along the message.
 pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len)
@@ -32,4 +34,19 @@ pub(crate) fn free_port(hosts: u8) -> u16 {
             return port;
         }
     }
+}
+
+/// Connects `endpoint` to endpoint 1 of rank 1, sends one `pattern` message per size of
+/// `sizes` (seeded by its index), then waits for the receiver's "done".
+pub(crate) fn send_patterned_until_done(endpoint: &mut Endpoint, sizes: &[usize]) -> Connection {
+    let connection = endpoint.connect(Addr::new(1, 1)).expect("connect");
+    for (index, &size) in sizes.iter().enumerate() {
+        endpoint
+            .send(connection, &pattern(size, index as u32))
+            .expect("send");
+    }
+    let mut done = [0u8; 8];
+    let (len, _) = endpoint.recv(&mut done).expect("done");
+    assert_eq!(&done[..len], b"done");
+    connection
 }
