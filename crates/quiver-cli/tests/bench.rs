@@ -10,6 +10,11 @@ use serde_json::Value;
 static ONE_BENCH_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn quiver_bench(arguments: &[&str]) -> Output {
+    quiver_bench_with(arguments, &[])
+}
+
+/// [`quiver_bench`] with `variables` set in the bench's environment.
+fn quiver_bench_with(arguments: &[&str], variables: &[(&str, &str)]) -> Output {
     let _guard = ONE_BENCH_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -17,6 +22,7 @@ fn quiver_bench(arguments: &[&str]) -> Output {
         .arg("bench")
         .args(arguments)
         .args(["--timeout", "120"])
+        .envs(variables.iter().copied())
         .output()
         .expect("run quiver bench")
 }
@@ -957,7 +963,7 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
 }
 
 /// bw above the eager limit over udp, where a posted send of at least
-/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB) is sent in place: the sender keeps 2 distinct
+/// `QUIVER_UDP_POST_IN_PLACE_MIN` (set to 256 KiB here; off by default) is sent in place: the sender keeps 2 distinct
 /// buffers posted and posts each again when it comes back (6 times each in a window of
 /// 12), and the receiver checks every message's length (an odd size, so a wrong length
 /// fails the run). tcp, in the same launch, and messages under the eager size or over
@@ -982,7 +988,10 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
         "--json",
         "-",
     ];
-    let records = json_lines(&quiver_bench(&arguments));
+    let records = json_lines(&quiver_bench_with(
+        &arguments,
+        &[("QUIVER_UDP_POST_IN_PLACE_MIN", "256K")],
+    ));
     let bw: Vec<&Value> = of_test(&records, "bw")
         .into_iter()
         .filter(|record| record["summary"].is_null())
@@ -1002,19 +1011,22 @@ fn bw_over_udp_keeps_large_messages_posted_in_place() {
     }
 
     // The bench asks the endpoint, which follows the configuration.
-    let output = {
-        let _guard = ONE_BENCH_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .arg("bench")
-            .args(["bw", "--transport", "udp", "--sizes", "600000,1000003"])
-            .args(["--iters", "3", "--window", "3", "--json", "-"])
-            .args(["--timeout", "120"])
-            .env("QUIVER_UDP_POST_IN_PLACE_MIN", "768K")
-            .output()
-            .expect("run quiver bench")
-    };
+    let output = quiver_bench_with(
+        &[
+            "bw",
+            "--transport",
+            "udp",
+            "--sizes",
+            "600000,1000003",
+            "--iters",
+            "3",
+            "--window",
+            "3",
+            "--json",
+            "-",
+        ],
+        &[("QUIVER_UDP_POST_IN_PLACE_MIN", "768K")],
+    );
     let records = json_lines(&output);
     let bw = of_test(&records, "bw");
     assert_eq!(bw.len(), 2, "{records:?}");
