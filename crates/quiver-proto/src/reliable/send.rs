@@ -584,10 +584,25 @@ impl SendState {
 
     /// Whether the peer's credit is all that keeps data from going out.
     pub(super) fn credit_blocked(&self) -> bool {
-        self.next_offset < self.write_offset && self.next_offset >= self.peer_credit
-            || (self.next_offset < self.write_offset
-                && self.next_offset == self.tx_message_end
-                && self.peer_credit < self.next_offset + MESSAGE_HEADER_LEN)
+        self.next_offset < self.write_offset
+            && self.peer_credit < self.next_offset + self.credit_needed()
+    }
+
+    /// Stream bytes from `next_offset` on that the peer's credit must cover before the next
+    /// new frame can go: a length prefix goes only whole and, unless its message is empty,
+    /// with at least one byte of the message ([`Self::next_raw_data`]); other bytes, one.
+    fn credit_needed(&self) -> u64 {
+        let len = if self.next_offset == self.tx_message_end {
+            // A prefix not read yet (the writer writes prefixes whole).
+            let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+            self.ring.copy_out(self.next_offset, &mut header);
+            u64::from_le_bytes(header)
+        } else if self.next_offset + MESSAGE_HEADER_LEN == self.tx_payload_start {
+            self.tx_message_len
+        } else {
+            return 1;
+        };
+        MESSAGE_HEADER_LEN + u64::from(len > 0)
     }
 
     /// Whether sending stalls after this frame (buffer full, no credit, in-flight cap, every
@@ -1019,14 +1034,6 @@ impl SendState {
         if end <= start {
             return None;
         }
-        if start == self.tx_message_end
-            && end == start + MESSAGE_HEADER_LEN
-            && end == self.lent_cut(start)
-        {
-            // Only the length prefix of a message whose bytes are lent: a Data frame
-            // carries the prefix with the first bytes instead (a datagram fewer).
-            return None;
-        }
         let mut cursor = start;
         loop {
             if cursor == self.tx_message_end {
@@ -1048,6 +1055,15 @@ impl SendState {
                 break;
             }
             cursor = self.tx_message_end;
+        }
+        if end == self.tx_payload_start && self.tx_message_len > 0 {
+            // A length prefix leaves with its message's first bytes, never alone: a Data
+            // frame at fragment offset 0 carries the prefix implicitly, so one that followed
+            // a prefix sent alone would claim it twice (the receiver refuses that as
+            // inconsistent, on every retransmission). The bytes are not written (or lent)
+            // yet, or the frame is full: the prefix goes with them. (Frames never end inside
+            // a prefix, so this one holds all of it.)
+            end -= MESSAGE_HEADER_LEN;
         }
         if end <= start {
             return None;
