@@ -963,7 +963,7 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
 }
 
 /// bw above the eager limit over udp, where a posted send of at least
-/// `QUIVER_UDP_POST_IN_PLACE_MIN` (set to 256 KiB here; off by default) is sent in place: the sender keeps 2 distinct
+/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB, the default, set here all the same) is sent in place: the sender keeps 2 distinct
 /// buffers posted and posts each again when it comes back (6 times each in a window of
 /// 12), and the receiver checks every message's length (an odd size, so a wrong length
 /// fails the run). tcp, in the same launch, and messages under the eager size or over

@@ -68,10 +68,9 @@ pub struct Config {
     /// Datagram messages (udp, mem) at least this long given to `post_send` are sent from
     /// the posted buffer with no copy at all, striped connections included: the buffer is
     /// lent to the protocol, retransmissions read it, and `wait_send` hands it back once
-    /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off, and 0 is the
-    /// default: with it on, a four-rank alltoall of posted 1 MiB messages over two network
-    /// namespaces stalls a connection in about one run in ten (docs/PERFORMANCE.md,
-    /// session 11), a defect not yet found.
+    /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off. Default
+    /// 256 KiB (off in session 11 while a stall it exposed went unexplained: a core bug
+    /// that sent a length prefix alone, fixed in session 12; docs/PERFORMANCE.md).
     pub udp_post_in_place_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
@@ -230,7 +229,7 @@ impl Default for Config {
             tcp_staging_bytes: 256 << 10,
             udp_in_place_min: 512,
             udp_send_in_place_min: 256 << 10,
-            udp_post_in_place_min: 0,
+            udp_post_in_place_min: 256 << 10,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -686,7 +685,7 @@ mod tests {
         let c = Config::from_lookup(|k| (k == "QUIVER_UDP_SEND_IN_PLACE_MIN").then(|| "0".into()))
             .unwrap();
         assert_eq!(c.udp_send_in_place_min, 0);
-        assert_eq!(c.udp_post_in_place_min, 0);
+        assert_eq!(c.udp_post_in_place_min, 256 << 10);
         let c = Config::from_lookup(|k| (k == "QUIVER_UDP_POST_IN_PLACE_MIN").then(|| "1M".into()))
             .unwrap();
         assert_eq!(c.udp_post_in_place_min, 1 << 20);

@@ -100,7 +100,7 @@ pub(crate) struct StripeArgs {
     no_tcp: bool,
     /// The quiver sender keeps this many messages posted (`post_send`, which a udp
     /// connection transmits in place, with no copy, from QUIVER_UDP_POST_IN_PLACE_MIN up:
-    /// off by default, 256K as measured) instead of one
+    /// 256K by default) instead of one
     /// blocking `send` at a time; 0 = blocking sends. At most 16 (the distinct bodies).
     #[arg(long, value_name = "N", default_value_t = 0)]
     post_window: usize,
