@@ -315,18 +315,31 @@ fn up(spec: &Spec) -> Result<(), Failure> {
         }
     }
     if spec.loss_ppm > 0 {
-        let script = loss_ruleset(spec.links, spec.loss_ppm);
-        for namespace in [&a, &b] {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                return Err(Failure::Interrupted);
-            }
-            run_with_input(
-                "ip",
-                &["netns", "exec", namespace, "nft", "-f", "-"],
-                &script,
-            )
-            .map_err(Failure::Failed)?;
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(Failure::Interrupted);
         }
+        set_loss(spec, true).map_err(Failure::Failed)?;
+    }
+    Ok(())
+}
+
+/// Puts the loss rules of testbed `spec` (`spec.loss_ppm`) on its links in both
+/// namespaces (`on`), or takes them off: the nftables table `netdev quiver`.
+///
+/// # Errors
+/// `nft` failed (for `on`: the rules may be on in one namespace only).
+pub(crate) fn set_loss(spec: &Spec, on: bool) -> Result<(), String> {
+    let script = if on {
+        loss_ruleset(spec.links, spec.loss_ppm)
+    } else {
+        "delete table netdev quiver\n".to_string()
+    };
+    for namespace in namespaces(&spec.name) {
+        run_with_input(
+            "ip",
+            &["netns", "exec", &namespace, "nft", "-f", "-"],
+            &script,
+        )?;
     }
     Ok(())
 }

@@ -238,3 +238,70 @@ fn bad_options_exit_2() {
         assert_eq!(output.status.code(), Some(2), "{arguments:?}");
     }
 }
+
+/// `quiver bench stripe` end to end at a modest rate: two links with 1% loss, and in the
+/// same run the quiver transfer without the loss rules (`--lossless-baseline`) and the TCP
+/// baseline. Every field the issue names is in the JSON record, the data was verified, and
+/// the testbed is gone afterwards. No assertion is about speed.
+#[test]
+fn bench_stripe_reports_its_baselines_from_one_run() {
+    if !is_root() {
+        eprintln!("skipped: the testbed needs root");
+        return;
+    }
+    let name = format!("qvbs{}", std::process::id() % 100_000);
+    let output = quiver()
+        .args([
+            "bench", "stripe", "--links", "2", "--rate", "200mbit", "--loss", "1",
+        ])
+        .args([
+            "--lossless-baseline",
+            "--seconds",
+            "1",
+            "--name",
+            &name,
+            "--json",
+            "-",
+        ])
+        .output()
+        .expect("run quiver bench stripe");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\nstdout:\n{stdout}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(records.len(), 1, "{stdout}");
+    let record = &records[0];
+    assert_eq!(record["test"], "stripe", "{record}");
+    assert_eq!(record["links"], 2, "{record}");
+    assert_eq!(record["mtu"], 1500, "{record}");
+    assert_eq!(record["rate_gbps"].as_f64(), Some(0.2), "{record}");
+    assert_eq!(record["loss_pct"].as_f64(), Some(1.0), "{record}");
+    for key in [
+        "goodput_gbps",
+        "nominal_ratio",
+        "tcp_baseline_gbps",
+        "lossless_goodput_gbps",
+        "lossless_ratio",
+    ] {
+        let value = record[key].as_f64().unwrap_or(f64::NAN);
+        assert!(value.is_finite() && value > 0.0, "{key}: {record}");
+    }
+    assert!(
+        record["verified_bytes"].as_u64().unwrap_or(0) > 0,
+        "{record}"
+    );
+    let namespaces = namespace_list();
+    assert!(
+        !namespaces
+            .iter()
+            .any(|namespace| namespace.starts_with(&name)),
+        "{namespaces:?}"
+    );
+}

@@ -98,6 +98,11 @@ pub(crate) struct StripeArgs {
     /// Skip the TCP baseline.
     #[arg(long)]
     no_tcp: bool,
+    /// With --loss: first run the quiver transfer with the loss rules taken off the same
+    /// testbed, then with them, and report the lossy goodput over the lossless one
+    /// (issue 4: at least 0.95 at 1% loss).
+    #[arg(long)]
+    lossless_baseline: bool,
     /// The quiver sender keeps this many messages posted (`post_send`, which a udp
     /// connection transmits in place, with no copy, from QUIVER_UDP_POST_IN_PLACE_MIN up:
     /// 256K by default) instead of one
@@ -152,6 +157,10 @@ struct StripeRecord {
     tcp_nominal_ratio: Option<f64>,
     /// quiver goodput / TCP goodput.
     tcp_ratio: Option<f64>,
+    /// With --lossless-baseline: quiver's goodput over the same links without the loss
+    /// rules, just before the lossy transfer, and goodput over it.
+    lossless_goodput_gbps: Option<f64>,
+    lossless_ratio: Option<f64>,
     /// CPU seconds (user + system) per second of transfer, sender and receiver.
     cpu_sender: f64,
     cpu_receiver: f64,
@@ -300,6 +309,7 @@ struct Plan {
     kill_link: Option<f64>,
     offloads_off: bool,
     tcp: bool,
+    lossless_baseline: bool,
     post_window: usize,
     recv_window: usize,
     cpus: [usize; 2],
@@ -345,6 +355,9 @@ impl Plan {
                 return Err("--kill-link needs at least 2 links".to_string());
             }
         }
+        if args.lossless_baseline && args.loss <= 0.0 {
+            return Err("--lossless-baseline needs --loss above 0".to_string());
+        }
         let offloads_off = match args.offloads.as_str() {
             "keep" => false,
             "off" => true,
@@ -372,6 +385,7 @@ impl Plan {
             kill_link: args.kill_link,
             offloads_off,
             tcp: !args.no_tcp && args.kill_link.is_none(),
+            lossless_baseline: args.lossless_baseline,
             post_window: args.post_window,
             recv_window: args.recv_window,
             cpus,
@@ -555,6 +569,12 @@ fn print_row(record: &StripeRecord) {
             record.paths_rejoined
         );
     }
+    if let (Some(lossless), Some(ratio)) = (record.lossless_goodput_gbps, record.lossless_ratio) {
+        println!(
+            "      without the loss rules just before: {lossless:.3} Gbit/s; with {}% loss = {ratio:.3} of it",
+            record.loss_pct
+        );
+    }
     if record.tcp_ratio.is_some() {
         if let Some(cc) = &record.tcp_congestion_control {
             println!("      tcp congestion control: {cc}");
@@ -567,16 +587,26 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
     let spec = plan.spec(links);
     testbed::build(&spec).map_err(|error| format!("building the testbed: {error}"))?;
     let outcome = (|| {
+        let lossless = if plan.lossless_baseline {
+            testbed::set_loss(&spec, false)
+                .map_err(|error| format!("removing the loss rules: {error}"))?;
+            let (_, receiver, _) = run_quiver(plan, links)?;
+            testbed::set_loss(&spec, true)
+                .map_err(|error| format!("restoring the loss rules: {error}"))?;
+            Some(goodput_gbps(&receiver))
+        } else {
+            None
+        };
         let quiver = run_quiver(plan, links)?;
         let tcp = if plan.tcp {
             Some(run_tcp(plan, links)?)
         } else {
             None
         };
-        Ok::<_, String>((quiver, tcp))
+        Ok::<_, String>((lossless, quiver, tcp))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;
-    let ((sender, receiver, killed_at_ns), tcp) = outcome?;
+    let (lossless, (sender, receiver, killed_at_ns), tcp) = outcome?;
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
@@ -588,7 +618,10 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
             receiver.udp_counters
         );
     }
-    Ok(record(plan, links, &sender, &receiver, killed_at_ns, tcp))
+    let mut record = record(plan, links, &sender, &receiver, killed_at_ns, tcp);
+    record.lossless_goodput_gbps = lossless;
+    record.lossless_ratio = lossless.map(|gbps| record.goodput_gbps / gbps);
+    Ok(record)
 }
 
 fn record(
@@ -632,6 +665,8 @@ fn record(
         tcp_baseline_gbps: tcp_gbps,
         tcp_nominal_ratio: tcp_gbps.map(|gbps| gbps / nominal_gbps),
         tcp_ratio: tcp_gbps.map(|gbps| goodput_gbps / gbps),
+        lossless_goodput_gbps: None,
+        lossless_ratio: None,
         cpu_sender: sender.cpu_seconds / sender.elapsed_seconds.max(1e-9),
         cpu_receiver: receiver.cpu_seconds / receiver_seconds,
         tcp_cpu_sender: tcp
@@ -1424,6 +1459,13 @@ mod tests {
         let posting = super::tests::plan(&["--recv-window", "8"]).expect("valid");
         assert_eq!(posting.recv_window, 8);
         assert!(super::tests::plan(&["--recv-window", "65"]).is_err());
+        assert!(!plan.lossless_baseline);
+        assert!(
+            super::tests::plan(&["--lossless-baseline"]).is_err(),
+            "needs --loss"
+        );
+        let lossy = super::tests::plan(&["--loss", "1", "--lossless-baseline"]).expect("valid");
+        assert!(lossy.lossless_baseline);
     }
 
     #[test]
