@@ -31,8 +31,9 @@
 //! flows, run loop, invariants, report), [`seeds`] (many-seed runs and replay).
 //!
 //! Seed counts: the tests (`tests/scenarios.rs`, `tests/striping.rs`) sweep a default
-//! number of seeds each, sized for CI (6700 and 465 in all; `random_loss_30_percent` 2000,
-//! `mixed_impairments`, with 0-30% loss, 1000). Longer sweeps find what CI's do not:
+//! number of seeds each, sized for CI (14 200 and 465 in all; `random_loss_30_percent`
+//! 2000, `mixed_impairments`, with 0-30% loss, 1000; the `both_ways_*` sweeps, with data
+//! both ways on each connection ([`sim::FlowConfig::answer`]), 4000). Longer sweeps find what CI's do not:
 //! `QUIVER_SIM_SEEDS=1000 cargo test --release -p quiver-sim` (about 18 minutes of CPU,
 //! almost all of it striping) found seeds 163, 252, 967 and 990 of
 //! `striping_receiver_pauses_cost_one_frame_each` failing, a receiver pause taken for a

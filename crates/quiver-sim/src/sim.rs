@@ -1,8 +1,11 @@
 //! The simulator: nodes, links, flows, the run loop and the invariant checks.
 //!
-//! A *flow* is one directed connection with its two applications: a [`SenderApp`] on the
-//! initiator node writing a [`MessageScript`], and a [`ReceiverApp`] on the responder node
-//! reading and verifying it. The initiator side is created with
+//! A *flow* is one connection with its applications: a [`SenderApp`] on the initiator node
+//! writing a [`MessageScript`], and a [`ReceiverApp`] on the responder node reading and
+//! verifying it. With [`FlowConfig::answer`] data flows both ways on the connection: a
+//! second pair of apps writes the answer from the responder and verifies it on the
+//! initiator, while the initiator's script flows the other way (each end then has data
+//! to send while acknowledgements are due, as in a real exchange). The initiator side is created with
 //! `ReliableConnection::connect` when the flow starts; the responder side is created by the
 //! responder node with `ReliableConnection::accept` from the first datagram with
 //! destination id 0, exactly as an engine would; later datagrams are demultiplexed with
@@ -24,10 +27,12 @@
 //! Invariants, checked after every step (a violation panics with the time and context;
 //! [`crate::seeds::run_seeds`] adds the seed and the replay command):
 //! - time never goes backwards (the event queue asserts it);
-//! - every byte read is the scripted byte: exactly once, in order, unchanged;
+//! - every byte read is the scripted byte: exactly once, in order, unchanged (in both
+//!   directions of a flow with an answer);
 //! - `memory_bytes()` of every connection stays below [`memory_bound_bytes`];
-//! - bytes written by the sender app and not yet read by the receiver app stay within
-//!   `send_buffer_bytes + recv_window_bytes` (flow control holds the sender back);
+//! - in each direction, bytes written by the sender app and not yet read by the receiver
+//!   app stay within `send_buffer_bytes + recv_window_bytes` (flow control holds the
+//!   sender back);
 //! - a connection's timer is not stuck (`poll_timeout` keeps returning a time at or before
 //!   now after `handle_timeout`: a livelock).
 
@@ -55,7 +60,7 @@ pub struct NodeId(pub usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LinkId(pub usize);
 
-/// Index of a flow (one directed connection plus its two applications).
+/// Index of a flow (one connection plus its applications).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FlowId(pub usize);
 
@@ -104,6 +109,16 @@ pub struct FlowConfig {
     pub lend: Option<LendPolicy>,
     /// The receiver reads with posted readers instead of `read_message`.
     pub recv_posted: Option<PostedReceives>,
+    /// What the responder sends back on the same connection, written from the start while
+    /// `script` flows the other way; the initiator reads and verifies it (at full speed:
+    /// `read_rate_bytes_per_ms` holds back only the responder's reading). The flow
+    /// completes once both scripts are delivered and acknowledged. None: data flows one
+    /// way, and the responder sends acknowledgements only.
+    pub answer: Option<MessageScript>,
+    /// The responder lends its answer (as `lend` for the script).
+    pub answer_lend: Option<LendPolicy>,
+    /// The initiator reads the answer with posted readers (as `recv_posted` for the script).
+    pub answer_recv_posted: Option<PostedReceives>,
 }
 
 impl FlowConfig {
@@ -121,6 +136,9 @@ impl FlowConfig {
             close_when_done: false,
             lend: None,
             recv_posted: None,
+            answer: None,
+            answer_lend: None,
+            answer_recv_posted: None,
         }
     }
 }
@@ -128,9 +146,9 @@ impl FlowConfig {
 /// Which end of a flow a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// Created with `connect`; runs the sender app.
+    /// Created with `connect`; runs the sender app (and the answer's receiver).
     Initiator,
-    /// Created with `accept`; runs the receiver app.
+    /// Created with `accept`; runs the receiver app (and the answer's sender).
     Responder,
 }
 
@@ -203,6 +221,28 @@ pub struct FlowReport {
     pub posted_outstanding: u64,
     /// Posted readers of the receiver ([`FlowConfig::recv_posted`]) that finished too small
     /// for their message.
+    pub posted_too_small: u64,
+    /// The answer's direction, responder to initiator ([`FlowConfig::answer`]).
+    pub answer: Option<DirectionReport>,
+}
+
+/// What one direction of a flow did: the fields of [`FlowReport`] of the same names, for
+/// the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectionReport {
+    /// Messages in the script.
+    pub messages_scripted: usize,
+    /// Messages the sender fully wrote into its connection.
+    pub messages_written: usize,
+    /// Messages received and verified.
+    pub messages_received: usize,
+    /// Bytes received and verified.
+    pub bytes_received: u64,
+    /// Bytes of lent messages the sender adopted (copied) after all.
+    pub bytes_adopted: u64,
+    /// Messages the sender posted whose tokens the connection has not released (yet).
+    pub posted_outstanding: u64,
+    /// Posted readers of the receiver that finished too small for their message.
     pub posted_too_small: u64,
 }
 
@@ -294,16 +334,87 @@ struct Slot {
     forgotten: bool,
 }
 
-struct Flow {
-    config: FlowConfig,
+/// One direction of a flow: the app that writes a script and the app that reads it.
+struct Direction {
     sender: SenderApp,
     receiver: ReceiverApp,
+}
+
+impl Direction {
+    fn new(
+        script: &MessageScript,
+        lend: Option<LendPolicy>,
+        posted: Option<PostedReceives>,
+    ) -> Self {
+        Self {
+            sender: SenderApp::lending(script.clone(), lend),
+            receiver: ReceiverApp::posting(script.clone(), posted),
+        }
+    }
+
+    /// Every message written and read.
+    fn is_done(&self) -> bool {
+        self.sender.is_done() && self.receiver.is_done()
+    }
+
+    fn report(&self) -> DirectionReport {
+        DirectionReport {
+            messages_scripted: self.sender.messages_scripted(),
+            messages_written: self.sender.messages_written(),
+            messages_received: self.receiver.messages_received(),
+            bytes_received: self.receiver.bytes_read(),
+            bytes_adopted: self.sender.bytes_adopted(),
+            posted_outstanding: self.sender.posted_outstanding(),
+            posted_too_small: self.receiver.too_small(),
+        }
+    }
+}
+
+struct Flow {
+    config: FlowConfig,
+    /// The script, initiator to responder.
+    forward: Direction,
+    /// The answer, responder to initiator ([`FlowConfig::answer`]).
+    answer: Option<Direction>,
     initiator: Option<usize>,
     responder: Option<usize>,
     read_budget_bytes: u64,
     completed_at_ns: Option<Nanos>,
     started: bool,
     close_called: bool,
+}
+
+impl Flow {
+    /// Whether connection `slot` is this flow's end `role` (not a stray one a repeated
+    /// Hello or a restart left behind).
+    fn is_member(&self, role: Role, slot: usize) -> bool {
+        match role {
+            Role::Initiator => self.initiator == Some(slot),
+            Role::Responder => self.responder == Some(slot),
+        }
+    }
+
+    /// The app that writes on end `role`.
+    fn sender(&self, role: Role) -> Option<&SenderApp> {
+        match role {
+            Role::Initiator => Some(&self.forward.sender),
+            Role::Responder => self.answer.as_ref().map(|answer| &answer.sender),
+        }
+    }
+
+    /// The app that reads on end `role`.
+    fn receiver_mut(&mut self, role: Role) -> Option<&mut ReceiverApp> {
+        match role {
+            Role::Initiator => self.answer.as_mut().map(|answer| &mut answer.receiver),
+            Role::Responder => Some(&mut self.forward.receiver),
+        }
+    }
+
+    /// The directions with their names for messages: the script, then the answer.
+    fn directions(&self) -> impl Iterator<Item = (&'static str, &Direction)> {
+        std::iter::once(("script", &self.forward))
+            .chain(self.answer.as_ref().map(|answer| ("answer", answer)))
+    }
 }
 
 /// A deterministic simulation: build it with `add_node`, `add_link`, `add_flow`, then
@@ -470,8 +581,10 @@ impl Sim {
                 .schedule(config.start_ns, SimEvent::ReaderTick(id));
         }
         self.flows.push(Flow {
-            sender: SenderApp::lending(config.script.clone(), config.lend),
-            receiver: ReceiverApp::posting(config.script.clone(), config.recv_posted),
+            forward: Direction::new(&config.script, config.lend, config.recv_posted),
+            answer: config.answer.as_ref().map(|script| {
+                Direction::new(script, config.answer_lend, config.answer_recv_posted)
+            }),
             config,
             initiator: None,
             responder: None,
@@ -575,17 +688,18 @@ impl Sim {
         let responder = flow.responder.map(|slot| &self.connections[slot]);
         let end = flow.completed_at_ns.unwrap_or(self.now());
         let elapsed_ns = end.saturating_sub(flow.config.start_ns).max(1);
+        let forward = flow.forward.report();
         FlowReport {
-            messages_scripted: flow.config.script.sizes.len(),
-            messages_written: flow.sender.messages_written(),
-            bytes_adopted: flow.sender.bytes_adopted(),
-            posted_outstanding: flow.sender.posted_outstanding(),
-            posted_too_small: flow.receiver.too_small(),
-            messages_received: flow.receiver.messages_received(),
-            bytes_received: flow.receiver.bytes_read(),
+            messages_scripted: forward.messages_scripted,
+            messages_written: forward.messages_written,
+            bytes_adopted: forward.bytes_adopted,
+            posted_outstanding: forward.posted_outstanding,
+            posted_too_small: forward.posted_too_small,
+            messages_received: forward.messages_received,
+            bytes_received: forward.bytes_received,
             completed_at_ns: flow.completed_at_ns,
             started_at_ns: flow.config.start_ns,
-            goodput_bytes_per_second: flow.receiver.bytes_read() as f64 * SECOND_NS as f64
+            goodput_bytes_per_second: forward.bytes_received as f64 * SECOND_NS as f64
                 / elapsed_ns as f64,
             initiator_events: initiator
                 .map(|slot| slot.events.clone())
@@ -609,6 +723,7 @@ impl Sim {
                 .max()
                 .unwrap_or(0),
             memory_bound_bytes: flow.config.config.memory_bound_bytes(),
+            answer: flow.answer.as_ref().map(Direction::report),
         }
     }
 
@@ -859,8 +974,8 @@ impl Sim {
         self.drive(now, slot);
     }
 
-    /// Hands `datagram` (arrived on `path`) to connection `slot`: the responder of a flow
-    /// whose receiver posts readers gets it with their buffers.
+    /// Hands `datagram` (arrived on `path`) to connection `slot`: the end of a flow whose
+    /// receiver there posts readers gets it with their buffers.
     fn feed(&mut self, now: Nanos, slot: usize, path: usize, datagram: &[u8]) {
         let entry = &mut self.connections[slot];
         let flow = &mut self.flows[entry.flow.0];
@@ -869,9 +984,10 @@ impl Sim {
         } else {
             0
         };
-        let responder = entry.role == Role::Responder && flow.responder == Some(slot);
-        match flow.receiver.posted_buffers() {
-            Some(buffers) if responder => {
+        let member = flow.is_member(entry.role, slot);
+        let receiver = flow.receiver_mut(entry.role);
+        match receiver.and_then(ReceiverApp::posted_buffers) {
+            Some(buffers) if member => {
                 entry
                     .connection
                     .handle_datagram_posted(now, path, datagram, buffers);
@@ -984,61 +1100,78 @@ impl Sim {
         self.update_completion(now, self.connections[slot].flow);
     }
 
-    /// Flow control: bytes the sender app handed over but the receiver app has not read
-    /// are either unacknowledged (at most the send buffer) or buffered at the receiver (at
-    /// most its window), so their sum is bounded by both buffers.
+    /// Flow control, in each direction: bytes the sender app handed over but the receiver
+    /// app has not read are either unacknowledged (at most the send buffer) or buffered at
+    /// the receiver (at most its window), so their sum is bounded by both buffers.
     fn check_unread_bound(&self, now: Nanos, flow_id: FlowId) {
         let flow = &self.flows[flow_id.0];
-        let unread = flow.sender.bytes_written() - flow.receiver.bytes_read();
         let config = &flow.config.config;
-        let bound = (config.send_buffer_bytes + config.recv_window_bytes) as u64
-            + flow.receiver.unseen_read_bytes();
-        assert!(
-            unread <= bound,
-            "flow-control invariant violated at {now} ns on flow {}: {unread} bytes written \
-             and not yet read > send buffer + receive window = {bound}",
-            flow_id.0
-        );
+        for (name, direction) in flow.directions() {
+            let unread = direction.sender.bytes_written() - direction.receiver.bytes_read();
+            let bound = (config.send_buffer_bytes + config.recv_window_bytes) as u64
+                + direction.receiver.unseen_read_bytes();
+            assert!(
+                unread <= bound,
+                "flow-control invariant violated at {now} ns on flow {} ({name}): {unread} \
+                 bytes written and not yet read > send buffer + receive window = {bound}",
+                flow_id.0
+            );
+        }
     }
 
+    /// Runs the apps of connection `slot`: the initiator writes its script (and closes once
+    /// done, with `close_when_done`) and reads the answer; the responder reads the script
+    /// (within its read budget) and writes the answer.
     fn run_app(&mut self, now: Nanos, slot: usize) {
         let entry = &mut self.connections[slot];
         let flow = &mut self.flows[entry.flow.0];
-        let is_flow_member = match entry.role {
-            Role::Initiator => flow.initiator == Some(slot),
-            Role::Responder => flow.responder == Some(slot),
-        };
-        if !is_flow_member {
+        if !flow.is_member(entry.role, slot) {
             return;
         }
+        let (from, to) = (flow.config.from, flow.config.to);
+        let violated = |direction: &str, from: NodeId, to: NodeId, violation: String| -> ! {
+            panic!(
+                "delivery invariant violated at {now} ns on flow {} ({direction}, node {} -> \
+                 {}): {violation}",
+                entry.flow.0, from.0, to.0
+            )
+        };
+        let connection = &mut ConnectionApp(&mut entry.connection);
         match entry.role {
             Role::Initiator => {
-                flow.sender.pump(&mut ConnectionApp(&mut entry.connection));
-                if flow.config.close_when_done && flow.sender.is_done() && !flow.close_called {
+                flow.forward.sender.pump(connection);
+                if let Some(answer) = &mut flow.answer {
+                    if let Err(violation) = answer.receiver.pump(connection, u64::MAX) {
+                        violated("answer", to, from, violation);
+                    }
+                }
+                let answered = flow
+                    .answer
+                    .as_ref()
+                    .is_none_or(|answer| answer.receiver.is_done());
+                if flow.config.close_when_done
+                    && flow.forward.sender.is_done()
+                    && answered
+                    && !flow.close_called
+                {
                     flow.close_called = true;
-                    entry.connection.close(now);
+                    connection.0.close(now);
                 }
             }
             Role::Responder => {
-                let budget = if flow.config.read_rate_bytes_per_ms.is_some() {
+                let limited = flow.config.read_rate_bytes_per_ms.is_some();
+                let budget = if limited {
                     flow.read_budget_bytes
                 } else {
                     u64::MAX
                 };
-                match flow
-                    .receiver
-                    .pump(&mut ConnectionApp(&mut entry.connection), budget)
-                {
-                    Ok(read) => {
-                        if flow.config.read_rate_bytes_per_ms.is_some() {
-                            flow.read_budget_bytes -= read;
-                        }
-                    }
-                    Err(violation) => panic!(
-                        "delivery invariant violated at {now} ns on flow {} (node {} -> {}): \
-                         {violation}",
-                        entry.flow.0, flow.config.from.0, flow.config.to.0
-                    ),
+                match flow.forward.receiver.pump(connection, budget) {
+                    Ok(read) if limited => flow.read_budget_bytes -= read,
+                    Ok(_) => {}
+                    Err(violation) => violated("script", from, to, violation),
+                }
+                if let Some(answer) = &mut flow.answer {
+                    answer.sender.pump(connection);
                 }
             }
         }
@@ -1056,10 +1189,11 @@ impl Sim {
         for _ in 0..1_000_000 {
             let entry = &mut self.connections[slot];
             let flow = &self.flows[entry.flow.0];
-            // The sender's message, if it lends one (the initiator runs the sender).
-            let sender = match entry.role {
-                Role::Initiator if flow.initiator == Some(slot) => Some(&flow.sender),
-                _ => None,
+            // The message of this end's sender, if it lends one.
+            let sender = if flow.is_member(entry.role, slot) {
+                flow.sender(entry.role)
+            } else {
+                None
             };
             let lender = |token| {
                 let sender = sender?;
@@ -1153,14 +1287,20 @@ impl Sim {
         );
     }
 
+    /// A flow completes once every direction is written and read and each end that sent
+    /// data has it all acknowledged.
     fn update_completion(&mut self, now: Nanos, flow_id: FlowId) {
         let flow = &self.flows[flow_id.0];
-        if flow.completed_at_ns.is_some() || !flow.receiver.is_done() || !flow.sender.is_done() {
+        if flow.completed_at_ns.is_some()
+            || !flow.directions().all(|(_, direction)| direction.is_done())
+        {
             return;
         }
-        let acked = flow
-            .initiator
-            .is_some_and(|slot| self.connections[slot].connection.all_acked());
+        let all_acked = |slot: Option<usize>| {
+            slot.is_some_and(|slot| self.connections[slot].connection.all_acked())
+        };
+        let acked =
+            all_acked(flow.initiator) && (flow.answer.is_none() || all_acked(flow.responder));
         if acked {
             self.flows[flow_id.0].completed_at_ns = Some(now);
         }

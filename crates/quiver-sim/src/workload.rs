@@ -263,6 +263,11 @@ impl SenderApp {
         self.bytes_written
     }
 
+    /// Messages in the script.
+    pub fn messages_scripted(&self) -> usize {
+        self.script.sizes.len()
+    }
+
     /// Messages fully handed to the connection so far.
     pub fn messages_written(&self) -> usize {
         self.next_message

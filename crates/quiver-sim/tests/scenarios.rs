@@ -17,7 +17,7 @@ use quiver_sim::link::{GilbertElliott, LinkConfig, TailDrop};
 use quiver_sim::rng::SimRng;
 use quiver_sim::seeds::{fixed_seeds, run_seeds, sweep_seeds};
 use quiver_sim::sim::{FlowConfig, FlowId, FlowReport, Sim, SimReport, StopReason};
-use quiver_sim::workload::{LendPolicy, MessageScript};
+use quiver_sim::workload::{LendPolicy, MessageScript, PostedReceives};
 
 /// Short virtual timeouts for the many-seed sweeps; timeouts generous enough that 30% loss
 /// in both directions never looks like a dead peer (0.51^40 per stall).
@@ -59,6 +59,23 @@ fn two_nodes(
     messages: usize,
     max_message_bytes: u64,
 ) -> (Sim, FlowId) {
+    let (mut sim, flow_config, _) =
+        two_node_flow(seed, forward, back, config, messages, max_message_bytes);
+    let flow = sim.add_flow(flow_config);
+    (sim, flow)
+}
+
+/// Two nodes joined by `forward` (0 to 1) and `back`, and the configuration of a flow from
+/// node 0 to node 1 sending `messages` mixed messages of up to `max_message_bytes`, not
+/// added yet; also the generator the script came from, for further draws (a seed replays).
+fn two_node_flow(
+    seed: u64,
+    forward: LinkConfig,
+    back: LinkConfig,
+    config: ReliableConfig,
+    messages: usize,
+    max_message_bytes: u64,
+) -> (Sim, FlowConfig, SimRng) {
     let mut sim = Sim::new(seed);
     let sender = sim.add_node();
     let receiver = sim.add_node();
@@ -66,12 +83,13 @@ fn two_nodes(
     sim.add_link(receiver, sender, back);
     let mut rng = sim.fork_rng(1);
     let script = MessageScript::mixed(&mut rng, messages, max_message_bytes);
-    let flow = sim.add_flow(FlowConfig::new(sender, receiver, config, script));
-    (sim, flow)
+    let flow_config = FlowConfig::new(sender, receiver, config, script);
+    (sim, flow_config, rng)
 }
 
-/// Runs to the deadline and asserts every message was delivered and acknowledged, and
-/// neither side saw PeerUnreachable or a failure.
+/// Runs to the deadline and asserts every message was delivered and acknowledged (both
+/// ways in a flow with an answer, whose ends must also have every posted message
+/// released), and neither side saw PeerUnreachable or a failure.
 fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
     let stop = sim.run_until(SWEEP_DEADLINE_NS);
     let report = sim.report();
@@ -92,6 +110,11 @@ fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
         "flow settled without completing (a side failed): {flow_report:#?}"
     );
     assert_eq!(flow_report.messages_received, flow_report.messages_scripted);
+    if let Some(answer) = &flow_report.answer {
+        assert_eq!(answer.messages_received, answer.messages_scripted);
+        let outstanding = (flow_report.posted_outstanding, answer.posted_outstanding);
+        assert_eq!(outstanding, (0, 0), "{flow_report:#?}");
+    }
     for (_, event) in flow_report
         .initiator_events
         .iter()
@@ -884,14 +907,8 @@ fn lending_flow(
     policy: LendPolicy,
     messages: usize,
 ) -> (Sim, FlowId) {
-    let mut sim = Sim::new(seed);
-    let sender = sim.add_node();
-    let receiver = sim.add_node();
-    sim.add_link(sender, receiver, forward);
-    sim.add_link(receiver, sender, back);
-    let mut script_rng = sim.fork_rng(1);
-    let script = MessageScript::mixed(&mut script_rng, messages, 20_000);
-    let mut flow_config = FlowConfig::new(sender, receiver, config, script);
+    let (mut sim, mut flow_config, _) =
+        two_node_flow(seed, forward, back, config, messages, 20_000);
     flow_config.lend = Some(policy);
     let flow = sim.add_flow(flow_config);
     (sim, flow)
@@ -1219,5 +1236,148 @@ fn posting_big_messages() {
             flow_report.bytes_received,
             flow_report.completed_at_ns.unwrap_or(0) as f64 / 1e6,
         );
+    });
+}
+
+// ---- data both ways on one connection: the responder answers while the script flows ----
+
+/// How one direction of a both-ways flow is sent and read: lent or posted per `send` (None:
+/// written), and read with posted readers per `read` (None: with `read_message`).
+#[derive(Debug, Clone, Copy)]
+struct Way {
+    send: Option<LendPolicy>,
+    read: Option<PostedReceives>,
+}
+
+/// A message handed over in place: lent ([`random_lend_policy`]) or posted
+/// ([`random_post_policy`]), half the time each.
+fn random_lend_or_post(rng: &mut SimRng) -> LendPolicy {
+    if rng.below(2) == 0 {
+        random_lend_policy(rng)
+    } else {
+        random_post_policy(rng)
+    }
+}
+
+/// Written a third of the time, else lent or posted ([`random_lend_or_post`]).
+fn random_send_way(rng: &mut SimRng) -> Option<LendPolicy> {
+    (rng.below(3) > 0).then(|| random_lend_or_post(rng))
+}
+
+/// Read with `read_message` half the time, else with 1-8 posted readers (every third of
+/// them too small for its message on half of those seeds).
+fn random_read_way(rng: &mut SimRng) -> Option<PostedReceives> {
+    (rng.below(2) == 0).then(|| PostedReceives {
+        window: rng.range_inclusive(1, 8) as usize,
+        small_every: [0, 3][rng.below(2) as usize],
+    })
+}
+
+/// The ways of the script and of the answer: each sent per `send` and read per
+/// [`random_read_way`], drawn in that order.
+fn random_ways(rng: &mut SimRng, send: fn(&mut SimRng) -> Option<LendPolicy>) -> [Way; 2] {
+    let mut way = || Way {
+        send: send(rng),
+        read: random_read_way(rng),
+    };
+    [way(), way()]
+}
+
+/// [`two_node_flow`] with data both ways on the one connection, on a random edge
+/// configuration over links with up to 30% loss, all drawn from `seed ^ salt`: the setup
+/// ([`random_edge_setup`]), then `tune` adjusting its configuration, then the ways of the
+/// script and of the answer. `messages` mixed messages of up to `max_message_bytes` go from
+/// node 0 to node 1 and as many back (the answer, drawn after the script). Each end sends
+/// data while it owes the other acknowledgements, so its data frames go as Data frames
+/// (carrying an ack) and as compact Stream frames by turns.
+fn random_both_ways(
+    seed: u64,
+    salt: u64,
+    (messages, max_message_bytes): (usize, u64),
+    tune: impl FnOnce(&mut SimRng, ReliableConfig) -> ReliableConfig,
+    ways: impl FnOnce(&mut SimRng) -> [Way; 2],
+) -> (Sim, FlowId) {
+    let mut rng = SimRng::new(seed ^ salt);
+    let (config, forward, back) = random_edge_setup(&mut rng, 0.3);
+    let config = tune(&mut rng, config);
+    let [script, answer] = ways(&mut rng);
+    let (mut sim, mut flow_config, mut script_rng) =
+        two_node_flow(seed, forward, back, config, messages, max_message_bytes);
+    let answer_script = MessageScript::mixed(&mut script_rng, messages, max_message_bytes);
+    flow_config.answer = Some(answer_script);
+    (flow_config.lend, flow_config.recv_posted) = (script.send, script.read);
+    (flow_config.answer_lend, flow_config.answer_recv_posted) = (answer.send, answer.read);
+    let flow = sim.add_flow(flow_config);
+    (sim, flow)
+}
+
+/// Random edge configurations ([`random_edge_setup`]: buffers down to 64 B, 1-512
+/// datagrams in flight, compact frames on or off) over links with up to 30% loss, and
+/// data both ways, each direction written, lent or posted, and read with `read_message` or
+/// posted readers: every message of both arrives once, in order, unchanged, and every
+/// posted one is released. With ffe5ee0's fix reverted (a length prefix sent alone in a
+/// Stream frame, then claimed again by the Data frame of its message's first bytes) 5 of
+/// these 1000 seeds fail; `both_ways_few_lends` and `both_ways_plain_writes` aim at it.
+#[test]
+fn both_ways_sweep_configs() {
+    let seeds = sweep_seeds(1000);
+    run_seeds("both_ways_sweep_configs", &seeds, |seed| {
+        let (mut sim, flow) = random_both_ways(
+            seed,
+            0xB07A_0001,
+            (24, 20_000),
+            |_, config| config,
+            |rng| random_ways(rng, random_send_way),
+        );
+        run_to_delivery(&mut sim, flow);
+    });
+}
+
+/// `both_ways_sweep_configs` with compact frames on, every message lent or posted, and
+/// 1-4 datagrams in flight, which allows as few lends at once: a message started (its
+/// length prefix in the send buffer) often waits for its lend while its peer's data makes
+/// acknowledgements due. With ffe5ee0's fix reverted 51 of these 1000 seeds fail.
+#[test]
+fn both_ways_few_lends() {
+    let seeds = sweep_seeds(1000);
+    run_seeds("both_ways_few_lends", &seeds, |seed| {
+        let (mut sim, flow) = random_both_ways(
+            seed,
+            0xB07A_0003,
+            (24, 20_000),
+            |rng, config| ReliableConfig {
+                compact_data_frames: true,
+                max_in_flight_datagrams: rng.range_inclusive(1, 4) as usize,
+                ..config
+            },
+            |rng| random_ways(rng, |rng| Some(random_lend_or_post(rng))),
+        );
+        run_to_delivery(&mut sim, flow);
+    });
+}
+
+/// Plain writes and `read_message` both ways (nothing lent or posted) on random edge
+/// configurations with send buffers of 64 B to 2 KiB, 160 messages of up to 40 B each
+/// way: a message often starts when the send buffer has room for little more than its
+/// length prefix. With ffe5ee0's fix reverted 31 of these 2000 seeds fail.
+#[test]
+fn both_ways_plain_writes() {
+    let seeds = sweep_seeds(2000);
+    run_seeds("both_ways_plain_writes", &seeds, |seed| {
+        let plain = Way {
+            send: None,
+            read: None,
+        };
+        let (mut sim, flow) = random_both_ways(
+            seed,
+            0xB07A_0004,
+            (160, 40),
+            |rng, config| ReliableConfig {
+                send_buffer_bytes: log_uniform(rng, 64, 2048) as usize,
+                ..config
+            },
+            |_| [plain, plain],
+        );
+        run_to_delivery(&mut sim, flow);
     });
 }
