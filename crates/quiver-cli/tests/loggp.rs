@@ -6,18 +6,17 @@
 //!   [`TOLERANCE_FRACTION`] of the latter plus [`TOLERANCE_US`] (these shared 2-vCPU
 //!   machines move a figure by tens of percent between two loops; a run whose cache-line
 //!   hand-off floor moved is retried once, since then both loops saw different machines);
-//! - **g is never below o_s over shm**: a sender cannot start messages faster than it
-//!   spends inside each send (with [`CLOCK_SLACK_US`] for the clock's resolution and
-//!   [`GAP_TOLERANCE`] for the noise of two loops).
+//! - **g is a positive, finite time**.
 //!
-//! Over udp and tcp, g is only checked to be a positive, finite time. There an isolated send
-//! is not the sender's own work alone: on loopback the system call also delivers the
-//! datagram or segment into the receiver's socket (the bench measures L < 0 over both,
-//! i.e. o_s + o_r exceeds the one-way latency), and it carries work that a stream shares out
-//! (the ack owed for the previous message, a cold path after the idle wait). A CI run
-//! measured g 27% below o_s over udp at 8 B (4.48 against 6.14 µs), and runs of the
-//! session-9 and session-10 binaries on the development VM measured up to 21% below at
-//! 1 KiB; no tolerance makes a sound invariant of that.
+//! g is not held to o_s (LogGP's "a sender cannot start messages faster than it spends
+//! inside each send"): an isolated send is measured cold, after the idle wait, and a
+//! stream is not. Over udp and tcp the isolated send also delivers the datagram or segment
+//! into the receiver's socket on loopback (the bench measures L < 0 over both) and carries
+//! the ack owed for the previous message: a CI run measured g 27% below o_s over udp at 8 B
+//! (4.48 against 6.14 µs). Over shm the isolated send writes ring lines that the receiver
+//! read last, and a stream finds them in the writer's cache: session 12's development VM
+//! measured g 28-47% below o_s at 1 KiB in 7 runs of 7 (0.195 against 0.367 µs) and up to 37%
+//! at 8 B. No tolerance makes a sound invariant of that.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -28,10 +27,6 @@ use serde_json::Value;
 const TOLERANCE_FRACTION: f64 = 0.5;
 /// ... plus this many µs (the udp and tcp figures are several µs).
 const TOLERANCE_US: f64 = 0.5;
-/// g may fall below o_s by this much, the resolution of the clock reads.
-const CLOCK_SLACK_US: f64 = 0.03;
-/// How far below o_s the streamed gap g may come out (see the module docs).
-const GAP_TOLERANCE: f64 = 0.15;
 
 /// The bench busy-polls on both CPUs: never run two at once.
 static ONE_BENCH_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -74,7 +69,7 @@ fn number(record: &Value, key: &str) -> f64 {
 }
 
 /// The problems of one run, empty when consistent.
-fn problems(records: &[Value], gap_bounded_by_send: bool) -> Vec<String> {
+fn problems(records: &[Value]) -> Vec<String> {
     let mut problems = Vec::new();
     for size in [8u64, 1024] {
         let find = |test: &str| {
@@ -100,8 +95,6 @@ fn problems(records: &[Value], gap_bounded_by_send: bool) -> Vec<String> {
         }
         if !(g.is_finite() && g > 0.0) {
             problems.push(format!("{size} B: g = {g} µs is not a positive time"));
-        } else if gap_bounded_by_send && g + CLOCK_SLACK_US < o_s * (1.0 - GAP_TOLERANCE) {
-            problems.push(format!("{size} B: g = {g:.3} µs below o_s = {o_s:.3} µs"));
         }
     }
     problems
@@ -109,7 +102,7 @@ fn problems(records: &[Value], gap_bounded_by_send: bool) -> Vec<String> {
 
 fn check(transport: &str) {
     let (records, stderr) = run(transport);
-    let found = problems(&records, transport == "shm");
+    let found = problems(&records);
     if found.is_empty() {
         return;
     }
@@ -119,7 +112,7 @@ fn check(transport: &str) {
         "{transport}: {found:?}\n{stderr}"
     );
     let (records, stderr) = run(transport);
-    let found = problems(&records, transport == "shm");
+    let found = problems(&records);
     assert!(
         found.is_empty(),
         "{transport} (second run): {found:?}\n{stderr}"
