@@ -719,15 +719,17 @@ fn a_length_prefix_waits_for_the_bytes_of_its_message() {
         pair.deliver();
         pair.now += 10 * config.ack_delay_ns;
         assert_eq!(pair.a.write_message(&message[..bytes]), bytes);
-        let mut received = Vec::new();
+        // A message written whole must also come out complete (an empty one too).
+        let whole = bytes == len;
+        let (mut received, mut complete) = (Vec::new(), false);
         let mut buffer = vec![0u8; 8192];
         pair.run_until(|pair| {
-            if received.len() == bytes {
-                return true;
+            if received.len() < bytes || (whole && !complete) {
+                let (count, done) = pair.b().read_message(&mut buffer);
+                received.extend_from_slice(&buffer[..count]);
+                complete |= done;
             }
-            let (count, _) = pair.b().read_message(&mut buffer);
-            received.extend_from_slice(&buffer[..count]);
-            received.len() == bytes
+            received.len() == bytes && (complete || !whole)
         });
         assert_eq!(
             received,
