@@ -1056,14 +1056,20 @@ impl SendState {
             }
             cursor = self.tx_message_end;
         }
-        if end == self.tx_payload_start && self.tx_message_len > 0 {
-            // A length prefix leaves with its message's first bytes, never alone: a Data
-            // frame at fragment offset 0 carries the prefix implicitly, so one that followed
-            // a prefix sent alone would claim it twice (the receiver refuses that as
-            // inconsistent, on every retransmission). The bytes are not written (or lent)
-            // yet, or the frame is full: the prefix goes with them. (Frames never end inside
-            // a prefix, so this one holds all of it.)
-            end -= MESSAGE_HEADER_LEN;
+        // The prefix of the last message read (by the loop above, or earlier by
+        // `next_new_data`, which reads it before it has a byte of the message to send):
+        // the frame ends before it if it would end inside it, or right after it with none
+        // of the message's bytes. A Data frame at fragment offset 0 carries the prefix
+        // implicitly, so one that followed a prefix sent alone (or in part) would claim it
+        // again, and the receiver refuses that as inconsistent on every retransmission.
+        // (The bytes are not written or lent yet, or credit, the frame's size or the end
+        // of the ring cut it there: the prefix goes with them.)
+        if let Some(prefix_start) = self.tx_payload_start.checked_sub(MESSAGE_HEADER_LEN) {
+            let inside = end > prefix_start && end < self.tx_payload_start;
+            let alone = end == self.tx_payload_start && self.tx_message_len > 0;
+            if start <= prefix_start && (inside || alone) {
+                end = prefix_start;
+            }
         }
         if end <= start {
             return None;

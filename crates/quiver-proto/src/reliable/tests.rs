@@ -3022,3 +3022,107 @@ proptest! {
         prop_assert_eq!(pair.b().stats().credit_violations, 0);
     }
 }
+
+/// What a [`SendState`] does next in `frames_never_split_a_prefix_from_its_message`.
+#[derive(Debug, Clone, Copy)]
+enum SendStep {
+    /// Start a message of this length (when none is open and the prefix fits).
+    Start(u64),
+    /// Write up to this many bytes of the open message.
+    Write(usize),
+    /// Cut the next frame: a compact Stream frame if allowed (nothing waits to be
+    /// acknowledged), else a Data frame, of at most this much payload.
+    Frame { compact: bool, max_payload: usize },
+    /// Everything sent so far is acknowledged (room and credit come back).
+    AckAll,
+}
+
+fn send_step() -> impl Strategy<Value = SendStep> {
+    prop_oneof![
+        (0u64..40).prop_map(SendStep::Start),
+        (0usize..60).prop_map(SendStep::Write),
+        (any::<bool>(), 1usize..80).prop_map(|(compact, max_payload)| SendStep::Frame {
+            compact,
+            max_payload
+        }),
+        Just(SendStep::AckAll),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Whatever the order of starts, writes, frames of either kind and acknowledgements,
+    /// over a small ring (prefixes wrap around its end) and with credit that ends anywhere:
+    /// no frame starts or ends inside a length prefix, no compact frame ends right after
+    /// the prefix of a non-empty message, and a Data frame at fragment offset 0 (which
+    /// carries its message's prefix implicitly) follows no frame that sent that prefix.
+    /// The receiver refuses the frames these rules exclude on every retransmission, and
+    /// the connection dies (session 12: a prefix left alone, and a prefix cut in two by a
+    /// frame that ended at the end of the ring).
+    #[test]
+    fn frames_never_split_a_prefix_from_its_message(
+        ring in 16usize..200,
+        credit_step in 1u64..50,
+        steps in proptest::collection::vec(send_step(), 1..300),
+    ) {
+        let paths = paths::Paths::new(1, 1500, 10_000_000, 1_000_000, 1_000_000_000);
+        let mut send = SendState::new(ring, 1024, paths, 40);
+        // Credit grows in steps of `credit_step` with every acknowledgement, so that it ends
+        // inside prefixes too.
+        let mut credit = credit_step;
+        send.set_initial_credit(credit);
+        // (prefix offset, message length) of every message started; the write offset.
+        let (mut prefixes, mut written) = (Vec::<(u64, u64)>::new(), 0u64);
+        let mut sent_end = 0u64;
+        let mut now = 0;
+        for step in steps {
+            now += 1_000;
+            match step {
+                SendStep::Start(len) => {
+                    if !send.message_open() && send.capacity() >= MESSAGE_HEADER_LEN as usize {
+                        send.start_message(len);
+                        prefixes.push((written, len));
+                        written += MESSAGE_HEADER_LEN;
+                    }
+                }
+                SendStep::Write(count) => {
+                    if send.message_open() {
+                        written += send.write(&vec![0x5A; count]) as u64;
+                    }
+                }
+                SendStep::Frame { compact, max_payload } => {
+                    let compact_payload = compact.then_some(max_payload + 8);
+                    let Some(to_send) = send.next_frame(now, max_payload, compact_payload) else {
+                        continue;
+                    };
+                    let frame = to_send.frame;
+                    if frame.is_close {
+                        continue;
+                    }
+                    // The stream bytes the frame covers (a first fragment: its prefix too).
+                    let first = !frame.compact && frame.fragment_offset == 0;
+                    let start = frame.payload_offset - if first { MESSAGE_HEADER_LEN } else { 0 };
+                    let end = frame.payload_offset + u64::from(frame.payload_len);
+                    prop_assert_eq!(start, sent_end, "{:?}", frame);
+                    for &(prefix, len) in &prefixes {
+                        let inside = |at: u64| at > prefix && at < prefix + MESSAGE_HEADER_LEN;
+                        prop_assert!(!inside(start) && !inside(end), "{:?} {:?}", frame, (prefix, len));
+                        if frame.compact && len > 0 {
+                            prop_assert!(end != prefix + MESSAGE_HEADER_LEN, "alone: {:?}", frame);
+                        }
+                    }
+                    if first {
+                        prop_assert!(prefixes.contains(&(start, frame.message_len)), "{:?}", frame);
+                    }
+                    sent_end = end;
+                }
+                SendStep::AckAll => {
+                    credit += credit_step;
+                    let next = send.next_packet_number();
+                    send.on_ack(now, next, &[], false, credit, next);
+                }
+            }
+        }
+    }
+}
