@@ -1302,7 +1302,25 @@ impl Sim {
         let acked =
             all_acked(flow.initiator) && (flow.answer.is_none() || all_acked(flow.responder));
         if acked {
-            self.flows[flow_id.0].completed_at_ns = Some(now);
+            // The last acknowledgement may have been taken after the apps last ran (one
+            // riding on a data frame is processed by the next transmit): the senders take
+            // the tokens it released now, so that a completed flow has every posted
+            // message back (a token still lent is a connection's bug, and stays counted).
+            let flow = &mut self.flows[flow_id.0];
+            let ends = [
+                (flow.initiator, Some(&mut flow.forward.sender)),
+                (
+                    flow.responder,
+                    flow.answer.as_mut().map(|answer| &mut answer.sender),
+                ),
+            ];
+            for (slot, sender) in ends {
+                if let (Some(slot), Some(sender)) = (slot, sender) {
+                    sender
+                        .take_released(&mut ConnectionApp(&mut self.connections[slot].connection));
+                }
+            }
+            flow.completed_at_ns = Some(now);
         }
     }
 }

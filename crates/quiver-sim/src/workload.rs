@@ -367,8 +367,8 @@ impl SenderApp {
     }
 
     /// Marks the messages whose tokens the connection released, and overwrites their
-    /// buffers (an application reusing them).
-    fn take_released(&mut self, connection: &mut dyn MessageWriter) {
+    /// buffers (an application reusing them). [`Self::pump`] does this first.
+    pub fn take_released(&mut self, connection: &mut dyn MessageWriter) {
         while let Some(token) = connection.poll_released() {
             let posted = self
                 .posted
