@@ -128,6 +128,22 @@ fn run_to_delivery(sim: &mut Sim, flow: FlowId) -> SimReport {
     report
 }
 
+/// [`run_seeds`] for a lossy sweep whose `scenario` also says whether its run met the
+/// loss it is about (the links dropped frames, the sender resent some): that must hold in
+/// at least 90% of a sweep's seeds (a short run at 30% loss can lose nothing by chance:
+/// 22 of 10 000 seeds of `lending_loss_30` resent nothing), not in each.
+fn run_lossy_seeds(name: &str, seeds: &[u64], mut scenario: impl FnMut(u64) -> bool) {
+    let mut exercised = 0usize;
+    run_seeds(name, seeds, |seed| exercised += usize::from(scenario(seed)));
+    if seeds.len() >= 10 {
+        assert!(
+            exercised * 10 >= seeds.len() * 9,
+            "{name}: the loss showed in only {exercised} of {} runs",
+            seeds.len()
+        );
+    }
+}
+
 #[test]
 fn clean_link() {
     let seeds = sweep_seeds(200);
@@ -187,14 +203,14 @@ fn burst_loss() {
 #[test]
 fn random_loss_30_percent() {
     let seeds = sweep_seeds(2000);
-    run_seeds("random_loss_30_percent", &seeds, |seed| {
+    run_lossy_seeds("random_loss_30_percent", &seeds, |seed| {
         let lossy = LinkConfig {
             loss_probability: 0.3,
             ..base_link()
         };
         let (mut sim, flow) = two_nodes(seed, lossy.clone(), lossy, sweep_config(), 10, 10_000);
         let report = run_to_delivery(&mut sim, flow);
-        assert!(report.total_link(|link| link.dropped_loss) > 0);
+        report.total_link(|link| link.dropped_loss) > 0
     });
 }
 
@@ -979,15 +995,14 @@ fn lossy_lending_flow(
 #[test]
 fn lending_loss_30() {
     let seeds = sweep_seeds(400);
-    run_seeds("lending_loss_30", &seeds, |seed| {
+    run_lossy_seeds("lending_loss_30", &seeds, |seed| {
         let (mut sim, flow) = lossy_lending_flow(seed, 10, random_lend_policy);
         let report = run_to_delivery(&mut sim, flow);
-        assert!(report.total_link(|link| link.dropped_loss) > 0);
         let stats = report.flows[flow.0]
             .initiator_stats
             .clone()
             .unwrap_or_default();
-        assert!(stats.retransmits > 0, "{stats:?}");
+        report.total_link(|link| link.dropped_loss) > 0 && stats.retransmits > 0
     });
 }
 
@@ -1156,10 +1171,10 @@ fn posting_sweep_configs() {
 #[test]
 fn posting_loss_30() {
     let seeds = sweep_seeds(1000);
-    run_seeds("posting_loss_30", &seeds, |seed| {
+    run_lossy_seeds("posting_loss_30", &seeds, |seed| {
         let (mut sim, flow) = lossy_lending_flow(seed, 12, random_post_policy);
         let report = run_posted_to_delivery(&mut sim, flow);
-        assert!(report.total_link(|link| link.dropped_loss) > 0);
+        report.total_link(|link| link.dropped_loss) > 0
     });
 }
 
