@@ -594,9 +594,7 @@ impl SendState {
     fn credit_needed(&self) -> u64 {
         let len = if self.next_offset == self.tx_message_end {
             // A prefix not read yet (the writer writes prefixes whole).
-            let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-            self.ring.copy_out(self.next_offset, &mut header);
-            u64::from_le_bytes(header)
+            self.prefix_len(self.next_offset)
         } else if self.next_offset + MESSAGE_HEADER_LEN == self.tx_payload_start {
             self.tx_message_len
         } else {
@@ -1042,14 +1040,7 @@ impl SendState {
                     end = cursor;
                     break;
                 }
-                let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-                self.ring.copy_out(cursor, &mut header);
-                let len = u64::from_le_bytes(header);
-                self.tx_message_id = self.tx_next_message_id;
-                self.tx_next_message_id += 1;
-                self.tx_message_len = len;
-                self.tx_payload_start = cursor + MESSAGE_HEADER_LEN;
-                self.tx_message_end = self.tx_payload_start.saturating_add(len);
+                self.enter_message(cursor);
             }
             if self.tx_message_end >= end {
                 break;
@@ -1080,6 +1071,26 @@ impl SendState {
         Some(frame)
     }
 
+    /// The length in the prefix written at stream offset `at` (in the ring: prefixes are
+    /// written whole and never lent).
+    fn prefix_len(&self, at: u64) -> u64 {
+        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+        self.ring.copy_out(at, &mut header);
+        u64::from_le_bytes(header)
+    }
+
+    /// Makes the message whose prefix is at `at` the one being cut into frames: the prefix
+    /// is read, and the frames that follow belong to it (both frame cutters, whichever
+    /// reaches the prefix first).
+    fn enter_message(&mut self, at: u64) {
+        let len = self.prefix_len(at);
+        self.tx_message_id = self.tx_next_message_id;
+        self.tx_next_message_id += 1;
+        self.tx_message_len = len;
+        self.tx_payload_start = at + MESSAGE_HEADER_LEN;
+        self.tx_message_end = self.tx_payload_start.saturating_add(len);
+    }
+
     /// Cuts the next Data frame from the stream, or `None` if no data, credit or room.
     fn next_new_data(&mut self, max_payload: usize) -> Option<SentFrame> {
         let start = self.next_offset;
@@ -1090,14 +1101,7 @@ impl SendState {
             {
                 return None;
             }
-            let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-            self.ring.copy_out(start, &mut header);
-            let len = u64::from_le_bytes(header);
-            self.tx_message_id = self.tx_next_message_id;
-            self.tx_next_message_id += 1;
-            self.tx_message_len = len;
-            self.tx_payload_start = start + MESSAGE_HEADER_LEN;
-            self.tx_message_end = self.tx_payload_start.saturating_add(len);
+            self.enter_message(start);
         }
         let payload_offset = start.max(self.tx_payload_start);
         let first_fragment = start < self.tx_payload_start;
