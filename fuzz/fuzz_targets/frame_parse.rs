@@ -1,7 +1,8 @@
 //! Arbitrary bytes parsed as a datagram frame (`quiver_wire::frame`): parsing and the
 //! `dest_id` / `destination` peeks never panic, a frame that parses emits the same header
-//! bytes again, and the further SACK ranges of an Ack payload that parse emit the same
-//! payload again.
+//! bytes again, the further SACK ranges of an Ack payload that parse emit the same
+//! payload again, and a Stream frame parsed in two pieces (`parse_stream_split`) gives what
+//! it gives whole.
 //!
 //! A Stream frame's checksum covers its receiver's full connection id, of which the frame
 //! carries the low 24 bits: it is parsed for the id made of those bits and
@@ -10,8 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use quiver_wire::frame::{
-    dest_id, destination, short_id, Destination, Frame, FrameError, MoreSackRanges, SackRange,
-    MAX_HEADER_LEN,
+    dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameError,
+    MoreSackRanges, SackRange, MAX_HEADER_LEN, STREAM_HEADER_LEN, STREAM_TAG,
 };
 
 /// The high 40 bits of the connection id a Stream frame is parsed for.
@@ -31,6 +32,17 @@ fuzz_target!(|data: &[u8]| {
     }
     if parsed == Err(FrameError::NeedsConnectionId) {
         assert!(matches!(peeked, Some(Destination::Short(_)) | None));
+    }
+    // The same bytes in two pieces (a scattering receive): what parses whole parses split.
+    if data.len() >= STREAM_HEADER_LEN {
+        let (head, payload) = data.split_at(STREAM_HEADER_LEN);
+        let split = parse_stream_split(head, payload, local_id);
+        if data[0] == STREAM_TAG {
+            let whole = Frame::parse_for(data, local_id);
+            assert_eq!(split.ok(), whole.ok().map(|frame| *frame.header()));
+        } else {
+            assert!(split.is_err());
+        }
     }
     if let Ok(frame) = Frame::parse_for(data, local_id) {
         if let Some(Destination::Short(short)) = peeked {

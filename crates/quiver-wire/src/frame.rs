@@ -732,29 +732,71 @@ impl<'a> Frame<'a> {
     /// to the connection `dest_id`.
     fn parse_stream(datagram: &'a [u8], dest_id: u64) -> Result<Self, FrameError> {
         let (header_bytes, payload) = datagram.split_at(STREAM_HEADER_LEN);
-        if payload.len() > MAX_PAYLOAD_LEN {
-            return Err(FrameError::LengthMismatch {
-                declared: STREAM_HEADER_LEN + MAX_PAYLOAD_LEN,
-                actual: datagram.len(),
-            });
-        }
-        let declared = read_u32(header_bytes, field::stream::CHECKSUM.start);
-        let computed = stream_checksum(dest_id, header_bytes, payload);
-        if declared != computed {
-            return Err(FrameError::ChecksumMismatch { declared, computed });
-        }
-        let mut header = FrameHeader::new(FrameType::Stream, dest_id, 0);
-        header.packet_number =
-            u64::from(read_u32(header_bytes, field::stream::PACKET_NUMBER.start));
-        header.stream_offset =
-            u64::from(read_u32(header_bytes, field::stream::STREAM_OFFSET.start));
         Ok(Self {
-            header,
+            header: stream_header_of(header_bytes, payload, dest_id)?,
             header_len: STREAM_HEADER_LEN,
             payload,
         })
     }
+}
 
+/// Parses and verifies a Stream frame received in two pieces, for the connection whose id
+/// is `local_id`: its header (`header`, exactly [`STREAM_HEADER_LEN`] bytes) and its
+/// payload (`payload`, wherever the receive put it: a scattering receive puts it straight
+/// into the reader's buffer). Checks what [`Frame::parse_for`] checks of the same bytes
+/// back to back, and returns the same header.
+///
+/// # Errors
+/// [`FrameError::Truncated`] for a header of another length or a frame that is not a
+/// Stream frame (`NeedsConnectionId` is never returned), and those of
+/// [`Frame::parse_for`] for a Stream frame: `WrongConnection`, `LengthMismatch`,
+/// `ChecksumMismatch`.
+pub fn parse_stream_split(
+    header: &[u8],
+    payload: &[u8],
+    local_id: u64,
+) -> Result<FrameHeader, FrameError> {
+    if header.len() != STREAM_HEADER_LEN || header[field::stream::TAG] != STREAM_TAG {
+        return Err(FrameError::Truncated {
+            needed: STREAM_HEADER_LEN,
+            actual: header.len(),
+        });
+    }
+    let actual = read_short_id(header);
+    if actual != short_id(local_id) {
+        return Err(FrameError::WrongConnection {
+            expected: short_id(local_id),
+            actual,
+        });
+    }
+    stream_header_of(header, payload, local_id)
+}
+
+/// The header of a Stream frame (`header_bytes`, [`STREAM_HEADER_LEN`] of them, short id
+/// already matched) to `dest_id`, once its payload's length and checksum are verified.
+fn stream_header_of(
+    header_bytes: &[u8],
+    payload: &[u8],
+    dest_id: u64,
+) -> Result<FrameHeader, FrameError> {
+    if payload.len() > MAX_PAYLOAD_LEN {
+        return Err(FrameError::LengthMismatch {
+            declared: STREAM_HEADER_LEN + MAX_PAYLOAD_LEN,
+            actual: STREAM_HEADER_LEN + payload.len(),
+        });
+    }
+    let declared = read_u32(header_bytes, field::stream::CHECKSUM.start);
+    let computed = stream_checksum(dest_id, header_bytes, payload);
+    if declared != computed {
+        return Err(FrameError::ChecksumMismatch { declared, computed });
+    }
+    let mut header = FrameHeader::new(FrameType::Stream, dest_id, 0);
+    header.packet_number = u64::from(read_u32(header_bytes, field::stream::PACKET_NUMBER.start));
+    header.stream_offset = u64::from(read_u32(header_bytes, field::stream::STREAM_OFFSET.start));
+    Ok(header)
+}
+
+impl<'a> Frame<'a> {
     /// The parsed header.
     pub fn header(&self) -> &FrameHeader {
         &self.header
@@ -1210,6 +1252,42 @@ mod tests {
         bytes.extend_from_slice(&0x0000_4000u32.to_le_bytes());
         bytes.extend_from_slice(b"raw stream bytes");
         bytes
+    }
+
+    #[test]
+    fn a_stream_frame_in_two_pieces_parses_as_it_does_whole() {
+        let bytes = stream_fixture();
+        let (head, payload) = bytes.split_at(STREAM_HEADER_LEN);
+        let whole = Frame::parse_for(&bytes, STREAM_DEST).unwrap();
+        // The payload somewhere else (a reader's buffer): the same header.
+        let elsewhere = payload.to_vec();
+        assert_eq!(
+            parse_stream_split(head, &elsewhere, STREAM_DEST),
+            Ok(*whole.header())
+        );
+        assert_eq!(
+            parse_stream_split(head, &elsewhere, STREAM_DEST ^ 1),
+            Err(FrameError::WrongConnection {
+                expected: 0x06_0709,
+                actual: 0x06_0708
+            })
+        );
+        let mut corrupted = elsewhere.clone();
+        corrupted[3] ^= 0x40;
+        assert!(matches!(
+            parse_stream_split(head, &corrupted, STREAM_DEST),
+            Err(FrameError::ChecksumMismatch { .. })
+        ));
+        // One byte short or long: the check fails too.
+        assert!(parse_stream_split(head, &elsewhere[1..], STREAM_DEST).is_err());
+        // Not a Stream header, or not all of one.
+        assert!(parse_stream_split(&head[..15], &bytes[15..], STREAM_DEST).is_err());
+        let full = FrameHeader::new(FrameType::Ack, 9, 8);
+        let mut out = [0u8; MAX_HEADER_LEN];
+        let len = full.emit(&mut out, &[]).unwrap();
+        assert!(
+            parse_stream_split(&out[..STREAM_HEADER_LEN], &out[STREAM_HEADER_LEN..len], 9).is_err()
+        );
     }
 
     #[test]
