@@ -82,7 +82,7 @@ use crate::handshake::{
 use paths::Paths;
 pub use paths::{PathState, PathStats, MAX_PATHS};
 pub use recv::MAX_POSTED_READERS;
-use recv::{RecvState, Refusal};
+use recv::{Payload, RecvState, Refusal};
 use rtt::RttEstimator;
 pub use send::LEND_MESSAGE_TOKEN;
 use send::{SendState, MESSAGE_HEADER_LEN};
@@ -528,6 +528,9 @@ pub struct ReliableStats {
     /// Payload bytes [`ReliableConnection::handle_datagram_into`] placed straight into the
     /// reader's buffer (not through the receive buffer), in order or ahead.
     pub direct_read_bytes: u64,
+    /// Of those, payload bytes a scattering receive had put there before the frame was
+    /// checked ([`ReliableConnection::handle_stream_in_place`]): not copied at all.
+    pub scattered_bytes: u64,
 }
 
 /// The buffers of a connection's posted readers
@@ -867,19 +870,107 @@ impl ReliableConnection {
                 return 0;
             }
         };
-        let header = frame.header();
+        self.handle_frame(
+            now,
+            path,
+            frame.header(),
+            Payload::Bytes(frame.payload()),
+            reader,
+            buffers,
+        )
+    }
+
+    /// How many bytes at the start of `reader` (the buffer of a caller in the middle of a
+    /// message, as for [`handle_datagram_into`](Self::handle_datagram_into)) the payload
+    /// of the next Stream frame may be received straight into, before anything checked it:
+    /// a scattering receive puts a datagram's first [`frame::STREAM_HEADER_LEN`] bytes in
+    /// a buffer of their own and the next bytes there, then calls
+    /// [`handle_stream_in_place`](Self::handle_stream_in_place). Those bytes of `reader`
+    /// hold nothing yet (they are the message's next, neither read nor placed ahead), so a
+    /// datagram that is not that frame costs nothing but the copy back out. 0: none (no
+    /// message being read, bytes of it waiting in the receive buffer, posted readers, a
+    /// connection not open).
+    pub fn in_place_room(&self, reader_len: usize) -> usize {
+        if !matches!(self.state, State::Established | State::Closing) {
+            return 0;
+        }
+        self.recv.in_place_room(reader_len).min(MAX_PAYLOAD_LEN)
+    }
+
+    /// A datagram received in two pieces: `header`, its first
+    /// [`frame::STREAM_HEADER_LEN`] bytes, and `payload_len` bytes at the start of `reader`
+    /// (at most [`in_place_room`](Self::in_place_room) of them), the rest of it. When it is
+    /// a Stream frame of this connection, intact, carrying exactly the next bytes of the
+    /// message being read, it is taken as
+    /// [`handle_datagram_into`](Self::handle_datagram_into) would take the same bytes back
+    /// to back, without copying the payload (it is where that call would copy it), and the
+    /// count of bytes read is returned. Otherwise nothing changes and the result is `None`:
+    /// the caller puts the datagram back together and hands it to
+    /// `handle_datagram_into`, which counts and drops it or takes it the usual way.
+    pub fn handle_stream_in_place(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        header: &[u8],
+        payload_len: usize,
+        reader: &mut [u8],
+    ) -> Option<usize> {
+        let payload = reader.get(..payload_len)?;
+        let parsed = frame::parse_stream_split(header, payload, self.local_id).ok()?;
+        if path >= self.send.paths.len()
+            || !self.frame_is_ours(&parsed)
+            || !matches!(self.state, State::Established | State::Closing)
+        {
+            return None;
+        }
+        let packet_number = expand_low32(parsed.packet_number, self.recv.cumulative());
+        let stream_offset = expand_low32(parsed.stream_offset, self.recv.readable_end());
+        if !self
+            .recv
+            .takes_in_place(packet_number, stream_offset, payload_len, reader.len())
+        {
+            return None;
+        }
+        self.stats.datagrams_received += 1;
+        self.stats.scattered_bytes += payload_len as u64;
+        self.apply_deferred_ack();
+        Some(self.handle_frame(
+            now,
+            path,
+            &parsed,
+            Payload::InReader(payload_len),
+            reader,
+            &mut NoBuffers,
+        ))
+    }
+
+    /// A parsed and verified frame (the rest of `handle_datagram_with`); a payload already
+    /// in `reader` only for a Stream frame `takes_in_place` accepted.
+    fn handle_frame(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        header: &FrameHeader,
+        payload: Payload<'_>,
+        reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
+    ) -> usize {
         if !self.frame_is_ours(header) {
             self.stats.unexpected_dropped += 1;
             return 0;
         }
         self.send.paths.on_arrival(path);
+        let bytes = match payload {
+            Payload::Bytes(bytes) => bytes,
+            Payload::InReader(_) => &[],
+        };
         let mut direct = 0;
         match header.frame_type {
             FrameType::Handshake => {
                 if !self.is_initiator {
                     self.handshake_path = path;
                 }
-                self.handle_handshake_frame(now, header, frame.payload());
+                self.handle_handshake_frame(now, header, bytes);
             }
             FrameType::Reset => self.handle_reset(),
             FrameType::Data
@@ -887,14 +978,7 @@ impl ReliableConnection {
             | FrameType::Ping
             | FrameType::Close
             | FrameType::Stream => {
-                direct = self.handle_connection_frame(
-                    now,
-                    path,
-                    header,
-                    frame.payload(),
-                    reader,
-                    buffers,
-                );
+                direct = self.handle_connection_frame(now, path, header, payload, reader, buffers);
             }
         }
         self.stats.direct_read_bytes = self.recv.placed_bytes();
@@ -1665,10 +1749,14 @@ impl ReliableConnection {
         now: Nanos,
         path: usize,
         header: &FrameHeader,
-        payload: &[u8],
+        payload: Payload<'_>,
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> usize {
+        let bytes = match payload {
+            Payload::Bytes(bytes) => bytes,
+            Payload::InReader(_) => &[],
+        };
         if !matches!(
             self.state,
             State::Established | State::Closing | State::Closed
@@ -1682,7 +1770,7 @@ impl ReliableConnection {
         // its payload is taken.
         let mut ack_held = None;
         if header.flags & flags::ACK != 0 || header.frame_type == FrameType::Ack {
-            let Ok(more) = MoreSackRanges::parse(header, payload) else {
+            let Ok(more) = MoreSackRanges::parse(header, bytes) else {
                 // Checksummed but malformed: the peer is broken.
                 self.stats.unexpected_dropped += 1;
                 return 0;
@@ -1716,7 +1804,7 @@ impl ReliableConnection {
         let mut direct = 0;
         match header.frame_type {
             FrameType::Data | FrameType::Close => {
-                direct = self.take_data(now, header, payload, reader, buffers);
+                direct = self.take_data(now, header, bytes, reader, buffers);
                 if let Some(ack) = ack_held {
                     if self.state == State::Established
                         && !self.send.close_requested()
@@ -1831,7 +1919,7 @@ impl ReliableConnection {
             first_fragment,
             header.message_len,
             header.stream_offset,
-            if is_close { &[] } else { payload },
+            Payload::Bytes(if is_close { &[] } else { payload }),
             reader,
             buffers,
         );
@@ -1867,7 +1955,7 @@ impl ReliableConnection {
         &mut self,
         now: Nanos,
         header: &FrameHeader,
-        payload: &[u8],
+        payload: Payload<'_>,
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> usize {

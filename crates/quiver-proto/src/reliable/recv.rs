@@ -63,6 +63,16 @@ pub(super) enum Refusal {
     Inconsistent,
 }
 
+/// Where the payload of a frame handed to [`RecvState::on_frame`] is.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Payload<'a> {
+    /// In this slice.
+    Bytes(&'a [u8]),
+    /// Already at the start of the reader's buffer, this many bytes (a scattering receive
+    /// put it there): only for a frame [`RecvState::takes_in_place`] accepts.
+    InReader(usize),
+}
+
 /// How a taken frame affects acking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Arrival {
@@ -173,10 +183,14 @@ impl RecvState {
         first_fragment: bool,
         message_len: u64,
         payload_offset: u64,
-        payload: &[u8],
+        payload: Payload<'_>,
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
+        let (payload_len, bytes) = match payload {
+            Payload::Bytes(bytes) => (bytes.len(), bytes),
+            Payload::InReader(len) => (len, &[][..]),
+        };
         let Some(index) = packet_number.checked_sub(self.cumulative) else {
             return Err(Refusal::Duplicate);
         };
@@ -199,7 +213,7 @@ impl RecvState {
             .checked_sub(header_len)
             .ok_or(Refusal::Inconsistent)?;
         let stream_end = payload_offset
-            .checked_add(payload.len() as u64)
+            .checked_add(payload_len as u64)
             .ok_or(Refusal::Inconsistent)?;
         if stream_start < self.readable_end {
             return Err(Refusal::Inconsistent);
@@ -220,18 +234,27 @@ impl RecvState {
             && payload_offset == self.read_offset
             && self.read_offset == self.readable_end
         {
-            let count = payload
-                .len()
+            let count = payload_len
                 .min(reader.len())
                 .min(usize::try_from(self.message_remaining).unwrap_or(usize::MAX));
-            super::stream_ring::copy_bytes(&mut reader[..count], &payload[..count]);
+            match payload {
+                Payload::Bytes(bytes) => {
+                    super::stream_ring::copy_bytes(&mut reader[..count], &bytes[..count]);
+                }
+                // Already there; all of it must go there (`Self::takes_in_place`).
+                Payload::InReader(_) if count < payload_len => return Err(Refusal::Inconsistent),
+                Payload::InReader(_) => {}
+            }
             count
+        } else if matches!(payload, Payload::InReader(_)) {
+            // Nothing changed yet: a frame in the reader's buffer goes there or nowhere.
+            return Err(Refusal::Inconsistent);
         } else {
             0
         };
         // Ahead of the reader, within its buffer and the current message: to its place there.
         let ahead = if direct == 0 && !first_fragment {
-            self.place_ahead(payload_offset, payload, reader)
+            self.place_ahead(payload_offset, bytes, reader)
         } else {
             0
         };
@@ -239,7 +262,7 @@ impl RecvState {
         // The ring slots of the bytes that went to the reader are never read: the read
         // offset moves past them (below, or once the bytes before them are read).
         let rest_offset = payload_offset + (direct + ahead) as u64;
-        let rest = &payload[direct + ahead..];
+        let rest = bytes.get(direct + ahead..).unwrap_or(&[]);
         if self.claimed.is_empty() {
             self.ring.copy_in(rest_offset, rest);
         } else {
@@ -281,6 +304,48 @@ impl RecvState {
         } else {
             Ok((Arrival::Reordered, read))
         }
+    }
+
+    /// How many bytes at the start of a reader's buffer of `reader_len` bytes the next
+    /// frame in order may be received straight into, before it is checked
+    /// ([`Self::takes_in_place`]): bytes of the current message that nothing was read or
+    /// placed into yet, all within the credit. 0 when a frame could not go there whole
+    /// (no message being read, bytes waiting in the ring, posted readers, a Close seen).
+    pub(super) fn in_place_room(&self, reader_len: usize) -> usize {
+        if !self.in_message
+            || self.read_offset != self.readable_end
+            || !self.posted.is_empty()
+            || !self.claimed.is_empty()
+            || self.close_packet.is_some()
+        {
+            return 0;
+        }
+        let mut room = (reader_len as u64)
+            .min(self.message_remaining)
+            .min(self.ring.len() as u64);
+        if let Some(&(start, _)) = self.placed.front() {
+            room = room.min(start - self.read_offset);
+        }
+        usize::try_from(room).unwrap_or(usize::MAX)
+    }
+
+    /// Whether a frame of `len` payload bytes (not a message's first fragment), packet
+    /// `packet_number` at stream offset `offset`, already at the start of a reader's buffer
+    /// of `reader_len` bytes, is taken there whole by [`Self::on_frame`] with
+    /// [`Payload::InReader`]: it is the next packet and carries the next bytes of the
+    /// message, and [`Self::in_place_room`] has room for it.
+    pub(super) fn takes_in_place(
+        &self,
+        packet_number: u64,
+        offset: u64,
+        len: usize,
+        reader_len: usize,
+    ) -> bool {
+        len > 0
+            && packet_number == self.cumulative
+            && self.pending.front().is_none_or(Option::is_none)
+            && offset == self.read_offset
+            && len <= self.in_place_room(reader_len)
     }
 
     /// Copies the part of a frame's `payload` (at stream `offset`) that lies ahead of the

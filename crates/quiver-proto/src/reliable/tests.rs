@@ -3126,3 +3126,222 @@ proptest! {
         }
     }
 }
+
+/// One receiving side of [`in_place_receive_equals_the_copying_one`]: a connection, the
+/// message it is reading (its buffer and how much is in), and what it delivered.
+struct ReadingSide {
+    conn: ReliableConnection,
+    current: Option<(Vec<u8>, usize)>,
+    delivered: Vec<Vec<u8>>,
+    /// Scatters what it can (`handle_stream_in_place`), as the udp engine does.
+    scatter: bool,
+    /// Frames taken in place.
+    in_place: u64,
+}
+
+impl ReadingSide {
+    /// Reads what it can: a new message once its length is known, then its bytes.
+    fn read(&mut self) {
+        loop {
+            if self.current.is_none() {
+                let Some(len) = self.conn.peek_message_len() else {
+                    return;
+                };
+                self.current = Some((vec![0u8; len as usize], 0));
+            }
+            let (buf, filled) = self.current.as_mut().unwrap();
+            let (n, complete) = self.conn.read_message(&mut buf[*filled..]);
+            *filled += n;
+            if complete {
+                let (buf, _) = self.current.take().unwrap();
+                self.delivered.push(buf);
+                continue;
+            }
+            return;
+        }
+    }
+
+    /// Takes one datagram the way the engine does: the reader's buffer when a message is
+    /// being read and, scattering, the split receive first when there is room.
+    fn take(&mut self, now: Nanos, datagram: &[u8]) -> usize {
+        let Some((buf, filled)) = self.current.as_mut() else {
+            self.conn.handle_datagram(now, 0, datagram);
+            return 0;
+        };
+        let len = buf.len();
+        let reader = &mut buf[*filled..];
+        let room = if self.scatter {
+            self.conn.in_place_room(reader.len())
+        } else {
+            0
+        };
+        let head_len = frame::STREAM_HEADER_LEN;
+        let taken = if room > 0 && datagram.len() > head_len {
+            // The kernel's part: head, then as much as fits straight into the reader.
+            let (head, rest) = datagram.split_at(head_len);
+            let body = rest.len().min(room);
+            reader[..body].copy_from_slice(&rest[..body]);
+            let whole = body == rest.len();
+            match whole
+                .then(|| self.conn.handle_stream_in_place(now, 0, head, body, reader))
+                .flatten()
+            {
+                Some(taken) => {
+                    self.in_place += 1;
+                    taken
+                }
+                // Put back together (here: the original) and taken the usual way.
+                None => self.conn.handle_datagram_into(now, 0, datagram, reader),
+            }
+        } else {
+            self.conn.handle_datagram_into(now, 0, datagram, reader)
+        };
+        *filled += taken;
+        if *filled == len {
+            let (buf, _) = self.current.take().unwrap();
+            self.delivered.push(buf);
+        }
+        taken
+    }
+}
+
+/// Every transmit of `conn`, as datagrams, after its due timers ran.
+fn drain_transmits(conn: &mut ReliableConnection, now: Nanos) -> Vec<Vec<u8>> {
+    if conn.poll_timeout().is_some_and(|due| due <= now) {
+        conn.handle_timeout(now);
+    }
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut out = Vec::new();
+    while let Some(transmit) = conn.poll_transmit(now, &mut header) {
+        let mut datagram = header[..transmit.header_len].to_vec();
+        datagram.extend_from_slice(transmit.payload);
+        out.push(datagram);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A scattering receive (header apart, payload straight into the reader's buffer,
+    /// `handle_stream_in_place`) does exactly what the copying one does with the same
+    /// datagrams: two identical pairs, one receiver scattering and one not, over a lossy,
+    /// duplicating, reordering and corrupting network, give the same return values, the
+    /// same counters (but `scattered_bytes`), the same acks (so their senders stay the same) and the same messages,
+    /// which are the ones sent; without loss, frames are taken in place.
+    #[test]
+    fn in_place_receive_equals_the_copying_one(
+        seed in any::<u64>(),
+        sizes in proptest::collection::vec(1usize..200_000, 1..6),
+        datagram in prop_oneof![Just(1472usize), Just(9000), Just(65000)],
+        lossy in any::<bool>(),
+    ) {
+        let config = ReliableConfig {
+            max_datagram_bytes: datagram,
+            ..lossy_config(256 << 10, 256 << 10, true)
+        };
+        let mut pairs = [Pair::handshaken(config.clone()), Pair::handshaken(config)];
+        let mut senders = Vec::new();
+        let mut sides = Vec::new();
+        for (index, pair) in pairs.iter_mut().enumerate() {
+            let conn = pair.b.take().unwrap();
+            sides.push(ReadingSide { conn, current: None, delivered: Vec::new(), scatter: index == 1, in_place: 0 });
+            senders.push(std::mem::replace(&mut pair.a, ReliableConnection::connect(
+                small_config(), key(7), request(), 0xb, [2; 16], 0).unwrap()));
+        }
+        let messages = patterned_messages(&sizes);
+        let mut now = pairs[0].now;
+        let mut roll = seed | 1;
+        let mut next = move || {
+            roll ^= roll << 13;
+            roll ^= roll >> 7;
+            roll ^= roll << 17;
+            roll % 100
+        };
+        let mut to_send = 0;
+        // Bytes of the message being sent that each sender took (None: not started).
+        let mut written: [Option<usize>; 2] = [None, None];
+        let mut held: Option<Vec<u8>> = None;
+        for _ in 0..200_000 {
+            if sides[1].delivered.len() == messages.len() {
+                break;
+            }
+            now += 200_000;
+            // Both senders write the same, as far as their windows take it.
+            let mut outs = Vec::new();
+            for (sender, written) in senders.iter_mut().zip(written.iter_mut()) {
+                if let Some(message) = messages.get(to_send) {
+                    if written.is_none() && sender.start_message(message.len() as u64).is_ok() {
+                        *written = Some(0);
+                    }
+                    if let Some(done) = written.as_mut() {
+                        *done += sender.write_message(&message[*done..]);
+                    }
+                }
+                outs.push(drain_transmits(sender, now));
+            }
+            prop_assert_eq!(&outs[0], &outs[1]);
+            prop_assert_eq!(written[0], written[1]);
+            if messages.get(to_send).is_some_and(|m| written[0] == Some(m.len())) {
+                to_send += 1;
+                written = [None, None];
+            }
+            // The network, the same for both.
+            let mut arriving = Vec::new();
+            for datagram in outs.swap_remove(0) {
+                match if lossy { next() } else { 99 } {
+                    0..=6 => {}
+                    7..=11 => {
+                        arriving.push(datagram.clone());
+                        arriving.push(datagram);
+                    }
+                    12..=16 => {
+                        if let Some(old) = held.replace(datagram) {
+                            arriving.push(old);
+                        }
+                    }
+                    17..=19 => {
+                        let mut bad = datagram;
+                        let at = bad.len() / 2 + (next() as usize % 8);
+                        let at = at.min(bad.len() - 1);
+                        bad[at] ^= 0x21;
+                        arriving.push(bad);
+                    }
+                    _ => arriving.push(datagram),
+                }
+            }
+            if !lossy || next() < 10 {
+                arriving.extend(held.take());
+            }
+            for datagram in &arriving {
+                let taken: Vec<usize> = sides.iter_mut().map(|side| {
+                    side.read();
+                    let taken = side.take(now, datagram);
+                    side.read();
+                    taken
+                }).collect();
+                prop_assert_eq!(taken[0], taken[1]);
+                // The same counters, but for the bytes taken in place.
+                let mut scattering = sides[1].conn.stats().clone();
+                prop_assert_eq!(sides[0].conn.stats().scattered_bytes, 0);
+                prop_assert_eq!(scattering.scattered_bytes > 0, sides[1].in_place > 0);
+                scattering.scattered_bytes = 0;
+                prop_assert_eq!(sides[0].conn.stats(), &scattering);
+            }
+            // Acks back, unharmed (the loss is on the data path).
+            let acks: Vec<_> = sides.iter_mut().map(|side| drain_transmits(&mut side.conn, now)).collect();
+            prop_assert_eq!(&acks[0], &acks[1]);
+            for (sender, acks) in senders.iter_mut().zip(&acks) {
+                for ack in acks {
+                    sender.handle_datagram(now, 0, ack);
+                }
+            }
+        }
+        prop_assert_eq!(&sides[0].delivered, &messages);
+        prop_assert_eq!(&sides[1].delivered, &messages);
+        // Without loss, a message of several frames has frames that continue it in order.
+        if !lossy && sizes.iter().any(|&size| size > 4 * datagram) {
+            prop_assert!(sides[1].in_place > 0, "nothing was taken in place");
+        }
+    }
+}
