@@ -630,6 +630,91 @@ impl UdpSocket {
         Ok(1)
     }
 
+    /// Receives one message in pieces, with one non-blocking `recvmsg` (a scattering
+    /// receive): its first `head.len()` bytes into `head`, the next `body.len()` into `body`
+    /// (a reader's buffer, where a frame's payload belongs), and anything beyond into the
+    /// first slot of `batch`.
+    ///
+    /// - [`SplitRecv::Split`]: one datagram that filled `head` and did not go past `body`;
+    ///   its other bytes are the first `body_len` of `body`.
+    /// - [`SplitRecv::Whole`]: anything else (longer, shorter than `head`, or several
+    ///   datagrams coalesced by GRO) was put back together, as [`UdpSocket::recv_one`]
+    ///   would have received it, in the first slot of `batch` (`batch.len()` is 1). The
+    ///   bytes of `body` it went through are left as they are.
+    /// - [`SplitRecv::Nothing`]: nothing was queued.
+    ///
+    /// # Errors
+    /// The kernel's error other than `EAGAIN`.
+    pub fn recv_split(
+        &mut self,
+        batch: &mut RecvBatch,
+        head: &mut [u8],
+        body: &mut [u8],
+    ) -> io::Result<SplitRecv> {
+        batch.received = 0;
+        batch.prepare(1);
+        let mut parts = [
+            libc::iovec {
+                iov_base: head.as_mut_ptr() as *mut c_void,
+                iov_len: head.len(),
+            },
+            libc::iovec {
+                iov_base: body.as_mut_ptr() as *mut c_void,
+                iov_len: body.len(),
+            },
+            batch.iovecs[0],
+        ];
+        let header = &mut batch.headers[0].msg_hdr;
+        header.msg_iov = parts.as_mut_ptr();
+        header.msg_iovlen = parts.len();
+        // SAFETY: the header's name and control point into `batch`'s own buffers, its three
+        // iovecs into `head`, `body` and the batch's first data slot, all alive, unmoved
+        // and exclusively borrowed for the call, with their lengths.
+        let received = unsafe { libc::recvmsg(self.fd.as_raw_fd(), header, libc::MSG_DONTWAIT) };
+        // The batch's own iovec again (the array above dies here).
+        header.msg_iov = &mut batch.iovecs[0];
+        header.msg_iovlen = 1;
+        if received < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock => Ok(SplitRecv::Nothing),
+                _ => Err(error),
+            };
+        }
+        let length = received as usize;
+        let header = &batch.headers[0].msg_hdr;
+        let source = read_socket_address(&batch.addresses[0], header.msg_namelen)
+            .unwrap_or_else(|| SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        let segment_bytes = gro_segment_size(header).unwrap_or(length);
+        let truncated = header.msg_flags & libc::MSG_TRUNC != 0;
+        let (head_len, body_len) = (head.len(), body.len());
+        if length > head_len && length <= head_len + body_len && segment_bytes >= length {
+            return Ok(SplitRecv::Split {
+                body_len: length - head_len,
+                source,
+            });
+        }
+        // Put back together in the first slot: the tail (already there) moves up behind
+        // what head and body hold.
+        let slot = &mut batch.data[..batch.buffer_bytes];
+        let in_head = length.min(head_len);
+        let in_body = (length - in_head).min(body_len);
+        let in_tail = (length - in_head - in_body).min(slot.len());
+        let kept = (in_head + in_body + in_tail).min(slot.len());
+        let tail_kept = kept - (in_head + in_body).min(kept);
+        slot.copy_within(..tail_kept, in_head + in_body);
+        slot[..in_head].copy_from_slice(&head[..in_head]);
+        slot[in_head..in_head + in_body].copy_from_slice(&body[..in_body]);
+        batch.metadata[0] = RecvMetadata {
+            source,
+            length_bytes: kept,
+            segment_bytes,
+            truncated: truncated || kept < length,
+        };
+        batch.received = 1;
+        Ok(SplitRecv::Whole)
+    }
+
     /// [`UdpSocket::recv_one`] with GRO off: one `recvfrom` of one datagram into the first
     /// slot of `batch`.
     fn recv_one_plain(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
@@ -1019,6 +1104,22 @@ impl RecvBatch {
         }
         self.received = received;
     }
+}
+
+/// What one [`UdpSocket::recv_split`] received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitRecv {
+    /// Nothing was queued.
+    Nothing,
+    /// One datagram: the head, then `body_len` bytes at the start of the body.
+    Split {
+        /// Bytes of the datagram after the head.
+        body_len: usize,
+        /// Who sent it.
+        source: SocketAddr,
+    },
+    /// A message put back together in the batch's first slot.
+    Whole,
 }
 
 /// One received message: a single datagram, or several coalesced by GRO.
@@ -1612,6 +1713,68 @@ mod tests {
             assert!(message.truncated, "gro {gro}");
             assert_eq!(message.data, &[7; 64][..]);
             assert_eq!(message.source, a.local_address());
+        }
+    }
+
+    #[test]
+    fn a_split_receive_puts_the_body_in_its_buffer_and_the_rest_back_together() {
+        let (mut a, mut b) = loopback_pair();
+        let mut batch = RecvBatch::new(4, MAX_COALESCED_BYTES);
+        let mut head = [0u8; 16];
+        let mut body = vec![0u8; 1000];
+        let pattern = |len: usize| (0..len).map(|i| (i * 7 + len) as u8).collect::<Vec<u8>>();
+        for gro in [false, true] {
+            b.set_gro(gro).unwrap();
+            for len in [0usize, 5, 16, 17, 500, 1016, 1017, 5000, 65_000] {
+                let sent = pattern(len);
+                a.send_to(b.local_address(), &sent).unwrap();
+                assert!(b.wait_readable(Some(Duration::from_secs(5))).unwrap());
+                body.fill(0xEE);
+                match b.recv_split(&mut batch, &mut head, &mut body).unwrap() {
+                    SplitRecv::Split { body_len, source } => {
+                        assert!((17..=1016).contains(&len), "{len} bytes split");
+                        assert_eq!(source, a.local_address());
+                        assert_eq!(body_len, len - 16);
+                        assert_eq!(&head[..], &sent[..16]);
+                        assert_eq!(&body[..body_len], &sent[16..]);
+                    }
+                    SplitRecv::Whole => {
+                        assert!(!(17..=1016).contains(&len), "{len} bytes not split");
+                        assert_eq!(batch.len(), 1);
+                        let message = batch.message(0);
+                        assert!(!message.truncated);
+                        assert_eq!(message.source, a.local_address());
+                        assert_eq!(message.data, &sent[..], "{len} bytes, gro {gro}");
+                    }
+                    SplitRecv::Nothing => panic!("{len} bytes: nothing received"),
+                }
+            }
+            assert_eq!(
+                b.recv_split(&mut batch, &mut head, &mut body).unwrap(),
+                SplitRecv::Nothing
+            );
+        }
+        // Several datagrams coalesced by GRO come back together, to be read split.
+        b.set_gro(true).unwrap();
+        send_gso_run(&mut a, &b, 8, 100);
+        assert!(b.wait_readable(Some(Duration::from_secs(5))).unwrap());
+        let mut datagrams = Vec::new();
+        while datagrams.len() < 8 {
+            match b.recv_split(&mut batch, &mut head, &mut body).unwrap() {
+                SplitRecv::Whole => {
+                    datagrams.extend(batch.message(0).datagrams().map(<[u8]>::to_vec));
+                }
+                SplitRecv::Split { body_len, .. } => {
+                    assert_eq!(body_len, 84, "a lone datagram of the run");
+                    datagrams.push([&head[..], &body[..body_len]].concat());
+                }
+                SplitRecv::Nothing => {
+                    b.wait_readable(Some(Duration::from_secs(5))).unwrap();
+                }
+            }
+        }
+        for (i, datagram) in datagrams.iter().enumerate() {
+            assert_eq!(datagram, &vec![i as u8; 100]);
         }
     }
 
