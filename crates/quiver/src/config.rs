@@ -72,6 +72,13 @@ pub struct Config {
     /// 256 KiB (off in session 11 while a stall it exposed went unexplained: a core bug
     /// that sent a length prefix alone, fixed in session 12; docs/PERFORMANCE.md).
     pub udp_post_in_place_min: usize,
+    /// A blocking receive in the middle of a udp message receives each datagram in two
+    /// pieces when at least this many of the message's next bytes may go straight into its
+    /// buffer: the frame's 16-byte header apart and its payload in place, with no copy
+    /// after the kernel's (docs/ARCHITECTURE.md §8). One system call per datagram, so
+    /// it pays with large datagrams (loopback's 64 KB), not with an Ethernet MTU's
+    /// (batched with GRO instead); one link only. 0 turns it off. Default 16 KiB.
+    pub udp_scatter_min: usize,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
@@ -230,6 +237,7 @@ impl Default for Config {
             udp_in_place_min: 512,
             udp_send_in_place_min: 256 << 10,
             udp_post_in_place_min: 256 << 10,
+            udp_scatter_min: 16 << 10,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -311,6 +319,7 @@ impl Config {
         usize_size("QUIVER_UDP_IN_PLACE_MIN", &mut c.udp_in_place_min)?;
         usize_size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut c.udp_send_in_place_min)?;
         usize_size("QUIVER_UDP_POST_IN_PLACE_MIN", &mut c.udp_post_in_place_min)?;
+        usize_size("QUIVER_UDP_SCATTER_MIN", &mut c.udp_scatter_min)?;
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
                 *source = SettingSource::Environment;
@@ -458,6 +467,7 @@ impl Config {
             s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
             s("QUIVER_UDP_SEND_IN_PLACE_MIN", if self.udp_send_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_send_in_place_min) }, "udp messages at least this long are sent by a blocking send from the caller's buffer, not copied into the send window (0: off)"),
             s("QUIVER_UDP_POST_IN_PLACE_MIN", if self.udp_post_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_post_in_place_min) }, "udp messages at least this long given to post_send are sent from the posted buffer, never copied; wait_send returns it once all is acknowledged (0: off)"),
+            s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
@@ -689,6 +699,10 @@ mod tests {
         let c = Config::from_lookup(|k| (k == "QUIVER_UDP_POST_IN_PLACE_MIN").then(|| "1M".into()))
             .unwrap();
         assert_eq!(c.udp_post_in_place_min, 1 << 20);
+        assert_eq!(c.udp_scatter_min, 16 << 10);
+        let c =
+            Config::from_lookup(|k| (k == "QUIVER_UDP_SCATTER_MIN").then(|| "0".into())).unwrap();
+        assert_eq!(c.udp_scatter_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
     }

@@ -55,9 +55,9 @@ use quiver_proto::reliable::{
 };
 use quiver_transport::udp::{
     max_gso_bytes, monotonic_ns, Gather, GatherBuffer, OutDatagram, ReadinessSet, RecvBatch,
-    UdpSocket, MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
+    SplitRecv, UdpSocket, MAX_COALESCED_BYTES, MAX_GATHER_PARTS,
 };
-use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN};
+use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN, STREAM_HEADER_LEN};
 use quiver_wire::handshake::Hello;
 
 use super::mem::MemSocket;
@@ -877,6 +877,8 @@ struct Engine {
     config_datagram: usize,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
     in_place_min: usize,
+    /// `Config::udp_scatter_min` (0: off).
+    scatter_min: usize,
     /// When the engine started, as [`monotonic_ns`] read it (the origin of
     /// [`Engine::now`]).
     start_ns: Nanos,
@@ -976,6 +978,9 @@ pub struct DatagramStats {
     /// Payload bytes received straight into a receive's buffer (a blocking receive in the
     /// middle of a message), not through the connection's receive window.
     pub direct_read_bytes: u64,
+    /// Of those, bytes a scattering receive put there with no copy after the kernel's
+    /// (`Config::udp_scatter_min`).
+    pub scattered_bytes: u64,
     /// Message bytes sent in place: lent from the sender's buffer to the protocol, not
     /// copied into a send window (`Config::udp_send_in_place_min`).
     pub sent_in_place_bytes: u64,
@@ -999,6 +1004,7 @@ impl DatagramStats {
         self.paths_down += s.paths_down;
         self.paths_rejoined += s.paths_rejoined;
         self.direct_read_bytes += s.direct_read_bytes;
+        self.scattered_bytes += s.scattered_bytes;
     }
 }
 
@@ -1194,6 +1200,7 @@ impl DgramShared {
                 base,
                 config_datagram: config.udp_datagram_bytes,
                 in_place_min: config.udp_in_place_min,
+                scatter_min: config.udp_scatter_min,
                 start_ns: monotonic_ns(),
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
@@ -2326,6 +2333,11 @@ impl Engine {
             Socket::Udp(_) => {
                 let mut taken = 0;
                 let mut bytes = 0usize;
+                let scatter_min = if self.sockets.len() == 1 {
+                    self.scatter_min
+                } else {
+                    0
+                };
                 while taken < RECV_BATCH && bytes < budget {
                     let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
@@ -2333,16 +2345,39 @@ impl Engine {
                     let Some(mut rx) = io.rx.take() else {
                         break;
                     };
+                    if let Some(split) = Self::split_room(&self.conns, reader, scatter_min) {
+                        // A scattering receive: the payload of the frame that continues the
+                        // message goes straight into the reader's buffer.
+                        let got = self
+                            .receive_split(path, &mut rx, split, now, ctx, shared, touched, reader);
+                        if let Socket::Udp(io) = &mut self.sockets[path] {
+                            io.rx = Some(rx);
+                        }
+                        match got {
+                            Some(n) => {
+                                bytes += n;
+                                taken += 1;
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
                     // One datagram at a time until one arrives, then a batch while they fill
                     // it: a receive of one returns as soon as it has it, where a batch would
                     // look at the empty queue once more first (the ping-pong case).
                     let asked = if io.rx_wide {
-                        // As many as fit the budget if they are as long as the last one.
-                        let room = (budget - bytes).div_ceil(io.rx_last_bytes.max(1));
+                        // As many as fit the budget if they are as long as the last one (at
+                        // least one per call).
+                        let room = (budget - bytes) / io.rx_last_bytes.max(1);
+                        let room = if taken == 0 { room.max(1) } else { room };
                         RX_MESSAGES.min(RECV_BATCH - taken).min(room)
                     } else {
                         1
                     };
+                    if asked == 0 {
+                        io.rx = Some(rx);
+                        break;
+                    }
                     let got = if asked == 1 {
                         io.socket.recv_one(&mut rx)
                     } else {
@@ -2380,6 +2415,93 @@ impl Engine {
                     }
                 }
                 bytes
+            }
+        }
+    }
+
+    /// The room for a scattering receive ([`Engine::receive_split`]): with one socket and
+    /// a reader whose connection has at least `scatter_min` (not 0) of the message's next
+    /// bytes to receive straight into its buffer (`ReliableConnection::in_place_room`),
+    /// how many.
+    fn split_room(
+        conns: &ConnTable,
+        reader: &Option<Reader<'_>>,
+        scatter_min: usize,
+    ) -> Option<usize> {
+        let r = reader.as_ref().filter(|_| scatter_min > 0)?;
+        let room = conns.get(&r.id)?.core.in_place_room(r.out.len() - r.placed);
+        (room >= scatter_min).then_some(room)
+    }
+
+    /// Receives one datagram from socket `path` with its first [`STREAM_HEADER_LEN`] bytes
+    /// apart and the next `room` straight into the reader's buffer, where the payload of the
+    /// Stream frame that continues its message belongs; the connection takes such a frame
+    /// there (`ReliableConnection::handle_stream_in_place`), with no copy. Anything else
+    /// is put back together and dispatched as usual. Returns the bytes received, or None
+    /// when nothing was queued (or the receive failed).
+    #[allow(clippy::too_many_arguments)] // receive's.
+    fn receive_split(
+        &mut self,
+        path: usize,
+        rx: &mut RecvBatch,
+        room: usize,
+        now: Nanos,
+        ctx: Option<&ContextShared>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
+    ) -> Option<usize> {
+        let Socket::Udp(io) = &mut self.sockets[path] else {
+            return None;
+        };
+        let r = reader.as_mut()?;
+        let mut head = [0u8; STREAM_HEADER_LEN];
+        let body = &mut r.out[r.placed..r.placed + room];
+        match io.socket.recv_split(rx, &mut head, body).ok()? {
+            SplitRecv::Nothing => None,
+            SplitRecv::Split { body_len, source } => {
+                let id = r.id;
+                let out = &mut r.out[r.placed..];
+                let in_place = self.conns.get_mut(&id).and_then(|entry| {
+                    entry
+                        .core
+                        .handle_stream_in_place(now, path, &head, body_len, out)
+                });
+                if let Some(n) = in_place {
+                    r.placed += n;
+                    touched.push(id);
+                } else {
+                    // Back together, and the usual way.
+                    let mut whole = std::mem::take(&mut self.rx);
+                    whole[..STREAM_HEADER_LEN].copy_from_slice(&head);
+                    whole[STREAM_HEADER_LEN..STREAM_HEADER_LEN + body_len]
+                        .copy_from_slice(&out[..body_len]);
+                    let len = STREAM_HEADER_LEN + body_len;
+                    self.dispatch(
+                        &whole[..len],
+                        source,
+                        path,
+                        now,
+                        ctx,
+                        shared,
+                        touched,
+                        reader,
+                    );
+                    self.rx = whole;
+                }
+                Some(STREAM_HEADER_LEN + body_len)
+            }
+            SplitRecv::Whole => {
+                let msg = rx.message(0);
+                if msg.truncated {
+                    return Some(msg.data.len());
+                }
+                for datagram in msg.datagrams() {
+                    self.dispatch(
+                        datagram, msg.source, path, now, ctx, shared, touched, reader,
+                    );
+                }
+                Some(msg.data.len())
             }
         }
     }
