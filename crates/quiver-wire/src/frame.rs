@@ -30,19 +30,24 @@
 //! header_len = 84 + 8 * sacks, then payload_len bytes of payload.
 //! ```
 //!
-//! `checksum` is the frame's integrity check (version 4): XXH3-64 in two seeded calls,
-//! truncated to its low 32 bits,
+//! `checksum` is the frame's integrity check (version 5): the header's XXH3-64, seeded,
+//! truncated to its low 32 bits, XORed with the payload's CRC-32C,
 //!
 //! ```text
 //! header_hash = XXH3_64(bytes[12..header_len], seed = u64_le(bytes[0..8]))
-//! checksum    = low 32 bits of XXH3_64(payload, seed = header_hash)
+//! checksum    = (low 32 bits of header_hash) XOR CRC32C(payload)
 //! ```
 //!
-//! so every header byte except the field itself and every payload byte enter it, and the
-//! payload stays a separate piece (a sender may keep it apart from the header, as the udp
-//! transport's gathered sends do). Any corrupted bit in header or payload makes
-//! [`Frame::parse`] fail with [`FrameError::ChecksumMismatch`] (a random corruption passes
-//! with probability about 2^-32).
+//! (CRC32C of no bytes is 0), so every header byte except the field itself and every
+//! payload byte enter it, and the payload stays a separate piece (a sender may keep it
+//! apart from the header, as the udp transport's gathered sends do; a receiver may have
+//! it elsewhere, as the scattering receive does). Any corrupted bit in header or payload
+//! makes [`Frame::parse`] fail with [`FrameError::ChecksumMismatch`]: CRC32C catches
+//! every error burst of up to 32 bits in the payload, and a random corruption passes with
+//! probability about 2^-32. CRC32C (Castagnoli, reflected, init and final XOR all ones:
+//! "123456789" gives 0xE3069283) is the iSCSI/SCTP check; with the carry-less multiply
+//! instructions of current x86 it runs at 2-3 times XXH3's speed over a payload
+//! (docs/PERFORMANCE.md, session 13).
 //!
 //! SACK ranges are relative to `cumulative_ack` (the next packet number the sender of the
 //! frame expects; every packet below it arrived). Each range starts above the cumulative ack,
@@ -69,12 +74,12 @@
 //!   receiver finds its connection by them (each side chooses its ids so that their low 24
 //!   bits are unique among its connections) and the full 64-bit id is part of the checksum.
 //! - `checksum` covers the full destination id (a pseudo header that does not travel),
-//!   bytes `0..4`, bytes `8..16` and the payload, in two XXH3-64 calls:
+//!   bytes `0..4`, bytes `8..16` and the payload:
 //!
 //!   ```text
 //!   seed        = dest_id XOR (u32_le(bytes[0..4]) << 32)
 //!   header_hash = XXH3_64(bytes[8..16], seed)
-//!   checksum    = low 32 bits of XXH3_64(payload, seed = header_hash)
+//!   checksum    = (low 32 bits of header_hash) XOR CRC32C(payload)
 //!   ```
 //!
 //!   Bytes `0..4` (the tag and the low 24 bits of the id) land on the high half of the
@@ -123,8 +128,9 @@ pub const MAGIC: [u8; 2] = *b"QD";
 /// [`flags::PING_REPLY`], [`flags::SACK_TRUNCATED`] and further SACK ranges in the payload
 /// of Ack frames (multi-path connections, `docs/striping.md`); version 3 the 16-byte Stream
 /// frame (version 2's had 24 bytes: "QD", version, type and the full destination id);
-/// version 4 the XXH3-64 integrity check (versions 1-3 used CRC32C; same layouts).
-pub const VERSION: u8 = 4;
+/// version 4 the XXH3-64 integrity check (versions 1-3 used CRC32C; same layouts); version
+/// 5 checks the payload with CRC32C instead, the header still with XXH3-64.
+pub const VERSION: u8 = 5;
 /// First byte of a Stream frame (a full frame's first byte is `'Q'`).
 pub const STREAM_TAG: u8 = 0xC0 | VERSION;
 /// Bits of the destination connection id a Stream frame carries (the low ones).
@@ -999,13 +1005,13 @@ fn read_short_id(datagram: &[u8]) -> u32 {
 /// ```text
 /// seed        = dest_id XOR (u32_le(header[0..4]) << 32)
 /// header_hash = XXH3_64(header[8..16], seed)
-/// checksum    = XXH3_64(payload, seed = header_hash) as u32
+/// checksum    = (header_hash as u32) XOR CRC32C(payload)
 /// ```
 ///
 /// `header[0..4]` (tag and short id) goes into the high half of the id, the half that never
 /// travels: for one id the seed is a bijection of those bytes, and for given bytes a
 /// bijection of the id, so a frame for another connection with the same short id gets
-/// another seed. Two XXH3 calls, each over one contiguous piece.
+/// another seed. One call over each contiguous piece.
 fn stream_checksum(dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
     let seed = dest_id ^ (u64::from(read_u32(header, field::stream::TAG)) << 32);
     let header_hash = XxHash3_64::oneshot_with_seed(
@@ -1013,7 +1019,16 @@ fn stream_checksum(dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
         &header[field::stream::CHECKSUM.end..STREAM_HEADER_LEN],
     );
     // The low 32 bits, by design (the field is a u32).
-    XxHash3_64::oneshot_with_seed(header_hash, payload) as u32
+    header_hash as u32 ^ payload_check(payload)
+}
+
+/// CRC32C of a frame's payload (0 for none, without a call: acks and pings).
+fn payload_check(payload: &[u8]) -> u32 {
+    if payload.is_empty() {
+        0
+    } else {
+        crc_fast::crc32_iscsi(payload)
+    }
 }
 
 /// The integrity check of a full frame whose `header` (at least [`FIXED_HEADER_LEN`]
@@ -1021,18 +1036,18 @@ fn stream_checksum(dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
 ///
 /// ```text
 /// header_hash = XXH3_64(header[12..], seed = u64_le(header[0..8]))
-/// checksum    = XXH3_64(payload, seed = header_hash) as u32
+/// checksum    = (header_hash as u32) XOR CRC32C(payload)
 /// ```
 ///
 /// The bytes before the checksum field (magic, version, type, flags, SACK count, payload
-/// length) are the first call's seed, the rest of the header its input; the second call
-/// covers the payload, seeded with the first's result. XXH3_64 is the 64-bit XXH3 of the
-/// xxHash reference (`XXH3_64bits_withSeed`).
+/// length) are the hash's seed, the rest of the header its input; the payload's CRC32C
+/// (0 for none) is XORed in. XXH3_64 is the 64-bit XXH3 of the xxHash reference
+/// (`XXH3_64bits_withSeed`), CRC32C the Castagnoli CRC of iSCSI (RFC 3720).
 fn checksum(header: &[u8], payload: &[u8]) -> u32 {
     let seed = read_u64(header, 0);
     let header_hash = XxHash3_64::oneshot_with_seed(seed, &header[field::CHECKSUM.end..]);
     // The low 32 bits, by design (the field is a u32).
-    XxHash3_64::oneshot_with_seed(header_hash, payload) as u32
+    header_hash as u32 ^ payload_check(payload)
 }
 
 /// Checks magic and version of a buffer of at least 3 bytes.
@@ -1122,11 +1137,12 @@ mod tests {
 
     /// The fixture's check, computed outside this crate through the documented formula
     /// with the xxHash reference library (libxxhash 0.8.1, `XXH3_64bits_withSeed` called
-    /// from Python through ctypes), not with the twox-hash crate.
-    const FIXTURE_CHECKSUM: u32 = 0x669b_175b;
+    /// from Python through ctypes) and a bit-at-a-time CRC32C written in Python (checked
+    /// against the RFC 3720 vectors), not with the crates.
+    const FIXTURE_CHECKSUM: u32 = 0xc243_0ff3;
 
     fn fixture_bytes() -> Vec<u8> {
-        let mut bytes = vec![b'Q', b'D', 4, 2, 0x01, 1, 5, 0];
+        let mut bytes = vec![b'Q', b'D', 5, 2, 0x01, 1, 5, 0];
         bytes.extend_from_slice(&FIXTURE_CHECKSUM.to_le_bytes());
         bytes.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
         bytes.extend_from_slice(&[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
@@ -1142,12 +1158,37 @@ mod tests {
         bytes
     }
 
-    /// The documented formula written out with the crate's XXH3 (the fixtures' literal
-    /// checks above come from the reference library instead).
+    /// The documented formula written out with the crates' XXH3 and CRC32C (the fixtures'
+    /// literal checks above come from the reference library instead).
     fn formula(bytes: &[u8], header_len: usize) -> u32 {
         let seed = u64::from_le_bytes(bytes[..8].try_into().unwrap());
         let header_hash = XxHash3_64::oneshot_with_seed(seed, &bytes[12..header_len]);
-        XxHash3_64::oneshot_with_seed(header_hash, &bytes[header_len..]) as u32
+        header_hash as u32 ^ crc_fast::crc32_iscsi(&bytes[header_len..])
+    }
+
+    #[test]
+    fn crc32c_matches_the_reference_vectors() {
+        // The check value of the CRC catalogue, and the vectors of RFC 3720, B.4.
+        assert_eq!(crc_fast::crc32_iscsi(b"123456789"), 0xE306_9283);
+        assert_eq!(crc_fast::crc32_iscsi(&[0; 32]), 0x8A91_36AA);
+        assert_eq!(crc_fast::crc32_iscsi(&[0xFF; 32]), 0x62A8_AB43);
+        let ascending: Vec<u8> = (0..32).collect();
+        assert_eq!(crc_fast::crc32_iscsi(&ascending), 0x46DD_794E);
+        let descending: Vec<u8> = (0..32).rev().collect();
+        assert_eq!(crc_fast::crc32_iscsi(&descending), 0x113F_DB5C);
+        assert_eq!(crc_fast::crc32_iscsi(&[]), 0);
+        // Long inputs take the folding loops: the same as a bit at a time.
+        let long = xxhash_sanity_buffer(70_000);
+        for len in [31, 64, 255, 256, 1456, 4096, 65_000, 70_000] {
+            let mut slow = !0u32;
+            for &byte in &long[..len] {
+                slow ^= u32::from(byte);
+                for _ in 0..8 {
+                    slow = (slow >> 1) ^ (0x82F6_3B78 & (slow & 1).wrapping_neg());
+                }
+            }
+            assert_eq!(crc_fast::crc32_iscsi(&long[..len]), !slow, "{len} bytes");
+        }
     }
 
     /// The sanity buffer of the xxHash repository's `cli/xsum_sanity_check.c`
@@ -1214,10 +1255,10 @@ mod tests {
         header[8..12].fill(0xEE); // the field itself does not enter the check
         assert_eq!(checksum(&header, b"hello"), FIXTURE_CHECKSUM);
         let stream = stream_fixture();
-        let seed = STREAM_DEST ^ (u64::from(u32::from_le_bytes([0xC4, 0x08, 0x07, 0x06])) << 32);
+        let seed = STREAM_DEST ^ (u64::from(u32::from_le_bytes([0xC5, 0x08, 0x07, 0x06])) << 32);
         let header_hash = XxHash3_64::oneshot_with_seed(seed, &stream[8..16]);
         assert_eq!(
-            XxHash3_64::oneshot_with_seed(header_hash, &stream[16..]) as u32,
+            header_hash as u32 ^ crc_fast::crc32_iscsi(&stream[16..]),
             STREAM_FIXTURE_CHECKSUM
         );
     }
@@ -1242,11 +1283,11 @@ mod tests {
     const STREAM_DEST: u64 = 0x0102_0304_0506_0708;
 
     /// The Stream fixture's check, from the reference library as [`FIXTURE_CHECKSUM`].
-    const STREAM_FIXTURE_CHECKSUM: u32 = 0xd4b8_f9dd;
+    const STREAM_FIXTURE_CHECKSUM: u32 = 0xdb56_fe6b;
 
     fn stream_fixture() -> Vec<u8> {
-        // Tag 0xC4 (version 4), short id 0x060708, then the check.
-        let mut bytes = vec![0xC4, 0x08, 0x07, 0x06];
+        // Tag 0xC5 (version 5), short id 0x060708, then the check.
+        let mut bytes = vec![0xC5, 0x08, 0x07, 0x06];
         bytes.extend_from_slice(&STREAM_FIXTURE_CHECKSUM.to_le_bytes());
         bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
         bytes.extend_from_slice(&0x0000_4000u32.to_le_bytes());
@@ -1364,8 +1405,8 @@ mod tests {
     fn ping_reply_fixture() {
         // An Ack answering Ping token 0x41 (ping 1 of path 1 with 64 paths), no SACK; its
         // check from the reference library as FIXTURE_CHECKSUM.
-        let mut bytes = vec![b'Q', b'D', 4, 3, 0x05, 0, 0, 0];
-        bytes.extend_from_slice(&0xc9b9_4194u32.to_le_bytes());
+        let mut bytes = vec![b'Q', b'D', 5, 3, 0x05, 0, 0, 0];
+        bytes.extend_from_slice(&0xda0c_dd98u32.to_le_bytes());
         bytes.extend_from_slice(&1u64.to_le_bytes());
         bytes.extend_from_slice(&2u64.to_le_bytes());
         bytes.extend_from_slice(&0x41u64.to_le_bytes());
@@ -1473,7 +1514,7 @@ mod tests {
     }
 
     #[test]
-    fn version_3_frames_are_refused_as_another_version() {
+    fn version_3_and_4_frames_are_refused_as_another_version() {
         // Genuine version-3 frames (CRC32C), byte for byte as the version-3 code sent them
         // (the former fuzz seeds frame_parse/seed-ping and seed-stream).
         let mut ping = vec![b'Q', b'D', 3, 4, 0x03, 0, 0, 0, 0xdd, 0x35, 0xbb, 0x89];
@@ -1483,7 +1524,7 @@ mod tests {
         ping.extend_from_slice(&0x1000u64.to_le_bytes());
         ping.extend_from_slice(&[0; 32]);
         let refused = Err(FrameError::UnsupportedVersion {
-            expected: 4,
+            expected: VERSION,
             actual: 3,
         });
         assert_eq!(Frame::parse(&ping), refused);
@@ -1496,6 +1537,17 @@ mod tests {
         assert_eq!(Frame::parse(&stream), refused);
         assert_eq!(Frame::parse_for(&stream[..1], STREAM_DEST), refused);
         assert_eq!(destination(&stream), None);
+        // A genuine version-4 Stream frame (XXH3 over the payload too): the former fixture.
+        let mut v4 = vec![0xC4, 0x08, 0x07, 0x06, 0xdd, 0xf9, 0xb8, 0xd4];
+        v4.extend_from_slice(&[0x01, 0x00, 0x00, 0x80, 0x00, 0x40, 0x00, 0x00]);
+        v4.extend_from_slice(b"raw stream bytes");
+        assert_eq!(
+            Frame::parse_for(&v4, STREAM_DEST),
+            Err(FrameError::UnsupportedVersion {
+                expected: VERSION,
+                actual: 4
+            })
+        );
     }
 
     #[test]
@@ -1524,18 +1576,18 @@ mod tests {
         assert_eq!(
             Frame::parse(&wrong),
             Err(FrameError::UnsupportedVersion {
-                expected: 4,
+                expected: VERSION,
                 actual: 9
             })
         );
-        // Frames of versions 2 and 3 (the previous formats) are refused by name.
-        for version in [2, 3] {
+        // Frames of versions 2 to 4 (the previous formats) are refused by name.
+        for version in [2, 3, 4] {
             let mut old = bytes.clone();
             old[2] = version;
             assert_eq!(
                 Frame::parse(&old),
                 Err(FrameError::UnsupportedVersion {
-                    expected: 4,
+                    expected: VERSION,
                     actual: version
                 })
             );
