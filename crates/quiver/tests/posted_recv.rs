@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, Error, TransportKind};
+use quiver::{Addr, Config, Error, TransportKind};
 
 const LINKS: usize = 3;
 /// Capacity of the ordinary posted receives; every third one gets [`LARGE_BYTES`].
@@ -69,15 +69,7 @@ fn posted_receives_on_a_lossy_striped_connection() {
     };
     // Each rank sees the other's links at the proxy.
     let context = |rank: u32, table: Vec<Vec<SocketAddr>>| {
-        Context::builder()
-            .rank(rank)
-            .size(2)
-            .job_id(job_id)
-            .job_key([7; 32])
-            .links(table)
-            .config(config.clone())
-            .build()
-            .expect("context")
+        support::two_rank_context(rank, job_id, 7, table, &config)
     };
     let sizes = sizes();
     let receiver = {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, TransportKind};
+use quiver::{Addr, Config, TransportKind};
 
 static NEXT_JOB: AtomicU32 = AtomicU32::new(1);
 
@@ -53,15 +53,7 @@ fn transfer(scatter_min: usize, drop_per_mille: u64) -> (quiver::DatagramStats, 
         ..Config::default()
     };
     let context = |rank: u32, table: Vec<Vec<SocketAddr>>| {
-        Context::builder()
-            .rank(rank)
-            .size(2)
-            .job_id(job_id)
-            .job_key([9; 32])
-            .links(table)
-            .config(config.clone())
-            .build()
-            .expect("context")
+        support::two_rank_context(rank, job_id, 9, table, &config)
     };
     let sizes = sizes();
     let receiver = {

@@ -960,10 +960,7 @@ impl ReliableConnection {
             return 0;
         }
         self.send.paths.on_arrival(path);
-        let bytes = match payload {
-            Payload::Bytes(bytes) => bytes,
-            Payload::InReader(_) => &[],
-        };
+        let bytes = payload.bytes();
         let mut direct = 0;
         match header.frame_type {
             FrameType::Handshake => {
@@ -1753,10 +1750,7 @@ impl ReliableConnection {
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> usize {
-        let bytes = match payload {
-            Payload::Bytes(bytes) => bytes,
-            Payload::InReader(_) => &[],
-        };
+        let bytes = payload.bytes();
         if !matches!(
             self.state,
             State::Established | State::Closing | State::Closed

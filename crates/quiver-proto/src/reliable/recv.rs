@@ -73,6 +73,16 @@ pub(super) enum Payload<'a> {
     InReader(usize),
 }
 
+impl<'a> Payload<'a> {
+    /// The bytes in hand: none for a payload in the reader's buffer.
+    pub(super) fn bytes(self) -> &'a [u8] {
+        match self {
+            Payload::Bytes(bytes) => bytes,
+            Payload::InReader(_) => &[],
+        }
+    }
+}
+
 /// How a taken frame affects acking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Arrival {
@@ -187,9 +197,10 @@ impl RecvState {
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
-        let (payload_len, bytes) = match payload {
-            Payload::Bytes(bytes) => (bytes.len(), bytes),
-            Payload::InReader(len) => (len, &[][..]),
+        let bytes = payload.bytes();
+        let payload_len = match payload {
+            Payload::Bytes(bytes) => bytes.len(),
+            Payload::InReader(len) => len,
         };
         let Some(index) = packet_number.checked_sub(self.cumulative) else {
             return Err(Refusal::Duplicate);

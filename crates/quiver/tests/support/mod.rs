@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use quiver::{Addr, Connection, Endpoint};
+use quiver::{Addr, Config, Connection, Context, Endpoint};
 
 /// `len` bytes that differ from message to message (`seed`) and along the message.
 pub(crate) fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -38,6 +38,26 @@ pub(crate) fn free_port(hosts: u8) -> u16 {
             return port;
         }
     }
+}
+
+/// Rank `rank` of a two-rank job (`job_id`, a key of `key` bytes) whose ranks' links are
+/// `links` (each rank's table: its own links first, then how it sees the other's).
+pub(crate) fn two_rank_context(
+    rank: u32,
+    job_id: u64,
+    key: u8,
+    links: Vec<Vec<SocketAddr>>,
+    config: &Config,
+) -> Context {
+    Context::builder()
+        .rank(rank)
+        .size(2)
+        .job_id(job_id)
+        .job_key([key; 32])
+        .links(links)
+        .config(config.clone())
+        .build()
+        .expect("context")
 }
 
 /// Connects `endpoint` to endpoint 1 of rank 1, sends one `pattern` message per size of
