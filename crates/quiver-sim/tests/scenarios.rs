@@ -981,7 +981,7 @@ fn lossy_lending_flow(
     let mut rng = sim.fork_rng(1);
     let script = MessageScript::mixed(&mut rng, messages, 40_000);
     let config = ReliableConfig {
-        compact_data_frames: seed % 2 == 0,
+        compact_data_frames: seed.is_multiple_of(2),
         ..sweep_config()
     };
     let mut flow_config = FlowConfig::new(sender, receiver, config, script);

@@ -22,7 +22,7 @@ const OFF_ARMED: usize = 0;
 const OFF_SIGNALS: usize = 4;
 
 fn word(map: &Mapping, off: usize) -> &AtomicU32 {
-    debug_assert!(off + 4 <= map.len() && off % 4 == 0);
+    debug_assert!(off + 4 <= map.len() && off.is_multiple_of(4));
     // SAFETY: `off` is one of the 4-aligned constants above, inside a page-sized mapping
     // that lives as long as the borrow; AtomicU32 tolerates concurrent cross-process access.
     unsafe { &*(map.as_ptr().add(off) as *const AtomicU32) }

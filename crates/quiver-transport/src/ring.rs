@@ -198,7 +198,7 @@ struct Shared {
 
 impl Shared {
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= DATA_OFFSET);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= DATA_OFFSET);
         // SAFETY: `off` is a 4-aligned offset inside the control area (checked above in debug,
         // and all callers pass the constants above); the mapping is page-aligned and lives as
         // long as `self`. AtomicU32 has the layout of u32 and tolerates concurrent access.
@@ -206,7 +206,7 @@ impl Shared {
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= DATA_OFFSET);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= DATA_OFFSET);
         // SAFETY: as in `u32_at`, for an 8-aligned offset in the control area.
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
     }
@@ -330,7 +330,7 @@ impl Consumer {
     /// used to check that all fragments of a message have arrived before taking it.
     #[inline]
     pub fn record_at(&self, pos: u64) -> Result<Option<Record>, RingError> {
-        debug_assert!(pos % LINE == 0 && pos >= self.head);
+        debug_assert!(pos.is_multiple_of(LINE) && pos >= self.head);
         let off = pos & (self.capacity - 1);
         let st = self.shared.stamp_at(off).load(Ordering::Acquire);
         if st != stamp(pos, self.salt) {
@@ -677,7 +677,7 @@ impl Producer {
     /// Re-reads the consumer's head, validating it.
     fn refresh_head(&mut self) -> Result<(), RingError> {
         let head = self.shared.u64_at(OFF_HEAD).load(Ordering::Acquire);
-        if head < self.cached_head || head > self.tail || head % LINE != 0 {
+        if head < self.cached_head || head > self.tail || !head.is_multiple_of(LINE) {
             return Err(RingError::Corrupt {
                 field: "head",
                 value: head,
@@ -930,7 +930,7 @@ mod tests {
             let mut tail = 0u64;
             for len in lens {
                 let size = record_size(len);
-                prop_assert!(size % LINE == 0 && size >= HEADER_BYTES + len);
+                prop_assert!(size.is_multiple_of(LINE) && size >= HEADER_BYTES + len);
                 let pad = placement(tail, size, cap);
                 let start = tail + pad;
                 let off = start & (cap - 1);

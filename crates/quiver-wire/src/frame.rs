@@ -844,7 +844,9 @@ impl<'a> MoreSackRanges<'a> {
             });
         }
         let count = payload.len() / SACK_RANGE_LEN;
-        if payload.len() % SACK_RANGE_LEN != 0 || header.sack.len() + count > MAX_ACK_RANGES {
+        if !payload.len().is_multiple_of(SACK_RANGE_LEN)
+            || header.sack.len() + count > MAX_ACK_RANGES
+        {
             return Err(FrameError::BadAckPayload {
                 len: payload.len(),
                 max: MAX_ACK_RANGES,

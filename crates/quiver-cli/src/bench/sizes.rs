@@ -78,7 +78,7 @@ pub(crate) fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
 pub(crate) fn format_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (unit_bytes, unit_name) in UNITS {
-        if bytes >= unit_bytes && bytes % unit_bytes == 0 {
+        if bytes >= unit_bytes && bytes.is_multiple_of(unit_bytes) {
             return format!("{} {unit_name}", bytes / unit_bytes);
         }
     }

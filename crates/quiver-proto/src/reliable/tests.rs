@@ -224,7 +224,7 @@ impl PostedApp {
         self.pulls += 1;
         if self
             .switch_every
-            .is_some_and(|every| self.pulls % every == 0)
+            .is_some_and(|every| self.pulls.is_multiple_of(every))
         {
             self.posting = !self.posting;
             if !self.posting {
@@ -234,7 +234,7 @@ impl PostedApp {
         if self.posting
             && self
                 .withdraw_every
-                .is_some_and(|every| self.pulls % every == 0)
+                .is_some_and(|every| self.pulls.is_multiple_of(every))
         {
             self.withdraw(b);
         }

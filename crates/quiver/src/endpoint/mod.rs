@@ -328,7 +328,7 @@ impl Wait {
     /// short waits never read the clock.
     fn spinning(&mut self, spin: Duration) -> (bool, bool) {
         self.spins = self.spins.wrapping_add(1);
-        let periodic = self.spins % 1024 == 0;
+        let periodic = self.spins.is_multiple_of(1024);
         let still = !periodic || {
             let start = self.start();
             let now = Instant::now();
@@ -1180,7 +1180,7 @@ impl Endpoint {
 
     fn would_block<T>(&mut self) -> Result<T> {
         self.idle_polls = self.idle_polls.wrapping_add(1);
-        if self.idle_polls % 256 == 0 {
+        if self.idle_polls.is_multiple_of(256) {
             // Nothing is arriving: let senders see the space we freed, and notice dead peers.
             self.flush_inbound();
             if self.config.detect.is_some() {
