@@ -694,17 +694,18 @@ impl UdpSocket {
                 source,
             });
         }
-        // Put back together in the first slot: the tail (already there) moves up behind
-        // what head and body hold.
+        // Put back together in the first slot, as much as it holds: the tail (already
+        // there) moves up behind what head and body hold.
         let slot = &mut batch.data[..batch.buffer_bytes];
         let in_head = length.min(head_len);
         let in_body = (length - in_head).min(body_len);
-        let in_tail = (length - in_head - in_body).min(slot.len());
-        let kept = (in_head + in_body + in_tail).min(slot.len());
-        let tail_kept = kept - (in_head + in_body).min(kept);
-        slot.copy_within(..tail_kept, in_head + in_body);
-        slot[..in_head].copy_from_slice(&head[..in_head]);
-        slot[in_head..in_head + in_body].copy_from_slice(&body[..in_body]);
+        let keep_head = in_head.min(slot.len());
+        let keep_body = in_body.min(slot.len() - keep_head);
+        let keep_tail = (length - in_head - in_body).min(slot.len() - keep_head - keep_body);
+        slot.copy_within(..keep_tail, keep_head + keep_body);
+        slot[..keep_head].copy_from_slice(&head[..keep_head]);
+        slot[keep_head..keep_head + keep_body].copy_from_slice(&body[..keep_body]);
+        let kept = keep_head + keep_body + keep_tail;
         batch.metadata[0] = RecvMetadata {
             source,
             length_bytes: kept,
@@ -1754,6 +1755,18 @@ mod tests {
                 SplitRecv::Nothing
             );
         }
+        // A slot shorter than head and body: what fits, reported cut.
+        let mut small = RecvBatch::new(1, 64);
+        let sent = pattern(5000);
+        a.send_to(b.local_address(), &sent).unwrap();
+        assert!(b.wait_readable(Some(Duration::from_secs(5))).unwrap());
+        assert_eq!(
+            b.recv_split(&mut small, &mut head, &mut body).unwrap(),
+            SplitRecv::Whole
+        );
+        let message = small.message(0);
+        assert!(message.truncated);
+        assert_eq!(message.data, &sent[..64]);
         // Several datagrams coalesced by GRO come back together, to be read split.
         b.set_gro(true).unwrap();
         send_gso_run(&mut a, &b, 8, 100);
