@@ -81,6 +81,14 @@ impl<'a> Payload<'a> {
             Payload::InReader(_) => &[],
         }
     }
+
+    /// How many bytes the payload has, wherever they are.
+    pub(super) fn len(self) -> usize {
+        match self {
+            Payload::Bytes(bytes) => bytes.len(),
+            Payload::InReader(len) => len,
+        }
+    }
 }
 
 /// How a taken frame affects acking.
@@ -197,11 +205,7 @@ impl RecvState {
         reader: &mut [u8],
         buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
-        let bytes = payload.bytes();
-        let payload_len = match payload {
-            Payload::Bytes(bytes) => bytes.len(),
-            Payload::InReader(len) => len,
-        };
+        let (bytes, payload_len) = (payload.bytes(), payload.len());
         let Some(index) = packet_number.checked_sub(self.cumulative) else {
             return Err(Refusal::Duplicate);
         };
