@@ -1406,6 +1406,14 @@ impl ReliableConnection {
         self.send.capacity()
     }
 
+    /// Whether data frames may still be waiting to go: bytes written or lent and not yet
+    /// sent, or frames queued for retransmission. False means the data frames
+    /// `poll_transmit` returned so far were all there was: an engine may send the one it
+    /// holds at once instead of gathering it with more (only control frames can follow).
+    pub fn data_waiting(&self) -> bool {
+        self.send.data_waiting()
+    }
+
     /// True when every byte written has been acknowledged by the peer (and no ack waits to
     /// be processed: module docs).
     pub fn all_acked(&self) -> bool {

@@ -980,6 +980,12 @@ impl SendState {
         u64::from(frame.payload_len) + overhead
     }
 
+    /// Whether data frames may be waiting to go: bytes written (or lent) and not yet sent,
+    /// or frames queued for retransmission (some of which may turn out stale).
+    pub(super) fn data_waiting(&self) -> bool {
+        self.next_offset < self.write_offset || !self.retransmit_queue.is_empty()
+    }
+
     /// Whether a frame declared lost waits for retransmission (drops stale entries).
     fn retransmission_pending(&mut self) -> bool {
         while let Some(&packet_number) = self.retransmit_queue.front() {

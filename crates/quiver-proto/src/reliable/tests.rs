@@ -576,6 +576,36 @@ fn handshake_establishes_both_sides() {
 }
 
 #[test]
+fn data_waiting_says_whether_more_data_frames_follow() {
+    let mut pair = Pair::established();
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let now = pair.now;
+    assert!(!pair.a.data_waiting(), "nothing written yet");
+    // A message of one frame: once that frame is out, nothing waits.
+    pair.a.start_message(8).unwrap();
+    assert_eq!(pair.a.write_message(&[7; 8]), 8);
+    assert!(pair.a.data_waiting());
+    assert!(pair.a.poll_transmit(now, &mut header).is_some());
+    assert!(!pair.a.data_waiting());
+    // A message of three frames: data waits until the third is out.
+    let len = 2 * small_config().max_data_payload_bytes() + 100;
+    pair.a.start_message(len as u64).unwrap();
+    let mut written = 0;
+    while written < len {
+        let n = pair.a.write_message(&vec![1; len - written]);
+        assert!(n > 0, "the send buffer holds the message");
+        written += n;
+    }
+    let mut frames = 0;
+    while pair.a.data_waiting() {
+        assert!(pair.a.poll_transmit(now, &mut header).is_some());
+        frames += 1;
+        assert!(frames <= 3, "data still waits after the message's frames");
+    }
+    assert_eq!(frames, 3);
+}
+
+#[test]
 fn wrong_key_is_refused_and_counted() {
     let mut pair = Pair::new(small_config(), small_config(), 7, 8);
     pair.run_until(|pair| {
