@@ -93,6 +93,12 @@ const RECV_BATCH: usize = 64;
 /// and copy.
 const RECV_BUDGET_BYTES: usize = 512 << 10;
 
+/// A datagram sent alone (an answer: see [`Engine::flush`]) whose payload is in place and at
+/// most this long is copied next to its header and sent with one `send`: on loopback a
+/// `send` of the copy took 60-140 ns less than a gathered `sendmmsg` up to 1 KiB and the
+/// same at 4 KiB (docs/PERFORMANCE.md, "Session 14").
+const LONE_COPY_MAX_BYTES: usize = 2048;
+
 /// Bytes of datagrams gathered before one `sendmmsg`.
 const TX_BYTES: usize = 1 << 20;
 /// Messages taken by one `recvmmsg`.
@@ -2094,11 +2100,13 @@ impl Engine {
     /// Sends everything connection `id` has to send, each datagram on the socket of its
     /// path to the peer's address there.
     ///
-    /// The first datagram, when it is a copied one (a small frame: an answer, an ack), leaves
-    /// at once, before the protocol is asked for more: what a poll for more costs (at least
-    /// the `poll_transmit` that finds nothing, which also runs the connection's timer
-    /// bookkeeping) then runs while the datagram is on its way, not before it
-    /// (docs/PERFORMANCE.md, "udp latency path (session 8)").
+    /// The first datagram, when it is a copied one (a small frame: an answer, an ack) or
+    /// one with its payload in place that no other data frame follows (an answer of 512 B
+    /// or more: `Config::udp_in_place_min`), leaves at once, before the protocol is asked
+    /// for more: what a poll for more costs (at least the `poll_transmit` that finds
+    /// nothing, which also runs the connection's timer bookkeeping) then runs while the
+    /// datagram is on its way, not before it (docs/PERFORMANCE.md, "udp latency path
+    /// (session 8)", "Session 14").
     fn flush(&mut self, id: u64) {
         self.flush_lent(id, &[]);
     }
@@ -2173,22 +2181,57 @@ impl Engine {
                                     offset,
                                     len: t.header_len + t.payload.len(),
                                 });
-                                if first {
-                                    // Sent before asking for more (see above).
-                                    let via = match entry.status {
-                                        Status::Open => sender_for(
-                                            &mut entry.senders,
-                                            path,
-                                            io.socket.local_address(),
-                                            to,
-                                        ),
-                                        _ => None,
-                                    };
-                                    io.send_all(to, &entry.core, lent, &entry.posted, via);
-                                    io.tx.clear();
-                                    io.tx_out.clear();
+                            }
+                        }
+                        let alone = first
+                            && match io.tx_out.last() {
+                                Some(TxEntry::Copied { .. }) => true,
+                                // A payload in place goes at once only when no data follows
+                                // it (the answer, not the first frame of a stream).
+                                _ => !entry.core.data_waiting(),
+                            };
+                        if alone {
+                            // Sent before asking for more (see above). A short payload in
+                            // place is copied next to its header first: one `send` costs less
+                            // than a gathered `sendmmsg` (LONE_COPY_MAX_BYTES).
+                            if let Some(&TxEntry::InPlace {
+                                offset,
+                                header_len,
+                                stream_offset,
+                                payload_len,
+                            }) = io.tx_out.last()
+                            {
+                                let posted = &entry.posted;
+                                let payload = (payload_len <= LONE_COPY_MAX_BYTES)
+                                    .then(|| {
+                                        entry.core.payload_at_lending(
+                                            stream_offset,
+                                            payload_len,
+                                            |token| lender(lent, posted, token),
+                                        )
+                                    })
+                                    .flatten();
+                                if let Some(payload) = payload {
+                                    io.tx.extend_from_slice(payload);
+                                    io.tx_out.pop();
+                                    io.tx_out.push(TxEntry::Copied {
+                                        offset,
+                                        len: header_len + payload_len,
+                                    });
                                 }
                             }
+                            let via = match entry.status {
+                                Status::Open => sender_for(
+                                    &mut entry.senders,
+                                    path,
+                                    io.socket.local_address(),
+                                    to,
+                                ),
+                                _ => None,
+                            };
+                            io.send_all(to, &entry.core, lent, &entry.posted, via);
+                            io.tx.clear();
+                            io.tx_out.clear();
                         }
                         first = false;
                         full = io.tx.len() >= TX_BYTES
@@ -2408,9 +2451,15 @@ impl Engine {
                         io.rx = Some(rx);
                     }
                     taken += got;
-                    // A single small datagram goes to the application first; the next poll
-                    // asks for a batch.
-                    if got < asked || (asked == 1 && !streaming) {
+                    // A single small datagram goes to the application first, and so does a
+                    // large one that completed a message (an answer of 1400 B or more): the
+                    // next poll asks for a batch.
+                    let completed = streaming
+                        && touched
+                            .last()
+                            .and_then(|id| self.conns.get(id))
+                            .is_some_and(|entry| entry.core.message_ready());
+                    if got < asked || (asked == 1 && (!streaming || completed)) {
                         break;
                     }
                 }
