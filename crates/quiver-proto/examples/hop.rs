@@ -124,23 +124,16 @@ fn main() {
     let started = Instant::now();
     for round in 0..round_trips {
         let mut message = round.to_le_bytes();
-        // About 2 us per hop, as over loopback.
-        now += 2_000;
-        hop(
-            &mut a,
-            &mut b,
-            now,
-            (&mut header, &mut datagram),
-            &mut message,
-        );
-        now += 2_000;
-        hop(
-            &mut b,
-            &mut a,
-            now,
-            (&mut header, &mut datagram),
-            &mut message,
-        );
+        // There and back, about 2 us per hop as over loopback.
+        for there in [true, false] {
+            let (from, to) = if there {
+                (&mut a, &mut b)
+            } else {
+                (&mut b, &mut a)
+            };
+            now += 2_000;
+            hop(from, to, now, (&mut header, &mut datagram), &mut message);
+        }
         assert_eq!(message, round.to_le_bytes());
     }
     let elapsed = started.elapsed();
