@@ -192,6 +192,16 @@ impl UdpIo {
         }
     }
 
+    /// [`UdpIo::send_all`] for connection `entry` on `path` to `to`: through the
+    /// connection's own connected socket for that path while it is open.
+    fn send_for(&mut self, entry: &mut Entry, path: usize, to: SocketAddr, lent: &[u8]) {
+        let via = match entry.status {
+            Status::Open => sender_for(&mut entry.senders, path, self.socket.local_address(), to),
+            _ => None,
+        };
+        self.send_all(to, &entry.core, lent, &entry.posted, via);
+    }
+
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
     /// to `to`, when given); in-place payloads come from `core` (lent ones from `lent`, the
     /// message being sent in place: see [`DgramShared::send_in_place`]). A datagram the kernel
@@ -2220,16 +2230,7 @@ impl Engine {
                                     });
                                 }
                             }
-                            let via = match entry.status {
-                                Status::Open => sender_for(
-                                    &mut entry.senders,
-                                    path,
-                                    io.socket.local_address(),
-                                    to,
-                                ),
-                                _ => None,
-                            };
-                            io.send_all(to, &entry.core, lent, &entry.posted, via);
+                            io.send_for(entry, path, to, lent);
                             io.tx.clear();
                             io.tx_out.clear();
                         }
@@ -2244,13 +2245,7 @@ impl Engine {
                 if let Socket::Udp(io) = socket {
                     if !io.tx_out.is_empty() {
                         let to = entry.paths.get(path).copied().unwrap_or(entry.to);
-                        let via = match entry.status {
-                            Status::Open => {
-                                sender_for(&mut entry.senders, path, io.socket.local_address(), to)
-                            }
-                            _ => None,
-                        };
-                        io.send_all(to, &entry.core, lent, &entry.posted, via);
+                        io.send_for(entry, path, to, lent);
                     }
                 }
             }
