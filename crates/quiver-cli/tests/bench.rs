@@ -286,6 +286,38 @@ fn raw_tcp_baseline_reports_every_point() {
     raw_baseline_reports_every_point("raw-tcp");
 }
 
+#[test]
+fn wire_reports_every_variant_of_every_pair() {
+    let output = quiver_bench(&["wire", "--rounds", "3", "--iters", "100", "--json", "-"]);
+    let records = json_lines(&output);
+    let wire = of_test(&records, "wire");
+    // Three pairs of three latency blocks (8 B) and three bandwidth blocks (1 MiB).
+    assert_eq!(wire.len(), 18, "{records:?}");
+    for pair in 0..3 {
+        let of_pair: Vec<&&Value> = wire.iter().filter(|r| r["round"] == pair).collect();
+        let mut latency: Vec<&str> = of_pair
+            .iter()
+            .filter(|r| r["size"] == 8)
+            .map(|r| {
+                positive(r, "latency_us");
+                r["variant"].as_str().unwrap_or("")
+            })
+            .collect();
+        let mut bandwidth: Vec<&str> = of_pair
+            .iter()
+            .filter(|r| r["size"] == 1 << 20)
+            .map(|r| {
+                positive(r, "bandwidth_MBps");
+                r["variant"].as_str().unwrap_or("")
+            })
+            .collect();
+        latency.sort_unstable();
+        bandwidth.sort_unstable();
+        assert_eq!(latency, ["data", "plain", "stream"], "pair {pair}");
+        assert_eq!(bandwidth, ["checked", "plain", "tcp"], "pair {pair}");
+    }
+}
+
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let directory =
         std::env::temp_dir().join(format!("quiver-bench-{name}-{}", std::process::id()));

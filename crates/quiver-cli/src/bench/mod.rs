@@ -39,6 +39,7 @@ mod sizes;
 mod stats;
 pub(crate) mod stripe;
 mod suite;
+mod wire;
 mod worker;
 
 pub(crate) use plan::Transport as BenchTransport;
@@ -328,7 +329,12 @@ pub(crate) fn main(args: BenchArgs) -> i32 {
 fn run(args: &BenchArgs, plan: &Plan, cpus: [usize; 2]) -> Result<(), String> {
     let mut report = open_report(args.json.as_deref())?;
     report.set_style(args.format);
-    if let Some(suite) = plan.tests.iter().copied().find(|test| test.is_suite()) {
+    if plan.tests.contains(&TestName::Wire) {
+        wire::run(
+            wire::WirePlan::new(args.rounds, args.iters, cpus),
+            &mut report,
+        )?;
+    } else if let Some(suite) = plan.tests.iter().copied().find(|test| test.is_suite()) {
         run_suite(args, suite, cpus, &mut report)?;
     } else {
         run_tests(args, plan, cpus, &mut report)?;
@@ -692,6 +698,14 @@ fn plan_from_args(args: &BenchArgs) -> Result<Plan, String> {
         _ => None,
     };
     match args.rounds {
+        Some(rounds)
+            if tests.contains(&TestName::Wire) && !(1..=MAX_INTERLEAVE_PAIRS).contains(&rounds) =>
+        {
+            return Err(format!(
+                "--rounds must be between 1 and {MAX_INTERLEAVE_PAIRS}"
+            ));
+        }
+        Some(_) if tests.contains(&TestName::Wire) => {}
         Some(_) if interleave_sides.is_none() && args.detect != Detect::Both => {
             return Err(
                 "--rounds needs --detect both or interleave, or --baseline interleave".to_string(),
@@ -973,6 +987,16 @@ mod tests {
         let parsed = parse(&arguments).expect("worker command line parses");
         assert!(parsed.worker);
         assert_eq!(plan_from_args(&parsed).expect("valid"), original);
+    }
+
+    #[test]
+    fn wire_runs_alone_with_its_own_rounds() {
+        let wire = plan(&["wire", "--rounds", "6", "--iters", "500"]).expect("valid");
+        assert_eq!(wire.tests, vec![TestName::Wire]);
+        assert!(plan(&["wire"]).is_ok());
+        assert!(plan(&["wire", "pingpong"]).is_err());
+        assert!(plan(&["wire", "--rounds", "0"]).is_err());
+        assert!(plan(&["wire", "--rounds", "1001"]).is_err());
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub(crate) enum TestName {
     Crossover,
     /// Every transport and baseline side by side, with the floors (one table).
     Compare,
+    /// What quiver's frames cost by themselves: plain udp sockets with and without
+    /// quiver's frame headers and checks, interleaved in one run (no protocol).
+    Wire,
 }
 
 impl TestName {
@@ -43,6 +46,7 @@ impl TestName {
             TestName::Pool => "pool",
             TestName::Crossover => "crossover",
             TestName::Compare => "compare",
+            TestName::Wire => "wire",
         }
     }
 
@@ -51,13 +55,16 @@ impl TestName {
     pub(crate) fn needs_ranks(self) -> bool {
         !matches!(
             self,
-            TestName::Floor | TestName::Crossover | TestName::Compare
+            TestName::Floor | TestName::Crossover | TestName::Compare | TestName::Wire
         )
     }
 
     /// Whether the test starts rank jobs of its own (and must be named alone).
     pub(crate) fn is_suite(self) -> bool {
-        matches!(self, TestName::Crossover | TestName::Compare)
+        matches!(
+            self,
+            TestName::Crossover | TestName::Compare | TestName::Wire
+        )
     }
 
     /// Whether the test sweeps the message sizes (one point per size).
@@ -368,7 +375,7 @@ impl Plan {
                 TestName::Pool => 2 * self.sizes.len(),
                 // One point per size and the fit.
                 TestName::Loggp => self.sizes.len() + 1,
-                TestName::Floor | TestName::Crossover | TestName::Compare => 0,
+                TestName::Floor | TestName::Crossover | TestName::Compare | TestName::Wire => 0,
             })
             .sum()
     }

@@ -227,7 +227,11 @@ fn run_tests(plan: &Plan, baseline: &mut RawBaseline) -> Result<(), String> {
                     emit(&mut output, Some(record), plan)?;
                 }
             }
-            TestName::Floor | TestName::Pool | TestName::Crossover | TestName::Compare => {}
+            TestName::Floor
+            | TestName::Pool
+            | TestName::Crossover
+            | TestName::Compare
+            | TestName::Wire => {}
         }
     }
     Ok(())
@@ -474,7 +478,10 @@ pub(crate) fn exchange_over(
 
 /// Waits by spinning: `attempt` returns `Ok(Some(_))` when done and `Ok(None)` to be tried
 /// again; after [`STALL_TIMEOUT`] without success the wait fails with `TimedOut`.
-fn spin<T>(what: &str, mut attempt: impl FnMut() -> io::Result<Option<T>>) -> io::Result<T> {
+pub(crate) fn spin<T>(
+    what: &str,
+    mut attempt: impl FnMut() -> io::Result<Option<T>>,
+) -> io::Result<T> {
     let mut spins = 0u32;
     let mut started: Option<Instant> = None;
     loop {
@@ -500,7 +507,7 @@ fn spin<T>(what: &str, mut attempt: impl FnMut() -> io::Result<Option<T>>) -> io
 }
 
 /// `Ok(Some(n))` for progress, `Ok(None)` for "try again", errors otherwise.
-fn would_block(result: io::Result<usize>) -> io::Result<Option<usize>> {
+pub(crate) fn would_block(result: io::Result<usize>) -> io::Result<Option<usize>> {
     match result {
         Ok(count) => Ok(Some(count)),
         Err(error)
@@ -519,7 +526,7 @@ fn would_block(result: io::Result<usize>) -> io::Result<Option<usize>> {
 /// look with `poll` before they read or write: `tcp_poll` takes no lock, while a failed
 /// non-blocking `recv` takes the socket lock and, spinning, pushes every arriving segment
 /// through the backlog (measured: about 3x lower message rate).
-fn ready(stream: &TcpStream, events: libc::c_short) -> io::Result<bool> {
+pub(crate) fn ready(stream: &TcpStream, events: libc::c_short) -> io::Result<bool> {
     let mut fds = [libc::pollfd {
         fd: stream.as_raw_fd(),
         events,
@@ -888,7 +895,7 @@ impl RawLink for UdpLink {
 }
 
 /// Bytes of a page (the alignment of the baselines' message buffers).
-const PAGE_BYTES: usize = 4096;
+pub(crate) const PAGE_BYTES: usize = 4096;
 
 /// The `len` bytes of `storage` (at least `len + PAGE_BYTES` long) that start on a page
 /// boundary. A large `Vec` starts 16 bytes into a page (malloc's header); the kernel's copy
@@ -898,7 +905,7 @@ const PAGE_BYTES: usize = 4096;
 /// one way against 370-480 µs page-aligned (a C program, 2026-11-21). A strong baseline
 /// does not lose to that; quiver's tcp framing happens to shift its payload by its 16-byte
 /// header, out of the slow window.
-fn page_aligned(storage: &mut [u8], len: usize) -> &mut [u8] {
+pub(crate) fn page_aligned(storage: &mut [u8], len: usize) -> &mut [u8] {
     let offset = storage.as_ptr().align_offset(PAGE_BYTES).min(PAGE_BYTES);
     &mut storage[offset..offset + len]
 }

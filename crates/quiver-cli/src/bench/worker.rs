@@ -262,7 +262,7 @@ pub(crate) fn run(plan: &Plan) -> Result<(), String> {
                     }
                 }
             }
-            TestName::Floor | TestName::Crossover | TestName::Compare => {}
+            TestName::Floor | TestName::Crossover | TestName::Compare | TestName::Wire => {}
         }
     }
     if let Some(BaselineLink::Quiver(tcp)) = baseline.as_mut() {
