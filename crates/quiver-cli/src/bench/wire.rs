@@ -105,6 +105,16 @@ impl Bulk {
             Bulk::Tcp => "tcp",
         }
     }
+
+    /// A udp variant's message bytes per datagram and header bytes before them; None for
+    /// tcp.
+    fn datagram_layout(self) -> Option<(usize, usize)> {
+        match self {
+            Bulk::Plain => Some((DATAGRAM_BYTES, 0)),
+            Bulk::Checked => Some((CHECKED_PAYLOAD_BYTES, frame::STREAM_HEADER_LEN)),
+            Bulk::Tcp => None,
+        }
+    }
 }
 
 /// The variants of pair `pair`, in the order they run (rotated from pair to pair, so each
@@ -268,17 +278,11 @@ impl Side {
     /// Sends `message` in datagrams of [`DATAGRAM_BYTES`], checked or not (gathered with
     /// `sendmmsg`, as quiver's engine sends), or over tcp.
     fn send_bulk(&mut self, variant: Bulk, message: &[u8]) -> io::Result<()> {
-        let chunk_bytes = match variant {
-            Bulk::Plain => DATAGRAM_BYTES,
-            Bulk::Checked => CHECKED_PAYLOAD_BYTES,
-            Bulk::Tcp => return self.send_tcp(message),
+        let Some((chunk_bytes, head_len)) = variant.datagram_layout() else {
+            return self.send_tcp(message);
         };
         let chunks: Vec<&[u8]> = message.chunks(chunk_bytes).collect();
         let mut heads = vec![[0u8; frame::STREAM_HEADER_LEN]; chunks.len()];
-        let head_len = match variant {
-            Bulk::Checked => frame::STREAM_HEADER_LEN,
-            Bulk::Plain | Bulk::Tcp => 0,
-        };
         if variant == Bulk::Checked {
             let mut offset = 0u64;
             for (head, chunk) in heads.iter_mut().zip(&chunks) {
@@ -326,14 +330,8 @@ impl Side {
     /// Receives a message of `buffer.len()` bytes sent by [`Side::send_bulk`] straight
     /// into `buffer` with `recvmmsg` (checked: each datagram's header apart, then verified).
     fn receive_bulk(&mut self, variant: Bulk, buffer: &mut [u8]) -> io::Result<()> {
-        let chunk_bytes = match variant {
-            Bulk::Plain => DATAGRAM_BYTES,
-            Bulk::Checked => CHECKED_PAYLOAD_BYTES,
-            Bulk::Tcp => return self.receive_tcp(buffer),
-        };
-        let head_len = match variant {
-            Bulk::Checked => frame::STREAM_HEADER_LEN,
-            Bulk::Plain | Bulk::Tcp => 0,
+        let Some((chunk_bytes, head_len)) = variant.datagram_layout() else {
+            return self.receive_tcp(buffer);
         };
         let count = buffer.len().div_ceil(chunk_bytes);
         let mut heads = vec![[0u8; frame::STREAM_HEADER_LEN]; count];
@@ -682,40 +680,67 @@ fn summary<T: Copy + PartialEq>(rows: &[Vec<(T, f64)>], variant: T, plain: T) ->
     }
 }
 
+/// A summary's ratio, its interval, or "-" for the plain variant itself.
+fn ratio_text(summary: &Summary) -> String {
+    match summary.ratio {
+        None => "-".to_string(),
+        Some((ratio, Some((low, high)))) => format!("{ratio:.3}   {low:.3} .. {high:.3}"),
+        Some((ratio, None)) => format!("{ratio:.3}   - (too few pairs)"),
+    }
+}
+
+/// One row of a table: the variant, its figure and its ratio.
+fn write_row(table: &mut dyn Write, name: &str, figure: &str, summary: &Summary) -> io::Result<()> {
+    writeln!(
+        table,
+        "    {name:<8} {figure:>10}   {}",
+        ratio_text(summary)
+    )
+}
+
 fn summarise(found: &Found, plan: WirePlan, window: u64, report: &mut Report) -> io::Result<()> {
+    // One JSON record per block: the fields every block shares, then its own.
+    let block = |pair: usize, variant: &str, transport: &str, size: usize, iters: u64| Record {
+        test: "wire".to_string(),
+        transport: transport.to_string(),
+        size: size as u64,
+        iters,
+        variant: Some(variant.to_string()),
+        round: Some(pair as u32),
+        cpus: Some(plan.cpus),
+        ..Record::default()
+    };
     for (pair, row) in found.latency_us.iter().enumerate() {
         for &(variant, latency) in row {
             report.json_only(&Record {
-                test: "wire".to_string(),
-                transport: "raw-udp".to_string(),
-                size: LATENCY_BYTES as u64,
-                iters: plan.round_trips,
                 latency_us: Some(latency),
-                variant: Some(variant.name().to_string()),
-                round: Some(pair as u32),
-                cpus: Some(plan.cpus),
-                ..Record::default()
+                ..block(
+                    pair,
+                    variant.name(),
+                    "raw-udp",
+                    LATENCY_BYTES,
+                    plan.round_trips,
+                )
             })?;
         }
     }
     for (pair, row) in found.bandwidth_mbps.iter().enumerate() {
         for &(variant, mbps) in row {
+            let transport = if variant == Bulk::Tcp {
+                "raw-tcp"
+            } else {
+                "raw-udp"
+            };
             report.json_only(&Record {
-                test: "wire".to_string(),
-                transport: if variant == Bulk::Tcp {
-                    "raw-tcp"
-                } else {
-                    "raw-udp"
-                }
-                .to_string(),
-                size: BANDWIDTH_MESSAGE_BYTES as u64,
-                iters: plan.messages,
                 window: Some(window),
                 bandwidth_mbps: Some(mbps),
-                variant: Some(variant.name().to_string()),
-                round: Some(pair as u32),
-                cpus: Some(plan.cpus),
-                ..Record::default()
+                ..block(
+                    pair,
+                    variant.name(),
+                    transport,
+                    BANDWIDTH_MESSAGE_BYTES,
+                    plan.messages,
+                )
             })?;
         }
     }
@@ -723,11 +748,6 @@ fn summarise(found: &Found, plan: WirePlan, window: u64, report: &mut Report) ->
         return Ok(());
     };
     let mut table = table;
-    let ratio_text = |summary: &Summary| match summary.ratio {
-        None => "-".to_string(),
-        Some((ratio, Some((low, high)))) => format!("{ratio:.3}   {low:.3} .. {high:.3}"),
-        Some((ratio, None)) => format!("{ratio:.3}   - (too few pairs)"),
-    };
     let outcome = (|| -> io::Result<()> {
         writeln!(
             table,
@@ -755,13 +775,8 @@ fn summarise(found: &Found, plan: WirePlan, window: u64, report: &mut Report) ->
         writeln!(table, "    {:<8} {:>10}   / plain", "variant", "µs")?;
         for variant in Latency::ALL {
             let summary = summary(&found.latency_us, variant, Latency::Plain);
-            writeln!(
-                table,
-                "    {:<8} {:>10.3}   {}",
-                variant.name(),
-                summary.median,
-                ratio_text(&summary)
-            )?;
+            let figure = format!("{:.3}", summary.median);
+            write_row(&mut table, variant.name(), &figure, &summary)?;
         }
         if window == 0 {
             writeln!(
@@ -777,13 +792,8 @@ fn summarise(found: &Found, plan: WirePlan, window: u64, report: &mut Report) ->
             writeln!(table, "    {:<8} {:>10}   / plain", "variant", "MB/s")?;
             for variant in Bulk::ALL {
                 let summary = summary(&found.bandwidth_mbps, variant, Bulk::Plain);
-                writeln!(
-                    table,
-                    "    {:<8} {:>10.0}   {}",
-                    variant.name(),
-                    summary.median,
-                    ratio_text(&summary)
-                )?;
+                let figure = format!("{:.0}", summary.median);
+                write_row(&mut table, variant.name(), &figure, &summary)?;
             }
             let against_tcp = summary(&found.bandwidth_mbps, Bulk::Checked, Bulk::Tcp);
             writeln!(
