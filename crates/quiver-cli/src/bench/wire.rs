@@ -361,19 +361,9 @@ impl Side {
                 would_block(checked_count(got as isize))
             })?;
         }
-        let lengths: Vec<(usize, bool)> = messages
-            .iter()
-            .map(|m| {
-                (
-                    m.msg_len as usize,
-                    m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-                )
-            })
-            .collect();
-        drop(iovecs);
-        for ((slot, head), (length, truncated)) in
-            buffer.chunks(chunk_bytes).zip(&heads).zip(lengths)
-        {
+        for ((slot, head), message) in buffer.chunks(chunk_bytes).zip(&heads).zip(&messages) {
+            let length = message.msg_len as usize;
+            let truncated = message.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             if truncated || length != head_len + slot.len() {
                 return Err(invalid(format!(
                     "a {length}-byte datagram, {} expected",
