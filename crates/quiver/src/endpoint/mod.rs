@@ -28,18 +28,16 @@ use quiver_transport::notify::{Doorbell, RemoteDoorbell};
 use quiver_transport::ring::{Consumer, Kind, Producer, Record, RingError};
 use quiver_transport::sys;
 
+use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::context::{ContextShared, EndpointShared, NewInbound};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledBuf};
 use crate::slab::{Key, Slab};
-use crate::Addr;
+use crate::transport::liveness::{DetectionStats, FreezeWatch, Looks, PeerProcess};
+use crate::transport::local::LocalRank;
+use crate::transport::registry::{Inbox, NewInbound};
 
-mod liveness;
 mod remote;
-pub use liveness::DetectionStats;
-pub(crate) use liveness::{identity_params, local_peer_pid};
-use liveness::{FreezeWatch, Looks, PeerProcess};
 pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
@@ -298,7 +296,7 @@ impl Wait {
     }
 
     /// Whether a spinning call should look at its peers' liveness now, at its periodic
-    /// tick: at most every [`liveness::look_interval`] for the whole endpoint (`looks`).
+    /// tick: at most every [`crate::transport::liveness::look_interval`] for the whole endpoint (`looks`).
     fn liveness_due(&mut self, looks: &mut Looks, detect: Duration) -> bool {
         let now = self.tick_now.take().unwrap_or_else(Instant::now);
         looks.due(now, detect)
@@ -360,8 +358,8 @@ pub struct Endpoint {
     id: u64,
     addr: Addr,
     config: Config,
-    ctx: Arc<ContextShared>,
-    shared: Arc<EndpointShared>,
+    ctx: Arc<LocalRank>,
+    shared: Arc<Inbox>,
     doorbell: Doorbell,
     inbound: Vec<Inbound>,
     next_inbound: usize,
@@ -418,8 +416,8 @@ impl Endpoint {
     pub(crate) fn new(
         id: u64,
         addr: Addr,
-        ctx: Arc<ContextShared>,
-        shared: Arc<EndpointShared>,
+        ctx: Arc<LocalRank>,
+        shared: Arc<Inbox>,
         doorbell: Doorbell,
     ) -> Endpoint {
         let config = ctx.config.clone();
@@ -598,7 +596,7 @@ impl Endpoint {
     }
 
     fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {
-        let new = crate::context::connect(&self.ctx, self.addr, peer)?;
+        let new = crate::transport::shm::connect::connect(&self.ctx, self.addr, peer)?;
         let index = self.outbound.len() as u32;
         self.outbound.push(Outbound {
             peer,
@@ -1683,7 +1681,7 @@ impl Drop for Endpoint {
             inb.ring.close();
         }
         self.close_net();
-        self.ctx.unregister(self.addr.port);
+        self.ctx.registry.unregister(self.addr.port);
     }
 }
 

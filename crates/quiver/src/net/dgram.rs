@@ -61,11 +61,13 @@ use quiver_wire::frame::{self, Destination, MAX_HEADER_LEN, STREAM_HEADER_LEN};
 use quiver_wire::handshake::Hello;
 
 use super::mem::MemSocket;
+use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::context::{random, ContextShared, NetInbound};
 use crate::endpoint::{Dest, DgramTake, Failure};
 use crate::error::{Error, Result};
-use crate::Addr;
+use crate::random::random;
+use crate::transport::local::LocalRank;
+use crate::transport::registry::NetInbound;
 
 /// Largest datagram on loopback (and the mem transport) when not configured.
 const LOOPBACK_DATAGRAM: usize = 65000;
@@ -1325,7 +1327,7 @@ impl DgramShared {
     /// with `Busy` (see `Engine::accept`); its connection arrives and `reuse` finds it.
     pub(crate) fn connect<T>(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         src: Addr,
         dst: Addr,
         to: SocketAddr,
@@ -1353,7 +1355,8 @@ impl DgramShared {
                         && e.peer == dst
                         && e.status == Status::Connecting
                 }) || ctx
-                    .endpoint_shared(src.port)
+                    .registry
+                    .inbox(src.port)
                     .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
                 if accepting {
                     drop(engine);
@@ -1478,7 +1481,7 @@ impl DgramShared {
     /// protocol produced, and hands newly accepted connections to their endpoints. Returns
     /// the engine's news count:
     /// while it stays the same, no connection received anything or changed its state.
-    pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
+    pub(crate) fn poll_io(&self, ctx: &LocalRank) -> u64 {
         let mut engine = self.lock();
         engine.poll(Some(ctx), self);
         engine.news
@@ -1489,7 +1492,7 @@ impl DgramShared {
     /// goes into the receive window only as far as it must (its length, to start reading
     /// it); the rest arrives while the receive reads it, straight into its buffer (see
     /// [`DgramShared::take`]).
-    pub(crate) fn poll_io_before_receive(&self, ctx: &ContextShared) -> u64 {
+    pub(crate) fn poll_io_before_receive(&self, ctx: &LocalRank) -> u64 {
         let mut engine = self.lock();
         engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
         engine.news
@@ -1504,7 +1507,7 @@ impl DgramShared {
     /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
     pub(crate) fn take_whole(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         buf: &mut [u8],
     ) -> Option<Option<usize>> {
@@ -1588,7 +1591,7 @@ impl DgramShared {
     /// [`DgramShared::end_in_place`].
     pub(crate) fn send_in_place(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         data: &[u8],
         progress: &mut InPlace,
@@ -1886,7 +1889,7 @@ impl DgramShared {
     /// its first bytes are here).
     pub(crate) fn take(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         dest: &mut Dest<'_>,
         wait: bool,
@@ -2264,7 +2267,7 @@ impl Engine {
         from: SocketAddr,
         path: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -2314,7 +2317,7 @@ impl Engine {
         &mut self,
         id: u64,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
     ) {
@@ -2343,7 +2346,7 @@ impl Engine {
         &mut self,
         path: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -2490,7 +2493,7 @@ impl Engine {
         rx: &mut RecvBatch,
         room: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -2550,7 +2553,7 @@ impl Engine {
         }
     }
 
-    fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
+    fn poll(&mut self, ctx: Option<&LocalRank>, shared: &DgramShared) {
         self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES, None);
     }
 
@@ -2569,7 +2572,7 @@ impl Engine {
     /// ([`DgramShared::send_in_place`]): its flushes send lent bytes too.
     fn poll_into(
         &mut self,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         reader: &mut Option<Reader<'_>>,
         budget: usize,
@@ -2660,7 +2663,7 @@ impl Engine {
     fn housekeeping(
         &mut self,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         lender: Lender<'_>,
     ) {
@@ -2721,7 +2724,7 @@ impl Engine {
         path: usize,
         datagram: &[u8],
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
     ) -> Option<u64> {
         let parsed = frame::Frame::parse(datagram).ok()?;
@@ -2755,13 +2758,14 @@ impl Engine {
             Ok(x) => x,
             Err(e) => {
                 if let Some(ctx) = ctx {
-                    ctx.refused(format!("{} from {from}: {e}", shared.kind));
+                    ctx.registry
+                        .refused(format!("{} from {from}: {e}", shared.kind));
                 }
                 return None;
             }
         };
         let open = ctx.is_some_and(|c| {
-            request.src_rank < c.size && c.endpoint_shared(request.dst_port).is_some()
+            request.src_rank < c.size && c.registry.inbox(request.dst_port).is_some()
         });
         // Both ends connecting at the same moment: one connection carries both directions,
         // the one the lower address opened; the other end uses it once it arrives there.
@@ -2801,7 +2805,7 @@ impl Engine {
     }
 
     /// Turns the protocol's events of connection `id` into its status.
-    fn settle(&mut self, id: u64, ctx: Option<&ContextShared>, shared: &DgramShared) {
+    fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
         };
@@ -2810,10 +2814,10 @@ impl Engine {
                 Event::Established => {
                     entry.status = Status::Open;
                     if entry.inbound && !entry.abandoned {
-                        match ctx.and_then(|c| c.endpoint_shared(entry.local_port)) {
+                        match ctx.and_then(|c| c.registry.inbox(entry.local_port)) {
                             Some(ep) => {
                                 if let Some(c) = ctx {
-                                    c.accepted();
+                                    c.registry.accepted();
                                 }
                                 ep.deliver_inbound(NetInbound::Dgram {
                                     peer: entry.peer,
@@ -2853,10 +2857,10 @@ impl Engine {
                         }
                         FailReason::Rejected(RejectReason::Busy) => CROSSED.into(),
                         FailReason::Handshake(e) => {
-                            let why = crate::context::describe_handshake_error(e);
+                            let why = crate::error::describe_handshake_error(e);
                             if entry.inbound {
                                 if let Some(c) = ctx {
-                                    c.refused(format!(
+                                    c.registry.refused(format!(
                                         "{} from rank {}: {why}",
                                         shared.kind, entry.peer.rank
                                     ));
@@ -2869,7 +2873,7 @@ impl Engine {
                             if entry.inbound {
                                 // A stranger that could not prove the key goes quiet.
                                 if let Some(c) = ctx {
-                                    c.refused(format!(
+                                    c.registry.refused(format!(
                                         "{} from {}: the handshake was not completed",
                                         shared.kind, entry.to
                                     ));
