@@ -31,7 +31,7 @@ use crate::bootstrap::Bootstrap;
 use crate::config::{Config, TransportKind};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::net::dgram::DgramShared;
+use crate::transport::dgram::DgramShared;
 use crate::Addr;
 
 /// Time a single handshake step may take before the socket gives up.
@@ -61,7 +61,7 @@ pub struct ContextStats {
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
-    pub datagram: Option<crate::net::dgram::DatagramStats>,
+    pub datagram: Option<crate::transport::dgram::DatagramStats>,
 }
 
 #[derive(Debug)]
@@ -610,7 +610,7 @@ impl Context {
     /// Traffic of each of this rank's datagram links (one entry per `QUIVER_LINKS` address of
     /// this rank, or one for its address), over the connections still open; empty without a
     /// datagram transport.
-    pub fn link_stats(&self) -> Vec<crate::net::dgram::LinkStats> {
+    pub fn link_stats(&self) -> Vec<crate::transport::dgram::LinkStats> {
         self.shared
             .dgram
             .as_ref()

@@ -29,6 +29,7 @@ pub(crate) mod net;
 mod pool;
 pub mod profile;
 mod slab;
+mod transport;
 
 pub use bootstrap::Bootstrap;
 pub use config::{
@@ -41,8 +42,8 @@ pub use endpoint::{
 };
 pub use error::{Error, Result};
 pub use log::LOG_ENV;
-pub use net::dgram::{DatagramStats, LinkStats};
 pub use pool::PooledBuf;
+pub use transport::dgram::{DatagramStats, LinkStats};
 
 /// The address of an endpoint: a rank of the job and a port chosen by that rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,12 +1,10 @@
 //! Network transports: connection setup over TCP (listener thread, job-key handshake on the
-//! stream) and the datagram engine that drives the reliable protocol core over UDP (or
-//! in-process queues, the `mem` transport).
+//! stream) and the job's network addresses. The datagram engine (udp, mem) is in
+//! `transport::dgram`.
 //!
 //! Every rank of a job that uses the network has one address (`QUIVER_ADDRS`, one
 //! `ip:port` per rank): its TCP listener and its UDP socket both bind that address.
 
-pub(crate) mod dgram;
-pub(crate) mod mem;
 pub(crate) mod tcp;
 
 use std::net::SocketAddr;
