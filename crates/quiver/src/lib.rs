@@ -26,7 +26,6 @@ mod endpoint;
 mod error;
 mod job;
 mod log;
-pub(crate) mod net;
 mod pool;
 pub mod profile;
 mod random;
@@ -43,6 +42,6 @@ pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendReques
 pub use error::{Error, Result};
 pub use job::Bootstrap;
 pub use log::LOG_ENV;
-pub use net::dgram::{DatagramStats, LinkStats};
 pub use pool::PooledBuf;
+pub use transport::dgram::{DatagramStats, LinkStats};
 pub use transport::liveness::DetectionStats;

@@ -24,9 +24,11 @@ use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 
 use super::*;
 use crate::config::TransportKind;
-use crate::net::dgram::RecvDone;
+use crate::transport::dgram::{DgramTake, RecvDone};
+use crate::transport::failure::{io_failure, lost};
 use crate::transport::registry::NetInbound;
 use crate::transport::tcp::connect as tcp_connect;
+use crate::transport::wait::{wait_fd, wait_fds};
 
 /// Marks a [`Connection`] index as a network connection (index into `net_out`).
 pub(super) const NET_BIT: u32 = 1 << 31;
@@ -231,19 +233,6 @@ impl NetIn {
     }
 }
 
-fn lost(kind: TransportKind, detail: impl Into<String>) -> Failure {
-    Failure::Lost(kind.name(), detail.into())
-}
-
-fn io_failure(kind: TransportKind, e: &io::Error) -> Failure {
-    match e.kind() {
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
-            lost(kind, format!("the connection was reset ({e})"))
-        }
-        _ => lost(kind, format!("socket error: {e}")),
-    }
-}
-
 /// Frames (header included) up to this many bytes are copied into one buffer and written
 /// with one `send` instead of a gathered `writev` of header and payload: `writev` (iovec
 /// import, the vfs write path) costs more than the copy (in-launch quiver/raw-tcp latency,
@@ -307,7 +296,7 @@ fn send_copied<const N: usize>(
 fn write_link(
     link: &mut OutLink,
     kind: TransportKind,
-    engine: Option<&crate::net::dgram::DgramShared>,
+    engine: Option<&crate::transport::dgram::DgramShared>,
     data: &[u8],
     written: &mut usize,
     started: &mut bool,
@@ -517,10 +506,12 @@ impl Endpoint {
                 match engine.connect(&ctx, self.addr, peer, to, deadline, || {
                     self.reusable_inbound(kind, peer)
                 })? {
-                    crate::net::dgram::Connected::New(id) => {
+                    crate::transport::dgram::Connected::New(id) => {
                         (OutLink::Dgram(id), None, InLink::Dgram(id))
                     }
-                    crate::net::dgram::Connected::Reused(i) => return self.send_on_inbound(i),
+                    crate::transport::dgram::Connected::Reused(i) => {
+                        return self.send_on_inbound(i)
+                    }
                 }
             }
             TransportKind::Shm => unreachable!("shm connections are not network connections"),
@@ -751,8 +742,9 @@ impl Endpoint {
         let kind = self.net_out[idx].kind;
         let in_place_min = self.config.udp_send_in_place_min;
         if let OutLink::Dgram(id) = self.net_out[idx].link {
-            let pays =
-                |engine: &crate::net::dgram::DgramShared| engine.in_place_pays(id, data.len());
+            let pays = |engine: &crate::transport::dgram::DgramShared| {
+                engine.in_place_pays(id, data.len())
+            };
             if in_place_min > 0
                 && data.len() >= in_place_min
                 && self.ctx.dgram.as_deref().is_some_and(pays)
@@ -795,7 +787,7 @@ impl Endpoint {
             let failure = lost(self.net_out[idx].kind, "the datagram engine is gone");
             return Err(self.fail_net_out(idx, failure, "while sending"));
         };
-        let mut progress = crate::net::dgram::InPlace::default();
+        let mut progress = crate::transport::dgram::InPlace::default();
         loop {
             let step = match engine.send_in_place(&self.ctx, id, data, &mut progress) {
                 Ok(true) => return Ok(()),
@@ -1491,7 +1483,7 @@ impl Endpoint {
 
     /// Hands the posted receives waiting at the front of the line to the datagram engine
     /// when the endpoint's one inbound edge is a datagram connection
-    /// ([`DgramShared::post_recvs`](crate::net::dgram::DgramShared::post_recvs)): the
+    /// ([`DgramShared::post_recvs`](crate::transport::dgram::DgramShared::post_recvs)): the
     /// protocol places frames of the next messages straight into their buffers, also while
     /// earlier messages still arrive (a striped connection's frames of several messages
     /// overtake each other). They become [`RecvState::Bound`] and complete from
@@ -1987,7 +1979,7 @@ impl Endpoint {
     /// so a peer whose last ack from us was lost learns from it that its data arrived;
     /// without this, a process that exited right after its last receive left such a peer
     /// waiting for that ack for a whole idle timeout.
-    fn linger_close(&mut self, engine: &crate::net::dgram::DgramShared, ids: &[u64]) {
+    fn linger_close(&mut self, engine: &crate::transport::dgram::DgramShared, ids: &[u64]) {
         if ids.is_empty() {
             return;
         }
@@ -2014,16 +2006,6 @@ impl Endpoint {
             engine.sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// Why a datagram connection yielded no message.
-pub(crate) enum DgramTake {
-    /// Closed gracefully by the peer: nothing more will come.
-    Closed,
-    /// The connection failed (peer unreachable, reset): reported once.
-    Failed(String),
-    /// An error for the caller (BufferTooSmall, timeout).
-    Error(Error),
 }
 
 /// How long a watched peer process has been stopped, once that counts (see
@@ -2061,81 +2043,10 @@ fn push_tcp_readable(net_in: &[NetIn], fds: &mut Vec<libc::pollfd>) {
     }
 }
 
-/// One step of waiting for `fd` to become ready (`events`): [`wait_fds`] on one descriptor.
-#[allow(clippy::too_many_arguments)] // each is one concern of the wait
 /// Shortest wait for the acknowledgement of a datagram connection's Close.
 const CLOSE_LINGER_MIN: Duration = Duration::from_millis(50);
 /// Longest wait for the acknowledgement of a datagram connection's Close.
 const CLOSE_LINGER_MAX: Duration = Duration::from_secs(1);
-
-pub(super) fn wait_fd(
-    fd: std::os::fd::RawFd,
-    events: i16,
-    cap: impl FnOnce() -> Duration,
-    wait: &mut Wait,
-    spin: Duration,
-    what: &'static str,
-    alive: impl FnMut() -> bool,
-) -> Result<()> {
-    let mut fds = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    wait_fds(&mut fds, cap, wait, spin, what, alive)
-}
-
-/// One step of waiting for any of `fds` to become ready: spin while the spin budget
-/// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
-/// time left before the deadline; honours the timeout. `alive()` is asked periodically and
-/// after each sleep; when it says false the step returns at once (the caller knows why).
-pub(super) fn wait_fds(
-    fds: &mut [libc::pollfd],
-    cap: impl FnOnce() -> Duration,
-    wait: &mut Wait,
-    spin: Duration,
-    what: &'static str,
-    mut alive: impl FnMut() -> bool,
-) -> Result<()> {
-    let (spinning, periodic) = wait.spinning(spin);
-    if periodic {
-        if !alive() {
-            return Ok(());
-        }
-        wait.check_deadline(what)?;
-    }
-    if spinning {
-        std::hint::spin_loop();
-        return Ok(());
-    }
-    let mut slice = cap();
-    if let Some(d) = wait.deadline() {
-        slice = slice.min(d.saturating_duration_since(Instant::now()));
-    }
-    let _ = sys::poll(fds, Some(slice));
-    if !alive() {
-        return Ok(());
-    }
-    wait.check_deadline(what)
-}
-
-/// One step of waiting for the datagram engine to have news: [`wait_fd`] on its descriptor,
-/// sleeping no longer than its next protocol timer.
-pub(crate) fn wait_engine(
-    engine: &crate::net::dgram::DgramShared,
-    wait: &mut Wait,
-    spin: Duration,
-) -> Result<()> {
-    wait_fd(
-        engine.raw_fd(),
-        libc::POLLIN,
-        || engine.timeout_within(SLEEP_SLICE),
-        wait,
-        spin,
-        "waiting for the rest of a message",
-        || true,
-    )
-}
 
 #[cfg(test)]
 mod tests {
@@ -2431,7 +2342,7 @@ mod tests {
     /// until the sender acknowledges it (`linger_close`).
     #[test]
     fn a_lost_last_ack_and_close_do_not_hold_up_the_senders_drop() {
-        use crate::net::mem::tests::set_drop_rule;
+        use crate::transport::dgram::mem_tests::set_drop_rule;
         use quiver_wire::frame::{Frame, FrameType};
         use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
         use std::sync::Arc;
@@ -2524,7 +2435,7 @@ mod tests {
         from: std::net::SocketAddr,
         to: std::net::SocketAddr,
     ) -> Arc<std::sync::atomic::AtomicUsize> {
-        use crate::net::mem::tests::set_drop_rule;
+        use crate::transport::dgram::mem_tests::set_drop_rule;
         use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
         let count = Arc::new(AtomicUsize::new(0));
         let in_rule = count.clone();
@@ -2559,7 +2470,7 @@ mod tests {
     /// messages larger than the window are lent in pieces.
     #[test]
     fn large_sends_in_place_survive_loss_and_a_reused_buffer() {
-        use crate::net::mem::tests::set_drop_rule;
+        use crate::transport::dgram::mem_tests::set_drop_rule;
         use std::sync::atomic::Ordering as AtomicOrdering;
 
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
@@ -2571,7 +2482,8 @@ mod tests {
             ..crate::Config::default()
         };
         // In place whatever the measured bandwidth-delay product (`in_place_pays`).
-        crate::net::dgram::tests_in_place::ALWAYS.store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::transport::dgram::tests_in_place::ALWAYS
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x1e4d);
         let mut ep1 = ctx1.endpoint(0).unwrap();
         let mut ep0 = ctx0.endpoint(0).unwrap();
@@ -2618,7 +2530,7 @@ mod tests {
     /// datagrams are lost; a blocking send and small posted sends (copied) mix in.
     #[test]
     fn posted_sends_in_place_survive_loss_and_reused_buffers() {
-        use crate::net::mem::tests::set_drop_rule;
+        use crate::transport::dgram::mem_tests::set_drop_rule;
 
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
             .map(|rank| (Ipv4Addr::new(127, 79, rank, 9), 41_002).into())
@@ -2705,7 +2617,7 @@ mod tests {
     /// connection's error once it gives the peer up, and the endpoint drops cleanly.
     #[test]
     fn posted_sends_in_place_fail_with_the_connection() {
-        use crate::net::mem::tests::set_drop_rule;
+        use crate::transport::dgram::mem_tests::set_drop_rule;
 
         let addrs: Vec<std::net::SocketAddr> = (0..2u8)
             .map(|rank| (Ipv4Addr::new(127, 80, rank, 9), 41_003).into())

@@ -2,6 +2,9 @@
 //! It exists so that the reliable protocol and the endpoint code above it can be exercised
 //! (and conformance-tested) without the kernel's network stack. Like UDP it may drop: a
 //! queue holding more than [`QUEUE_BYTES`] drops what arrives, and the protocol recovers.
+//!
+//! Layer: the datagram transport's in-process socket, below the engine. It moves bytes
+//! between queues of this process; it knows nothing of frames or connections.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
