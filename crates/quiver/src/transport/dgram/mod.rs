@@ -58,17 +58,23 @@
 //! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
-//! - `posted_reads`: receives posted in place.
+//! - `posted_reads`: receives posted in place;
+//! - `inbound`, `outbound`: the endpoint's edges over the engine's connections;
+//! - `endpoint_side`: what an endpoint keeps about the engine (posted receives handed to
+//!   it, the lone-edge receive path, closing).
 //!
 //! Small helpers that the hot paths call from another of these files are `#[inline]`: the
 //! files may be compiled in different codegen units.
 
 mod connect;
 mod connection;
+pub(crate) mod endpoint_side;
 mod engine;
 mod in_place;
+pub(crate) mod inbound;
 mod mem;
 mod messages;
+pub(crate) mod outbound;
 mod poll;
 mod posted_reads;
 mod receive;
@@ -80,9 +86,6 @@ pub(crate) use connect::Connected;
 pub(crate) use engine::DgramShared;
 #[cfg(test)]
 pub(crate) use in_place::tests_in_place;
-pub(crate) use in_place::InPlace;
 #[cfg(test)]
 pub(crate) use mem::tests as mem_tests;
-pub(crate) use messages::DgramTake;
-pub(crate) use posted_reads::RecvDone;
 pub use stats::{DatagramStats, LinkStats};
