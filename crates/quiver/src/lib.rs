@@ -43,6 +43,6 @@ pub use error::{Error, Result};
 pub use job::Bootstrap;
 pub use log::LOG_ENV;
 pub use pool::PooledBuf;
-pub use transport::dgram::{DatagramStats, LinkStats};
+pub use transport::dgram::stats::{DatagramStats, LinkStats};
 pub use transport::liveness::DetectionStats;
 pub use transport::requests::RecvCompletion;

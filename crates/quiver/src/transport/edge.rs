@@ -582,11 +582,11 @@ pub(crate) fn open_network(
             let connected =
                 engine.connect(local, src, peer, to, deadline, || reuse().ok().flatten())?;
             match connected {
-                super::dgram::Connected::New(id) => Ok(Opened::New(Box::new((
+                super::dgram::connect::Connected::New(id) => Ok(Opened::New(Box::new((
                     OutEdge::Dgram(DgramOut::new(peer, id, kind)),
                     InEdge::Dgram(DgramIn::reverse(peer, kind, id)),
                 )))),
-                super::dgram::Connected::Reused(i) => Ok(Opened::Reused(i)),
+                super::dgram::connect::Connected::Reused(i) => Ok(Opened::Reused(i)),
             }
         }
         TransportKind::Shm => unreachable!("shm connections are not network connections"),

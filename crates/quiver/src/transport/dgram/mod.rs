@@ -66,10 +66,10 @@
 //! Small helpers that the hot paths call from another of these files are `#[inline]`: the
 //! files may be compiled in different codegen units.
 
-mod connect;
+pub(crate) mod connect;
 mod connection;
 pub(crate) mod endpoint_side;
-mod engine;
+pub(crate) mod engine;
 mod in_place;
 pub(crate) mod inbound;
 mod mem;
@@ -79,13 +79,10 @@ mod poll;
 mod posted_reads;
 mod receive;
 mod send;
-mod stats;
+pub(crate) mod stats;
 mod udp_io;
 
-pub(crate) use connect::Connected;
-pub(crate) use engine::DgramShared;
 #[cfg(test)]
 pub(crate) use in_place::tests_in_place;
 #[cfg(test)]
 pub(crate) use mem::tests as mem_tests;
-pub use stats::{DatagramStats, LinkStats};
