@@ -13,6 +13,9 @@
 //! `status` 0 means the descriptors follow and the ring holds `ring_bytes` data bytes;
 //! any other status is a refusal with the reason named by [`SetupStatus`].
 //! All integers are big-endian. Parsing never panics.
+//!
+//! Layer: quiver-wire, the bottom. Owns the message layout only; passing the descriptors
+//! is the caller's business. No I/O, no allocation.
 
 /// Magic bytes of a setup message.
 pub const MAGIC: [u8; 4] = *b"QSET";
