@@ -30,10 +30,10 @@
 //!
 //! # Files
 //!
-//! - `socket.rs`: [`UdpSocket`]: binding, connecting, offloads and options; `send.rs` and
-//!   `receive.rs`: its send and receive paths ([`SplitRecv`] for the scattering receive).
-//! - `send_scratch.rs`: [`OutDatagram`] and the preallocated `sendmmsg` arrays;
-//!   `gather.rs`: messages gathered from parts in place ([`Gather`]).
+//! - `socket.rs`: [`UdpSocket`]: binding, connecting, offloads, options and the send paths
+//!   ([`OutDatagram`], and the preallocated `sendmmsg` arrays); `receive.rs`: its receive
+//!   paths ([`SplitRecv`] for the scattering receive); `gather.rs`: messages gathered from
+//!   parts in place ([`Gather`]).
 //! - `receive_batch.rs`: the preallocated receive buffers ([`RecvBatch`]) and what they
 //!   hold ([`RecvMessage`], [`Datagrams`]).
 //! - `readiness.rs`: one descriptor for several sockets ([`ReadinessSet`]).
@@ -51,8 +51,6 @@ mod options;
 mod readiness;
 mod receive;
 mod receive_batch;
-mod send;
-mod send_scratch;
 mod socket;
 
 pub use clock::monotonic_ns;
@@ -66,8 +64,7 @@ pub use options::{set_buffer_sizes, set_busy_poll, set_nonblocking};
 pub use readiness::ReadinessSet;
 pub use receive::SplitRecv;
 pub use receive_batch::{Datagrams, RecvBatch, RecvMessage};
-pub use send_scratch::OutDatagram;
-pub use socket::UdpSocket;
+pub use socket::{OutDatagram, UdpSocket};
 
 #[cfg(test)]
 mod tests;

@@ -1,24 +1,34 @@
-//! [`UdpSocket`]: binding, connecting, offloads (GSO detection, GRO on and off) and
-//! options. The send and receive paths are `impl UdpSocket` blocks of their own, in
-//! `send.rs` and `receive.rs`.
+//! [`UdpSocket`]: binding, connecting, offloads (GSO detection, GRO on and off), options and
+//! the send paths (batches of datagrams and gathered messages with one `sendmmsg`, single
+//! datagrams with one `send`/`sendto`), with the preallocated arrays a `sendmmsg` is filled
+//! into ([`OutDatagram`] is one entry). The receive paths are an `impl UdpSocket` block of
+//! their own, in `receive.rs`.
+//!
+//! Why the send paths and the scratch they fill share a module: the compiler puts a
+//! module's functions in one codegen unit, which is what lets it inline filling a slot into
+//! the send loop. With the scratch in a module of its own the loop compiled to different
+//! code; in one module the send paths compile to the same instructions as the single-file
+//! layout did (compared function by function in the release build).
 //!
 //! Layer: quiver-transport, the socket layer. Allocates only in [`UdpSocket::bind`] (and
 //! when the send batch capacity changes); `unsafe` only around system calls.
 
+use std::ffi::c_void;
 use std::io;
-use std::mem::zeroed;
+use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use super::address::{local_address, write_socket_address};
+use super::control::{ControlBuffer, CONTROL_WORDS};
 use super::errno::check;
+use super::gather::Gather;
 use super::limits::{DEFAULT_SEND_BATCH, DEFAULT_SOCKET_BUFFER_BYTES};
 use super::options::{
     get_int_option, set_buffer_sizes, set_busy_poll, set_int_option, set_nonblocking, UDP_GRO,
     UDP_SEGMENT,
 };
-use super::send_scratch::SendScratch;
 
 /// A non-blocking, close-on-exec UDP socket with batched I/O.
 ///
@@ -26,13 +36,13 @@ use super::send_scratch::SendScratch;
 #[derive(Debug)]
 pub struct UdpSocket {
     pub(super) fd: OwnedFd,
-    pub(super) local_address: SocketAddr,
-    pub(super) gso_supported: bool,
+    local_address: SocketAddr,
+    gso_supported: bool,
     pub(super) gro_enabled: bool,
-    pub(super) send_scratch: SendScratch,
+    send_scratch: SendScratch,
     /// The peer of [`UdpSocket::connect`]: datagrams to it leave without an address, on the
     /// route the kernel cached at connect (cheaper than a lookup per datagram).
-    pub(super) connected: Option<SocketAddr>,
+    connected: Option<SocketAddr>,
 }
 
 impl UdpSocket {
@@ -238,6 +248,143 @@ impl UdpSocket {
     }
 }
 
+impl UdpSocket {
+    /// Sends the first `min(batch.len(), send_batch_capacity())` entries with one
+    /// `sendmmsg`. Returns how many entries the kernel took; the caller resubmits the rest.
+    /// An entry with `segment_size` needs [`UdpSocket::gso_supported`].
+    ///
+    /// # Errors
+    /// The first entry could not be sent: `WouldBlock` when the socket buffer is full, or
+    /// the kernel's error (`EMSGSIZE`, `ECONNREFUSED` from an earlier ICMP error, `EINVAL`
+    /// for a GSO entry beyond the kernel's limits, ...). An empty batch returns `Ok(0)`.
+    pub fn send_batch(&mut self, batch: &[OutDatagram<'_>]) -> io::Result<usize> {
+        let count = batch.len().min(self.send_scratch.headers.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let ipv6_socket = self.local_address.is_ipv6();
+        let scratch = &mut self.send_scratch;
+        for (index, datagram) in batch[..count].iter().enumerate() {
+            let addressed = self.connected != Some(datagram.destination);
+            scratch.fill(index, datagram, ipv6_socket, addressed);
+        }
+        // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
+        // (addresses, iovecs, control buffers) and into the borrowed slices of `batch`.
+        self.send_filled(count)
+    }
+
+    /// Sends the messages of `gather` from `first_message` on, at most
+    /// [`UdpSocket::send_batch_capacity`] of them, with one `sendmmsg`. Returns how many
+    /// messages the kernel took; the caller resubmits the rest (`first_message + n`).
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`] (for a GSO message beyond the kernel's limits, or more than
+    /// [`MAX_GATHER_PARTS`](super::MAX_GATHER_PARTS) parts, the kernel's `EINVAL`/`EMSGSIZE`). No
+    /// message from `first_message` on returns `Ok(0)`.
+    pub fn send_gather(&mut self, gather: &Gather<'_>, first_message: usize) -> io::Result<usize> {
+        let runs = gather.buffer.runs.get(first_message..).unwrap_or(&[]);
+        let count = runs.len().min(self.send_scratch.headers.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let ipv6_socket = self.local_address.is_ipv6();
+        let scratch = &mut self.send_scratch;
+        let iovecs = &gather.buffer.iovecs;
+        for (index, run) in runs[..count].iter().enumerate() {
+            let addressed = self.connected != Some(run.destination);
+            // `first_part` is at most `iovecs.len()` (set by `start_message`); the kernel
+            // only reads through the pointer.
+            let iov = iovecs[run.first_part..].as_ptr() as *mut libc::iovec;
+            scratch.fill_message(
+                index,
+                run.destination,
+                (iov, run.part_count),
+                run.segment_size,
+                ipv6_socket,
+                addressed,
+            );
+        }
+        // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
+        // (addresses, control buffers) and into the gather's iovecs (each message's
+        // `part_count` iovecs exist), which point into slices alive for the gather's
+        // lifetime.
+        self.send_filled(count)
+    }
+
+    /// Sends the first `count` message headers of the send scratch with one `sendmmsg`;
+    /// returns how many the kernel took. The caller has just filled them, and everything
+    /// they point to is alive and unmoved for the call.
+    fn send_filled(&mut self, count: usize) -> io::Result<usize> {
+        // SAFETY: the first `count` headers were filled by the caller (`send_batch`,
+        // `send_gather`) and point into the scratch and into memory the caller borrows for
+        // this call; the kernel only reads them.
+        let sent = check(unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                self.send_scratch.headers.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_NOSIGNAL,
+            )
+        })?;
+        Ok(sent as usize)
+    }
+
+    /// Sends one datagram of `data` with one `send` (to the connected peer) or `sendto`:
+    /// no message header for the kernel to copy in, unlike [`UdpSocket::send_batch`].
+    /// Returns the bytes sent.
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`].
+    pub fn send_one(&mut self, destination: SocketAddr, data: &[u8]) -> io::Result<usize> {
+        let sent = if self.connected == Some(destination) {
+            // SAFETY: `data` is live for the call and the kernel only reads it.
+            unsafe {
+                libc::send(
+                    self.fd.as_raw_fd(),
+                    data.as_ptr() as *const c_void,
+                    data.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            }
+        } else {
+            let destination = match (self.local_address.is_ipv6(), destination) {
+                (true, SocketAddr::V4(v4)) => {
+                    SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+                }
+                (_, other) => other,
+            };
+            // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+            let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+            let length = write_socket_address(&destination, &mut storage);
+            // SAFETY: `data` and `storage` are live for the call with the lengths given; the
+            // kernel only reads them.
+            unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    data.as_ptr() as *const c_void,
+                    data.len(),
+                    libc::MSG_NOSIGNAL,
+                    &storage as *const libc::sockaddr_storage as *const libc::sockaddr,
+                    length,
+                )
+            }
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sent as usize)
+    }
+
+    /// Sends one plain datagram (no batching), returning the bytes sent.
+    ///
+    /// # Errors
+    /// As [`UdpSocket::send_batch`].
+    pub fn send_to(&mut self, destination: SocketAddr, data: &[u8]) -> io::Result<usize> {
+        self.send_batch(&[OutDatagram::new(destination, &[], data)])
+            .map(|_| data.len())
+    }
+}
+
 impl AsRawFd for UdpSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -247,5 +394,157 @@ impl AsRawFd for UdpSocket {
 impl AsFd for UdpSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// One datagram (or, with `segment_size`, one GSO batch of datagrams) to send.
+///
+/// The bytes sent are `header` followed by `payload`, gathered by the kernel (no copy here).
+/// With `segment_size: Some(s)` the concatenation is cut into datagrams of `s` bytes (the last
+/// may be shorter); `header` then belongs to the first segment only, so callers that need a
+/// header per segment lay the segments out in `payload` and leave `header` empty.
+#[derive(Clone, Copy, Debug)]
+pub struct OutDatagram<'a> {
+    /// Where the datagram goes.
+    pub destination: SocketAddr,
+    /// First part of the bytes (may be empty).
+    pub header: &'a [u8],
+    /// Second part of the bytes (may be empty).
+    pub payload: &'a [u8],
+    /// GSO segment size in bytes, or `None` for one plain datagram.
+    pub segment_size: Option<u16>,
+}
+
+impl<'a> OutDatagram<'a> {
+    /// A plain datagram of `header` + `payload`.
+    pub fn new(destination: SocketAddr, header: &'a [u8], payload: &'a [u8]) -> Self {
+        OutDatagram {
+            destination,
+            header,
+            payload,
+            segment_size: None,
+        }
+    }
+
+    /// Total bytes this entry carries.
+    pub fn len(&self) -> usize {
+        self.header.len() + self.payload.len()
+    }
+
+    /// Whether it carries no bytes (a valid, empty datagram).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Preallocated kernel-facing arrays for `sendmmsg`.
+#[derive(Debug)]
+struct SendScratch {
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<[libc::iovec; 2]>,
+    addresses: Vec<libc::sockaddr_storage>,
+    controls: Vec<ControlBuffer>,
+}
+
+// SAFETY: the raw pointers inside are rewritten before every sendmmsg and point only into
+// this struct's own heap buffers or into slices borrowed for the duration of that one call.
+unsafe impl Send for SendScratch {}
+
+impl SendScratch {
+    fn new(capacity: usize) -> SendScratch {
+        SendScratch {
+            // SAFETY: mmsghdr, iovec and sockaddr_storage are plain old data; all-zero is
+            // valid (null pointers, zero lengths).
+            headers: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            iovecs: vec![unsafe { zeroed() }; capacity],
+            // SAFETY: as above.
+            addresses: vec![unsafe { zeroed() }; capacity],
+            controls: vec![[0; CONTROL_WORDS]; capacity],
+        }
+    }
+
+    /// Fills slot `index` for `datagram`; `ipv6_socket` maps IPv4 destinations. Without
+    /// `addressed` the datagram goes to the socket's connected peer (no address).
+    fn fill(
+        &mut self,
+        index: usize,
+        datagram: &OutDatagram<'_>,
+        ipv6_socket: bool,
+        addressed: bool,
+    ) {
+        let mut parts = 0;
+        for part in [datagram.header, datagram.payload] {
+            if !part.is_empty() {
+                self.iovecs[index][parts] = libc::iovec {
+                    // The kernel only reads through this pointer (sendmmsg).
+                    iov_base: part.as_ptr() as *mut c_void,
+                    iov_len: part.len(),
+                };
+                parts += 1;
+            }
+        }
+        let iov = self.iovecs[index].as_mut_ptr();
+        self.fill_message(
+            index,
+            datagram.destination,
+            (iov, parts),
+            datagram.segment_size,
+            ipv6_socket,
+            addressed,
+        );
+    }
+
+    /// Fills slot `index` for a message of the iovec array `iov` (pointer, count), which
+    /// must stay alive and unmoved until the `sendmmsg` that uses the slot.
+    fn fill_message(
+        &mut self,
+        index: usize,
+        destination: SocketAddr,
+        iov: (*mut libc::iovec, usize),
+        segment_size: Option<u16>,
+        ipv6_socket: bool,
+        addressed: bool,
+    ) {
+        let destination = match (ipv6_socket, destination) {
+            (true, SocketAddr::V4(v4)) => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
+            (_, other) => other,
+        };
+        let address_length = write_socket_address(&destination, &mut self.addresses[index]);
+        let header = &mut self.headers[index].msg_hdr;
+        if addressed {
+            header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
+            header.msg_namelen = address_length;
+        } else {
+            header.msg_name = std::ptr::null_mut();
+            header.msg_namelen = 0;
+        }
+        header.msg_iov = iov.0;
+        header.msg_iovlen = iov.1;
+        header.msg_flags = 0;
+        match segment_size {
+            Some(segment) => {
+                header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
+                // SAFETY: CMSG_SPACE is a pure computation.
+                header.msg_controllen =
+                    unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+                // SAFETY: msg_control points at a live, aligned buffer of CONTROL_WORDS u64
+                // (32 bytes), larger than CMSG_SPACE(2) = 24, so the first header fits.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(header);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, segment);
+                }
+            }
+            None => {
+                header.msg_control = std::ptr::null_mut();
+                header.msg_controllen = 0;
+            }
+        }
+        self.headers[index].msg_len = 0;
     }
 }

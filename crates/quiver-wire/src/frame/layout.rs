@@ -4,7 +4,6 @@
 //! Layer: quiver-wire, the bottom. Owns the numbers every other part of [`super`] sizes
 //! its buffers and checks by; no I/O, no allocation.
 
-use super::error::FrameError;
 use super::field;
 
 /// The first two bytes of every frame (ASCII "QD", quiver datagram).
@@ -35,18 +34,3 @@ pub const STREAM_HEADER_LEN: usize = field::stream::STREAM_OFFSET.end;
 pub const MAX_PAYLOAD_LEN: usize = u16::MAX as usize;
 /// Most SACK ranges of one Ack frame, header and payload together.
 pub const MAX_ACK_RANGES: usize = 128;
-
-/// Checks magic and version of a buffer of at least 3 bytes.
-pub(super) fn check_magic_version(datagram: &[u8]) -> Result<(), FrameError> {
-    let magic = [datagram[0], datagram[1]];
-    if magic != MAGIC {
-        return Err(FrameError::BadMagic { actual: magic });
-    }
-    if datagram[field::VERSION] != VERSION {
-        return Err(FrameError::UnsupportedVersion {
-            expected: VERSION,
-            actual: datagram[field::VERSION],
-        });
-    }
-    Ok(())
-}

@@ -120,40 +120,33 @@
 //!
 //! # Files
 //!
-//! - `layout.rs`: the constants of the layout and the check of magic and version;
-//!   `field.rs` and `flags.rs`: field offsets and flag bits (public as [`field`] and
-//!   [`flags`]).
+//! - `codec.rs`: the path every datagram takes, in one module (its docs say why): SACK
+//!   ranges as the header holds them, the header and its emission, checked views of
+//!   received frames, whom a datagram is for before verification, the checksum.
+//! - `layout.rs`: the constants of the layout; `field.rs` and `flags.rs`: field offsets and
+//!   flag bits (public as [`field`] and [`flags`]).
 //! - `frame_type.rs`, `error.rs`: what a frame carries, and why bytes are not a frame.
-//! - `sack.rs`: SACK ranges as the header holds them; `more_sack_ranges.rs`: the further
-//!   ranges in the payload of an Ack.
-//! - `header.rs`: the header and its emission; `parse.rs`: checked views of received
-//!   frames; `demux.rs`: whom a datagram is for, before verification;
-//!   `integrity.rs`: the checksum; `bytes.rs`: little-endian reads and writes.
+//! - `more_sack_ranges.rs`: the further SACK ranges in the payload of an Ack.
 
-mod bytes;
-mod demux;
+mod codec;
 mod error;
 pub mod field;
 pub mod flags;
 mod frame_type;
-mod header;
-mod integrity;
 mod layout;
 mod more_sack_ranges;
-mod parse;
-mod sack;
 
-pub use demux::{dest_id, destination, short_id, Destination};
+pub use codec::{
+    dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameHeader, SackRange,
+    SackRanges,
+};
 pub use error::FrameError;
 pub use frame_type::FrameType;
-pub use header::FrameHeader;
 pub use layout::{
     FIXED_HEADER_LEN, MAGIC, MAX_ACK_RANGES, MAX_HEADER_LEN, MAX_PAYLOAD_LEN, MAX_SACK_RANGES,
     SACK_RANGE_LEN, SHORT_ID_BITS, STREAM_HEADER_LEN, STREAM_TAG, VERSION,
 };
 pub use more_sack_ranges::MoreSackRanges;
-pub use parse::{parse_stream_split, Frame};
-pub use sack::{SackRange, SackRanges};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests unwrap: a panic is a failed test.

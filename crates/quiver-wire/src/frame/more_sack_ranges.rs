@@ -3,11 +3,11 @@
 //! Layer: quiver-wire, the bottom. Checks the whole list once in [`MoreSackRanges::parse`]
 //! so that iterating cannot fail; no allocation.
 
+use super::codec::SackRange;
+use super::codec::{decode_range, FrameHeader};
 use super::error::FrameError;
 use super::frame_type::FrameType;
-use super::header::FrameHeader;
 use super::layout::{MAX_ACK_RANGES, SACK_RANGE_LEN};
-use super::sack::{decode_range, SackRange};
 
 /// The further SACK ranges in the payload of an Ack frame, checked: they continue the
 /// header's list (ascending, gaps between, above the cumulative ack, u32 offsets and lengths)

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use twox_hash::XxHash3_64;
 
-use super::integrity::checksum;
+use super::codec::checksum;
 use super::*;
 
 fn fixture_header() -> FrameHeader {
