@@ -8,9 +8,11 @@ use quiver_wire::handshake::{MessageKind, WireError, MAX_PARAMS_LEN, VERSION};
 /// Why a handshake failed, or why a call was refused.
 ///
 /// Errors caused by the peer's bytes leave the state machine failed for good (close the
-/// connection after sending what [`Initiator::poll_transmit`](crate::handshake::Initiator::poll_transmit) / [`Responder::poll_transmit`](crate::handshake::Responder::poll_transmit)
-/// still hand out). Local misuse ([`HandshakeError::UnexpectedCall`],
-/// [`HandshakeError::ParamsTooLong`], [`HandshakeError::BufferTooSmall`]) changes nothing.
+/// connection after sending what
+/// [`Initiator::poll_transmit`](crate::handshake::Initiator::poll_transmit) /
+/// [`Responder::poll_transmit`](crate::handshake::Responder::poll_transmit) still hand out). Local
+/// misuse ([`HandshakeError::UnexpectedCall`], [`HandshakeError::ParamsTooLong`],
+/// [`HandshakeError::BufferTooSmall`]) changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandshakeError {

@@ -36,7 +36,7 @@
 //! Pure state: no I/O, no clock, no randomness.
 
 use super::rtt::RttEstimator;
-use super::Nanos;
+use super::time::Nanos;
 
 /// Most paths one connection can have.
 pub const MAX_PATHS: usize = 64;
@@ -108,7 +108,8 @@ pub enum PathState {
     Down,
 }
 
-/// Counters and gauges of one path, from [`ReliableConnection::path_stats`](super::ReliableConnection::path_stats).
+/// Counters and gauges of one path, from
+/// [`ReliableConnection::path_stats`](super::ReliableConnection::path_stats).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PathStats {
     /// The path's state now.

@@ -17,9 +17,10 @@ use std::collections::VecDeque;
 
 use quiver_wire::frame::{SackRange, SackRanges};
 
+use super::posted::{PostedBuffers, PostedRead};
 use super::send::MESSAGE_HEADER_LEN;
 use super::stream_ring::StreamRing;
-use super::{Nanos, PostedBuffers, PostedRead};
+use super::time::Nanos;
 
 /// Posted readers a connection holds at most (claimed or not, or finished and not yet
 /// polled).

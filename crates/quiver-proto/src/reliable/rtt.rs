@@ -9,7 +9,7 @@
 //! process off its CPU for a little longer than the floor (a busy host, a VM's vCPU
 //! descheduled) fired timeouts that were all spurious.
 
-use super::Nanos;
+use super::time::Nanos;
 
 /// Clock granularity term `G` of RFC 6298 (we get nanosecond timestamps, so 1 µs is plenty).
 const GRANULARITY_NS: Nanos = 1_000;

@@ -36,14 +36,16 @@ use quiver_wire::frame::SackRange;
 
 use super::paths::{Paths, NO_FRAME};
 use super::stream_ring::StreamRing;
-use super::Nanos;
+use super::time::Nanos;
 
 /// Bytes of stream each message header takes.
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
 
-/// The token the single-message lend of `ReliableConnection::lend_message` goes under: its
-/// lender adopts what is left before it gives its slice up, and it is never released through
-/// [`SendState::poll_released`].
+/// The token the single-message lend of
+/// [`ReliableConnection::lend_message`](crate::reliable::ReliableConnection::lend_message)
+/// goes under: its lender adopts what is left before it gives its slice up, and it is never
+/// released through
+/// [`ReliableConnection::poll_released`](crate::reliable::ReliableConnection::poll_released).
 pub const LEND_MESSAGE_TOKEN: u64 = u64::MAX;
 
 /// One lent message's range (module docs): `[start, end)` are reserved in the ring and not

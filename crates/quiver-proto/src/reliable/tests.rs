@@ -6,9 +6,12 @@
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
+use quiver_wire::frame::{self, flags, Frame, FrameHeader, FrameType};
 
+use super::input::expand_low32;
+use super::send::{SendState, MESSAGE_HEADER_LEN};
 use super::*;
-use crate::handshake::KEY_LEN;
+use crate::handshake::{ConnectRequest, HandshakeError, JobKey, KEY_LEN};
 
 const JOB_ID: u64 = 0x5eed;
 
