@@ -643,108 +643,151 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// Runs `steps`, checking every verdict against a model of the table and of the Hellos
-/// answered; returns the verdicts.
+/// The router of one node and a model of what its table and its Hellos map must hold.
+struct Model {
+    node: Node,
+    ids: BTreeSet<u64>,
+    /// Initiator id (rank 0) -> the connection its Hello opened.
+    hellos: BTreeMap<u64, u64>,
+}
+
+impl Model {
+    /// The id at `index` (modulo) of the model's, if any.
+    fn pick(&self, index: usize) -> Option<u64> {
+        (!self.ids.is_empty()).then(|| {
+            *self
+                .ids
+                .iter()
+                .nth(index % self.ids.len())
+                .expect("in range")
+        })
+    }
+
+    fn open(&mut self) {
+        let host = &mut self.node.host;
+        let id = self.node.router.fresh_id(|| host.random_u64());
+        assert!(id != 0);
+        assert!(!self
+            .ids
+            .iter()
+            .any(|&other| frame::short_id(other) == frame::short_id(id)));
+        self.node.router.insert(id, Conn::bare());
+        self.ids.insert(id);
+    }
+
+    fn forget(&mut self, index: usize) {
+        if let Some(id) = self.pick(index) {
+            assert!(self.node.router.remove(id).is_some());
+            self.ids.remove(&id);
+        }
+    }
+
+    fn frame(
+        &mut self,
+        target: Option<usize>,
+        unknown: u64,
+        type_code: u8,
+        src_id: u64,
+    ) -> Verdict {
+        let dest = target
+            .and_then(|index| self.pick(index))
+            .unwrap_or(unknown.max(1));
+        let frame_type = match FrameType::from_code(type_code) {
+            Some(FrameType::Stream) | None => FrameType::Ping,
+            Some(other) => other,
+        };
+        let verdict = self
+            .node
+            .receive(0, 0, 0, &frame(frame_type, dest, src_id, &[]));
+        let expected = if self.ids.contains(&dest) {
+            Verdict::Connection(dest)
+        } else if frame_type == FrameType::Reset || src_id == 0 {
+            Verdict::Dropped(DropReason::UnknownId)
+        } else {
+            Verdict::Reset(frame(FrameType::Reset, src_id, dest, &[]))
+        };
+        assert_eq!(verdict, expected);
+        verdict
+    }
+
+    fn stream(&mut self, target: Option<usize>, unknown: u64) -> Verdict {
+        let dest = target.and_then(|index| self.pick(index)).unwrap_or(unknown);
+        let verdict = self.node.receive(0, 0, 0, &stream_frame(dest, b"data"));
+        let named = self
+            .ids
+            .iter()
+            .find(|&&id| frame::short_id(id) == frame::short_id(dest));
+        let expected = match named {
+            Some(&id) => Verdict::Connection(id),
+            None => Verdict::Dropped(DropReason::UnknownShortId),
+        };
+        assert_eq!(verdict, expected);
+        verdict
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) -> Verdict {
+        let verdict = self.node.receive(0, 0, 0, bytes);
+        if frame::destination(bytes).is_none() {
+            assert_eq!(verdict, Verdict::Dropped(DropReason::NoDestination));
+        }
+        if let Verdict::Accepted(id, _) = verdict {
+            self.ids.insert(id);
+        }
+        verdict
+    }
+
+    fn hello(&mut self, their_id: u64, path: usize) -> Verdict {
+        let verdict = self
+            .node
+            .receive(0, 0, path, &hello(0, 3, 7, their_id, JOB_ID));
+        match (self.hellos.get(&their_id), &verdict) {
+            (Some(&id), Verdict::RepeatedHello(got, found)) => {
+                assert_eq!((*got, *found), (id, self.ids.contains(&id)));
+            }
+            (None, Verdict::Accepted(id, None)) => {
+                self.hellos.insert(their_id, *id);
+                self.ids.insert(*id);
+            }
+            (None, Verdict::Dropped(DropReason::UnsharedPath)) => assert!(path >= 2),
+            (known, verdict) => panic!("Hello {their_id}: {known:?} gave {verdict:?}"),
+        }
+        verdict
+    }
+}
+
+/// Runs `steps`, checking every verdict against the model; returns the verdicts.
 fn run_model(steps: &[Step]) -> Vec<Verdict> {
-    let mut node = Node::new(1);
-    let mut ids: BTreeMap<u64, ()> = BTreeMap::new();
-    let mut hellos: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut verdicts = Vec::new();
-    let pick = |ids: &BTreeMap<u64, ()>, index: usize| -> Option<u64> {
-        (!ids.is_empty()).then(|| *ids.keys().nth(index % ids.len()).expect("in range"))
+    let mut model = Model {
+        node: Node::new(1),
+        ids: BTreeSet::new(),
+        hellos: BTreeMap::new(),
     };
+    let mut verdicts = Vec::new();
     for step in steps {
         let verdict = match step {
             Step::Open => {
-                let host = &mut node.host;
-                let id = node.router.fresh_id(|| host.random_u64());
-                assert!(id != 0);
-                assert!(!ids
-                    .keys()
-                    .any(|&other| frame::short_id(other) == frame::short_id(id)));
-                node.router.insert(id, Conn::bare());
-                ids.insert(id, ());
-                continue;
+                model.open();
+                None
             }
             Step::Forget(index) => {
-                if let Some(id) = pick(&ids, *index) {
-                    assert!(node.router.remove(id).is_some());
-                    ids.remove(&id);
-                }
-                continue;
+                model.forget(*index);
+                None
             }
             Step::Frame {
                 target,
                 unknown,
                 type_code,
                 src_id,
-            } => {
-                let dest = target
-                    .and_then(|index| pick(&ids, index))
-                    .unwrap_or((*unknown).max(1));
-                let frame_type = FrameType::from_code(*type_code).unwrap_or(FrameType::Ping);
-                let frame_type = if frame_type == FrameType::Stream {
-                    FrameType::Ping
-                } else {
-                    frame_type
-                };
-                let datagram = frame(frame_type, dest, *src_id, &[]);
-                let verdict = node.receive(0, 0, 0, &datagram);
-                let expected = if ids.contains_key(&dest) {
-                    Verdict::Connection(dest)
-                } else if frame_type == FrameType::Reset || *src_id == 0 {
-                    Verdict::Dropped(DropReason::UnknownId)
-                } else {
-                    Verdict::Reset(frame(FrameType::Reset, *src_id, dest, &[]))
-                };
-                assert_eq!(verdict, expected);
-                verdict
-            }
-            Step::Stream { target, unknown } => {
-                let dest = target
-                    .and_then(|index| pick(&ids, index))
-                    .unwrap_or(*unknown);
-                let verdict = node.receive(0, 0, 0, &stream_frame(dest, b"data"));
-                let named = ids
-                    .keys()
-                    .find(|&&id| frame::short_id(id) == frame::short_id(dest));
-                let expected = match named {
-                    Some(&id) => Verdict::Connection(id),
-                    None => Verdict::Dropped(DropReason::UnknownShortId),
-                };
-                assert_eq!(verdict, expected);
-                verdict
-            }
-            Step::Bytes(bytes) => {
-                let verdict = node.receive(0, 0, 0, bytes);
-                if frame::destination(bytes).is_none() {
-                    assert_eq!(verdict, Verdict::Dropped(DropReason::NoDestination));
-                }
-                if let Verdict::Accepted(id, _) = verdict {
-                    ids.insert(id, ());
-                }
-                verdict
-            }
-            Step::Hello { their_id, path } => {
-                let verdict = node.receive(0, 0, *path, &hello(0, 3, 7, *their_id, JOB_ID));
-                match (hellos.get(their_id), &verdict) {
-                    (Some(&id), Verdict::RepeatedHello(got, found)) => {
-                        assert_eq!((*got, *found), (id, ids.contains_key(&id)));
-                    }
-                    (None, Verdict::Accepted(id, None)) => {
-                        hellos.insert(*their_id, *id);
-                        ids.insert(*id, ());
-                    }
-                    (None, Verdict::Dropped(DropReason::UnsharedPath)) => assert!(*path >= 2),
-                    (known, verdict) => panic!("Hello {their_id}: {known:?} gave {verdict:?}"),
-                }
-                verdict
-            }
+            } => Some(model.frame(*target, *unknown, *type_code, *src_id)),
+            Step::Stream { target, unknown } => Some(model.stream(*target, *unknown)),
+            Step::Bytes(bytes) => Some(model.bytes(bytes)),
+            Step::Hello { their_id, path } => Some(model.hello(*their_id, *path)),
         };
-        verdicts.push(verdict);
-        assert!(node.router.connections().is_consistent());
-        assert_eq!(node.router.connections().len(), ids.len());
-        assert_eq!(node.router.hello_count(), hellos.len());
+        verdicts.extend(verdict);
+        let router = &model.node.router;
+        assert!(router.connections().is_consistent());
+        assert_eq!(router.connections().len(), model.ids.len());
+        assert_eq!(router.hello_count(), model.hellos.len());
     }
     verdicts
 }
