@@ -1,5 +1,9 @@
 //! The simulator: nodes, links, flows, the run loop and the invariant checks.
 //!
+//! Layer: test infrastructure, the top of `quiver-sim`, on `quiver-proto` (the connections
+//! and the router, run exactly as an engine runs them). It owns the nodes, flows, run loop
+//! and invariant checks; it must not read the OS clock or any randomness but its seed.
+//!
 //! A *flow* is one connection with its applications: a [`SenderApp`] on the initiator node
 //! writing a [`MessageScript`], and a [`ReceiverApp`] on the responder node reading and
 //! verifying it. With [`FlowConfig::answer`] data flows both ways on the connection: a

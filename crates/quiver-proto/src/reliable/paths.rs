@@ -1,6 +1,10 @@
 //! The paths of a connection: one connection striped over up to [`MAX_PATHS`] links
 //! (`docs/striping.md`).
 //!
+//! Layer: sans-IO, inside `crate::reliable`, below the send state that uses it. It owns
+//! each path's state (window, rate, RTT, loss, up or down) and the choice of path for a
+//! frame; it must not see addresses, sockets or a clock.
+//!
 //! A path is an index `0..path_count`. The core never sees an address: the I/O layer maps
 //! index `i` to a (local socket, remote address) pair, tells
 //! [`ReliableConnection::handle_datagram`](super::ReliableConnection::handle_datagram) the

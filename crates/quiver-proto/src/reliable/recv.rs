@@ -2,6 +2,10 @@
 //! by the application, in order or not), the received packet numbers above the cumulative
 //! ack with their SACK ranges, delayed-ack bookkeeping, credit and message-by-message reads.
 //!
+//! Layer: sans-IO, inside `crate::reliable`, below the connection that feeds it verified
+//! frames. It owns the receive ring and the received packet numbers; it must not parse
+//! frames (the connection does) nor read a clock.
+//!
 //! Memory: the ring is `recv_window_bytes` long and the credit we advertise never lets the
 //! peer send past `read_offset + recv_window_bytes`, so every acceptable byte has its own
 //! slot; the per-packet tables hold at most `max_in_flight_datagrams` entries.

@@ -1,6 +1,9 @@
 //! Round-trip time estimation and retransmission timeout per RFC 6298, with exponential
 //! backoff on expiry.
 //!
+//! Layer: sans-IO, inside `crate::reliable`, the bottom of it with `time.rs`. It owns one
+//! estimator's state; it must not read a clock (samples are the caller's).
+//!
 //! The configured minimum is a margin over the smoothed RTT, not only a floor of the RTO
 //! (as in Linux, whose RTO is `srtt + max(4 rttvar, rto_min)`): `rto = srtt + max(4 rttvar,
 //! min_rto)`, clamped to `[min_rto, max_rto]`. A bulk sender keeps a queue at its

@@ -3,6 +3,10 @@
 //! packet number, the choice of path for each frame, acknowledgement processing and loss
 //! detection per path (`paths.rs`).
 //!
+//! Layer: sans-IO, inside `crate::reliable`, below the connection that asks it for frames.
+//! It owns the send ring, the in-flight table and loss detection; it must not build frame
+//! headers (the connection does) nor read a clock.
+//!
 //! Loss is decided per path, never from packet-number gaps alone: frames striped over paths
 //! of different delays arrive out of packet-number order all the time. A frame is lost when
 //! [`PACKET_THRESHOLD`] frames sent after it on the *same* path were acknowledged while the

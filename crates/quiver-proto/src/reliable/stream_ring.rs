@@ -1,5 +1,8 @@
 //! The byte ring both halves of a connection keep their stream in: stream offset `o` lives
 //! at `o % len`, and a range may wrap around the end.
+//!
+//! Layer: sans-IO, inside `crate::reliable`, under the send and receive states. It owns one
+//! allocation of bytes and the copies in and out; it knows nothing of frames or messages.
 
 use core::ops::{Deref, DerefMut};
 
