@@ -77,6 +77,7 @@ struct Conn {
 }
 
 struct Host {
+    rank: u32,
     state: u64,
     open_ports: u8,
     path_count: usize,
@@ -107,6 +108,10 @@ impl RouterHost<u32, Conn> for Host {
 
     fn endpoint_open(&mut self, request: &ConnectRequest) -> bool {
         request.src_rank < 2 && self.open_ports & (1 << (request.dst_port % 8)) != 0
+    }
+
+    fn local_rank(&self) -> u32 {
+        self.rank
     }
 
     fn handshake(&self, connection: &Conn) -> Option<Handshake> {
@@ -142,8 +147,9 @@ impl Node {
     fn new(rank: u32) -> Self {
         Self {
             rank,
-            router: Router::new(rank, JOB_ID, JobKey::from_bytes(KEY)),
+            router: Router::new(JOB_ID, JobKey::from_bytes(KEY)),
             host: Host {
+                rank,
                 state: u64::from(rank) + 1,
                 open_ports: 0xFF,
                 path_count: 2,

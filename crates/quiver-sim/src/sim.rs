@@ -513,7 +513,7 @@ impl Sim {
 
     /// Adds a node.
     pub fn add_node(&mut self) -> NodeId {
-        let router = self.new_router(NodeId(self.nodes.len()));
+        let router = self.new_router();
         self.nodes.push(Node {
             alive: true,
             router,
@@ -842,7 +842,7 @@ impl Sim {
             }
             SimEvent::Restart(node) => {
                 self.trace(&[now, 8, node.0 as u64]);
-                self.nodes[node.0].router = self.new_router(node);
+                self.nodes[node.0].router = self.new_router();
                 for slot in self.connections.iter_mut().filter(|slot| slot.node == node) {
                     slot.forgotten = true;
                 }
@@ -883,10 +883,9 @@ impl Sim {
         self.drive(now, slot);
     }
 
-    /// The router of a node started afresh (a new node, or a restarted one): its rank is
-    /// its index.
-    fn new_router(&self, node: NodeId) -> Router<usize> {
-        Router::new(node.0 as u32, self.job_id, self.job_key.clone())
+    /// The router of a node started afresh (a new node, or a restarted one).
+    fn new_router(&self) -> Router<usize> {
+        Router::new(self.job_id, self.job_key.clone())
     }
 
     fn fresh_connection_id(&mut self, node: NodeId) -> u64 {
@@ -1375,6 +1374,11 @@ impl RouterHost<NodeId, usize> for SimHost<'_> {
                     && flow.config.from.0 == request.src_rank as usize
                     && flow.responder.is_none()
             })
+    }
+
+    /// A node's rank is its index.
+    fn local_rank(&self) -> u32 {
+        self.node.0 as u32
     }
 
     /// A flow's ports are its index at both ends.

@@ -65,8 +65,9 @@ pub struct InboundPath {
 /// Hello), in this order: [`inbound_path`](RouterHost::inbound_path),
 /// [`random_u64`](RouterHost::random_u64) (until the id fits),
 /// [`random_nonce`](RouterHost::random_nonce), then, once the Hello proved to be of the job,
-/// [`endpoint_open`](RouterHost::endpoint_open) and [`handshake`](RouterHost::handshake)
-/// (for any number of connections, in table order).
+/// [`endpoint_open`](RouterHost::endpoint_open), and, if the endpoint is open,
+/// [`local_rank`](RouterHost::local_rank) and [`handshake`](RouterHost::handshake) (for any
+/// number of connections, in table order).
 pub trait RouterHost<A, C> {
     /// Eight random bytes for a connection id (from the OS, or a seeded generator).
     fn random_u64(&mut self) -> u64;
@@ -83,6 +84,10 @@ pub trait RouterHost<A, C> {
     /// Whether an endpoint takes the connection `request` asks for (the port is open, the
     /// rank is of the job). A Hello for a closed endpoint is answered with a rejection.
     fn endpoint_open(&mut self, request: &ConnectRequest) -> bool;
+
+    /// The rank of the engine the router serves (its endpoints' addresses are this rank and
+    /// their ports).
+    fn local_rank(&self) -> u32;
 
     /// The handshake `connection` is in, while it is under way and its endpoint still wants
     /// the connection; `None` once it is established, failed, closed or given up.

@@ -12,8 +12,8 @@
 //!
 //! # How an engine calls it
 //!
-//! One [`Router`] per engine (per node of a simulation), made with the engine's rank, job
-//! id and key. For every datagram received (its bytes, its source address `from`, and the
+//! One [`Router`] per engine (per node of a simulation), made with the job id and key. For
+//! every datagram received (its bytes, its source address `from`, and the
 //! index `path` of the local link or socket it arrived on), the engine calls
 //! [`Router::handle`] with the current time and a [`RouterHost`], and acts on the verdict:
 //!
@@ -44,8 +44,9 @@
 //! peer's links, as many as both ranks have, or just `from`; `None` for a path beyond
 //! them) and its per-destination configuration, [`RouterHost::endpoint_open`] from its open
 //! endpoints (and the job's size), [`RouterHost::handshake`] from a connection's status
-//! (connecting and not given up), and the two random methods from the OS. The simulator's
-//! answers from its flows and its seeded generator.
+//! (connecting and not given up), [`RouterHost::local_rank`] from the context, and the two
+//! random methods from the OS. The simulator's answers from its flows and its seeded
+//! generator.
 //!
 //! # Hellos and crossed connects
 //!
@@ -83,7 +84,7 @@ pub use table::ConnectionTable;
 ///
 /// `C` is the engine's connection value (the protocol state and whatever the engine keeps
 /// with it). Call protocol:
-/// 1. [`Router::new`] once, with the engine's rank, the job id and the job key.
+/// 1. [`Router::new`] once, with the job id and the job key.
 /// 2. For every datagram received, [`Router::handle`]`(now, from, path, bytes, host)`, and
 ///    act on the [`Routed`] it returns before handling the next datagram (in particular,
 ///    [`Router::insert`] an [`Accepted`] connection). `handle` itself sends nothing and
@@ -98,7 +99,6 @@ pub use table::ConnectionTable;
 /// no randomness and no hash state of its own.
 #[derive(Debug)]
 pub struct Router<C> {
-    local_rank: u32,
     job_id: u64,
     key: JobKey,
     connections: ConnectionTable<C>,
@@ -108,11 +108,10 @@ pub struct Router<C> {
 }
 
 impl<C> Router<C> {
-    /// A router with no connections for the engine of rank `local_rank` in job `job_id`,
-    /// whose Hellos must prove `key`.
-    pub fn new(local_rank: u32, job_id: u64, key: JobKey) -> Self {
+    /// A router with no connections for an engine of job `job_id`, whose Hellos must prove
+    /// `key`.
+    pub fn new(job_id: u64, key: JobKey) -> Self {
         Self {
-            local_rank,
             job_id,
             key,
             connections: ConnectionTable::default(),
@@ -204,11 +203,6 @@ impl<C> Router<C> {
         self.hellos.len()
     }
 
-    /// The rank this router's engine is.
-    pub fn local_rank(&self) -> u32 {
-        self.local_rank
-    }
-
     /// Whether a connection `peer` opened to local port `local_port` is being accepted
     /// (its handshake under way, its endpoint still wanting it), `handshake` telling each
     /// connection's state: an engine about to connect to `peer` from that port waits for it
@@ -243,7 +237,7 @@ impl<C> Router<C> {
             local_port,
             peer,
         };
-        EndpointAddress::new(self.local_rank, local_port) < peer
+        EndpointAddress::new(host.local_rank(), local_port) < peer
             && self
                 .connections
                 .values()

@@ -38,6 +38,7 @@ impl Conn {
 /// rank, and the open ports. Counts the random draws.
 #[derive(Debug)]
 struct TestHost {
+    rank: u32,
     state: u64,
     draws: usize,
     path_count: usize,
@@ -47,9 +48,10 @@ struct TestHost {
 }
 
 impl TestHost {
-    fn new(seed: u64) -> Self {
+    fn new(rank: u32) -> Self {
         Self {
-            state: seed,
+            rank,
+            state: u64::from(rank) + 1,
             draws: 0,
             path_count: 2,
             open_ports: BTreeSet::from([7]),
@@ -96,6 +98,10 @@ impl RouterHost<u32, Conn> for TestHost {
         self.open_ports.contains(&request.dst_port)
     }
 
+    fn local_rank(&self) -> u32 {
+        self.rank
+    }
+
     fn handshake(&self, connection: &Conn) -> Option<Handshake> {
         connection.handshake
     }
@@ -123,8 +129,8 @@ impl Node {
     fn new(rank: u32) -> Self {
         Self {
             rank,
-            router: Router::new(rank, JOB_ID, key()),
-            host: TestHost::new(u64::from(rank) + 1),
+            router: Router::new(JOB_ID, key()),
+            host: TestHost::new(rank),
         }
     }
 
