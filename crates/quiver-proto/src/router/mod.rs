@@ -13,9 +13,9 @@
 //! # How an engine calls it
 //!
 //! One [`Router`] per engine (per node of a simulation), made with the job id and key. For
-//! every datagram received (its bytes, its source address `from`, and the
-//! index `path` of the local link or socket it arrived on), the engine calls
-//! [`Router::handle`] with the current time and a [`RouterHost`], and acts on the verdict:
+//! every datagram received (its bytes, its source address `from`, and the index `path` of
+//! the local link or socket it arrived on), the engine calls [`Router::handle`] with the
+//! current time and a [`RouterHost`], and acts on the verdict:
 //!
 //! - [`Routed::Connection`]: feed the datagram to that connection
 //!   (`ReliableConnection::handle_datagram` or one of its variants), on `path`; then, as
@@ -26,7 +26,7 @@
 //!   [`Router::insert`] it under its id before the next datagram is handled, then drain its
 //!   transmits (its Challenge, or its rejection) and events. A rejected one
 //!   ([`Accepted::rejection`]) is never handed to an endpoint; the engine forgets it
-//!   ([`Router::remove`]) once its refusal is sent.
+//!   ([`Router::remove`] or [`Router::retain`]) once its refusal is sent.
 //! - [`Routed::Reset`]: send those bytes to `from` from the socket of `path`.
 //! - [`Routed::Refused`], [`Routed::Dropped`]: count them; nothing is sent.
 //!
