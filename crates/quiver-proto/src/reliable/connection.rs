@@ -9,11 +9,10 @@
 use std::collections::VecDeque;
 
 use quiver_wire::frame::{Frame, FrameError, FrameType, SackRange, MAX_ACK_RANGES, SACK_RANGE_LEN};
-use quiver_wire::handshake::MAX_MESSAGE_LEN;
+use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
 use super::config::{ConfigError, ReliableConfig};
 use super::events::{Event, FailReason, State};
-use super::handshaking::expand_nonce;
 use super::paths::{PathStats, Paths};
 use super::recv::RecvState;
 use super::rtt::RttEstimator;
@@ -23,6 +22,15 @@ use super::time::Nanos;
 use crate::handshake::{
     ConnectRequest, HandshakeError, Initiator, JobKey, RejectReason, Responder,
 };
+
+/// Widens the caller's 16 random bytes to the handshake's nonce; the connection id makes the
+/// rest differ between the connections of one process.
+fn expand_nonce(nonce: [u8; 16], local_id: u64) -> [u8; NONCE_LEN] {
+    let mut expanded = [0u8; NONCE_LEN];
+    expanded[..16].copy_from_slice(&nonce);
+    expanded[16..24].copy_from_slice(&local_id.to_le_bytes());
+    expanded
+}
 
 /// Why [`ReliableConnection::accept`] refused a datagram. The caller counts and drops it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -6,7 +6,7 @@
 //! caller's, widened with the connection id.
 
 use quiver_wire::frame::{FrameHeader, FrameType};
-use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
+use quiver_wire::handshake::MAX_MESSAGE_LEN;
 
 use super::connection::{HandshakeSide, ReliableConnection};
 use super::events::{Event, FailReason, State};
@@ -165,15 +165,6 @@ impl ReliableConnection {
     pub(super) fn incoming_handshake(&self) -> &[u8] {
         &self.handshake_in[..self.handshake_in_len]
     }
-}
-
-/// Widens the caller's 16 random bytes to the handshake's nonce; the connection id makes the
-/// rest differ between the connections of one process.
-pub(super) fn expand_nonce(nonce: [u8; 16], local_id: u64) -> [u8; NONCE_LEN] {
-    let mut expanded = [0u8; NONCE_LEN];
-    expanded[..16].copy_from_slice(&nonce);
-    expanded[16..24].copy_from_slice(&local_id.to_le_bytes());
-    expanded
 }
 
 /// The peer's receive window from its handshake params.
