@@ -44,6 +44,9 @@ pub use error::{Error, Result};
 pub use log::LOG_ENV;
 pub use pool::PooledBuf;
 pub use transport::dgram::{DatagramStats, LinkStats};
+pub use transport::fault::{
+    Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,
+};
 
 /// The address of an endpoint: a rank of the job and a port chosen by that rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,14 +1,14 @@
 //! Posted receives on a striped udp connection, the receive side's in-place path: an
 //! endpoint whose only inbound edge is a datagram connection hands its posted receives'
 //! buffers to the engine, which places frames of the next messages straight into them.
-//! Two ranks in this process, three loopback links each, joined through a lossy proxy (a
-//! thread that forwards every datagram between the ranks' link sockets and drops some).
+//! Two ranks in this process, three loopback links each; the sender's fault injector
+//! (`QUIVER_FAULTS`, `Config::faults`) drops some of what it sends.
 //! Messages of several sizes arrive byte-identical and in order, a message longer than
 //! its receive's buffer fails that receive with `BufferTooSmall` and goes to the next, and
 //! most bytes are placed straight into the buffers.
 
 mod support;
-use support::{pattern, LossyProxy};
+use support::pattern;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -51,14 +51,6 @@ fn sizes() -> Vec<usize> {
 fn posted_receives_on_a_lossy_striped_connection() {
     let job_id = 0x9057_0000_0000_0000 | u64::from(NEXT_JOB.fetch_add(1, Ordering::SeqCst));
     let (sender_links, receiver_links) = (link_addresses(free_port()), link_addresses(free_port()));
-    let (proxy_front, proxy_back) = (link_addresses(free_port()), link_addresses(free_port()));
-    let proxy = LossyProxy::start(
-        sender_links.clone(),
-        receiver_links.clone(),
-        proxy_front.clone(),
-        proxy_back.clone(),
-        20,
-    );
     let config = Config {
         transports: vec![TransportKind::Udp],
         op_timeout: Some(Duration::from_secs(60)),
@@ -67,13 +59,18 @@ fn posted_receives_on_a_lossy_striped_connection() {
         net_window_bytes: 1 << 20,
         ..Config::default()
     };
-    // Each rank sees the other's links at the proxy.
-    let context = |rank: u32, table: Vec<Vec<SocketAddr>>| {
-        support::two_rank_context(rank, job_id, 7, table, &config)
+    // The sender loses 2% of what it sends (data, acks, handshakes).
+    let sender_config = Config {
+        faults: "seed=20,drop=0.02".parse().expect("faults"),
+        ..config.clone()
+    };
+    let table = vec![sender_links.clone(), receiver_links.clone()];
+    let context = |rank: u32, config: &Config| {
+        support::two_rank_context(rank, job_id, 7, table.clone(), config)
     };
     let sizes = sizes();
     let receiver = {
-        let context = context(1, vec![proxy_back.clone(), receiver_links.clone()]);
+        let context = context(1, &config);
         let sizes = sizes.clone();
         thread::spawn(move || {
             let mut endpoint = context.endpoint(1).expect("endpoint");
@@ -143,11 +140,11 @@ fn posted_receives_on_a_lossy_striped_connection() {
             (too_small, placed)
         })
     };
-    let sender = context(0, vec![sender_links.clone(), proxy_front.clone()]);
+    let sender = context(0, &sender_config);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
     support::send_patterned_until_done(&mut endpoint, &sizes);
     let (too_small, placed) = receiver.join().expect("receiver");
-    let dropped = proxy.stop();
+    let dropped = sender.stats().datagram.unwrap_or_default().faults.dropped;
     let total: usize = sizes.iter().sum();
     // 700 000 bytes: refused by the two 400 000-byte receives before the large one at most;
     // 500 000 likewise.
@@ -155,7 +152,7 @@ fn posted_receives_on_a_lossy_striped_connection() {
         (2..=4).contains(&too_small),
         "{too_small} receives too small"
     );
-    assert!(dropped > 0, "the proxy dropped nothing");
+    assert!(dropped > 0, "the fault injector dropped nothing");
     // Many bytes go straight into the receives' buffers: 2.5-4.0 MB of 4.9 in four runs.
     // Frames that arrive before their message's length prefix go through the receive
     // window, and a lost frame that carried a prefix holds back the placement of every

@@ -5,3 +5,4 @@
 //! `quiver-transport` (system calls). A transport must not reach into an endpoint's state.
 
 pub(crate) mod dgram;
+pub(crate) mod fault;

@@ -78,10 +78,6 @@ mod udp_io;
 
 pub(crate) use connect::Connected;
 pub(crate) use engine::DgramShared;
-#[cfg(test)]
-pub(crate) use in_place::tests_in_place;
 pub(crate) use in_place::InPlace;
-#[cfg(test)]
-pub(crate) use mem::tests as mem_tests;
 pub(crate) use posted_reads::RecvDone;
 pub use stats::{DatagramStats, LinkStats};
