@@ -28,19 +28,20 @@ use quiver_transport::notify::{Doorbell, RemoteDoorbell};
 use quiver_transport::ring::{Consumer, Kind, Producer, Record, RingError};
 use quiver_transport::sys;
 
+use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::context::{ContextShared, EndpointShared, NewInbound};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, PooledBuf};
 use crate::slab::{Key, Slab};
-use crate::Addr;
+use crate::transport::dest::Dest;
+use crate::transport::failure::{corrupt_detail, Failure};
+use crate::transport::inbound_state::InboundState;
+use crate::transport::liveness::{DetectionStats, FreezeWatch, Looks, PeerProcess};
+use crate::transport::local::LocalRank;
+use crate::transport::registry::{Inbox, NewInbound};
+use crate::transport::wait::{Wait, SLEEP_SLICE};
 
-mod liveness;
 mod remote;
-pub use liveness::DetectionStats;
-pub(crate) use liveness::{identity_params, local_peer_pid};
-use liveness::{FreezeWatch, Looks, PeerProcess};
-pub(crate) use remote::{wait_engine, DgramTake};
 use remote::{NetIn, NetOut, NET_BIT};
 
 /// A reliable, ordered, message-preserving directed channel from one of this process's
@@ -102,61 +103,6 @@ enum RecvState {
     Done(Result<RecvCompletion>),
 }
 
-/// Why a connection stopped working; turned into an [`Error`] for every later call.
-#[derive(Debug, Clone)]
-pub(crate) enum Failure {
-    Dead,
-    /// The peer process has been stopped by a signal: (transport, milliseconds seen).
-    Stopped(&'static str, u64),
-    Closed,
-    Corrupt(String),
-    TimedOut,
-    /// A network connection broke: (transport, what happened).
-    Lost(&'static str, String),
-}
-
-impl Failure {
-    fn to_error(&self, peer: Addr, during: &'static str) -> Error {
-        match self {
-            Failure::Dead => Error::PeerDead { peer, during },
-            Failure::Stopped(transport, stopped_ms) => Error::PeerStopped {
-                peer,
-                transport,
-                during,
-                stopped_ms: *stopped_ms,
-            },
-            Failure::Closed => Error::PeerClosed { peer },
-            Failure::Corrupt(detail) => Error::Corrupt {
-                peer,
-                detail: detail.clone(),
-            },
-            Failure::TimedOut => Error::Corrupt {
-                peer,
-                detail: "an earlier blocking send timed out with a rendezvous outstanding".into(),
-            },
-            Failure::Lost(transport, detail) => Error::Unreachable {
-                peer,
-                transport,
-                detail: format!("{detail} ({during})"),
-            },
-        }
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum InboundState {
-    Open,
-    /// The peer exited: deliver what it wrote, then report its death once.
-    Dying,
-    /// The peer process has been stopped (milliseconds seen): deliver what it wrote, then
-    /// report once.
-    Stopped(u64),
-    /// The ring failed a check while idle: report once, then skip.
-    Broken(String),
-    /// Closed gracefully or failed and reported: skipped.
-    Done,
-}
-
 #[derive(Debug)]
 struct Inbound {
     peer: Addr,
@@ -195,159 +141,6 @@ struct Outbound {
     freeze: FreezeWatch,
 }
 
-/// Where a received message goes.
-pub(crate) enum Dest<'a> {
-    Slice(&'a mut [u8]),
-    Owned(&'a mut Vec<u8>),
-    /// The buffer of posted receive `key` (its whole length is usable). A tcp edge may
-    /// take the buffer to read a large message into it over several calls; it then sets
-    /// `bound` and marks the request [`RecvState::Bound`].
-    Posted {
-        key: Key,
-        buf: &'a mut Vec<u8>,
-        bound: bool,
-    },
-}
-
-impl Dest<'_> {
-    /// Whether a `len`-byte message can go here: `BufferTooSmall` otherwise (an owned
-    /// destination takes any length).
-    pub(crate) fn fits(&self, len: u64) -> Result<()> {
-        let capacity = match self {
-            Dest::Slice(s) => s.len(),
-            Dest::Posted { buf, .. } => buf.len(),
-            Dest::Owned(_) => return Ok(()),
-        };
-        if len > capacity as u64 {
-            return Err(Error::BufferTooSmall {
-                message: len as usize,
-                buffer: capacity,
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
-        match self {
-            Dest::Posted { buf, .. } => {
-                if len > buf.len() as u64 {
-                    return Err(Error::BufferTooSmall {
-                        message: len as usize,
-                        buffer: buf.len(),
-                    });
-                }
-                Ok(&mut buf[..len as usize])
-            }
-            Dest::Slice(s) => {
-                if len > s.len() as u64 {
-                    return Err(Error::BufferTooSmall {
-                        message: len as usize,
-                        buffer: s.len(),
-                    });
-                }
-                Ok(&mut s[..len as usize])
-            }
-            Dest::Owned(v) => {
-                // A peer may announce any length: fail cleanly where memory runs out.
-                let extra = (len as usize).saturating_sub(v.len());
-                if usize::try_from(len).is_err() || v.try_reserve(extra).is_err() {
-                    return Err(Error::io(
-                        format!("allocating {len} bytes for a received message"),
-                        std::io::ErrorKind::OutOfMemory.into(),
-                    ));
-                }
-                // Reuse what the buffer holds: only growth is zero-filled.
-                v.resize(len as usize, 0);
-                Ok(&mut v[..])
-            }
-        }
-    }
-}
-
-/// Spin-then-sleep bookkeeping of one blocking call. Reads no clock until the call
-/// actually has to wait (the clock costs ~30 ns a read here, as much as a message).
-pub(crate) struct Wait {
-    /// When the call started waiting (the deadline counts from here).
-    start: Option<Instant>,
-    /// When the current spin phase started (reset after each wake-up).
-    spin_start: Option<Instant>,
-    spins: u32,
-    timeout: Option<Duration>,
-    armed: bool,
-    seen: Option<u32>,
-    /// The clock as the last periodic tick read it, for [`Wait::liveness_due`] (so that
-    /// detection adds no clock read of its own to a spinning call).
-    tick_now: Option<Instant>,
-}
-
-impl Wait {
-    fn new(config: &Config) -> Wait {
-        Wait::with_timeout(config.op_timeout)
-    }
-
-    pub(crate) fn with_timeout(timeout: Option<Duration>) -> Wait {
-        Wait {
-            start: None,
-            spin_start: None,
-            spins: 0,
-            timeout,
-            armed: false,
-            seen: None,
-            tick_now: None,
-        }
-    }
-
-    /// Whether a spinning call should look at its peers' liveness now, at its periodic
-    /// tick: at most every [`liveness::look_interval`] for the whole endpoint (`looks`).
-    fn liveness_due(&mut self, looks: &mut Looks, detect: Duration) -> bool {
-        let now = self.tick_now.take().unwrap_or_else(Instant::now);
-        looks.due(now, detect)
-    }
-
-    fn start(&mut self) -> Instant {
-        *self.start.get_or_insert_with(Instant::now)
-    }
-
-    fn deadline(&mut self) -> Option<Instant> {
-        let start = self.start();
-        self.timeout.map(|t| start + t)
-    }
-
-    fn check_deadline(&mut self, what: &'static str) -> Result<()> {
-        match (self.deadline(), self.timeout) {
-            (Some(d), Some(t)) if Instant::now() >= d => Err(Error::Timeout {
-                what,
-                millis: t.as_millis() as u64,
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether to keep spinning; also says when a periodic check is due.
-    /// The spin budget is counted from the first periodic check (~1000 polls in), so
-    /// short waits never read the clock.
-    fn spinning(&mut self, spin: Duration) -> (bool, bool) {
-        self.spins = self.spins.wrapping_add(1);
-        let periodic = self.spins.is_multiple_of(1024);
-        let still = !periodic || {
-            let start = self.start();
-            let now = Instant::now();
-            self.tick_now = Some(now);
-            now.saturating_duration_since(*self.spin_start.get_or_insert(start)) < spin
-        };
-        (still, periodic)
-    }
-
-    /// Spin again from now (after a wake-up); the deadline stays where it was.
-    fn restart(&mut self) {
-        self.start();
-        self.spin_start = Some(Instant::now());
-    }
-}
-
-/// How often a sleeping call wakes up on its own to re-check liveness and ring integrity.
-const SLEEP_SLICE: Duration = Duration::from_millis(50);
-
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
 ///
@@ -360,8 +153,8 @@ pub struct Endpoint {
     id: u64,
     addr: Addr,
     config: Config,
-    ctx: Arc<ContextShared>,
-    shared: Arc<EndpointShared>,
+    ctx: Arc<LocalRank>,
+    shared: Arc<Inbox>,
     doorbell: Doorbell,
     inbound: Vec<Inbound>,
     next_inbound: usize,
@@ -418,8 +211,8 @@ impl Endpoint {
     pub(crate) fn new(
         id: u64,
         addr: Addr,
-        ctx: Arc<ContextShared>,
-        shared: Arc<EndpointShared>,
+        ctx: Arc<LocalRank>,
+        shared: Arc<Inbox>,
         doorbell: Doorbell,
     ) -> Endpoint {
         let config = ctx.config.clone();
@@ -598,7 +391,7 @@ impl Endpoint {
     }
 
     fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {
-        let new = crate::context::connect(&self.ctx, self.addr, peer)?;
+        let new = crate::transport::shm::connect::connect(&self.ctx, self.addr, peer)?;
         let index = self.outbound.len() as u32;
         self.outbound.push(Outbound {
             peer,
@@ -1683,7 +1476,7 @@ impl Drop for Endpoint {
             inb.ring.close();
         }
         self.close_net();
-        self.ctx.unregister(self.addr.port);
+        self.ctx.registry.unregister(self.addr.port);
     }
 }
 
@@ -1885,13 +1678,6 @@ fn ring_error(peer: Addr, e: RingError) -> Error {
     Error::Corrupt {
         peer,
         detail: e.to_string(),
-    }
-}
-
-fn corrupt_detail(peer: Addr, detail: &str) -> Error {
-    Error::Corrupt {
-        peer,
-        detail: detail.to_string(),
     }
 }
 

@@ -13,7 +13,7 @@
 //!   ([`NetIn::reverse`]): it stays silent (no errors, not counted by `inbound_count`)
 //!   until the peer sends on it, and counts as an accepted connection from then on;
 //! - when both ends connect at the same moment, the end with the lower address refuses the
-//!   other's attempt with `Busy` (tcp: the listener, `EndpointShared::crossed`; datagrams:
+//!   other's attempt with `Busy` (tcp: the listener, `Crossings::begin_accept`; datagrams:
 //!   the engine), and the refused end uses the connection it accepted.
 
 use std::io::{self, IoSlice, Read, Write};
@@ -24,8 +24,11 @@ use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 
 use super::*;
 use crate::config::TransportKind;
-use crate::context::NetInbound;
-use crate::transport::dgram::RecvDone;
+use crate::transport::dgram::{DgramTake, RecvDone};
+use crate::transport::failure::{io_failure, lost};
+use crate::transport::registry::NetInbound;
+use crate::transport::tcp::connect as tcp_connect;
+use crate::transport::wait::{wait_fd, wait_fds};
 
 /// Marks a [`Connection`] index as a network connection (index into `net_out`).
 pub(super) const NET_BIT: u32 = 1 << 31;
@@ -227,19 +230,6 @@ impl NetIn {
     /// once the peer has sent on it.
     pub(super) fn is_live(&mut self) -> bool {
         self.state != InboundState::Done && !self.silent()
-    }
-}
-
-fn lost(kind: TransportKind, detail: impl Into<String>) -> Failure {
-    Failure::Lost(kind.name(), detail.into())
-}
-
-fn io_failure(kind: TransportKind, e: &io::Error) -> Failure {
-    match e.kind() {
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
-            lost(kind, format!("the connection was reset ({e})"))
-        }
-        _ => lost(kind, format!("socket error: {e}")),
     }
 }
 
@@ -475,26 +465,25 @@ impl Endpoint {
         let staging = self.config.tcp_staging_bytes;
         let (link, pid, reverse) = match kind {
             TransportKind::Tcp => {
-                let connected =
-                    crate::net::tcp::connect(&ctx, self.addr, peer, to, deadline, || {
-                        if let Some(i) = self.reusable_inbound(kind, peer) {
-                            return Ok(Some(i));
-                        }
-                        // Recorded (for crossed connects) together with the check that
-                        // our listener is not accepting the peer's connection right now.
-                        if !self.shared.claim_tcp_connect(peer) {
-                            return Err(format!("accepting a connection from {peer} (to be used)"));
-                        }
-                        // An accept that ended just before the claim has been handed over.
-                        Ok(self.reusable_inbound(kind, peer))
-                    });
+                let connected = tcp_connect::connect(&ctx, self.addr, peer, to, deadline, || {
+                    if let Some(i) = self.reusable_inbound(kind, peer) {
+                        return Ok(Some(i));
+                    }
+                    // Recorded (for crossed connects) together with the check that
+                    // our listener is not accepting the peer's connection right now.
+                    if !self.shared.tcp_crossings().claim_connect(peer) {
+                        return Err(format!("accepting a connection from {peer} (to be used)"));
+                    }
+                    // An accept that ended just before the claim has been handed over.
+                    Ok(self.reusable_inbound(kind, peer))
+                });
                 let new = match connected {
-                    Ok(crate::net::tcp::Connected::New(stream, pid)) => stream
+                    Ok(tcp_connect::Connected::New(stream, pid)) => stream
                         .try_clone()
                         .map(|reverse| (stream, pid, reverse))
                         .map_err(|e| Error::io("duplicating a tcp stream", e)),
-                    Ok(crate::net::tcp::Connected::Reused(i)) => {
-                        self.shared.release_tcp_connect(peer);
+                    Ok(tcp_connect::Connected::Reused(i)) => {
+                        self.shared.tcp_crossings().release_connect(peer);
                         return self.send_on_inbound(i);
                     }
                     Err(e) => Err(e),
@@ -502,7 +491,7 @@ impl Endpoint {
                 // Stays recorded while the connection lives (a crossed connect may reach our
                 // listener after ours completed).
                 let (stream, pid, reverse) = new.inspect_err(|_| {
-                    self.shared.release_tcp_connect(peer);
+                    self.shared.tcp_crossings().release_connect(peer);
                 })?;
                 (
                     OutLink::Tcp(stream),
@@ -628,7 +617,7 @@ impl Endpoint {
         if out.failure.is_none() {
             tracing::warn!(endpoint = %self.addr, %peer, transport = out.kind.name(), failure = ?failure, during, "connection failed");
             if out.kind == TransportKind::Tcp {
-                self.shared.release_tcp_connect(peer);
+                self.shared.tcp_crossings().release_connect(peer);
             }
             out.failure = Some(failure.clone());
             // Posted sends in place: their buffers stay with the engine until the protocol
@@ -1152,7 +1141,7 @@ impl Endpoint {
         if !was_active && !self.net_in[i].silent() {
             // A reverse edge came to life: the peer connected to us (over our connection).
             tracing::debug!(endpoint = %self.addr, peer = %self.net_in[i].peer, transport = self.net_in[i].kind.name(), "peer connected (on our connection)");
-            self.ctx.accepted();
+            self.ctx.registry.accepted();
         }
         let result = match got {
             Ok(Some(len)) => Ok(Some(len)),
@@ -1179,7 +1168,7 @@ impl Endpoint {
         let inb = &self.net_in[i];
         if inb.reverse && inb.kind == TransportKind::Tcp && inb.state == InboundState::Done {
             // Our connection to the peer ended: a new one from the peer is no crossing.
-            self.shared.release_tcp_connect(inb.peer);
+            self.shared.tcp_crossings().release_connect(inb.peer);
         }
         if self.committed == Some(i) && self.net_in[i].state == InboundState::Done {
             self.committed = None;
@@ -1445,7 +1434,7 @@ impl Endpoint {
                     };
                     inb.finish();
                     if inb.reverse {
-                        self.shared.release_tcp_connect(inb.peer);
+                        self.shared.tcp_crossings().release_connect(inb.peer);
                     }
                     return Some(Err(err));
                 }
@@ -2019,24 +2008,14 @@ impl Endpoint {
     }
 }
 
-/// Why a datagram connection yielded no message.
-pub(crate) enum DgramTake {
-    /// Closed gracefully by the peer: nothing more will come.
-    Closed,
-    /// The connection failed (peer unreachable, reset): reported once.
-    Failed(String),
-    /// An error for the caller (BufferTooSmall, timeout).
-    Error(Error),
-}
-
 /// How long a watched peer process has been stopped, once that counts (see
 /// [`PeerProcess::stopped`]); None without a process or with detection off. Looks at
-/// most as often as the endpoint's other looks ([`super::liveness::Looks::due`]) and
+/// most as often as the endpoint's other looks ([`crate::transport::liveness::Looks::due`]) and
 /// counts the look in `detection`.
 fn stopped_for(
     process: &mut Option<PeerProcess>,
     detect: Option<Duration>,
-    detection: &mut super::liveness::Looks,
+    detection: &mut crate::transport::liveness::Looks,
 ) -> Option<u64> {
     let detect = detect?;
     let process = process.as_mut()?;
@@ -2064,81 +2043,10 @@ fn push_tcp_readable(net_in: &[NetIn], fds: &mut Vec<libc::pollfd>) {
     }
 }
 
-/// One step of waiting for `fd` to become ready (`events`): [`wait_fds`] on one descriptor.
-#[allow(clippy::too_many_arguments)] // each is one concern of the wait
 /// Shortest wait for the acknowledgement of a datagram connection's Close.
 const CLOSE_LINGER_MIN: Duration = Duration::from_millis(50);
 /// Longest wait for the acknowledgement of a datagram connection's Close.
 const CLOSE_LINGER_MAX: Duration = Duration::from_secs(1);
-
-pub(super) fn wait_fd(
-    fd: std::os::fd::RawFd,
-    events: i16,
-    cap: impl FnOnce() -> Duration,
-    wait: &mut Wait,
-    spin: Duration,
-    what: &'static str,
-    alive: impl FnMut() -> bool,
-) -> Result<()> {
-    let mut fds = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    wait_fds(&mut fds, cap, wait, spin, what, alive)
-}
-
-/// One step of waiting for any of `fds` to become ready: spin while the spin budget
-/// lasts, then sleep in `poll` for at most `cap()` (asked only when about to sleep) and the
-/// time left before the deadline; honours the timeout. `alive()` is asked periodically and
-/// after each sleep; when it says false the step returns at once (the caller knows why).
-pub(super) fn wait_fds(
-    fds: &mut [libc::pollfd],
-    cap: impl FnOnce() -> Duration,
-    wait: &mut Wait,
-    spin: Duration,
-    what: &'static str,
-    mut alive: impl FnMut() -> bool,
-) -> Result<()> {
-    let (spinning, periodic) = wait.spinning(spin);
-    if periodic {
-        if !alive() {
-            return Ok(());
-        }
-        wait.check_deadline(what)?;
-    }
-    if spinning {
-        std::hint::spin_loop();
-        return Ok(());
-    }
-    let mut slice = cap();
-    if let Some(d) = wait.deadline() {
-        slice = slice.min(d.saturating_duration_since(Instant::now()));
-    }
-    let _ = sys::poll(fds, Some(slice));
-    if !alive() {
-        return Ok(());
-    }
-    wait.check_deadline(what)
-}
-
-/// One step of waiting for the datagram engine to have news: [`wait_fd`] on its descriptor,
-/// sleeping no longer than its next protocol timer.
-pub(crate) fn wait_engine(
-    engine: &crate::transport::dgram::DgramShared,
-    wait: &mut Wait,
-    spin: Duration,
-) -> Result<()> {
-    wait_fd(
-        engine.raw_fd(),
-        libc::POLLIN,
-        || engine.timeout_within(SLEEP_SLICE),
-        wait,
-        spin,
-        "waiting for the rest of a message",
-        || true,
-    )
-}
 
 #[cfg(test)]
 mod tests {

@@ -18,9 +18,10 @@ use quiver_wire::handshake::Hello;
 
 use super::connection::{Entry, PostedReads, Status};
 use super::engine::{DgramShared, Engine};
-use crate::context::{random, ContextShared};
+use crate::addr::Addr;
 use crate::error::{Error, Result};
-use crate::Addr;
+use crate::random::random;
+use crate::transport::local::LocalRank;
 
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 pub(super) const RETRY: &str = "retry:";
@@ -45,7 +46,7 @@ impl DgramShared {
     /// with `Busy` (see `Engine::accept`); its connection arrives and `reuse` finds it.
     pub(crate) fn connect<T>(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         src: Addr,
         dst: Addr,
         to: SocketAddr,
@@ -99,7 +100,7 @@ impl DgramShared {
     /// open a second one.
     fn start_attempt(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         request: ConnectRequest,
         src: Addr,
         dst: Addr,
@@ -113,7 +114,8 @@ impl DgramShared {
                 && e.peer == dst
                 && e.status == Status::Connecting
         }) || ctx
-            .endpoint_shared(src.port)
+            .registry
+            .inbox(src.port)
             .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
         if accepting {
             return Ok(None);
@@ -152,7 +154,7 @@ impl DgramShared {
     /// any other failure removes it and is the error.
     fn await_handshake(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         dst: Addr,
         to: SocketAddr,
@@ -227,7 +229,7 @@ impl Engine {
         path: usize,
         datagram: &[u8],
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
     ) -> Option<u64> {
         let parsed = frame::Frame::parse(datagram).ok()?;
@@ -261,13 +263,14 @@ impl Engine {
             Ok(x) => x,
             Err(e) => {
                 if let Some(ctx) = ctx {
-                    ctx.refused(format!("{} from {from}: {e}", shared.kind));
+                    ctx.registry
+                        .refused(format!("{} from {from}: {e}", shared.kind));
                 }
                 return None;
             }
         };
         let open = ctx.is_some_and(|c| {
-            request.src_rank < c.size && c.endpoint_shared(request.dst_port).is_some()
+            request.src_rank < c.size && c.registry.inbox(request.dst_port).is_some()
         });
         // Both ends connecting at the same moment: one connection carries both directions,
         // the one the lower address opened; the other end uses it once it arrives there.

@@ -14,7 +14,7 @@ use quiver_proto::reliable::{PostedBuffers, ReliableConnection, LEND_MESSAGE_TOK
 use quiver_transport::udp::UdpSocket;
 use quiver_wire::frame;
 
-use crate::Addr;
+use crate::addr::Addr;
 
 /// What the endpoint sees of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,9 +21,9 @@ use super::connection::{ConnTable, Entry, Status};
 use super::stats::{DatagramStats, LinkStats};
 use super::udp_io::{bind_socket, Socket};
 use crate::config::{Config, TransportKind};
-use crate::context::random;
-use crate::endpoint::Failure;
 use crate::error::{Error, Result};
+use crate::random::random;
+use crate::transport::failure::Failure;
 
 /// Largest datagram on loopback (and the mem transport) when not configured.
 const LOOPBACK_DATAGRAM: usize = 65000;
@@ -359,7 +359,7 @@ impl Engine {
     pub(super) fn config_for(&self, to: &SocketAddr, path_count: usize) -> ReliableConfig {
         let datagram = match (self.config_datagram, &self.sockets[0]) {
             (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
-            (0, _) if crate::net::is_loopback(to) => LOOPBACK_DATAGRAM,
+            (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
             (0, _) => ETHERNET_DATAGRAM,
             (n, _) => n,
         };

@@ -13,8 +13,8 @@ use quiver_proto::reliable::State;
 use super::connection::{Posted, Status};
 use super::engine::DgramShared;
 use super::receive::RECV_BUDGET_BYTES;
-use crate::context::ContextShared;
-use crate::endpoint::Failure;
+use crate::transport::failure::Failure;
+use crate::transport::local::LocalRank;
 
 /// Progress of a message sent in place ([`DgramShared::send_in_place`]).
 #[derive(Debug, Default)]
@@ -55,7 +55,7 @@ impl DgramShared {
     /// [`DgramShared::end_in_place`].
     pub(crate) fn send_in_place(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         data: &[u8],
         progress: &mut InPlace,

@@ -14,8 +14,9 @@ use super::connection::Status;
 use super::engine::DgramShared;
 use super::receive::{Reader, RECV_BUDGET_BYTES};
 use crate::config::Config;
-use crate::context::ContextShared;
-use crate::endpoint::{Dest, DgramTake, Failure};
+use crate::transport::dest::Dest;
+use crate::transport::failure::Failure;
+use crate::transport::local::LocalRank;
 
 impl DgramShared {
     /// The short receive path of a blocking receive whose endpoint's only inbound edge is
@@ -27,7 +28,7 @@ impl DgramShared {
     /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
     pub(crate) fn take_whole(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         buf: &mut [u8],
     ) -> Option<Option<usize>> {
@@ -100,7 +101,7 @@ impl DgramShared {
     /// its first bytes are here).
     pub(crate) fn take(
         &self,
-        ctx: &ContextShared,
+        ctx: &LocalRank,
         id: u64,
         dest: &mut Dest<'_>,
         wait: bool,
@@ -128,7 +129,7 @@ impl DgramShared {
         }
         let len = len as usize;
         let mut filled = 0usize;
-        let mut waited = crate::endpoint::Wait::with_timeout(config.op_timeout);
+        let mut waited = crate::transport::wait::Wait::with_timeout(config.op_timeout);
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         loop {
@@ -168,7 +169,7 @@ impl DgramShared {
             }
             if n == 0 && placed == 0 {
                 drop(engine);
-                let waited_out = crate::endpoint::wait_engine(self, &mut waited, config.spin);
+                let waited_out = wait_engine(self, &mut waited, config.spin);
                 engine = self.lock();
                 if let Err(e) = waited_out {
                     // Frames that overtook others may sit in `buf` (placed ahead by the
@@ -231,4 +232,32 @@ impl DgramShared {
         }
         engine.flush(id);
     }
+}
+
+/// Why a datagram connection yielded no message.
+pub(crate) enum DgramTake {
+    /// Closed gracefully by the peer: nothing more will come.
+    Closed,
+    /// The connection failed (peer unreachable, reset): reported once.
+    Failed(String),
+    /// An error for the caller (BufferTooSmall, timeout).
+    Error(crate::error::Error),
+}
+
+/// One step of waiting for the datagram engine to have news: [`wait_fd`] on its descriptor,
+/// sleeping no longer than its next protocol timer.
+pub(crate) fn wait_engine(
+    engine: &DgramShared,
+    wait: &mut crate::transport::wait::Wait,
+    spin: Duration,
+) -> crate::error::Result<()> {
+    crate::transport::wait::wait_fd(
+        engine.raw_fd(),
+        libc::POLLIN,
+        || engine.timeout_within(crate::transport::wait::SLEEP_SLICE),
+        wait,
+        spin,
+        "waiting for the rest of a message",
+        || true,
+    )
 }

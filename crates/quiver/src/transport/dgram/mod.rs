@@ -79,5 +79,6 @@ mod udp_io;
 pub(crate) use connect::Connected;
 pub(crate) use engine::DgramShared;
 pub(crate) use in_place::InPlace;
+pub(crate) use messages::DgramTake;
 pub(crate) use posted_reads::RecvDone;
 pub use stats::{DatagramStats, LinkStats};

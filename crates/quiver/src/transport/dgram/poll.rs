@@ -15,7 +15,8 @@ use super::connection::{lent_of, Lender, Status};
 use super::engine::{DgramShared, Engine};
 use super::receive::{Reader, RECV_BUDGET_BYTES};
 use super::udp_io::Socket;
-use crate::context::{ContextShared, NetInbound};
+use crate::transport::local::LocalRank;
+use crate::transport::registry::NetInbound;
 
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
@@ -27,7 +28,7 @@ impl DgramShared {
     /// protocol produced, and hands newly accepted connections to their endpoints. Returns
     /// the engine's news count:
     /// while it stays the same, no connection received anything or changed its state.
-    pub(crate) fn poll_io(&self, ctx: &ContextShared) -> u64 {
+    pub(crate) fn poll_io(&self, ctx: &LocalRank) -> u64 {
         let mut engine = self.lock();
         engine.poll(Some(ctx), self);
         engine.news
@@ -38,7 +39,7 @@ impl DgramShared {
     /// goes into the receive window only as far as it must (its length, to start reading
     /// it); the rest arrives while the receive reads it, straight into its buffer (see
     /// [`DgramShared::take`]).
-    pub(crate) fn poll_io_before_receive(&self, ctx: &ContextShared) -> u64 {
+    pub(crate) fn poll_io_before_receive(&self, ctx: &LocalRank) -> u64 {
         let mut engine = self.lock();
         engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
         engine.news
@@ -46,7 +47,7 @@ impl DgramShared {
 }
 
 impl Engine {
-    pub(super) fn poll(&mut self, ctx: Option<&ContextShared>, shared: &DgramShared) {
+    pub(super) fn poll(&mut self, ctx: Option<&LocalRank>, shared: &DgramShared) {
         self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES, None);
     }
 
@@ -65,7 +66,7 @@ impl Engine {
     /// ([`DgramShared::send_in_place`]): its flushes send lent bytes too.
     pub(super) fn poll_into(
         &mut self,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         reader: &mut Option<Reader<'_>>,
         budget: usize,
@@ -160,7 +161,7 @@ impl Engine {
     fn housekeeping(
         &mut self,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         lender: Lender<'_>,
     ) {
@@ -214,7 +215,7 @@ impl Engine {
     }
 
     /// Turns the protocol's events of connection `id` into its status.
-    fn settle(&mut self, id: u64, ctx: Option<&ContextShared>, shared: &DgramShared) {
+    fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
         };
@@ -223,10 +224,10 @@ impl Engine {
                 Event::Established => {
                     entry.status = Status::Open;
                     if entry.inbound && !entry.abandoned {
-                        match ctx.and_then(|c| c.endpoint_shared(entry.local_port)) {
+                        match ctx.and_then(|c| c.registry.inbox(entry.local_port)) {
                             Some(ep) => {
                                 if let Some(c) = ctx {
-                                    c.accepted();
+                                    c.registry.accepted();
                                 }
                                 ep.deliver_inbound(NetInbound::Dgram {
                                     peer: entry.peer,
@@ -266,10 +267,10 @@ impl Engine {
                         }
                         FailReason::Rejected(RejectReason::Busy) => CROSSED.into(),
                         FailReason::Handshake(e) => {
-                            let why = crate::context::describe_handshake_error(e);
+                            let why = crate::error::describe_handshake_error(e);
                             if entry.inbound {
                                 if let Some(c) = ctx {
-                                    c.refused(format!(
+                                    c.registry.refused(format!(
                                         "{} from rank {}: {why}",
                                         shared.kind, entry.peer.rank
                                     ));
@@ -282,7 +283,7 @@ impl Engine {
                             if entry.inbound {
                                 // A stranger that could not prove the key goes quiet.
                                 if let Some(c) = ctx {
-                                    c.refused(format!(
+                                    c.registry.refused(format!(
                                         "{} from {}: the handshake was not completed",
                                         shared.kind, entry.to
                                     ));

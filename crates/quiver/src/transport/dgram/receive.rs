@@ -16,7 +16,7 @@ use quiver_wire::frame::{self, Destination, STREAM_HEADER_LEN};
 use super::connection::{ConnTable, Entry, Sender};
 use super::engine::{DgramShared, Engine};
 use super::udp_io::{send_one_fully, Socket, UdpIo, RX_MESSAGES};
-use crate::context::ContextShared;
+use crate::transport::local::LocalRank;
 
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
@@ -119,7 +119,7 @@ impl Engine {
         from: SocketAddr,
         path: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -178,7 +178,7 @@ impl Engine {
         &mut self,
         id: u64,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
     ) {
@@ -212,7 +212,7 @@ impl Engine {
         &mut self,
         path: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -348,7 +348,7 @@ impl Engine {
         rx: &RecvBatch,
         got: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -375,7 +375,7 @@ impl Engine {
     pub(super) fn release_held_faults(
         &mut self,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -391,7 +391,7 @@ impl Engine {
         &mut self,
         path: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
@@ -429,7 +429,7 @@ impl Engine {
         rx: &mut RecvBatch,
         room: usize,
         now: Nanos,
-        ctx: Option<&ContextShared>,
+        ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
