@@ -98,9 +98,7 @@ pub enum Fault {
 }
 
 /// A rule deciding, datagram by datagram, which fault (if any) a datagram gets, before the
-/// rates are drawn: `Some(fault)` applies it, `None` leaves the datagram to the rates. It
-/// sees every datagram of every socket of every context made with the [`Faults`] that hold
-/// it (clones share it), so it filters by [`FaultSite`] itself. Equal only to itself.
+/// rates are drawn ([`Faults::with_rule`]). Equal only to itself.
 #[derive(Clone)]
 pub(crate) struct FaultRule(Arc<Mutex<RuleFn>>);
 
@@ -166,9 +164,11 @@ impl Faults {
         self.rule.is_some() || self.send.total_ppm() > 0 || self.receive.total_ppm() > 0
     }
 
-    /// These faults with `rule` deciding first for every datagram (see [`FaultRule`]). A
-    /// rule turns injection on even with all rates at 0; every datagram then goes through
-    /// it one by one (GSO runs are sent as single datagrams).
+    /// These faults with `rule` deciding first for every datagram: `Some(fault)` applies
+    /// it, `None` leaves the datagram to the rates. The rule sees every datagram of every
+    /// socket of every context made with these faults (clones share it), so it filters by
+    /// [`FaultSite`] itself. A rule turns injection on even with all rates at 0; every
+    /// datagram then goes through it one by one (GSO runs are sent as single datagrams).
     pub fn with_rule(
         mut self,
         rule: impl FnMut(&FaultSite<'_>) -> Option<Fault> + Send + 'static,
