@@ -72,73 +72,7 @@ fn posted_receives_on_a_lossy_striped_connection() {
     let receiver = {
         let context = context(1, &config);
         let sizes = sizes.clone();
-        thread::spawn(move || {
-            let mut endpoint = context.endpoint(1).expect("endpoint");
-            // Made before the first receive, so that checking a message takes little time
-            // (a slow reader leaves its receives' messages to wait in the window).
-            let expected: Vec<Vec<u8>> = sizes
-                .iter()
-                .enumerate()
-                .map(|(index, &size)| pattern(size, index as u32))
-                .collect();
-            let mut posted = std::collections::VecDeque::new();
-            let mut next_post = 0usize;
-            let mut spare: Vec<Vec<u8>> = Vec::new();
-            let mut post = |endpoint: &mut quiver::Endpoint,
-                            posted: &mut std::collections::VecDeque<_>,
-                            spare: &mut Vec<Vec<u8>>| {
-                let capacity = if next_post % 3 == 2 {
-                    LARGE_BYTES
-                } else {
-                    SMALL_BYTES
-                };
-                next_post += 1;
-                let buffer = match spare.iter().position(|b| b.len() == capacity) {
-                    Some(at) => spare.swap_remove(at),
-                    None => vec![0u8; capacity],
-                };
-                let request = endpoint.post_recv(buffer).expect("post");
-                posted.push_back((request, capacity));
-            };
-            for _ in 0..WINDOW {
-                post(&mut endpoint, &mut posted, &mut spare);
-            }
-            let mut too_small = 0;
-            let mut index = 0;
-            while index < sizes.len() {
-                let (request, capacity) = posted.pop_front().expect("a receive is posted");
-                match endpoint.wait_recv(request) {
-                    Ok(done) => {
-                        assert_eq!(done.len, sizes[index], "message {index}");
-                        assert_eq!(done.buf.len(), capacity);
-                        assert!(
-                            done.buf[..done.len] == expected[index][..],
-                            "message {index} differs"
-                        );
-                        assert_eq!(done.src, Addr::new(0, 1));
-                        spare.push(done.buf);
-                        index += 1;
-                    }
-                    Err(Error::BufferTooSmall { message, buffer }) => {
-                        assert_eq!(message, sizes[index], "refused message {index}");
-                        assert_eq!(buffer, capacity);
-                        assert!(message > capacity);
-                        too_small += 1;
-                    }
-                    Err(error) => panic!("message {index}: {error}"),
-                }
-                post(&mut endpoint, &mut posted, &mut spare);
-            }
-            let placed = context
-                .stats()
-                .datagram
-                .unwrap_or_default()
-                .direct_read_bytes;
-            // Answer so the sender knows everything arrived.
-            let back = endpoint.connect(Addr::new(0, 1)).expect("connect back");
-            endpoint.send(back, b"done").expect("send done");
-            (too_small, placed)
-        })
+        thread::spawn(move || receive_posted(&context, &sizes))
     };
     let sender = context(0, &sender_config);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
@@ -161,4 +95,76 @@ fn posted_receives_on_a_lossy_striped_connection() {
         placed as usize * 3 > total,
         "{placed} of {total} bytes placed straight into the buffers"
     );
+}
+
+/// The receiver: keeps [`WINDOW`] receives posted (every third of [`LARGE_BYTES`], the
+/// others of [`SMALL_BYTES`]) on endpoint 1 of `context` until every message of `sizes`
+/// arrived, checking each, then answers "done". Returns how many receives were too small
+/// and the bytes placed straight into the receives' buffers.
+fn receive_posted(context: &quiver::Context, sizes: &[usize]) -> (usize, u64) {
+    let mut endpoint = context.endpoint(1).expect("endpoint");
+    // Made before the first receive, so that checking a message takes little time
+    // (a slow reader leaves its receives' messages to wait in the window).
+    let expected: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &size)| pattern(size, index as u32))
+        .collect();
+    let mut posted = std::collections::VecDeque::new();
+    let mut next_post = 0usize;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut post = |endpoint: &mut quiver::Endpoint,
+                    posted: &mut std::collections::VecDeque<_>,
+                    spare: &mut Vec<Vec<u8>>| {
+        let capacity = if next_post % 3 == 2 {
+            LARGE_BYTES
+        } else {
+            SMALL_BYTES
+        };
+        next_post += 1;
+        let buffer = match spare.iter().position(|b| b.len() == capacity) {
+            Some(at) => spare.swap_remove(at),
+            None => vec![0u8; capacity],
+        };
+        let request = endpoint.post_recv(buffer).expect("post");
+        posted.push_back((request, capacity));
+    };
+    for _ in 0..WINDOW {
+        post(&mut endpoint, &mut posted, &mut spare);
+    }
+    let mut too_small = 0;
+    let mut index = 0;
+    while index < sizes.len() {
+        let (request, capacity) = posted.pop_front().expect("a receive is posted");
+        match endpoint.wait_recv(request) {
+            Ok(done) => {
+                assert_eq!(done.len, sizes[index], "message {index}");
+                assert_eq!(done.buf.len(), capacity);
+                assert!(
+                    done.buf[..done.len] == expected[index][..],
+                    "message {index} differs"
+                );
+                assert_eq!(done.src, Addr::new(0, 1));
+                spare.push(done.buf);
+                index += 1;
+            }
+            Err(Error::BufferTooSmall { message, buffer }) => {
+                assert_eq!(message, sizes[index], "refused message {index}");
+                assert_eq!(buffer, capacity);
+                assert!(message > capacity);
+                too_small += 1;
+            }
+            Err(error) => panic!("message {index}: {error}"),
+        }
+        post(&mut endpoint, &mut posted, &mut spare);
+    }
+    let placed = context
+        .stats()
+        .datagram
+        .unwrap_or_default()
+        .direct_read_bytes;
+    // Answer so the sender knows everything arrived.
+    let back = endpoint.connect(Addr::new(0, 1)).expect("connect back");
+    endpoint.send(back, b"done").expect("send done");
+    (too_small, placed)
 }
