@@ -1,6 +1,7 @@
 //! A link's udp socket as the datagram engine drives it ([`UdpIo`]: its receive batch and
-//! its transmit layout), the link socket kinds ([`Socket`]: udp or mem) and how they are
-//! bound, and the transmit side of udp: datagrams laid out by a flush leave with one
+//! its transmit layout), the link socket kinds ([`Socket`]: udp or mem, each with its
+//! fault injector when `Config::faults` is on) and how they are bound, and the transmit
+//! side of udp: datagrams laid out by a flush leave with one
 //! `send` when alone, else gathered with `sendmmsg`, runs of equal-size datagrams as GSO
 //! segments, in-place payloads read from the connection's send buffer or a lent message.
 //!
