@@ -1,9 +1,9 @@
 //! A link's udp socket as the datagram engine drives it ([`UdpIo`]: its receive batch and
 //! its transmit layout), the link socket kinds ([`Socket`]: udp or mem, each with its
 //! fault injector when `Config::faults` is on) and how they are bound, and the transmit
-//! side of udp: datagrams laid out by a flush leave with one
-//! `send` when alone, else gathered with `sendmmsg`, runs of equal-size datagrams as GSO
-//! segments, in-place payloads read from the connection's send buffer or a lent message.
+//! side of udp: datagrams laid out by a flush leave with one `send` when alone, else
+//! gathered with `sendmmsg`, runs of equal-size datagrams as GSO segments, in-place
+//! payloads read from the connection's send buffer or a lent message.
 //!
 //! Layer: the datagram transport's socket I/O, below the engine. It sends what it is
 //! given and never asks the protocol core for more; it does not route.
