@@ -78,8 +78,7 @@ pub struct Config {
     /// the posted buffer with no copy at all, striped connections included: the buffer is
     /// lent to the protocol, retransmissions read it, and `wait_send` hands it back once
     /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off. Default
-    /// 256 KiB (off in session 11 while a stall it exposed went unexplained: a core bug
-    /// that sent a length prefix alone, fixed in session 12; docs/PERFORMANCE.md).
+    /// 256 KiB.
     pub udp_post_in_place_min: usize,
     /// A blocking receive in the middle of a udp message receives each datagram in two
     /// pieces when at least this many of the message's next bytes may go straight into its

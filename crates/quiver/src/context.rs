@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::job::{Bootstrap, JobInfo};
-use crate::transport::dgram::{DatagramStats, LinkStats};
+use crate::transport::dgram::stats::{DatagramStats, LinkStats};
 use crate::transport::local::LocalRank;
 use crate::transport::network::{bind_network, Binder, NetworkSockets};
 use crate::transport::registry::Inbox;

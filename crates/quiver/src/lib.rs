@@ -38,13 +38,14 @@ pub use config::{
     DETECTION_MIN, MAX_LINKS,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-pub use endpoint::{Connection, Endpoint, RecvCompletion, RecvRequest, SendRequest};
+pub use endpoint::{Connection, Endpoint, RecvRequest, SendRequest};
 pub use error::{Error, Result};
 pub use job::Bootstrap;
 pub use log::LOG_ENV;
 pub use pool::PooledBuf;
-pub use transport::dgram::{DatagramStats, LinkStats};
+pub use transport::dgram::stats::{DatagramStats, LinkStats};
 pub use transport::fault::{
     Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,
 };
 pub use transport::liveness::DetectionStats;
+pub use transport::requests::RecvCompletion;

@@ -89,7 +89,59 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
         };
         network.bind(own, job_id, key)
     };
+    let rendezvous = Rendezvous {
+        point,
+        text: &text,
+        key: &key,
+        rank,
+        size,
+        deadline,
+    };
     let (job_id, texts) = if rank == 0 {
+        rendezvous.host(&mut bind)?
+    } else {
+        rendezvous.join(&mut bind)?
+    };
+    let addrs = parse_published(&texts)?;
+    let job = JobInfo {
+        rank,
+        size,
+        job_id,
+        key,
+        addrs,
+        links: Vec::new(),
+        bootstrap: Bootstrap::Rendezvous,
+    };
+    Ok(settle(job, config, network))
+}
+
+/// One rank's side of the exchange through rank 0.
+struct Rendezvous<'a> {
+    /// Where rank 0 listens.
+    point: SocketAddr,
+    /// `QUIVER_RENDEZVOUS` as given, for messages.
+    text: &'a str,
+    key: &'a [u8; 32],
+    rank: u32,
+    size: u32,
+    deadline: Instant,
+}
+
+/// Binds this rank's network sockets for job `job_id`: the address bound, if any.
+type Bind<'b> = dyn FnMut(u64) -> Result<Option<SocketAddr>> + 'b;
+
+impl Rendezvous<'_> {
+    /// Rank 0's side: draws the job id, binds, and answers every other rank. Returns the
+    /// job id and every rank's address text.
+    fn host(&self, bind: &mut Bind<'_>) -> Result<(u64, Vec<String>)> {
+        let Rendezvous {
+            point,
+            text,
+            key,
+            size,
+            deadline,
+            ..
+        } = *self;
         let listener = TcpListener::bind(point).map_err(|e| {
             Error::io(
                 format!(
@@ -101,18 +153,30 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
         })?;
         let job_id = u64::from_ne_bytes(random());
         let bound = bind(job_id)?;
-        let texts = serve_rendezvous(&listener, &key, size, job_id, address_text(bound), deadline)?;
-        (job_id, texts)
-    } else {
-        let mut stream = connect_rank0(point, &text, deadline)?;
+        let texts = serve_rendezvous(&listener, key, size, job_id, address_text(bound), deadline)?;
+        Ok((job_id, texts))
+    }
+
+    /// Another rank's side: says hello to rank 0, learns the job id, binds, sends its
+    /// address and reads everyone's. Returns the job id and every rank's address text.
+    fn join(&self, bind: &mut Bind<'_>) -> Result<(u64, Vec<String>)> {
+        let Rendezvous {
+            point,
+            text,
+            key,
+            rank,
+            size,
+            deadline,
+        } = *self;
+        let mut stream = connect_rank0(point, text, deadline)?;
         let nonce: [u8; 16] = random();
         let mut hello = Vec::with_capacity(24);
         hello.extend_from_slice(&rank.to_be_bytes());
         hello.extend_from_slice(&size.to_be_bytes());
         hello.extend_from_slice(&nonce);
         let talk = |e: io::Error| Error::io(format!("rendezvous with rank 0 at {text}"), e);
-        write_frame(&mut stream, &key, KIND_HELLO, &hello).map_err(talk)?;
-        let ident = read_frame(&mut stream, &key, KIND_IDENT, 8 + 16, deadline).map_err(talk)?;
+        write_frame(&mut stream, key, KIND_HELLO, &hello).map_err(talk)?;
+        let ident = read_frame(&mut stream, key, KIND_IDENT, 8 + 16, deadline).map_err(talk)?;
         let mut cursor = Cursor::new(&ident);
         let job_id = cursor.u64().map_err(talk)?;
         if cursor.bytes::<16>().map_err(talk)? != nonce {
@@ -127,9 +191,9 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
         addr.extend_from_slice(&nonce);
         addr.extend_from_slice(&job_id.to_be_bytes());
         put_text(&mut addr, &own_text);
-        write_frame(&mut stream, &key, KIND_ADDR, &addr).map_err(talk)?;
+        write_frame(&mut stream, key, KIND_ADDR, &addr).map_err(talk)?;
         let max = 8 + 16 + 4 + size as usize * (2 + MAX_ADDRESS_TEXT);
-        let answer = read_frame(&mut stream, &key, KIND_ANSWER, max, deadline).map_err(talk)?;
+        let answer = read_frame(&mut stream, key, KIND_ANSWER, max, deadline).map_err(talk)?;
         let mut cursor = Cursor::new(&answer);
         if cursor.u64().map_err(talk)? != job_id || cursor.bytes::<16>().map_err(talk)? != nonce {
             return Err(talk(invalid(
@@ -143,19 +207,8 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
             .map(|_| cursor.text())
             .collect::<io::Result<Vec<String>>>()
             .map_err(talk)?;
-        (job_id, texts)
-    };
-    let addrs = parse_published(&texts)?;
-    let job = JobInfo {
-        rank,
-        size,
-        job_id,
-        key,
-        addrs,
-        links: Vec::new(),
-        bootstrap: Bootstrap::Rendezvous,
-    };
-    Ok(settle(job, config, network))
+        Ok((job_id, texts))
+    }
 }
 
 /// Connects to rank 0's rendezvous, retrying while it is not listening yet.

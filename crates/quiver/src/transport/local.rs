@@ -12,7 +12,7 @@ use quiver_proto::handshake::JobKey;
 use super::registry::Registry;
 use crate::config::{Config, TransportKind};
 use crate::job::{Bootstrap, JobInfo};
-use crate::transport::dgram::DgramShared;
+use crate::transport::dgram::engine::DgramShared;
 
 /// This rank's shared transport state (see the module docs).
 #[derive(Debug)]

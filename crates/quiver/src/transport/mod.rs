@@ -17,13 +17,18 @@
 
 pub(crate) mod dest;
 pub(crate) mod dgram;
+pub(crate) mod edge;
+pub(crate) mod edge_context;
 pub(crate) mod failure;
 pub(crate) mod fault;
 pub(crate) mod inbound_state;
 pub(crate) mod liveness;
 pub(crate) mod local;
+pub(crate) mod meanwhile;
+pub(crate) mod net_edge;
 pub(crate) mod network;
 pub(crate) mod registry;
+pub(crate) mod requests;
 pub(crate) mod retry;
 pub(crate) mod shm;
 pub(crate) mod tcp;

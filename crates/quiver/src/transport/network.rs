@@ -10,7 +10,7 @@ use quiver_proto::handshake::JobKey;
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::job::NetworkBinder;
-use crate::transport::dgram::DgramShared;
+use crate::transport::dgram::engine::DgramShared;
 
 /// A rank's network sockets, bound before its peers' addresses are known (a bootstrap binds
 /// port 0, publishes the port it got, then builds the context with everyone's addresses).

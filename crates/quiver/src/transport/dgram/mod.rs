@@ -63,27 +63,26 @@
 //! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
-//! - `posted_reads`: receives posted in place.
+//! - `posted_reads`: receives posted in place;
+//! - `inbound`, `outbound`: the endpoint's edges over the engine's connections;
+//! - `endpoint_side`: what an endpoint keeps about the engine (posted receives handed to
+//!   it, the lone-edge receive path, closing).
 //!
 //! Small helpers that the hot paths call from another of these files are `#[inline]`: the
 //! files may be compiled in different codegen units.
 
-mod connect;
+pub(crate) mod connect;
 mod connection;
-mod engine;
+pub(crate) mod endpoint_side;
+pub(crate) mod engine;
 mod in_place;
+pub(crate) mod inbound;
 mod mem;
 mod messages;
+pub(crate) mod outbound;
 mod poll;
 mod posted_reads;
 mod receive;
 mod send;
-mod stats;
+pub(crate) mod stats;
 mod udp_io;
-
-pub(crate) use connect::Connected;
-pub(crate) use engine::DgramShared;
-pub(crate) use in_place::InPlace;
-pub(crate) use messages::DgramTake;
-pub(crate) use posted_reads::RecvDone;
-pub use stats::{DatagramStats, LinkStats};

@@ -71,13 +71,7 @@ fn try_connect(
     let mut hs = Initiator::new(local.job_key(), request, random());
     let mut buf = [0u8; MAX_MESSAGE_LEN];
     let mut out = [0u8; MAX_MESSAGE_LEN];
-    // The peer answered, but not as the protocol says.
-    let refused = |reason: String| {
-        Attempt::Fail(Error::Corrupt {
-            peer: dst,
-            detail: format!("shared-memory connection setup: {reason}"),
-        })
-    };
+    let refused = |reason: String| refused_by(dst, reason);
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
             sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
@@ -109,32 +103,54 @@ fn try_connect(
     std::hint::black_box(&probe_word);
     let setup =
         SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
+    check_status(&setup, local, src, dst)?;
+    attach(&sock, fds, &setup, local, (src, dst))
+}
+
+/// The responder's verdict in the setup message: ready, or why it could not set up the
+/// edge.
+fn check_status(
+    setup: &SetupRepr,
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+) -> std::result::Result<(), Attempt> {
     match setup.status {
-        SetupStatus::Ready => {}
-        SetupStatus::CrossMemoryDenied => {
-            return Err(Attempt::Fail(Error::PermissionDenied {
-                what: format!(
-                    "for cross-memory attach: rank {} cannot read this process's memory",
-                    dst.rank
-                ),
-                detail: "process_vm_readv failed its ptrace access check (EPERM)".into(),
-                fix: CMA_FIX,
-            }))
-        }
-        SetupStatus::NoResources => {
-            return Err(Attempt::Fail(Error::OutOfSharedMemory {
-                what: format!(
-                    "the ring from {src} to {dst}, which rank {} creates",
-                    dst.rank
-                ),
-                bytes: local.config.shm_ring_bytes,
-                detail: format!(
-                    "rank {} could not allocate it; its listener counted the refusal",
-                    dst.rank
-                ),
-            }))
-        }
+        SetupStatus::Ready => Ok(()),
+        SetupStatus::CrossMemoryDenied => Err(Attempt::Fail(Error::PermissionDenied {
+            what: format!(
+                "for cross-memory attach: rank {} cannot read this process's memory",
+                dst.rank
+            ),
+            detail: "process_vm_readv failed its ptrace access check (EPERM)".into(),
+            fix: CMA_FIX,
+        })),
+        SetupStatus::NoResources => Err(Attempt::Fail(Error::OutOfSharedMemory {
+            what: format!(
+                "the ring from {src} to {dst}, which rank {} creates",
+                dst.rank
+            ),
+            bytes: local.config.shm_ring_bytes,
+            detail: format!(
+                "rank {} could not allocate it; its listener counted the refusal",
+                dst.rank
+            ),
+        })),
     }
+}
+
+/// Maps the ring and the peer endpoint's doorbell the setup message brought (`fds`), and
+/// watches the peer's process.
+fn attach(
+    sock: &OwnedFd,
+    fds: Vec<OwnedFd>,
+    setup: &SetupRepr,
+    local: &LocalRank,
+    (src, dst): (Addr, Addr),
+) -> std::result::Result<NewOutbound, Attempt> {
+    let io_fail =
+        |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
+    let refused = |reason: String| refused_by(dst, reason);
     let [ring_fd, bell_memfd, bell_eventfd]: [OwnedFd; 3] = fds
         .try_into()
         .map_err(|_| refused("setup message without the three descriptors".into()))?;
@@ -151,13 +167,21 @@ fn try_connect(
     }
     let bell = RemoteDoorbell::attach(&bell_memfd, bell_eventfd)
         .map_err(|e| io_fail("mapping the doorbell of", e))?;
-    let pid = sys::peer_pid(&sock).map_err(|e| io_fail("reading the credentials of", e))?;
+    let pid = sys::peer_pid(sock).map_err(|e| io_fail("reading the credentials of", e))?;
     let pidfd = sys::pidfd_open(pid).map_err(|e| io_fail("watching the process of", e))?;
     Ok(NewOutbound {
         pid,
         pidfd,
         ring,
         bell,
+    })
+}
+
+/// The peer answered, but not as the protocol says.
+fn refused_by(dst: Addr, reason: String) -> Attempt {
+    Attempt::Fail(Error::Corrupt {
+        peer: dst,
+        detail: format!("shared-memory connection setup: {reason}"),
     })
 }
 

@@ -24,7 +24,7 @@ use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::local::LocalRank;
-use crate::transport::registry::NewInbound;
+use crate::transport::registry::{Inbox, NewInbound};
 
 /// Time a single handshake step may take before the socket gives up.
 pub(crate) const HANDSHAKE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -156,6 +156,20 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
     };
     flush(&mut hs, &mut out)?;
     let peer = Addr::new(request.src_rank, request.src_port);
+    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)
+}
+
+/// After the handshake: checks that cross-memory attach reaches the peer (its `probe`
+/// word), creates the ring of the edge from `peer` to port `dst_port`, hands it to the
+/// endpoint's inbox, and sends it with the endpoint's doorbell in the setup message.
+fn set_up_edge(
+    local: &LocalRank,
+    sock: &OwnedFd,
+    endpoint: &Inbox,
+    (peer, dst_port): (Addr, u16),
+    pid: libc::pid_t,
+    probe: Option<(u64, u64)>,
+) -> std::result::Result<(), String> {
     // Can we pull large messages out of the sender's memory?
     let cma_ok = probe.is_some_and(|(addr, value)| {
         let mut word = [0u8; 8];
@@ -187,7 +201,7 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
             .emit();
             let _ = sys::send_datagram(sock, &body);
             let error = Error::shared_memory(
-                format!("the ring from {peer} to port {}", request.dst_port),
+                format!("the ring from {peer} to port {dst_port}"),
                 ring_bytes,
                 e,
             );

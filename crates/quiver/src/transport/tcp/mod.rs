@@ -4,4 +4,8 @@
 pub(crate) mod connect;
 pub(crate) mod crossing;
 pub(crate) mod handshake;
+pub(crate) mod inbound;
 pub(crate) mod listener;
+pub(crate) mod outbound;
+pub(crate) mod reader;
+pub(crate) mod writer;
