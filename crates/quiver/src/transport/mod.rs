@@ -12,13 +12,15 @@
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
-//! peer-process liveness ([`liveness`]) and connection retries ([`retry`]).
+//! peer-process liveness ([`liveness`]), connection retries ([`retry`]) and the fault
+//! injector of the datagram sockets ([`fault`]).
 
 pub(crate) mod dest;
 pub(crate) mod dgram;
 pub(crate) mod edge;
 pub(crate) mod edge_context;
 pub(crate) mod failure;
+pub(crate) mod fault;
 pub(crate) mod inbound_state;
 pub(crate) mod liveness;
 pub(crate) mod local;

@@ -64,8 +64,11 @@ impl DgramShared {
     ) -> Result<DgramShared> {
         let mut sockets = Vec::with_capacity(local.len());
         for &addr in &local {
-            sockets.push(bind_socket(kind, addr)?);
+            sockets.push(bind_socket(kind, addr, &config.faults)?);
         }
+        let faults_on = config.faults.is_on();
+        // A scattering receive would put payloads in place before the injector saw them.
+        let arrivals_faulted = sockets.iter().any(Socket::arrivals_faulted);
         let (fd, readiness) = match sockets.as_slice() {
             [only] => (only.raw_fd(), None),
             _ => {
@@ -98,7 +101,13 @@ impl DgramShared {
                 base,
                 config_datagram: config.udp_datagram_bytes,
                 in_place_min: config.udp_in_place_min,
-                scatter_min: config.udp_scatter_min,
+                scatter_min: if arrivals_faulted {
+                    0
+                } else {
+                    config.udp_scatter_min
+                },
+                in_place_bdp_multiple: config.udp_send_in_place_bdp_multiple,
+                faults_on,
                 start_ns: monotonic_ns(),
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
@@ -167,6 +176,9 @@ impl DgramShared {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);
         }
+        for faults in engine.sockets.iter().filter_map(Socket::fault_stats) {
+            total.faults.add(&faults);
+        }
         total
     }
 
@@ -227,8 +239,13 @@ pub(super) struct Engine {
     config_datagram: usize,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
     pub(super) in_place_min: usize,
-    /// `Config::udp_scatter_min` (0: off).
+    /// `Config::udp_scatter_min` (0: off; also 0 when arrivals go through fault injectors).
     pub(super) scatter_min: usize,
+    /// `Config::udp_send_in_place_bdp_multiple` (0: always in place).
+    pub(super) in_place_bdp_multiple: u64,
+    /// The sockets have fault injectors (`Config::faults`): each poll releases what they
+    /// hold back.
+    pub(super) faults_on: bool,
     /// When the engine started, as [`monotonic_ns`] read it (the origin of
     /// [`Engine::now`]).
     pub(super) start_ns: Nanos,

@@ -38,13 +38,6 @@ const ADOPT_STEP_BYTES: usize = 8 << 10;
 /// before it adopts all that is left.
 const TAIL_WAIT: Duration = Duration::from_micros(500);
 
-/// A message is sent in place only when it is at least this many times its connection's
-/// bandwidth-delay product ([`DgramShared::in_place_pays`]). About one such product is
-/// still unacknowledged when the send ends (and is copied): on loopback it is 2-3
-/// datagrams (110-150 KB), and sends that adopted 40% of their bytes were still 8% faster
-/// than copying.
-const IN_PLACE_BDP_MULTIPLE: u64 = 3;
-
 impl DgramShared {
     /// Sends `data` as the next message of connection `id` from the caller's buffer, in
     /// place: its bytes are lent to the protocol (`ReliableConnection::lend_message`)
@@ -123,20 +116,20 @@ impl DgramShared {
 
     /// Whether a message of `len` bytes should be sent in place on connection `id`: only
     /// on a connection of one path, and only when the message is at least
-    /// [`IN_PLACE_BDP_MULTIPLE`] times the connection's measured
-    /// bandwidth-delay product (over its paths, delivery rate times minimum RTT). What is unacknowledged when the send ends (about a bandwidth-delay product)
-    /// is copied anyway, and the send waits a little for acknowledgements first: on a
-    /// link that is slow or far compared to the message, that wait empties the pipe
-    /// between messages, where a copy lets the next message follow at once. False before
-    /// the first measurements.
+    /// `Config::udp_send_in_place_bdp_multiple` times the connection's measured
+    /// bandwidth-delay product (over its paths, delivery rate times minimum RTT); always
+    /// when that multiple is 0. What is unacknowledged when the send ends (about a
+    /// bandwidth-delay product) is copied anyway, and the send waits a little for
+    /// acknowledgements first: on a link that is slow or far compared to the message, that
+    /// wait empties the pipe between messages, where a copy lets the next message follow at
+    /// once. False before the first measurements (unless the multiple is 0).
     pub(crate) fn in_place_pays(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
         let Some(entry) = engine.conns.get(&id) else {
             return false;
         };
         let core = &entry.core;
-        #[cfg(test)]
-        if tests_in_place::ALWAYS.load(std::sync::atomic::Ordering::Relaxed) {
+        if engine.in_place_bdp_multiple == 0 {
             return true;
         }
         if core.path_count() > 1 {
@@ -152,7 +145,7 @@ impl DgramShared {
             bdp += u128::from(stats.delivery_rate_bytes_per_second) * u128::from(stats.min_rtt_ns)
                 / 1_000_000_000;
         }
-        rate > 0 && bdp > 0 && len as u128 >= u128::from(IN_PLACE_BDP_MULTIPLE) * bdp
+        rate > 0 && bdp > 0 && len as u128 >= u128::from(engine.in_place_bdp_multiple) * bdp
     }
 
     /// Ends a send in place that [`DgramShared::send_in_place`] did not finish (the caller
@@ -220,13 +213,4 @@ impl DgramShared {
             }
         }
     }
-}
-
-/// Test hook: sends in place whatever the measurements say.
-#[cfg(test)]
-pub(crate) mod tests_in_place {
-    /// When set, `DgramShared::in_place_pays` says yes (tests that must exercise the
-    /// path; correct either way, so other tests running meanwhile are not disturbed).
-    pub(crate) static ALWAYS: std::sync::atomic::AtomicBool =
-        std::sync::atomic::AtomicBool::new(false);
 }

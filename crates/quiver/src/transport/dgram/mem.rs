@@ -64,10 +64,6 @@ impl MemSocket {
         let Some(target) = target else {
             return Ok(());
         };
-        #[cfg(test)]
-        if tests::dropped(self.addr, to, header, payload) {
-            return Ok(());
-        }
         let len = header.len() + payload.len();
         {
             let mut q = target.datagrams.lock().unwrap_or_else(|p| p.into_inner());
@@ -112,43 +108,5 @@ impl Drop for MemSocket {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.addr);
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod tests {
-    //! A loss hook for tests: a rule decides, datagram by datagram, what the `mem`
-    //! transport drops on its way between two addresses, so a test can lose exactly the
-    //! datagram it is about (an ack, a Close) instead of hoping a random loss hits it.
-
-    use std::collections::HashMap;
-    use std::net::SocketAddr;
-    use std::sync::{Mutex, OnceLock};
-
-    /// Decides for one datagram (header and payload as sent) whether it is lost.
-    pub(crate) type DropRule = Box<dyn FnMut(&[u8], &[u8]) -> bool + Send>;
-
-    fn rules() -> &'static Mutex<HashMap<(SocketAddr, SocketAddr), DropRule>> {
-        static RULES: OnceLock<Mutex<HashMap<(SocketAddr, SocketAddr), DropRule>>> =
-            OnceLock::new();
-        RULES.get_or_init(|| Mutex::new(HashMap::new()))
-    }
-
-    /// From now on, datagrams sent from `from` to `to` go through `rule` (`None`: none
-    /// is dropped any more).
-    pub(crate) fn set_drop_rule(from: SocketAddr, to: SocketAddr, rule: Option<DropRule>) {
-        let mut rules = rules().lock().unwrap_or_else(|p| p.into_inner());
-        match rule {
-            Some(rule) => rules.insert((from, to), rule),
-            None => rules.remove(&(from, to)),
-        };
-    }
-
-    /// Whether the rule between `from` and `to`, if any, drops this datagram.
-    pub(super) fn dropped(from: SocketAddr, to: SocketAddr, header: &[u8], payload: &[u8]) -> bool {
-        let mut rules = rules().lock().unwrap_or_else(|p| p.into_inner());
-        rules
-            .get_mut(&(from, to))
-            .is_some_and(|rule| rule(header, payload))
     }
 }

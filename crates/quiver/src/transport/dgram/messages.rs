@@ -244,8 +244,9 @@ pub(crate) enum DgramTake {
     Error(crate::error::Error),
 }
 
-/// One step of waiting for the datagram engine to have news: [`wait_fd`] on its descriptor,
-/// sleeping no longer than its next protocol timer.
+/// One step of waiting for the datagram engine to have news:
+/// [`wait_fd`](crate::transport::wait::wait_fd) on its descriptor, sleeping no longer than
+/// its next protocol timer.
 pub(crate) fn wait_engine(
     engine: &DgramShared,
     wait: &mut crate::transport::wait::Wait,

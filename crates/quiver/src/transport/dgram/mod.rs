@@ -24,6 +24,10 @@
 //! All state sits behind one mutex; endpoints of one context on different threads take
 //! turns.
 //!
+//! With `Config::faults` on (`QUIVER_FAULTS`, for tests and chaos runs), every link socket
+//! sends and receives through its own fault injector (`transport::fault`); off, none is
+//! made, and the send, receive and poll paths each pay one branch for it.
+//!
 //! The latency path (a small request answered at once): a busy-polling receive's poll is
 //! one `recvfrom` of one datagram (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is
 //! asked for only after a receive came back full; GRO is off while only short single
@@ -50,7 +54,8 @@
 //! - `stats`: the counters the engine reports;
 //! - `connection`: one connection's entry (core, paths, status, sending sockets, posted
 //!   buffers) and the table of entries by id;
-//! - `udp_io`: a link's udp socket with its batches, and the gathered (GSO) sends;
+//! - `udp_io`: the link sockets (udp with its batches, mem), their fault injectors
+//!   (`transport::fault`), and the gathered (GSO) sends;
 //! - `engine`: the engine's state, [`DgramShared`] and its setup;
 //! - `receive`: taking datagrams from the sockets and routing them to connections;
 //! - `send`: flushing what a connection has to send;
@@ -81,8 +86,3 @@ mod receive;
 mod send;
 pub(crate) mod stats;
 mod udp_io;
-
-#[cfg(test)]
-pub(crate) use in_place::tests_in_place;
-#[cfg(test)]
-pub(crate) use mem::tests as mem_tests;

@@ -115,6 +115,10 @@ impl Engine {
             left = left.saturating_sub(taken);
             self.next_socket = path + 1;
         }
+        // Held-back datagrams (reordered by the fault injectors) wait no longer than this.
+        if self.faults_on {
+            self.release_held_faults(now, ctx, shared, &mut touched, reader);
+        }
         let mut all_waiting = true;
         if !touched.is_empty() {
             self.news += 1;

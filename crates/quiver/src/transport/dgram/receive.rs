@@ -15,7 +15,7 @@ use quiver_wire::frame::{self, Destination, STREAM_HEADER_LEN};
 
 use super::connection::{ConnTable, Entry, Sender};
 use super::engine::{DgramShared, Engine};
-use super::udp_io::{Socket, UdpIo, RX_MESSAGES};
+use super::udp_io::{send_one_fully, Socket, UdpIo, RX_MESSAGES};
 use crate::transport::local::LocalRank;
 
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
@@ -146,15 +146,23 @@ impl Engine {
                 } else if let Some(n) = reset_for(datagram, &mut self.header) {
                     // A stale connection (we forgot it) or a forged id: tell the sender.
                     match &mut self.sockets[path] {
-                        Socket::Mem(s) => {
-                            let _ = s.send(from, &self.header[..n], &[]);
-                        }
+                        Socket::Mem(m) => m.send(from, &self.header[..n], &[]),
                         Socket::Udp(io) => {
-                            let _ = io.socket.send_batch(&[OutDatagram::new(
-                                from,
-                                &self.header[..n],
-                                &[],
-                            )]);
+                            let UdpIo { socket, faults, .. } = &mut **io;
+                            match faults {
+                                None => {
+                                    let _ = socket.send_batch(&[OutDatagram::new(
+                                        from,
+                                        &self.header[..n],
+                                        &[],
+                                    )]);
+                                }
+                                Some(faults) => {
+                                    faults.send(from, &[&self.header[..n]], &mut |to, datagram| {
+                                        send_one_fully(socket, to, datagram)
+                                    })
+                                }
+                            }
                         }
                     }
                 }
@@ -164,7 +172,8 @@ impl Engine {
     }
 
     /// Reads what reached the sending sockets of connection `id` (Resets; see [`Sender`])
-    /// and dispatches it.
+    /// and dispatches it. These arrivals do not go through the link's fault injector (a
+    /// Reset answers a datagram that got through it).
     pub(super) fn drain_senders(
         &mut self,
         id: u64,
@@ -193,12 +202,11 @@ impl Engine {
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
     /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
     /// dispatches it. Returns the udp bytes taken (0 for mem).
-    #[allow(clippy::too_many_arguments)]
-    // dispatch's, less the datagram.
     // Long function: the hot receive path (one datagram at a time, or batches while they
     // fill), whose exits decide when a poll hands over; split into helpers, the socket,
     // the batch and the connection table would be borrowed apart across calls.
     // Inline: called once, from `Engine::poll_into` in another file.
+    #[allow(clippy::too_many_arguments)] // dispatch's, less the datagram.
     #[inline]
     pub(super) fn receive(
         &mut self,
@@ -213,7 +221,7 @@ impl Engine {
         match &self.sockets[path] {
             Socket::Mem(_) => {
                 for _ in 0..RECV_BATCH {
-                    let Socket::Mem(socket) = &self.sockets[path] else {
+                    let Socket::Mem(socket) = &mut self.sockets[path] else {
                         unreachable!()
                     };
                     let mut rx = std::mem::take(&mut self.rx);
@@ -237,6 +245,7 @@ impl Engine {
                 } else {
                     0
                 };
+                let arrivals_faulted = self.faults_on && self.sockets[path].arrivals_faulted();
                 while taken < RECV_BATCH && bytes < budget {
                     let Socket::Udp(io) = &mut self.sockets[path] else {
                         unreachable!()
@@ -291,16 +300,21 @@ impl Engine {
                     // A single large datagram is most likely part of a stream: read on.
                     let streaming =
                         asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
-                    for m in 0..got {
-                        let msg = rx.message(m);
-                        if msg.truncated {
-                            continue;
-                        }
-                        bytes += msg.data.len();
-                        for datagram in msg.datagrams() {
-                            self.dispatch(
-                                datagram, msg.source, path, now, ctx, shared, touched, reader,
-                            );
+                    if arrivals_faulted {
+                        bytes +=
+                            self.receive_faulted(path, &rx, got, now, ctx, shared, touched, reader);
+                    } else {
+                        for m in 0..got {
+                            let msg = rx.message(m);
+                            if msg.truncated {
+                                continue;
+                            }
+                            bytes += msg.data.len();
+                            for datagram in msg.datagrams() {
+                                self.dispatch(
+                                    datagram, msg.source, path, now, ctx, shared, touched, reader,
+                                );
+                            }
                         }
                     }
                     if let Socket::Udp(io) = &mut self.sockets[path] {
@@ -321,6 +335,70 @@ impl Engine {
                 }
                 bytes
             }
+        }
+    }
+
+    /// [`Engine::receive`]'s handling of the `got` messages in `rx` when arrivals on socket
+    /// `path` go through its fault injector: every datagram goes into it, then what it
+    /// lets through is dispatched. Returns the bytes received.
+    #[allow(clippy::too_many_arguments)] // receive's.
+    fn receive_faulted(
+        &mut self,
+        path: usize,
+        rx: &RecvBatch,
+        got: usize,
+        now: Nanos,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
+    ) -> usize {
+        let mut bytes = 0;
+        if let Some(faults) = self.sockets[path].faults() {
+            for m in 0..got {
+                let msg = rx.message(m);
+                if msg.truncated {
+                    continue;
+                }
+                bytes += msg.data.len();
+                for datagram in msg.datagrams() {
+                    faults.receive(msg.source, datagram);
+                }
+            }
+        }
+        self.dispatch_arrived(path, now, ctx, shared, touched, reader);
+        bytes
+    }
+
+    /// Releases what the fault injectors hold back (sent ones leave, arrived ones are
+    /// dispatched): at every poll while faults are on, so that nothing waits longer.
+    pub(super) fn release_held_faults(
+        &mut self,
+        now: Nanos,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
+    ) {
+        for path in 0..self.sockets.len() {
+            self.sockets[path].release_held();
+            self.dispatch_arrived(path, now, ctx, shared, touched, reader);
+        }
+    }
+
+    /// Dispatches the datagrams that socket `path`'s fault injector lets through.
+    fn dispatch_arrived(
+        &mut self,
+        path: usize,
+        now: Nanos,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+        touched: &mut Vec<u64>,
+        reader: &mut Option<Reader<'_>>,
+    ) {
+        while let Some((from, datagram)) = self.sockets[path].faults().and_then(|f| f.pop_arrived())
+        {
+            self.dispatch(&datagram, from, path, now, ctx, shared, touched, reader);
         }
     }
 

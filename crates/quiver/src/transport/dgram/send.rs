@@ -92,7 +92,7 @@ impl Engine {
                 batch_bytes += t.payload.len();
                 match &mut sockets[path] {
                     Socket::Mem(socket) => {
-                        let _ = socket.send(to, &self.header[..t.header_len], t.payload);
+                        socket.send(to, &self.header[..t.header_len], t.payload);
                     }
                     Socket::Udp(io) => {
                         let offset = io.tx.len();

@@ -6,6 +6,8 @@
 
 use std::net::SocketAddr;
 
+use crate::transport::fault::FaultStats;
+
 /// Counters of a context's reliable datagram protocol (udp or mem), summed over its
 /// connections, for reports and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +48,9 @@ pub struct DatagramStats {
     /// Message bytes of posted sends sent in place (`Config::udp_post_in_place_min`):
     /// lent from the posted buffer, never copied.
     pub posted_in_place_bytes: u64,
+    /// Faults injected into the datagrams of this context's sockets
+    /// ([`Config::faults`](crate::Config::faults), `QUIVER_FAULTS`); all zero when off.
+    pub faults: FaultStats,
 }
 
 impl DatagramStats {

@@ -1,8 +1,9 @@
 //! A link's udp socket as the datagram engine drives it ([`UdpIo`]: its receive batch and
-//! its transmit layout), the link socket kinds ([`Socket`]: udp or mem) and how they are
-//! bound, and the transmit side of udp: datagrams laid out by a flush leave with one
-//! `send` when alone, else gathered with `sendmmsg`, runs of equal-size datagrams as GSO
-//! segments, in-place payloads read from the connection's send buffer or a lent message.
+//! its transmit layout), the link socket kinds ([`Socket`]: udp or mem, each with its
+//! fault injector when `Config::faults` is on) and how they are bound, and the transmit
+//! side of udp: datagrams laid out by a flush leave with one `send` when alone, else
+//! gathered with `sendmmsg`, runs of equal-size datagrams as GSO segments, in-place
+//! payloads read from the connection's send buffer or a lent message.
 //!
 //! Layer: the datagram transport's socket I/O, below the engine. It sends what it is
 //! given and never asks the protocol core for more; it does not route.
@@ -23,6 +24,7 @@ use super::connection::{lender, sender_for, Entry, Posted, Status};
 use super::mem::MemSocket;
 use crate::config::TransportKind;
 use crate::error::{Error, Result};
+use crate::transport::fault::{FaultInjector, FaultStats, Faults};
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 pub(super) const TX_BYTES: usize = 1 << 20;
@@ -33,26 +35,78 @@ pub(super) const RX_MESSAGES: usize = 32;
 #[derive(Debug)]
 pub(super) enum Socket {
     Udp(Box<UdpIo>),
-    Mem(MemSocket),
+    Mem(MemIo),
 }
 
 impl Socket {
     pub(super) fn raw_fd(&self) -> RawFd {
         match self {
             Socket::Udp(u) => u.socket.as_raw_fd(),
-            Socket::Mem(s) => s.raw_fd(),
+            Socket::Mem(m) => m.socket.raw_fd(),
+        }
+    }
+
+    /// The socket's fault injector, if faults are on.
+    pub(super) fn faults(&mut self) -> Option<&mut FaultInjector> {
+        match self {
+            Socket::Udp(u) => u.faults.as_deref_mut(),
+            Socket::Mem(m) => m.faults.as_deref_mut(),
+        }
+    }
+
+    /// Faults injected on this socket so far (None: faults are off).
+    pub(super) fn fault_stats(&self) -> Option<FaultStats> {
+        match self {
+            Socket::Udp(u) => u.faults.as_deref().map(FaultInjector::stats),
+            Socket::Mem(m) => m.faults.as_deref().map(FaultInjector::stats),
+        }
+    }
+
+    /// Whether what arrives on this socket goes through its fault injector.
+    pub(super) fn arrivals_faulted(&self) -> bool {
+        let faults = match self {
+            Socket::Udp(u) => u.faults.as_deref(),
+            Socket::Mem(m) => m.faults.as_deref(),
+        };
+        faults.is_some_and(FaultInjector::on_arrival)
+    }
+
+    /// Sends the datagrams its fault injector held back (see `FaultInjector::release_held`;
+    /// held arrivals wait in the injector for the engine to dispatch them).
+    pub(super) fn release_held(&mut self) {
+        match self {
+            Socket::Udp(u) => {
+                let UdpIo { socket, faults, .. } = &mut **u;
+                if let Some(faults) = faults {
+                    faults.release_held(&mut |to, datagram| send_one_fully(socket, to, datagram));
+                }
+            }
+            Socket::Mem(m) => {
+                let MemIo { socket, faults } = m;
+                if let Some(faults) = faults {
+                    faults.release_held(&mut |to, datagram| {
+                        let _ = socket.send(to, datagram, &[]);
+                    });
+                }
+            }
         }
     }
 }
 
-/// Binds one link's socket.
-pub(super) fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socket> {
+/// Binds one link's socket, with an injector of `faults` when they are on.
+pub(super) fn bind_socket(
+    kind: TransportKind,
+    addr: SocketAddr,
+    faults: &Faults,
+) -> Result<Socket> {
     Ok(match kind {
         TransportKind::Udp => {
             let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
             // Coalesced receives cut the per-datagram cost; best effort.
             let _ = socket.set_gro(true);
+            let faults = FaultInjector::new(faults, socket.local_address());
             Socket::Udp(Box::new(UdpIo {
+                faults,
                 socket,
                 rx: Some(Box::new(RecvBatch::new(RX_MESSAGES, MAX_COALESCED_BYTES))),
                 rx_wide: false,
@@ -63,10 +117,11 @@ pub(super) fn bind_socket(kind: TransportKind, addr: SocketAddr) -> Result<Socke
                 gather: GatherBuffer::with_capacity(2 * 1024, 1024),
             }))
         }
-        TransportKind::Mem => Socket::Mem(
-            MemSocket::bind(addr)
+        TransportKind::Mem => Socket::Mem(MemIo {
+            socket: MemSocket::bind(addr)
                 .map_err(|e| Error::io(format!("binding the mem socket {addr}"), e))?,
-        ),
+            faults: FaultInjector::new(faults, addr),
+        }),
         other => {
             return Err(Error::Config(format!(
                 "{other} is not a datagram transport"
@@ -97,6 +152,51 @@ pub(super) struct UdpIo {
     pub(super) tx_out: Vec<TxEntry>,
     /// The iovecs and messages `send_all` gathers `tx_out` into (reused, not reallocated).
     gather: GatherBuffer,
+    /// Faults injected into what this socket sends and receives (None: off). When on,
+    /// every datagram goes through it on its own: a GSO run is sent as single datagrams.
+    pub(super) faults: Option<Box<FaultInjector>>,
+}
+
+/// A link's in-process socket, with its fault injector (None: off). Everything it sends
+/// and receives goes through the injector when there is one.
+#[derive(Debug)]
+pub(super) struct MemIo {
+    pub(super) socket: MemSocket,
+    faults: Option<Box<FaultInjector>>,
+}
+
+impl MemIo {
+    /// Sends one datagram (header then payload) to `to`, as `MemSocket::send`.
+    pub(super) fn send(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
+        let MemIo { socket, faults } = self;
+        match faults {
+            None => {
+                let _ = socket.send(to, header, payload);
+            }
+            Some(faults) => faults.send(to, &[header, payload], &mut |to, datagram| {
+                let _ = socket.send(to, datagram, &[]);
+            }),
+        }
+    }
+
+    /// Takes one datagram into `buf`, as `MemSocket::recv`; with faults on arrival, the
+    /// next one the injector lets through.
+    pub(super) fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        let Some(faults) = self.faults.as_deref_mut().filter(|f| f.on_arrival()) else {
+            return self.socket.recv(buf);
+        };
+        loop {
+            if let Some((from, datagram)) = faults.pop_arrived() {
+                let n = datagram.len().min(buf.len());
+                buf[..n].copy_from_slice(&datagram[..n]);
+                return Ok(Some((n, from)));
+            }
+            match self.socket.recv(buf)? {
+                Some((n, from)) => faults.receive(from, &buf[..n]),
+                None => return Ok(None),
+            }
+        }
+    }
 }
 
 // Payloads at least `Config::udp_in_place_min` long are sent from the connection's send
@@ -150,12 +250,20 @@ impl UdpIo {
             tx,
             tx_out,
             gather,
+            faults,
             ..
         } = self;
         let socket = match via {
             Some(connected) => connected,
             None => socket,
         };
+        if let Some(faults) = faults {
+            let payload_at = |stream_offset, len| {
+                core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
+            };
+            send_faulted(faults, socket, tx, tx_out, to, payload_at);
+            return;
+        }
         // One small datagram (the latency path): one `send` (`sendto` without a connected
         // socket), no message header for the kernel to copy in.
         if let [TxEntry::Copied { offset, len }] = tx_out[..] {
@@ -243,6 +351,36 @@ fn gather_runs<'a>(
     }
 }
 
+/// Sends the datagrams of `tx_out` (as [`gather_runs`] lays them out) one by one to `to`
+/// through `faults`: every datagram meets the injector on its own, a GSO run included.
+fn send_faulted<'a>(
+    faults: &mut FaultInjector,
+    socket: &mut UdpSocket,
+    tx: &'a [u8],
+    tx_out: &[TxEntry],
+    to: SocketAddr,
+    payload_at: impl Fn(u64, usize) -> Option<&'a [u8]>,
+) {
+    for entry in tx_out {
+        let (header, payload): (&[u8], &[u8]) = match *entry {
+            TxEntry::Copied { offset, len } => (&tx[offset..offset + len], &[]),
+            TxEntry::InPlace {
+                offset,
+                header_len,
+                stream_offset,
+                payload_len,
+            } => match payload_at(stream_offset, payload_len) {
+                Some(payload) => (&tx[offset..offset + header_len], payload),
+                // Acknowledged meanwhile: not sent (as `gather_runs`).
+                None => continue,
+            },
+        };
+        faults.send(to, &[header, payload], &mut |to, datagram| {
+            send_one_fully(socket, to, datagram)
+        });
+    }
+}
+
 /// Sends every message of `gather`, waiting once (briefly) for room if the socket is full.
 fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
     let mut sent = 0;
@@ -273,7 +411,7 @@ fn wait_writable(socket: &UdpSocket) {
 
 /// Sends one datagram, waiting once (briefly) for room if the socket is full (a datagram
 /// the kernel still cannot take is lost like any other; the protocol resends it).
-fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &[u8]) {
+pub(super) fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &[u8]) {
     let mut waited = false;
     loop {
         match socket.send_one(to, datagram) {
