@@ -10,6 +10,7 @@ use super::{Connection, Endpoint};
 use crate::addr::Addr;
 use crate::config::TransportKind;
 use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
 use crate::transport::edge::{self, InEdge, Opened, OutEdge};
 use crate::transport::shm::outbound::ShmOut;
 
@@ -125,6 +126,7 @@ impl Endpoint {
     fn add_outbound(&mut self, out: OutEdge, peer: Addr, how: &'static str) -> Connection {
         if let Some(capabilities) = out.capabilities(&self.config) {
             tracing::info!(
+                target: ENDPOINT_LOG,
                 from = %self.addr,
                 to = %peer,
                 transport = capabilities.name,
@@ -178,7 +180,7 @@ impl Endpoint {
             .drain(..)
             .collect();
         for shm in accepted {
-            tracing::debug!(endpoint = %self.addr, peer = %shm.peer, transport = "shm", "peer connected");
+            tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, peer = %shm.peer, transport = "shm", "peer connected");
             self.inbound.push(InEdge::from_shm(shm));
         }
         let accepted: Vec<_> = self

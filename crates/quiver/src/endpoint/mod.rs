@@ -22,6 +22,7 @@ use quiver_transport::notify::Doorbell;
 use crate::addr::Addr;
 use crate::config::{Config, DETECTION_MIN};
 use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
 use crate::pool::Pool;
 use crate::slab::Key;
 use crate::transport::dgram::endpoint_side::{self, DgramSide};
@@ -250,7 +251,7 @@ impl AsRawFd for Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        tracing::debug!(endpoint = %self.addr, outbound = self.outbound.len(), inbound = self.inbound.len(), "closing the endpoint");
+        tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, outbound = self.outbound.len(), inbound = self.inbound.len(), "closing the endpoint");
         for out in &mut self.outbound {
             out.close();
         }

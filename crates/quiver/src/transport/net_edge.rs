@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::addr::Addr;
 use crate::error::Error;
+use crate::log::ENDPOINT_LOG;
 use crate::slab::Key;
 use crate::transport::failure::Failure;
 use crate::transport::inbound_state::InboundState;
@@ -121,7 +122,7 @@ impl NetOut {
     ) -> Error {
         let peer = self.peer;
         if self.failure.is_none() {
-            tracing::warn!(endpoint = %endpoint, %peer, transport = self.transport, failure = ?failure, during, "connection failed");
+            tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, %peer, transport = self.transport, failure = ?failure, during, "connection failed");
             self.failure = Some(failure.clone());
             while let Some(q) = self.queue.pop_front() {
                 requests.pending_sends -= 1;
@@ -239,7 +240,7 @@ impl NetIn {
     /// (reported once what it sent is taken).
     pub(crate) fn check_stopped(&mut self, detect: Duration, now: Instant, endpoint: Addr) {
         if let Some(ms) = self.process.as_mut().and_then(|p| p.stopped(detect, now)) {
-            tracing::warn!(endpoint = %endpoint, peer = %self.peer, transport = self.transport, stopped_ms = ms, "peer stopped");
+            tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = self.transport, stopped_ms = ms, "peer stopped");
             self.state = InboundState::Stopped(ms);
         }
     }
@@ -296,7 +297,7 @@ pub(crate) fn settle_look<E: NetInEdge>(
     if !was_active && !edge.silent() {
         // A reverse edge came to life: the peer connected to us (over our connection).
         let net = edge.net();
-        tracing::debug!(endpoint = %endpoint, peer = %net.peer, transport = net.transport, "peer connected (on our connection)");
+        tracing::debug!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %net.peer, transport = net.transport, "peer connected (on our connection)");
         registry.accepted();
     }
     match got {

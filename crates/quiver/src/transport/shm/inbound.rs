@@ -16,6 +16,7 @@ use super::rendezvous::{pull, SPLIT_ALIGN, SPLIT_MIN_BYTES};
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
 use crate::transport::dest::Dest;
 use crate::transport::failure::corrupt_detail;
 use crate::transport::inbound_state::InboundState;
@@ -93,7 +94,7 @@ impl ShmIn {
         match self.state {
             InboundState::Dying => {
                 self.state = InboundState::Done;
-                tracing::warn!(endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer died without closing its connection");
+                tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer died without closing its connection");
                 Err(Error::PeerDead {
                     peer: self.peer,
                     during: "while receiving",
@@ -318,10 +319,10 @@ impl ShmIn {
             return;
         }
         if sys::pidfd_exited(&self.pidfd) {
-            tracing::debug!(endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer process exited");
+            tracing::debug!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer process exited");
             self.state = InboundState::Dying;
         } else if let Some(ms) = detect.and_then(|d| self.freeze.stopped(self.pid, d, now)) {
-            tracing::warn!(endpoint = %endpoint, peer = %self.peer, transport = "shm", stopped_ms = ms, "peer stopped");
+            tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", stopped_ms = ms, "peer stopped");
             self.state = InboundState::Stopped(ms);
         }
     }
