@@ -15,23 +15,29 @@ use quiver_wire::frame;
 #[derive(Debug, Default, Clone, Copy)]
 struct IdHasher(u64);
 
+// Inline: the engine of another crate looks ids up for every datagram it receives (and
+// the workspace's release profile has no link-time optimisation).
 impl Hasher for IdHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
 
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
             self.0 = self.0.rotate_left(8) ^ u64::from(byte);
         }
     }
 
+    #[inline]
     fn write_u64(&mut self, id: u64) {
         self.0 = id;
     }
 
     /// A short id (the low 24 bits of an id drawn at random): spread over the whole word
     /// (Fibonacci hashing), as the table takes its control bits from the top ones.
+    #[inline]
     fn write_u32(&mut self, short: u32) {
         self.0 = u64::from(short).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
