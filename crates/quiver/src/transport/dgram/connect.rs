@@ -1,23 +1,23 @@
 //! Opening datagram connections: [`DgramShared::connect`] (the initiator's handshake,
 //! retries while the peer is not there yet, and the reuse of a connection the peer opened
-//! to us at the same time) and `Engine::accept` (a Hello from a stranger, answered for an
-//! open endpoint, refused otherwise).
+//! to us at the same time).
 //!
-//! Layer: the datagram transport. The handshake itself is the protocol core's; this module
-//! decides which connection to make and reports why one could not be made.
+//! Layer: the datagram transport. The handshake itself is the protocol core's, and
+//! accepting a Hello from a stranger is the router's (`quiver_proto::router`, acted on in
+//! `receive`); this module decides which connection to open and reports why one could not
+//! be made.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use quiver_proto::handshake::{ConnectRequest, RejectReason};
-use quiver_proto::reliable::{FailReason, Nanos, ReliableConnection};
-use quiver_wire::frame;
-use quiver_wire::handshake::Hello;
+use quiver_proto::handshake::ConnectRequest;
+use quiver_proto::reliable::{FailReason, ReliableConnection};
+use quiver_proto::router::EndpointAddress;
 
 use super::connection::{Entry, PostedReads, Status};
-use super::engine::{DgramShared, Engine};
+use super::engine::DgramShared;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
@@ -43,7 +43,8 @@ impl DgramShared {
     /// One connection carries both directions of an endpoint pair: before every attempt
     /// `reuse` looks for a connection the peer opened to us, which is then used instead. A
     /// peer connecting to us at the same moment with the lower address refuses our attempt
-    /// with `Busy` (see `Engine::accept`); its connection arrives and `reuse` finds it.
+    /// with `Busy` (see `quiver_proto::router`); its connection arrives and `reuse` finds
+    /// it.
     pub(crate) fn connect<T>(
         &self,
         ctx: &LocalRank,
@@ -81,7 +82,7 @@ impl DgramShared {
                 Handshake::Open => return Ok(Connected::New(id)),
                 Handshake::Retry(why) => why,
             };
-            self.lock().conns.remove(&id);
+            self.lock().router.remove(id);
             if Instant::now() >= deadline {
                 return Err(Error::Refused {
                     peer: dst,
@@ -107,16 +108,14 @@ impl DgramShared {
         to: SocketAddr,
     ) -> Result<Option<u64>> {
         let mut engine = self.lock();
-        let accepting = engine.conns.values().any(|e| {
-            e.inbound
-                && !e.abandoned
-                && e.local_port == src.port
-                && e.peer == dst
-                && e.status == Status::Connecting
-        }) || ctx
-            .registry
-            .inbox(src.port)
-            .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
+        let peer = EndpointAddress::new(dst.rank, dst.port);
+        let accepting = engine
+            .router
+            .inbound_under_way(src.port, peer, Entry::handshake)
+            || ctx
+                .registry
+                .inbox(src.port)
+                .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
         if accepting {
             return Ok(None);
         }
@@ -127,7 +126,7 @@ impl DgramShared {
         let core =
             ReliableConnection::connect(config, self.key.clone(), request, id, random(), now)
                 .map_err(|e| Error::Config(format!("network settings: {e}")))?;
-        engine.conns.insert(
+        engine.router.insert(
             id,
             Entry {
                 core,
@@ -164,7 +163,7 @@ impl DgramShared {
             let status = {
                 let mut engine = self.lock();
                 engine.poll(Some(ctx), self);
-                engine.conns.get(&id).map(|e| e.status.clone())
+                engine.router.get(id).map(|e| e.status.clone())
             };
             match status {
                 Some(Status::Open) => return Ok(Handshake::Open),
@@ -173,7 +172,7 @@ impl DgramShared {
                     return Ok(Handshake::Retry(why))
                 }
                 Some(Status::Failed(why)) => {
-                    let entry = self.lock().conns.remove(&id);
+                    let entry = self.lock().router.remove(id);
                     let reason = entry.and_then(|e| e.core.fail_reason());
                     return Err(match reason {
                         Some(FailReason::Handshake(e)) => {
@@ -186,7 +185,7 @@ impl DgramShared {
                     });
                 }
                 Some(Status::Closed) | None => {
-                    self.lock().conns.remove(&id);
+                    self.lock().router.remove(id);
                     return Err(Error::Refused {
                         peer: dst,
                         reason: format!(
@@ -197,7 +196,7 @@ impl DgramShared {
                 }
             }
             if Instant::now() >= deadline {
-                self.lock().conns.remove(&id);
+                self.lock().router.remove(id);
                 return Err(Error::Unreachable {
                     peer: dst,
                     transport: self.kind.name(),
@@ -218,94 +217,4 @@ enum Handshake {
     Open,
     /// Refused or unanswered in a way worth another attempt: why (prefixed [`RETRY`]).
     Retry(String),
-}
-
-impl Engine {
-    /// A datagram for connection id 0: a Hello from a stranger, answered if it proves
-    /// membership of the job and names an open endpoint.
-    pub(super) fn accept(
-        &mut self,
-        from: SocketAddr,
-        path: usize,
-        datagram: &[u8],
-        now: Nanos,
-        ctx: Option<&LocalRank>,
-        shared: &DgramShared,
-    ) -> Option<u64> {
-        let parsed = frame::Frame::parse(datagram).ok()?;
-        let their_id = parsed.header().src_id;
-        // The claimed rank picks the peer's links; the handshake then proves membership.
-        let their_rank = Hello::new_checked(parsed.payload()).map_or(u32::MAX, |h| h.src_rank());
-        if let Some(&id) = self.hellos.get(&(their_rank, their_id)) {
-            // A retransmitted Hello (on any link): the connection exists; let it answer again.
-            if let Some(entry) = self.conns.get_mut(&id) {
-                entry.core.handle_datagram(now, path, datagram);
-            }
-            return Some(id);
-        }
-        let paths = self.peer_paths(their_rank, from);
-        if path >= paths.len() {
-            // A link the two ranks do not share: not a way to open a connection.
-            return None;
-        }
-        let id = self.fresh_id();
-        let config = self.config_for(&from, paths.len());
-        let (mut core, request) = match ReliableConnection::accept(
-            config,
-            shared.key.clone(),
-            shared.job_id,
-            datagram,
-            path,
-            id,
-            random(),
-            now,
-        ) {
-            Ok(x) => x,
-            Err(e) => {
-                if let Some(ctx) = ctx {
-                    ctx.registry
-                        .refused(format!("{} from {from}: {e}", shared.kind));
-                }
-                return None;
-            }
-        };
-        let open = ctx.is_some_and(|c| {
-            request.src_rank < c.size && c.registry.inbox(request.dst_port).is_some()
-        });
-        // Both ends connecting at the same moment: one connection carries both directions,
-        // the one the lower address opened; the other end uses it once it arrives there.
-        let peer = Addr::new(request.src_rank, request.src_port);
-        let crossed = ctx.is_some_and(|c| Addr::new(c.rank, request.dst_port) < peer)
-            && self.conns.values().any(|e| {
-                !e.inbound
-                    && !e.abandoned
-                    && e.local_port == request.dst_port
-                    && e.peer == peer
-                    && e.status == Status::Connecting
-            });
-        if !open {
-            core.reject(RejectReason::NoSuchEndpoint);
-        } else if crossed {
-            core.reject(RejectReason::Busy);
-        }
-        self.hellos.insert((request.src_rank, their_id), id);
-        self.conns.insert(
-            id,
-            Entry {
-                core,
-                to: from,
-                paths,
-                local_port: request.dst_port,
-                peer: Addr::new(request.src_rank, request.src_port),
-                inbound: true,
-                status: Status::Connecting,
-                abandoned: !open || crossed,
-                senders: Vec::new(),
-                peer_sent: false,
-                posted: VecDeque::new(),
-                reads: PostedReads::default(),
-            },
-        );
-        Some(id)
-    }
 }

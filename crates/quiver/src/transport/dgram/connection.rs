@@ -1,18 +1,19 @@
 //! One connection of the datagram engine as the engine keeps it ([`Entry`]: its protocol
 //! core, the peer's address on each path, what the endpoint sees of it, its sending
-//! sockets, the messages lent to its core and its posted receive buffers), and the table
-//! of them by id and short id ([`ConnTable`]).
+//! sockets, the messages lent to its core and its posted receive buffers). The table of
+//! entries by id is the router's (`quiver_proto::router::Router<Entry>`).
 //!
 //! Layer: the datagram transport's state, below the engine. No routing, no polling: the
-//! engine decides what happens to an entry; this module only holds it.
+//! engine decides what happens to an entry; this module only holds it (and tells the router
+//! which handshake an entry is in).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
 use quiver_proto::reliable::{PostedBuffers, ReliableConnection, LEND_MESSAGE_TOKEN};
+use quiver_proto::router::{Direction, EndpointAddress, Handshake};
 use quiver_transport::udp::UdpSocket;
-use quiver_wire::frame;
 
 use crate::addr::Addr;
 
@@ -59,6 +60,24 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// The handshake this connection is in, for the router (`RouterHost::handshake`, and
+    /// `Router::inbound_under_way` before a connect): while it is connecting and its
+    /// endpoint has not given it up.
+    pub(super) fn handshake(&self) -> Option<Handshake> {
+        if self.abandoned || self.status != Status::Connecting {
+            return None;
+        }
+        Some(Handshake {
+            direction: if self.inbound {
+                Direction::Inbound
+            } else {
+                Direction::Outbound
+            },
+            local_port: self.local_port,
+            peer: EndpointAddress::new(self.peer.rank, self.peer.port),
+        })
+    }
+
     /// Lends more of the posted message not yet all lent (the last one), if any.
     pub(super) fn lend_posted(&mut self) -> u64 {
         let mut lent_now = 0;
@@ -196,99 +215,3 @@ impl PostedReads {
         Some(self.0.remove(index).1)
     }
 }
-
-/// The engine's connections by id, and by short id (`frame::short_id`: a Stream frame
-/// carries only that much of its destination). `fresh_id` keeps short ids unique.
-#[derive(Debug, Default)]
-pub(super) struct ConnTable {
-    by_id: IdMap<Entry>,
-    by_short: ShortIdMap,
-}
-
-impl ConnTable {
-    pub(super) fn contains_short(&self, short: u32) -> bool {
-        self.by_short.contains_key(&short)
-    }
-
-    #[inline]
-    pub(super) fn get(&self, id: &u64) -> Option<&Entry> {
-        self.by_id.get(id)
-    }
-
-    #[inline]
-    pub(super) fn get_mut(&mut self, id: &u64) -> Option<&mut Entry> {
-        self.by_id.get_mut(id)
-    }
-
-    /// The connection a Stream frame's short id names, with its full id.
-    #[inline]
-    pub(super) fn get_mut_short(&mut self, short: u32) -> Option<(u64, &mut Entry)> {
-        let id = *self.by_short.get(&short)?;
-        self.by_id.get_mut(&id).map(|entry| (id, entry))
-    }
-
-    pub(super) fn insert(&mut self, id: u64, entry: Entry) {
-        self.by_short.insert(frame::short_id(id), id);
-        self.by_id.insert(id, entry);
-    }
-
-    pub(super) fn remove(&mut self, id: &u64) -> Option<Entry> {
-        let entry = self.by_id.remove(id)?;
-        if self.by_short.get(&frame::short_id(*id)) == Some(id) {
-            self.by_short.remove(&frame::short_id(*id));
-        }
-        Some(entry)
-    }
-
-    pub(super) fn values(&self) -> impl Iterator<Item = &Entry> {
-        self.by_id.values()
-    }
-
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&u64, &mut Entry)> {
-        self.by_id.iter_mut()
-    }
-
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&u64, &mut Entry) -> bool) {
-        let by_short = &mut self.by_short;
-        self.by_id.retain(|id, entry| {
-            let kept = keep(id, entry);
-            if !kept {
-                by_short.remove(&frame::short_id(*id));
-            }
-            kept
-        });
-    }
-}
-
-/// Hashes a connection id as itself: ids are drawn at random by this engine (so a peer
-/// cannot make them collide), and a lookup per datagram and per call then costs no SipHash.
-#[derive(Debug, Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id;
-    }
-
-    /// A short id (`frame::short_id`, the low 24 bits of an id drawn at random): spread
-    /// over the whole word (Fibonacci hashing), as the table takes its control bits from
-    /// the top ones.
-    fn write_u32(&mut self, short: u32) {
-        self.0 = u64::from(short).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// Connections by id.
-type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-/// Connection ids by short id (looked up for every Stream frame: no SipHash either).
-type ShortIdMap = HashMap<u32, u64, std::hash::BuildHasherDefault<IdHasher>>;

@@ -6,7 +6,6 @@
 //! methods to these types in their own files; this one holds no I/O path of its own
 //! beyond sleeping on the engine's descriptor.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Mutex, MutexGuard};
@@ -14,10 +13,11 @@ use std::time::Duration;
 
 use quiver_proto::handshake::JobKey;
 use quiver_proto::reliable::{Nanos, ReliableConfig};
+use quiver_proto::router::Router;
 use quiver_transport::udp::{monotonic_ns, ReadinessSet};
-use quiver_wire::frame::{self, MAX_HEADER_LEN};
+use quiver_wire::frame::MAX_HEADER_LEN;
 
-use super::connection::{ConnTable, Entry, Status};
+use super::connection::{Entry, Status};
 use super::stats::{DatagramStats, LinkStats};
 use super::udp_io::{bind_socket, Socket};
 use crate::config::{Config, TransportKind};
@@ -83,6 +83,9 @@ impl DgramShared {
                 (set.as_raw_fd(), Some(set))
             }
         };
+        // The router checks the job key of every Hello; the shared handle keeps its own copy
+        // for the Hellos it sends.
+        let router = Router::new(job_id, key.clone());
         let base = reliable_config(config);
         base.validate()
             .map_err(|e| Error::Config(format!("network settings: {e}")))?;
@@ -96,8 +99,7 @@ impl DgramShared {
             engine: Mutex::new(Engine {
                 sockets,
                 links,
-                conns: ConnTable::default(),
-                hellos: HashMap::new(),
+                router,
                 base,
                 config_datagram: config.udp_datagram_bytes,
                 in_place_min: config.udp_in_place_min,
@@ -143,7 +145,7 @@ impl DgramShared {
                 ..LinkStats::default()
             })
             .collect();
-        for entry in engine.conns.values() {
+        for entry in engine.router.connections().values() {
             for (path, link) in links.iter_mut().enumerate() {
                 if let Some(stats) = entry.core.path_stats(path) {
                     link.datagrams_sent += stats.datagrams_sent;
@@ -172,7 +174,7 @@ impl DgramShared {
         total.sent_in_place_bytes = engine.sent_in_place_bytes;
         total.adopted_bytes = engine.adopted_bytes;
         total.posted_in_place_bytes = engine.posted_in_place_bytes;
-        for e in engine.conns.values() {
+        for e in engine.router.connections().values() {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);
         }
@@ -230,13 +232,13 @@ pub(super) struct Engine {
     /// One socket per own link (index = path).
     pub(super) sockets: Vec<Socket>,
     /// Link addresses of every rank (`QUIVER_LINKS`; empty: one link each).
-    links: Vec<Vec<SocketAddr>>,
-    pub(super) conns: ConnTable,
-    /// Connection id of a Hello already answered, by (source rank, initiator's id): its
-    /// repeats may come over any link.
-    pub(super) hellos: HashMap<(u32, u64), u64>,
+    pub(super) links: Vec<Vec<SocketAddr>>,
+    /// The connections by id (and short id), and the Hellos answered so far: the routing of
+    /// received datagrams is the router's ([`quiver_proto::router`]).
+    pub(super) router: Router<Entry>,
     pub(super) base: ReliableConfig,
-    config_datagram: usize,
+    /// `Config::udp_datagram_bytes` (0: by the medium, see [`config_for`]).
+    pub(super) config_datagram: usize,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
     pub(super) in_place_min: usize,
     /// `Config::udp_scatter_min` (0: off; also 0 when arrivals go through fault injectors).
@@ -290,8 +292,8 @@ impl Engine {
         kind: TransportKind,
         id: u64,
     ) -> std::result::Result<&mut Entry, Failure> {
-        self.conns
-            .get_mut(&id)
+        self.router
+            .get_mut(id)
             .ok_or_else(|| Failure::Lost(kind.name(), "the connection is gone".into()))
     }
 
@@ -327,7 +329,8 @@ impl Engine {
 
     /// The earliest protocol timer over all connections.
     pub(super) fn earliest_timer(&self) -> Option<Nanos> {
-        self.conns
+        self.router
+            .connections()
             .values()
             .filter_map(|e| e.core.poll_timeout())
             .min()
@@ -336,51 +339,78 @@ impl Engine {
     /// A new connection id: non-zero, its short id (what Stream frames carry) unique
     /// among the engine's connections.
     pub(super) fn fresh_id(&self) -> u64 {
-        loop {
-            let id = u64::from_ne_bytes(random());
-            if id != 0 && !self.conns.contains_short(frame::short_id(id)) {
-                return id;
-            }
-        }
+        self.router.fresh_id(|| u64::from_ne_bytes(random()))
     }
 
-    /// The peer's address on each path: its links (as many as both ranks have), or just
-    /// `to` without `QUIVER_LINKS`.
+    /// The peer's address on each path ([`peer_paths`]).
     pub(super) fn peer_paths(&self, rank: u32, to: SocketAddr) -> Vec<SocketAddr> {
-        match self.links.get(rank as usize) {
-            Some(theirs) if self.sockets.len() > 1 || theirs.len() > 1 => {
-                let count = theirs.len().min(self.sockets.len()).max(1);
-                theirs[..count].to_vec()
-            }
-            _ => vec![to],
-        }
+        peer_paths(&self.links, self.sockets.len(), rank, to)
     }
 
+    /// The protocol settings of a connection to `to` ([`config_for`]).
     pub(super) fn config_for(&self, to: &SocketAddr, path_count: usize) -> ReliableConfig {
-        let datagram = match (self.config_datagram, &self.sockets[0]) {
-            (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
-            (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
-            (0, _) => ETHERNET_DATAGRAM,
-            (n, _) => n,
-        };
-        // Over udp the timeouts must not fire for the few milliseconds a process is off its
-        // CPU on a shared host (a striped connection's take paths down), nor while the
-        // receiver works through a burst: on loopback too, a 1 ms floor resent about one
-        // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
-        // memory (tests) the protocol's own floor stays.
-        let min_rto_ns = if path_count > 1 || matches!(self.sockets[0], Socket::Udp(_)) {
-            self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
-        } else {
-            self.base.min_rto_ns
-        };
-        ReliableConfig {
-            max_datagram_bytes: datagram,
-            path_count: path_count.max(1),
-            min_rto_ns,
-            initial_rto_ns: self.base.initial_rto_ns.max(min_rto_ns),
-            max_rto_ns: self.base.max_rto_ns.max(min_rto_ns),
-            ..self.base.clone()
+        config_for(
+            &self.sockets,
+            &self.base,
+            self.config_datagram,
+            to,
+            path_count,
+        )
+    }
+}
+
+/// The peer's address on each path: its links (as many as both ranks have: `links` holds
+/// every rank's, and this rank has `socket_count` sockets), or just `to` without
+/// `QUIVER_LINKS`.
+pub(super) fn peer_paths(
+    links: &[Vec<SocketAddr>],
+    socket_count: usize,
+    rank: u32,
+    to: SocketAddr,
+) -> Vec<SocketAddr> {
+    match links.get(rank as usize) {
+        Some(theirs) if socket_count > 1 || theirs.len() > 1 => {
+            let count = theirs.len().min(socket_count).max(1);
+            theirs[..count].to_vec()
         }
+        _ => vec![to],
+    }
+}
+
+/// The protocol settings of a connection to `to` over `path_count` paths: `base` (the
+/// context's), with the datagram size of the medium (`config_datagram` when set) and, over
+/// a network, a higher floor on the retransmission timeout. `sockets` are the engine's link
+/// sockets (not empty).
+pub(super) fn config_for(
+    sockets: &[Socket],
+    base: &ReliableConfig,
+    config_datagram: usize,
+    to: &SocketAddr,
+    path_count: usize,
+) -> ReliableConfig {
+    let datagram = match (config_datagram, &sockets[0]) {
+        (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
+        (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
+        (0, _) => ETHERNET_DATAGRAM,
+        (n, _) => n,
+    };
+    // Over udp the timeouts must not fire for the few milliseconds a process is off its
+    // CPU on a shared host (a striped connection's take paths down), nor while the
+    // receiver works through a burst: on loopback too, a 1 ms floor resent about one
+    // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
+    // memory (tests) the protocol's own floor stays.
+    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_)) {
+        base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
+    } else {
+        base.min_rto_ns
+    };
+    ReliableConfig {
+        max_datagram_bytes: datagram,
+        path_count: path_count.max(1),
+        min_rto_ns,
+        initial_rto_ns: base.initial_rto_ns.max(min_rto_ns),
+        max_rto_ns: base.max_rto_ns.max(min_rto_ns),
+        ..base.clone()
     }
 }
 

@@ -110,7 +110,7 @@ impl DgramShared {
         // Invariant: `data` is the message lent (its length checked by the core).
         let adopted = entry.core.adopt_lent(data, step).unwrap_or(0);
         engine.adopted_bytes += adopted as u64;
-        let entry = engine.conns.get(&id).expect("looked up above");
+        let entry = engine.router.get(id).expect("looked up above");
         Ok(entry.core.lent_bytes() == 0)
     }
 
@@ -125,7 +125,7 @@ impl DgramShared {
     /// once. False before the first measurements (unless the multiple is 0).
     pub(crate) fn in_place_pays(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
-        let Some(entry) = engine.conns.get(&id) else {
+        let Some(entry) = engine.router.get(id) else {
             return false;
         };
         let core = &entry.core;
@@ -154,7 +154,7 @@ impl DgramShared {
     /// the caller's error ends the connection's use for sending, as for a partial write).
     pub(crate) fn end_in_place(&self, id: u64, data: &[u8]) {
         let mut engine = self.lock();
-        if let Some(entry) = engine.conns.get_mut(&id) {
+        if let Some(entry) = engine.router.get_mut(id) {
             let adopted = entry.core.adopt_lent(data, usize::MAX).unwrap_or(0);
             engine.adopted_bytes += adopted as u64;
         }
@@ -200,7 +200,7 @@ impl DgramShared {
     /// connection failed (the core then releases every message, acknowledged or not).
     pub(crate) fn collect_posted(&self, id: u64, done: &mut Vec<(u64, Vec<u8>, bool)>) {
         let mut engine = self.lock();
-        let Some(entry) = engine.conns.get_mut(&id) else {
+        let Some(entry) = engine.router.get_mut(id) else {
             return;
         };
         let failed =

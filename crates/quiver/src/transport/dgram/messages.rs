@@ -34,7 +34,7 @@ impl DgramShared {
     ) -> Option<Option<usize>> {
         let mut engine = self.lock();
         engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
-        let entry = engine.conns.get_mut(&id)?;
+        let entry = engine.router.get_mut(id)?;
         if entry.status != Status::Open {
             return None;
         }
@@ -60,8 +60,8 @@ impl DgramShared {
     pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
         engine
-            .conns
-            .get(&id)
+            .router
+            .get(id)
             .is_some_and(|e| e.core.send_capacity() >= len)
     }
 
@@ -108,7 +108,7 @@ impl DgramShared {
         config: &Config,
     ) -> std::result::Result<Option<usize>, DgramTake> {
         let mut engine = self.lock();
-        let Some(entry) = engine.conns.get_mut(&id) else {
+        let Some(entry) = engine.router.get_mut(id) else {
             return Err(DgramTake::Closed);
         };
         let Some(len) = entry.core.peek_message_len() else {
@@ -123,7 +123,7 @@ impl DgramShared {
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
         // Non-blocking: deliver only a whole message (one that fits the window).
-        let entry = engine.conns.get(&id).expect("looked up above");
+        let entry = engine.router.get(id).expect("looked up above");
         if !wait && len <= window / 2 && !entry.core.message_ready() {
             return Ok(None);
         }
@@ -133,7 +133,7 @@ impl DgramShared {
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         loop {
-            let entry = engine.conns.get_mut(&id).expect("looked up above");
+            let entry = engine.router.get_mut(id).expect("looked up above");
             let (n, complete) = entry.core.read_message(&mut buf[filled..len]);
             filled += n;
             if complete {
@@ -174,7 +174,7 @@ impl DgramShared {
                 if let Err(e) = waited_out {
                     // Frames that overtook others may sit in `buf` (placed ahead by the
                     // core): they go back to the connection's receive buffer.
-                    if let Some(entry) = engine.conns.get_mut(&id) {
+                    if let Some(entry) = engine.router.get_mut(id) {
                         entry.core.detach_reader(&buf[filled..len]);
                     }
                     return Err(DgramTake::Error(e));
@@ -187,21 +187,21 @@ impl DgramShared {
     pub(crate) fn readable(&self, id: u64) -> bool {
         let engine = self.lock();
         engine
-            .conns
-            .get(&id)
+            .router
+            .get(id)
             .is_some_and(|e| e.core.peek_message_len().is_some() || e.status != Status::Open)
     }
 
     /// Whether the peer has sent a message on connection `id` (one it did not open).
     pub(crate) fn peer_sent(&self, id: u64) -> bool {
-        self.lock().conns.get(&id).is_some_and(|e| e.peer_sent)
+        self.lock().router.get(id).is_some_and(|e| e.peer_sent)
     }
 
     /// Whether everything written to connection `id` was acknowledged (true for a
     /// connection that failed or is gone: nothing more will be).
     pub(crate) fn all_acked(&self, id: u64) -> bool {
         let engine = self.lock();
-        engine.conns.get(&id).is_none_or(|e| {
+        engine.router.get(id).is_none_or(|e| {
             e.core.all_acked() || matches!(e.status, Status::Failed(_) | Status::Closed)
         })
     }
@@ -210,7 +210,7 @@ impl DgramShared {
     /// connection closed, failed or gone. Also returns its current RTO.
     pub(crate) fn close_settled(&self, id: u64) -> (bool, Duration) {
         let engine = self.lock();
-        match engine.conns.get(&id) {
+        match engine.router.get(id) {
             None => (true, Duration::ZERO),
             Some(e) => (
                 e.core.close_acknowledged()
@@ -226,7 +226,7 @@ impl DgramShared {
     pub(crate) fn close(&self, id: u64) {
         let mut engine = self.lock();
         let now = engine.now();
-        if let Some(entry) = engine.conns.get_mut(&id) {
+        if let Some(entry) = engine.router.get_mut(id) {
             entry.abandoned = true;
             entry.core.close(now);
         }

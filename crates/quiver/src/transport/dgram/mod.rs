@@ -3,14 +3,18 @@
 //! directions.
 //!
 //! Layer: a transport (below the endpoint, above `quiver-proto` and `quiver-transport`).
-//! It owns the sockets, the connections' protocol cores and the routing of datagrams to
-//! them; it must not know about endpoints' queues or matching (it hands accepted
-//! connections over through the context and answers the endpoint's calls by connection id).
+//! It owns the sockets and the connections' protocol cores, and runs the routing of
+//! datagrams to them; it must not know about endpoints' queues or matching (it hands
+//! accepted connections over through the context and answers the endpoint's calls by
+//! connection id), nor decide routing itself.
 //!
-//! The protocol itself is [`quiver_proto::reliable`] (sans-IO); the engine feeds it
-//! datagrams and time, sends what it produces, and routes connections to endpoints:
-//! - a datagram is routed by the destination connection id in its header; id 0 opens a new
-//!   connection (a Hello), which the engine answers only for an open endpoint port;
+//! The protocol itself is [`quiver_proto::reliable`] (sans-IO), and so is the routing,
+//! [`quiver_proto::router`] (the same router the simulator runs); the engine feeds them
+//! datagrams and time, sends what they produce, and routes connections to endpoints:
+//! - the router says which connection a datagram is for, by the destination connection id
+//!   in its header; id 0 opens a new connection (a Hello), which the router accepts only
+//!   for an open endpoint port (the engine tells it which are open); a stale id is
+//!   answered with a Reset the router makes and the engine sends;
 //! - progress is driven by whoever calls into the API (every endpoint call polls the
 //!   engine), so no thread competes for the cores; a sleeping endpoint sleeps in poll on
 //!   the engine's descriptor with the protocol's next timer as its timeout;
@@ -39,12 +43,12 @@
 //! waiting for the application, whose answer should leave next; the next poll runs it
 //! whatever it finds, so it is never put off twice in a row. A blocking receive on an
 //! endpoint whose only inbound edge is one open connection polls and takes the message in
-//! one call ([`DgramShared::take_whole`]). The answer leaves with one `send` on the
-//! connection's connected socket (`UdpSocket::send_one`, no message header to copy in),
-//! carrying the ack, before the core is asked for anything more (the core itself
-//! processes the ack fields of the request only after that: "the answer first" in
-//! `quiver_proto::reliable`): one datagram each way per round trip, nothing allocated per
-//! message. The clock is still read on every poll: reading it only after an arrival
+//! one call ([`DgramShared::take_whole`](engine::DgramShared::take_whole)). The answer
+//! leaves with one `send` on the connection's connected socket (`UdpSocket::send_one`, no
+//! message header to copy in), carrying the ack, before the core is asked for anything
+//! more (the core itself processes the ack fields of the request only after that: "the
+//! answer first" in `quiver_proto::reliable`): one datagram each way per round trip,
+//! nothing allocated per message. The clock is still read on every poll: reading it only after an arrival
 //! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
 //! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
 //! on average); measured, no difference.
@@ -53,13 +57,18 @@
 //! - `mem`: the in-process datagram socket;
 //! - `stats`: the counters the engine reports;
 //! - `connection`: one connection's entry (core, paths, status, sending sockets, posted
-//!   buffers) and the table of entries by id;
+//!   buffers; the table of entries by id is the router's);
 //! - `udp_io`: the link sockets (udp with its batches, mem), their fault injectors
 //!   (`transport::fault`), and the gathered (GSO) sends;
-//! - `engine`: the engine's state, [`DgramShared`] and its setup;
-//! - `receive`: taking datagrams from the sockets and routing them to connections;
+//! - `engine`: the engine's state (its [`quiver_proto::router::Router`] of entries among
+//!   it), [`DgramShared`](engine::DgramShared) and its setup, the per-peer paths and
+//!   settings;
+//! - `router_host`: the engine's answers to the router's questions about a Hello, and the
+//!   entry it keeps for a connection the router accepted;
+//! - `receive`: taking datagrams from the sockets and acting on the router's verdict for
+//!   each;
 //! - `send`: flushing what a connection has to send;
-//! - `connect`: opening connections and accepting Hellos;
+//! - `connect`: opening connections;
 //! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
@@ -83,6 +92,7 @@ pub(crate) mod outbound;
 mod poll;
 mod posted_reads;
 mod receive;
+mod router_host;
 mod send;
 pub(crate) mod stats;
 mod udp_io;

@@ -132,7 +132,7 @@ impl Engine {
                 // answer comes), and only for a small exchange: a stream of frames needs its
                 // acks now (the sender's windows wait for them).
                 // (`message_ready` is false when no message has begun.)
-                let waiting = self.conns.get(&id).is_some_and(|e| {
+                let waiting = self.router.get(id).is_some_and(|e| {
                     e.core.message_ready() && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
                 });
                 if waiting {
@@ -173,7 +173,7 @@ impl Engine {
         let mut expired = std::mem::take(&mut self.touched);
         expired.clear();
         let mut timed_out = std::mem::take(&mut self.timed_out);
-        for (&id, entry) in self.conns.iter_mut() {
+        for (&id, entry) in self.router.iter_mut() {
             if let Some(t) = entry.core.poll_timeout() {
                 if t <= now {
                     let before = entry.core.stats().rto_expirations;
@@ -205,7 +205,7 @@ impl Engine {
         self.touched = expired;
         self.next_timer = self.earliest_timer();
         let retired = &mut self.retired;
-        self.conns.retain(|_, e| {
+        self.router.retain(|_, e| {
             let keep = !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed));
             if !keep {
                 retired.add(e.core.stats());
@@ -216,7 +216,7 @@ impl Engine {
 
     /// Turns the protocol's events of connection `id` into its status.
     fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
-        let Some(entry) = self.conns.get_mut(&id) else {
+        let Some(entry) = self.router.get_mut(id) else {
             return;
         };
         while let Some(event) = entry.core.poll_event() {

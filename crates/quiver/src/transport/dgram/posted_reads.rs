@@ -46,7 +46,7 @@ impl DgramShared {
     /// or in the middle of a message read the general way. Returns how many were taken.
     pub(crate) fn post_recvs(&self, id: u64, recvs: &mut VecDeque<(u64, Vec<u8>)>) -> usize {
         let mut engine = self.lock();
-        let Some(entry) = engine.conns.get_mut(&id) else {
+        let Some(entry) = engine.router.get_mut(id) else {
             return 0;
         };
         if entry.status != Status::Open || entry.core.reading_message() {
@@ -78,7 +78,7 @@ impl DgramShared {
     /// connection is gone (with the receives it held).
     pub(crate) fn collect_recvs(&self, id: u64, done: &mut Vec<RecvDone>) -> Option<usize> {
         let mut engine = self.lock();
-        let entry = engine.conns.get_mut(&id)?;
+        let entry = engine.router.get_mut(id)?;
         let Entry {
             core,
             reads,

@@ -1,20 +1,24 @@
 //! The receive path of the datagram engine: taking datagrams from the link sockets (one
 //! at a time on the latency path, in batches while they keep coming, within a byte
 //! budget), steering GRO, the scattering receive that puts a Stream frame's payload
-//! straight into a reader's buffer, and routing each datagram to its connection by id
-//! (or to `accept` for a Hello, or answering a stale id with a Reset).
+//! straight into a reader's buffer, and acting on the router's verdict for each datagram
+//! (`quiver_proto::router::Router::handle`: feed its connection, keep a connection
+//! accepted from a Hello, send a Reset for a stale id, count a refusal).
 //!
-//! Layer: the datagram transport. It feeds connections' cores; what to send in answer
-//! and when is the poll loop's (`poll`) and the flush's (`send`) business.
+//! Layer: the datagram transport. It feeds connections' cores; which connection a datagram
+//! is for is the router's to say, and what to send in answer and when is the poll loop's
+//! (`poll`) and the flush's (`send`) business.
 
 use std::net::SocketAddr;
 
-use quiver_proto::reliable::{reset_for, Nanos};
+use quiver_proto::reliable::Nanos;
+use quiver_proto::router::{Routed, Router};
 use quiver_transport::udp::{OutDatagram, RecvBatch, SplitRecv};
-use quiver_wire::frame::{self, Destination, STREAM_HEADER_LEN};
+use quiver_wire::frame::STREAM_HEADER_LEN;
 
-use super::connection::{ConnTable, Entry, Sender};
+use super::connection::{Entry, Sender};
 use super::engine::{DgramShared, Engine};
+use super::router_host::{accepted_entry, EngineHost};
 use super::udp_io::{send_one_fully, Socket, UdpIo, RX_MESSAGES};
 use crate::transport::local::LocalRank;
 
@@ -110,8 +114,13 @@ impl UdpIo {
 }
 
 impl Engine {
-    /// Hands one received datagram to its connection (or opens one for a Hello).
+    /// Hands one received datagram to its connection, as the router says (or keeps the
+    /// connection it accepted from a Hello, or sends the Reset it made for a stale id).
     /// `path` is the index of the socket it arrived on.
+    ///
+    /// Per datagram for a known connection: the router's peek at the header and one table
+    /// lookup (`Router::handle` is inlined here), then the connection's core. The host is
+    /// a few references on the stack, asked only for Hellos.
     #[allow(clippy::too_many_arguments)] // One datagram and where it came from; no grouping helps.
     fn dispatch(
         &mut self,
@@ -124,50 +133,44 @@ impl Engine {
         touched: &mut Vec<u64>,
         reader: &mut Option<Reader<'_>>,
     ) {
-        match frame::destination(datagram) {
-            Some(Destination::Id(0)) => {
-                if let Some(id) = self.accept(from, path, datagram, now, ctx, shared) {
-                    touched.push(id);
+        let mut host = EngineHost {
+            links: &self.links,
+            sockets: &self.sockets,
+            base: &self.base,
+            config_datagram: self.config_datagram,
+            ctx,
+        };
+        match self.router.handle(now, &from, path, datagram, &mut host) {
+            Routed::Connection { id, connection } => {
+                // A Stream frame names its connection by short id; the core verifies it
+                // against the full id. A socket beyond the connection's paths (a peer with
+                // fewer links): the core counts and drops the datagram.
+                Reader::feed(reader, id, connection, now, path, datagram);
+                touched.push(id);
+            }
+            Routed::RepeatedHello { id, connection } => {
+                // A retransmitted Hello (on any link): its connection, if still there,
+                // answers it again; it never opens a second one.
+                if let Some(entry) = connection {
+                    entry.core.handle_datagram(now, path, datagram);
+                }
+                touched.push(id);
+            }
+            Routed::Accepted(accepted) => {
+                let paths = self.peer_paths(accepted.request.src_rank, from);
+                let (id, entry) = accepted_entry(*accepted, from, paths);
+                self.router.insert(id, entry);
+                touched.push(id);
+            }
+            // A stale connection (we forgot it) or a forged id: tell the sender.
+            Routed::Reset(reset) => send_reset(&mut self.sockets[path], from, reset),
+            Routed::Refused(error) => {
+                if let Some(ctx) = ctx {
+                    ctx.registry
+                        .refused(format!("{} from {from}: {error}", shared.kind));
                 }
             }
-            Some(Destination::Short(short)) => {
-                // A Stream frame (bulk data): its connection verifies it against its full id.
-                if let Some((id, entry)) = self.conns.get_mut_short(short) {
-                    Reader::feed(reader, id, entry, now, path, datagram);
-                    touched.push(id);
-                }
-            }
-            Some(Destination::Id(id)) => {
-                if let Some(entry) = self.conns.get_mut(&id) {
-                    // A socket beyond the connection's paths (a peer with fewer links): the
-                    // core counts and drops it.
-                    Reader::feed(reader, id, entry, now, path, datagram);
-                    touched.push(id);
-                } else if let Some(n) = reset_for(datagram, &mut self.header) {
-                    // A stale connection (we forgot it) or a forged id: tell the sender.
-                    match &mut self.sockets[path] {
-                        Socket::Mem(m) => m.send(from, &self.header[..n], &[]),
-                        Socket::Udp(io) => {
-                            let UdpIo { socket, faults, .. } = &mut **io;
-                            match faults {
-                                None => {
-                                    let _ = socket.send_batch(&[OutDatagram::new(
-                                        from,
-                                        &self.header[..n],
-                                        &[],
-                                    )]);
-                                }
-                                Some(faults) => {
-                                    faults.send(from, &[&self.header[..n]], &mut |to, datagram| {
-                                        send_one_fully(socket, to, datagram)
-                                    })
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            None => {}
+            Routed::Dropped(_) => {}
         }
     }
 
@@ -182,11 +185,11 @@ impl Engine {
         shared: &DgramShared,
         touched: &mut Vec<u64>,
     ) {
-        let paths = self.conns.get(&id).map_or(0, |e| e.senders.len());
+        let paths = self.router.get(id).map_or(0, |e| e.senders.len());
         let mut rx = std::mem::take(&mut self.rx);
         for path in 0..paths {
             for _ in 0..RECV_BATCH {
-                let got = match self.conns.get(&id).and_then(|e| e.senders.get(path)) {
+                let got = match self.router.get(id).and_then(|e| e.senders.get(path)) {
                     Some(Sender::Connected(socket)) => socket.recv_from(&mut rx),
                     _ => break,
                 };
@@ -253,7 +256,7 @@ impl Engine {
                     let Some(mut rx) = io.rx.take() else {
                         break;
                     };
-                    if let Some(split) = Self::split_room(&self.conns, reader, scatter_min) {
+                    if let Some(split) = Self::split_room(&self.router, reader, scatter_min) {
                         // A scattering receive: the payload of the frame that continues the
                         // message goes straight into the reader's buffer.
                         let got = self
@@ -327,7 +330,7 @@ impl Engine {
                     let completed = streaming
                         && touched
                             .last()
-                            .and_then(|id| self.conns.get(id))
+                            .and_then(|&id| self.router.get(id))
                             .is_some_and(|entry| entry.core.message_ready());
                     if got < asked || (asked == 1 && (!streaming || completed)) {
                         break;
@@ -407,12 +410,12 @@ impl Engine {
     /// bytes to receive straight into its buffer (`ReliableConnection::in_place_room`),
     /// how many.
     fn split_room(
-        conns: &ConnTable,
+        router: &Router<Entry>,
         reader: &Option<Reader<'_>>,
         scatter_min: usize,
     ) -> Option<usize> {
         let r = reader.as_ref().filter(|_| scatter_min > 0)?;
-        let room = conns.get(&r.id)?.core.in_place_room(r.out.len() - r.placed);
+        let room = router.get(r.id)?.core.in_place_room(r.out.len() - r.placed);
         (room >= scatter_min).then_some(room)
     }
 
@@ -445,7 +448,7 @@ impl Engine {
             SplitRecv::Split { body_len, source } => {
                 let id = r.id;
                 let out = &mut r.out[r.placed..];
-                let in_place = self.conns.get_mut(&id).and_then(|entry| {
+                let in_place = self.router.get_mut(id).and_then(|entry| {
                     entry
                         .core
                         .handle_stream_in_place(now, path, &head, body_len, out)
@@ -485,6 +488,25 @@ impl Engine {
                     );
                 }
                 Some(msg.data.len())
+            }
+        }
+    }
+}
+
+/// Sends `reset` (a Reset frame the router made) to `to` from link socket `socket`, through
+/// its fault injector when it has one.
+fn send_reset(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
+    match socket {
+        Socket::Mem(mem) => mem.send(to, reset, &[]),
+        Socket::Udp(io) => {
+            let UdpIo { socket, faults, .. } = &mut **io;
+            match faults {
+                None => {
+                    let _ = socket.send_batch(&[OutDatagram::new(to, reset, &[])]);
+                }
+                Some(faults) => faults.send(to, &[reset], &mut |to, datagram| {
+                    send_one_fully(socket, to, datagram)
+                }),
             }
         }
     }

@@ -48,7 +48,7 @@ impl Engine {
     pub(super) fn flush_lent(&mut self, id: u64, lent: &[u8]) {
         self.timers_dirty = true;
         let now = self.now();
-        let Some(entry) = self.conns.get_mut(&id) else {
+        let Some(entry) = self.router.get_mut(id) else {
             return;
         };
         if !entry.posted.is_empty() {
