@@ -689,12 +689,12 @@ fn baseline_interleave_pairs_quiver_and_raw_blocks_over_tcp() {
 }
 
 /// bw above the eager limit over udp, where a posted send of at least
-/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB, the default, set here all the same) is sent in place: the sender keeps 2 distinct
-/// buffers posted and posts each again when it comes back (6 times each in a window of
-/// 12), and the receiver checks every message's length (an odd size, so a wrong length
-/// fails the run). tcp, in the same launch, and messages under the eager size or over
-/// 1 MiB keep the old ways (no `posted`); with a larger minimum set, 600000 bytes are
-/// not posted either.
+/// `QUIVER_UDP_POST_IN_PLACE_MIN` (256 KiB, the default, set here all the same) is sent in
+/// place: the sender keeps 2 distinct buffers posted and posts each again when it comes
+/// back (6 times each in a window of 12), and the receiver checks every message's length
+/// (an odd size, so a wrong length fails the run). tcp, in the same launch, and messages
+/// under the eager size or over 1 MiB keep the old ways (no `posted`); with a larger
+/// minimum set, 600000 bytes are not posted either.
 #[test]
 fn bw_over_udp_keeps_large_messages_posted_in_place() {
     let arguments = [

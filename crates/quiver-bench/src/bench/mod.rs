@@ -30,6 +30,7 @@ use quiver_cli::bench::args::{
     check_window_bytes, worker_exit, BenchOptions, EXIT_FAILURE, EXIT_USAGE,
 };
 use quiver_cli::bench::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
+use quiver_cli::bench::plan::Transport;
 use quiver_cli::bench::progress::Progress;
 use quiver_cli::bench::ranks;
 use quiver_cli::bench::report::Report;
@@ -321,7 +322,7 @@ fn check_baseline(plan: &LabPlan, sides: Interleaved) -> Result<(), String> {
     };
     let transport = plan.base.transport;
     let fits = match sides {
-        Interleaved::Tcp => transport == quiver_cli::bench::plan::Transport::Udp,
+        Interleaved::Tcp => transport == Transport::Udp,
         _ => transport.raw_baseline().is_some(),
     };
     if !fits {

@@ -48,10 +48,12 @@ const BASELINE_IDLE_TIMEOUT_MS: u64 = 3_600_000;
 /// # Errors
 /// What failed, as text (the rank prints it and exits non-zero).
 pub(crate) fn run(plan: &LabPlan) -> Result<(), String> {
-    apply_settings(&plan.base)?;
     if plan.base.transport.is_raw() {
+        // The settings tune quiver's transports, which a raw rank does not measure (its
+        // shm bootstrap connection runs as configured).
         return run_raw(plan);
     }
+    apply_settings(&plan.base)?;
     if plan.baseline_transport().is_some()
         && std::env::var_os("QUIVER_NET_IDLE_TIMEOUT_MS").is_none()
     {

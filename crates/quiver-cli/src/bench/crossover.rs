@@ -327,7 +327,7 @@ pub struct CrossoverResult {
     pub latency_crossing: Crossing,
     /// Where zero-copy starts to win on bandwidth.
     pub bandwidth_crossing: Crossing,
-    /// The threshold value with the least cost over the sweep ([`best_threshold`]).
+    /// The threshold value with the least cost over the sweep ([`safe_threshold`]).
     pub best_value: u64,
     /// The cross-core hand-off (µs) the rounds were measured at (0 when not known).
     pub handoff_us: f64,

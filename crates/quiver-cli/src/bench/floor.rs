@@ -11,7 +11,7 @@
 //!   warm destination buffer of the given size, many times per timed batch;
 //!   `std::hint::black_box` keeps every copy. The figure is the median over batches (the
 //!   best batch is reported too), at the fastest of a few relative alignments of the
-//!   two buffers ([`MEMCPY_DESTINATION_OFFSETS`]).
+//!   two buffers (`MEMCPY_DESTINATION_OFFSETS`).
 //!
 //! - **trivial system call**: `getppid` through `syscall(2)` (glibc does not cache it),
 //!   timed in batches on one pinned thread: the price of entering the kernel at all, which

@@ -1,6 +1,6 @@
 //! The quiver connection between the bench's two ranks, and the everyday tests measured
 //! over it: pingpong, bw and rate ([`Link::pingpong`], [`Link::stream`]); bibw runs through
-//! [`BenchLink`](super::generic::BenchLink).
+//! [`BenchLink`].
 //!
 //! Both ranks open endpoint port 0 and connect to each other's port 0, then run the same
 //! tests in the same order with the same iteration counts (both derive them from the same
@@ -15,7 +15,7 @@
 //! sized before the loop; pingpong reads the clock once per round trip.
 //!
 //! bw and rate send a window of `window` messages, then wait for a 1-byte ack
-//! ([`Link::send_window`]). Up to the eager limit (`QUIVER_SHM_EAGER_MAX`) every message has
+//! (`Link::send_window`). Up to the eager limit (`QUIVER_SHM_EAGER_MAX`) every message has
 //! its own buffer and all are posted. Above it the sender depends on the transport: where a
 //! posted send is sent in place, never copied (udp and mem datagram connections, messages of
 //! at least `QUIVER_UDP_POST_IN_PLACE_MIN`: [`Endpoint::posts_in_place`]) and two fit in
@@ -329,7 +329,7 @@ impl Link {
         Ok(Some(record))
     }
 
-    /// After a timed run: rank 1 sends what its looks cost during it ([`DETECTION_BYTES`]);
+    /// After a timed run: rank 1 sends what its looks cost during it (`DETECTION_BYTES`);
     /// rank 0 receives that and returns the sum with its own `own` (rank 1 returns `own`).
     ///
     /// # Errors

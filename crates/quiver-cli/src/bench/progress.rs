@@ -1,7 +1,7 @@
 //! A progress bar with an estimate of the time left, on stderr, for `quiver bench` runs.
 //!
 //! Shown only when stderr is a terminal or `--progress` asks for it, and only once a run
-//! has taken longer than [`SHOW_AFTER`]. It runs in the parent process, which only waits
+//! has taken longer than `SHOW_AFTER`. It runs in the parent process, which only waits
 //! for the ranks' results: it is redrawn when a measured point arrives, never inside a
 //! timed loop. The estimate assumes the remaining points take as long, on average, as the
 //! finished ones.

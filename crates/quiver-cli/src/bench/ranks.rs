@@ -6,7 +6,7 @@
 //! launcher ([`crate::launch::spawn_rank`]) with a fresh job identity, each pinned to its
 //! own CPU. Rank 0 writes one JSON record per line to its stdout (piped here); both
 //! ranks' stderr is collected and shown when a rank fails. A rank that fails gets the
-//! other one killed after [`FAILURE_GRACE`]; a run past its deadline gets both killed.
+//! other one killed after `FAILURE_GRACE`; a run past its deadline gets both killed.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};

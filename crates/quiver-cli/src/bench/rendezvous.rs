@@ -31,7 +31,7 @@ pub fn open_context() -> Result<Context, String> {
 /// Connects to the other rank, retrying while it may still be starting.
 ///
 /// # Errors
-/// Connecting still failed after [`CONNECT_TIMEOUT`].
+/// Connecting still failed after `CONNECT_TIMEOUT`.
 pub fn connect(endpoint: &mut Endpoint, peer: Addr) -> Result<Connection, String> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     loop {

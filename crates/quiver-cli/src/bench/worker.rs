@@ -24,12 +24,14 @@ use super::rendezvous::open_context;
 /// # Errors
 /// What failed, as text (the rank prints it and exits non-zero).
 pub fn run(plan: &Plan) -> Result<(), String> {
-    apply_settings(plan)?;
     if plan.transport.is_raw() {
+        // The settings tune quiver's transports, which a raw rank does not measure (its
+        // shm bootstrap connection runs as configured).
         let mut rank = RawRank::open(plan)?;
         run_raw_tests(plan, rank.baseline())?;
         return rank.finish();
     }
+    apply_settings(plan)?;
     let context = open_context()?;
     let mut link = Link::open(&context, plan.transport, "")?;
     let mut buffers = Buffers::new(plan.max_message_bytes() as usize, plan.max_pingpong_iters());
