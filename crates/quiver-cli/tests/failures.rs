@@ -715,7 +715,7 @@ fn logging_is_off_by_default_and_follows_quiver_log_filters() {
         "no connection lines: {info}"
     );
     assert!(info.contains("quiver::context: context ready"), "{info}");
-    let net_only = logged_job(Some("quiver::net=debug"));
+    let net_only = logged_job(Some("quiver::transport=debug"));
     assert!(
         !net_only.contains("quiver::endpoint"),
         "filter ignored: {net_only}"

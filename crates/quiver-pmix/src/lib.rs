@@ -13,40 +13,16 @@
 //! PMIx keeps one client per process and counts `init`/`finalize` pairs; a [`Client`] is
 //! one such pair (dropping it finalises).
 
-use std::fmt;
 use std::time::Duration;
+
+mod error;
+mod limits;
+
+pub use error::{PmixError, Result};
+pub use limits::MAX_KEY_BYTES;
 
 /// Whether PMIx support was compiled in (pkg-config found `pmix` when this crate was built).
 pub const BUILT: bool = cfg!(quiver_pmix);
-
-/// Keys and values longer than this are refused before they reach PMIx (its own key limit
-/// is 511 bytes; values here are short strings such as socket addresses).
-pub const MAX_KEY_BYTES: usize = 500;
-
-/// A failed PMIx call: which call, PMIx's status code (when PMIx returned one) and its text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PmixError {
-    /// The call that failed, e.g. "PMIx_Fence".
-    pub call: &'static str,
-    /// PMIx's status code (negative), or None when the call never reached PMIx.
-    pub status: Option<i32>,
-    /// PMIx's description of the status, or why the call was not made.
-    pub detail: String,
-}
-
-impl fmt::Display for PmixError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.status {
-            Some(status) => write!(f, "{} failed: {} (status {status})", self.call, self.detail),
-            None => write!(f, "{}: {}", self.call, self.detail),
-        }
-    }
-}
-
-impl std::error::Error for PmixError {}
-
-/// Result of a PMIx call.
-pub type Result<T> = std::result::Result<T, PmixError>;
 
 /// The version string of the PMIx library linked in (e.g. "OpenPMIx 4.2.2 ..."), or None
 /// when PMIx support is not built in.
@@ -168,7 +144,8 @@ mod imp {
 
     use std::ffi::{c_char, c_int, CStr, CString};
 
-    use super::{PmixError, Result, MAX_KEY_BYTES};
+    use crate::error::{PmixError, Result};
+    use crate::limits::MAX_KEY_BYTES;
 
     /// Room for a PMIx namespace (PMIX_MAX_NSLEN is 255) and its NUL.
     const NAMESPACE_CAPACITY: usize = 256;
@@ -326,7 +303,7 @@ mod imp {
 mod imp {
     //! The stub built without libpmix: every call says so.
 
-    use super::{PmixError, Result};
+    use crate::error::{PmixError, Result};
 
     fn not_built(call: &'static str) -> PmixError {
         PmixError {

@@ -1,5 +1,8 @@
 //! Virtual time and the event queue.
 //!
+//! Layer: test infrastructure, the bottom of `quiver-sim`. It owns virtual time and the
+//! queue; it must not read the OS clock.
+//!
 //! Events are ordered by (time, insertion sequence number): two events at the same virtual
 //! instant always pop in the order they were scheduled, so a run is a pure function of the
 //! seed. The queue owns the clock: popping an event advances `now`, and time never moves

@@ -3,9 +3,10 @@
 //! Layer: test infrastructure on top of `quiver-proto` and `quiver-wire`; nothing ships
 //! with it (`publish = false`). It owns a virtual clock, an event queue, lossy links and
 //! scripted applications, and drives `quiver_proto::reliable::ReliableConnection`s exactly
-//! as a real engine would. It must not read the OS clock or any randomness other than its
-//! seed: a run is a pure function of (seed, scenario), which is what makes a failing seed
-//! replayable with `QUIVER_SIM_SEED=<seed>`.
+//! as a real engine would, routing every datagram through the engine's own router
+//! (`quiver_proto::router::Router`). It must not read the OS clock or any randomness other
+//! than its seed: a run is a pure function of (seed, scenario), which is what makes a
+//! failing seed replayable with `QUIVER_SIM_SEED=<seed>`.
 //!
 //! ```
 //! use quiver_proto::reliable::ReliableConfig;
@@ -33,9 +34,9 @@
 //! Seed counts: the tests (`tests/scenarios.rs`, `tests/striping.rs`) sweep a default
 //! number of seeds each, sized for CI (14 200 and 465 in all; `random_loss_30_percent`
 //! 2000, `mixed_impairments`, with 0-30% loss, 1000; the `both_ways_*` sweeps, with data
-//! both ways on each connection ([`sim::FlowConfig::answer`]), 4000). Longer sweeps find what CI's do not:
-//! `QUIVER_SIM_SEEDS=1000 cargo test --release -p quiver-sim` (about 18 minutes of CPU,
-//! almost all of it striping) found seeds 163, 252, 967 and 990 of
+//! both ways on each connection ([`sim::FlowConfig::answer`]), 4000). Longer sweeps find
+//! what CI's do not: `QUIVER_SIM_SEEDS=1000 cargo test --release -p quiver-sim` (about 18
+//! minutes of CPU, almost all of it striping) found seeds 163, 252, 967 and 990 of
 //! `striping_receiver_pauses_cost_one_frame_each` failing, a receiver pause taken for a
 //! dead link when the paths' queues differ (docs/striping.md, "Pauses"), which
 //! `striping_receiver_pauses_with_unequal_queues` now reproduces at every seed. A sweep

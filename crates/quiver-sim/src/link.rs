@@ -1,5 +1,8 @@
 //! Directed links: the network model.
 //!
+//! Layer: test infrastructure, under `sim.rs`. It owns each link's queue, impairments and
+//! counters; it must not know connections or routing.
+//!
 //! A datagram offered to a link goes through, in order: partition check (link down: drop),
 //! MTU check (oversize: drop), the bounded drop-tail queue in front of a serialiser of the
 //! given bandwidth, loss (independent, or Gilbert-Elliott bursts), corruption (random byte

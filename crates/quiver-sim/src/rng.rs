@@ -1,5 +1,8 @@
 //! The simulator's only source of randomness: a small seeded PRNG.
 //!
+//! Layer: test infrastructure, the bottom of `quiver-sim`. It owns the generator; nothing
+//! in the simulator may draw randomness elsewhere.
+//!
 //! xoshiro256** (Blackman and Vigna) seeded through splitmix64. Written here, with no
 //! dependency, so that a seed means the same stream of numbers forever: a failing seed
 //! reported today replays the same run after any dependency upgrade.

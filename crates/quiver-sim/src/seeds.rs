@@ -1,5 +1,8 @@
 //! Running a scenario over many seeds, and replaying one.
 //!
+//! Layer: test infrastructure, beside the simulator: it runs scenarios, it does not build
+//! them.
+//!
 //! Environment:
 //! - `QUIVER_SIM_SEED=<u64>`: run only that seed (decimal, or hex with `0x`), in every test
 //!   the cargo filter selects. This is how a reported failure is replayed.

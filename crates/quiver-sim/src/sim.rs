@@ -1,15 +1,25 @@
 //! The simulator: nodes, links, flows, the run loop and the invariant checks.
 //!
+//! Layer: test infrastructure, the top of `quiver-sim`, on `quiver-proto` (the connections
+//! and the router, run exactly as an engine runs them). It owns the nodes, flows, run loop
+//! and invariant checks; it must not read the OS clock or any randomness but its seed.
+//!
 //! A *flow* is one connection with its applications: a [`SenderApp`] on the initiator node
 //! writing a [`MessageScript`], and a [`ReceiverApp`] on the responder node reading and
 //! verifying it. With [`FlowConfig::answer`] data flows both ways on the connection: a
 //! second pair of apps writes the answer from the responder and verifies it on the
 //! initiator, while the initiator's script flows the other way (each end then has data
-//! to send while acknowledgements are due, as in a real exchange). The initiator side is created with
-//! `ReliableConnection::connect` when the flow starts; the responder side is created by the
-//! responder node with `ReliableConnection::accept` from the first datagram with
-//! destination id 0, exactly as an engine would; later datagrams are demultiplexed with
-//! `quiver_wire::frame::destination` (a full id, or a Stream frame's short id).
+//! to send while acknowledgements are due, as in a real exchange). The initiator side is
+//! created with `ReliableConnection::connect` when the flow starts, under an id its node's
+//! router draws from the simulation's generator.
+//!
+//! Routing: every node runs the router the engine runs ([`quiver_proto::router::Router`]):
+//! it takes each arriving datagram to its connection (by full id, or a Stream frame's short
+//! id), answers unknown ids with a Reset, accepts Hellos (the responder side of a flow,
+//! made by `ReliableConnection::accept` inside the router) and sends repeated ones to the
+//! connection they opened. The simulator only answers the router's questions (`SimHost`):
+//! a flow is the endpoint a Hello's port names, and a Hello that no flow waits for is
+//! rejected, its refusal sent and the connection forgotten, as the engine does.
 //!
 //! Links and paths: several links may join the same pair of nodes (in creation order, the
 //! i-th link from `a` to `b` and the i-th from `b` to `a` form path i). A connection with
@@ -40,8 +50,11 @@ use std::collections::BTreeMap;
 
 use quiver_proto::handshake::{ConnectRequest, JobKey, KEY_LEN};
 use quiver_proto::reliable::{
-    reset_for, Event, PathStats, PostedBuffers, PostedRead, ReliableConfig, ReliableConnection,
-    ReliableStats, State, LEND_MESSAGE_TOKEN,
+    Event, PathStats, PostedBuffers, PostedRead, ReliableConfig, ReliableConnection, ReliableStats,
+    State, LEND_MESSAGE_TOKEN,
+};
+use quiver_proto::router::{
+    self, Accepted, DropReason, EndpointAddress, Handshake, InboundPath, Routed, Router, RouterHost,
 };
 use quiver_wire::frame;
 
@@ -159,10 +172,11 @@ pub struct NodeStats {
     pub datagrams_received: u64,
     /// Of those, copies the link had corrupted.
     pub corrupted_received: u64,
-    /// Datagrams with destination id 0 that `accept` refused (corrupt, wrong job, not a
-    /// Hello). A wrong key is not visible here: it fails the handshake later.
+    /// Datagrams with destination id 0 that the router refused or dropped (corrupt, wrong
+    /// job, not a Hello). A wrong key is not visible here: it fails the handshake later.
     pub handshakes_refused: u64,
-    /// Hellos accepted but rejected because no flow matched the request.
+    /// Hellos accepted but rejected because no flow matched the request (the rejection is
+    /// sent, as the engine sends it).
     pub handshakes_rejected: u64,
     /// Datagrams for an unknown connection id, or too short to carry one.
     pub unknown_destination: u64,
@@ -290,14 +304,10 @@ enum SimEvent {
 
 struct Node {
     alive: bool,
-    /// Local connection id -> index into `Sim::connections`.
-    by_local_id: BTreeMap<u64, usize>,
-    /// The same by short id (`frame::short_id`, what a Stream frame carries); unique per
-    /// node, as `fresh_connection_id` chooses them.
-    by_short_id: BTreeMap<u32, usize>,
-    /// (peer node, peer's src id) of accepted Hellos -> responder connection, so repeated
-    /// Hellos reach the connection they created.
-    by_hello: BTreeMap<(NodeId, u64), usize>,
+    /// The node's datagram router, the one the engine runs: local connection ids (and the
+    /// short ids Stream frames carry) -> index into `Sim::connections`, and the Hellos
+    /// answered, so that repeated Hellos reach the connection they created.
+    router: Router<usize>,
     stats: NodeStats,
     killed_at_ns: Option<Nanos>,
     /// Intervals `[start, end)` in which the node's process does not run (a host that
@@ -503,11 +513,10 @@ impl Sim {
 
     /// Adds a node.
     pub fn add_node(&mut self) -> NodeId {
+        let router = self.new_router();
         self.nodes.push(Node {
             alive: true,
-            by_local_id: BTreeMap::new(),
-            by_short_id: BTreeMap::new(),
-            by_hello: BTreeMap::new(),
+            router,
             stats: NodeStats::default(),
             killed_at_ns: None,
             stalls: Vec::new(),
@@ -833,9 +842,7 @@ impl Sim {
             }
             SimEvent::Restart(node) => {
                 self.trace(&[now, 8, node.0 as u64]);
-                self.nodes[node.0].by_local_id.clear();
-                self.nodes[node.0].by_short_id.clear();
-                self.nodes[node.0].by_hello.clear();
+                self.nodes[node.0].router = self.new_router();
                 for slot in self.connections.iter_mut().filter(|slot| slot.node == node) {
                     slot.forgotten = true;
                 }
@@ -876,17 +883,14 @@ impl Sim {
         self.drive(now, slot);
     }
 
+    /// The router of a node started afresh (a new node, or a restarted one).
+    fn new_router(&self) -> Router<usize> {
+        Router::new(self.job_id, self.job_key.clone())
+    }
+
     fn fresh_connection_id(&mut self, node: NodeId) -> u64 {
-        loop {
-            let id = self.rng.next_u64();
-            if id != 0
-                && !self.nodes[node.0]
-                    .by_short_id
-                    .contains_key(&frame::short_id(id))
-            {
-                return id;
-            }
-        }
+        let rng = &mut self.rng;
+        self.nodes[node.0].router.fresh_id(|| rng.next_u64())
     }
 
     fn insert_connection(
@@ -899,11 +903,8 @@ impl Sim {
     ) -> usize {
         let index = self.connections.len();
         self.nodes[node.0]
-            .by_local_id
+            .router
             .insert(connection.local_id(), index);
-        self.nodes[node.0]
-            .by_short_id
-            .insert(frame::short_id(connection.local_id()), index);
         let config = &self.flows[flow.0].config.config;
         let bound = config.memory_bound_bytes();
         assert!(
@@ -931,6 +932,9 @@ impl Sim {
         self.link_ends[link.0]
     }
 
+    /// A datagram that reached node `to` over `link`: dropped if the link is down or the
+    /// node dead, else routed by the node's router (the engine's) and handled as an
+    /// engine would.
     fn handle_arrival(&mut self, now: Nanos, link: LinkId, datagram: &[u8], corrupted: bool) {
         if !self.links[link.0].is_up(now) {
             self.links[link.0].count_arrival_partition_drop();
@@ -945,33 +949,49 @@ impl Sim {
         if corrupted {
             self.nodes[to.0].stats.corrupted_received += 1;
         }
-        let Some(dest) = frame::destination(datagram) else {
-            self.nodes[to.0].stats.unknown_destination += 1;
-            return;
-        };
-        if dest == frame::Destination::Id(0) {
-            self.handle_stranger(now, from, to, self.link_paths[link.0], datagram);
-            return;
-        }
         let path = self.link_paths[link.0];
-        let node = &self.nodes[to.0];
-        let slot = match dest {
-            frame::Destination::Id(id) => node.by_local_id.get(&id),
-            frame::Destination::Short(short) => node.by_short_id.get(&short),
+        let mut host = SimHost {
+            rng: &mut self.rng,
+            flows: &self.flows,
+            connections: &self.connections,
+            node: to,
         };
-        let Some(&slot) = slot else {
-            self.nodes[to.0].stats.unknown_destination += 1;
-            let mut header = std::mem::take(&mut self.header_scratch);
-            if let Some(length) = reset_for(datagram, &mut header) {
-                self.nodes[to.0].stats.resets_sent += 1;
-                let reply_path = (path > 0).then_some(path);
-                self.send(now, to, from, reply_path, header[..length].to_vec());
+        match self.nodes[to.0]
+            .router
+            .handle(now, &from, path, datagram, &mut host)
+        {
+            Routed::Connection { connection, .. }
+            | Routed::RepeatedHello {
+                connection: Some(connection),
+                ..
+            } => {
+                let slot = *connection;
+                self.feed(now, slot, path, datagram);
+                self.drive(now, slot);
             }
-            self.header_scratch = header;
-            return;
-        };
-        self.feed(now, slot, path, datagram);
-        self.drive(now, slot);
+            // A repeat of a Hello whose connection was not kept (a rejected one).
+            Routed::RepeatedHello {
+                connection: None, ..
+            } => {}
+            Routed::Accepted(accepted) => self.handle_accepted(now, from, to, *accepted),
+            Routed::Reset(reset) => {
+                let reset = reset.to_vec();
+                let stats = &mut self.nodes[to.0].stats;
+                stats.unknown_destination += 1;
+                stats.resets_sent += 1;
+                let reply_path = (path > 0).then_some(path);
+                self.send(now, to, from, reply_path, reset);
+            }
+            Routed::Refused(_)
+            | Routed::Dropped(DropReason::MalformedHello | DropReason::UnsharedPath) => {
+                self.nodes[to.0].stats.handshakes_refused += 1;
+            }
+            Routed::Dropped(
+                DropReason::NoDestination | DropReason::UnknownId | DropReason::UnknownShortId,
+            ) => {
+                self.nodes[to.0].stats.unknown_destination += 1;
+            }
+        }
     }
 
     /// Hands `datagram` (arrived on `path`) to connection `slot`: the end of a flow whose
@@ -996,70 +1016,50 @@ impl Sim {
         }
     }
 
-    /// A datagram with destination id 0: a Hello for a new connection, or a repeat of a
-    /// Hello we accepted (same peer, same src id), which goes to the connection it created.
-    ///
-    /// The responder's configuration is that of the first flow from `from` to `to` (a real
-    /// endpoint has one configuration for all its connections).
-    fn handle_stranger(
-        &mut self,
-        now: Nanos,
-        from: NodeId,
-        to: NodeId,
-        path: usize,
-        datagram: &[u8],
-    ) {
-        if let Ok(parsed) = frame::Frame::parse(datagram) {
-            let key = (from, parsed.header().src_id);
-            if let Some(&existing) = self.nodes[to.0].by_hello.get(&key) {
-                self.feed(now, existing, path, datagram);
-                self.drive(now, existing);
-                return;
-            }
-        }
-        let local_id = self.fresh_connection_id(to);
-        let nonce = self.rng.nonce16();
-        let config = self
-            .flows
-            .iter()
-            .find(|flow| flow.config.to == to && flow.config.from == from)
-            .map(|flow| flow.config.config.clone())
-            .unwrap_or_default();
-        let path = if path < config.path_count { path } else { 0 };
-        let accepted = ReliableConnection::accept(
-            config,
-            self.job_key.clone(),
-            self.job_id,
-            datagram,
-            path,
-            local_id,
-            nonce,
-            now,
-        );
-        let Ok((mut connection, request)) = accepted else {
-            self.nodes[to.0].stats.handshakes_refused += 1;
-            return;
-        };
-        let flow_index = usize::from(request.dst_port);
-        let matches = self.flows.get(flow_index).is_some_and(|flow| {
-            flow.config.to == to
-                && flow.config.from == from
-                && request.src_rank as usize == from.0
-                && flow.responder.is_none()
-        });
-        if !matches {
-            // Only reachable if a Hello authenticated for a flow that does not exist or is
-            // already connected: refuse it (the refusal is not sent: no slot to drive).
+    /// A connection node `to`'s router accepted from a Hello of `from`: the responder of
+    /// the flow the Hello names, or, rejected (no flow waits for it), a connection that
+    /// sends its refusal and is forgotten, as the engine forgets it once the refusal is
+    /// sent (its Hello stays answered: repeats are ignored).
+    fn handle_accepted(&mut self, now: Nanos, from: NodeId, to: NodeId, accepted: Accepted) {
+        let Accepted {
+            connection,
+            request,
+            rejection,
+            ..
+        } = accepted;
+        if rejection.is_some() {
             self.nodes[to.0].stats.handshakes_rejected += 1;
-            connection.reject(quiver_proto::handshake::RejectReason::NoSuchEndpoint);
+            self.send_refusal(now, to, from, connection);
             return;
         }
-        let peer_src_id = connection.peer_id().unwrap_or(0);
-        let flow = FlowId(flow_index);
+        let flow = FlowId(usize::from(request.dst_port));
         let slot = self.insert_connection(to, from, flow, Role::Responder, connection);
-        self.nodes[to.0].by_hello.insert((from, peer_src_id), slot);
         self.flows[flow.0].responder = Some(slot);
         self.drive(now, slot);
+    }
+
+    /// Sends what a rejected connection of `node` has to send (its refusal) to `peer`.
+    fn send_refusal(
+        &mut self,
+        now: Nanos,
+        node: NodeId,
+        peer: NodeId,
+        mut connection: ReliableConnection,
+    ) {
+        let multi_path = connection.path_count() > 1;
+        let mut header = std::mem::take(&mut self.header_scratch);
+        // Bounded: a rejected connection has one datagram to send.
+        for _ in 0..16 {
+            let Some(transmit) = connection.poll_transmit(now, &mut header) else {
+                break;
+            };
+            let mut datagram = Vec::with_capacity(transmit.header_len + transmit.payload.len());
+            datagram.extend_from_slice(&header[..transmit.header_len]);
+            datagram.extend_from_slice(transmit.payload);
+            let path = multi_path.then_some(transmit.path);
+            self.send(now, node, peer, path, datagram);
+        }
+        self.header_scratch = header;
     }
 
     fn fire_timer(&mut self, now: Nanos, slot: usize) {
@@ -1322,6 +1322,78 @@ impl Sim {
             }
             flow.completed_at_ns = Some(now);
         }
+    }
+}
+
+/// What a node's router asks of the simulator while it accepts a Hello: the simulation's
+/// generator, and the flows as the node's endpoints.
+struct SimHost<'a> {
+    rng: &'a mut SimRng,
+    flows: &'a [Flow],
+    connections: &'a [Slot],
+    /// The node the Hello arrived at.
+    node: NodeId,
+}
+
+impl RouterHost<NodeId, usize> for SimHost<'_> {
+    fn random_u64(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+
+    fn random_nonce(&mut self) -> [u8; 16] {
+        self.rng.nonce16()
+    }
+
+    /// The configuration of the first flow from `from` to this node (a real endpoint has
+    /// one configuration for all its connections). A single-path connection takes all its
+    /// arrivals as path 0 (a router's failover), so does a Hello that came over another
+    /// link.
+    fn inbound_path(
+        &mut self,
+        _claimed_rank: u32,
+        from: &NodeId,
+        path: usize,
+    ) -> Option<InboundPath> {
+        let config = self
+            .flows
+            .iter()
+            .find(|flow| flow.config.to == self.node && flow.config.from == *from)
+            .map(|flow| flow.config.config.clone())
+            .unwrap_or_default();
+        let path = if path < config.path_count { path } else { 0 };
+        Some(InboundPath { path, config })
+    }
+
+    /// The flow is the endpoint: the Hello's port is a flow's index, from the Hello's
+    /// rank to this node, whose responder is not there yet.
+    fn endpoint_open(&mut self, request: &ConnectRequest) -> bool {
+        self.flows
+            .get(usize::from(request.dst_port))
+            .is_some_and(|flow| {
+                flow.config.to == self.node
+                    && flow.config.from.0 == request.src_rank as usize
+                    && flow.responder.is_none()
+            })
+    }
+
+    /// A node's rank is its index.
+    fn local_rank(&self) -> u32 {
+        self.node.0 as u32
+    }
+
+    /// A flow's ports are its index at both ends.
+    fn handshake(&self, slot: &usize) -> Option<Handshake> {
+        let entry = &self.connections[*slot];
+        let connecting = entry.connection.state() == State::Handshaking && !entry.forgotten;
+        let port = entry.flow.0 as u16;
+        connecting.then_some(Handshake {
+            direction: match entry.role {
+                Role::Initiator => router::Direction::Outbound,
+                Role::Responder => router::Direction::Inbound,
+            },
+            local_port: port,
+            peer: EndpointAddress::new(entry.peer.0 as u32, port),
+        })
     }
 }
 

@@ -1,5 +1,8 @@
 //! Applications: a scripted sender and a verifying receiver.
 //!
+//! Layer: test infrastructure, under `sim.rs`. It owns the scripts and the byte checks; it
+//! must not touch a connection except through its two traits.
+//!
 //! Message contents are a pure function of (stream seed, message index, byte offset), so
 //! the receiver checks every byte it reads by regenerating it: nothing is stored, and a
 //! message delivered twice, out of order, truncated or changed is caught on the first bad

@@ -1,4 +1,4 @@
-//! Simulator scenarios for the reliable protocol core (issue 3).
+//! Simulator scenarios for the reliable protocol core.
 //!
 //! Each test runs one scenario over many seeds (sweeps) or a few seeds (large messages).
 //! Every step of every run checks the simulator's invariants (exactly-once, in-order,
@@ -197,9 +197,9 @@ fn burst_loss() {
     });
 }
 
-/// 30% random loss in both directions. Issue 3 asks CI for at least 1000 seeds with loss
-/// up to 30%: this sweep runs 2000 by default (about 0.3 s of CPU), `mixed_impairments`
-/// (loss 0-30% with other impairments) 1000.
+/// 30% random loss in both directions. CI runs at least 1000 seeds with loss up to 30%:
+/// this sweep runs 2000 by default (about 0.3 s of CPU), `mixed_impairments` (loss 0-30%
+/// with other impairments) 1000.
 #[test]
 fn random_loss_30_percent() {
     let seeds = sweep_seeds(2000);
@@ -880,7 +880,7 @@ fn goodput_table() {
     });
 }
 
-// ---- sending in place: the sender lends its messages (issue 3, session 9) ----
+// ---- sending in place: the sender lends its messages ----
 
 /// A random edge configuration and two random links (loss up to `max_loss` each way), as
 /// the lending and posting sweeps draw them from `rng`, in this order (a seed replays).
@@ -1130,7 +1130,7 @@ fn lending_big_messages() {
     });
 }
 
-// ---- posted sends in place: several messages lent at once (issue 4, session 11) ----
+// ---- posted sends in place: several messages lent at once ----
 
 /// A random way of posting: which messages are lent (all, or from 1 or 5 KB up) and how
 /// many may be lent at once (1 to 8).
@@ -1330,9 +1330,10 @@ fn random_both_ways(
 /// datagrams in flight, compact frames on or off) over links with up to 30% loss, and
 /// data both ways, each direction written, lent or posted, and read with `read_message` or
 /// posted readers: every message of both arrives once, in order, unchanged, and every
-/// posted one is released. With ffe5ee0's fix reverted (a length prefix sent alone in a
-/// Stream frame, then claimed again by the Data frame of its message's first bytes) 5 of
-/// these 1000 seeds fail; `both_ways_few_lends` and `both_ways_plain_writes` aim at it.
+/// posted one is released. Without the rule that a length prefix never leaves alone in a
+/// Stream frame (`SendState::next_raw_data`; else the Data frame of its message's first
+/// bytes claims it again and the receiver refuses that frame until the connection dies) 5
+/// of these 1000 seeds fail; `both_ways_few_lends` and `both_ways_plain_writes` aim at it.
 #[test]
 fn both_ways_sweep_configs() {
     let seeds = sweep_seeds(1000);
@@ -1351,7 +1352,8 @@ fn both_ways_sweep_configs() {
 /// `both_ways_sweep_configs` with compact frames on, every message lent or posted, and
 /// 1-4 datagrams in flight, which allows as few lends at once: a message started (its
 /// length prefix in the send buffer) often waits for its lend while its peer's data makes
-/// acknowledgements due. With ffe5ee0's fix reverted 51 of these 1000 seeds fail.
+/// acknowledgements due. Without the lone-prefix rule (`both_ways_sweep_configs`) 51 of
+/// these 1000 seeds fail.
 #[test]
 fn both_ways_few_lends() {
     let seeds = sweep_seeds(1000);
@@ -1374,7 +1376,8 @@ fn both_ways_few_lends() {
 /// Plain writes and `read_message` both ways (nothing lent or posted) on random edge
 /// configurations with send buffers of 64 B to 2 KiB, 160 messages of up to 40 B each
 /// way: a message often starts when the send buffer has room for little more than its
-/// length prefix. With ffe5ee0's fix reverted 31 of these 2000 seeds fail.
+/// length prefix. Without the lone-prefix rule (`both_ways_sweep_configs`) 31 of these
+/// 2000 seeds fail.
 #[test]
 fn both_ways_plain_writes() {
     let seeds = sweep_seeds(2000);

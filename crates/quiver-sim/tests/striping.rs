@@ -1,4 +1,4 @@
-//! Simulator scenarios for one connection striped over several links (issue 4).
+//! Simulator scenarios for one connection striped over several links.
 //!
 //! Two nodes joined by N duplex links (link i in each direction is path i of the
 //! connection), each with its own bandwidth, delay and drop-tail queue (20 ms at its rate,
@@ -636,7 +636,7 @@ fn striping_random_networks() {
     });
 }
 
-/// A posting sender (issue 4, session 10): messages lent several at a time, each buffer
+/// A posting sender: messages lent several at a time, each buffer
 /// overwritten the moment its token is released; 1 to 16 messages posted.
 fn random_posting(rng: &mut SimRng) -> LendPolicy {
     LendPolicy {

@@ -2,6 +2,9 @@
 //! of this network namespace's interfaces (`getifaddrs`), and moving the calling thread
 //! into another network namespace (`setns`), which is how a test simulates several nodes on
 //! one machine.
+//!
+//! Layer: quiver-transport, beside the socket layers. Reads the node's interfaces and
+//! switches namespaces; opens no sockets and keeps no state.
 
 use std::ffi::CStr;
 use std::io;

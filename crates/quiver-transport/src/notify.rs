@@ -10,6 +10,9 @@
 //!
 //! Layout of the doorbell memfd (one page): `armed u32` at 0, `signals u32` at 4 (eventfd
 //! writes made, so the owner drains the eventfd only when something was written).
+//!
+//! Layer: quiver-transport, the operating-system side of the shm transport. Owns the
+//! doorbell's shared flag and eventfd; knows nothing of rings or messages.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -30,6 +30,10 @@
 //! a violation is a [`RingError`] on this ring only. Payload bytes are copied with raw
 //! pointer copies; a peer scribbling on them concurrently can corrupt its own message, not
 //! our memory.
+//!
+//! Layer: quiver-transport, the operating-system side of the shm transport. Owns the ring's
+//! layout in shared memory and its memory ordering; decides nothing about protocols (which
+//! message goes by which ring is the caller's choice).
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;

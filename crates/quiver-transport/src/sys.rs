@@ -3,6 +3,9 @@
 //! Every `unsafe` block of the transport that is not about the ring's shared memory lives
 //! here, each with its own `SAFETY:` comment. Callers get `io::Result`s and owned file
 //! descriptors; nothing here interprets data.
+//!
+//! Layer: quiver-transport, the bottom of the shm transport. System calls only: no state,
+//! no policy.
 
 use std::ffi::c_void;
 use std::io;

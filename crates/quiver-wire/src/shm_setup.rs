@@ -13,8 +13,9 @@
 //! `status` 0 means the descriptors follow and the ring holds `ring_bytes` data bytes;
 //! any other status is a refusal with the reason named by [`SetupStatus`].
 //! All integers are big-endian. Parsing never panics.
-
-use core::ops::Range;
+//!
+//! Layer: quiver-wire, the bottom. Owns the message layout only; passing the descriptors
+//! is the caller's business. No I/O, no allocation.
 
 /// Magic bytes of a setup message.
 pub const MAGIC: [u8; 4] = *b"QSET";
@@ -23,8 +24,10 @@ pub const VERSION: u8 = 1;
 /// Length of a setup message.
 pub const LEN: usize = 16;
 
+/// Byte offsets of the fields of a setup message.
 mod field {
-    use super::Range;
+    use core::ops::Range;
+
     pub(super) const MAGIC: Range<usize> = 0..4;
     pub(super) const VERSION: usize = 4;
     pub(super) const STATUS: usize = 5;

@@ -14,6 +14,8 @@
 //! (`length` is 0, nothing follows; the sender sends nothing after it). Integers are
 //! little-endian. A header that fails any check means the peer does not speak this
 //! protocol: the connection is closed with an error.
+//!
+//! Layer: quiver-wire, the bottom. Owns the header layout only; no I/O, no allocation.
 
 /// Why a stream header did not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

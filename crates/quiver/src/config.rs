@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::profile::{self, MachineIdentity, ProfileFile, ProfileState, SettingSource};
+use crate::transport::fault::Faults;
 
 /// Tunable settings of a context. Build with [`Config::from_env`] (defaults plus
 /// environment overrides) or [`Config::default`] and adjust fields.
@@ -65,12 +66,19 @@ pub struct Config {
     /// window, and only the part not yet acknowledged when the send returns is copied
     /// (docs/ARCHITECTURE.md §8). 0 turns it off.
     pub udp_send_in_place_min: usize,
+    /// A blocking `send` goes in place (`udp_send_in_place_min`) only when the message is
+    /// at least this many times its connection's measured bandwidth-delay product (delivery
+    /// rate times minimum RTT), and only on a connection of one path. About one such
+    /// product is still unacknowledged when the send ends (and is copied): on loopback it
+    /// is 2-3 datagrams (110-150 KB), and sends that adopted 40% of their bytes were still
+    /// 8% faster than copying, hence the default 3. 0 sends in place whatever the
+    /// measurements say (before the first, and on striped connections too).
+    pub udp_send_in_place_bdp_multiple: u64,
     /// Datagram messages (udp, mem) at least this long given to `post_send` are sent from
     /// the posted buffer with no copy at all, striped connections included: the buffer is
     /// lent to the protocol, retransmissions read it, and `wait_send` hands it back once
     /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off. Default
-    /// 256 KiB (off in session 11 while a stall it exposed went unexplained: a core bug
-    /// that sent a length prefix alone, fixed in session 12; docs/PERFORMANCE.md).
+    /// 256 KiB.
     pub udp_post_in_place_min: usize,
     /// A blocking receive in the middle of a udp message receives each datagram in two
     /// pieces when at least this many of the message's next bytes may go straight into its
@@ -79,6 +87,10 @@ pub struct Config {
     /// it pays with large datagrams (loopback's 64 KB), not with an Ethernet MTU's
     /// (batched with GRO instead); one link only. 0 turns it off. Default 16 KiB.
     pub udp_scatter_min: usize,
+    /// Faults injected into the datagrams of the udp or mem sockets, for tests and chaos
+    /// runs (`QUIVER_FAULTS`, e.g. `seed=7,drop=0.01,reorder=0.01`; see [`Faults`]): off by
+    /// default. Arrival faults (`receive.*`) turn the scattering receive off.
+    pub faults: Faults,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
@@ -236,8 +248,10 @@ impl Default for Config {
             tcp_staging_bytes: 256 << 10,
             udp_in_place_min: 512,
             udp_send_in_place_min: 256 << 10,
+            udp_send_in_place_bdp_multiple: 3,
             udp_post_in_place_min: 256 << 10,
             udp_scatter_min: 16 << 10,
+            faults: Faults::default(),
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -320,6 +334,15 @@ impl Config {
         usize_size("QUIVER_UDP_SEND_IN_PLACE_MIN", &mut c.udp_send_in_place_min)?;
         usize_size("QUIVER_UDP_POST_IN_PLACE_MIN", &mut c.udp_post_in_place_min)?;
         usize_size("QUIVER_UDP_SCATTER_MIN", &mut c.udp_scatter_min)?;
+        size(
+            "QUIVER_UDP_SEND_IN_PLACE_BDP_MULTIPLE",
+            &mut c.udp_send_in_place_bdp_multiple,
+        )?;
+        if let Some(text) = get("QUIVER_FAULTS") {
+            c.faults = text
+                .parse()
+                .map_err(|e| Error::Config(format!("QUIVER_FAULTS={text:?}: {e}")))?;
+        }
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
                 *source = SettingSource::Environment;
@@ -437,6 +460,17 @@ impl Config {
                 "QUIVER_TRANSPORTS: name at least one transport".into(),
             ));
         }
+        for (direction, rates) in [
+            ("send", &self.faults.send),
+            ("receive", &self.faults.receive),
+        ] {
+            if rates.total_ppm() > 1_000_000 {
+                return Err(Error::Config(format!(
+                    "QUIVER_FAULTS: the {direction} rates add up to {} per million, more than 1",
+                    rates.total_ppm()
+                )));
+            }
+        }
         if !(MIN_TCP_STAGING_BYTES..=(1 << 30)).contains(&self.tcp_staging_bytes) {
             return Err(Error::Config(format!(
                 "QUIVER_TCP_STAGING_BYTES={}: must be between 4K and 1G",
@@ -466,8 +500,10 @@ impl Config {
             s("QUIVER_TCP_STAGING_BYTES", format!("{} B", self.tcp_staging_bytes), "tcp messages up to this (with their header) are staged and copied; larger ones are read as they arrive, into the destination when there is one"),
             s("QUIVER_UDP_IN_PLACE_MIN", format!("{} B", self.udp_in_place_min), "udp datagram payloads at least this long are sent from the send buffer in place; shorter ones are copied"),
             s("QUIVER_UDP_SEND_IN_PLACE_MIN", if self.udp_send_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_send_in_place_min) }, "udp messages at least this long are sent by a blocking send from the caller's buffer, not copied into the send window (0: off)"),
+            s("QUIVER_UDP_SEND_IN_PLACE_BDP_MULTIPLE", if self.udp_send_in_place_bdp_multiple == 0 { "always".into() } else { self.udp_send_in_place_bdp_multiple.to_string() }, "a blocking udp send goes in place only when the message is at least this many times the connection's measured bandwidth-delay product, one path only (0: whatever the measurements)"),
             s("QUIVER_UDP_POST_IN_PLACE_MIN", if self.udp_post_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_post_in_place_min) }, "udp messages at least this long given to post_send are sent from the posted buffer, never copied; wait_send returns it once all is acknowledged (0: off)"),
             s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
+            s("QUIVER_FAULTS", self.faults.to_string(), "faults injected into udp/mem datagrams for tests and chaos runs: seed=N and drop, duplicate, reorder, corrupt rates (fractions or %), for sent datagrams or, prefixed receive., arrived ones; off by default"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
@@ -705,5 +741,44 @@ mod tests {
         assert_eq!(c.udp_scatter_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
+    }
+
+    #[test]
+    fn faults_and_the_in_place_multiple_parse_and_show() {
+        let off = Config::default();
+        assert!(!off.faults.is_on());
+        assert_eq!(off.udp_send_in_place_bdp_multiple, 3);
+        let shown = |c: &Config, env: &str| {
+            c.describe()
+                .into_iter()
+                .find(|s| s.env == env)
+                .map(|s| s.value)
+                .unwrap()
+        };
+        assert_eq!(shown(&off, "QUIVER_FAULTS"), "off");
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_FAULTS" => Some("seed=7,drop=0.01,receive.reorder=1%".into()),
+            "QUIVER_UDP_SEND_IN_PLACE_BDP_MULTIPLE" => Some("0".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert!(c.faults.is_on());
+        assert_eq!((c.faults.seed, c.faults.send.drop_ppm), (7, 10_000));
+        assert_eq!(c.faults.receive.reorder_ppm, 10_000);
+        assert_eq!(
+            shown(&c, "QUIVER_FAULTS"),
+            "seed=7,drop=0.01,receive.reorder=0.01"
+        );
+        assert!(format!("{c:?}").contains("drop_ppm: 10000"));
+        assert_eq!(c.udp_send_in_place_bdp_multiple, 0);
+        assert_eq!(shown(&c, "QUIVER_UDP_SEND_IN_PLACE_BDP_MULTIPLE"), "always");
+        let e = Config::from_lookup(|k| (k == "QUIVER_FAULTS").then(|| "drop=2".into()));
+        assert!(
+            matches!(&e, Err(Error::Config(m)) if m.contains("QUIVER_FAULTS=\"drop=2\"") && m.contains("probability")),
+            "{e:?}"
+        );
+        let mut over = Config::default();
+        over.faults.receive.corrupt_ppm = 2_000_000;
+        assert!(matches!(over.validate(), Err(Error::Config(m)) if m.contains("receive")));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::Addr;
+use crate::addr::Addr;
 
 /// Result of a quiver operation.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -277,6 +277,18 @@ impl Error {
                 detail: format!("the {transport} handshake failed: {other}"),
             },
         }
+    }
+}
+
+/// A failed handshake as a sentence for a refusal count or a log line.
+pub(crate) fn describe_handshake_error(e: quiver_proto::handshake::HandshakeError) -> String {
+    use quiver_proto::handshake::HandshakeError;
+    match e {
+        HandshakeError::AuthenticationFailed { .. } => {
+            format!("wrong job key: the peer could not prove membership of this job, or we could not ({e})")
+        }
+        HandshakeError::WrongJob { .. } => format!("the peer belongs to another job ({e})"),
+        other => other.to_string(),
     }
 }
 

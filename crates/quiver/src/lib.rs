@@ -19,49 +19,33 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod bootstrap;
+mod addr;
 mod config;
 mod context;
 mod endpoint;
 mod error;
+mod job;
 mod log;
-pub(crate) mod net;
 mod pool;
 pub mod profile;
+mod random;
 mod slab;
+mod transport;
 
-pub use bootstrap::Bootstrap;
+pub use addr::Addr;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
     DETECTION_MIN, MAX_LINKS,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-pub use endpoint::{
-    Connection, DetectionStats, Endpoint, RecvCompletion, RecvRequest, SendRequest,
-};
+pub use endpoint::{Connection, Endpoint, RecvRequest, SendRequest};
 pub use error::{Error, Result};
+pub use job::Bootstrap;
 pub use log::LOG_ENV;
-pub use net::dgram::{DatagramStats, LinkStats};
 pub use pool::PooledBuf;
-
-/// The address of an endpoint: a rank of the job and a port chosen by that rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Addr {
-    /// The rank (process) of the job.
-    pub rank: u32,
-    /// The endpoint's port within that rank.
-    pub port: u16,
-}
-
-impl Addr {
-    /// The address of endpoint `port` of `rank`.
-    pub fn new(rank: u32, port: u16) -> Addr {
-        Addr { rank, port }
-    }
-}
-
-impl std::fmt::Display for Addr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.rank, self.port)
-    }
-}
+pub use transport::dgram::stats::{DatagramStats, LinkStats};
+pub use transport::fault::{
+    Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,
+};
+pub use transport::liveness::DetectionStats;
+pub use transport::requests::RecvCompletion;

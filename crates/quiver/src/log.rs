@@ -1,7 +1,7 @@
 //! Logging: `tracing` events, off unless `QUIVER_LOG` is set.
 //!
 //! `QUIVER_LOG` takes `tracing_subscriber`'s `EnvFilter` syntax: a level (`info`,
-//! `debug`), or per-module directives (`quiver::net=debug,quiver=info`). When it is set,
+//! `debug`), or per-module directives (`quiver::transport::dgram=debug,quiver=info`). When it is set,
 //! the first context of the process installs a subscriber that writes to stderr, with
 //! `try_init`: an application that installed its own subscriber first keeps it (quiver's
 //! events then go to that subscriber, filtered by it).
@@ -16,6 +16,11 @@ use std::sync::Once;
 
 /// The variable that turns logging on.
 pub const LOG_ENV: &str = "QUIVER_LOG";
+
+/// The target of the events about an endpoint's connections (connected, a peer connected,
+/// died, stopped, a connection failed, the endpoint closed), whichever transport's code
+/// logs them: one filter (`quiver::endpoint=debug`) follows every connection.
+pub(crate) const ENDPOINT_LOG: &str = "quiver::endpoint";
 
 /// Installs the stderr subscriber if `QUIVER_LOG` is set (once per process; later calls do
 /// nothing). A malformed filter is reported on stderr and logging stays off.

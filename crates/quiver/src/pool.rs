@@ -5,7 +5,7 @@
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use crate::Addr;
+use crate::addr::Addr;
 
 /// A bounded pool of byte buffers. Buffers keep their capacity across uses; the pool keeps at
 /// most `max_buffers` buffers and at most `max_cached_bytes` of capacity in total.

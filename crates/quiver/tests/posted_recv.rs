@@ -1,14 +1,14 @@
 //! Posted receives on a striped udp connection, the receive side's in-place path: an
 //! endpoint whose only inbound edge is a datagram connection hands its posted receives'
 //! buffers to the engine, which places frames of the next messages straight into them.
-//! Two ranks in this process, three loopback links each, joined through a lossy proxy (a
-//! thread that forwards every datagram between the ranks' link sockets and drops some).
+//! Two ranks in this process, three loopback links each; the sender's fault injector
+//! (`QUIVER_FAULTS`, `Config::faults`) drops some of what it sends.
 //! Messages of several sizes arrive byte-identical and in order, a message longer than
 //! its receive's buffer fails that receive with `BufferTooSmall` and goes to the next, and
 //! most bytes are placed straight into the buffers.
 
 mod support;
-use support::{pattern, LossyProxy};
+use support::pattern;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -51,14 +51,6 @@ fn sizes() -> Vec<usize> {
 fn posted_receives_on_a_lossy_striped_connection() {
     let job_id = 0x9057_0000_0000_0000 | u64::from(NEXT_JOB.fetch_add(1, Ordering::SeqCst));
     let (sender_links, receiver_links) = (link_addresses(free_port()), link_addresses(free_port()));
-    let (proxy_front, proxy_back) = (link_addresses(free_port()), link_addresses(free_port()));
-    let proxy = LossyProxy::start(
-        sender_links.clone(),
-        receiver_links.clone(),
-        proxy_front.clone(),
-        proxy_back.clone(),
-        20,
-    );
     let config = Config {
         transports: vec![TransportKind::Udp],
         op_timeout: Some(Duration::from_secs(60)),
@@ -67,87 +59,26 @@ fn posted_receives_on_a_lossy_striped_connection() {
         net_window_bytes: 1 << 20,
         ..Config::default()
     };
-    // Each rank sees the other's links at the proxy.
-    let context = |rank: u32, table: Vec<Vec<SocketAddr>>| {
-        support::two_rank_context(rank, job_id, 7, table, &config)
+    // The sender loses 2% of what it sends (data, acks, handshakes).
+    let sender_config = Config {
+        faults: "seed=20,drop=0.02".parse().expect("faults"),
+        ..config.clone()
+    };
+    let table = vec![sender_links.clone(), receiver_links.clone()];
+    let context = |rank: u32, config: &Config| {
+        support::two_rank_context(rank, job_id, 7, table.clone(), config)
     };
     let sizes = sizes();
     let receiver = {
-        let context = context(1, vec![proxy_back.clone(), receiver_links.clone()]);
+        let context = context(1, &config);
         let sizes = sizes.clone();
-        thread::spawn(move || {
-            let mut endpoint = context.endpoint(1).expect("endpoint");
-            // Made before the first receive, so that checking a message takes little time
-            // (a slow reader leaves its receives' messages to wait in the window).
-            let expected: Vec<Vec<u8>> = sizes
-                .iter()
-                .enumerate()
-                .map(|(index, &size)| pattern(size, index as u32))
-                .collect();
-            let mut posted = std::collections::VecDeque::new();
-            let mut next_post = 0usize;
-            let mut spare: Vec<Vec<u8>> = Vec::new();
-            let mut post = |endpoint: &mut quiver::Endpoint,
-                            posted: &mut std::collections::VecDeque<_>,
-                            spare: &mut Vec<Vec<u8>>| {
-                let capacity = if next_post % 3 == 2 {
-                    LARGE_BYTES
-                } else {
-                    SMALL_BYTES
-                };
-                next_post += 1;
-                let buffer = match spare.iter().position(|b| b.len() == capacity) {
-                    Some(at) => spare.swap_remove(at),
-                    None => vec![0u8; capacity],
-                };
-                let request = endpoint.post_recv(buffer).expect("post");
-                posted.push_back((request, capacity));
-            };
-            for _ in 0..WINDOW {
-                post(&mut endpoint, &mut posted, &mut spare);
-            }
-            let mut too_small = 0;
-            let mut index = 0;
-            while index < sizes.len() {
-                let (request, capacity) = posted.pop_front().expect("a receive is posted");
-                match endpoint.wait_recv(request) {
-                    Ok(done) => {
-                        assert_eq!(done.len, sizes[index], "message {index}");
-                        assert_eq!(done.buf.len(), capacity);
-                        assert!(
-                            done.buf[..done.len] == expected[index][..],
-                            "message {index} differs"
-                        );
-                        assert_eq!(done.src, Addr::new(0, 1));
-                        spare.push(done.buf);
-                        index += 1;
-                    }
-                    Err(Error::BufferTooSmall { message, buffer }) => {
-                        assert_eq!(message, sizes[index], "refused message {index}");
-                        assert_eq!(buffer, capacity);
-                        assert!(message > capacity);
-                        too_small += 1;
-                    }
-                    Err(error) => panic!("message {index}: {error}"),
-                }
-                post(&mut endpoint, &mut posted, &mut spare);
-            }
-            let placed = context
-                .stats()
-                .datagram
-                .unwrap_or_default()
-                .direct_read_bytes;
-            // Answer so the sender knows everything arrived.
-            let back = endpoint.connect(Addr::new(0, 1)).expect("connect back");
-            endpoint.send(back, b"done").expect("send done");
-            (too_small, placed)
-        })
+        thread::spawn(move || receive_posted(&context, &sizes))
     };
-    let sender = context(0, vec![sender_links.clone(), proxy_front.clone()]);
+    let sender = context(0, &sender_config);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
     support::send_patterned_until_done(&mut endpoint, &sizes);
     let (too_small, placed) = receiver.join().expect("receiver");
-    let dropped = proxy.stop();
+    let dropped = sender.stats().datagram.unwrap_or_default().faults.dropped;
     let total: usize = sizes.iter().sum();
     // 700 000 bytes: refused by the two 400 000-byte receives before the large one at most;
     // 500 000 likewise.
@@ -155,7 +86,7 @@ fn posted_receives_on_a_lossy_striped_connection() {
         (2..=4).contains(&too_small),
         "{too_small} receives too small"
     );
-    assert!(dropped > 0, "the proxy dropped nothing");
+    assert!(dropped > 0, "the fault injector dropped nothing");
     // Many bytes go straight into the receives' buffers: 2.5-4.0 MB of 4.9 in four runs.
     // Frames that arrive before their message's length prefix go through the receive
     // window, and a lost frame that carried a prefix holds back the placement of every
@@ -164,4 +95,76 @@ fn posted_receives_on_a_lossy_striped_connection() {
         placed as usize * 3 > total,
         "{placed} of {total} bytes placed straight into the buffers"
     );
+}
+
+/// The receiver: keeps [`WINDOW`] receives posted (every third of [`LARGE_BYTES`], the
+/// others of [`SMALL_BYTES`]) on endpoint 1 of `context` until every message of `sizes`
+/// arrived, checking each, then answers "done". Returns how many receives were too small
+/// and the bytes placed straight into the receives' buffers.
+fn receive_posted(context: &quiver::Context, sizes: &[usize]) -> (usize, u64) {
+    let mut endpoint = context.endpoint(1).expect("endpoint");
+    // Made before the first receive, so that checking a message takes little time
+    // (a slow reader leaves its receives' messages to wait in the window).
+    let expected: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(index, &size)| pattern(size, index as u32))
+        .collect();
+    let mut posted = std::collections::VecDeque::new();
+    let mut next_post = 0usize;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut post = |endpoint: &mut quiver::Endpoint,
+                    posted: &mut std::collections::VecDeque<_>,
+                    spare: &mut Vec<Vec<u8>>| {
+        let capacity = if next_post % 3 == 2 {
+            LARGE_BYTES
+        } else {
+            SMALL_BYTES
+        };
+        next_post += 1;
+        let buffer = match spare.iter().position(|b| b.len() == capacity) {
+            Some(at) => spare.swap_remove(at),
+            None => vec![0u8; capacity],
+        };
+        let request = endpoint.post_recv(buffer).expect("post");
+        posted.push_back((request, capacity));
+    };
+    for _ in 0..WINDOW {
+        post(&mut endpoint, &mut posted, &mut spare);
+    }
+    let mut too_small = 0;
+    let mut index = 0;
+    while index < sizes.len() {
+        let (request, capacity) = posted.pop_front().expect("a receive is posted");
+        match endpoint.wait_recv(request) {
+            Ok(done) => {
+                assert_eq!(done.len, sizes[index], "message {index}");
+                assert_eq!(done.buf.len(), capacity);
+                assert!(
+                    done.buf[..done.len] == expected[index][..],
+                    "message {index} differs"
+                );
+                assert_eq!(done.src, Addr::new(0, 1));
+                spare.push(done.buf);
+                index += 1;
+            }
+            Err(Error::BufferTooSmall { message, buffer }) => {
+                assert_eq!(message, sizes[index], "refused message {index}");
+                assert_eq!(buffer, capacity);
+                assert!(message > capacity);
+                too_small += 1;
+            }
+            Err(error) => panic!("message {index}: {error}"),
+        }
+        post(&mut endpoint, &mut posted, &mut spare);
+    }
+    let placed = context
+        .stats()
+        .datagram
+        .unwrap_or_default()
+        .direct_read_bytes;
+    // Answer so the sender knows everything arrived.
+    let back = endpoint.connect(Addr::new(0, 1)).expect("connect back");
+    endpoint.send(back, b"done").expect("send done");
+    (too_small, placed)
 }

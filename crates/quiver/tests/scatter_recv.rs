@@ -1,13 +1,13 @@
 //! The scattering receive of a udp connection (`Config::udp_scatter_min`): a blocking
 //! receive in the middle of a large message takes each datagram in two pieces, the frame's
 //! header apart and its payload straight into the receive's buffer. Two ranks in this
-//! process, one loopback link each, joined through a proxy (a thread that forwards every
-//! datagram and drops some). Messages of many sizes, some much larger than the receive
+//! process, one loopback link each; the sender's fault injector (`QUIVER_FAULTS`,
+//! `Config::faults`) drops some of what it sends. Messages of many sizes, some much larger than the receive
 //! window, arrive byte-identical and in order with the scattering receive on and off, with
 //! and without loss; with it on, bytes are received in place, with it off none are.
 
 mod support;
-use support::{pattern, LossyProxy};
+use support::pattern;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,21 +29,13 @@ fn sizes() -> Vec<usize> {
         .collect()
 }
 
-/// Sends [`sizes`] from rank 0 to rank 1 through a proxy that drops `drop_per_mille` of
-/// the data; the receiver checks every message. Returns the receiver's datagram counters
-/// and what the proxy dropped.
+/// Sends [`sizes`] from rank 0 to rank 1, the sender losing `drop_per_mille` of what it
+/// sends; the receiver checks every message. Returns the receiver's datagram counters and
+/// how many datagrams the sender's fault injector dropped.
 fn transfer(scatter_min: usize, drop_per_mille: u64) -> (quiver::DatagramStats, u64) {
     let job_id = 0x5CA7_0000_0000_0000 | u64::from(NEXT_JOB.fetch_add(1, Ordering::SeqCst));
     let port = || support::free_port(1);
     let (sender_link, receiver_link) = (address(port()), address(port()));
-    let (proxy_front, proxy_back) = (address(port()), address(port()));
-    let proxy = LossyProxy::start(
-        sender_link.clone(),
-        receiver_link.clone(),
-        proxy_front.clone(),
-        proxy_back.clone(),
-        drop_per_mille,
-    );
     let config = Config {
         transports: vec![TransportKind::Udp],
         op_timeout: Some(Duration::from_secs(60)),
@@ -52,12 +44,19 @@ fn transfer(scatter_min: usize, drop_per_mille: u64) -> (quiver::DatagramStats, 
         udp_scatter_min: scatter_min,
         ..Config::default()
     };
-    let context = |rank: u32, table: Vec<Vec<SocketAddr>>| {
-        support::two_rank_context(rank, job_id, 9, table, &config)
+    let sender_config = Config {
+        faults: format!("seed=9,drop={}", drop_per_mille as f64 / 1000.0)
+            .parse()
+            .expect("faults"),
+        ..config.clone()
+    };
+    let table = vec![sender_link, receiver_link];
+    let context = |rank: u32, config: &Config| {
+        support::two_rank_context(rank, job_id, 9, table.clone(), config)
     };
     let sizes = sizes();
     let receiver = {
-        let context = context(1, vec![proxy_back, receiver_link]);
+        let context = context(1, &config);
         let sizes = sizes.clone();
         thread::spawn(move || {
             let mut endpoint = context.endpoint(1).expect("endpoint");
@@ -78,11 +77,12 @@ fn transfer(scatter_min: usize, drop_per_mille: u64) -> (quiver::DatagramStats, 
             stats
         })
     };
-    let sender = context(0, vec![sender_link, proxy_front]);
+    let sender = context(0, &sender_config);
     let mut endpoint = sender.endpoint(1).expect("endpoint");
     support::send_patterned_until_done(&mut endpoint, &sizes);
     let stats = receiver.join().expect("receiver");
-    (stats, proxy.stop())
+    let dropped = sender.stats().datagram.unwrap_or_default().faults.dropped;
+    (stats, dropped)
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! One network connection carries both directions of an endpoint pair (issue 3, latency):
+//! One network connection carries both directions of an endpoint pair (for latency):
 //! over tcp one stream, over udp and mem one reliable connection, whether the two
 //! endpoints connect one after the other or at the same moment (a crossed connect, which
 //! the lower address resolves by refusing the other's attempt with `Busy`). Acknowledgements

@@ -1,7 +1,8 @@
 //! Writes the fuzz seeds that hold datagram frames, from the frame format this checkout
 //! speaks: `fuzz/corpus/frame_parse/seed-*` (one frame of every type, each with a valid
-//! integrity check, so that the fuzzer starts past the checksum) and the `conn_datagrams`
-//! seeds that carry frames (`seed-accept`, `seed-raw-*`). Run it after a change of the wire
+//! integrity check, so that the fuzzer starts past the checksum), the `conn_datagrams`
+//! seeds that carry frames (`seed-accept`, `seed-raw-*`), and the `router_datagrams` seeds
+//! (op sequences; `seed-raw-hello` carries a Hello). Run it after a change of the wire
 //! format (`cd fuzz/seedgen && cargo run --release`); the other seeds are op sequences
 //! without frame bytes and stay as they are. quiver-wire's test
 //! `frame::tests::fuzz_seeds_reach_past_the_checksum` fails while the frame seeds are stale.
@@ -271,6 +272,74 @@ fn check_conn_datagrams_frames() {
     assert!(answered, "a did not answer the seed's Ping");
 }
 
+/// `router_datagrams` seeds: op sequences (the op byte's bit 4 picks node 0 or 1) that
+/// reach each verdict of the router: a Hello answered and its repeats (on another path,
+/// after its connection is forgotten), a connection established through both routers,
+/// frames for known and forgotten ids (Resets), crossed connects, a closed port and a path
+/// the nodes do not share, a mangled Hello, and the raw bytes of a genuine Hello.
+fn router_datagrams_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    const NODE_1: u8 = 0x10;
+    let (raw, hello, mangled, connect, forget, time, pump, forge, stream, host) =
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9);
+    // A Hello from rank 0, port 1 to port 2 of node 1, initiator id 5, path 0.
+    let hello_op = [NODE_1 | hello, 0, 1, 2, 4, 0];
+    let repeat_on_path_1 = [NODE_1 | hello, 0, 1, 2, 4, 1];
+    let genuine = self::hello();
+    let mut raw_hello = vec![
+        NODE_1 | raw,
+        0,
+        u8::try_from(genuine.len()).expect("a Hello under 256 bytes"),
+    ];
+    raw_hello.extend_from_slice(&genuine);
+    raw_hello.extend_from_slice(&[pump, 3]);
+    vec![
+        (
+            "seed-hello-repeat-forget",
+            [
+                &hello_op[..],
+                &repeat_on_path_1,
+                &[NODE_1 | forget, 0],
+                &hello_op,
+                &[pump, 2],
+            ]
+            .concat(),
+        ),
+        (
+            // Node 1 forgets the connection; node 0's keepalive (after 4 x 65 ms) gets a
+            // Reset.
+            "seed-connect-pump-forge",
+            vec![
+                connect, 1, 2, pump, 7, NODE_1 | forge, 4, 0, 9, forge, 1, 0, 3,
+                NODE_1 | stream, 0, NODE_1 | forget, 0, time, 0xff, 0xff, time, 0xff, 0xff,
+                time, 0xff, 0xff, time, 0xff, 0xff, pump, 3,
+            ],
+        ),
+        (
+            "seed-crossed",
+            vec![connect, 1, 2, NODE_1 | connect, 2, 1, pump, 7, time, 0x10, 0x27, pump, 7],
+        ),
+        (
+            // A closed port, another job, a path not shared, a mangled Hello.
+            "seed-refused-rejected-dropped",
+            [
+                &[NODE_1 | host, 0, 0][..],
+                &[NODE_1 | hello, 0x80, 1, 2, 7, 0],
+                &hello_op,
+                &[NODE_1 | host, 0xff, 0],
+                &[NODE_1 | hello, 1, 3, 3, 9, 1],
+                &[NODE_1 | mangled, 0, 1, 2, 6, 0, 40, 0x10],
+                &[pump, 3],
+            ]
+            .concat(),
+        ),
+        (
+            "seed-unknown-ids",
+            vec![forge, 3, 255, 7, stream, 255, raw, 0, 3, b'Q', b'D', 5, pump, 1],
+        ),
+        ("seed-raw-hello", raw_hello),
+    ]
+}
+
 fn write(directory: &Path, seeds: &[(&str, Vec<u8>)]) {
     for (name, bytes) in seeds {
         let path = directory.join(name);
@@ -294,4 +363,7 @@ fn main() {
     check_conn_datagrams_frames();
     write(&corpus.join("frame_parse"), &frame_seeds);
     write(&corpus.join("conn_datagrams"), &conn_datagrams_seeds());
+    let router = corpus.join("router_datagrams");
+    fs::create_dir_all(&router).unwrap_or_else(|error| panic!("{}: {error}", router.display()));
+    write(&router, &router_datagrams_seeds());
 }

@@ -2,6 +2,10 @@
 //! by the application, in order or not), the received packet numbers above the cumulative
 //! ack with their SACK ranges, delayed-ack bookkeeping, credit and message-by-message reads.
 //!
+//! Layer: sans-IO, inside `crate::reliable`, below the connection that feeds it verified
+//! frames. It owns the receive ring and the received packet numbers; it must not parse
+//! frames (the connection does) nor read a clock.
+//!
 //! Memory: the ring is `recv_window_bytes` long and the credit we advertise never lets the
 //! peer send past `read_offset + recv_window_bytes`, so every acceptable byte has its own
 //! slot; the per-packet tables hold at most `max_in_flight_datagrams` entries.
@@ -17,9 +21,10 @@ use std::collections::VecDeque;
 
 use quiver_wire::frame::{SackRange, SackRanges};
 
+use super::posted::{PostedBuffers, PostedRead};
 use super::send::MESSAGE_HEADER_LEN;
 use super::stream_ring::StreamRing;
-use super::{Nanos, PostedBuffers, PostedRead};
+use super::time::Nanos;
 
 /// Posted readers a connection holds at most (claimed or not, or finished and not yet
 /// polled).
@@ -206,67 +211,12 @@ impl RecvState {
         buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
         let (bytes, payload_len) = (payload.bytes(), payload.len());
-        let Some(index) = packet_number.checked_sub(self.cumulative) else {
-            return Err(Refusal::Duplicate);
-        };
-        if index >= self.max_in_flight as u64 {
-            return Err(Refusal::OutOfWindow);
-        }
-        let index = index as usize;
-        if self.pending.get(index).is_some_and(Option::is_some) {
-            return Err(Refusal::Duplicate);
-        }
-        if self.close_packet.is_some_and(|close| packet_number > close) {
-            return Err(Refusal::Inconsistent);
-        }
-        let header_len = if first_fragment {
-            MESSAGE_HEADER_LEN
-        } else {
-            0
-        };
-        let stream_start = payload_offset
-            .checked_sub(header_len)
-            .ok_or(Refusal::Inconsistent)?;
-        let stream_end = payload_offset
-            .checked_add(payload_len as u64)
-            .ok_or(Refusal::Inconsistent)?;
-        if stream_start < self.readable_end {
-            return Err(Refusal::Inconsistent);
-        }
-        if stream_end > self.read_offset + self.ring.len() as u64 {
-            return Err(Refusal::CreditViolation);
-        }
+        let (index, stream_start, stream_end) =
+            self.locate(packet_number, first_fragment, payload_offset, payload_len)?;
         if first_fragment {
             self.ring.copy_in(stream_start, &message_len.to_le_bytes());
         }
-        // Straight to the reader: the frame is the next in order (so the cumulative ack, and
-        // with it the readable end, moves over it below) and continues the message being
-        // read right where the reader stands.
-        let direct = if !reader.is_empty()
-            && index == 0
-            && !first_fragment
-            && self.in_message
-            && payload_offset == self.read_offset
-            && self.read_offset == self.readable_end
-        {
-            let count = payload_len
-                .min(reader.len())
-                .min(usize::try_from(self.message_remaining).unwrap_or(usize::MAX));
-            match payload {
-                Payload::Bytes(bytes) => {
-                    super::stream_ring::copy_bytes(&mut reader[..count], &bytes[..count]);
-                }
-                // Already there; all of it must go there (`Self::takes_in_place`).
-                Payload::InReader(_) if count < payload_len => return Err(Refusal::Inconsistent),
-                Payload::InReader(_) => {}
-            }
-            count
-        } else if matches!(payload, Payload::InReader(_)) {
-            // Nothing changed yet: a frame in the reader's buffer goes there or nowhere.
-            return Err(Refusal::Inconsistent);
-        } else {
-            0
-        };
+        let direct = self.copy_to_reader(index, first_fragment, payload_offset, payload, reader)?;
         // Ahead of the reader, within its buffer and the current message: to its place there.
         let ahead = if direct == 0 && !first_fragment {
             self.place_ahead(payload_offset, bytes, reader)
@@ -318,6 +268,89 @@ impl RecvState {
             Ok((Arrival::InOrder, read))
         } else {
             Ok((Arrival::Reordered, read))
+        }
+    }
+
+    /// Where a frame belongs, or why it is refused (nothing changes either way): its index
+    /// among the packets above the cumulative ack, and the stream range it covers, its
+    /// message's length prefix included for a first fragment.
+    fn locate(
+        &self,
+        packet_number: u64,
+        first_fragment: bool,
+        payload_offset: u64,
+        payload_len: usize,
+    ) -> Result<(usize, u64, u64), Refusal> {
+        let Some(index) = packet_number.checked_sub(self.cumulative) else {
+            return Err(Refusal::Duplicate);
+        };
+        if index >= self.max_in_flight as u64 {
+            return Err(Refusal::OutOfWindow);
+        }
+        let index = index as usize;
+        if self.pending.get(index).is_some_and(Option::is_some) {
+            return Err(Refusal::Duplicate);
+        }
+        if self.close_packet.is_some_and(|close| packet_number > close) {
+            return Err(Refusal::Inconsistent);
+        }
+        let header_len = if first_fragment {
+            MESSAGE_HEADER_LEN
+        } else {
+            0
+        };
+        let stream_start = payload_offset
+            .checked_sub(header_len)
+            .ok_or(Refusal::Inconsistent)?;
+        let stream_end = payload_offset
+            .checked_add(payload_len as u64)
+            .ok_or(Refusal::Inconsistent)?;
+        if stream_start < self.readable_end {
+            return Err(Refusal::Inconsistent);
+        }
+        if stream_end > self.read_offset + self.ring.len() as u64 {
+            return Err(Refusal::CreditViolation);
+        }
+        Ok((index, stream_start, stream_end))
+    }
+
+    /// The bytes of a frame (at `index`, payload at `payload_offset`) that go straight to
+    /// the reader: when the frame is the next in order (so the cumulative ack, and with it
+    /// the readable end, moves over it) and continues the message being read right where
+    /// the reader stands. A frame already in the reader's buffer must go there whole.
+    fn copy_to_reader(
+        &self,
+        index: usize,
+        first_fragment: bool,
+        payload_offset: u64,
+        payload: Payload<'_>,
+        reader: &mut [u8],
+    ) -> Result<usize, Refusal> {
+        let payload_len = payload.len();
+        if !reader.is_empty()
+            && index == 0
+            && !first_fragment
+            && self.in_message
+            && payload_offset == self.read_offset
+            && self.read_offset == self.readable_end
+        {
+            let count = payload_len
+                .min(reader.len())
+                .min(usize::try_from(self.message_remaining).unwrap_or(usize::MAX));
+            match payload {
+                Payload::Bytes(bytes) => {
+                    super::stream_ring::copy_bytes(&mut reader[..count], &bytes[..count]);
+                }
+                // Already there; all of it must go there (`Self::takes_in_place`).
+                Payload::InReader(_) if count < payload_len => return Err(Refusal::Inconsistent),
+                Payload::InReader(_) => {}
+            }
+            Ok(count)
+        } else if matches!(payload, Payload::InReader(_)) {
+            // Nothing changed yet: a frame in the reader's buffer goes there or nowhere.
+            Err(Refusal::Inconsistent)
+        } else {
+            Ok(0)
         }
     }
 

@@ -1,6 +1,9 @@
 //! Round-trip time estimation and retransmission timeout per RFC 6298, with exponential
 //! backoff on expiry.
 //!
+//! Layer: sans-IO, inside `crate::reliable`, the bottom of it with `time.rs`. It owns one
+//! estimator's state; it must not read a clock (samples are the caller's).
+//!
 //! The configured minimum is a margin over the smoothed RTT, not only a floor of the RTO
 //! (as in Linux, whose RTO is `srtt + max(4 rttvar, rto_min)`): `rto = srtt + max(4 rttvar,
 //! min_rto)`, clamped to `[min_rto, max_rto]`. A bulk sender keeps a queue at its
@@ -9,7 +12,7 @@
 //! process off its CPU for a little longer than the floor (a busy host, a VM's vCPU
 //! descheduled) fired timeouts that were all spurious.
 
-use super::Nanos;
+use super::time::Nanos;
 
 /// Clock granularity term `G` of RFC 6298 (we get nanosecond timestamps, so 1 µs is plenty).
 const GRANULARITY_NS: Nanos = 1_000;

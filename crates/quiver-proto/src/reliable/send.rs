@@ -3,6 +3,10 @@
 //! packet number, the choice of path for each frame, acknowledgement processing and loss
 //! detection per path (`paths.rs`).
 //!
+//! Layer: sans-IO, inside `crate::reliable`, below the connection that asks it for frames.
+//! It owns the send ring, the in-flight table and loss detection; it must not build frame
+//! headers (the connection does) nor read a clock.
+//!
 //! Loss is decided per path, never from packet-number gaps alone: frames striped over paths
 //! of different delays arrive out of packet-number order all the time. A frame is lost when
 //! [`PACKET_THRESHOLD`] frames sent after it on the *same* path were acknowledged while the
@@ -36,14 +40,16 @@ use quiver_wire::frame::SackRange;
 
 use super::paths::{Paths, NO_FRAME};
 use super::stream_ring::StreamRing;
-use super::Nanos;
+use super::time::Nanos;
 
 /// Bytes of stream each message header takes.
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
 
-/// The token the single-message lend of `ReliableConnection::lend_message` goes under: its
-/// lender adopts what is left before it gives its slice up, and it is never released through
-/// [`SendState::poll_released`].
+/// The token the single-message lend of
+/// [`ReliableConnection::lend_message`](crate::reliable::ReliableConnection::lend_message)
+/// goes under: its lender adopts what is left before it gives its slice up, and it is never
+/// released through
+/// [`ReliableConnection::poll_released`](crate::reliable::ReliableConnection::poll_released).
 pub const LEND_MESSAGE_TOKEN: u64 = u64::MAX;
 
 /// One lent message's range (module docs): `[start, end)` are reserved in the ring and not
@@ -727,53 +733,13 @@ impl SendState {
         let mut touched = 0u64;
         // (packet number, frame) of the newest newly acknowledged frame.
         let mut newest: Option<(u64, SentFrame)> = None;
-        while self.base_pn < cumulative_ack {
-            let Some(&frame) = self.in_flight.front() else {
-                break;
-            };
-            if frame.status != FrameStatus::Sacked {
-                self.unsacked -= 1;
-                self.frame_acked(now, self.base_pn, &mut touched);
-                newest = Some((self.base_pn, frame));
-            }
-            self.in_flight.pop_front();
-            self.acked_offset = self.acked_offset.max(frame.stream_end());
-            if frame.is_close {
-                self.close_acked = true;
-            }
-            self.base_pn += 1;
-        }
+        self.ack_cumulative(now, cumulative_ack, &mut touched, &mut newest);
         if !self.lends.is_empty() {
             // Acknowledged lent bytes need no adoption; whole lends end.
             self.settle_lends();
         }
-        for range in sack {
-            let start = range.start.max(self.base_pn);
-            let end = range.end.min(next_pn);
-            for packet_number in start..end {
-                let index = (packet_number - self.base_pn) as usize;
-                let frame = self.in_flight[index];
-                if frame.status != FrameStatus::Sacked {
-                    self.unsacked -= 1;
-                    self.frame_acked(now, packet_number, &mut touched);
-                    self.in_flight[index].status = FrameStatus::Sacked;
-                    if newest.is_none_or(|(newest_pn, _)| packet_number > newest_pn) {
-                        newest = Some((packet_number, frame));
-                    }
-                }
-            }
-        }
-        // One RTT sample per path and ack, from its newest frame acknowledged (a sample per
-        // frame cost two divisions each, for near-identical values).
-        let mut sampled = touched;
-        while sampled != 0 {
-            let path = sampled.trailing_zeros() as usize;
-            sampled &= sampled - 1;
-            let entry = self.paths.get_mut(path);
-            if let Some(sent_at) = entry.newest_acked_sent_at.take() {
-                entry.on_rtt_sample(now.saturating_sub(sent_at));
-            }
-        }
+        self.ack_ranges(now, sack, next_pn, &mut touched, &mut newest);
+        self.sample_rtts(now, touched);
         let unknown = Self::unknown_region(cumulative_ack, sack, truncated);
         for path in 0..self.paths.len() {
             let head = self.paths.get(path).head;
@@ -814,6 +780,76 @@ impl SendState {
         self.last_cumulative_ack = cumulative_ack;
         self.drop_stale_retransmissions();
         outcome
+    }
+
+    /// [`Self::on_ack`]'s cumulative part: retires every frame below `cumulative_ack`,
+    /// marking the paths of those newly acknowledged in `touched` and the newest of them in
+    /// `newest`.
+    fn ack_cumulative(
+        &mut self,
+        now: Nanos,
+        cumulative_ack: u64,
+        touched: &mut u64,
+        newest: &mut Option<(u64, SentFrame)>,
+    ) {
+        while self.base_pn < cumulative_ack {
+            let Some(&frame) = self.in_flight.front() else {
+                break;
+            };
+            if frame.status != FrameStatus::Sacked {
+                self.unsacked -= 1;
+                self.frame_acked(now, self.base_pn, touched);
+                *newest = Some((self.base_pn, frame));
+            }
+            self.in_flight.pop_front();
+            self.acked_offset = self.acked_offset.max(frame.stream_end());
+            if frame.is_close {
+                self.close_acked = true;
+            }
+            self.base_pn += 1;
+        }
+    }
+
+    /// [`Self::on_ack`]'s selective part: marks the frames of the SACK ranges (below
+    /// `next_pn`) acknowledged, as [`Self::ack_cumulative`] does.
+    fn ack_ranges(
+        &mut self,
+        now: Nanos,
+        sack: &[SackRange],
+        next_pn: u64,
+        touched: &mut u64,
+        newest: &mut Option<(u64, SentFrame)>,
+    ) {
+        for range in sack {
+            let start = range.start.max(self.base_pn);
+            let end = range.end.min(next_pn);
+            for packet_number in start..end {
+                let index = (packet_number - self.base_pn) as usize;
+                let frame = self.in_flight[index];
+                if frame.status != FrameStatus::Sacked {
+                    self.unsacked -= 1;
+                    self.frame_acked(now, packet_number, touched);
+                    self.in_flight[index].status = FrameStatus::Sacked;
+                    if newest.is_none_or(|(newest_pn, _)| packet_number > newest_pn) {
+                        *newest = Some((packet_number, frame));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One RTT sample per path of `touched` and ack, from its newest frame acknowledged (a
+    /// sample per frame cost two divisions each, for near-identical values).
+    fn sample_rtts(&mut self, now: Nanos, touched: u64) {
+        let mut sampled = touched;
+        while sampled != 0 {
+            let path = sampled.trailing_zeros() as usize;
+            sampled &= sampled - 1;
+            let entry = self.paths.get_mut(path);
+            if let Some(sent_at) = entry.newest_acked_sent_at.take() {
+                entry.on_rtt_sample(now.saturating_sub(sent_at));
+            }
+        }
     }
 
     /// Retransmission timeout of `path`: declares lost every frame in flight on it last sent

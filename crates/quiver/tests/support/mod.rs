@@ -4,10 +4,7 @@
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::Duration;
+use std::sync::Mutex;
 
 use quiver::{Addr, Config, Connection, Context, Endpoint};
 
@@ -73,86 +70,4 @@ pub(crate) fn send_patterned_until_done(endpoint: &mut Endpoint, sizes: &[usize]
     let (len, _) = endpoint.recv(&mut done).expect("done");
     assert_eq!(&done[..len], b"done");
     connection
-}
-
-/// Two proxy sockets per link: one the sender sees as the receiver's link address, one
-/// the receiver sees as the sender's. Each datagram goes on to the other side's link
-/// socket, from the proxy's other socket; `drop_per_mille` of them are lost.
-pub(crate) struct LossyProxy {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<u64>>,
-}
-
-impl LossyProxy {
-    /// `senders[i]`, `receivers[i]`: the ranks' link sockets; the proxy's own addresses
-    /// are on `toward_receiver` (what the sender sends to) and `toward_sender`.
-    pub(crate) fn start(
-        senders: Vec<SocketAddr>,
-        receivers: Vec<SocketAddr>,
-        toward_receiver: Vec<SocketAddr>,
-        toward_sender: Vec<SocketAddr>,
-        drop_per_mille: u64,
-    ) -> LossyProxy {
-        let bind = |address: &SocketAddr| {
-            let socket = UdpSocket::bind(address).expect("proxy socket");
-            socket.set_nonblocking(true).unwrap();
-            socket
-        };
-        let front: Vec<UdpSocket> = toward_receiver.iter().map(bind).collect();
-        let back: Vec<UdpSocket> = toward_sender.iter().map(bind).collect();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut buffer = vec![0u8; 65_536];
-            let mut state = 0x9E37_79B9_7F4A_7C15u64;
-            let mut dropped = 0u64;
-            while !stopping.load(Ordering::Relaxed) {
-                let mut moved = false;
-                // One datagram per link and direction per round, as links in parallel would
-                // interleave them.
-                for link in 0..front.len() {
-                    // From the sender: on to the receiver (lossy), from the back socket.
-                    if let Ok(len) = front[link].recv(&mut buffer) {
-                        moved = true;
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        if state % 1000 < drop_per_mille {
-                            dropped += 1;
-                        } else {
-                            let _ = back[link].send_to(&buffer[..len], receivers[link]);
-                        }
-                    }
-                    // From the receiver (acks): on to the sender, from the front socket.
-                    if let Ok(len) = back[link].recv(&mut buffer) {
-                        moved = true;
-                        let _ = front[link].send_to(&buffer[..len], senders[link]);
-                    }
-                }
-                if !moved {
-                    thread::sleep(Duration::from_micros(50));
-                }
-            }
-            dropped
-        });
-        LossyProxy {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops the proxy; returns how many datagrams it dropped.
-    pub(crate) fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map_or(0, |t| t.join().expect("proxy"))
-    }
-}
-
-impl Drop for LossyProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }

@@ -1,0 +1,213 @@
+//! Opening edges: [`Endpoint::connect`] tries the configured transports in order, the
+//! first that reaches the peer wins; a network connection the peer already opened to this
+//! endpoint carries the new edge too (one connection per endpoint pair). Also adopting the
+//! edges the listeners accepted, and counting the live inbound edges.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Connection, Endpoint};
+use crate::addr::Addr;
+use crate::config::TransportKind;
+use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
+use crate::transport::edge::{self, InEdge, Opened, OutEdge};
+use crate::transport::shm::outbound::ShmOut;
+
+impl Endpoint {
+    /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up
+    /// to the configured connect timeout for the peer's endpoint to appear.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a rank outside the job, [`Error::Refused`] when the
+    /// peer rejects us (wrong job key, no such endpoint in time), [`Error::Timeout`],
+    /// [`Error::Io`].
+    pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
+        if let Some(&index) = self.by_peer.get(&peer) {
+            if self.outbound[index as usize].failure().is_none() {
+                return Ok(self.connection(index, peer));
+            }
+        }
+        if peer.rank >= self.local.size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} is not in this job of {} ranks",
+                peer.rank, self.local.size
+            )));
+        }
+        let on_node = self.local.peer_is_local(peer.rank);
+        let mut last = None;
+        for kind in self.config.transports.clone() {
+            if !edge::reaches(kind, &self.local, on_node) {
+                continue;
+            }
+            let attempt = if kind == TransportKind::Shm {
+                self.connect_shm(peer)
+            } else {
+                self.connect_network(kind, peer)
+            };
+            match attempt {
+                Ok(conn) => return Ok(conn),
+                Err(e @ (Error::Refused { .. } | Error::Timeout { .. } | Error::Io { .. })) => {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::Config(format!(
+                "no transport in QUIVER_TRANSPORTS={} can reach rank {}: shm needs the peer on \
+                 this node, udp and tcp need QUIVER_ADDRS",
+                self.config
+                    .transports
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                peer.rank
+            ))
+        }))
+    }
+
+    fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {
+        let new = crate::transport::shm::connect::connect(&self.local, self.addr, peer)?;
+        Ok(self.add_outbound(OutEdge::Shm(ShmOut::new(peer, new)), peer, "connected"))
+    }
+
+    /// Opens a network connection of `kind` to `peer`, or rides on the one the peer opened.
+    fn connect_network(&mut self, kind: TransportKind, peer: Addr) -> Result<Connection> {
+        // The peer's own connection to us carries our edge too, when there is one.
+        if let Some(i) = self.reusable_inbound(kind, peer) {
+            return self.send_on_inbound(i);
+        }
+        let to = self.local.addrs[peer.rank as usize];
+        let deadline = Instant::now() + self.config.connect_timeout;
+        let (local, inbox) = (self.local.clone(), self.inbox.clone());
+        let opened = edge::open_network(
+            kind,
+            &local,
+            &inbox,
+            (self.addr, peer, to),
+            deadline,
+            &mut || Ok(self.reusable_inbound(kind, peer)),
+        )?;
+        match opened {
+            Opened::Reused(i) => self.send_on_inbound(i),
+            Opened::New(edges) => {
+                let (out, reverse) = *edges;
+                // The peer's answers come back on the same connection.
+                self.inbound.push(reverse);
+                Ok(self.add_outbound(out, peer, "connected"))
+            }
+        }
+    }
+
+    /// An accepted inbound edge from `peer` over `kind` that can carry this endpoint's
+    /// outbound edge too (adopts what the listener and the engine accepted first).
+    fn reusable_inbound(&mut self, kind: TransportKind, peer: Addr) -> Option<usize> {
+        if kind != TransportKind::Tcp {
+            if let Some(engine) = &self.local.dgram {
+                engine.poll_io(&self.local);
+            }
+        }
+        self.adopt_new_inbound();
+        self.inbound
+            .iter()
+            .position(|inb| inb.reusable_for(peer, kind.name()))
+    }
+
+    /// Opens the outbound edge to the peer of inbound edge `i` on that edge's connection.
+    fn send_on_inbound(&mut self, i: usize) -> Result<Connection> {
+        let out = self.inbound[i].ride()?;
+        let peer = self.inbound[i].peer();
+        Ok(self.add_outbound(out, peer, "connected (on the peer's connection)"))
+    }
+
+    /// Registers a new outbound edge and returns its handle.
+    fn add_outbound(&mut self, out: OutEdge, peer: Addr, how: &'static str) -> Connection {
+        if let Some(capabilities) = out.capabilities(&self.config) {
+            tracing::info!(
+                target: ENDPOINT_LOG,
+                from = %self.addr,
+                to = %peer,
+                transport = capabilities.name,
+                reliable = capabilities.reliable,
+                zero_copy = capabilities.zero_copy,
+                "{how}"
+            );
+        }
+        let index = self.outbound.len() as u32;
+        self.outbound.push(out);
+        self.by_peer.insert(peer, index);
+        self.connection(index, peer)
+    }
+
+    pub(super) fn connection(&self, index: u32, peer: Addr) -> Connection {
+        Connection {
+            endpoint_id: self.id,
+            index,
+            peer,
+        }
+    }
+
+    /// The outbound edge of `conn`, checked: it belongs to this endpoint and has not failed.
+    pub(super) fn outbound_index(&self, conn: Connection) -> Result<usize> {
+        let Some(out) = self
+            .outbound
+            .get(conn.index as usize)
+            .filter(|_| conn.endpoint_id == self.id)
+        else {
+            return Err(Error::InvalidArgument(format!(
+                "connection to {} does not belong to endpoint {}",
+                conn.peer, self.addr
+            )));
+        };
+        match out.failure() {
+            Some(f) => Err(f.to_error(conn.peer, "before sending")),
+            None => Ok(conn.index as usize),
+        }
+    }
+
+    /// Adopts the inbound connections the listeners accepted for this endpoint.
+    pub(super) fn adopt_new_inbound(&mut self) {
+        if !self.inbox.has_incoming.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let accepted: Vec<_> = self
+            .inbox
+            .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for shm in accepted {
+            tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, peer = %shm.peer, transport = "shm", "peer connected");
+            self.inbound.push(InEdge::from_shm(shm));
+        }
+        let accepted: Vec<_> = self
+            .inbox
+            .incoming_net
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for net in accepted {
+            // A new edge may have messages already.
+            self.dgram.seen = None;
+            self.inbound
+                .push(InEdge::from_network(net, self.config.tcp_staging_bytes));
+        }
+    }
+
+    /// Number of peers currently connected to this endpoint (inbound edges).
+    pub fn inbound_count(&mut self) -> usize {
+        self.adopt_new_inbound();
+        if let Some(engine) = &self.local.dgram {
+            engine.poll_io(&self.local);
+            self.adopt_new_inbound();
+        }
+        self.inbound
+            .iter_mut()
+            .map(|i| usize::from(i.is_live()))
+            .sum()
+    }
+}

@@ -1,0 +1,232 @@
+//! Receiving: blocking, non-blocking, pooled and posted receives from any peer, and
+//! readiness for poll/epoll (`arm`).
+
+use std::sync::atomic::Ordering;
+
+use super::{Endpoint, RecvRequest};
+use crate::addr::Addr;
+use crate::error::{Error, Result};
+use crate::pool::PooledBuf;
+use crate::transport::dest::Dest;
+use crate::transport::requests::{RecvCompletion, RecvState};
+use crate::transport::wait::Wait;
+
+impl Endpoint {
+    /// Receives the next message from any connected peer into `buf`, blocking until one
+    /// arrives. Returns its length and sender.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
+    /// connection (reported once; the others keep working), [`Error::Timeout`].
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            if self.requests.posted_recvs.is_empty() {
+                // One tcp or datagram edge alone takes a short path (`look.rs`).
+                let looked = match self.look_lone(buf) {
+                    Some(looked) => looked,
+                    None => self.poll_once(&mut Dest::Slice(buf), true),
+                };
+                match looked {
+                    Ok(Some(got)) => return Ok(got),
+                    Ok(None) => {}
+                    Err(e) => return Err(self.uncommit(buf, e)),
+                }
+            }
+            self.progress()?;
+            if let Err(e) = self.idle(&mut wait, "waiting for a message") {
+                return Err(self.uncommit(buf, e));
+            }
+        }
+    }
+
+    /// Receives a message into `buf` if one is complete now.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if none is waiting (to sleep until one arrives, see
+    /// [`Endpoint::arm`]); otherwise as [`Endpoint::recv`].
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.progress()?;
+        if self.requests.posted_recvs.is_empty() {
+            if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
+                return Ok(got);
+            }
+        }
+        self.would_block()
+    }
+
+    /// Receives the next message into a buffer from the endpoint's pool, blocking; the
+    /// buffer returns to the pool when the [`PooledBuf`] is dropped.
+    ///
+    /// # Errors
+    /// As [`Endpoint::recv`], without `BufferTooSmall`.
+    pub fn recv_pooled(&mut self) -> Result<PooledBuf> {
+        let mut wait = Wait::new(&self.config);
+        let mut buf = self.requests.pool.take(0);
+        loop {
+            if self.requests.posted_recvs.is_empty() {
+                if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
+                    return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
+                }
+            }
+            self.progress()?;
+            self.idle(&mut wait, "waiting for a message")?;
+        }
+    }
+
+    /// Non-blocking [`Endpoint::recv_pooled`].
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if no complete message is waiting.
+    pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
+        self.progress()?;
+        if self.requests.posted_recvs.is_empty() {
+            let mut buf = self.requests.pool.take(0);
+            if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), false)? {
+                return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
+            }
+            self.requests.pool.give(buf);
+        }
+        self.would_block()
+    }
+
+    fn would_block<T>(&mut self) -> Result<T> {
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        if self.idle_polls.is_multiple_of(256) {
+            // Nothing is arriving: let senders see the space we freed, and notice dead peers.
+            self.flush_inbound();
+            if self.config.detect.is_some() {
+                self.check_liveness_throttled();
+            }
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// Prepares the endpoint's descriptor ([`AsRawFd`](std::os::fd::AsRawFd)) for
+    /// poll/epoll: after `arm` returns `Ok(true)`, the descriptor becomes readable as soon
+    /// as a message arrives (or a peer connects). `Ok(false)` means something is already
+    /// waiting: receive it instead of sleeping. While the endpoint is armed each arriving
+    /// message costs its sender one system call, so arm only before sleeping.
+    ///
+    /// # Errors
+    /// None today; reserved.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.flush_inbound();
+        self.doorbell.drain();
+        self.doorbell.arm();
+        if self.inbox.has_incoming.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        if let Some(engine) = &self.local.dgram {
+            engine.poll_io(&self.local);
+        }
+        let local = &self.local;
+        if self.inbound.iter_mut().any(|inb| inb.has_pending(local)) {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Posts a receive: the next message (from any peer) not claimed by an earlier posted
+    /// receive goes into `buf` (up to `buf.len()` bytes).
+    ///
+    /// # Errors
+    /// None today; reserved.
+    pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
+        let key = self.requests.recvs.insert(RecvState::Pending(buf));
+        self.requests.posted_recvs.push_back(key);
+        self.progress_recvs();
+        Ok(RecvRequest { key })
+    }
+
+    /// Whether a posted receive has completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a request of another endpoint.
+    pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.progress()?;
+        match self.requests.recvs.get_mut(req.key) {
+            Some(RecvState::Pending(_) | RecvState::Bound) => Ok(false),
+            Some(RecvState::Done(_)) => Ok(true),
+            None => Err(Error::InvalidArgument("unknown receive request".into())),
+        }
+    }
+
+    /// Waits for a posted receive.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] (the buffer is dropped, the message stays queued) or a
+    /// peer error that occurred while this receive was first in line.
+    pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            self.progress()?;
+            match self.requests.recvs.get_mut(req.key) {
+                Some(RecvState::Done(_)) => {
+                    return match self.requests.recvs.remove(req.key) {
+                        Some(RecvState::Done(r)) => r,
+                        _ => unreachable!("checked just above"),
+                    }
+                }
+                Some(RecvState::Pending(_) | RecvState::Bound) => {}
+                None => return Err(Error::InvalidArgument("unknown receive request".into())),
+            }
+            self.idle(&mut wait, "waiting for a posted receive")?;
+        }
+    }
+
+    /// Fills the posted receives, in posting order, with what the edges have.
+    pub(super) fn progress_recvs(&mut self) {
+        // On an endpoint whose one inbound edge is a datagram connection, the engine takes
+        // the posted receives' buffers (frames go straight into them).
+        let lone = self.lone_dgram();
+        self.dgram.bind_recvs(lone, &mut self.requests, &self.local);
+        while let Some(&key) = self.requests.posted_recvs.front() {
+            let mut buf = match self.requests.recvs.get_mut(key) {
+                Some(RecvState::Pending(buf)) => std::mem::take(buf),
+                _ => {
+                    self.requests.posted_recvs.pop_front();
+                    continue;
+                }
+            };
+            let mut dest = Dest::Posted {
+                key,
+                buf: &mut buf,
+                bound: false,
+            };
+            let result = self.poll_once(&mut dest, false);
+            if let Dest::Posted { bound: true, .. } = dest {
+                // Matched to a large tcp message, which now holds the buffer; the next
+                // posted receive may take the next message.
+                self.requests.posted_recvs.pop_front();
+                continue;
+            }
+            let state = match result {
+                Ok(None) => {
+                    if let Some(RecvState::Pending(b)) = self.requests.recvs.get_mut(key) {
+                        *b = buf;
+                    }
+                    return;
+                }
+                Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion { buf, len, src })),
+                Err(e) => RecvState::Done(Err(e)),
+            };
+            self.requests.set_recv(key, state);
+            self.requests.posted_recvs.pop_front();
+        }
+    }
+
+    /// Reads more of every large tcp message bound to a posted receive; completes the
+    /// request once its message is whole, or with the edge's error.
+    pub(super) fn progress_bound_recvs(&mut self) {
+        for inb in self.inbound.iter_mut() {
+            let Some(tcp) = inb.as_tcp_mut() else {
+                continue;
+            };
+            if let Some((key, outcome)) = tcp.progress_bound() {
+                self.requests.bound_recvs -= 1;
+                self.requests.set_recv(key, RecvState::Done(outcome));
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Sending: blocking, non-blocking and posted sends over any edge, and the progress that
+//! advances every posted operation. A blocking send over a network edge lets the endpoint
+//! receive meanwhile ([`Meanwhile`]): its edge leaves the list for the send's duration.
+
+use std::time::Duration;
+
+use super::{Connection, Endpoint, SendRequest};
+use crate::error::{Error, Result};
+use crate::transport::edge::{InEdge, OutEdge, Started};
+use crate::transport::edge_context::EdgeContext;
+use crate::transport::meanwhile::Meanwhile;
+use crate::transport::requests::SendState;
+use crate::transport::wait::Wait;
+
+impl Endpoint {
+    /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
+    /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
+    /// Over a network connection it blocks until the transport took the message, and
+    /// receives meanwhile: posted receives advance, and tcp edges are read ahead into
+    /// internal buffers (at most `max_buffered_bytes`), so two ranks sending each other
+    /// large messages do not wait on each other within that bound.
+    ///
+    /// # Errors
+    /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
+    /// [`Error::Corrupt`]) or [`Error::Timeout`] when `op_timeout` is set.
+    pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        let super::Parts {
+            outbound,
+            inbound,
+            mut cx,
+            ..
+        } = self.parts();
+        let mut flush = || {
+            for inb in inbound.iter_mut() {
+                inb.publish_consumed();
+            }
+        };
+        let written = match outbound[idx].start_send(data, &mut cx, &mut flush) {
+            Started::Finished(result) => return result,
+            Started::Partly { written } => written,
+        };
+        let mut edge = std::mem::replace(&mut self.outbound[idx], OutEdge::Busy);
+        let result = edge.finish_send(data, written, self);
+        self.outbound[idx] = edge;
+        result
+    }
+
+    /// Sends `data` only if that needs no waiting. Over shm, short and eager messages must
+    /// fit in the ring now; larger ones are copied into an internal buffer and sent by
+    /// rendezvous (bounded by `max_buffered_bytes`). Over a network connection the message
+    /// is taken whole or not at all.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] when it would have to wait (the message was not sent), or a
+    /// peer error of the connection.
+    pub fn try_send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        let super::Parts {
+            outbound, mut cx, ..
+        } = self.parts();
+        outbound[idx].try_send(data, &mut cx)
+    }
+
+    /// Starts sending `data` without waiting; the endpoint owns the buffer until the send
+    /// completes (large messages are sent from it directly, with no copy).
+    ///
+    /// # Errors
+    /// A peer error if the connection already failed.
+    pub fn post_send(&mut self, conn: Connection, data: Vec<u8>) -> Result<SendRequest> {
+        let idx = self.outbound_index(conn)?;
+        let key = self.with_outbound(idx, |out, cx| out.post_send(data, cx))?;
+        Ok(SendRequest { key })
+    }
+
+    /// Whether a posted send has completed (advancing progress first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a request of another endpoint.
+    pub fn test_send(&mut self, req: &SendRequest) -> Result<bool> {
+        self.progress()?;
+        match self.requests.sends.get_mut(req.key) {
+            Some(SendState::Pending) => Ok(false),
+            Some(SendState::Done(_)) => Ok(true),
+            None => Err(Error::InvalidArgument("unknown send request".into())),
+        }
+    }
+
+    /// Waits for a posted send to complete and hands its buffer back.
+    ///
+    /// # Errors
+    /// The connection's error if it failed before the message was delivered.
+    pub fn wait_send(&mut self, req: SendRequest) -> Result<Vec<u8>> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            match self.requests.sends.get_mut(req.key) {
+                Some(SendState::Done(_)) => {
+                    return match self.requests.sends.remove(req.key) {
+                        Some(SendState::Done(r)) => r,
+                        _ => unreachable!("checked just above"),
+                    }
+                }
+                Some(SendState::Pending) => {}
+                None => return Err(Error::InvalidArgument("unknown send request".into())),
+            }
+            self.progress()?;
+            if let Some(SendState::Pending) = self.requests.sends.get_mut(req.key) {
+                // The peer may be blocked sending to us: take what it sent, within bounds.
+                self.read_ahead();
+                self.idle(&mut wait, "waiting for a posted send")?;
+            }
+        }
+    }
+
+    /// Advances every posted operation once, without waiting.
+    ///
+    /// # Errors
+    /// None today beyond those recorded in the requests themselves; reserved.
+    pub fn progress(&mut self) -> Result<()> {
+        if let Some(engine) = &self.local.dgram {
+            // Acknowledgements, retransmissions and keepalives run whenever the API is used
+            // (once per round of a polling loop: a receive that just polled is enough).
+            if !std::mem::take(&mut self.dgram.engine_polled) {
+                engine.poll_io(&self.local);
+            }
+        }
+        if self.requests.pending_sends > 0 {
+            for idx in 0..self.outbound.len() {
+                // Failures are recorded in the requests of that connection.
+                let _ = self.with_outbound(idx, |out, cx| out.progress(cx));
+            }
+        }
+        if self.requests.bound_recvs > 0 {
+            self.progress_bound_recvs();
+        }
+        if self.dgram.holds_recvs() {
+            self.dgram.progress_recvs(&mut self.requests, &self.local);
+        }
+        if !self.requests.posted_recvs.is_empty() {
+            self.progress_recvs();
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on outbound edge `idx` with the endpoint's state beside it.
+    fn with_outbound<T>(
+        &mut self,
+        idx: usize,
+        f: impl FnOnce(&mut OutEdge, &mut EdgeContext<'_>) -> T,
+    ) -> T {
+        let super::Parts {
+            outbound, mut cx, ..
+        } = self.parts();
+        f(&mut outbound[idx], &mut cx)
+    }
+
+    /// While this endpoint waits for a send, takes what its tcp peers sent into internal
+    /// buffers: whole messages, and large ones as they arrive, at most
+    /// `max_buffered_bytes` held over all edges. A peer blocked sending to us can then go
+    /// on (and take what we are sending it). Order is kept; receives take them later (a
+    /// copy). Edges where the bound stopped it are marked `stalled`.
+    pub(super) fn read_ahead(&mut self) {
+        if self
+            .inbox
+            .has_incoming
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.adopt_new_inbound();
+        }
+        let max_held = self.config.max_buffered_bytes as u64;
+        let mut held_total: u64 = self
+            .inbound
+            .iter()
+            .filter_map(InEdge::as_tcp)
+            .map(|t| t.held().0)
+            .sum();
+        // One `poll` says which streams have something: a failed read takes the socket's
+        // lock, and this runs on every round of a send's wait, often on the very stream the
+        // send is pushing (one stream carries both directions), whose incoming
+        // acknowledgements would then wait behind the lock (measured: 1 MiB bandwidth fell
+        // to 0.5-0.8 of one stream per direction).
+        self.pollfds.clear();
+        for tcp in self.inbound.iter().filter_map(InEdge::as_tcp) {
+            if let Some(fd) = tcp.open_fd() {
+                self.pollfds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        if self.pollfds.is_empty() {
+            return;
+        }
+        if quiver_transport::sys::poll(&mut self.pollfds, Some(Duration::ZERO)).is_err() {
+            // Look at every stream then.
+            for fd in &mut self.pollfds {
+                fd.revents = libc::POLLIN;
+            }
+        }
+        let mut readiness = self.pollfds.iter();
+        let pool = &self.requests.pool;
+        for tcp in self.inbound.iter_mut().filter_map(InEdge::as_tcp_mut) {
+            if tcp.open_fd().is_none() {
+                continue;
+            }
+            let readable = readiness.next().is_some_and(|fd| fd.revents != 0);
+            tcp.read_ahead(readable, &mut held_total, max_held, pool);
+        }
+    }
+
+    /// Whether a [`Endpoint::post_send`] of `len` bytes on `conn` is sent in place: a
+    /// datagram connection (udp, mem) and `len` at least `Config::udp_post_in_place_min`
+    /// (`QUIVER_UDP_POST_IN_PLACE_MIN`, not 0). Such a send is never copied; the endpoint
+    /// holds the buffer until every byte is acknowledged, so a caller that streams large
+    /// messages keeps several distinct buffers posted. False for shm and tcp connections,
+    /// for shorter messages, and for a connection of another endpoint.
+    pub fn posts_in_place(&self, conn: Connection, len: usize) -> bool {
+        if conn.endpoint_id != self.id {
+            return false;
+        }
+        self.outbound
+            .get(conn.index as usize)
+            .and_then(|out| out.capabilities(&self.config))
+            .is_some_and(|c| c.posts_in_place && len >= self.config.udp_post_in_place_min)
+    }
+}
+
+impl Meanwhile for Endpoint {
+    fn context(&mut self) -> EdgeContext<'_> {
+        Endpoint::context(self)
+    }
+
+    fn poll_engine(&mut self) {
+        if let Some(engine) = &self.local.dgram {
+            engine.poll_io(&self.local);
+            self.dgram.engine_polled = true;
+        }
+    }
+
+    fn engine_polled(&mut self) {
+        self.dgram.engine_polled = true;
+    }
+
+    fn receive(&mut self) -> Result<()> {
+        self.progress()?;
+        self.read_ahead();
+        Ok(())
+    }
+
+    fn wake_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        let streams = self.inbound.iter().filter_map(InEdge::as_tcp);
+        for fd in streams.filter_map(|tcp| tcp.wake_fd()) {
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+    }
+}

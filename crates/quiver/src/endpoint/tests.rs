@@ -1,0 +1,223 @@
+//! Tests of the endpoint's receive paths that look inside it: the lone-edge short paths
+//! against the general one. (Datagram connections closing and sending in place under loss
+//! are tested through the fault injector in `tests/dgram_faults.rs`.)
+
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use quiver_wire::stream::StreamHeader;
+
+use super::Endpoint;
+use crate::addr::Addr;
+use crate::config::TransportKind;
+use crate::error::{Error, Result};
+use crate::transport::inbound_state::InboundState;
+use crate::transport::tcp::reader::TcpReader;
+use crate::transport::tcp::writer::tests::pair;
+
+/// Rank 0's and rank 1's contexts of a two-rank job in this process, at `addrs` with
+/// `config`; `tag` tells the test's job id from the other tests'.
+fn two_rank_contexts(
+    addrs: &[std::net::SocketAddr],
+    config: &crate::Config,
+    tag: u64,
+) -> (crate::Context, crate::Context) {
+    let job = u64::from(std::process::id()) << 20 | tag;
+    let context = |rank| {
+        crate::Context::builder()
+            .rank(rank)
+            .size(2)
+            .job_id(job)
+            .job_key([3; 32])
+            .addrs(addrs.to_vec())
+            .config(config.clone())
+            .build()
+            .unwrap()
+    };
+    (context(0), context(1))
+}
+
+/// Rank 0's endpoint of a two-rank tcp job in this process, connected to rank 1's
+/// (returned too, to keep it open). Its one inbound edge then carries the stream the
+/// test gives it (`lone_edge`), so the test can write any bytes to it.
+fn tcp_endpoint() -> (crate::Context, Endpoint, crate::Context, Endpoint) {
+    let addrs: Vec<std::net::SocketAddr> = (0..2)
+        .map(|_| {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            listener.local_addr().unwrap()
+        })
+        .collect();
+    let config = crate::Config {
+        transports: vec![TransportKind::Tcp],
+        ..crate::Config::default()
+    };
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x7e57);
+    let ep1 = ctx1.endpoint(0).unwrap();
+    let mut ep0 = ctx0.endpoint(0).unwrap();
+    ep0.connect(Addr::new(1, 0)).unwrap();
+    ep0.set_timeout(Some(Duration::from_secs(5)));
+    (ctx0, ep0, ctx1, ep1)
+}
+
+/// Makes `stream` the endpoint's only inbound edge, open and active.
+fn lone_edge(ep: &mut Endpoint, stream: TcpStream) {
+    stream.set_nonblocking(true).unwrap();
+    assert_eq!(ep.inbound.len(), 1);
+    let tcp = ep.inbound[0].as_tcp_mut().expect("a tcp edge");
+    tcp.reader = TcpReader::new(stream, 1 << 16);
+    tcp.net.state = InboundState::Open;
+    tcp.net.active = true;
+}
+
+fn frame(data: &[u8]) -> Vec<u8> {
+    let mut bytes = StreamHeader::message(data.len() as u64).emit().to_vec();
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// The short receive path delivers what the general one would, leaves to it what it
+/// does not handle, and reports the end of a stream and a reset as it would.
+#[test]
+fn lone_tcp_edge_takes_small_messages_and_reports_failures() {
+    let (_ctx0, mut ep, _ctx1, _ep1) = tcp_endpoint();
+    let peer = ep.inbound[0].peer();
+    let (mut ours, theirs) = pair();
+    lone_edge(&mut ep, theirs);
+    let mut small = [0u8; 8];
+    assert!(matches!(ep.look_lone(&mut small), Some(Ok(None))));
+    // Two messages in one write, the second split over two writes.
+    let mut bytes = frame(b"first");
+    bytes.extend_from_slice(&frame(b"second!!"));
+    ours.write_all(&bytes[..bytes.len() - 3]).unwrap();
+    assert_eq!(ep.recv(&mut small).unwrap(), (5, peer));
+    assert_eq!(&small[..5], b"first");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(matches!(ep.look_lone(&mut small), Some(Ok(None))));
+    ours.write_all(&bytes[bytes.len() - 3..]).unwrap();
+    assert_eq!(ep.recv(&mut small).unwrap(), (8, peer));
+    assert_eq!(&small, b"second!!");
+    // Too long for the buffer: left to the general path, and kept.
+    ours.write_all(&frame(&[7u8; 100])).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(ep.look_lone(&mut small).is_none());
+    assert!(matches!(
+        ep.recv(&mut small),
+        Err(Error::BufferTooSmall {
+            message: 100,
+            buffer: 8
+        })
+    ));
+    let mut big = [0u8; 100];
+    assert_eq!(ep.recv(&mut big).unwrap(), (100, peer));
+    assert_eq!(big, [7u8; 100]);
+    // The stream ends without a close.
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    match ep.recv(&mut small) {
+        Err(Error::Unreachable { detail, .. }) => {
+            assert!(detail.contains("without a close"), "{detail}")
+        }
+        other => panic!("expected the end of the stream, got {other:?}"),
+    }
+    assert!(ep.inbound[0].is_done());
+    // A reset in the middle of a message: closing a socket with unread bytes sends
+    // a reset instead of an end of stream.
+    let (ours, theirs) = pair();
+    (&theirs).write_all(b"never read").unwrap();
+    lone_edge(&mut ep, theirs);
+    (&ours).write_all(&frame(b"cut")[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    drop(ours);
+    std::thread::sleep(Duration::from_millis(20));
+    match ep.recv(&mut small) {
+        Err(Error::Unreachable { detail, .. }) => {
+            assert!(detail.contains("reset"), "{detail}")
+        }
+        other => panic!("expected a reset, got {other:?}"),
+    }
+}
+
+/// Polls `look_lone_dgram` until it does something other than find nothing (5 s at
+/// most).
+fn look_until_news(ep: &mut Endpoint, buf: &mut [u8]) -> Option<Result<Option<(usize, Addr)>>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let looked = ep.look_lone(buf);
+        if !matches!(looked, Some(Ok(None))) || std::time::Instant::now() > deadline {
+            return looked;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The short receive path of a lone datagram edge takes whole messages that fit, and
+/// leaves to the general path (consuming nothing) a message too long for the buffer,
+/// one larger than the receive window, and a connection the peer closed.
+#[test]
+fn lone_dgram_edge_takes_whole_messages_and_leaves_the_rest() {
+    let addrs: Vec<std::net::SocketAddr> = (0..2)
+        .map(|_| {
+            let socket = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            socket.local_addr().unwrap()
+        })
+        .collect();
+    let config = crate::Config {
+        transports: vec![TransportKind::Udp],
+        ..crate::Config::default()
+    };
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xd6a);
+    let mut ep = ctx0.endpoint(0).unwrap();
+    ep.set_timeout(Some(Duration::from_secs(10)));
+    let huge: Vec<u8> = (0..(12 << 20)).map(|i: usize| (i / 7) as u8).collect();
+    let (go, step) = std::sync::mpsc::channel::<()>();
+    let sender = std::thread::spawn({
+        let huge = huge.clone();
+        move || {
+            let mut ep1 = ctx1.endpoint(0).unwrap();
+            ep1.set_timeout(Some(Duration::from_secs(10)));
+            let conn = ep1.connect(Addr::new(0, 0)).unwrap();
+            for message in [&b"first"[..], b"second!!", &[7u8; 100], &huge] {
+                ep1.send(conn, message).unwrap();
+                // The engine progresses only while the endpoint is used.
+                while let Err(std::sync::mpsc::TryRecvError::Empty) = step.try_recv() {
+                    ep1.progress().unwrap();
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            drop(ep1);
+        }
+    });
+    let mut small = [0u8; 8];
+    // The first message adopts the edge (general path).
+    let (len, peer) = ep.recv(&mut small).unwrap();
+    assert_eq!(&small[..len], b"first");
+    assert_eq!(ep.inbound.len(), 1);
+    go.send(()).unwrap();
+    match look_until_news(&mut ep, &mut small) {
+        Some(Ok(Some((8, from)))) => assert_eq!(from, peer),
+        other => panic!("expected the second message, got {other:?}"),
+    }
+    assert_eq!(&small, b"second!!");
+    // Too long for the buffer: left to the general path, and kept.
+    go.send(()).unwrap();
+    assert!(look_until_news(&mut ep, &mut small).is_none());
+    assert!(matches!(
+        ep.recv(&mut small),
+        Err(Error::BufferTooSmall {
+            message: 100,
+            buffer: 8
+        })
+    ));
+    let mut big = vec![0u8; huge.len()];
+    assert_eq!(ep.recv(&mut big).unwrap(), (100, peer));
+    assert_eq!(big[..100], [7u8; 100]);
+    // Larger than the receive window (8 MiB): never whole in it, read as it arrives.
+    go.send(()).unwrap();
+    assert!(look_until_news(&mut ep, &mut big).is_none());
+    assert_eq!(ep.recv(&mut big).unwrap(), (huge.len(), peer));
+    assert!(big == huge, "the large message differs");
+    // The peer closes: left to the general path.
+    go.send(()).unwrap();
+    sender.join().unwrap();
+    assert!(look_until_news(&mut ep, &mut small).is_none());
+}

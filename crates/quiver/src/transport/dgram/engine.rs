@@ -1,0 +1,412 @@
+//! The datagram engine's state ([`Engine`], behind one mutex) and the handle the context
+//! shares with its endpoints ([`DgramShared`]): binding the link sockets, the per-peer
+//! protocol settings, the clock, timers and waiting, and the counters.
+//!
+//! Layer: the datagram transport. The receive, send, connect and poll paths add their
+//! methods to these types in their own files; this one holds no I/O path of its own
+//! beyond sleeping on the engine's descriptor.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use quiver_proto::handshake::JobKey;
+use quiver_proto::reliable::{Nanos, ReliableConfig};
+use quiver_transport::udp::{monotonic_ns, ReadinessSet};
+use quiver_wire::frame::{self, MAX_HEADER_LEN};
+
+use super::connection::{ConnTable, Entry, Status};
+use super::stats::{DatagramStats, LinkStats};
+use super::udp_io::{bind_socket, Socket};
+use crate::config::{Config, TransportKind};
+use crate::error::{Error, Result};
+use crate::random::random;
+use crate::transport::failure::Failure;
+
+/// Largest datagram on loopback (and the mem transport) when not configured.
+const LOOPBACK_DATAGRAM: usize = 65000;
+/// Largest datagram elsewhere when not configured: Ethernet MTU 1500 - IPv4 - UDP headers.
+const ETHERNET_DATAGRAM: usize = 1472;
+
+/// Smallest retransmission timeout of a udp connection (loopback included) or one striped
+/// over several links (a path that times out a few times in a row goes down: about 70 ms
+/// with backoff).
+const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
+
+/// The engine as the context shares it with its endpoints.
+#[derive(Debug)]
+pub(crate) struct DgramShared {
+    pub(super) kind: TransportKind,
+    /// The socket's descriptor, or with several links the epoll set of them.
+    pub(super) fd: RawFd,
+    /// The epoll set of the link sockets (several links): the engine's descriptor, and
+    /// which sockets have something to receive.
+    pub(super) readiness: Option<ReadinessSet>,
+    pub(super) job_id: u64,
+    pub(super) key: JobKey,
+    /// Own link addresses, by link (path) index.
+    pub(super) local_links: Vec<SocketAddr>,
+    pub(super) engine: Mutex<Engine>,
+}
+
+impl DgramShared {
+    /// Binds this rank's datagram sockets, one per own link in `local` (its `QUIVER_LINKS`
+    /// entry, or just its address); `links` are every rank's links (empty: one each).
+    pub(crate) fn bind(
+        kind: TransportKind,
+        local: Vec<SocketAddr>,
+        links: Vec<Vec<SocketAddr>>,
+        config: &Config,
+        job_id: u64,
+        key: JobKey,
+    ) -> Result<DgramShared> {
+        let mut sockets = Vec::with_capacity(local.len());
+        for &addr in &local {
+            sockets.push(bind_socket(kind, addr, &config.faults)?);
+        }
+        let faults_on = config.faults.is_on();
+        // A scattering receive would put payloads in place before the injector saw them.
+        let arrivals_faulted = sockets.iter().any(Socket::arrivals_faulted);
+        let (fd, readiness) = match sockets.as_slice() {
+            [only] => (only.raw_fd(), None),
+            _ => {
+                let mut set = ReadinessSet::new()
+                    .map_err(|e| Error::io("creating the epoll set of the link sockets", e))?;
+                // The sockets live in the engine, as long as the set (both are owned by this
+                // DgramShared).
+                for socket in &sockets {
+                    set.add(socket.raw_fd())
+                        .map_err(|e| Error::io("adding a link socket to the epoll set", e))?;
+                }
+                (set.as_raw_fd(), Some(set))
+            }
+        };
+        let base = reliable_config(config);
+        base.validate()
+            .map_err(|e| Error::Config(format!("network settings: {e}")))?;
+        Ok(DgramShared {
+            kind,
+            fd,
+            readiness,
+            job_id,
+            key,
+            local_links: local,
+            engine: Mutex::new(Engine {
+                sockets,
+                links,
+                conns: ConnTable::default(),
+                hellos: HashMap::new(),
+                base,
+                config_datagram: config.udp_datagram_bytes,
+                in_place_min: config.udp_in_place_min,
+                scatter_min: if arrivals_faulted {
+                    0
+                } else {
+                    config.udp_scatter_min
+                },
+                in_place_bdp_multiple: config.udp_send_in_place_bdp_multiple,
+                faults_on,
+                start_ns: monotonic_ns(),
+                header: [0; MAX_HEADER_LEN],
+                rx: vec![0u8; 65536].into_boxed_slice(),
+                next_timer: None,
+                timers_dirty: false,
+                news: 0,
+                retired: DatagramStats::default(),
+                deferred: Vec::new(),
+                touched: Vec::new(),
+                timed_out: Vec::new(),
+                housekeeping_owed: false,
+                next_socket: 0,
+                sent_in_place_bytes: 0,
+                adopted_bytes: 0,
+                posted_in_place_bytes: 0,
+            }),
+        })
+    }
+
+    /// This rank's own link addresses, by link index.
+    pub(crate) fn local_links(&self) -> &[SocketAddr] {
+        &self.local_links
+    }
+
+    /// Traffic of each own link over the open connections.
+    pub(crate) fn link_stats(&self) -> Vec<LinkStats> {
+        let engine = self.lock();
+        let mut links: Vec<LinkStats> = self
+            .local_links
+            .iter()
+            .map(|&address| LinkStats {
+                address: Some(address),
+                ..LinkStats::default()
+            })
+            .collect();
+        for entry in engine.conns.values() {
+            for (path, link) in links.iter_mut().enumerate() {
+                if let Some(stats) = entry.core.path_stats(path) {
+                    link.datagrams_sent += stats.datagrams_sent;
+                    link.datagrams_received += stats.datagrams_received;
+                    link.payload_bytes_sent += stats.payload_bytes_sent;
+                    link.frames_lost += stats.frames_lost;
+                    link.spurious_losses += stats.spurious_losses;
+                    link.times_down += stats.times_down;
+                    link.window_bytes = link.window_bytes.max(stats.window_bytes);
+                    link.delivery_rate_bytes_per_second = link
+                        .delivery_rate_bytes_per_second
+                        .max(stats.delivery_rate_bytes_per_second);
+                    link.smoothed_rtt_ns = link.smoothed_rtt_ns.max(stats.smoothed_rtt_ns);
+                    link.min_rtt_ns = link.min_rtt_ns.max(stats.min_rtt_ns);
+                }
+            }
+        }
+        links
+    }
+
+    /// The protocol's counters over every connection so far.
+    pub(crate) fn stats(&self) -> DatagramStats {
+        let engine = self.lock();
+        let mut total = engine.retired;
+        total.connections = 0;
+        total.sent_in_place_bytes = engine.sent_in_place_bytes;
+        total.adopted_bytes = engine.adopted_bytes;
+        total.posted_in_place_bytes = engine.posted_in_place_bytes;
+        for e in engine.conns.values() {
+            total.add(e.core.stats());
+            total.connections += u64::from(!e.abandoned);
+        }
+        for faults in engine.sockets.iter().filter_map(Socket::fault_stats) {
+            total.faults.add(&faults);
+        }
+        total
+    }
+
+    /// udp or mem.
+    pub(crate) fn kind(&self) -> TransportKind {
+        self.kind
+    }
+
+    /// The descriptor that becomes readable when datagrams arrive.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd
+    }
+
+    #[inline]
+    pub(super) fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long a sleeper may sleep before a protocol timer is due (at most `cap`).
+    pub(crate) fn timeout_within(&self, cap: Duration) -> Duration {
+        let mut engine = self.lock();
+        if engine.timers_dirty {
+            engine.next_timer = engine.earliest_timer();
+        }
+        match engine.next_timer {
+            Some(t) => {
+                let now = engine.now();
+                Duration::from_nanos(t.saturating_sub(now)).min(cap)
+            }
+            None => cap,
+        }
+    }
+
+    /// Sleeps until a datagram arrives, the next protocol timer is due, or `cap` passed.
+    pub(crate) fn sleep(&self, cap: Duration) {
+        let mut fds = [libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = quiver_transport::sys::poll(&mut fds, Some(self.timeout_within(cap)));
+    }
+}
+
+/// Everything the engine owns: its sockets and connections, the settings they are made
+/// with, and the poll's reused buffers and bookkeeping.
+#[derive(Debug)]
+pub(super) struct Engine {
+    /// One socket per own link (index = path).
+    pub(super) sockets: Vec<Socket>,
+    /// Link addresses of every rank (`QUIVER_LINKS`; empty: one link each).
+    links: Vec<Vec<SocketAddr>>,
+    pub(super) conns: ConnTable,
+    /// Connection id of a Hello already answered, by (source rank, initiator's id): its
+    /// repeats may come over any link.
+    pub(super) hellos: HashMap<(u32, u64), u64>,
+    pub(super) base: ReliableConfig,
+    config_datagram: usize,
+    /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
+    pub(super) in_place_min: usize,
+    /// `Config::udp_scatter_min` (0: off; also 0 when arrivals go through fault injectors).
+    pub(super) scatter_min: usize,
+    /// `Config::udp_send_in_place_bdp_multiple` (0: always in place).
+    pub(super) in_place_bdp_multiple: u64,
+    /// The sockets have fault injectors (`Config::faults`): each poll releases what they
+    /// hold back.
+    pub(super) faults_on: bool,
+    /// When the engine started, as [`monotonic_ns`] read it (the origin of
+    /// [`Engine::now`]).
+    pub(super) start_ns: Nanos,
+    pub(super) header: [u8; MAX_HEADER_LEN],
+    pub(super) rx: Box<[u8]>,
+    /// Earliest protocol timer over all connections (recomputed by each poll).
+    pub(super) next_timer: Option<Nanos>,
+    /// Counts polls that fed or timed out a connection (news for receivers: a receiver that
+    /// found nothing on its connections at one count need not look again at the same).
+    pub(super) news: u64,
+    /// A connection's timers may have moved since `next_timer` was computed (something was
+    /// sent, read or closed): the next poll looks at every connection again. Polls that
+    /// find nothing to do skip the timer scan otherwise.
+    pub(super) timers_dirty: bool,
+    /// Counters of connections already forgotten.
+    pub(super) retired: DatagramStats,
+    /// Connections whose acknowledgements wait for the next poll: a message of theirs was
+    /// just delivered (or is about to be), and the application's answer should leave
+    /// before our ack does.
+    pub(super) deferred: Vec<u64>,
+    /// Connections a poll fed or timed out (reused: polls allocate nothing).
+    pub(super) touched: Vec<u64>,
+    /// Connections whose retransmission timer fired in a poll (reused).
+    pub(super) timed_out: Vec<u64>,
+    /// The last poll handed messages to the application and left its housekeeping to this
+    /// one (see [`Engine::poll_into`]).
+    pub(super) housekeeping_owed: bool,
+    /// The socket a poll looks at first (several links: the one after the last served).
+    pub(super) next_socket: usize,
+    /// Bytes of messages sent in place, and of those, bytes that had to be copied into a
+    /// send window after all (not acknowledged before their send returned).
+    pub(super) sent_in_place_bytes: u64,
+    pub(super) adopted_bytes: u64,
+    /// Bytes of posted messages lent to the protocol (never copied).
+    pub(super) posted_in_place_bytes: u64,
+}
+
+impl Engine {
+    /// Connection `id`, or the failure a send on it reports when it is gone.
+    pub(super) fn live_entry(
+        &mut self,
+        kind: TransportKind,
+        id: u64,
+    ) -> std::result::Result<&mut Entry, Failure> {
+        self.conns
+            .get_mut(&id)
+            .ok_or_else(|| Failure::Lost(kind.name(), "the connection is gone".into()))
+    }
+
+    /// Connection `id` if it can still send: gone, failed or closed is the failure a send
+    /// on it reports.
+    pub(super) fn open_entry(
+        &mut self,
+        kind: TransportKind,
+        id: u64,
+    ) -> std::result::Result<&mut Entry, Failure> {
+        let entry = self.live_entry(kind, id)?;
+        match &entry.status {
+            Status::Failed(why) => Err(Failure::Lost(kind.name(), why.clone())),
+            Status::Closed => Err(Failure::Closed),
+            _ => Ok(entry),
+        }
+    }
+
+    #[inline]
+    pub(super) fn defer(&mut self, id: u64) {
+        if !self.deferred.contains(&id) {
+            self.deferred.push(id);
+        }
+    }
+
+    /// Nanoseconds since the engine started: `CLOCK_MONOTONIC` read and subtracted in
+    /// plain integers ([`monotonic_ns`]; `Instant::elapsed` adds its `Duration` and `u128`
+    /// steps to the two reads per hop on the latency path).
+    #[inline]
+    pub(super) fn now(&self) -> Nanos {
+        monotonic_ns().saturating_sub(self.start_ns)
+    }
+
+    /// The earliest protocol timer over all connections.
+    pub(super) fn earliest_timer(&self) -> Option<Nanos> {
+        self.conns
+            .values()
+            .filter_map(|e| e.core.poll_timeout())
+            .min()
+    }
+
+    /// A new connection id: non-zero, its short id (what Stream frames carry) unique
+    /// among the engine's connections.
+    pub(super) fn fresh_id(&self) -> u64 {
+        loop {
+            let id = u64::from_ne_bytes(random());
+            if id != 0 && !self.conns.contains_short(frame::short_id(id)) {
+                return id;
+            }
+        }
+    }
+
+    /// The peer's address on each path: its links (as many as both ranks have), or just
+    /// `to` without `QUIVER_LINKS`.
+    pub(super) fn peer_paths(&self, rank: u32, to: SocketAddr) -> Vec<SocketAddr> {
+        match self.links.get(rank as usize) {
+            Some(theirs) if self.sockets.len() > 1 || theirs.len() > 1 => {
+                let count = theirs.len().min(self.sockets.len()).max(1);
+                theirs[..count].to_vec()
+            }
+            _ => vec![to],
+        }
+    }
+
+    pub(super) fn config_for(&self, to: &SocketAddr, path_count: usize) -> ReliableConfig {
+        let datagram = match (self.config_datagram, &self.sockets[0]) {
+            (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
+            (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
+            (0, _) => ETHERNET_DATAGRAM,
+            (n, _) => n,
+        };
+        // Over udp the timeouts must not fire for the few milliseconds a process is off its
+        // CPU on a shared host (a striped connection's take paths down), nor while the
+        // receiver works through a burst: on loopback too, a 1 ms floor resent about one
+        // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
+        // memory (tests) the protocol's own floor stays.
+        let min_rto_ns = if path_count > 1 || matches!(self.sockets[0], Socket::Udp(_)) {
+            self.base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
+        } else {
+            self.base.min_rto_ns
+        };
+        ReliableConfig {
+            max_datagram_bytes: datagram,
+            path_count: path_count.max(1),
+            min_rto_ns,
+            initial_rto_ns: self.base.initial_rto_ns.max(min_rto_ns),
+            max_rto_ns: self.base.max_rto_ns.max(min_rto_ns),
+            ..self.base.clone()
+        }
+    }
+}
+
+fn reliable_config(config: &Config) -> ReliableConfig {
+    let idle = config.net_idle_timeout.as_nanos() as Nanos;
+    ReliableConfig {
+        send_buffer_bytes: config.net_window_bytes,
+        recv_window_bytes: config.net_window_bytes,
+        idle_timeout_ns: idle,
+        keepalive_interval_ns: (idle / 4).max(1_000_000),
+        // 16-byte data headers where nothing needs acknowledging (their 32-bit offsets need
+        // windows of at most 1 GiB).
+        compact_data_frames: config.net_window_bytes <= ReliableConfig::MAX_COMPACT_BUFFER_BYTES,
+        max_in_flight_datagrams: max_in_flight_for(config.net_window_bytes),
+        ..ReliableConfig::default()
+    }
+}
+
+/// Frames in flight (sent, not cumulatively acknowledged) a connection with a window of
+/// `window_bytes` may have: one per KiB of the window, at least the protocol's default.
+/// Everything sent after a lost frame counts until the frame is repaired, so the cap must
+/// cover the window for the repair time: at 8 x 1 Gbit/s the default 4096 frames are 6 ms,
+/// less than a repair takes on a busy host (the sender then stalls on every loss).
+fn max_in_flight_for(window_bytes: usize) -> usize {
+    (window_bytes / 1024).clamp(
+        ReliableConfig::default().max_in_flight_datagrams,
+        ReliableConfig::MAX_IN_FLIGHT_DATAGRAMS,
+    )
+}

@@ -1,0 +1,264 @@
+//! The endpoint's message calls on a datagram connection: write a message into the send
+//! window, take the next message (whole, or read as it arrives straight into the caller's
+//! buffer), ask whether it is readable or all acknowledged, and close.
+//!
+//! Layer: the datagram transport's face to the endpoint. Each call takes the engine's lock
+//! once (waiting only inside `take`, through the endpoint's wait helper).
+
+use std::time::Duration;
+
+use quiver_proto::reliable::State;
+use quiver_transport::udp::MAX_COALESCED_BYTES;
+
+use super::connection::Status;
+use super::engine::DgramShared;
+use super::receive::{Reader, RECV_BUDGET_BYTES};
+use crate::config::Config;
+use crate::transport::dest::Dest;
+use crate::transport::failure::Failure;
+use crate::transport::local::LocalRank;
+
+impl DgramShared {
+    /// The short receive path of a blocking receive whose endpoint's only inbound edge is
+    /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
+    /// [`DgramShared::poll_io_before_receive`], then the next message of `id` into `buf`
+    /// if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
+    /// bytes was taken; `Some(None)`: none has begun to arrive; `None`: anything else (a
+    /// message too large for `buf` or not whole yet, a connection not open, or gone), which
+    /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
+    pub(crate) fn take_whole(
+        &self,
+        ctx: &LocalRank,
+        id: u64,
+        buf: &mut [u8],
+    ) -> Option<Option<usize>> {
+        let mut engine = self.lock();
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
+        let entry = engine.conns.get_mut(&id)?;
+        if entry.status != Status::Open {
+            return None;
+        }
+        let Some((len, ready)) = entry.core.peek_message() else {
+            return Some(None);
+        };
+        if len > buf.len() as u64 || !ready {
+            return None;
+        }
+        let len = len as usize;
+        // A whole message completes in one read into a buffer that holds it
+        // (`ReliableConnection::message_ready`).
+        let (_, complete) = entry.core.read_message(&mut buf[..len]);
+        debug_assert!(complete, "a ready message was not read whole");
+        entry.peer_sent = true;
+        // Freed receive credit may bring a window update forward.
+        engine.timers_dirty = true;
+        engine.defer(id);
+        Some(Some(len))
+    }
+
+    /// Whether connection `id` could take `len` more bytes as a new message right now.
+    pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
+        let engine = self.lock();
+        engine
+            .conns
+            .get(&id)
+            .is_some_and(|e| e.core.send_capacity() >= len)
+    }
+
+    /// Writes more of a message into connection `id`'s send window. `written` counts the
+    /// bytes taken so far, `started` whether the message was announced. True once all of
+    /// `data` is taken.
+    pub(crate) fn write(
+        &self,
+        id: u64,
+        data: &[u8],
+        written: &mut usize,
+        started: &mut bool,
+    ) -> std::result::Result<bool, Failure> {
+        let mut engine = self.lock();
+        let kind = self.kind;
+        let entry = engine.open_entry(kind, id)?;
+        if !*started {
+            if entry.core.start_message(data.len() as u64).is_err() {
+                return Ok(false);
+            }
+            *started = true;
+        }
+        while *written < data.len() {
+            let n = entry.core.write_message(&data[*written..]);
+            if n == 0 {
+                break;
+            }
+            *written += n;
+        }
+        let done = *written == data.len();
+        engine.flush(id);
+        Ok(done)
+    }
+
+    /// Takes the next message of connection `id` into `dest`. A message that does not fit
+    /// the receive window is read as it arrives (blocking even in a non-blocking call once
+    /// its first bytes are here).
+    pub(crate) fn take(
+        &self,
+        ctx: &LocalRank,
+        id: u64,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+    ) -> std::result::Result<Option<usize>, DgramTake> {
+        let mut engine = self.lock();
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return Err(DgramTake::Closed);
+        };
+        let Some(len) = entry.core.peek_message_len() else {
+            return match &entry.status {
+                Status::Failed(why) => Err(DgramTake::Failed(why.clone())),
+                Status::Closed => Err(DgramTake::Closed),
+                _ => Ok(None),
+            };
+        };
+        entry.peer_sent = true;
+        let window = engine.base.recv_window_bytes as u64;
+        // Checked before anything is consumed: a too-small buffer leaves the message queued.
+        let buf = dest.prepare(len).map_err(DgramTake::Error)?;
+        // Non-blocking: deliver only a whole message (one that fits the window).
+        let entry = engine.conns.get(&id).expect("looked up above");
+        if !wait && len <= window / 2 && !entry.core.message_ready() {
+            return Ok(None);
+        }
+        let len = len as usize;
+        let mut filled = 0usize;
+        let mut waited = crate::transport::wait::Wait::with_timeout(config.op_timeout);
+        // Freed receive credit may bring a window update forward.
+        engine.timers_dirty = true;
+        loop {
+            let entry = engine.conns.get_mut(&id).expect("looked up above");
+            let (n, complete) = entry.core.read_message(&mut buf[filled..len]);
+            filled += n;
+            if complete {
+                engine.defer(id);
+                return Ok(Some(len));
+            }
+            if let Status::Failed(why) = &entry.status {
+                let failed = DgramTake::Failed(format!("{why} (in the middle of a message)"));
+                entry.core.detach_reader(&buf[filled..len]);
+                return Err(failed);
+            }
+            engine.flush(id);
+            // What continues the message goes straight into the caller's buffer (one copy
+            // instead of two: into the receive window, then out of it), also frames ahead of
+            // the next byte (a striped connection's overtake each other all the time): the
+            // core places them and counts them once the bytes before them are in; every
+            // read_message above gets the same buffer, at the next unread byte.
+            let mut reader = Some(Reader {
+                id,
+                out: &mut buf[filled..len],
+                placed: 0,
+            });
+            // Only as much as the message still needs, so that little of the next one goes
+            // through the receive window.
+            let budget = RECV_BUDGET_BYTES.min(len - filled);
+            engine.poll_into(Some(ctx), self, &mut reader, budget, None);
+            let placed = reader.map_or(0, |r| r.placed);
+            filled += placed;
+            if filled == len {
+                // Completed by those datagrams: the core has ended the message.
+                engine.defer(id);
+                return Ok(Some(len));
+            }
+            if n == 0 && placed == 0 {
+                drop(engine);
+                let waited_out = wait_engine(self, &mut waited, config.spin);
+                engine = self.lock();
+                if let Err(e) = waited_out {
+                    // Frames that overtook others may sit in `buf` (placed ahead by the
+                    // core): they go back to the connection's receive buffer.
+                    if let Some(entry) = engine.conns.get_mut(&id) {
+                        entry.core.detach_reader(&buf[filled..len]);
+                    }
+                    return Err(DgramTake::Error(e));
+                }
+            }
+        }
+    }
+
+    /// Whether connection `id` has the start of a message to read.
+    pub(crate) fn readable(&self, id: u64) -> bool {
+        let engine = self.lock();
+        engine
+            .conns
+            .get(&id)
+            .is_some_and(|e| e.core.peek_message_len().is_some() || e.status != Status::Open)
+    }
+
+    /// Whether the peer has sent a message on connection `id` (one it did not open).
+    pub(crate) fn peer_sent(&self, id: u64) -> bool {
+        self.lock().conns.get(&id).is_some_and(|e| e.peer_sent)
+    }
+
+    /// Whether everything written to connection `id` was acknowledged (true for a
+    /// connection that failed or is gone: nothing more will be).
+    pub(crate) fn all_acked(&self, id: u64) -> bool {
+        let engine = self.lock();
+        engine.conns.get(&id).is_none_or(|e| {
+            e.core.all_acked() || matches!(e.status, Status::Failed(_) | Status::Closed)
+        })
+    }
+
+    /// Whether connection `id`'s close is settled: its Close acknowledged by the peer, or the
+    /// connection closed, failed or gone. Also returns its current RTO.
+    pub(crate) fn close_settled(&self, id: u64) -> (bool, Duration) {
+        let engine = self.lock();
+        match engine.conns.get(&id) {
+            None => (true, Duration::ZERO),
+            Some(e) => (
+                e.core.close_acknowledged()
+                    || matches!(e.core.state(), State::Closed | State::Failed)
+                    || matches!(e.status, Status::Failed(_) | Status::Closed),
+                Duration::from_nanos(e.core.stats().rto_ns),
+            ),
+        }
+    }
+
+    /// The endpoint is done with connection `id`: close it gracefully; it is forgotten
+    /// once the close completes or fails.
+    pub(crate) fn close(&self, id: u64) {
+        let mut engine = self.lock();
+        let now = engine.now();
+        if let Some(entry) = engine.conns.get_mut(&id) {
+            entry.abandoned = true;
+            entry.core.close(now);
+        }
+        engine.flush(id);
+    }
+}
+
+/// Why a datagram connection yielded no message.
+pub(crate) enum DgramTake {
+    /// Closed gracefully by the peer: nothing more will come.
+    Closed,
+    /// The connection failed (peer unreachable, reset): reported once.
+    Failed(String),
+    /// An error for the caller (BufferTooSmall, timeout).
+    Error(crate::error::Error),
+}
+
+/// One step of waiting for the datagram engine to have news:
+/// [`wait_fd`](crate::transport::wait::wait_fd) on its descriptor, sleeping no longer than
+/// its next protocol timer.
+pub(crate) fn wait_engine(
+    engine: &DgramShared,
+    wait: &mut crate::transport::wait::Wait,
+    spin: Duration,
+) -> crate::error::Result<()> {
+    crate::transport::wait::wait_fd(
+        engine.raw_fd(),
+        libc::POLLIN,
+        || engine.timeout_within(crate::transport::wait::SLEEP_SLICE),
+        wait,
+        spin,
+        "waiting for the rest of a message",
+        || true,
+    )
+}

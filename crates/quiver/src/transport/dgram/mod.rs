@@ -1,0 +1,88 @@
+//! The datagram engine: one per context, it owns the UDP sockets (or the in-process `mem`
+//! sockets) of this rank, one per link, and every reliable connection over them, in both
+//! directions.
+//!
+//! Layer: a transport (below the endpoint, above `quiver-proto` and `quiver-transport`).
+//! It owns the sockets, the connections' protocol cores and the routing of datagrams to
+//! them; it must not know about endpoints' queues or matching (it hands accepted
+//! connections over through the context and answers the endpoint's calls by connection id).
+//!
+//! The protocol itself is [`quiver_proto::reliable`] (sans-IO); the engine feeds it
+//! datagrams and time, sends what it produces, and routes connections to endpoints:
+//! - a datagram is routed by the destination connection id in its header; id 0 opens a new
+//!   connection (a Hello), which the engine answers only for an open endpoint port;
+//! - progress is driven by whoever calls into the API (every endpoint call polls the
+//!   engine), so no thread competes for the cores; a sleeping endpoint sleeps in poll on
+//!   the engine's descriptor with the protocol's next timer as its timeout;
+//! - links (`QUIVER_LINKS`, `docs/striping.md`): with several links the engine binds one
+//!   socket per own link, and a connection to a rank is striped over the links both have:
+//!   path i of the connection is (own socket i, the peer's link i). The protocol core
+//!   chooses the path of every datagram; the engine only maps it. A datagram's arrival path
+//!   is the socket it came in on. The engine's descriptor is then an epoll set of the
+//!   sockets.
+//!
+//! All state sits behind one mutex; endpoints of one context on different threads take
+//! turns.
+//!
+//! With `Config::faults` on (`QUIVER_FAULTS`, for tests and chaos runs), every link socket
+//! sends and receives through its own fault injector (`transport::fault`); off, none is
+//! made, and the send, receive and poll paths each pay one branch for it.
+//!
+//! The latency path (a small request answered at once): a busy-polling receive's poll is
+//! one `recvfrom` of one datagram (`UdpSocket::recv_one`, no `recvmmsg` loop; a batch is
+//! asked for only after a receive came back full; GRO is off while only short single
+//! datagrams arrive, else the call is a costlier `recvmsg` that reports coalesced
+//! segments) plus a clock read; a poll that finds nothing scans no connection. When a
+//! datagram arrives, the poll hands it over first (dispatch, then the ack held back for
+//! the application's answer, then the connection's events) and leaves its housekeeping
+//! (timers, retired connections) to the next poll when all that arrived is a message
+//! waiting for the application, whose answer should leave next; the next poll runs it
+//! whatever it finds, so it is never put off twice in a row. A blocking receive on an
+//! endpoint whose only inbound edge is one open connection polls and takes the message in
+//! one call ([`DgramShared::take_whole`]). The answer leaves with one `send` on the
+//! connection's connected socket (`UdpSocket::send_one`, no message header to copy in),
+//! carrying the ack, before the core is asked for anything more (the core itself
+//! processes the ack fields of the request only after that: "the answer first" in
+//! `quiver_proto::reliable`): one datagram each way per round trip, nothing allocated per
+//! message. The clock is still read on every poll: reading it only after an arrival
+//! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
+//! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
+//! on average); measured, no difference.
+//!
+//! The files, bottom up (each imports only those above it in this list):
+//! - `mem`: the in-process datagram socket;
+//! - `stats`: the counters the engine reports;
+//! - `connection`: one connection's entry (core, paths, status, sending sockets, posted
+//!   buffers) and the table of entries by id;
+//! - `udp_io`: the link sockets (udp with its batches, mem), their fault injectors
+//!   (`transport::fault`), and the gathered (GSO) sends;
+//! - `engine`: the engine's state, [`DgramShared`] and its setup;
+//! - `receive`: taking datagrams from the sockets and routing them to connections;
+//! - `send`: flushing what a connection has to send;
+//! - `connect`: opening connections and accepting Hellos;
+//! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
+//! - `messages`: the endpoint's message calls (write, take, close);
+//! - `in_place`: sends from the caller's buffer (blocking and posted);
+//! - `posted_reads`: receives posted in place;
+//! - `inbound`, `outbound`: the endpoint's edges over the engine's connections;
+//! - `endpoint_side`: what an endpoint keeps about the engine (posted receives handed to
+//!   it, the lone-edge receive path, closing).
+//!
+//! Small helpers that the hot paths call from another of these files are `#[inline]`: the
+//! files may be compiled in different codegen units.
+
+pub(crate) mod connect;
+mod connection;
+pub(crate) mod endpoint_side;
+pub(crate) mod engine;
+mod in_place;
+pub(crate) mod inbound;
+mod mem;
+mod messages;
+pub(crate) mod outbound;
+mod poll;
+mod posted_reads;
+mod receive;
+mod send;
+pub(crate) mod stats;
+mod udp_io;

@@ -1,0 +1,311 @@
+//! The poll loop of the datagram engine: receive what arrived, hand it to its connections
+//! and endpoints, flush their answers and acks, and only then the housekeeping (timers,
+//! Resets on sending sockets, retired connections); and turning the protocol's events
+//! into what the endpoint sees of a connection.
+//!
+//! Layer: the datagram transport. It ties the receive and send paths together; it does
+//! not parse datagrams itself.
+
+use quiver_proto::handshake::RejectReason;
+use quiver_proto::reliable::{Event, FailReason, Nanos, State};
+use quiver_transport::udp::{monotonic_ns, MAX_COALESCED_BYTES};
+
+use super::connect::{CROSSED, RETRY};
+use super::connection::{lent_of, Lender, Status};
+use super::engine::{DgramShared, Engine};
+use super::receive::{Reader, RECV_BUDGET_BYTES};
+use super::udp_io::Socket;
+use crate::transport::local::LocalRank;
+use crate::transport::registry::NetInbound;
+
+/// A connection's ack waits for the next poll (for the application's answer to carry it)
+/// only while it owes the peer at most this many frames.
+const DEFER_ACK_MAX_FRAMES: u32 = 4;
+
+impl DgramShared {
+    /// Receives what arrived, runs due timers (a poll that handed a message to the
+    /// application may leave them to the next: see `Engine::poll_into`), sends what the
+    /// protocol produced, and hands newly accepted connections to their endpoints. Returns
+    /// the engine's news count:
+    /// while it stays the same, no connection received anything or changed its state.
+    pub(crate) fn poll_io(&self, ctx: &LocalRank) -> u64 {
+        let mut engine = self.lock();
+        engine.poll(Some(ctx), self);
+        engine.news
+    }
+
+    /// [`DgramShared::poll_io`] for a blocking receive about to look for a message: it
+    /// takes about one datagram of bulk data (from the sockets together), so that a large message
+    /// goes into the receive window only as far as it must (its length, to start reading
+    /// it); the rest arrives while the receive reads it, straight into its buffer (see
+    /// [`DgramShared::take`]).
+    pub(crate) fn poll_io_before_receive(&self, ctx: &LocalRank) -> u64 {
+        let mut engine = self.lock();
+        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
+        engine.news
+    }
+}
+
+impl Engine {
+    pub(super) fn poll(&mut self, ctx: Option<&LocalRank>, shared: &DgramShared) {
+        self.poll_into(ctx, shared, &mut None, RECV_BUDGET_BYTES, None);
+    }
+
+    /// [`Engine::poll`], with a receive in the middle of a message that takes the datagrams
+    /// continuing it straight into its buffer, receiving about `budget` bytes at most from
+    /// the udp sockets together.
+    ///
+    /// The order is the latency path's (see the module docs of `transport::dgram`):
+    /// receive, hand what arrived to its connections and endpoints, and only then the
+    /// housekeeping (timers, retired connections). When everything that arrived is a
+    /// message waiting for the application, whose answer should leave next, the
+    /// housekeeping waits for the next poll (which runs it whatever it receives, so it is
+    /// never put off twice in a row).
+    ///
+    /// `lender`: a connection sending a message in place, and that message
+    /// ([`DgramShared::send_in_place`]): its flushes send lent bytes too.
+    pub(super) fn poll_into(
+        &mut self,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+        reader: &mut Option<Reader<'_>>,
+        budget: usize,
+        lender: Lender<'_>,
+    ) {
+        // Acks held back for the application's answer: it has answered (and its message
+        // carried them) or not; whatever is left goes now. Popped, not taken: the list
+        // keeps its allocation.
+        while let Some(id) = self.deferred.pop() {
+            self.flush_lent(id, lent_of(lender, id));
+        }
+        let now = self.now();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        // With several links, receive only on the sockets with something to take (one
+        // epoll_wait instead of a recvmmsg on each; a striped sender's acks come on few).
+        let ready = match &shared.readiness {
+            Some(set) => set.ready_now().unwrap_or(u64::MAX),
+            None => u64::MAX,
+        };
+        // The budget is for all sockets together (a striped receive in the middle of a
+        // message asks for what the message still needs: taken from every socket, most of
+        // it would be the next message's, through the receive window), and the socket
+        // after the last one served goes first, so that every link gets its turn.
+        let count = self.sockets.len();
+        let first = if count > 1 {
+            self.next_socket % count
+        } else {
+            0
+        };
+        let mut left = budget;
+        for k in 0..count {
+            let path = if first + k < count {
+                first + k
+            } else {
+                first + k - count
+            };
+            let idle = path < 64 && ready & (1 << path) == 0;
+            if idle && matches!(self.sockets[path], Socket::Udp(_)) {
+                continue;
+            }
+            if left == 0 {
+                break;
+            }
+            let taken = self.receive(path, now, ctx, shared, &mut touched, reader, left);
+            left = left.saturating_sub(taken);
+            self.next_socket = path + 1;
+        }
+        // Held-back datagrams (reordered by the fault injectors) wait no longer than this.
+        if self.faults_on {
+            self.release_held_faults(now, ctx, shared, &mut touched, reader);
+        }
+        let mut all_waiting = true;
+        if !touched.is_empty() {
+            self.news += 1;
+            if touched.len() > 1 {
+                touched.sort_unstable();
+                touched.dedup();
+            }
+            for &id in &touched {
+                // Hold the ack back for the application's answer only when a whole message
+                // is there for it to take (a partial one needs more frames first, so no
+                // answer comes), and only for a small exchange: a stream of frames needs its
+                // acks now (the sender's windows wait for them).
+                // (`message_ready` is false when no message has begun.)
+                let waiting = self.conns.get(&id).is_some_and(|e| {
+                    e.core.message_ready() && e.core.unacknowledged_frames() <= DEFER_ACK_MAX_FRAMES
+                });
+                if waiting {
+                    self.defer(id);
+                } else {
+                    all_waiting = false;
+                    self.flush_lent(id, lent_of(lender, id));
+                }
+                self.settle(id, ctx, shared);
+            }
+            // Their timers moved.
+            self.timers_dirty = true;
+        }
+        self.touched = touched;
+        if !self.touched.is_empty() && all_waiting && !self.housekeeping_owed {
+            self.housekeeping_owed = true;
+            return;
+        }
+        self.housekeeping_owed = false;
+        self.housekeeping(now, ctx, shared, lender);
+    }
+
+    /// The part of a poll off the latency path: runs the protocol timers that are due (or
+    /// may have moved), sends what they produced, and forgets the connections given up and
+    /// done. A poll that finds nothing to do reads no connection.
+    fn housekeeping(
+        &mut self,
+        now: Nanos,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+        lender: Lender<'_>,
+    ) {
+        let scan = self.timers_dirty || self.next_timer.is_some_and(|t| t <= now);
+        if !scan {
+            return;
+        }
+        self.timers_dirty = false;
+        let mut expired = std::mem::take(&mut self.touched);
+        expired.clear();
+        let mut timed_out = std::mem::take(&mut self.timed_out);
+        for (&id, entry) in self.conns.iter_mut() {
+            if let Some(t) = entry.core.poll_timeout() {
+                if t <= now {
+                    let before = entry.core.stats().rto_expirations;
+                    entry.core.handle_timeout(now);
+                    expired.push(id);
+                    let stats = entry.core.stats();
+                    if stats.rto_expirations != before {
+                        tracing::debug!(peer = %entry.peer, to = %entry.to, retransmits = stats.retransmits, timeouts = stats.rto_expirations, "retransmission timeout: resending what is unacknowledged");
+                        timed_out.push(id);
+                    }
+                }
+            }
+        }
+        // A peer that forgot a connection answers its datagrams with a Reset, to the port
+        // they came from: the connection's sending sockets.
+        for id in timed_out.drain(..) {
+            self.drain_senders(id, now, ctx, shared, &mut expired);
+        }
+        self.timed_out = timed_out;
+        if !expired.is_empty() {
+            self.news += 1;
+            expired.sort_unstable();
+            expired.dedup();
+        }
+        for &id in &expired {
+            self.flush_lent(id, lent_of(lender, id));
+            self.settle(id, ctx, shared);
+        }
+        self.touched = expired;
+        self.next_timer = self.earliest_timer();
+        let retired = &mut self.retired;
+        self.conns.retain(|_, e| {
+            let keep = !(e.abandoned && matches!(e.core.state(), State::Closed | State::Failed));
+            if !keep {
+                retired.add(e.core.stats());
+            }
+            keep
+        });
+    }
+
+    /// Turns the protocol's events of connection `id` into its status.
+    fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
+        let Some(entry) = self.conns.get_mut(&id) else {
+            return;
+        };
+        while let Some(event) = entry.core.poll_event() {
+            match event {
+                Event::Established => {
+                    entry.status = Status::Open;
+                    if entry.inbound && !entry.abandoned {
+                        match ctx.and_then(|c| c.registry.inbox(entry.local_port)) {
+                            Some(ep) => {
+                                if let Some(c) = ctx {
+                                    c.registry.accepted();
+                                }
+                                ep.deliver_inbound(NetInbound::Dgram {
+                                    peer: entry.peer,
+                                    kind: shared.kind,
+                                    id,
+                                });
+                            }
+                            None => {
+                                // The endpoint closed meanwhile.
+                                entry.abandoned = true;
+                                entry
+                                    .core
+                                    .close(monotonic_ns().saturating_sub(self.start_ns));
+                            }
+                        }
+                    }
+                }
+                Event::PeerUnreachable => {
+                    tracing::warn!(peer = %entry.peer, to = %entry.to, idle_ms = self.base.idle_timeout_ns / 1_000_000, "peer unreachable: no answer for the idle timeout");
+                    let retry = if entry.status == Status::Connecting {
+                        RETRY
+                    } else {
+                        ""
+                    };
+                    entry.status = Status::Failed(format!(
+                        "{retry}no answer for {} ms (the peer died, froze, or the network is down)",
+                        self.base.idle_timeout_ns / 1_000_000
+                    ));
+                }
+                Event::Closed if !matches!(entry.status, Status::Failed(_)) => {
+                    entry.status = Status::Closed;
+                }
+                Event::Failed(reason) => {
+                    entry.status = Status::Failed(match reason {
+                        FailReason::Rejected(RejectReason::NoSuchEndpoint) => {
+                            format!("{RETRY}the endpoint is not open")
+                        }
+                        FailReason::Rejected(RejectReason::Busy) => CROSSED.into(),
+                        FailReason::Handshake(e) => {
+                            let why = crate::error::describe_handshake_error(e);
+                            if entry.inbound {
+                                if let Some(c) = ctx {
+                                    c.registry.refused(format!(
+                                        "{} from rank {}: {why}",
+                                        shared.kind, entry.peer.rank
+                                    ));
+                                }
+                                entry.abandoned = true;
+                            }
+                            why
+                        }
+                        FailReason::HandshakeTimeout => {
+                            if entry.inbound {
+                                // A stranger that could not prove the key goes quiet.
+                                if let Some(c) = ctx {
+                                    c.registry.refused(format!(
+                                        "{} from {}: the handshake was not completed",
+                                        shared.kind, entry.to
+                                    ));
+                                }
+                                entry.abandoned = true;
+                            }
+                            format!("{RETRY}no answer to the handshake")
+                        }
+                        FailReason::PeerReset => {
+                            "the peer reset the connection (it closed it, restarted, or forgot it)"
+                                .into()
+                        }
+                        FailReason::PeerUnreachable => "the peer stopped answering".into(),
+                        FailReason::ProtocolViolation => {
+                            "the peer broke the protocol; the connection was closed".into()
+                        }
+                        #[allow(unreachable_patterns)]
+                        other => format!("{other:?}"),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+}

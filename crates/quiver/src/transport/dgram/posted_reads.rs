@@ -1,0 +1,134 @@
+//! Receives posted in place on a datagram connection: the endpoint hands the buffers of
+//! its posted receives to the engine, the protocol core places the frames of the next
+//! messages straight into them, and they come back complete, too small, returned or
+//! failed ([`RecvDone`]).
+//!
+//! Layer: the datagram transport's face to the endpoint for posted receives.
+
+use std::collections::VecDeque;
+
+use quiver_proto::reliable::PostedRead;
+
+use super::connection::{Entry, Status};
+use super::engine::DgramShared;
+
+/// What became of a receive posted with [`DgramShared::post_recvs`].
+#[derive(Debug)]
+pub(crate) enum RecvDone {
+    /// A message of `len` bytes is at the start of `buf`.
+    Complete {
+        token: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    /// The next message (`len` bytes) is longer than `buf`; it stays for the next receive.
+    TooSmall {
+        token: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    /// Handed back untouched: the connection ended (failed or closed) before the receive's
+    /// message began; the endpoint's general receive path takes it on.
+    Returned { token: u64, buf: Vec<u8> },
+    /// The connection failed in the middle of the receive's message (its buffer is
+    /// dropped).
+    Failed { token: u64, why: String },
+}
+
+impl DgramShared {
+    /// Posts receives in place on connection `id` (an endpoint's lone inbound connection):
+    /// takes buffers from the front of `recvs` ((token, buffer), in posting order) as long
+    /// as the protocol takes readers (`ReliableConnection::post_reader`), and keeps them.
+    /// Every datagram then goes to the connection with them
+    /// (`handle_datagram_posted`): frames of the next messages go straight to their
+    /// receives' buffers, also while earlier messages are still arriving. They come back
+    /// from [`DgramShared::collect_recvs`]. Takes none from a connection that is not open,
+    /// or in the middle of a message read the general way. Returns how many were taken.
+    pub(crate) fn post_recvs(&self, id: u64, recvs: &mut VecDeque<(u64, Vec<u8>)>) -> usize {
+        let mut engine = self.lock();
+        let Some(entry) = engine.conns.get_mut(&id) else {
+            return 0;
+        };
+        if entry.status != Status::Open || entry.core.reading_message() {
+            return 0;
+        }
+        let mut taken = 0;
+        while let Some((token, buf)) = recvs.pop_front() {
+            if !entry.core.post_reader(token, buf.len()) {
+                recvs.push_front((token, buf));
+                break;
+            }
+            entry.reads.0.push((token, buf));
+            taken += 1;
+        }
+        if taken > 0 {
+            // What arrived already goes in now; freed credit may bring a window update.
+            entry.core.read_posted(&mut entry.reads);
+            entry.peer_sent = true;
+            engine.timers_dirty = true;
+            engine.flush(id);
+        }
+        taken
+    }
+
+    /// Hands back what became of connection `id`'s receives posted in place, into `done`:
+    /// completed or too small, in the order they finished; once the connection failed or
+    /// was closed, every other one (its message not begun: returned as it was; begun: with
+    /// the failure). Returns how many receives the engine still holds; None when the
+    /// connection is gone (with the receives it held).
+    pub(crate) fn collect_recvs(&self, id: u64, done: &mut Vec<RecvDone>) -> Option<usize> {
+        let mut engine = self.lock();
+        let entry = engine.conns.get_mut(&id)?;
+        let Entry {
+            core,
+            reads,
+            status,
+            ..
+        } = entry;
+        if reads.0.is_empty() {
+            return Some(0);
+        }
+        let before = done.len();
+        core.read_posted(reads);
+        while let Some(read) = core.poll_posted() {
+            let (token, len, complete) = match read {
+                PostedRead::Complete { token, len } => (token, len, true),
+                PostedRead::TooSmall { token, len } => (token, len, false),
+            };
+            let Some(buf) = reads.take(token) else {
+                continue;
+            };
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            done.push(if complete {
+                RecvDone::Complete { token, buf, len }
+            } else {
+                RecvDone::TooSmall { token, buf, len }
+            });
+        }
+        let ended = match status {
+            Status::Failed(why) => Some(why.clone()),
+            Status::Closed => Some("the peer closed the connection".to_owned()),
+            _ => None,
+        };
+        if let Some(why) = ended {
+            for token in core.withdraw_readers(reads) {
+                if let Some(buf) = reads.take(token) {
+                    done.push(RecvDone::Returned { token, buf });
+                }
+            }
+            for (token, _) in reads.0.drain(..) {
+                done.push(RecvDone::Failed {
+                    token,
+                    why: format!("{why} (in the middle of a message)"),
+                });
+            }
+        }
+        let held = reads.0.len();
+        if done.len() > before {
+            // Freed receive credit may bring a window update forward.
+            engine.timers_dirty = true;
+            engine.flush(id);
+        }
+        Some(held)
+    }
+}

@@ -1,0 +1,594 @@
+//! The seam between the endpoint and the transports: an endpoint's directed edges are
+//! [`OutEdge`]s (this endpoint sends) and [`InEdge`]s (a peer sends to it), one variant per
+//! transport. This file is the one place that dispatches on the transport; the endpoint
+//! calls these methods and asks [`Capabilities`] where a choice depends on the medium.
+//!
+//! An enum rather than a trait object: the fast paths (a short message over shm, a small
+//! frame over tcp) stay monomorphic and inlinable, and adding a transport is one variant
+//! here (the compiler then lists every method that needs its arm). A new transport must
+//! provide: connection setup (a listener that delivers [`InEdge`]s to the endpoint's
+//! inbox, a connecting side that returns an [`OutEdge`] and, for a connection carrying both
+//! directions, its reverse [`InEdge`]), the send operations (blocking, non-blocking,
+//! posted, progress, close), the receive look, liveness and readiness, and its
+//! [`Capabilities`]; then one line in `tests/conformance.rs`.
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use super::dgram::inbound::DgramIn;
+use super::dgram::outbound::DgramOut;
+use super::edge_context::EdgeContext;
+use super::meanwhile::Meanwhile;
+use super::shm::inbound::ShmIn;
+use super::shm::outbound::ShmOut;
+use super::tcp::inbound::TcpIn;
+use super::tcp::outbound::TcpOut;
+use crate::addr::Addr;
+use crate::config::{Config, TransportKind};
+use crate::error::Result;
+use crate::slab::Key;
+use crate::transport::dest::Dest;
+use crate::transport::failure::Failure;
+use crate::transport::inbound_state::InboundState;
+use crate::transport::local::LocalRank;
+use crate::transport::net_edge::{settle_look, NetInEdge};
+use crate::transport::registry::{Inbox, NetInbound, NewInbound};
+
+/// What a protocol choice or an API promise needs to know of a transport, asked of the
+/// transport instead of matched on its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// The transport's name (`QUIVER_TRANSPORTS`, errors, logs).
+    pub(crate) name: &'static str,
+    /// Delivers in order and without loss by itself (shm rings, tcp); otherwise the
+    /// protocol core adds reliability (udp, mem).
+    pub(crate) reliable: bool,
+    /// Large messages move without a staging copy (shm: cross-memory attach; datagrams:
+    /// sent in place from the caller's buffer).
+    pub(crate) zero_copy: bool,
+    /// A posted send of at least `udp_post_in_place_min` bytes is held in place until
+    /// acknowledged (the caller keeps several buffers posted).
+    pub(crate) posts_in_place: bool,
+}
+
+/// The capabilities of transport `kind` under `config`.
+pub(crate) fn capabilities(kind: TransportKind, config: &Config) -> Capabilities {
+    let datagram = kind.is_datagram();
+    Capabilities {
+        name: kind.name(),
+        reliable: !datagram,
+        zero_copy: kind == TransportKind::Shm || datagram,
+        posts_in_place: datagram && config.udp_post_in_place_min > 0,
+    }
+}
+
+/// Whether transport `kind` can reach a peer from this rank: shm only on this node
+/// (`peer_on_node`), the network transports only with every rank's address, and a
+/// datagram transport only when it is the one this rank's engine runs.
+pub(crate) fn reaches(kind: TransportKind, local: &LocalRank, peer_on_node: bool) -> bool {
+    match kind {
+        TransportKind::Shm => peer_on_node,
+        TransportKind::Tcp => !local.addrs.is_empty(),
+        TransportKind::Udp | TransportKind::Mem => {
+            !local.addrs.is_empty() && local.dgram_kind() == Some(kind)
+        }
+    }
+}
+
+/// An edge from this endpoint to a peer (module docs).
+#[derive(Debug)]
+pub(crate) enum OutEdge {
+    Shm(ShmOut),
+    Tcp(TcpOut),
+    Dgram(DgramOut),
+    /// Out of the list while a blocking send on it lets the endpoint receive meanwhile
+    /// (see [`Meanwhile`]); every operation passes over it.
+    Busy,
+}
+
+/// How the part of a blocking send an edge does by itself ended.
+pub(crate) enum Started {
+    /// The send is over.
+    Finished(Result<()>),
+    /// The rest needs the endpoint's help while it waits: `written` bytes are out.
+    Partly { written: usize },
+}
+
+impl OutEdge {
+    /// Why the edge stopped working, if it did.
+    pub(crate) fn failure(&self) -> Option<&Failure> {
+        match self {
+            OutEdge::Shm(e) => e.failure.as_ref(),
+            OutEdge::Tcp(e) => e.net.failure.as_ref(),
+            OutEdge::Dgram(e) => e.net.failure.as_ref(),
+            OutEdge::Busy => None,
+        }
+    }
+
+    /// What the edge's transport can do.
+    pub(crate) fn capabilities(&self, config: &Config) -> Option<Capabilities> {
+        let kind = match self {
+            OutEdge::Shm(_) => TransportKind::Shm,
+            OutEdge::Tcp(_) => TransportKind::Tcp,
+            OutEdge::Dgram(e) => e.kind(),
+            OutEdge::Busy => return None,
+        };
+        Some(capabilities(kind, config))
+    }
+
+    /// The part of a blocking send the edge does by itself: all of it over shm (which
+    /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
+    /// meanwhile), tcp's latency path (one `send` of a small frame), nothing for
+    /// datagrams.
+    #[inline]
+    pub(crate) fn start_send(
+        &mut self,
+        data: &[u8],
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(),
+    ) -> Started {
+        match self {
+            OutEdge::Shm(e) => Started::Finished(e.send(data, cx, flush)),
+            OutEdge::Tcp(e) => {
+                let mut written = 0;
+                match e.start_send(data, &mut written, cx) {
+                    Ok(true) => Started::Finished(Ok(())),
+                    Ok(false) => Started::Partly { written },
+                    Err(err) => Started::Finished(Err(err)),
+                }
+            }
+            OutEdge::Dgram(_) => Started::Partly { written: 0 },
+            OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
+        }
+    }
+
+    /// The rest of a blocking send ([`Started::Partly`]), with the endpoint receiving
+    /// meanwhile (the edge is out of the endpoint's list while this runs).
+    pub(crate) fn finish_send(
+        &mut self,
+        data: &[u8],
+        written: usize,
+        endpoint: &mut dyn Meanwhile,
+    ) -> Result<()> {
+        match self {
+            OutEdge::Tcp(e) => e.finish_send(data, written, endpoint),
+            OutEdge::Dgram(e) => e.finish_send(data, endpoint),
+            OutEdge::Shm(_) | OutEdge::Busy => unreachable!("sends over shm finish by themselves"),
+        }
+    }
+
+    /// Sends `data` only if that needs no waiting (`WouldBlock` otherwise).
+    #[inline]
+    pub(crate) fn try_send(&mut self, data: &[u8], cx: &mut EdgeContext<'_>) -> Result<()> {
+        match self {
+            OutEdge::Shm(e) => e.try_send(data, cx.config, cx.requests),
+            OutEdge::Tcp(e) => e.try_send(data, cx),
+            OutEdge::Dgram(e) => e.try_send(data, cx),
+            OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
+        }
+    }
+
+    /// Starts sending `data` without waiting; the request's key.
+    pub(crate) fn post_send(&mut self, data: Vec<u8>, cx: &mut EdgeContext<'_>) -> Result<Key> {
+        match self {
+            OutEdge::Shm(e) => e.post_send(data, cx.config, cx.requests),
+            OutEdge::Tcp(e) => Ok(e.post_send(data, cx)),
+            OutEdge::Dgram(e) => Ok(e.post_send(data, cx)),
+            OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
+        }
+    }
+
+    /// Pushes queued sends as far as the transport takes them now and completes finished
+    /// requests.
+    pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
+        match self {
+            OutEdge::Shm(e) => {
+                if !e.busy() {
+                    return Ok(());
+                }
+                e.progress(cx.config, cx.requests)
+            }
+            OutEdge::Tcp(e) => e.progress(cx),
+            OutEdge::Dgram(e) => e.progress(cx),
+            OutEdge::Busy => Ok(()),
+        }
+    }
+
+    /// The endpoint's liveness look: a peer that exited or stopped while sends are pending
+    /// fails them.
+    pub(crate) fn check_liveness(&mut self, now: Instant, cx: &mut EdgeContext<'_>) {
+        match self {
+            OutEdge::Shm(e) => e.check_liveness(now, cx.config, cx.requests),
+            OutEdge::Tcp(e) => {
+                if let Some(detect) = cx.config.detect {
+                    e.check_liveness(detect, now, cx);
+                }
+            }
+            OutEdge::Dgram(_) | OutEdge::Busy => {}
+        }
+    }
+
+    /// The descriptor a sleeping call should also wake up for (a tcp stream with queued
+    /// sends, writable).
+    pub(crate) fn wake_fd(&self) -> Option<libc::pollfd> {
+        match self {
+            OutEdge::Tcp(e) => e.wake_fd(),
+            _ => None,
+        }
+    }
+
+    /// The datagram edge, for closing (which waits until its sends are acknowledged).
+    pub(crate) fn as_dgram_mut(&mut self) -> Option<&mut DgramOut> {
+        match self {
+            OutEdge::Dgram(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Closes the edge (the endpoint closes): shm and tcp peers see the end at once;
+    /// datagram edges close with the engine's connections (see `dgram::endpoint_side`).
+    pub(crate) fn close(&mut self) {
+        match self {
+            OutEdge::Shm(e) => e.close(),
+            OutEdge::Tcp(e) => e.close(),
+            OutEdge::Dgram(_) | OutEdge::Busy => {}
+        }
+    }
+}
+
+/// An edge from a peer to this endpoint (module docs).
+#[derive(Debug)]
+pub(crate) enum InEdge {
+    Shm(ShmIn),
+    Tcp(TcpIn),
+    Dgram(DgramIn),
+}
+
+/// What one look at the endpoint's inbound edges needs besides the edges.
+pub(crate) struct Look<'a, 'b> {
+    /// The endpoint's state the drivers use.
+    pub(crate) cx: EdgeContext<'a>,
+    /// The tcp edge the blocking receive in progress is committed to (see
+    /// [`TcpIn::take`]).
+    pub(crate) committed: &'b mut Option<usize>,
+    /// Skip open datagram edges: the engine has no news since they last had nothing.
+    pub(crate) skip_dgram: bool,
+}
+
+impl InEdge {
+    /// The shared-memory edge a listener accepted.
+    pub(crate) fn from_shm(accepted: NewInbound) -> InEdge {
+        InEdge::Shm(ShmIn::new(accepted))
+    }
+
+    /// The network edge a listener or the datagram engine accepted (a tcp edge stages
+    /// `staging_bytes`).
+    pub(crate) fn from_network(accepted: NetInbound, staging_bytes: usize) -> InEdge {
+        match accepted {
+            NetInbound::Tcp { peer, stream, pid } => {
+                InEdge::Tcp(TcpIn::accepted(peer, stream, pid, staging_bytes))
+            }
+            NetInbound::Dgram { peer, kind, id } => {
+                InEdge::Dgram(DgramIn::accepted(peer, kind, id))
+            }
+        }
+    }
+
+    /// The peer at the other end.
+    pub(crate) fn peer(&self) -> Addr {
+        match self {
+            InEdge::Shm(e) => e.peer,
+            InEdge::Tcp(e) => e.net.peer,
+            InEdge::Dgram(e) => e.net.peer,
+        }
+    }
+
+    /// Whether the edge is done (skipped by every look).
+    pub(crate) fn is_done(&self) -> bool {
+        let state = match self {
+            InEdge::Shm(e) => &e.state,
+            InEdge::Tcp(e) => &e.net.state,
+            InEdge::Dgram(e) => &e.net.state,
+        };
+        *state == InboundState::Done
+    }
+
+    /// Whether the edge is a network edge (the datagram engine is polled before its look).
+    pub(crate) fn is_network(&self) -> bool {
+        !matches!(self, InEdge::Shm(_))
+    }
+
+    /// One look at edge `i` of `edges` for a message for `dest`: its length, nothing, or
+    /// the edge's error (reported once; the edge is done afterwards, except after
+    /// `BufferTooSmall`). With `wait`, a message that has begun may be waited for.
+    #[inline]
+    pub(crate) fn look(
+        edges: &mut [InEdge],
+        i: usize,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        look: &mut Look<'_, '_>,
+    ) -> Result<Option<usize>> {
+        let cx = &mut look.cx;
+        match &mut edges[i] {
+            InEdge::Shm(e) => e.poll(dest, wait, cx.config, cx.detection, cx.addr),
+            InEdge::Dgram(e) => {
+                if look.skip_dgram && e.net.state == InboundState::Open {
+                    return Ok(None);
+                }
+                let was_active = e.net.active;
+                let got = e.take(dest, wait, cx.local, cx.config);
+                settle_look(e, was_active, got, &cx.local.registry, cx.addr)
+            }
+            InEdge::Tcp(_) => look_tcp(edges, i, dest, wait, look),
+        }
+    }
+
+    /// Whether the edge still delivers or has an error to report (`inbound_count`); a
+    /// reverse network edge only once the peer has sent on it.
+    pub(crate) fn is_live(&mut self) -> bool {
+        match self {
+            InEdge::Shm(e) => e.is_live(),
+            InEdge::Tcp(e) => e.is_live(),
+            InEdge::Dgram(e) => e.is_live(),
+        }
+    }
+
+    /// Whether a receive would find something here now (for `arm`).
+    pub(crate) fn has_pending(&mut self, local: &LocalRank) -> bool {
+        match self {
+            InEdge::Shm(e) => e.has_pending(),
+            InEdge::Tcp(e) => e.has_pending(),
+            InEdge::Dgram(e) => local.dgram.as_deref().is_some_and(|d| e.has_pending(d)),
+        }
+    }
+
+    /// Publishes the ring space consumed so far (shm; nothing for the others).
+    #[inline]
+    pub(crate) fn publish_consumed(&mut self) {
+        if let InEdge::Shm(e) = self {
+            e.flush();
+        }
+    }
+
+    /// Re-reads a shared ring's header while idle (shm).
+    pub(crate) fn verify(&mut self) {
+        if let InEdge::Shm(e) = self {
+            e.verify();
+        }
+    }
+
+    /// The endpoint's liveness look at this edge (a peer that exited or stopped).
+    pub(crate) fn check_liveness(
+        &mut self,
+        now: Instant,
+        detect: Option<Duration>,
+        endpoint: Addr,
+    ) {
+        match self {
+            InEdge::Shm(e) => e.check_liveness(now, detect, endpoint),
+            InEdge::Tcp(e) => {
+                if let Some(detect) = detect {
+                    if e.net.state == InboundState::Open && !e.silent() {
+                        e.net.check_stopped(detect, now, endpoint);
+                    }
+                }
+            }
+            InEdge::Dgram(e) => {
+                if let Some(detect) = detect {
+                    if e.net.state == InboundState::Open && !e.silent() {
+                        e.net.check_stopped(detect, now, endpoint);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The descriptor a sleeping receive should wake up for: a shm peer's pidfd (it
+    /// exited), a tcp stream with something to read (unless read-ahead stalled on it).
+    pub(crate) fn wake_fd(&self) -> Option<RawFd> {
+        match self {
+            InEdge::Shm(e) => e.pidfd_to_watch(),
+            InEdge::Tcp(e) => e.wake_fd(),
+            InEdge::Dgram(_) => None,
+        }
+    }
+
+    /// The engine's connection id of a datagram edge (closed with the endpoint).
+    pub(crate) fn dgram_id(&self) -> Option<u64> {
+        match self {
+            InEdge::Dgram(e) => Some(e.id),
+            _ => None,
+        }
+    }
+
+    /// The tcp edge, if it is one.
+    pub(crate) fn as_tcp_mut(&mut self) -> Option<&mut TcpIn> {
+        match self {
+            InEdge::Tcp(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The tcp edge, if it is one.
+    pub(crate) fn as_tcp(&self) -> Option<&TcpIn> {
+        match self {
+            InEdge::Tcp(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Closes the edge (the endpoint closes; datagram edges close with the engine's
+    /// connections).
+    pub(crate) fn close(&mut self) {
+        if let InEdge::Shm(e) = self {
+            e.close();
+        }
+    }
+
+    /// Whether an outbound edge to `peer` over `transport` may ride on this edge's
+    /// connection (one the peer opened, open, not carrying one already).
+    pub(crate) fn reusable_for(&self, peer: Addr, transport: &'static str) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.reusable_for(peer, transport),
+            InEdge::Dgram(e) => e.net.reusable_for(peer, transport),
+        }
+    }
+
+    /// The outbound edge to the peer that rides on this edge's connection (one network
+    /// connection carries both directions); the edge is marked as carrying it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when a tcp stream cannot be duplicated.
+    pub(crate) fn ride(&mut self) -> Result<OutEdge> {
+        match self {
+            InEdge::Shm(_) => unreachable!("shm edges are one-way"),
+            InEdge::Tcp(e) => {
+                let stream = e
+                    .reader
+                    .stream
+                    .try_clone()
+                    .map_err(|err| crate::error::Error::io("duplicating a tcp stream", err))?;
+                e.net.carries_out = true;
+                let process = e
+                    .net
+                    .process
+                    .as_ref()
+                    .and_then(|p| crate::transport::liveness::PeerProcess::open(p.pid));
+                Ok(OutEdge::Tcp(TcpOut::new(e.net.peer, stream, process)))
+            }
+            InEdge::Dgram(e) => {
+                e.net.carries_out = true;
+                Ok(OutEdge::Dgram(DgramOut::new(e.net.peer, e.id, e.kind)))
+            }
+        }
+    }
+}
+
+/// The look at tcp edge `i` (see [`InEdge::look`]): its large messages may need the held
+/// bytes of the endpoint's other tcp edges, and a blocking receive may commit to it.
+fn look_tcp(
+    edges: &mut [InEdge],
+    i: usize,
+    dest: &mut Dest<'_>,
+    wait: bool,
+    look: &mut Look<'_, '_>,
+) -> Result<Option<usize>> {
+    let cx = &mut look.cx;
+    let max_held = cx.config.max_buffered_bytes as u64;
+    let (before, rest) = edges.split_at_mut(i);
+    let Some((InEdge::Tcp(e), after)) = rest.split_first_mut() else {
+        unreachable!("look_tcp is given a tcp edge")
+    };
+    let others = || {
+        before
+            .iter()
+            .chain(after.iter())
+            .filter_map(InEdge::as_tcp)
+            .map(TcpIn::held)
+            .fold((0, false), |(bytes, partial), (b, p)| {
+                (bytes + b, partial || p)
+            })
+    };
+    let was_active = e.net.active;
+    let mut committed = *look.committed == Some(i);
+    let got = e.take(dest, wait, cx.requests, max_held, &mut committed, others);
+    if committed {
+        *look.committed = Some(i);
+    } else if *look.committed == Some(i) {
+        *look.committed = None;
+    }
+    let result = settle_look(e, was_active, got, &cx.local.registry, cx.addr);
+    if e.net.reverse && e.net.state == InboundState::Done {
+        // Our connection to the peer ended: a new one from the peer is no crossing.
+        cx.inbox.tcp_crossings().release_connect(e.net.peer);
+    }
+    if *look.committed == Some(i) && e.net.state == InboundState::Done {
+        *look.committed = None;
+    }
+    result
+}
+
+/// A new outbound edge, or the index of an inbound edge whose connection should carry it.
+pub(crate) enum Opened {
+    /// A new connection: the outbound edge and its reverse inbound edge (the peer's
+    /// answers come back on it).
+    New(Box<(OutEdge, InEdge)>),
+    /// The peer's own connection to us, inbound edge number `index`, carries both ways.
+    Reused(usize),
+}
+
+/// Opens a network connection of `kind` from `src` to `peer` at `to`, until `deadline`.
+/// `reuse` looks for a connection the peer opened to this endpoint before every attempt
+/// (tcp: `Err(why)` means the listener is accepting one from the peer right now, wait for
+/// it).
+///
+/// # Errors
+/// The transport's connection errors ([`crate::Error::Refused`], `Unreachable`, `Io`).
+pub(crate) fn open_network(
+    kind: TransportKind,
+    local: &LocalRank,
+    inbox: &Inbox,
+    (src, peer, to): (Addr, Addr, SocketAddr),
+    deadline: Instant,
+    reuse: &mut dyn FnMut() -> std::result::Result<Option<usize>, String>,
+) -> Result<Opened> {
+    let staging = local.config.tcp_staging_bytes;
+    match kind {
+        TransportKind::Tcp => {
+            let connected = super::tcp::connect::connect(local, src, peer, to, deadline, || {
+                if let Some(i) = reuse()? {
+                    return Ok(Some(i));
+                }
+                // Recorded (for crossed connects) together with the check that our
+                // listener is not accepting the peer's connection right now.
+                if !inbox.tcp_crossings().claim_connect(peer) {
+                    return Err(format!("accepting a connection from {peer} (to be used)"));
+                }
+                // An accept that ended just before the claim has been handed over.
+                reuse()
+            });
+            let (stream, pid) = match connected {
+                Ok(super::tcp::connect::Connected::New(stream, pid)) => (stream, pid),
+                Ok(super::tcp::connect::Connected::Reused(i)) => {
+                    inbox.tcp_crossings().release_connect(peer);
+                    return Ok(Opened::Reused(i));
+                }
+                Err(e) => {
+                    inbox.tcp_crossings().release_connect(peer);
+                    return Err(e);
+                }
+            };
+            // Stays recorded while the connection lives (a crossed connect may reach our
+            // listener after ours completed).
+            let reverse = stream.try_clone().map_err(|e| {
+                inbox.tcp_crossings().release_connect(peer);
+                crate::error::Error::io("duplicating a tcp stream", e)
+            })?;
+            let process = |pid: Option<libc::pid_t>| {
+                pid.and_then(crate::transport::liveness::PeerProcess::open)
+            };
+            Ok(Opened::New(Box::new((
+                OutEdge::Tcp(TcpOut::new(peer, stream, process(pid))),
+                InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging)),
+            ))))
+        }
+        TransportKind::Udp | TransportKind::Mem => {
+            let engine = local.dgram.as_ref().ok_or_else(|| {
+                crate::error::Error::Config(format!("{kind} is not set up in this context"))
+            })?;
+            let connected =
+                engine.connect(local, src, peer, to, deadline, || reuse().ok().flatten())?;
+            match connected {
+                super::dgram::connect::Connected::New(id) => Ok(Opened::New(Box::new((
+                    OutEdge::Dgram(DgramOut::new(peer, id, kind)),
+                    InEdge::Dgram(DgramIn::reverse(peer, kind, id)),
+                )))),
+                super::dgram::connect::Connected::Reused(i) => Ok(Opened::Reused(i)),
+            }
+        }
+        TransportKind::Shm => unreachable!("shm connections are not network connections"),
+    }
+}

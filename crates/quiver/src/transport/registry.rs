@@ -1,0 +1,207 @@
+//! This rank's open endpoints as the transports' listeners see them: an [`Inbox`] per
+//! endpoint port, where a listener (shm, tcp) or the datagram engine leaves each connection
+//! it accepted for the endpoint to adopt, and the listeners' counters.
+//!
+//! Every transport's accepting side depends on this module; it depends on none of them
+//! beyond the types of what they hand over.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use quiver_transport::notify::RemoteDoorbell;
+use quiver_transport::ring::Consumer;
+
+use super::tcp::crossing::Crossings;
+use crate::addr::Addr;
+use crate::config::TransportKind;
+
+/// The counters of this rank's listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ListenerCounts {
+    /// Connections accepted.
+    pub(crate) accepted: u64,
+    /// Handshakes refused or failed.
+    pub(crate) refused: u64,
+    /// Of the connections accepted, those over shared memory.
+    pub(crate) shm_accepted: u64,
+    /// Why the last refusal happened.
+    pub(crate) last_refusal: Option<String>,
+}
+
+/// The open endpoints of this rank, by port, and the listeners' counters.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    /// This rank.
+    pub(crate) rank: u32,
+    endpoints: Mutex<HashMap<u16, Arc<Inbox>>>,
+    counts: Mutex<ListenerCounts>,
+}
+
+impl Registry {
+    /// No endpoint open yet.
+    pub(crate) fn new(rank: u32) -> Registry {
+        Registry {
+            rank,
+            endpoints: Mutex::new(HashMap::new()),
+            counts: Mutex::new(ListenerCounts::default()),
+        }
+    }
+
+    /// Registers the inbox of endpoint `port`; false if that port is open already.
+    pub(crate) fn register(&self, port: u16, inbox: Arc<Inbox>) -> bool {
+        let mut endpoints = self.endpoints();
+        if endpoints.contains_key(&port) {
+            return false;
+        }
+        endpoints.insert(port, inbox);
+        true
+    }
+
+    /// Forgets endpoint `port` (it closed).
+    pub(crate) fn unregister(&self, port: u16) {
+        self.endpoints().remove(&port);
+    }
+
+    /// The inbox of endpoint `port`, if it is open.
+    pub(crate) fn inbox(&self, port: u16) -> Option<Arc<Inbox>> {
+        self.endpoints().get(&port).cloned()
+    }
+
+    /// Counts an accepted connection.
+    pub(crate) fn accepted(&self) {
+        self.counts().accepted += 1;
+    }
+
+    /// Adds `delta` to the accepted connections and to those over shared memory (a shm
+    /// acceptance is counted before its setup message leaves, and taken back if that
+    /// fails).
+    pub(crate) fn count_shm_accepted(&self, delta: i64) {
+        let mut counts = self.counts();
+        counts.accepted = counts.accepted.saturating_add_signed(delta);
+        counts.shm_accepted = counts.shm_accepted.saturating_add_signed(delta);
+    }
+
+    /// Counts a refused or failed handshake and logs why.
+    pub(crate) fn refused(&self, why: String) {
+        if why.contains("which is not open") {
+            // Usual while the job starts: the initiator retries.
+            tracing::debug!(rank = self.rank, reason = %why, "refused a connection");
+        } else {
+            tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
+        }
+        let mut counts = self.counts();
+        counts.refused += 1;
+        counts.last_refusal = Some(why);
+    }
+
+    /// The counters now.
+    pub(crate) fn counts_now(&self) -> ListenerCounts {
+        self.counts().clone()
+    }
+
+    fn endpoints(&self) -> MutexGuard<'_, HashMap<u16, Arc<Inbox>>> {
+        self.endpoints.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counts(&self) -> MutexGuard<'_, ListenerCounts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An accepted inbound shared-memory edge, handed from the listener to its endpoint.
+#[derive(Debug)]
+pub(crate) struct NewInbound {
+    pub(crate) peer: Addr,
+    pub(crate) pid: libc::pid_t,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) ring: Consumer,
+}
+
+/// An accepted inbound network edge, handed to its endpoint.
+#[derive(Debug)]
+pub(crate) enum NetInbound {
+    /// A TCP stream after its handshake (non-blocking).
+    Tcp {
+        /// Who connected.
+        peer: Addr,
+        /// The stream.
+        stream: std::net::TcpStream,
+        /// The peer's pid, when it runs on this node (for freeze detection).
+        pid: Option<libc::pid_t>,
+    },
+    /// A datagram connection accepted by the engine (its handshake completed).
+    Dgram {
+        /// Who connected.
+        peer: Addr,
+        /// udp or mem.
+        kind: TransportKind,
+        /// The engine's id of the connection.
+        id: u64,
+    },
+}
+
+/// What the listeners share with one endpoint: the connections accepted for it and not yet
+/// adopted, its doorbell (rung when one arrives), and the tcp connects it has in flight.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    /// Inbound shared-memory connections accepted but not yet adopted by the endpoint.
+    pub(crate) incoming: Mutex<Vec<NewInbound>>,
+    /// Inbound network connections accepted but not yet adopted.
+    pub(crate) incoming_net: Mutex<Vec<NetInbound>>,
+    /// Something waits in `incoming` or `incoming_net`.
+    pub(crate) has_incoming: AtomicBool,
+    /// Who is opening a tcp connection to whom (crossed connects; see
+    /// [`Crossings`]).
+    pub(crate) tcp_crossings: Mutex<Crossings>,
+    /// The endpoint's doorbell, as a peer maps it: its shared word's memfd and eventfd
+    /// (sent to shm peers) and this process's own mapping (rung by the listeners).
+    pub(crate) bell_memfd: OwnedFd,
+    pub(crate) bell_eventfd: OwnedFd,
+    pub(crate) own_bell: RemoteDoorbell,
+}
+
+impl Inbox {
+    /// An empty inbox whose doorbell is the one `bell_memfd`/`bell_eventfd` describe.
+    pub(crate) fn new(
+        bell_memfd: OwnedFd,
+        bell_eventfd: OwnedFd,
+        own_bell: RemoteDoorbell,
+    ) -> Inbox {
+        Inbox {
+            incoming: Mutex::new(Vec::new()),
+            incoming_net: Mutex::new(Vec::new()),
+            has_incoming: AtomicBool::new(false),
+            tcp_crossings: Mutex::new(Crossings::default()),
+            bell_memfd,
+            bell_eventfd,
+            own_bell,
+        }
+    }
+
+    /// Queues an accepted shared-memory edge for the endpoint and wakes it.
+    pub(crate) fn deliver_shm(&self, inbound: NewInbound) {
+        self.incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(inbound);
+        self.has_incoming.store(true, Ordering::Release);
+        self.own_bell.ring();
+    }
+
+    /// Queues an accepted network edge for the endpoint and wakes it.
+    pub(crate) fn deliver_inbound(&self, inbound: NetInbound) {
+        self.incoming_net
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(inbound);
+        self.has_incoming.store(true, Ordering::Release);
+        self.own_bell.ring();
+    }
+
+    /// The tcp connects in flight to and from this endpoint.
+    pub(crate) fn tcp_crossings(&self) -> MutexGuard<'_, Crossings> {
+        self.tcp_crossings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,192 @@
+//! The connecting side of shared-memory connections: `Endpoint::connect` to a peer on this
+//! node runs the job-key handshake over the peer's listener socket (see
+//! [`super::listener`]), proves it can be read with cross-memory attach, and receives the
+//! ring of the new directed edge and the peer endpoint's doorbell.
+
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator};
+use quiver_transport::notify::RemoteDoorbell;
+use quiver_transport::ring::Producer;
+use quiver_transport::sys;
+use quiver_wire::handshake::MAX_MESSAGE_LEN;
+use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
+
+use super::listener::{socket_name, HANDSHAKE_STEP_TIMEOUT};
+use crate::addr::Addr;
+use crate::error::{Error, Result};
+use crate::random::random;
+use crate::transport::local::LocalRank;
+use crate::transport::retry::{retry_until, Attempt};
+
+/// A freshly established outbound edge.
+pub(crate) struct NewOutbound {
+    pub(crate) pid: libc::pid_t,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) ring: Producer,
+    pub(crate) bell: RemoteDoorbell,
+}
+
+/// Connects endpoint `src` of this process to `dst`, retrying while the peer is not (yet)
+/// listening or its endpoint is not yet open, up to the connect timeout.
+pub(crate) fn connect(local: &LocalRank, src: Addr, dst: Addr) -> Result<NewOutbound> {
+    let timeout = local.config.connect_timeout;
+    let suffix = format!("gave up after {} ms", timeout.as_millis());
+    retry_until(dst, Instant::now() + timeout, &suffix, || {
+        try_connect(local, src, dst)
+    })
+}
+
+fn try_connect(
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+) -> std::result::Result<NewOutbound, Attempt> {
+    let io_fail =
+        |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
+    let sock = match sys::seqpacket_connect(&socket_name(local.job_id, dst.rank)) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ECONNREFUSED) | Some(libc::ENOENT) | Some(libc::EAGAIN)
+            ) =>
+        {
+            return Err(Attempt::Retry(format!(
+                "rank {} is not listening",
+                dst.rank
+            )))
+        }
+        Err(e) => return Err(io_fail("connecting to", e)),
+    };
+    sys::set_socket_timeouts(&sock, HANDSHAKE_STEP_TIMEOUT)
+        .map_err(|e| io_fail("configuring the socket to", e))?;
+    let request = ConnectRequest {
+        job_id: local.job_id,
+        src_rank: src.rank,
+        src_port: src.port,
+        dst_port: dst.port,
+    };
+    let mut hs = Initiator::new(local.job_key(), request, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let refused = |reason: String| refused_by(dst, reason);
+    let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
+            sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
+        }
+        Ok(())
+    };
+    transmit(&mut hs, &mut out)?;
+    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    // The probe word lives on this stack frame until the setup message has arrived, which
+    // is after the responder read it.
+    let probe_value = u64::from_ne_bytes(random());
+    let probe_word = std::hint::black_box(probe_value);
+    let mut params = [0u8; 16];
+    params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
+    params[8..].copy_from_slice(&probe_value.to_be_bytes());
+    let failed = |e| Attempt::Fail(Error::handshake(dst, "shm", e));
+    match hs.handle_challenge(&buf[..n], &params) {
+        Ok(_) => {}
+        Err(HandshakeError::NoSuchEndpoint { .. }) => {
+            return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
+        }
+        Err(e) => return Err(failed(e)),
+    }
+    transmit(&mut hs, &mut out)?;
+    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    hs.handle_verdict(&buf[..n]).map_err(failed)?;
+    let (n, fds) =
+        sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
+    std::hint::black_box(&probe_word);
+    let setup =
+        SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
+    check_status(&setup, local, src, dst)?;
+    attach(&sock, fds, &setup, local, (src, dst))
+}
+
+/// The responder's verdict in the setup message: ready, or why it could not set up the
+/// edge.
+fn check_status(
+    setup: &SetupRepr,
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+) -> std::result::Result<(), Attempt> {
+    match setup.status {
+        SetupStatus::Ready => Ok(()),
+        SetupStatus::CrossMemoryDenied => Err(Attempt::Fail(Error::PermissionDenied {
+            what: format!(
+                "for cross-memory attach: rank {} cannot read this process's memory",
+                dst.rank
+            ),
+            detail: "process_vm_readv failed its ptrace access check (EPERM)".into(),
+            fix: CMA_FIX,
+        })),
+        SetupStatus::NoResources => Err(Attempt::Fail(Error::OutOfSharedMemory {
+            what: format!(
+                "the ring from {src} to {dst}, which rank {} creates",
+                dst.rank
+            ),
+            bytes: local.config.shm_ring_bytes,
+            detail: format!(
+                "rank {} could not allocate it; its listener counted the refusal",
+                dst.rank
+            ),
+        })),
+    }
+}
+
+/// Maps the ring and the peer endpoint's doorbell the setup message brought (`fds`), and
+/// watches the peer's process.
+fn attach(
+    sock: &OwnedFd,
+    fds: Vec<OwnedFd>,
+    setup: &SetupRepr,
+    local: &LocalRank,
+    (src, dst): (Addr, Addr),
+) -> std::result::Result<NewOutbound, Attempt> {
+    let io_fail =
+        |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
+    let refused = |reason: String| refused_by(dst, reason);
+    let [ring_fd, bell_memfd, bell_eventfd]: [OwnedFd; 3] = fds
+        .try_into()
+        .map_err(|_| refused("setup message without the three descriptors".into()))?;
+    let ring = Producer::attach(&ring_fd).map_err(|e| match e {
+        quiver_transport::ring::AttachError::Io(io) => Attempt::Fail(Error::shared_memory(
+            format!("the mapping of the ring from {src} to {dst}"),
+            local.config.shm_ring_bytes,
+            io,
+        )),
+        other => refused(format!("the ring sent is unusable: {other}")),
+    })?;
+    if ring.capacity() != setup.ring_bytes {
+        return Err(refused("ring size disagrees with the setup message".into()));
+    }
+    let bell = RemoteDoorbell::attach(&bell_memfd, bell_eventfd)
+        .map_err(|e| io_fail("mapping the doorbell of", e))?;
+    let pid = sys::peer_pid(sock).map_err(|e| io_fail("reading the credentials of", e))?;
+    let pidfd = sys::pidfd_open(pid).map_err(|e| io_fail("watching the process of", e))?;
+    Ok(NewOutbound {
+        pid,
+        pidfd,
+        ring,
+        bell,
+    })
+}
+
+/// The peer answered, but not as the protocol says.
+fn refused_by(dst: Addr, reason: String) -> Attempt {
+    Attempt::Fail(Error::Corrupt {
+        peer: dst,
+        detail: format!("shared-memory connection setup: {reason}"),
+    })
+}
+
+/// What to do when cross-memory attach between two ranks is denied.
+const CMA_FIX: &str = "run every rank as the same user (and keep them dumpable), or give the \
+    ranks CAP_SYS_PTRACE; under Yama, kernel.yama.ptrace_scope must be 0 or 1 (quiver \
+    declares its peers as ptracers), and a container's seccomp profile must allow \
+    process_vm_readv; QUIVER_TRANSPORTS=tcp or udp avoids shared memory altogether";

@@ -1,0 +1,366 @@
+//! The receiving side of a shared-memory edge ([`ShmIn`]): the peer writes the ring, this
+//! process reads it. A receive takes a short or eager message out of the ring (waiting for
+//! the rest of one whose first fragment arrived, when it may wait), or pulls a rendezvous
+//! message out of the sender's memory ([`super::rendezvous`]). A peer that exits is
+//! noticed through its pidfd: what it wrote is still delivered, then its death is reported
+//! once; a ring that fails a check becomes [`Error::Corrupt`] on this edge only.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use quiver_transport::ring::{Consumer, Kind, Record, RingError};
+use quiver_transport::sys;
+
+use super::eager::all_fragments_present;
+use super::rendezvous::{pull, SPLIT_ALIGN, SPLIT_MIN_BYTES};
+use crate::addr::Addr;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
+use crate::transport::dest::Dest;
+use crate::transport::failure::corrupt_detail;
+use crate::transport::inbound_state::InboundState;
+use crate::transport::liveness::{FreezeWatch, Looks};
+use crate::transport::registry::NewInbound;
+use crate::transport::wait::Wait;
+
+/// The receiving side of a shared-memory edge (module docs).
+#[derive(Debug)]
+pub(crate) struct ShmIn {
+    pub(crate) peer: Addr,
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    freeze: FreezeWatch,
+    ring: Consumer,
+    pub(crate) state: InboundState,
+}
+
+/// A ring error of the edge from `peer`.
+fn ring_error(peer: Addr, e: RingError) -> Error {
+    Error::Corrupt {
+        peer,
+        detail: e.to_string(),
+    }
+}
+
+impl ShmIn {
+    /// The edge the listener accepted.
+    pub(crate) fn new(accepted: NewInbound) -> ShmIn {
+        ShmIn {
+            peer: accepted.peer,
+            pid: accepted.pid,
+            pidfd: accepted.pidfd,
+            freeze: FreezeWatch::default(),
+            ring: accepted.ring,
+            state: InboundState::Open,
+        }
+    }
+
+    /// One look for a message for `dest`: the message's length, nothing, or this edge's
+    /// error (reported once; the edge is done afterwards, except after `BufferTooSmall`).
+    /// With `wait`, a multi-fragment message that has begun is waited for to its end.
+    #[inline]
+    pub(crate) fn poll(
+        &mut self,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+        endpoint: Addr,
+    ) -> Result<Option<usize>> {
+        match &self.state {
+            InboundState::Done => return Ok(None),
+            InboundState::Broken(detail) => {
+                let err = corrupt_detail(self.peer, detail);
+                self.state = InboundState::Done;
+                return Err(err);
+            }
+            InboundState::Open | InboundState::Dying | InboundState::Stopped(_) => {}
+        }
+        match self.take(dest, wait, config, detection) {
+            Ok(Some(len)) => Ok(Some(len)),
+            Ok(None) => self.report_end(endpoint),
+            Err(e @ Error::BufferTooSmall { .. }) => Err(e),
+            Err(e) => {
+                self.state = InboundState::Done;
+                self.ring.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Nothing more to take: a peer that died or stopped is reported now, once.
+    fn report_end(&mut self, endpoint: Addr) -> Result<Option<usize>> {
+        match self.state {
+            InboundState::Dying => {
+                self.state = InboundState::Done;
+                tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer died without closing its connection");
+                Err(Error::PeerDead {
+                    peer: self.peer,
+                    during: "while receiving",
+                })
+            }
+            InboundState::Stopped(stopped_ms) => {
+                self.state = InboundState::Done;
+                self.ring.close();
+                Err(Error::PeerStopped {
+                    peer: self.peer,
+                    transport: "shm",
+                    during: "while receiving",
+                    stopped_ms,
+                })
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Takes the next message of the ring into `dest`, if there is one.
+    fn take(
+        &mut self,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        let peer = self.peer;
+        let rec = match self.ring.peek() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(ring_error(peer, e)),
+        };
+        match rec.kind {
+            Kind::Msg => self.take_eager(rec, dest, wait, config, detection),
+            Kind::Rndv => self.take_rendezvous(rec, dest, config, detection),
+            Kind::Close => {
+                self.ring.consume(&rec);
+                self.ring.flush();
+                self.state = InboundState::Done;
+                Ok(None)
+            }
+            Kind::Cont | Kind::Pad => Err(corrupt_detail(peer, "fragment without a message start")),
+        }
+    }
+
+    /// Pulls the rendezvous message `rec` announces out of the sender's memory into `dest`.
+    fn take_rendezvous(
+        &mut self,
+        rec: Record,
+        dest: &mut Dest<'_>,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        let peer = self.peer;
+        let (addr, len) = self.ring.rndv_target(&rec);
+        if len != rec.total_len {
+            return Err(corrupt_detail(
+                peer,
+                "rendezvous length disagrees with its header",
+            ));
+        }
+        let buf = dest.prepare(len)?;
+        let seq = self.ring.next_rndv_seq();
+        // Large copies are shared with the sender: it pushes the second part with
+        // process_vm_writev while we pull the first, so both cores copy at once.
+        let split = if len >= SPLIT_MIN_BYTES {
+            (len / 2) & !(SPLIT_ALIGN - 1)
+        } else {
+            len
+        };
+        if split < len {
+            self.ring.post_cts(seq, buf.as_ptr() as u64, split, len);
+        }
+        let (first, second) = buf.split_at_mut(split as usize);
+        pull(self.pid, peer, first, addr)?;
+        if !second.is_empty() {
+            let sender_copies = !self.ring.claim_second_part(seq);
+            // While the sender writes `second` from its side, nothing here touches
+            // it; we only return once it reported completion.
+            if !sender_copies || !self.wait_second_part(seq, config, detection)? {
+                pull(self.pid, peer, second, addr + split)?;
+            }
+        }
+        self.ring.consume(&rec);
+        self.ring.complete_rndv();
+        Ok(Some(len as usize))
+    }
+
+    fn take_eager(
+        &mut self,
+        first: Record,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        let peer = self.peer;
+        let total = first.total_len;
+        if total > self.ring.capacity() {
+            return Err(corrupt_detail(peer, "eager message larger than its ring"));
+        }
+        if first.frag_len < total
+            && !wait
+            && !all_fragments_present(&self.ring, &first).map_err(|e| ring_error(peer, e))?
+        {
+            return Ok(None);
+        }
+        let buf = dest.prepare(total)?;
+        let mut filled = first.frag_len as usize;
+        self.ring.copy_payload(&first, &mut buf[..filled]);
+        self.ring.consume(&first);
+        let mut waited = Wait::with_timeout(config.op_timeout);
+        while (filled as u64) < total {
+            match self.ring.peek().map_err(|e| ring_error(peer, e))? {
+                Some(rec) if rec.kind == Kind::Cont && filled as u64 + rec.frag_len <= total => {
+                    let end = filled + rec.frag_len as usize;
+                    self.ring.copy_payload(&rec, &mut buf[filled..end]);
+                    self.ring.consume(&rec);
+                    filled = end;
+                }
+                Some(_) => {
+                    return Err(corrupt_detail(
+                        peer,
+                        "message interrupted by another record",
+                    ))
+                }
+                None => {
+                    // The sender is mid-message: it is writing the rest right now.
+                    self.ring.flush();
+                    self.wait_on_sender(
+                        &mut waited,
+                        (config.spin, config.detect, &mut *detection),
+                        "in the middle of a message",
+                        "waiting for the rest of a message",
+                    )?;
+                }
+            }
+        }
+        Ok(Some(total as usize))
+    }
+
+    /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
+    /// reported failure (the caller then copies the part itself).
+    fn wait_second_part(
+        &mut self,
+        seq: u64,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<bool> {
+        let mut wait = Wait::new(config);
+        loop {
+            if let Some(ok) = self.ring.second_part_done(seq) {
+                return Ok(ok);
+            }
+            self.wait_on_sender(
+                &mut wait,
+                (config.spin, config.detect, &mut *detection),
+                "while it copied part of a large message",
+                "waiting for the sender's part of a large message",
+            )?;
+        }
+    }
+
+    /// One step of waiting for a sender that is in the middle of writing something we
+    /// need: spin, and every ~1000 polls check that it lives and that the deadline has not
+    /// passed; past the spin budget, give the CPU away now and then.
+    fn wait_on_sender(
+        &mut self,
+        wait: &mut Wait,
+        (spin, detect, detection): (Duration, Option<Duration>, &mut Looks),
+        during: &'static str,
+        what: &'static str,
+    ) -> Result<()> {
+        let (_, periodic) = wait.spinning(spin);
+        if periodic {
+            let due = match detect {
+                Some(detect) => wait.liveness_due(detection, detect),
+                // With detection off, death is still noticed once the spin budget is spent.
+                None => wait.start().elapsed() > spin,
+            };
+            let started = due.then(Instant::now);
+            let exited = due && sys::pidfd_exited(&self.pidfd);
+            let stopped = (due && !exited)
+                .then(|| detect.and_then(|d| self.freeze.stopped(self.pid, d, Instant::now())))
+                .flatten();
+            if let Some(started) = started {
+                detection.record(started);
+            }
+            if exited {
+                return Err(Error::PeerDead {
+                    peer: self.peer,
+                    during,
+                });
+            }
+            if let Some(ms) = stopped {
+                return Err(Error::PeerStopped {
+                    peer: self.peer,
+                    transport: "shm",
+                    during,
+                    stopped_ms: ms,
+                });
+            }
+            wait.check_deadline(what)?;
+            if wait.start().elapsed() > spin {
+                std::thread::yield_now();
+            }
+        }
+        std::hint::spin_loop();
+        Ok(())
+    }
+
+    /// The endpoint's liveness look at this edge: a peer that exited is drained, then
+    /// reported; one stopped for `detect` is reported once its ring is drained.
+    pub(crate) fn check_liveness(
+        &mut self,
+        now: Instant,
+        detect: Option<Duration>,
+        endpoint: Addr,
+    ) {
+        if self.state != InboundState::Open {
+            return;
+        }
+        if sys::pidfd_exited(&self.pidfd) {
+            tracing::debug!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", "peer process exited");
+            self.state = InboundState::Dying;
+        } else if let Some(ms) = detect.and_then(|d| self.freeze.stopped(self.pid, d, now)) {
+            tracing::warn!(target: ENDPOINT_LOG, endpoint = %endpoint, peer = %self.peer, transport = "shm", stopped_ms = ms, "peer stopped");
+            self.state = InboundState::Stopped(ms);
+        }
+    }
+
+    /// Re-reads the ring's header while idle: a scribbled ring becomes an error on this
+    /// edge now rather than a silent hang later.
+    pub(crate) fn verify(&mut self) {
+        if self.state == InboundState::Open {
+            if let Err(e) = self.ring.verify() {
+                self.state = InboundState::Broken(e.to_string());
+                self.ring.close();
+            }
+        }
+    }
+
+    /// Whether a receive would find something here now (a record, or the edge's end).
+    pub(crate) fn has_pending(&mut self) -> bool {
+        self.state != InboundState::Done && !matches!(self.ring.peek(), Ok(None))
+    }
+
+    /// Whether the edge still delivers or has an error to report.
+    pub(crate) fn is_live(&self) -> bool {
+        self.state != InboundState::Done
+    }
+
+    /// The peer's pidfd, to sleep on while the edge is open (readable when it exits).
+    pub(crate) fn pidfd_to_watch(&self) -> Option<libc::c_int> {
+        (self.state == InboundState::Open).then(|| self.pidfd.as_raw_fd())
+    }
+
+    /// Publishes the ring space consumed so far to the sender.
+    #[inline]
+    pub(crate) fn flush(&mut self) {
+        self.ring.flush();
+    }
+
+    /// Closes the edge (the endpoint closes).
+    pub(crate) fn close(&mut self) {
+        self.ring.close();
+    }
+}

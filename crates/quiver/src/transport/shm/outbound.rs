@@ -1,0 +1,551 @@
+//! The sending side of a shared-memory edge ([`ShmOut`]): this process writes the ring, the
+//! peer reads it. The protocol is chosen by size:
+//!
+//! - **short**: up to [`quiver_transport::ring::INLINE_BYTES`], inline with the record
+//!   header in one cache line;
+//! - **eager**: up to `shm_eager_max`, copied into the ring in fragments of at most
+//!   `shm_frag_bytes`, so copy-in and copy-out overlap;
+//! - **rendezvous**: larger, the ring carries only (address, length) and the receiver pulls
+//!   the bytes with one `process_vm_readv` straight into its buffer, then counts the
+//!   request done so the sender may reuse its buffer (large ones are split: this side
+//!   pushes the second half meanwhile, see [`super::rendezvous`]).
+//!
+//! A blocking send that must wait spins for `spin`, then sleeps on a futex in the ring.
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use quiver_transport::notify::RemoteDoorbell;
+use quiver_transport::ring::{Kind, Producer, RingError};
+use quiver_transport::sys;
+
+use super::connect::NewOutbound;
+use super::eager::{frag_lens, write_eager, write_eager_raw};
+use super::rendezvous::help_split;
+use crate::addr::Addr;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::slab::Key;
+use crate::transport::edge_context::EdgeContext;
+use crate::transport::failure::Failure;
+use crate::transport::liveness::FreezeWatch;
+use crate::transport::requests::{Requests, SendState};
+use crate::transport::wait::{Wait, SLEEP_SLICE};
+
+/// A posted send waiting for ring space (eager: the fragments written so far).
+#[derive(Debug)]
+struct Queued {
+    key: Key,
+    data: Vec<u8>,
+    written: usize,
+    started: bool,
+}
+
+/// Who owns the buffer of a rendezvous the receiver has not completed yet.
+#[derive(Debug)]
+enum InflightOwner {
+    /// A posted send: its buffer goes back with the request.
+    Request(Key, Vec<u8>),
+    /// A non-blocking send's internal copy: back to the pool.
+    Buffered(Vec<u8>),
+    /// The blocking send in progress (the caller's buffer).
+    Blocking,
+}
+
+/// The sending side of a shared-memory edge (module docs).
+#[derive(Debug)]
+pub(crate) struct ShmOut {
+    pub(crate) peer: Addr,
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    ring: Producer,
+    bell: RemoteDoorbell,
+    queue: VecDeque<Queued>,
+    inflight: VecDeque<(u64, InflightOwner)>,
+    pub(crate) failure: Option<Failure>,
+    freeze: FreezeWatch,
+}
+
+/// A ring error on this edge: the peer broke the ring protocol.
+fn corrupt(e: RingError) -> Failure {
+    Failure::Corrupt(e.to_string())
+}
+
+impl ShmOut {
+    /// The edge to `peer` over the ring `new` brought.
+    pub(crate) fn new(peer: Addr, new: NewOutbound) -> ShmOut {
+        ShmOut {
+            peer,
+            pid: new.pid,
+            pidfd: new.pidfd,
+            ring: new.ring,
+            bell: new.bell,
+            queue: VecDeque::new(),
+            inflight: VecDeque::new(),
+            failure: None,
+            freeze: FreezeWatch::default(),
+        }
+    }
+
+    /// Whether sends are queued or rendezvous requests in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.queue.is_empty() || !self.inflight.is_empty()
+    }
+
+    /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
+    /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
+    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it).
+    pub(crate) fn send(
+        &mut self,
+        data: &[u8],
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(),
+    ) -> Result<()> {
+        let mut wait = Wait::new(cx.config);
+        while !self.queue.is_empty() {
+            self.progress(cx.config, cx.requests)?;
+            if self.queue.is_empty() {
+                break;
+            }
+            self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
+        }
+        let result = if data.len() as u64 <= cx.config.shm_eager_max {
+            self.send_eager_blocking(data, &mut wait, cx, flush)
+        } else {
+            self.send_rndv_blocking(data, &mut wait, cx, flush)
+        };
+        if wait.seen.is_some() {
+            // We announced a wait the condition then made unnecessary.
+            self.ring.end_wait();
+        }
+        result
+    }
+
+    fn send_eager_blocking(
+        &mut self,
+        data: &[u8],
+        wait: &mut Wait,
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(),
+    ) -> Result<()> {
+        let frag = cx.config.shm_frag_bytes as usize;
+        let (mut written, mut started) = (0, false);
+        loop {
+            let done = write_eager(
+                &mut self.ring,
+                &self.bell,
+                data,
+                &mut written,
+                &mut started,
+                frag,
+            );
+            match done {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.wait(wait, "waiting for ring space", cx, flush)?,
+                Err(e) => return Err(self.fail(corrupt(e), "while sending", cx.requests)),
+            }
+        }
+    }
+
+    fn send_rndv_blocking(
+        &mut self,
+        data: &[u8],
+        wait: &mut Wait,
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(),
+    ) -> Result<()> {
+        let seq = loop {
+            match self
+                .ring
+                .try_write_rndv(data.as_ptr() as u64, data.len() as u64)
+            {
+                Ok(Some(seq)) => {
+                    self.bell.ring();
+                    self.inflight.push_back((seq, InflightOwner::Blocking));
+                    cx.requests.pending_sends += 1;
+                    break seq;
+                }
+                Ok(None) => self.wait(wait, "waiting for ring space", cx, flush)?,
+                Err(e) => return Err(self.fail(corrupt(e), "while sending", cx.requests)),
+            }
+        };
+        let mut helped = false;
+        loop {
+            let done = match self.ring.rndv_completed() {
+                Ok(d) => d,
+                Err(e) => return Err(self.fail(corrupt(e), "while sending", cx.requests)),
+            };
+            if done >= seq {
+                self.progress(cx.config, cx.requests)?;
+                return Ok(());
+            }
+            if !helped && done + 1 == seq {
+                helped = help_split(
+                    &self.ring,
+                    self.pid,
+                    seq,
+                    data.as_ptr() as u64,
+                    data.len() as u64,
+                );
+                if helped {
+                    continue;
+                }
+            }
+            if let Err(e) = self.wait(
+                wait,
+                "waiting for the receiver to take a large message",
+                cx,
+                flush,
+            ) {
+                // A receiver that took the message and then exited is not a failure.
+                if self.ring.rndv_completed().is_ok_and(|done| done >= seq) {
+                    return Ok(());
+                }
+                // The receiver may still read `data` later: this connection cannot be used
+                // safely any more.
+                if matches!(e, Error::Timeout { .. }) {
+                    self.fail(Failure::TimedOut, "while sending", cx.requests);
+                }
+                return Err(e);
+            }
+        }
+    }
+
+    /// Sends `data` only if that needs no waiting. Short and eager messages must fit in the
+    /// ring now; larger ones are copied into an internal buffer and sent by rendezvous
+    /// (bounded by `max_buffered_bytes`).
+    pub(crate) fn try_send(
+        &mut self,
+        data: &[u8],
+        config: &Config,
+        requests: &mut Requests,
+    ) -> Result<()> {
+        if self.busy() {
+            self.progress(config, requests)?;
+            if !self.queue.is_empty() {
+                return Err(Error::WouldBlock);
+            }
+        }
+        let len = data.len() as u64;
+        if len <= config.shm_eager_max {
+            let frag = config.shm_frag_bytes;
+            match self.ring.fits(frag_lens(len, frag)) {
+                Ok(true) => {}
+                Ok(false) => return Err(Error::WouldBlock),
+                Err(e) => return Err(self.fail(corrupt(e), "while sending", requests)),
+            }
+            let (mut written, mut started) = (0, false);
+            let written = write_eager(
+                &mut self.ring,
+                &self.bell,
+                data,
+                &mut written,
+                &mut started,
+                frag as usize,
+            );
+            match written {
+                Ok(true) => Ok(()),
+                Ok(false) => unreachable!("space was checked just above"),
+                Err(e) => Err(self.fail(corrupt(e), "while sending", requests)),
+            }
+        } else {
+            if requests.buffered_bytes + data.len() > config.max_buffered_bytes {
+                return Err(Error::WouldBlock);
+            }
+            let mut copy = requests.pool.take(data.len());
+            copy.copy_from_slice(data);
+            match self.ring.try_write_rndv(copy.as_ptr() as u64, len) {
+                Ok(Some(seq)) => {
+                    self.bell.ring();
+                    requests.buffered_bytes += copy.len();
+                    self.inflight
+                        .push_back((seq, InflightOwner::Buffered(copy)));
+                    requests.pending_sends += 1;
+                    Ok(())
+                }
+                Ok(None) => {
+                    requests.pool.give(copy);
+                    Err(Error::WouldBlock)
+                }
+                Err(e) => Err(self.fail(corrupt(e), "while sending", requests)),
+            }
+        }
+    }
+
+    /// Starts sending `data` without waiting; returns the request's key. The endpoint owns
+    /// the buffer until the send completes (large messages are sent from it directly).
+    pub(crate) fn post_send(
+        &mut self,
+        data: Vec<u8>,
+        config: &Config,
+        requests: &mut Requests,
+    ) -> Result<Key> {
+        if self.queue.is_empty() && data.len() as u64 <= config.shm_frag_bytes {
+            // One record on an idle connection: write it now, no queueing.
+            match self.ring.try_write(Kind::Msg, data.len() as u64, &data) {
+                Ok(true) => {
+                    self.bell.ring();
+                    return Ok(requests.sends.insert(SendState::Done(Ok(data))));
+                }
+                Ok(false) => {}
+                Err(e) => return Err(self.fail(corrupt(e), "while sending", requests)),
+            }
+        }
+        let key = requests.sends.insert(SendState::Pending);
+        self.queue.push_back(Queued {
+            key,
+            data,
+            written: 0,
+            started: false,
+        });
+        requests.pending_sends += 1;
+        self.progress(config, requests)?;
+        Ok(key)
+    }
+
+    /// Pushes queued sends into the ring and completes finished rendezvous requests.
+    pub(crate) fn progress(&mut self, config: &Config, requests: &mut Requests) -> Result<()> {
+        if let Some(f) = &self.failure {
+            return Err(f.to_error(self.peer, "while sending"));
+        }
+        match self.step(config, requests) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(corrupt(e), "while sending", requests)),
+        }
+    }
+
+    /// [`ShmOut::progress`] without the failure handling.
+    fn step(
+        &mut self,
+        config: &Config,
+        requests: &mut Requests,
+    ) -> std::result::Result<(), RingError> {
+        if !self.inflight.is_empty() {
+            self.complete_rendezvous(requests)?;
+        }
+        if let Some((seq, InflightOwner::Request(_, data) | InflightOwner::Buffered(data))) =
+            self.inflight.front()
+        {
+            help_split(
+                &self.ring,
+                self.pid,
+                *seq,
+                data.as_ptr() as u64,
+                data.len() as u64,
+            );
+        }
+        let wrote = self.write_queued(config, requests)?;
+        if wrote {
+            self.bell.ring();
+        }
+        Ok(())
+    }
+
+    /// Completes the rendezvous requests the receiver has finished.
+    fn complete_rendezvous(
+        &mut self,
+        requests: &mut Requests,
+    ) -> std::result::Result<(), RingError> {
+        let done = self.ring.rndv_completed()?;
+        while self.inflight.front().is_some_and(|(seq, _)| *seq <= done) {
+            if let Some((_, owner)) = self.inflight.pop_front() {
+                requests.pending_sends -= 1;
+                match owner {
+                    InflightOwner::Request(key, data) => requests.complete_send(key, Ok(data)),
+                    InflightOwner::Buffered(data) => {
+                        requests.buffered_bytes -= data.len();
+                        requests.pool.give(data);
+                    }
+                    InflightOwner::Blocking => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes as much of the queue as the ring takes; whether anything was written.
+    fn write_queued(
+        &mut self,
+        config: &Config,
+        requests: &mut Requests,
+    ) -> std::result::Result<bool, RingError> {
+        let eager_max = config.shm_eager_max as usize;
+        let frag = config.shm_frag_bytes as usize;
+        let mut wrote = false;
+        while let Some(q) = self.queue.front_mut() {
+            if q.data.len() <= eager_max {
+                let complete = write_eager_raw(
+                    &mut self.ring,
+                    &q.data,
+                    &mut q.written,
+                    &mut q.started,
+                    frag,
+                )?;
+                wrote |= q.started;
+                if !complete {
+                    break;
+                }
+                if let Some(q) = self.queue.pop_front() {
+                    requests.pending_sends -= 1;
+                    requests.complete_send(q.key, Ok(q.data));
+                }
+            } else {
+                match self
+                    .ring
+                    .try_write_rndv(q.data.as_ptr() as u64, q.data.len() as u64)?
+                {
+                    Some(seq) => {
+                        wrote = true;
+                        if let Some(q) = self.queue.pop_front() {
+                            self.inflight
+                                .push_back((seq, InflightOwner::Request(q.key, q.data)));
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// Marks the edge failed, fails its pending requests, and returns the error.
+    pub(crate) fn fail(
+        &mut self,
+        failure: Failure,
+        during: &'static str,
+        requests: &mut Requests,
+    ) -> Error {
+        let peer = self.peer;
+        if self.failure.is_none() {
+            self.failure = Some(failure.clone());
+            while let Some(q) = self.queue.pop_front() {
+                requests.pending_sends -= 1;
+                requests.complete_send(q.key, Err(failure.to_error(peer, during)));
+            }
+            while let Some((_, owner)) = self.inflight.pop_front() {
+                requests.pending_sends -= 1;
+                match owner {
+                    InflightOwner::Request(key, _) => {
+                        requests.complete_send(key, Err(failure.to_error(peer, during)));
+                    }
+                    InflightOwner::Buffered(data) => requests.buffered_bytes -= data.len(),
+                    InflightOwner::Blocking => {}
+                }
+            }
+            self.ring.close();
+        }
+        failure.to_error(peer, during)
+    }
+
+    /// One step of waiting on this edge (ring space or a rendezvous completion): spin, and
+    /// once the spin budget is spent, sleep on the ring's futex.
+    fn wait(
+        &mut self,
+        wait: &mut Wait,
+        what: &'static str,
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(),
+    ) -> Result<()> {
+        let (spinning, periodic) = wait.spinning(cx.config.spin);
+        if periodic {
+            flush();
+            let detect = cx.config.detect;
+            if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
+                self.look_alive(what, cx)?;
+            }
+            wait.check_deadline(what)?;
+        }
+        if spinning {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        match wait.seen.take() {
+            // First call after the spin: announce the wait; the caller re-checks once.
+            None => wait.seen = Some(self.ring.prepare_wait()),
+            Some(seen) => {
+                self.ring.wait(seen, SLEEP_SLICE);
+                self.ring.end_wait();
+                self.look_alive(what, cx)?;
+                wait.check_deadline(what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`ShmOut::check_alive`], counted as a liveness look.
+    fn look_alive(&mut self, what: &'static str, cx: &mut EdgeContext<'_>) -> Result<()> {
+        let started = Instant::now();
+        let alive = self.check_alive(what, cx.config, cx.requests);
+        cx.detection.record(started);
+        alive
+    }
+
+    /// Whether the receiver still lives and has not closed or stopped; otherwise harvests
+    /// what it completed and fails the rest.
+    fn check_alive(
+        &mut self,
+        what: &'static str,
+        config: &Config,
+        requests: &mut Requests,
+    ) -> Result<()> {
+        if let Some(f) = &self.failure {
+            return Err(f.to_error(self.peer, what));
+        }
+        let closed = self.ring.consumer_closed();
+        if !closed && !sys::pidfd_exited(&self.pidfd) {
+            if let Some(detect) = config.detect {
+                if let Some(ms) = self.freeze.stopped(self.pid, detect, Instant::now()) {
+                    // Whatever it completed before it stopped still counts.
+                    self.progress(config, requests)?;
+                    return Err(self.fail(Failure::Stopped("shm", ms), what, requests));
+                }
+            }
+            return Ok(());
+        }
+        // The receiver is gone, but it may have finished our requests first: harvest
+        // every completion it published before failing what is left.
+        self.progress(config, requests)?;
+        let failure = if closed {
+            Failure::Closed
+        } else {
+            Failure::Dead
+        };
+        Err(self.fail(failure, what, requests))
+    }
+
+    /// The endpoint's periodic liveness look at this edge: a receiver that exited or stopped
+    /// while requests are pending fails them (after harvesting what it completed).
+    pub(crate) fn check_liveness(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        requests: &mut Requests,
+    ) {
+        if self.failure.is_some() || !self.busy() {
+            return;
+        }
+        let failure = if sys::pidfd_exited(&self.pidfd) {
+            Failure::Dead
+        } else if let Some(ms) = config
+            .detect
+            .and_then(|d| self.freeze.stopped(self.pid, d, now))
+        {
+            Failure::Stopped("shm", ms)
+        } else {
+            return;
+        };
+        // Whatever the receiver completed before it died is harvested first.
+        if self.progress(config, requests).is_ok() && self.busy() {
+            self.fail(failure, "while sending", requests);
+        }
+    }
+
+    /// Closes the edge (the endpoint closes): the receiver sees the end of the ring.
+    pub(crate) fn close(&mut self) {
+        if self.failure.is_none() {
+            self.ring.close();
+            self.bell.ring();
+        }
+    }
+}

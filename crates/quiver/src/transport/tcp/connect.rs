@@ -1,0 +1,143 @@
+//! The connecting side of tcp connections: `Endpoint::connect` over tcp runs the job-key
+//! handshake on a new stream, or reuses the stream the peer opened to this endpoint (one
+//! stream carries both directions of an endpoint pair).
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator};
+use quiver_wire::handshake::MAX_MESSAGE_LEN;
+
+use super::handshake::{read_message, STEP_TIMEOUT};
+use crate::addr::Addr;
+use crate::error::{Error, Result};
+use crate::random::random;
+use crate::transport::liveness::{identity_params, local_peer_pid};
+use crate::transport::local::LocalRank;
+use crate::transport::retry::{retry_until, Attempt};
+
+/// How [`connect`] ended.
+pub(crate) enum Connected<T> {
+    /// A new stream (and the peer's pid when it runs on this node).
+    New(TcpStream, Option<libc::pid_t>),
+    /// The peer's own connection to us, found by the `reuse` hook: it carries both ways.
+    Reused(T),
+}
+
+/// Connects endpoint `src` to `dst` over TCP at `to`, retrying while the peer is not
+/// listening yet or its endpoint is not open, until `deadline`. Returns the stream and,
+/// when the peer runs on this node, its pid.
+///
+/// One stream carries both directions of an endpoint pair. Before every attempt `reuse`
+/// looks for a connection the peer opened to us: `Ok(Some)` uses it instead, `Err(why)`
+/// waits (our listener is accepting one from the peer right now) and asks again. A peer
+/// that is connecting to us at the same moment and has the lower address refuses our
+/// attempt with `Busy` (see [`Crossings::begin_accept`](super::crossing::Crossings::begin_accept)); its
+/// connection then arrives here and `reuse` finds it.
+pub(crate) fn connect<T>(
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+    to: SocketAddr,
+    deadline: Instant,
+    mut reuse: impl FnMut() -> std::result::Result<Option<T>, String>,
+) -> Result<Connected<T>> {
+    retry_until(dst, deadline, &format!("tcp {to}"), || {
+        if let Some(found) = reuse().map_err(Attempt::Retry)? {
+            return Ok(Connected::Reused(found));
+        }
+        let (stream, pid) = try_connect(local, src, dst, to)?;
+        Ok(Connected::New(stream, pid))
+    })
+}
+
+fn try_connect(
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+    to: SocketAddr,
+) -> std::result::Result<(TcpStream, Option<libc::pid_t>), Attempt> {
+    let io_fail =
+        |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
+    let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Err(Attempt::Retry(format!(
+                "rank {} is not listening at tcp {to}",
+                dst.rank
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            return Err(Attempt::Silent(
+                "tcp",
+                format!(
+                    "connecting to {to}: no answer within {} ms",
+                    STEP_TIMEOUT.as_millis()
+                ),
+            ))
+        }
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) | Some(libc::EADDRNOTAVAIL)
+            ) =>
+        {
+            return Err(Attempt::Fail(Error::Unreachable {
+                peer: dst,
+                transport: "tcp",
+                detail: format!("connecting to {to}: {e} (no route to that address from here)"),
+            }))
+        }
+        Err(e) => {
+            return Err(Attempt::Fail(Error::socket(
+                format!("connecting to {dst} (tcp {to})"),
+                e,
+            )))
+        }
+    };
+    stream
+        .set_read_timeout(Some(STEP_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
+        .and_then(|()| stream.set_nodelay(true))
+        .map_err(|e| io_fail("configuring the stream to", e))?;
+    let request = ConnectRequest {
+        job_id: local.job_id,
+        src_rank: src.rank,
+        src_port: src.port,
+        dst_port: dst.port,
+    };
+    let mut hs = Initiator::new(local.job_key(), request, random());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let failed = |e| Attempt::Fail(Error::handshake(dst, "tcp", e));
+    let transmit = |hs: &mut Initiator, out: &mut [u8], stream: &mut TcpStream| {
+        while let Some(n) = hs.poll_transmit(out).map_err(failed)? {
+            stream
+                .write_all(&out[..n])
+                .map_err(|e| io_fail("handshaking with", e))?;
+        }
+        Ok::<(), Attempt>(())
+    };
+    transmit(&mut hs, &mut out, &mut stream)?;
+    let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let pid = match hs.handle_challenge(&buf[..n], &identity_params()) {
+        Ok(params) => local_peer_pid(params),
+        Err(HandshakeError::NoSuchEndpoint { .. }) => {
+            return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
+        }
+        Err(HandshakeError::Busy { .. }) => {
+            return Err(Attempt::Retry(format!(
+                "endpoint {dst} is connecting to us at the same time (its connection is used)"
+            )));
+        }
+        Err(e) => return Err(failed(e)),
+    };
+    transmit(&mut hs, &mut out, &mut stream)?;
+    let n = read_message(&mut stream, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    hs.handle_verdict(&buf[..n]).map_err(failed)?;
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| io_fail("configuring the stream to", e))?;
+    Ok((stream, pid))
+}
