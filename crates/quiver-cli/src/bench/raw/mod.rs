@@ -40,9 +40,10 @@
 //! Timing and records are as over quiver (`link.rs`): one clock read per pingpong round
 //! trip, osu_bw style windows, one JSON [`Record`] line per point from rank 0.
 //!
-//! Layout: this file (the link trait, the baseline and its two tests), `tcp.rs` and `udp.rs`
-//! (the two links), `spin.rs` (waiting by spinning).
+//! Layout: this file (the baseline and its two tests), `link.rs` (what a raw link is),
+//! `tcp.rs` and `udp.rs` (the two links), `spin.rs` (waiting by spinning).
 
+mod link;
 mod spin;
 mod tcp;
 mod udp;
@@ -61,36 +62,12 @@ use super::plan::{self, Plan, TestName, Transport};
 use super::record::{Labels, LatencyPoint, RatePoint, Record, StreamPoint};
 use super::rendezvous::{connect, exchange_over, open_context, Rendezvous};
 use super::stats;
+use link::RawLink;
 use tcp::TcpLink;
 use udp::UdpLink;
 
 /// The quiver endpoint port used to exchange socket addresses.
 const BOOTSTRAP_PORT: u16 = 0;
-
-/// A message channel between the two ranks over plain sockets.
-trait RawLink {
-    /// Sends `message` (spinning while the socket is full).
-    fn send_message(&mut self, message: &[u8]) -> io::Result<()>;
-    /// Receives one message of exactly `buffer.len()` bytes into `buffer`.
-    fn receive_message(&mut self, buffer: &mut [u8]) -> io::Result<()>;
-    /// Latency (pingpong) or streaming: a link may wait differently for each.
-    fn set_latency_mode(&mut self, latency: bool) {
-        let _ = latency;
-    }
-    /// Receiver, end of a bw/rate window: tell the sender everything arrived.
-    fn send_window_ack(&mut self) -> io::Result<()>;
-    /// Sender, end of a bw/rate window: wait until the receiver has everything.
-    fn wait_window_ack(&mut self) -> io::Result<()>;
-    /// bibw: sends `count` copies of `message` while receiving `count` messages of
-    /// `receive.len()` bytes (each into `receive`), both at once.
-    fn exchange(&mut self, message: &[u8], receive: &mut [u8], count: u64) -> io::Result<()> {
-        let _ = (message, receive, count);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "bibw is not measured over this baseline",
-        ))
-    }
-}
 
 /// A raw link as the generic tests see it, with the buffers of one bibw window.
 pub struct Generic<'a> {
@@ -472,26 +449,4 @@ pub const PAGE_BYTES: usize = 4096;
 pub fn page_aligned(storage: &mut [u8], len: usize) -> &mut [u8] {
     let offset = storage.as_ptr().align_offset(PAGE_BYTES).min(PAGE_BYTES);
     &mut storage[offset..offset + len]
-}
-
-/// The big-endian port at `offset` of a bootstrap message.
-fn port_from(message: &[u8], offset: usize) -> Result<u16, String> {
-    match message.get(offset..offset + 2) {
-        Some(&[high, low]) => Ok(u16::from_be_bytes([high, low])),
-        _ => Err(format!(
-            "bad address message from the other rank: {message:?}"
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_parse() {
-        assert_eq!(port_from(&[0x12, 0x34, 0, 1], 0), Ok(0x1234));
-        assert_eq!(port_from(&[0x12, 0x34, 0, 1], 2), Ok(1));
-        assert!(port_from(&[1], 0).is_err());
-    }
 }

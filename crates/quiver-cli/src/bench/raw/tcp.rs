@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
 use super::super::rendezvous::Rendezvous;
+use super::link::{port_from, RawLink};
 use super::spin::{ready, spin, would_block, SPINS_PER_CLOCK_READ, STALL_TIMEOUT};
-use super::{port_from, RawLink};
 
 /// raw-tcp: messages shorter than this are received through a staging buffer this large
 /// (many per read when they stream); longer ones straight into their destination. The

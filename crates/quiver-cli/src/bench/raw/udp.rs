@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsFd;
 
 use super::super::rendezvous::Rendezvous;
+use super::link::{port_from, RawLink};
 use super::spin::{spin, would_block};
-use super::{port_from, RawLink};
 
 /// Largest payload of one IPv4 UDP datagram; larger raw-udp messages are split.
 pub const MAX_DATAGRAM_BYTES: usize = 65_507;
