@@ -20,6 +20,31 @@ pub(crate) fn main() -> i32 {
         "machine: {cpus} CPUs available, kernel {}",
         kernel_release()
     );
+    write_transports(&mut out, &config);
+    print_links(&mut out);
+    write_thresholds(&mut out, &config);
+    write_bootstrap(&mut out);
+    let _ = writeln!(out, "\njob:");
+    match (std::env::var("QUIVER_RANK"), std::env::var("QUIVER_SIZE")) {
+        (Ok(r), Ok(s)) => {
+            let _ = writeln!(
+                out,
+                "  rank {r} of {s} (job {})",
+                std::env::var("QUIVER_JOB_ID").unwrap_or_default()
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "  not inside a job (start programs with `quiver run -n N -- PROGRAM`)"
+            );
+        }
+    }
+    0
+}
+
+/// The transports in the order they are tried, what each is for, and the ranks' addresses.
+fn write_transports(out: &mut impl Write, config: &quiver::Config) {
     let _ = writeln!(
         out,
         "\ntransports (tried in this order for each peer, QUIVER_TRANSPORTS={}):",
@@ -64,7 +89,11 @@ pub(crate) fn main() -> i32 {
             );
         }
     }
-    print_links(&mut out);
+}
+
+/// The shm protocol by size, the protocol thresholds with where each came from, and every
+/// setting with the variable that overrides it.
+fn write_thresholds(out: &mut impl Write, config: &quiver::Config) {
     let _ = writeln!(out, "\nshm protocol by message size:");
     for (name, low, high) in config.protocol_ranges() {
         let high = if high == u64::MAX {
@@ -91,24 +120,6 @@ pub(crate) fn main() -> i32 {
     for s in settings {
         let _ = writeln!(out, "  {:<26} {:>12}  {}", s.env, s.value, s.doc);
     }
-    write_bootstrap(&mut out);
-    let _ = writeln!(out, "\njob:");
-    match (std::env::var("QUIVER_RANK"), std::env::var("QUIVER_SIZE")) {
-        (Ok(r), Ok(s)) => {
-            let _ = writeln!(
-                out,
-                "  rank {r} of {s} (job {})",
-                std::env::var("QUIVER_JOB_ID").unwrap_or_default()
-            );
-        }
-        _ => {
-            let _ = writeln!(
-                out,
-                "  not inside a job (start programs with `quiver run -n N -- PROGRAM`)"
-            );
-        }
-    }
-    0
 }
 
 /// The links of every rank from `QUIVER_LINKS` (striping, `docs/striping.md`).

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Value of `QUIVER_LAUNCHER` in every rank's environment (informational only).
-pub(crate) const LAUNCHER_NAME: &str = "quiver-run";
+pub const LAUNCHER_NAME: &str = "quiver-run";
 
 /// How long [`tear_down`] keeps trying to SIGKILL a job that refuses to disappear (for
 /// example a process stuck in uninterruptible sleep) before giving up on it.
@@ -35,15 +35,15 @@ const TEAR_DOWN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 ///
 /// The key authenticates the ranks of this job to each other; it is only ever passed to the
 /// ranks through their environment. `Debug` does not print it.
-pub(crate) struct JobIdentity {
+pub struct JobIdentity {
     /// Random id naming the job (`QUIVER_JOB_ID`, 16 lowercase hex digits).
-    pub(crate) id: u64,
+    pub id: u64,
     /// The job's secret key (`QUIVER_JOB_KEY`, 64 lowercase hex digits).
-    pub(crate) key: [u8; 32],
+    pub key: [u8; 32],
     /// Network address of every rank (`QUIVER_ADDRS`), empty when the job needs none.
-    pub(crate) addrs: Vec<std::net::SocketAddr>,
+    pub addrs: Vec<std::net::SocketAddr>,
     /// `QUIVER_TRANSPORTS` for the ranks, when the launcher decides it (the bench does).
-    pub(crate) transports: Option<String>,
+    pub transports: Option<String>,
 }
 
 impl JobIdentity {
@@ -51,7 +51,7 @@ impl JobIdentity {
     ///
     /// # Errors
     /// Fails if the OS random source is unavailable.
-    pub(crate) fn generate() -> io::Result<Self> {
+    pub fn generate() -> io::Result<Self> {
         let mut bytes = [0_u8; 8 + 32];
         getrandom::getrandom(&mut bytes).map_err(|error| {
             io::Error::other(format!("cannot read the OS random source: {error}"))
@@ -75,7 +75,7 @@ impl JobIdentity {
     ///
     /// # Errors
     /// No free port could be found.
-    pub(crate) fn assign_local_addrs(&mut self, size: u32) -> io::Result<()> {
+    pub fn assign_local_addrs(&mut self, size: u32) -> io::Result<()> {
         if std::env::var_os("QUIVER_ADDRS").is_some() {
             return Ok(());
         }
@@ -91,7 +91,7 @@ impl JobIdentity {
 
     /// The environment of rank `rank` of a job of `size` ranks: exactly the variables of
     /// the launcher/rank contract, in a fixed order.
-    pub(crate) fn env_vars(&self, rank: u32, size: u32) -> Vec<(String, String)> {
+    pub fn env_vars(&self, rank: u32, size: u32) -> Vec<(String, String)> {
         let mut vars = vec![
             ("QUIVER_RANK".to_owned(), rank.to_string()),
             ("QUIVER_SIZE".to_owned(), size.to_string()),
@@ -116,7 +116,7 @@ impl JobIdentity {
 ///
 /// # Errors
 /// Binding a probe socket failed.
-pub(crate) fn local_addrs(size: u32) -> io::Result<Vec<std::net::SocketAddr>> {
+pub fn local_addrs(size: u32) -> io::Result<Vec<std::net::SocketAddr>> {
     let mut held = Vec::new();
     let mut addrs = Vec::new();
     while addrs.len() < size as usize {
@@ -143,7 +143,7 @@ impl fmt::Debug for JobIdentity {
 
 /// Where each rank may run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Bind {
+pub enum Bind {
     /// No pinning: every rank inherits the launcher's CPU set.
     #[default]
     None,
@@ -157,7 +157,7 @@ impl Bind {
     ///
     /// # Errors
     /// Fails if the launcher's own CPU set cannot be read.
-    pub(crate) fn cpu_for_rank(self, rank: u32) -> io::Result<Option<usize>> {
+    pub fn cpu_for_rank(self, rank: u32) -> io::Result<Option<usize>> {
         match self {
             Bind::None => Ok(None),
             Bind::Core => cpu_for_rank(rank).map(Some),
@@ -170,7 +170,7 @@ impl Bind {
 ///
 /// # Errors
 /// Fails if `sched_getaffinity` fails.
-pub(crate) fn cpu_for_rank(rank: u32) -> io::Result<usize> {
+pub fn cpu_for_rank(rank: u32) -> io::Result<usize> {
     let allowed = allowed_cpus()?;
     pick_cpu(&allowed, rank)
         .ok_or_else(|| io::Error::other("the launcher's allowed CPU set is empty"))
@@ -180,7 +180,7 @@ pub(crate) fn cpu_for_rank(rank: u32) -> io::Result<usize> {
 ///
 /// # Errors
 /// Fails if `sched_getaffinity` fails.
-pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is a plain bitmask; all-zero bytes are a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t and we pass its exact size.
@@ -207,7 +207,7 @@ pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
 /// Fails if `cpu` is beyond what a `cpu_set_t` can hold, or if the program cannot be
 /// started (not found, not executable, pinning refused, ...). Nothing is left running then.
 #[allow(clippy::too_many_arguments)] // the brief fixes this signature; each is one concern
-pub(crate) fn spawn_rank(
+pub fn spawn_rank(
     program: &OsStr,
     args: &[OsString],
     identity: &JobIdentity,
@@ -265,7 +265,7 @@ pub(crate) fn spawn_rank(
 ///
 /// # Errors
 /// Fails if `prctl` fails.
-pub(crate) fn become_child_subreaper() -> io::Result<()> {
+pub fn become_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes plain integers and touches no memory.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
@@ -283,7 +283,7 @@ pub(crate) fn become_child_subreaper() -> io::Result<()> {
 ///
 /// Assumes the calling process's only children are the ranks and orphans it adopted as a
 /// subreaper: it kills every descendant of the calling process.
-pub(crate) fn tear_down(ranks: &mut [Child], grace: Duration) {
+pub fn tear_down(ranks: &mut [Child], grace: Duration) {
     let own_pid = std::process::id();
     let grace_deadline = Instant::now() + grace;
     signal_job(ranks, own_pid, libc::SIGTERM);
@@ -307,7 +307,7 @@ pub(crate) fn tear_down(ranks: &mut [Child], grace: Duration) {
 /// Uses `waitid(WSTOPPED | WNOHANG | WNOWAIT)`, which neither reaps the child nor consumes
 /// the stop report, so `Child::try_wait` keeps working; a child that was continued is no
 /// longer reported.
-pub(crate) fn stop_signal(child: &Child) -> Option<i32> {
+pub fn stop_signal(child: &Child) -> Option<i32> {
     let pid = libc::id_t::from(child.id());
     // SAFETY: siginfo_t is plain data; all-zero is a valid value for waitid to fill.
     let mut info: libc::siginfo_t = unsafe { mem::zeroed() };
@@ -326,7 +326,7 @@ pub(crate) fn stop_signal(child: &Child) -> Option<i32> {
 }
 
 /// The conventional name of signal `signal` (`"SIGKILL"`), or `"unknown signal"`.
-pub(crate) fn signal_name(signal: i32) -> &'static str {
+pub fn signal_name(signal: i32) -> &'static str {
     match signal {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",

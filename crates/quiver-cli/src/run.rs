@@ -29,7 +29,7 @@ use std::sync::{mpsc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::launch::{self, Bind, JobIdentity};
+use quiver_cli::launch::{self, Bind, JobIdentity};
 
 /// How long ranks get between SIGTERM and SIGKILL when the job is torn down.
 const TEAR_DOWN_GRACE: Duration = Duration::from_millis(500);

@@ -1,10 +1,10 @@
 //! `quiver tune`: measures where each transport's copy path and zero-copy path cross on
-//! this machine (the `crossover` suite of `quiver bench`) and writes the least-cost
-//! thresholds into this machine's entry of the profile, which every quiver program then
-//! loads ([`quiver::profile`]); environment variables still override it.
+//! this machine (`quiver_cli::bench::crossover`) and writes the least-cost thresholds into
+//! this machine's entry of the profile, which every quiver program then loads
+//! ([`quiver::profile`]); environment variables still override it.
 //!
 //! The profile is `$QUIVER_PROFILE`, else `~/.config/quiver/profile.json`, or `--profile`.
-//! `quiver bench crossover --compare-profile` then measures the profile against the
+//! `quiver-bench crossover --compare-profile` then measures the profile against the
 //! built-in defaults, and `quiver info` shows where each threshold came from.
 
 use std::io::Write;
@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quiver::profile::{profile_path, MachineIdentity, MachineProfile, ProfileFile};
 
-use crate::bench::{self, BenchTransport, CrossoverResult};
+use quiver_cli::bench::crossover::{self, CrossoverResult};
+use quiver_cli::bench::plan::Transport;
 
 /// Options of `quiver tune`.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,7 +50,7 @@ pub(crate) struct TuneArgs {
 
 /// Runs `quiver tune`; returns the exit status (0 ok, 1 failed, 2 bad usage).
 pub(crate) fn main(args: TuneArgs) -> i32 {
-    let transports = match bench::parse_transport_list(&args.transports) {
+    let transports = match crossover::parse_transport_list(&args.transports) {
         Ok(transports) if !transports.is_empty() => transports,
         Ok(_) => {
             eprintln!("quiver tune: --transports names no transport");
@@ -86,11 +87,7 @@ pub(crate) fn main(args: TuneArgs) -> i32 {
     }
 }
 
-fn run(
-    args: &TuneArgs,
-    transports: &[BenchTransport],
-    path: &std::path::Path,
-) -> Result<(), String> {
+fn run(args: &TuneArgs, transports: &[Transport], path: &std::path::Path) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let machine = MachineIdentity::current();
     let _ = writeln!(
@@ -110,14 +107,14 @@ fn run(
         }
     );
     let _ = out.flush();
-    let results = bench::measure_crossovers_for_tune(
+    let results = crossover::measure_for_tune(
         args.cpus.as_deref(),
         transports,
         args.quick,
         Duration::from_secs(args.timeout),
         args.json.as_deref(),
     )?;
-    bench::print_crossovers(&mut out, &results).map_err(|error| error.to_string())?;
+    crossover::print_crossovers(&mut out, &results).map_err(|error| error.to_string())?;
     let entry = profile_entry(&machine, &results, args.quick);
     let _ = writeln!(
         out,
@@ -142,7 +139,7 @@ fn run(
     file.save(path).map_err(|error| error.to_string())?;
     let _ = writeln!(
         out,
-        "written to {} (quiver info shows it; check it with `quiver bench crossover --compare-profile`)",
+        "written to {} (quiver info shows it; check it with `quiver-bench crossover --compare-profile`)",
         path.display()
     );
     Ok(())

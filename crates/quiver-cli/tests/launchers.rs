@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::testbed::{is_root, Testbed};
+use support::netns::{is_root, Testbed};
 
 const TESTPROG: &str = env!("CARGO_BIN_EXE_quiver-testprog");
 
@@ -278,7 +278,7 @@ type Launch<'a> = &'a dyn Fn(&[(&str, &str)]) -> Output;
 /// Ranks 0,1 in namespace a (10.77.0.1), ranks 2,3 in namespace b (10.77.0.2): each rank
 /// accepts one shm connection (its namespace neighbour) and two over `transport`.
 fn two_namespace_job(transport: &str, launch: Launch<'_>, bootstrap: &str) {
-    let testbed = Testbed::up(1, "1gbit", 0.0).expect("testbed up");
+    let testbed = Testbed::up().expect("namespaces up");
     let [a, b] = testbed.namespaces();
     let netns = format!("{a},{b}");
     let transports = format!("shm,{transport}");
@@ -435,7 +435,7 @@ fn without_a_launcher_the_error_names_the_ways_to_start() {
 #[test]
 fn info_reports_pmix_support_and_the_launcher() {
     let out = run_all(vec![{
-        let mut cmd = scrubbed(support::testbed::quiver());
+        let mut cmd = scrubbed(support::netns::quiver());
         cmd.arg("info");
         cmd
     }]);

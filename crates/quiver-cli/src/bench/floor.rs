@@ -11,7 +11,7 @@
 //!   warm destination buffer of the given size, many times per timed batch;
 //!   `std::hint::black_box` keeps every copy. The figure is the median over batches (the
 //!   best batch is reported too), at the fastest of a few relative alignments of the
-//!   two buffers ([`MEMCPY_DESTINATION_OFFSETS`]).
+//!   two buffers (`MEMCPY_DESTINATION_OFFSETS`).
 //!
 //! - **trivial system call**: `getppid` through `syscall(2)` (glibc does not cache it),
 //!   timed in batches on one pinned thread: the price of entering the kernel at all, which
@@ -24,8 +24,8 @@
 //!   memory (one kernel copy, page pinning included), median over batches: the copy at
 //!   the heart of shm rendezvous.
 //!
-//! The last three are the *extended* floors ([`measure_extended`]): `floor`, `loggp`,
-//! `compare` and `crossover` measure them; the other tests need only the first two.
+//! The last three are the *extended* floors ([`measure_extended`]): the `floor` test and
+//! the lab's cost model and suites measure them; the other tests need only the first two.
 //!
 //! Also holds [`pin_current_thread`] (`sched_setaffinity` for one thread).
 
@@ -38,7 +38,7 @@ use std::time::Instant;
 use super::stats;
 
 /// Round trips timed together in one hand-off batch.
-pub(crate) const HANDOFF_ROUND_TRIPS_PER_BATCH: u64 = 64;
+pub const HANDOFF_ROUND_TRIPS_PER_BATCH: u64 = 64;
 /// Timed hand-off batches (the median is taken over these).
 const HANDOFF_BATCHES: usize = 2_000;
 /// Untimed hand-off round trips before the timed ones.
@@ -62,70 +62,70 @@ const PAGE_BYTES: usize = 4096;
 
 /// Core-to-core cache-line hand-off latency, one way.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HandoffFloor {
+pub struct HandoffFloor {
     /// CPU of the thread that starts each round trip.
-    pub(crate) cpu_a: usize,
+    pub cpu_a: usize,
     /// CPU of the thread that answers.
-    pub(crate) cpu_b: usize,
+    pub cpu_b: usize,
     /// Median over batches of the mean one-way hand-off, in microseconds (the floor).
-    pub(crate) one_way_median_us: f64,
+    pub one_way_median_us: f64,
     /// 99th percentile (nearest rank) over batches of the mean one-way hand-off, in µs.
-    pub(crate) one_way_p99_us: f64,
+    pub one_way_p99_us: f64,
     /// Round trips timed in all.
-    pub(crate) round_trips: u64,
+    pub round_trips: u64,
 }
 
 /// Single-core memcpy bandwidth at one size.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct MemcpyFloor {
+pub struct MemcpyFloor {
     /// Bytes per copy.
-    pub(crate) size_bytes: u64,
+    pub size_bytes: u64,
     /// Median over batches, in MB/s (10^6 bytes per second): the floor.
-    pub(crate) median_mbps: f64,
+    pub median_mbps: f64,
     /// Best batch, in MB/s.
-    pub(crate) best_mbps: f64,
+    pub best_mbps: f64,
     /// Copies timed in all.
-    pub(crate) copies: u64,
+    pub copies: u64,
 }
 
 /// All floors of one run.
 #[derive(Debug, Clone)]
-pub(crate) struct Floors {
+pub struct Floors {
     /// The cache-line hand-off between the two CPUs the ranks run on.
-    pub(crate) handoff: HandoffFloor,
+    pub handoff: HandoffFloor,
     /// memcpy bandwidth per size, ascending by size.
-    pub(crate) memcpy: Vec<MemcpyFloor>,
+    pub memcpy: Vec<MemcpyFloor>,
     /// The extended floors, when this run measured them.
-    pub(crate) extended: Option<ExtendedFloors>,
+    pub extended: Option<ExtendedFloors>,
 }
 
 /// A latency floor: median and p99 over samples, in µs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct LatencyFloor {
+pub struct LatencyFloor {
     /// Median, in µs.
-    pub(crate) median_us: f64,
+    pub median_us: f64,
     /// 99th percentile (nearest rank), in µs.
-    pub(crate) p99_us: f64,
+    pub p99_us: f64,
     /// Operations timed in all.
-    pub(crate) count: u64,
+    pub count: u64,
 }
 
 /// Floors beyond the hand-off and memcpy: kernel entry, wake-up, cross-memory attach.
 #[derive(Debug, Clone)]
-pub(crate) struct ExtendedFloors {
+pub struct ExtendedFloors {
     /// One trivial system call (`getppid`), per call.
-    pub(crate) syscall: LatencyFloor,
+    pub syscall: LatencyFloor,
     /// One-way cross-core wake-up through an eventfd slept on in `poll`.
-    pub(crate) wakeup_eventfd: LatencyFloor,
+    pub wakeup_eventfd: LatencyFloor,
     /// One-way cross-core wake-up through a futex.
-    pub(crate) wakeup_futex: LatencyFloor,
+    pub wakeup_futex: LatencyFloor,
     /// `process_vm_readv` bandwidth per size (same shape as memcpy), ascending by size.
-    pub(crate) cma: Vec<MemcpyFloor>,
+    pub cma: Vec<MemcpyFloor>,
 }
 
 impl Floors {
     /// The memcpy floor measured at exactly `size_bytes`, if any.
-    pub(crate) fn memcpy_at(&self, size_bytes: u64) -> Option<&MemcpyFloor> {
+    pub fn memcpy_at(&self, size_bytes: u64) -> Option<&MemcpyFloor> {
         self.memcpy
             .iter()
             .find(|floor| floor.size_bytes == size_bytes)
@@ -136,7 +136,7 @@ impl Floors {
 ///
 /// # Errors
 /// If a measuring thread cannot be started or pinned.
-pub(crate) fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<Floors> {
+pub fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<Floors> {
     let handoff = measure_handoff(cpu_a, cpu_b)?;
     let memcpy = std::thread::scope(|scope| {
         scope
@@ -159,11 +159,7 @@ pub(crate) fn measure(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<F
 ///
 /// # Errors
 /// If a measuring thread cannot be started or pinned, or a system call fails.
-pub(crate) fn measure_extended(
-    cpu_a: usize,
-    cpu_b: usize,
-    sizes: &[u64],
-) -> io::Result<ExtendedFloors> {
+pub fn measure_extended(cpu_a: usize, cpu_b: usize, sizes: &[u64]) -> io::Result<ExtendedFloors> {
     let (syscall, cma) = std::thread::scope(|scope| {
         scope
             .spawn(|| -> io::Result<(LatencyFloor, Vec<MemcpyFloor>)> {
@@ -391,7 +387,7 @@ fn measure_wakeup(
 ///
 /// # Errors
 /// If the CPU number is out of range or `sched_setaffinity` fails (e.g. not an allowed CPU).
-pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -423,7 +419,7 @@ struct PaddedCounter(AtomicU64);
 ///
 /// # Errors
 /// If a measuring thread cannot be started or pinned.
-pub(crate) fn measure_handoff(cpu_a: usize, cpu_b: usize) -> io::Result<HandoffFloor> {
+pub fn measure_handoff(cpu_a: usize, cpu_b: usize) -> io::Result<HandoffFloor> {
     let counter = PaddedCounter(AtomicU64::new(0));
     let pinned_a = AtomicBool::new(false);
     let pinned_b = AtomicBool::new(false);

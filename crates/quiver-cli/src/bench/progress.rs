@@ -1,7 +1,7 @@
 //! A progress bar with an estimate of the time left, on stderr, for `quiver bench` runs.
 //!
 //! Shown only when stderr is a terminal or `--progress` asks for it, and only once a run
-//! has taken longer than [`SHOW_AFTER`]. It runs in the parent process, which only waits
+//! has taken longer than `SHOW_AFTER`. It runs in the parent process, which only waits
 //! for the ranks' results: it is redrawn when a measured point arrives, never inside a
 //! timed loop. The estimate assumes the remaining points take as long, on average, as the
 //! finished ones.
@@ -15,7 +15,7 @@ const SHOW_AFTER: Duration = Duration::from_secs(3);
 const BAR_WIDTH: usize = 30;
 
 /// Progress over a known number of measured points.
-pub(crate) struct Progress {
+pub struct Progress {
     enabled: bool,
     start: Instant,
     total_points: usize,
@@ -26,7 +26,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// A bar for `total_points` points, drawn when `forced` or stderr is a terminal.
-    pub(crate) fn new(total_points: usize, forced: bool) -> Progress {
+    pub fn new(total_points: usize, forced: bool) -> Progress {
         Progress {
             enabled: forced || stderr_is_terminal(),
             start: Instant::now(),
@@ -37,12 +37,12 @@ impl Progress {
     }
 
     /// Adds points the run will measure (a suite learns of its jobs as it goes).
-    pub(crate) fn add_points(&mut self, points: usize) {
+    pub fn add_points(&mut self, points: usize) {
         self.total_points += points;
     }
 
     /// One more point is measured: redraw.
-    pub(crate) fn point_done(&mut self, what: &str) {
+    pub fn point_done(&mut self, what: &str) {
         self.done_points = (self.done_points + 1).min(self.total_points.max(1));
         let elapsed = self.start.elapsed();
         if !self.enabled || elapsed < SHOW_AFTER {
@@ -56,7 +56,7 @@ impl Progress {
     }
 
     /// Removes the bar (before the final output, and at the end of the run).
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         if self.drawn {
             let mut stderr = std::io::stderr().lock();
             let _ = write!(stderr, "\r\x1b[K");
@@ -73,7 +73,7 @@ impl Drop for Progress {
 }
 
 /// `[#########.....]  12/40 points  1:05 elapsed, ~2:31 left  (udp pingpong 64 KiB)`.
-pub(crate) fn render(done: usize, total: usize, elapsed: Duration, what: &str) -> String {
+pub fn render(done: usize, total: usize, elapsed: Duration, what: &str) -> String {
     let total = total.max(1);
     let done = done.min(total);
     let filled = BAR_WIDTH * done / total;

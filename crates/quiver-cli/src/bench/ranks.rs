@@ -1,11 +1,12 @@
 //! The parent side of `quiver bench`: starts the two ranks, streams their results into the
 //! report, and makes sure neither outlives the run.
 //!
-//! The ranks are this same executable run as `quiver bench --worker ...`, started through
-//! the launcher ([`crate::launch::spawn_rank`]) with a fresh job identity, each pinned to
-//! its own CPU. Rank 0 writes one JSON record per line to its stdout (piped here); both
+//! The ranks are this same executable run with the job's worker arguments (`quiver bench
+//! --worker ...`, or the lab's `quiver-bench bench --worker ...`), started through the
+//! launcher ([`crate::launch::spawn_rank`]) with a fresh job identity, each pinned to its
+//! own CPU. Rank 0 writes one JSON record per line to its stdout (piped here); both
 //! ranks' stderr is collected and shown when a rank fails. A rank that fails gets the
-//! other one killed after [`FAILURE_GRACE`]; a run past its deadline gets both killed.
+//! other one killed after `FAILURE_GRACE`; a run past its deadline gets both killed.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
@@ -17,8 +18,9 @@ use std::time::{Duration, Instant};
 use crate::launch::{spawn_rank, JobIdentity};
 
 use super::floor::Floors;
-use super::plan::{Plan, Transport};
-use super::report::{apply_floor, Record, Report};
+use super::plan::RankJob;
+use super::report::Report;
+use super::result::RankResult;
 
 /// Ranks in a bench job.
 const RANK_COUNT: u32 = 2;
@@ -29,21 +31,21 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most stderr bytes kept per rank (the rest is dropped, so a chatty rank cannot fill memory).
 const MAX_STDERR_BYTES: usize = 64 << 10;
 
-/// Runs the plan's rank tests: rank 0 on `cpus[0]`, rank 1 on `cpus[1]`. Every result is
-/// given its floor ratio and passed to `report` as it arrives.
+/// Runs one launch of the ranks: rank 0 on `cpus[0]`, rank 1 on `cpus[1]`. Every result is
+/// given its CPUs and floor ratio and passed to `report` as it arrives.
 ///
 /// # Errors
 /// A message naming what failed: starting a rank, a rank's exit status with its stderr,
 /// missing results, the deadline, or writing the report.
-pub(crate) fn run(
-    plan: &Plan,
+pub fn run<R: RankResult>(
+    job: &RankJob,
     cpus: [usize; 2],
     floors: &Floors,
-    report: &mut Report,
+    report: &mut Report<R>,
     timeout: Duration,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
-    let mut ranks = start(plan, cpus)?;
+    let mut ranks = start(job, cpus)?;
     let lines = ranks[0].stdout_lines();
 
     let mut records_seen = 0usize;
@@ -51,12 +53,11 @@ pub(crate) fn run(
     let mut kill_at: Option<Instant> = None;
     loop {
         match lines.recv_timeout(POLL_INTERVAL) {
-            Ok(line) => match serde_json::from_str::<Record>(&line) {
+            Ok(line) => match serde_json::from_str::<R>(&line) {
                 Ok(mut record) => {
                     records_seen += 1;
-                    record.cpus = Some(cpus);
-                    apply_floor(&mut record, floors);
-                    if let Err(error) = report.result(&record) {
+                    record.complete(cpus, floors);
+                    if let Err(error) = report.result(record) {
                         problems.push(format!("writing results: {error}"));
                         kill_at = Some(Instant::now());
                     }
@@ -101,7 +102,7 @@ pub(crate) fn run(
             eprintln!("rank {rank_number} (stderr):\n{}", indent(&stderr));
         }
     }
-    let expected = plan.rank_record_count();
+    let expected = job.records;
     if !any_rank_failed && records_seen != expected {
         problems.push(format!(
             "rank 0 reported {records_seen} results, expected {expected}"
@@ -122,19 +123,19 @@ struct RankProcess {
     status: Option<ExitStatus>,
 }
 
-fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
+fn start(job: &RankJob, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
     let exe = std::env::current_exe()
         .map_err(|error| format!("cannot find this executable to start the ranks: {error}"))?;
-    let worker_args: Vec<OsString> = plan.worker_args().into_iter().map(OsString::from).collect();
+    let worker_args: Vec<OsString> = job.worker_args.iter().map(OsString::from).collect();
     let mut identity =
         JobIdentity::generate().map_err(|error| format!("cannot make a job identity: {error}"))?;
-    if matches!(plan.transport, Transport::Udp | Transport::Tcp) {
-        identity.addrs = match &plan.addrs {
+    if job.transport.is_network() {
+        identity.addrs = match &job.addrs {
             Some(addrs) => addrs.clone(),
             None => crate::launch::local_addrs(RANK_COUNT)
                 .map_err(|error| format!("cannot find free ports for the ranks: {error}"))?,
         };
-        identity.transports = Some(plan.transport.as_str().to_string());
+        identity.transports = Some(job.transport.as_str().to_string());
     }
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(RANK_COUNT as usize);
     for (rank, &cpu) in (0..RANK_COUNT).zip(cpus.iter()) {
@@ -146,7 +147,7 @@ fn start(plan: &Plan, cpus: [usize; 2]) -> Result<Vec<RankProcess>, String> {
         };
         // In a network namespace: `ip netns exec NS` execs the worker there (the pinning
         // and the parent-death signal set before exec carry over).
-        let (program, args) = match &plan.netns {
+        let (program, args) = match &job.netns {
             Some(names) => {
                 let mut args: Vec<OsString> = ["netns", "exec", &names[rank as usize]]
                     .into_iter()

@@ -7,13 +7,13 @@
 use std::fmt;
 
 /// Smallest message size the bench accepts, in bytes.
-pub(crate) const MIN_SIZE_BYTES: u64 = 1;
+pub const MIN_SIZE_BYTES: u64 = 1;
 /// Largest message size the bench accepts, in bytes (1 GiB).
-pub(crate) const MAX_SIZE_BYTES: u64 = 1 << 30;
+pub const MAX_SIZE_BYTES: u64 = 1 << 30;
 
 /// Why a `--sizes` list was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SizeError {
+pub enum SizeError {
     /// The list has no entries.
     Empty,
     /// An entry is not a number with an optional K/M/G suffix.
@@ -43,7 +43,7 @@ impl fmt::Display for SizeError {
 ///
 /// # Errors
 /// [`SizeError::Malformed`] for anything else, [`SizeError::OutOfRange`] for 0 or more than 1G.
-pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let entry = text.trim();
     let bytes = quiver::parse_size(entry).map_err(|error| match error {
         quiver::SizeParseError::Malformed => SizeError::Malformed(entry.to_string()),
@@ -59,7 +59,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
 ///
 /// # Errors
 /// [`SizeError::Empty`] for a list without entries, or the first entry's error.
-pub(crate) fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
+pub fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
     let mut sizes = text
         .split(',')
         .filter(|entry| !entry.trim().is_empty())
@@ -75,7 +75,7 @@ pub(crate) fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
 
 /// Formats a byte count for a table: `8 B`, `4 KiB`, `1 MiB`, or bytes when not a whole
 /// multiple (`1500 B`).
-pub(crate) fn format_size(bytes: u64) -> String {
+pub fn format_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (unit_bytes, unit_name) in UNITS {
         if bytes >= unit_bytes && bytes.is_multiple_of(unit_bytes) {
@@ -86,7 +86,7 @@ pub(crate) fn format_size(bytes: u64) -> String {
 }
 
 /// Formats sizes as a plain comma-separated byte list (`8,65536`), as passed to the ranks.
-pub(crate) fn format_size_list(sizes: &[u64]) -> String {
+pub fn format_size_list(sizes: &[u64]) -> String {
     sizes
         .iter()
         .map(u64::to_string)

@@ -1,4 +1,3 @@
 //! Helpers shared by the integration tests.
 
-pub(crate) mod pattern;
-pub(crate) mod testbed;
+pub(crate) mod netns;

@@ -1,4 +1,4 @@
-//! Consistency of the LogGP model on real runs (`quiver bench pingpong loggp`).
+//! Consistency of the LogGP model on real runs (`quiver-bench bench pingpong loggp`).
 //!
 //! For each quiver transport, at 8 B and 1 KiB, in one run:
 //! - **o_s + L + o_r agrees with the measured one-way latency**: the model's one-way time
@@ -14,7 +14,7 @@
 //! into the receiver's socket on loopback (the bench measures L < 0 over both) and carries
 //! the ack owed for the previous message: a CI run measured g 27% below o_s over udp at 8 B
 //! (4.48 against 6.14 µs). Over shm the isolated send writes ring lines that the receiver
-//! read last, and a stream finds them in the writer's cache: session 12's development VM
+//! read last, and a stream finds them in the writer's cache: a 2-vCPU development VM
 //! measured g 28-47% below o_s at 1 KiB in 7 runs of 7 (0.195 against 0.367 µs) and up to 37%
 //! at 8 B. No tolerance makes a sound invariant of that.
 
@@ -35,7 +35,7 @@ fn run(transport: &str) -> (Vec<Value>, String) {
     let _guard = ONE_BENCH_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let output = Command::new(env!("CARGO_BIN_EXE_quiver"))
+    let output = Command::new(env!("CARGO_BIN_EXE_quiver-bench"))
         .args([
             "bench",
             "pingpong",
@@ -52,7 +52,7 @@ fn run(transport: &str) -> (Vec<Value>, String) {
             "120",
         ])
         .output()
-        .expect("run quiver bench");
+        .expect("run quiver-bench bench");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "{transport}: {stderr}");
     let records = String::from_utf8_lossy(&output.stdout)

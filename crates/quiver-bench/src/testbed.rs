@@ -1,4 +1,4 @@
-//! `quiver testbed up|down`: two network namespaces joined by N veth links, each link its
+//! `quiver-bench testbed up|down`: two network namespaces joined by N veth links, each link its
 //! own subnet, rate-limited with tc tbf and made lossy with nftables (see PLATFORM.md).
 //!
 //! Layout for `--name NAME` (default `quiver`):
@@ -15,7 +15,7 @@
 //! Everything lives inside the two namespaces, so `down` is deleting them (idempotent), and
 //! the host's own interfaces are never touched. `up` rolls back whatever it built when a
 //! step fails or it is interrupted (SIGINT/SIGTERM). With `--owner-pid PID`, `up` also
-//! starts a detached watcher (`quiver testbed watch`) that removes the testbed when that
+//! starts a detached watcher (`quiver-bench testbed watch`) that removes the testbed when that
 //! process exits, however it exits: tests use this so a killed test run leaves nothing.
 //! Root (CAP_NET_ADMIN) and the `ip`, `tc` and `nft` tools are required.
 
@@ -42,7 +42,7 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// Longest testbed name (namespace names get `-a`/`-b`; keep well under NAME_MAX).
 const MAX_NAME_CHARS: usize = 40;
 
-/// Options of `quiver testbed`.
+/// Options of `quiver-bench testbed`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TestbedArgs {
     #[command(subcommand)]
@@ -127,7 +127,7 @@ pub(crate) struct Spec {
 /// Set by the SIGINT/SIGTERM handler; `up` checks it between steps and rolls back.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Runs `quiver testbed`; returns the exit code.
+/// Runs `quiver-bench testbed`; returns the exit code.
 pub(crate) fn main(args: TestbedArgs) -> i32 {
     let result = match args.command {
         TestbedCommand::Up(up) => match spec_from_args(&up) {
@@ -154,7 +154,7 @@ pub(crate) fn main(args: TestbedArgs) -> i32 {
                     "interrupted; removed the partial testbed".to_string(),
                 ),
             };
-            eprintln!("quiver testbed: {message}");
+            eprintln!("quiver-bench testbed: {message}");
             code
         }
     }
@@ -183,7 +183,7 @@ fn up_command(spec: &Spec, args: &UpArgs) -> Result<(), Failure> {
     if !existing.is_empty() {
         if !args.force {
             return Err(Failure::Failed(format!(
-                "testbed '{}' already exists (namespaces {}); remove it with `quiver testbed down --name {}` or pass --force",
+                "testbed '{}' already exists (namespaces {}); remove it with `quiver-bench testbed down --name {}` or pass --force",
                 spec.name,
                 existing.join(", "),
                 spec.name
@@ -215,7 +215,7 @@ fn up_command(spec: &Spec, args: &UpArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Builds testbed `spec` for another command (`quiver bench stripe`): removes an old one of
+/// Builds testbed `spec` for another command (`quiver-bench stripe`): removes an old one of
 /// the same name first, rolls back on failure, and starts a watcher that removes it when
 /// this process exits. The caller should still call [`down`] when done, and should call
 /// [`install_signal_handlers`] first so that Ctrl-C stops the build (see [`interrupted`]).
@@ -536,7 +536,7 @@ fn run_with_input(program: &str, arguments: &[&str], input: &str) -> Result<(), 
     }
 }
 
-/// Starts `quiver testbed watch` detached (own session, no terminal, no inherited pipes),
+/// Starts `quiver-bench testbed watch` detached (own session, no terminal, no inherited pipes),
 /// so it outlives both `up` and the owner.
 fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
@@ -568,7 +568,7 @@ fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
 /// identity (device and inode of the namespace files), and a watcher whose namespaces were
 /// removed or replaced returns without touching anything. Without this, a run that ended
 /// (and removed its testbed itself) left a watcher that, up to one interval later, removed
-/// the testbed of the *next* run of the same name: `quiver bench stripe` invocations one
+/// the testbed of the *next* run of the same name: `quiver-bench stripe` invocations one
 /// after the other lost their namespaces mid-run ("Cannot open network namespace").
 fn watch(name: &str, owner_pid: i32) {
     let owner = quiver_transport::sys::pidfd_open(owner_pid);
@@ -613,7 +613,7 @@ extern "C" fn on_signal(_signal: libc::c_int) {
 }
 
 /// SIGINT/SIGTERM only set [`INTERRUPTED`]; `up` notices, rolls back and exits 130 (and
-/// `quiver bench stripe` stops its ranks and removes its testbed).
+/// `quiver-bench stripe` stops its ranks and removes its testbed).
 pub(crate) fn install_signal_handlers() {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.

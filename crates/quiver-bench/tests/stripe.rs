@@ -1,5 +1,5 @@
-//! One quiver connection striped over two real links (issue 4): two network namespaces
-//! joined by two veth links at 200 Mbit/s each (`quiver testbed`), a rank in each namespace
+//! One quiver connection striped over two real links: two network namespaces joined by two
+//! veth links at 200 Mbit/s each (`quiver-bench testbed`), a rank in each namespace
 //! with `QUIVER_LINKS` naming both links, messages checked one by one and by a checksum
 //! over everything. With 1% random loss on both links; and with a link taken down
 //! (`ip link set ... down`) in the middle of the transfer, which must still complete.

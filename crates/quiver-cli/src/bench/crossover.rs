@@ -1,84 +1,75 @@
-//! The bench's suites: tests that start several rank jobs and summarise them.
+//! Where each quiver transport's copy path and zero-copy path cross on this machine: the
+//! measurement behind `quiver tune` (which writes the least-cost thresholds into this
+//! machine's profile) and the lab's `quiver-bench crossover`.
 //!
-//! - **`compare`**: every transport (shm, udp, tcp) and both raw-socket baselines
-//!   (raw-udp, raw-tcp), one job each running pingpong, bw, rate and loggp at 8 B, 1 KiB,
-//!   64 KiB and 1 MiB, next to the floors measured once in the same run; one table, in the
-//!   spirit of the SC98 comparison of communication layers, every figure with its ratio to
-//!   its floor (see [`compare`] for which floor).
-//! - **`crossover`**: for each transport the size where its copy path and its zero-copy
-//!   path cross. Each transport has one switch point (a `QUIVER_*` threshold); the suite
-//!   runs pingpong and bw twice over the same sizes, once with the threshold forcing the
-//!   copy path at every size and once forcing the zero-copy path, and finds where the
-//!   zero-copy path starts to win ([`stats::crossing`]) and which threshold costs least
-//!   over the sweep ([`best_threshold`]). For shm this is also eager vs rendezvous.
-//! - **`crossover --compare-profile`**: defaults against this machine's profile (written by
-//!   `quiver tune`), same sizes, to show tuned thresholds are never worse.
+//! Each transport has one switch point (a `QUIVER_*` threshold, a [`Knob`]). For each,
+//! pingpong and bw run twice over the same sizes, once with the threshold forcing the copy
+//! path at every size and once forcing the zero-copy path, in alternating rounds; the
+//! result says where the zero-copy path starts to win ([`stats::crossing`]) and which
+//! threshold costs least over the sweep without being worse anywhere it changes the path
+//! ([`safe_threshold`]). For shm this is also eager vs rendezvous.
 //!
-//! Every job runs with `QUIVER_PROFILE=off` plus its own `--set` settings, so a profile
-//! on the machine never changes what a "default" run measures.
+//! The jobs run through a [`SuiteRun`], which the lab's suites use too: every job runs
+//! with `QUIVER_PROFILE=off` plus its own `--set` settings, so a profile on the machine
+//! never changes what a "default" run measures, and a round of alternating jobs is measured
+//! again when the host moved the vCPUs during it.
 
 use std::io::Write;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use super::floor::{self, Floors};
-use super::plan::{Plan, TestName, Transport};
+use super::parent::{choose_cpus, open_report};
+use super::plan::{Plan, RankJob, TestName, Transport, DEFAULT_WINDOW};
+use super::progress::Progress;
 use super::ranks;
-use super::report::{Record, Report};
+use super::record::Record;
+use super::report::Report;
+use super::result::RankResult;
 use super::sizes::format_size;
 use super::stats::{self, Crossing};
 
-/// Sizes of the compare table's columns: latency at the first two, bandwidth at the last two.
-pub(crate) const COMPARE_SIZES_BYTES: [u64; 4] = [8, 1 << 10, 64 << 10, 1 << 20];
-/// Transports and baselines compared, in the table's order.
-pub(crate) const COMPARE_TRANSPORTS: [Transport; 5] = [
-    Transport::Shm,
-    Transport::Udp,
-    Transport::Tcp,
-    Transport::RawUdp,
-    Transport::RawTcp,
-];
-/// Iteration effort of a default compare (percent of the bench's defaults): the whole
-/// suite stays under five minutes on the 2-core machines.
-pub(crate) const COMPARE_EFFORT_PERCENT: u64 = 15;
-/// Effort of the suites with `--quick` (CI, smoke runs).
-pub(crate) const QUICK_EFFORT_PERCENT: u64 = 1;
+/// Effort of the suites with `--quick` (CI, smoke runs), percent of the bench's default
+/// iterations.
+pub const QUICK_EFFORT_PERCENT: u64 = 1;
 /// Effort of a default crossover measurement (and `quiver tune`).
-pub(crate) const CROSSOVER_EFFORT_PERCENT: u64 = 10;
+pub const CROSSOVER_EFFORT_PERCENT: u64 = 10;
 /// A tuned figure more than this factor worse than the default's counts as worse (the
 /// run-to-run spread of these shared VMs is of this order).
-pub(crate) const NOISE_TOLERANCE: f64 = 1.10;
-/// Rank jobs per variant in crossover, `quiver tune` and `--compare-profile`: the variants
-/// alternate (a, b, a, b, ...) and each figure is the median over the rounds. The figures
-/// of one launch of the ranks move by up to 3x between launches on these VMs (tcp
-/// bandwidth is bimodal), so one job per variant can pick the wrong threshold.
-pub(crate) const CROSSOVER_ROUNDS: usize = 3;
+pub const NOISE_TOLERANCE: f64 = 1.10;
+/// Rank jobs per variant in crossover, `quiver tune` and the lab's profile comparison: the
+/// variants alternate (a, b, a, b, ...) and each figure is the median over the rounds.
+/// The figures of one launch of the ranks move by up to 3x between launches on shared VMs
+/// (tcp bandwidth is bimodal), so one job per variant can pick the wrong threshold.
+pub const CROSSOVER_ROUNDS: usize = 3;
 /// How far the cross-core hand-off may move from the suite's floor before a round of
-/// alternating jobs is measured again. On these VMs the host sometimes places the two
+/// alternating jobs is measured again. On shared VMs the host sometimes places the two
 /// vCPUs far apart (hand-off 0.05 -> 0.23 µs), and the ring paths slow down 3-4x while the
 /// system-call paths barely move: a round straddling such a move compares two machines.
-pub(crate) const PLACEMENT_TOLERANCE: f64 = 1.5;
+pub const PLACEMENT_TOLERANCE: f64 = 1.5;
 /// Attempts at one round before it is kept even though the hand-off moved (with a warning).
-pub(crate) const ROUND_ATTEMPTS: usize = 4;
+pub const ROUND_ATTEMPTS: usize = 4;
 
 /// How a suite runs its jobs.
-pub(crate) struct SuiteRun<'a> {
+pub struct SuiteRun<'a, R = Record> {
     /// The two CPUs of the ranks.
-    pub(crate) cpus: [usize; 2],
+    pub cpus: [usize; 2],
     /// Deadline of each job.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// Percent of the default iteration counts.
-    pub(crate) effort_percent: u64,
+    pub effort_percent: u64,
     /// Outstanding sends per window.
-    pub(crate) window: u64,
+    pub window: u64,
     /// Where results go (its table is taken: suites print summaries).
-    pub(crate) report: &'a mut Report,
+    pub report: &'a mut Report<R>,
     /// The floors of this run.
-    pub(crate) floors: &'a Floors,
+    pub floors: &'a Floors,
     /// Jobs per variant where a suite compares variants (see [`CROSSOVER_ROUNDS`]).
-    pub(crate) rounds: usize,
+    pub rounds: usize,
 }
 
-impl SuiteRun<'_> {
+impl<R: RankResult> SuiteRun<'_, R> {
     /// Whether the cross-core hand-off, measured now, is within [`PLACEMENT_TOLERANCE`] of
     /// the one in the suite's floors (an error measuring it counts as steady).
     fn placement_steady(&self) -> bool {
@@ -95,7 +86,10 @@ impl SuiteRun<'_> {
     /// Runs `jobs` (one round of alternating variants) until the hand-off was where the
     /// suite's floors put it both before and after the round, at most [`ROUND_ATTEMPTS`]
     /// times; returns the kept round's results.
-    fn steady_round<T>(
+    ///
+    /// # Errors
+    /// The first error of `jobs`.
+    pub fn steady_round<T>(
         &mut self,
         what: &str,
         mut jobs: impl FnMut(&mut Self) -> Result<T, String>,
@@ -122,17 +116,18 @@ impl SuiteRun<'_> {
         }
     }
 
-    /// Runs one job; returns its records (also reported as JSON as they arrive).
-    fn job(
-        &mut self,
+    /// A job's plan: `tests` over `transport` at `sizes`, with the suite's effort and
+    /// window, the profile off and `settings`.
+    pub fn plan(
+        &self,
         transport: Transport,
         tests: Vec<TestName>,
         sizes: &[u64],
         settings: &[(String, String)],
-    ) -> Result<Vec<Record>, String> {
+    ) -> Plan {
         let mut all_settings = vec![("QUIVER_PROFILE".to_string(), "off".to_string())];
         all_settings.extend(settings.iter().cloned());
-        let plan = Plan {
+        Plan {
             tests,
             transport,
             sizes: sizes.to_vec(),
@@ -142,17 +137,27 @@ impl SuiteRun<'_> {
             addrs: None,
             settings: all_settings,
             effort_percent: self.effort_percent,
-            interleave: None,
-        };
-        self.report.add_points(plan.rank_record_count());
+            blocks_per_point: 1,
+        }
+    }
+
+    /// Runs one job; returns its records (also reported as JSON as they arrive).
+    ///
+    /// # Errors
+    /// The ranks failed.
+    pub fn job(&mut self, job: &RankJob) -> Result<Vec<R>, String> {
+        self.report.add_points(job.records);
         let first = self.report.collected().len();
-        ranks::run(&plan, self.cpus, self.floors, self.report, self.timeout)?;
+        ranks::run(job, self.cpus, self.floors, self.report, self.timeout)?;
         Ok(self.report.collected()[first..].to_vec())
     }
 }
 
 /// Floors a suite needs: hand-off, memcpy and the extended floors at `sizes`.
-pub(crate) fn measure_floors(cpus: [usize; 2], sizes: &[u64]) -> Result<Floors, String> {
+///
+/// # Errors
+/// Measuring failed.
+pub fn suite_floors(cpus: [usize; 2], sizes: &[u64]) -> Result<Floors, String> {
     let mut floors = floor::measure(cpus[0], cpus[1], sizes)
         .map_err(|error| format!("measuring the floors: {error}"))?;
     floors.extended = Some(
@@ -162,254 +167,91 @@ pub(crate) fn measure_floors(cpus: [usize; 2], sizes: &[u64]) -> Result<Floors, 
     Ok(floors)
 }
 
-/// One transport's results in the compare table (a failed job keeps its error).
-struct CompareColumn {
-    transport: Transport,
-    records: Result<Vec<Record>, String>,
+/// Parses `--transports shm,tcp,udp` (quiver's transports only).
+///
+/// # Errors
+/// A name that is not one of quiver's transports.
+pub fn parse_transport_list(list: &str) -> Result<Vec<Transport>, String> {
+    list.split(',')
+        .filter(|name| !name.trim().is_empty())
+        .map(|name| match Transport::from_name(name.trim()) {
+            Some(transport) if !transport.is_raw() => Ok(transport),
+            _ => Err(format!(
+                "--transports: {name:?} is not one of shm, tcp, udp"
+            )),
+        })
+        .collect()
 }
 
-/// Runs `compare` and prints its table to `table` (when given).
-pub(crate) fn compare(run: &mut SuiteRun<'_>, table: Option<&mut dyn Write>) -> Result<(), String> {
-    let mut columns = Vec::new();
-    for transport in COMPARE_TRANSPORTS {
-        let records = run.job(
-            transport,
-            vec![
-                TestName::Pingpong,
-                TestName::Bw,
-                TestName::Rate,
-                TestName::Loggp,
-            ],
-            &COMPARE_SIZES_BYTES,
-            &[],
-        );
-        if let Err(error) = &records {
-            eprintln!(
-                "quiver bench compare: {} failed; its column is left empty:\n{error}",
-                transport.as_str()
-            );
-        }
-        columns.push(CompareColumn { transport, records });
-    }
-    run.report.clear_progress();
-    if let Some(table) = table {
-        print_compare(table, &columns, run.floors)
-            .map_err(|error| format!("writing the table: {error}"))?;
-    }
-    if columns.iter().all(|column| column.records.is_err()) {
-        return Err("every transport failed".to_string());
-    }
-    Ok(())
-}
-
-/// One row of the compare table: a label, how to read a column's figure, and its floor.
-struct CompareRow {
-    label: &'static str,
-    figure: fn(&[Record]) -> Option<f64>,
-    /// The floor the figure is divided by (same unit).
-    floor: fn(&Floors) -> Option<f64>,
-    floor_name: &'static str,
-}
-
-fn point<'a>(records: &'a [Record], test: &str, size: u64) -> Option<&'a Record> {
-    records
+/// Every size the knobs of `transports` sweep, ascending, without duplicates.
+pub fn knob_sizes(transports: &[Transport]) -> Vec<u64> {
+    let mut sizes: Vec<u64> = knobs()
         .iter()
-        .find(|record| record.test == test && record.size == size && record.variant.is_none())
+        .filter(|knob| transports.contains(&knob.transport))
+        .flat_map(|knob| knob.sizes.clone())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
 }
 
-fn loggp_fit(records: &[Record]) -> Option<&Record> {
-    records
-        .iter()
-        .find(|record| record.test == "loggp" && record.variant.as_deref() == Some("fit"))
-}
-
-fn syscall_us(floors: &Floors) -> Option<f64> {
-    floors
-        .extended
-        .as_ref()
-        .map(|extended| extended.syscall.median_us)
-}
-
-fn memcpy_mbps(floors: &Floors, size: u64) -> Option<f64> {
-    floors.memcpy_at(size).map(|memcpy| memcpy.median_mbps)
-}
-
-fn latency_floor_us(floors: &Floors, size: u64) -> Option<f64> {
-    let copy_us = memcpy_mbps(floors, size).map_or(0.0, |mbps| size as f64 / mbps);
-    Some(floors.handoff.one_way_median_us.max(copy_us))
-}
-
-const COMPARE_ROWS: [CompareRow; 10] = [
-    CompareRow {
-        label: "8 B one-way latency (µs)",
-        figure: |r| point(r, "pingpong", 8).and_then(|p| p.latency_us),
-        floor: |f| latency_floor_us(f, 8),
-        floor_name: "hand-off",
-    },
-    CompareRow {
-        label: "1 KiB one-way latency (µs)",
-        figure: |r| point(r, "pingpong", 1024).and_then(|p| p.latency_us),
-        floor: |f| latency_floor_us(f, 1024),
-        floor_name: "max(hand-off, memcpy)",
-    },
-    CompareRow {
-        label: "64 KiB bandwidth (MB/s)",
-        figure: |r| point(r, "bw", 64 << 10).and_then(|p| p.bandwidth_mbps),
-        floor: |f| memcpy_mbps(f, 64 << 10),
-        floor_name: "memcpy",
-    },
-    CompareRow {
-        label: "1 MiB bandwidth (MB/s)",
-        figure: |r| point(r, "bw", 1 << 20).and_then(|p| p.bandwidth_mbps),
-        floor: |f| memcpy_mbps(f, 1 << 20),
-        floor_name: "memcpy",
-    },
-    CompareRow {
-        label: "8 B message rate (Mmsg/s)",
-        figure: |r| point(r, "rate", 8).and_then(|p| p.rate_mmsgs),
-        floor: |f| Some(1.0 / f.handoff.one_way_median_us),
-        floor_name: "1 / hand-off",
-    },
-    CompareRow {
-        label: "o_s, 8 B (µs)",
-        figure: |r| loggp_fit(r).and_then(|p| p.o_s_us),
-        floor: syscall_us,
-        floor_name: "syscall",
-    },
-    CompareRow {
-        label: "o_r, 8 B (µs)",
-        figure: |r| loggp_fit(r).and_then(|p| p.o_r_us),
-        floor: syscall_us,
-        floor_name: "syscall",
-    },
-    CompareRow {
-        label: "L, 8 B (µs)",
-        figure: |r| loggp_fit(r).and_then(|p| p.l_us),
-        floor: |f| Some(f.handoff.one_way_median_us),
-        floor_name: "hand-off",
-    },
-    CompareRow {
-        label: "g, 8 B (µs)",
-        figure: |r| loggp_fit(r).and_then(|p| p.g_us),
-        floor: |f| Some(f.handoff.one_way_median_us),
-        floor_name: "hand-off",
-    },
-    CompareRow {
-        label: "G, 64 KiB..1 MiB (ns/B)",
-        figure: |r| loggp_fit(r).and_then(|p| p.big_g_ns_per_byte),
-        // ns per byte of one memcpy: 1000 / (bytes per µs).
-        floor: |f| memcpy_mbps(f, 1 << 20).map(|mbps| 1e3 / mbps),
-        floor_name: "memcpy 1 MiB",
-    },
-];
-
-/// `value (ratio x)` for a compare cell.
-fn compare_cell(value: Option<f64>, floor: Option<f64>) -> String {
-    match (value, floor) {
-        (Some(value), Some(floor)) if floor > 0.0 => {
-            format!("{} ({}x)", significant(value), significant(value / floor))
-        }
-        (Some(value), _) => significant(value),
-        (None, _) => "-".to_string(),
-    }
-}
-
-fn significant(value: f64) -> String {
-    if value == 0.0 || !value.is_finite() {
-        return format!("{value}");
-    }
-    let magnitude = value.abs().log10().floor() as i32;
-    let decimals = (2 - magnitude).max(0) as usize;
-    format!("{value:.decimals$}")
-}
-
-fn print_compare(
-    table: &mut dyn Write,
-    columns: &[CompareColumn],
-    floors: &Floors,
-) -> std::io::Result<()> {
-    writeln!(table)?;
-    writeln!(
-        table,
-        "compare: every transport and baseline, two pinned busy-polling ranks on CPU {} and {}",
-        floors.handoff.cpu_a, floors.handoff.cpu_b
-    )?;
-    writeln!(
-        table,
-        "  each cell: figure (figure / floor); floors measured in this run (right). Latencies and"
-    )?;
-    writeln!(
-        table,
-        "  o_s/o_r/L/g: lower is better, x >= 1 expected (o_s/o_r below a syscall = no kernel entry);"
-    )?;
-    writeln!(
-        table,
-        "  bandwidth and rate: higher is better, x <= 1 expected. G = per-byte gap fitted over 64 KiB..1 MiB."
-    )?;
-    let label_width = 27;
-    let cell_width = 19;
-    write!(table, "{:<label_width$}", "")?;
-    for column in columns {
-        write!(table, "{:>cell_width$}", column.transport.as_str())?;
-    }
-    writeln!(table, "  {:>9} floor", "")?;
-    for row in &COMPARE_ROWS {
-        write!(table, "{:<label_width$}", row.label)?;
-        let floor = (row.floor)(floors);
-        for column in columns {
-            let cell = match &column.records {
-                Ok(records) => compare_cell((row.figure)(records), floor),
-                Err(_) => "failed".to_string(),
-            };
-            write!(table, "{cell:>cell_width$}")?;
-        }
-        writeln!(
-            table,
-            "  {:>9} {}",
-            floor.map_or("-".to_string(), significant),
-            row.floor_name
-        )?;
-    }
-    if let Some(extended) = &floors.extended {
-        writeln!(
-            table,
-            "  other floors: system call {} µs, cross-core wake-up {} µs (eventfd+poll) / {} µs (futex), \
-             process_vm_readv {} MB/s at 1 MiB",
-            significant(extended.syscall.median_us),
-            significant(extended.wakeup_eventfd.median_us),
-            significant(extended.wakeup_futex.median_us),
-            extended
-                .cma
-                .iter()
-                .find(|cma| cma.size_bytes == 1 << 20)
-                .map_or("-".to_string(), |cma| significant(cma.median_mbps))
-        )?;
-    }
-    table.flush()
+/// Measures the crossovers for `quiver tune`: floors are not needed beyond what the
+/// records carry, so only the hand-off and memcpy at the sweep sizes are measured.
+///
+/// # Errors
+/// Bad CPUs or JSON file, or a failed job.
+pub fn measure_for_tune(
+    cpus: Option<&str>,
+    transports: &[Transport],
+    quick: bool,
+    timeout: Duration,
+    json: Option<&str>,
+) -> Result<Vec<CrossoverResult>, String> {
+    let cpus = choose_cpus(cpus)?;
+    let mut report: Report = open_report(json)?;
+    report.take_table();
+    report.set_progress(Progress::new(0, false));
+    let all = [Transport::Shm, Transport::Tcp, Transport::Udp];
+    let floors = floor::measure(cpus[0], cpus[1], &knob_sizes(&all))
+        .map_err(|error| format!("measuring the floors: {error}"))?;
+    let mut run = SuiteRun {
+        cpus,
+        timeout,
+        effort_percent: if quick {
+            QUICK_EFFORT_PERCENT
+        } else {
+            CROSSOVER_EFFORT_PERCENT
+        },
+        window: DEFAULT_WINDOW,
+        report: &mut report,
+        floors: &floors,
+        rounds: if quick { 1 } else { CROSSOVER_ROUNDS },
+    };
+    measure_crossovers(&mut run, transports)
 }
 
 /// One transport's switch point between its copy path and its zero-copy path.
 #[derive(Debug, Clone)]
-pub(crate) struct Knob {
+pub struct Knob {
     /// The transport.
-    pub(crate) transport: Transport,
+    pub transport: Transport,
     /// The `QUIVER_*` setting.
-    pub(crate) setting: &'static str,
+    pub setting: &'static str,
     /// What the copy path and the zero-copy path are.
-    pub(crate) paths: &'static str,
+    pub paths: &'static str,
     /// Sizes measured, ascending.
-    pub(crate) sizes: Vec<u64>,
+    pub sizes: Vec<u64>,
     /// The setting's value forcing the copy path at every size of the sweep.
-    pub(crate) copy_value: u64,
+    pub copy_value: u64,
     /// The setting's value forcing the zero-copy path at every size of the sweep.
-    pub(crate) zero_copy_value: u64,
+    pub zero_copy_value: u64,
     /// The built-in default.
-    pub(crate) default_value: u64,
+    pub default_value: u64,
     /// The setting's value that copies messages up to `largest_copied` bytes (None: none
     /// of the sweep) and sends larger ones the zero-copy way.
-    pub(crate) value_for: fn(Option<u64>) -> u64,
+    pub value_for: fn(Option<u64>) -> u64,
     /// Whether a message of `size` bytes takes the copy path when the setting is `value`.
-    pub(crate) copies: fn(u64, u64) -> bool,
+    pub copies: fn(u64, u64) -> bool,
 }
 
 impl Knob {
@@ -426,10 +268,10 @@ impl Knob {
 /// A measured threshold replaces the default only when it lowers the sweep's total cost
 /// ([`threshold_cost`]) by more than this fraction: the run-to-run noise of one size must
 /// not move a switch point.
-pub(crate) const TUNING_MARGIN: f64 = 0.02;
+pub const TUNING_MARGIN: f64 = 0.02;
 
 /// The three switch points, one per quiver transport.
-pub(crate) fn knobs() -> Vec<Knob> {
+pub fn knobs() -> Vec<Knob> {
     let defaults = quiver::Config::default();
     vec![
         Knob {
@@ -472,27 +314,30 @@ pub(crate) fn knobs() -> Vec<Knob> {
 
 /// One size of a crossover sweep: (size, [copy latency µs, zero-copy latency µs, copy
 /// MB/s, zero-copy MB/s]).
-pub(crate) type CrossoverPoint = (u64, [Option<f64>; 4]);
+pub type CrossoverPoint = (u64, [Option<f64>; 4]);
 
 /// What crossover measured for one knob.
 #[derive(Debug, Clone)]
-pub(crate) struct CrossoverResult {
+pub struct CrossoverResult {
     /// The knob measured.
-    pub(crate) knob: Knob,
+    pub knob: Knob,
     /// Per size: (copy latency µs, zero-copy latency µs, copy MB/s, zero-copy MB/s).
-    pub(crate) points: Vec<(u64, [Option<f64>; 4])>,
+    pub points: Vec<(u64, [Option<f64>; 4])>,
     /// Where zero-copy starts to win on latency, and on bandwidth.
-    pub(crate) latency_crossing: Crossing,
+    pub latency_crossing: Crossing,
     /// Where zero-copy starts to win on bandwidth.
-    pub(crate) bandwidth_crossing: Crossing,
-    /// The threshold value with the least cost over the sweep ([`best_threshold`]).
-    pub(crate) best_value: u64,
+    pub bandwidth_crossing: Crossing,
+    /// The threshold value with the least cost over the sweep ([`safe_threshold`]).
+    pub best_value: u64,
     /// The cross-core hand-off (µs) the rounds were measured at (0 when not known).
-    pub(crate) handoff_us: f64,
+    pub handoff_us: f64,
 }
 
 /// Measures every knob whose transport is in `transports`.
-pub(crate) fn measure_crossovers(
+///
+/// # Errors
+/// A job failed.
+pub fn measure_crossovers(
     run: &mut SuiteRun<'_>,
     transports: &[Transport],
 ) -> Result<Vec<CrossoverResult>, String> {
@@ -516,16 +361,15 @@ pub(crate) fn measure_crossovers(
                     let settings = vec![(knob.setting.to_string(), value.to_string())];
                     run.report
                         .set_tag(Some(variant), vec![format!("{}={value}", knob.setting)]);
-                    let records = run
-                        .job(
-                            knob.transport,
-                            vec![TestName::Pingpong, TestName::Bw],
-                            &knob.sizes,
-                            &settings,
-                        )
-                        .map_err(|error| {
-                            format!("{} {variant} path: {error}", knob.transport.as_str())
-                        });
+                    let plan = run.plan(
+                        knob.transport,
+                        vec![TestName::Pingpong, TestName::Bw],
+                        &knob.sizes,
+                        &settings,
+                    );
+                    let records = run.job(&plan.rank_job()).map_err(|error| {
+                        format!("{} {variant} path: {error}", knob.transport.as_str())
+                    });
                     run.report.set_tag(None, Vec::new());
                     pair[path] = records?;
                 }
@@ -537,7 +381,7 @@ pub(crate) fn measure_crossovers(
         let mut result = summarise_crossover(knob, &by_path[0], &by_path[1]);
         result.handoff_us = run.floors.handoff.one_way_median_us;
         run.report
-            .json_only(&crossover_record(&result))
+            .json_only(&CrossoverSummary::of(&result))
             .map_err(|error| format!("writing JSON: {error}"))?;
         results.push(result);
     }
@@ -546,9 +390,9 @@ pub(crate) fn measure_crossovers(
 }
 
 /// One variant's records over several rounds, merged: each point's latency and bandwidth
-/// are the medians of that point over the rounds that measured it (the other fields are
-/// the first round's). Points are those of the first round.
-pub(crate) fn median_records(rounds: &[Vec<Record>]) -> Vec<Record> {
+/// (its figure) is the median of that point over the rounds that measured it (the other
+/// fields are the first round's). Points are those of the first round.
+pub fn median_records(rounds: &[Vec<Record>]) -> Vec<Record> {
     let Some(first) = rounds.first() else {
         return Vec::new();
     };
@@ -560,39 +404,39 @@ pub(crate) fn median_records(rounds: &[Vec<Record>]) -> Vec<Record> {
     first
         .iter()
         .map(|template| {
-            let same: Vec<&Record> = rounds
+            let same: Vec<f64> = rounds
                 .iter()
                 .filter_map(|round| {
                     round.iter().find(|record| {
-                        record.test == template.test
-                            && record.size == template.size
-                            && record.transport == template.transport
+                        record.test() == template.test()
+                            && record.size() == template.size()
+                            && record.transport() == template.transport()
                     })
                 })
+                .map(|record| record.figure().1)
                 .collect();
             let mut merged = template.clone();
-            merged.latency_us = median_of(same.iter().filter_map(|r| r.latency_us).collect());
-            merged.bandwidth_mbps =
-                median_of(same.iter().filter_map(|r| r.bandwidth_mbps).collect());
+            if let Some(median) = median_of(same) {
+                merged.set_figure(median);
+            }
             merged
         })
         .collect()
 }
 
-fn figure(records: &[Record], test: &str, size: u64) -> Option<f64> {
-    let record = records
+/// The figure of the point of `test` at `size` in `records` (latency for pingpong,
+/// bandwidth for bw), if there is one.
+pub fn figure(records: &[Record], test: TestName, size: u64) -> Option<f64> {
+    records
         .iter()
-        .find(|record| record.test == test && record.size == size)?;
-    match test {
-        "pingpong" => record.latency_us,
-        _ => record.bandwidth_mbps,
-    }
+        .find(|record| record.test() == test && record.size() == size)
+        .map(|record| record.figure().1)
 }
 
 /// Reads both paths' records, one list per round (round r of copy pairs with round r of
 /// zero-copy), into a result. The points shown are the per-point medians over the rounds;
 /// the threshold is [`safe_threshold`] over the rounds and the medians.
-pub(crate) fn summarise_crossover(
+pub fn summarise_crossover(
     knob: Knob,
     copy_rounds: &[Vec<Record>],
     zero_copy_rounds: &[Vec<Record>],
@@ -649,10 +493,10 @@ fn crossover_points(
             (
                 size,
                 [
-                    figure(copy, "pingpong", size),
-                    figure(zero_copy, "pingpong", size),
-                    figure(copy, "bw", size),
-                    figure(zero_copy, "bw", size),
+                    figure(copy, TestName::Pingpong, size),
+                    figure(zero_copy, TestName::Pingpong, size),
+                    figure(copy, TestName::Bw, size),
+                    figure(zero_copy, TestName::Bw, size),
                 ],
             )
         })
@@ -667,7 +511,7 @@ fn crossover_points(
 /// So a tuned threshold trades nothing away that `--compare-profile` would count as worse,
 /// and one noisy launch cannot move it. Of the qualifying candidates the one with the
 /// lowest cost in the medians (the last round) wins.
-pub(crate) fn safe_threshold(knob: &Knob, rounds: &[Vec<CrossoverPoint>]) -> Option<Option<u64>> {
+pub fn safe_threshold(knob: &Knob, rounds: &[Vec<CrossoverPoint>]) -> Option<Option<u64>> {
     let default = knob.default_candidate();
     let medians = rounds.last()?;
     let candidates = std::iter::once(None).chain(medians.iter().map(|(size, _)| Some(*size)));
@@ -719,10 +563,7 @@ fn no_worse_where_changed(
 /// The cost of copying every size up to `largest_copied` (None: none) and sending the rest
 /// the zero-copy way: per size, chosen latency / best latency + best bandwidth / chosen
 /// bandwidth (2 per size = the best path everywhere); sizes missing a figure count 0.
-pub(crate) fn threshold_cost(
-    points: &[(u64, [Option<f64>; 4])],
-    largest_copied: Option<u64>,
-) -> f64 {
+pub fn threshold_cost(points: &[(u64, [Option<f64>; 4])], largest_copied: Option<u64>) -> f64 {
     points
         .iter()
         .map(|(size, figures)| {
@@ -748,11 +589,33 @@ fn crossing_text(crossing: Crossing) -> String {
     }
 }
 
-fn crossing_bytes(crossing: Crossing) -> serde_json::Value {
-    match crossing {
-        Crossing::At(bytes) => serde_json::json!(bytes.round() as u64),
-        Crossing::Always => serde_json::json!("always"),
-        Crossing::Never => serde_json::json!("never"),
+/// Where zero-copy starts to win, as the JSON summary says it: bytes, "always" or "never".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum CrossingBytes {
+    /// From about this many bytes on.
+    At(u64),
+    /// At every size measured, or at none.
+    Edge(CrossingEdge),
+}
+
+/// A crossing outside the sizes measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrossingEdge {
+    /// Zero-copy wins at every size measured.
+    Always,
+    /// Zero-copy wins at no size measured.
+    Never,
+}
+
+impl From<Crossing> for CrossingBytes {
+    fn from(crossing: Crossing) -> CrossingBytes {
+        match crossing {
+            Crossing::At(bytes) => CrossingBytes::At(bytes.round() as u64),
+            Crossing::Always => CrossingBytes::Edge(CrossingEdge::Always),
+            Crossing::Never => CrossingBytes::Edge(CrossingEdge::Never),
+        }
     }
 }
 
@@ -767,29 +630,55 @@ fn format_size_approx(bytes: f64) -> String {
     }
 }
 
-/// The JSON summary of one knob: `test: "crossover"`, `size` = the best threshold.
-pub(crate) fn crossover_record(result: &CrossoverResult) -> Record {
-    Record {
-        test: TestName::Crossover.as_str().to_string(),
-        transport: result.knob.transport.as_str().to_string(),
-        size: result.best_value.max(1),
-        iters: 0,
-        summary: Some(serde_json::json!({
-            "setting": result.knob.setting,
-            "default": result.knob.default_value,
-            "best": result.best_value,
-            "latency_crossing_bytes": crossing_bytes(result.latency_crossing),
-            "bandwidth_crossing_bytes": crossing_bytes(result.bandwidth_crossing),
-        })),
-        ..Record::default()
+/// The JSON summary of one knob: `test` = "crossover", `size` = the best threshold.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "test", rename = "crossover")]
+pub struct CrossoverSummary {
+    /// The knob's transport.
+    pub transport: Transport,
+    /// The best threshold (at least 1: sizes are positive).
+    pub size: u64,
+    /// Always 0 (the summary of several jobs).
+    pub iters: u64,
+    /// The knob and its crossings.
+    pub summary: CrossoverFigures,
+}
+
+/// What the crossover summary says about one knob.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrossoverFigures {
+    /// The `QUIVER_*` setting.
+    pub setting: &'static str,
+    /// Its built-in default.
+    pub default: u64,
+    /// The least-cost value measured.
+    pub best: u64,
+    /// Where zero-copy starts to win on latency.
+    pub latency_crossing_bytes: CrossingBytes,
+    /// Where zero-copy starts to win on bandwidth.
+    pub bandwidth_crossing_bytes: CrossingBytes,
+}
+
+impl CrossoverSummary {
+    /// The summary of `result`.
+    pub fn of(result: &CrossoverResult) -> CrossoverSummary {
+        CrossoverSummary {
+            transport: result.knob.transport,
+            size: result.best_value.max(1),
+            iters: 0,
+            summary: CrossoverFigures {
+                setting: result.knob.setting,
+                default: result.knob.default_value,
+                best: result.best_value,
+                latency_crossing_bytes: result.latency_crossing.into(),
+                bandwidth_crossing_bytes: result.bandwidth_crossing.into(),
+            },
+        }
     }
 }
 
 /// Prints the crossover tables.
-pub(crate) fn print_crossovers(
-    table: &mut dyn Write,
-    results: &[CrossoverResult],
-) -> std::io::Result<()> {
+pub fn print_crossovers(table: &mut dyn Write, results: &[CrossoverResult]) -> std::io::Result<()> {
     for result in results {
         let knob = &result.knob;
         writeln!(table)?;
@@ -848,163 +737,23 @@ pub(crate) fn print_crossovers(
     table.flush()
 }
 
-/// Defaults against the thresholds of this machine's profile: one job per transport and
-/// side, same sizes; prints each size's tuned/default ratios and a verdict. Knobs whose
-/// profile value equals the default are skipped (nothing to compare).
-pub(crate) fn compare_profile(
-    run: &mut SuiteRun<'_>,
-    transports: &[Transport],
-    tuned: &[(String, u64)],
-    table: Option<&mut dyn Write>,
-) -> Result<bool, String> {
-    let mut lines: Vec<String> = Vec::new();
-    let mut never_worse = true;
-    for knob in knobs() {
-        if !transports.contains(&knob.transport) {
-            continue;
-        }
-        let Some(&(_, value)) = tuned.iter().find(|(name, _)| name == knob.setting) else {
-            lines.push(format!(
-                "{}: {} is not in the profile; nothing to compare",
-                knob.transport.as_str(),
-                knob.setting
-            ));
-            continue;
-        };
-        if value == knob.default_value {
-            lines.push(format!(
-                "{}: {}={value} is the default; nothing to compare",
-                knob.transport.as_str(),
-                knob.setting
-            ));
-            continue;
-        }
-        let tests = vec![TestName::Pingpong, TestName::Bw];
-        let settings = vec![(knob.setting.to_string(), value.to_string())];
-        let (mut default_rounds, mut tuned_rounds) = (Vec::new(), Vec::new());
-        for round in 1..=run.rounds.max(1) {
-            let what = format!(
-                "profile vs defaults {} round {round}",
-                knob.transport.as_str()
-            );
-            let (default, tuned_records) = run.steady_round(&what, |run| {
-                run.report.set_tag(Some("default"), Vec::new());
-                let default = run.job(knob.transport, tests.clone(), &knob.sizes, &[]);
-                run.report
-                    .set_tag(Some("tuned"), vec![format!("{}={value}", knob.setting)]);
-                let tuned_records = run.job(knob.transport, tests.clone(), &knob.sizes, &settings);
-                run.report.set_tag(None, Vec::new());
-                Ok((default?, tuned_records?))
-            })?;
-            default_rounds.push(default);
-            tuned_rounds.push(tuned_records);
-        }
-        let (default, tuned_records) = (
-            median_records(&default_rounds),
-            median_records(&tuned_rounds),
-        );
-        lines.push(String::new());
-        lines.push(format!(
-            "profile vs defaults: {} {}: default {} -> tuned {value} (medians of {} alternating jobs each)",
-            knob.transport.as_str(),
-            knob.setting,
-            knob.default_value,
-            default_rounds.len()
-        ));
-        lines.push(format!(
-            "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}  path (tuned vs default)",
-            "size", "default µs", "tuned µs", "ratio", "default MB/s", "tuned MB/s", "ratio"
-        ));
-        let mut worse_sizes = Vec::new();
-        for &size in &knob.sizes {
-            let latency = (
-                figure(&default, "pingpong", size),
-                figure(&tuned_records, "pingpong", size),
-            );
-            let bandwidth = (
-                figure(&default, "bw", size),
-                figure(&tuned_records, "bw", size),
-            );
-            let latency_ratio = latency.1.zip(latency.0).map(|(t, d)| t / d);
-            let bandwidth_ratio = bandwidth.1.zip(bandwidth.0).map(|(t, d)| t / d);
-            // Sizes whose path the tuned value does not change run the same code on both
-            // sides: their difference is noise and does not count against the profile.
-            let path_changes =
-                (knob.copies)(size, knob.default_value) != (knob.copies)(size, value);
-            let worse_by = |latency_ratio: Option<f64>, bandwidth_ratio: Option<f64>| {
-                latency_ratio.is_some_and(|ratio| ratio > NOISE_TOLERANCE)
-                    || bandwidth_ratio.is_some_and(|ratio| ratio < 1.0 / NOISE_TOLERANCE)
-            };
-            // Worse in the medians and in every round (default and tuned of one round ran
-            // back to back): one slow launch does not condemn a threshold.
-            let worse = worse_by(latency_ratio, bandwidth_ratio)
-                && default_rounds.iter().zip(&tuned_rounds).all(|(d, t)| {
-                    let ratio = |test: &str| {
-                        figure(t, test, size)
-                            .zip(figure(d, test, size))
-                            .map(|(t, d)| t / d)
-                    };
-                    worse_by(ratio("pingpong"), ratio("bw"))
-                });
-            if path_changes && worse {
-                worse_sizes.push(format_size(size));
-            }
-            let path = if !path_changes {
-                "same path"
-            } else if (knob.copies)(size, value) {
-                "now copy"
-            } else {
-                "now zero-copy"
-            };
-            let show = |value: Option<f64>| value.map_or("-".to_string(), significant);
-            lines.push(format!(
-                "  {:>10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9}  {path}",
-                format_size(size),
-                show(latency.0),
-                show(latency.1),
-                show(latency_ratio),
-                show(bandwidth.0),
-                show(bandwidth.1),
-                show(bandwidth_ratio)
-            ));
-        }
-        if worse_sizes.is_empty() {
-            lines.push(format!(
-                "  verdict: where the path changes, tuned is never worse than the default beyond the {:.0}% noise tolerance (in the medians and in every round)",
-                (NOISE_TOLERANCE - 1.0) * 100.0
-            ));
-        } else {
-            never_worse = false;
-            lines.push(format!(
-                "  verdict: where the path changes, tuned is worse than the default beyond {:.0}%, in the medians and in every round, at {}",
-                (NOISE_TOLERANCE - 1.0) * 100.0,
-                worse_sizes.join(", ")
-            ));
-        }
+/// A figure for a summary table: three significant digits, no decimals from 100 up.
+pub fn significant(value: f64) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format!("{value}");
     }
-    run.report.clear_progress();
-    if let Some(table) = table {
-        for line in &lines {
-            writeln!(table, "{line}").map_err(|error| error.to_string())?;
-        }
-    }
-    Ok(never_worse)
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (2 - magnitude).max(0) as usize;
+    format!("{value:.decimals$}")
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::{Labels, LatencyPoint, Metric, StreamPoint};
     use super::*;
 
     #[test]
     fn median_records_takes_each_points_median_over_rounds() {
-        let point = |test: &str, size: u64, latency: f64, bandwidth: f64| Record {
-            test: test.to_string(),
-            transport: "tcp".to_string(),
-            size,
-            latency_us: Some(latency),
-            bandwidth_mbps: Some(bandwidth),
-            ..Record::default()
-        };
         let rounds = vec![
             vec![point("pingpong", 8, 5.0, 1.0), point("bw", 8, 0.0, 100.0)],
             vec![point("pingpong", 8, 50.0, 1.0), point("bw", 8, 0.0, 300.0)],
@@ -1013,8 +762,8 @@ mod tests {
         ];
         let merged = median_records(&rounds);
         assert_eq!(merged.len(), 2);
-        assert_eq!(merged[0].latency_us, Some(27.5));
-        assert_eq!(merged[1].bandwidth_mbps, Some(200.0));
+        assert_eq!(merged[0].figure(), (Metric::LatencyUs, 27.5));
+        assert_eq!(merged[1].figure(), (Metric::BandwidthMbps, 200.0));
         assert!(median_records(&[]).is_empty());
     }
 
@@ -1128,13 +877,39 @@ mod tests {
     }
 
     fn record(test: &str, size: u64, value: f64) -> Record {
-        Record {
-            test: test.into(),
-            size,
-            latency_us: (test == "pingpong").then_some(value),
-            bandwidth_mbps: (test == "bw").then_some(value),
-            ..Record::default()
+        point(test, size, value, value)
+    }
+
+    /// A pingpong point with `latency`, or a bw point with `bandwidth`, over tcp.
+    fn point(test: &str, size: u64, latency: f64, bandwidth: f64) -> Record {
+        let labels = Labels::default();
+        if test == "pingpong" {
+            return Record::Pingpong(LatencyPoint {
+                transport: Transport::Tcp,
+                size,
+                iters: 10,
+                latency_us: latency,
+                latency_p99_us: latency,
+                floor_us: None,
+                floor_ratio: None,
+                cpus: None,
+                labels,
+                detection: None,
+            });
         }
+        Record::Bw(StreamPoint {
+            transport: Transport::Tcp,
+            size,
+            iters: 10,
+            window: 64,
+            bandwidth_mbps: bandwidth,
+            floor_mbps: None,
+            floor_ratio: None,
+            cpus: None,
+            labels,
+            detection: None,
+            posted: None,
+        })
     }
 
     #[test]
@@ -1171,10 +946,23 @@ mod tests {
     }
 
     #[test]
-    fn compare_cells_show_ratios() {
-        assert_eq!(compare_cell(Some(0.135), Some(0.05)), "0.135 (2.70x)");
-        assert_eq!(compare_cell(Some(20493.0), Some(38900.0)), "20493 (0.527x)");
-        assert_eq!(compare_cell(None, Some(1.0)), "-");
-        assert_eq!(compare_cell(Some(3.0), None), "3.00");
+    fn the_summary_says_the_crossings_in_bytes_or_words() {
+        let knob = knobs().remove(0);
+        let result = CrossoverResult {
+            points: Vec::new(),
+            latency_crossing: Crossing::At(6000.4),
+            bandwidth_crossing: Crossing::Never,
+            best_value: 8192,
+            handoff_us: 0.1,
+            knob,
+        };
+        let value = serde_json::to_value(CrossoverSummary::of(&result)).expect("json");
+        assert_eq!(value["test"], "crossover");
+        assert_eq!(value["transport"], "shm");
+        assert_eq!(value["size"], 8192);
+        assert_eq!(value["summary"]["best"], value["size"]);
+        assert_eq!(value["summary"]["setting"], "QUIVER_SHM_EAGER_MAX");
+        assert_eq!(value["summary"]["latency_crossing_bytes"], 6000);
+        assert_eq!(value["summary"]["bandwidth_crossing_bytes"], "never");
     }
 }

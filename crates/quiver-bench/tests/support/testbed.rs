@@ -1,7 +1,7 @@
 //! A `Testbed` guard for integration tests: builds a two-namespace testbed with the real
-//! `quiver testbed up` and removes it when dropped. `up` is given this test process as the
-//! owner, so the testbed is removed even if the test process is killed (the watcher that
-//! `quiver testbed up --owner-pid` starts notices the exit).
+//! `quiver-bench testbed up` and removes it when dropped. `up` is given this test process as
+//! the owner, so the testbed is removed even if the test process is killed (the watcher
+//! that `quiver-bench testbed up --owner-pid` starts notices the exit).
 
 #![allow(dead_code)]
 
@@ -18,7 +18,7 @@ impl Testbed {
     /// `rate` (e.g. "100mbit") with `loss_pct` percent loss per direction.
     ///
     /// # Errors
-    /// `quiver testbed up`'s exit status and stderr.
+    /// `quiver-bench testbed up`'s exit status and stderr.
     pub(crate) fn up(links: u32, rate: &str, loss_pct: f64) -> Result<Testbed, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
@@ -26,7 +26,7 @@ impl Testbed {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let output = quiver()
+        let output = quiver_bench()
             .args(["testbed", "up", "--name", &name, "--links"])
             .arg(links.to_string())
             .args(["--rate", rate, "--loss"])
@@ -34,14 +34,14 @@ impl Testbed {
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
             .output()
-            .map_err(|error| format!("running quiver testbed up: {error}"))?;
+            .map_err(|error| format!("running quiver-bench testbed up: {error}"))?;
         // From here on the guard owns whatever was built, even if `up` failed half-way.
         let testbed = Testbed { name };
         if output.status.success() {
             Ok(testbed)
         } else {
             Err(format!(
-                "quiver testbed up failed ({}): {}",
+                "quiver-bench testbed up failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             ))
@@ -61,21 +61,21 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        let status = quiver()
+        let status = quiver_bench()
             .args(["testbed", "down", "--name", &self.name])
             .status();
         if !matches!(status, Ok(status) if status.success()) {
             eprintln!(
-                "warning: quiver testbed down --name {} failed: {status:?}",
+                "warning: quiver-bench testbed down --name {} failed: {status:?}",
                 self.name
             );
         }
     }
 }
 
-/// The `quiver` binary under test.
-pub(crate) fn quiver() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
+/// The `quiver-bench` binary under test.
+pub(crate) fn quiver_bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_quiver-bench"))
 }
 
 /// Whether this process runs as root (the testbed needs it).

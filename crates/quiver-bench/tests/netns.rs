@@ -1,5 +1,5 @@
 //! quiver's network transports across two network namespaces joined by a veth link that
-//! drops packets at random (nftables, see `quiver testbed`): a rank in each namespace, real
+//! drops packets at random (nftables, see `quiver-bench testbed`): a rank in each namespace, real
 //! sockets, and at least 1 GB moved and verified by checksum with 1% and with 10% loss.
 //! Root only (skipped otherwise).
 //!

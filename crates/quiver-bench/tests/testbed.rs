@@ -1,4 +1,4 @@
-//! Integration tests of `quiver testbed` (root only; skipped otherwise): real namespaces,
+//! Integration tests of `quiver-bench testbed` (root only; skipped otherwise): real namespaces,
 //! veth links, tbf and nftables loss, a checksummed TCP transfer across them, and cleanup.
 
 mod support;
@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::testbed::{in_namespace, is_root, namespace_list, quiver, Testbed};
+use support::testbed::{in_namespace, is_root, namespace_list, quiver_bench, Testbed};
 
 /// Bytes sent across the lossy testbed.
 const TRANSFER_BYTES: usize = 20_000_000;
@@ -94,7 +94,7 @@ fn up_twice_fails_and_down_is_idempotent() {
         return;
     }
     let testbed = Testbed::up(1, "10mbit", 0.0).expect("testbed up");
-    let again = quiver()
+    let again = quiver_bench()
         .args([
             "testbed",
             "up",
@@ -106,10 +106,10 @@ fn up_twice_fails_and_down_is_idempotent() {
             testbed.name(),
         ])
         .output()
-        .expect("run quiver");
+        .expect("run quiver-bench");
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
-    let forced = quiver()
+    let forced = quiver_bench()
         .args([
             "testbed",
             "up",
@@ -122,17 +122,17 @@ fn up_twice_fails_and_down_is_idempotent() {
             testbed.name(),
         ])
         .output()
-        .expect("run quiver");
+        .expect("run quiver-bench");
     assert!(
         forced.status.success(),
         "{}",
         String::from_utf8_lossy(&forced.stderr)
     );
     for _ in 0..2 {
-        let down = quiver()
+        let down = quiver_bench()
             .args(["testbed", "down", "--name", testbed.name()])
             .status()
-            .expect("run quiver");
+            .expect("run quiver-bench");
         assert!(down.success());
     }
     let [a, b] = testbed.namespaces();
@@ -151,14 +151,14 @@ fn testbed_goes_away_when_its_owner_dies() {
         .spawn()
         .expect("start sleep");
     let name = format!("qt{}-owner", std::process::id());
-    let up = quiver()
+    let up = quiver_bench()
         .args([
             "testbed", "up", "--links", "1", "--rate", "10mbit", "--name", &name,
         ])
         .arg("--owner-pid")
         .arg(owner.id().to_string())
         .status()
-        .expect("run quiver");
+        .expect("run quiver-bench");
     assert!(up.success());
     assert!(namespace_list().contains(&format!("{name}-a")));
     owner.kill().expect("kill owner");
@@ -191,21 +191,21 @@ fn a_watcher_leaves_a_replaced_testbed_alone() {
         .expect("start sleep");
     let name = format!("qt{}-renew", std::process::id());
     let up = |with_owner: Option<u32>| {
-        let mut command = quiver();
+        let mut command = quiver_bench();
         command.args([
             "testbed", "up", "--links", "1", "--rate", "10mbit", "--name", &name, "--force",
         ]);
         if let Some(pid) = with_owner {
             command.arg("--owner-pid").arg(pid.to_string());
         }
-        assert!(command.status().expect("run quiver").success());
+        assert!(command.status().expect("run quiver-bench").success());
     };
     up(Some(owner.id()));
     // The first run's owner removes its testbed itself and a new one comes up at once.
-    let down = quiver()
+    let down = quiver_bench()
         .args(["testbed", "down", "--name", &name])
         .status()
-        .expect("run quiver");
+        .expect("run quiver-bench");
     assert!(down.success());
     up(None);
     owner.kill().expect("kill owner");
@@ -213,10 +213,10 @@ fn a_watcher_leaves_a_replaced_testbed_alone() {
     // Several watch intervals: the old watcher has seen its owner go by then.
     std::thread::sleep(Duration::from_millis(1500));
     let survived = namespace_list().contains(&format!("{name}-a"));
-    let removed = quiver()
+    let removed = quiver_bench()
         .args(["testbed", "down", "--name", &name])
         .status()
-        .expect("run quiver");
+        .expect("run quiver-bench");
     assert!(removed.success());
     assert!(
         survived,
@@ -234,26 +234,28 @@ fn bad_options_exit_2() {
         ][..],
         &["testbed", "down", "--name", "../x"][..],
     ] {
-        let output = quiver().args(arguments).output().expect("run quiver");
+        let output = quiver_bench()
+            .args(arguments)
+            .output()
+            .expect("run quiver-bench");
         assert_eq!(output.status.code(), Some(2), "{arguments:?}");
     }
 }
 
-/// `quiver bench stripe` end to end at a modest rate: two links with 1% loss, and in the
+/// `quiver-bench stripe` end to end at a modest rate: two links with 1% loss, and in the
 /// same run the quiver transfer without the loss rules (`--lossless-baseline`) and the TCP
-/// baseline. Every field the issue names is in the JSON record, the data was verified, and
+/// baseline. Every field the striping experiment reports is in the JSON record, the data
+/// was verified, and
 /// the testbed is gone afterwards. No assertion is about speed.
 #[test]
-fn bench_stripe_reports_its_baselines_from_one_run() {
+fn stripe_reports_its_baselines_from_one_run() {
     if !is_root() {
         eprintln!("skipped: the testbed needs root");
         return;
     }
     let name = format!("qvbs{}", std::process::id() % 100_000);
-    let output = quiver()
-        .args([
-            "bench", "stripe", "--links", "2", "--rate", "200mbit", "--loss", "1",
-        ])
+    let output = quiver_bench()
+        .args(["stripe", "--links", "2", "--rate", "200mbit", "--loss", "1"])
         .args([
             "--lossless-baseline",
             "--seconds",
@@ -264,7 +266,7 @@ fn bench_stripe_reports_its_baselines_from_one_run() {
             "-",
         ])
         .output()
-        .expect("run quiver bench stripe");
+        .expect("run quiver-bench stripe");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -1,4 +1,4 @@
-//! `quiver bench wire`: what quiver's frame format costs by itself, measured as a floor
+//! `quiver-bench wire`: what quiver's frame format costs by itself, measured as a floor
 //! under the udp transport's figures. Two threads pinned to the bench's CPUs exchange
 //! datagrams over 127.0.0.1 through plain busy-polling udp sockets, as raw-udp does, with
 //! no protocol at all (no sequence numbers kept, no acks, no retransmission, no windows
@@ -29,8 +29,9 @@
 //! Each pair of blocks runs every variant once, in an order rotated from pair to pair; the
 //! ratio of a variant is taken against the plain block of the same pair (and `checked`
 //! also against `tcp`) and summarised by its median over the pairs, with the
-//! distribution-free 95% interval of that median. These are floors for issue 3's targets:
-//! quiver's udp can be no faster than its frames over plain sockets.
+//! distribution-free 95% interval of that median. These are floors for the targets quiver's
+//! udp is held to against raw sockets: it can be no faster than its frames over plain
+//! sockets.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -40,15 +41,24 @@ use std::time::Instant;
 
 use quiver_wire::frame::{self, Frame, FrameHeader, FrameType};
 
-use super::floor::pin_current_thread;
-use super::raw::{page_aligned, ready, spin, would_block, PAGE_BYTES};
-use super::report::{Record, Report, DETECT_CONFIDENCE};
-use super::stats::{median, median_interval, sort_samples};
+use quiver_cli::bench::floor::pin_current_thread;
+use quiver_cli::bench::parent::{choose_cpus, open_report};
+use quiver_cli::bench::plan::Transport;
+use quiver_cli::bench::raw::{page_aligned, ready, spin, would_block, PAGE_BYTES};
+use quiver_cli::bench::report::Report;
+use quiver_cli::bench::stats::{median, sort_samples};
+use serde::Serialize;
+
+use crate::bench::paired::CONFIDENCE;
+use crate::bench::MAX_INTERLEAVE_PAIRS;
+use crate::stats::median_interval;
 
 /// Round trips per latency block unless `--iters` says otherwise.
-pub(crate) const DEFAULT_ROUND_TRIPS: u64 = 3000;
+const DEFAULT_ROUND_TRIPS: u64 = 3000;
+/// Largest `--iters`.
+const MAX_ITERS: u64 = 10_000_000;
 /// Pairs of blocks unless `--rounds` says otherwise.
-pub(crate) const DEFAULT_PAIRS: u32 = 20;
+const DEFAULT_PAIRS: u32 = 20;
 /// Size of the latency test's message.
 const LATENCY_BYTES: usize = 8;
 /// Untimed round trips before each latency block.
@@ -476,6 +486,110 @@ struct Found {
     bandwidth_mbps: Vec<Vec<(Bulk, f64)>>,
 }
 
+/// Command line of `quiver-bench wire`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WireArgs {
+    /// Pairs of blocks (every variant once per pair) [default: 20, at most 1000]; 6 or
+    /// more give a 95% interval of each ratio.
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
+
+    /// Round trips per latency block [default: 3000]; bandwidth blocks send a tenth as many
+    /// 1 MiB messages (at least one) [default: 128].
+    #[arg(long, value_name = "N")]
+    iters: Option<u64>,
+
+    /// The two CPUs of the two threads, e.g. 0,1 [default: the first two allowed].
+    #[arg(long, value_name = "A,B")]
+    cpus: Option<String>,
+
+    /// Also write one JSON object per block to FILE; with `-`, write only JSON to stdout
+    /// (no table).
+    #[arg(long, value_name = "FILE|-")]
+    json: Option<String>,
+}
+
+/// Runs `quiver-bench wire`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
+pub(crate) fn main(args: &WireArgs) -> i32 {
+    let plan = match plan_from_args(args) {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("quiver-bench wire: {message}");
+            return 2;
+        }
+    };
+    let result =
+        open_report(args.json.as_deref()).and_then(|mut report: Report| run(plan, &mut report));
+    match result {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("quiver-bench wire: {message}");
+            1
+        }
+    }
+}
+
+/// Validates the command line into a plan.
+fn plan_from_args(args: &WireArgs) -> Result<WirePlan, String> {
+    if args
+        .rounds
+        .is_some_and(|rounds| !(1..=MAX_INTERLEAVE_PAIRS).contains(&rounds))
+    {
+        return Err(format!(
+            "--rounds must be between 1 and {MAX_INTERLEAVE_PAIRS}"
+        ));
+    }
+    if args
+        .iters
+        .is_some_and(|iters| !(1..=MAX_ITERS).contains(&iters))
+    {
+        return Err(format!("--iters must be between 1 and {MAX_ITERS}"));
+    }
+    let cpus = choose_cpus(args.cpus.as_deref())?;
+    Ok(WirePlan::new(args.rounds, args.iters, cpus))
+}
+
+/// One block's JSON record: `test` = "wire", the variant, its pair as `round`, and its
+/// figure (latency, or window and bandwidth).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "test", rename = "wire")]
+struct WireBlock {
+    /// raw-udp, or raw-tcp for the `tcp` bandwidth variant.
+    transport: Transport,
+    /// Message size in bytes.
+    size: u64,
+    /// Round trips (latency) or messages (bandwidth) of the block.
+    iters: u64,
+    /// The variant: plain, stream, data; plain, checked, tcp.
+    variant: &'static str,
+    /// The pair of blocks.
+    round: u32,
+    /// The two threads' CPUs.
+    cpus: [usize; 2],
+    /// What the block measured.
+    #[serde(flatten)]
+    figure: WireFigure,
+}
+
+/// What a wire block measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+enum WireFigure {
+    /// Median one-way latency, µs.
+    Latency {
+        /// Median one-way latency, µs.
+        latency_us: f64,
+    },
+    /// Bandwidth in windows of messages, MB/s.
+    Bandwidth {
+        /// Messages per window.
+        window: u64,
+        /// MB/s (10^6 bytes/s).
+        #[serde(rename = "bandwidth_MBps")]
+        bandwidth_mbps: f64,
+    },
+}
+
 /// The parameters of one run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WirePlan {
@@ -661,7 +775,7 @@ fn summary<T: Copy + PartialEq>(rows: &[Vec<(T, f64)>], variant: T, plain: T) ->
             .filter_map(|row| Some(figure(row, variant)? / figure(row, plain)?))
             .collect();
         sort_samples(&mut ratios);
-        let interval = median_interval(&ratios, DETECT_CONFIDENCE).map(|i| (i.low, i.high));
+        let interval = median_interval(&ratios, CONFIDENCE).map(|i| (i.low, i.high));
         (median(&ratios).unwrap_or(f64::NAN), interval)
     });
     Summary {
@@ -688,133 +802,168 @@ fn write_row(table: &mut dyn Write, name: &str, figure: &str, summary: &Summary)
     )
 }
 
+/// Writes one JSON record per block and the summary table.
 fn summarise(found: &Found, plan: WirePlan, window: u64, report: &mut Report) -> io::Result<()> {
     // One JSON record per block: the fields every block shares, then its own.
-    let block = |pair: usize, variant: &str, transport: &str, size: usize, iters: u64| Record {
-        test: "wire".to_string(),
-        transport: transport.to_string(),
-        size: size as u64,
-        iters,
-        variant: Some(variant.to_string()),
-        round: Some(pair as u32),
-        cpus: Some(plan.cpus),
-        ..Record::default()
-    };
+    let block =
+        |pair: usize, variant: &'static str, transport, size: usize, iters, figure| WireBlock {
+            transport,
+            size: size as u64,
+            iters,
+            variant,
+            round: pair as u32,
+            cpus: plan.cpus,
+            figure,
+        };
     for (pair, row) in found.latency_us.iter().enumerate() {
-        for &(variant, latency) in row {
-            report.json_only(&Record {
-                latency_us: Some(latency),
-                ..block(
-                    pair,
-                    variant.name(),
-                    "raw-udp",
-                    LATENCY_BYTES,
-                    plan.round_trips,
-                )
-            })?;
+        for &(variant, latency_us) in row {
+            report.json_only(&block(
+                pair,
+                variant.name(),
+                Transport::RawUdp,
+                LATENCY_BYTES,
+                plan.round_trips,
+                WireFigure::Latency { latency_us },
+            ))?;
         }
     }
     for (pair, row) in found.bandwidth_mbps.iter().enumerate() {
-        for &(variant, mbps) in row {
+        for &(variant, bandwidth_mbps) in row {
             let transport = if variant == Bulk::Tcp {
-                "raw-tcp"
+                Transport::RawTcp
             } else {
-                "raw-udp"
+                Transport::RawUdp
             };
-            report.json_only(&Record {
-                window: Some(window),
-                bandwidth_mbps: Some(mbps),
-                ..block(
-                    pair,
-                    variant.name(),
-                    transport,
-                    BANDWIDTH_MESSAGE_BYTES,
-                    plan.messages,
-                )
-            })?;
+            report.json_only(&block(
+                pair,
+                variant.name(),
+                transport,
+                BANDWIDTH_MESSAGE_BYTES,
+                plan.messages,
+                WireFigure::Bandwidth {
+                    window,
+                    bandwidth_mbps,
+                },
+            ))?;
         }
     }
-    let Some(table) = report.take_table() else {
+    let Some(mut table) = report.take_table() else {
         return Ok(());
     };
-    let mut table = table;
-    let outcome = (|| -> io::Result<()> {
-        writeln!(
-            table,
-            "quiver bench wire: quiver's frames alone over plain udp sockets on 127.0.0.1 (no protocol),"
-        )?;
-        writeln!(
-            table,
-            "  two busy-polling threads on CPUs {} and {}; µs = microseconds, MB/s = 10^6 bytes/s",
-            plan.cpus[0], plan.cpus[1]
-        )?;
-        writeln!(
-            table,
-            "  {} pairs of blocks in one run, every variant once per pair in a rotated order;",
-            plan.pairs
-        )?;
-        writeln!(
-            table,
-            "  / plain = median over the pairs of variant / plain of that pair, with its distribution-free 95% interval"
-        )?;
-        writeln!(
-            table,
-            "  latency, {LATENCY_BYTES} B one way (round trip / 2), median of the blocks' medians, {} round trips per block:",
-            plan.round_trips
-        )?;
-        writeln!(table, "    {:<8} {:>10}   / plain", "variant", "µs")?;
-        for variant in Latency::ALL {
-            let summary = summary(&found.latency_us, variant, Latency::Plain);
-            let figure = format!("{:.3}", summary.median);
-            write_row(&mut table, variant.name(), &figure, &summary)?;
-        }
-        if window == 0 {
-            writeln!(
-                table,
-                "  bandwidth not measured: the udp receive buffers cannot hold a 1 MiB message without loss (run as root, or raise net.core.rmem_max to 16 MiB or more)"
-            )?;
-        } else {
-            writeln!(
-                table,
-                "  bandwidth, 1 MiB messages in {DATAGRAM_BYTES}-byte datagrams, windows of {window}, {} messages per block:",
-                plan.messages
-            )?;
-            writeln!(table, "    {:<8} {:>10}   / plain", "variant", "MB/s")?;
-            for variant in Bulk::ALL {
-                let summary = summary(&found.bandwidth_mbps, variant, Bulk::Plain);
-                let figure = format!("{:.0}", summary.median);
-                write_row(&mut table, variant.name(), &figure, &summary)?;
-            }
-            let against_tcp = summary(&found.bandwidth_mbps, Bulk::Checked, Bulk::Tcp);
-            writeln!(
-                table,
-                "    checked / tcp, paired: {}",
-                ratio_text(&against_tcp)
-            )?;
-        }
-        writeln!(
-            table,
-            "  stream/data: 8 B behind a 16-byte Stream header / a full Data header, checked and copied on both sides;"
-        )?;
-        if window > 0 {
-            writeln!(
-                table,
-                "  checked: each datagram's 16-byte Stream header and check (XXH3 of the header, CRC32C of the payload);"
-            )?;
-            writeln!(
-                table,
-                "  tcp: the same messages over one plain TCP connection on 127.0.0.1 (raw-tcp's stream)."
-            )?;
-        }
-        Ok(())
-    })();
+    let outcome = write_table(&mut *table, found, plan, window);
     report.restore_table(Some(table));
     outcome
+}
+
+/// The summary table: per variant its median and its paired ratio to the plain variant.
+fn write_table(
+    mut table: &mut dyn Write,
+    found: &Found,
+    plan: WirePlan,
+    window: u64,
+) -> io::Result<()> {
+    writeln!(
+        table,
+        "quiver-bench wire: quiver's frames alone over plain udp sockets on 127.0.0.1 (no protocol),"
+    )?;
+    writeln!(
+        table,
+        "  two busy-polling threads on CPUs {} and {}; µs = microseconds, MB/s = 10^6 bytes/s",
+        plan.cpus[0], plan.cpus[1]
+    )?;
+    writeln!(
+        table,
+        "  {} pairs of blocks in one run, every variant once per pair in a rotated order;",
+        plan.pairs
+    )?;
+    writeln!(
+        table,
+        "  / plain = median over the pairs of variant / plain of that pair, with its distribution-free 95% interval"
+    )?;
+    writeln!(
+        table,
+        "  latency, {LATENCY_BYTES} B one way (round trip / 2), median of the blocks' medians, {} round trips per block:",
+        plan.round_trips
+    )?;
+    writeln!(table, "    {:<8} {:>10}   / plain", "variant", "µs")?;
+    for variant in Latency::ALL {
+        let summary = summary(&found.latency_us, variant, Latency::Plain);
+        let figure = format!("{:.3}", summary.median);
+        write_row(&mut table, variant.name(), &figure, &summary)?;
+    }
+    if window == 0 {
+        writeln!(
+            table,
+            "  bandwidth not measured: the udp receive buffers cannot hold a 1 MiB message without loss (run as root, or raise net.core.rmem_max to 16 MiB or more)"
+        )?;
+    } else {
+        writeln!(
+            table,
+            "  bandwidth, 1 MiB messages in {DATAGRAM_BYTES}-byte datagrams, windows of {window}, {} messages per block:",
+            plan.messages
+        )?;
+        writeln!(table, "    {:<8} {:>10}   / plain", "variant", "MB/s")?;
+        for variant in Bulk::ALL {
+            let summary = summary(&found.bandwidth_mbps, variant, Bulk::Plain);
+            let figure = format!("{:.0}", summary.median);
+            write_row(&mut table, variant.name(), &figure, &summary)?;
+        }
+        let against_tcp = summary(&found.bandwidth_mbps, Bulk::Checked, Bulk::Tcp);
+        writeln!(
+            table,
+            "    checked / tcp, paired: {}",
+            ratio_text(&against_tcp)
+        )?;
+    }
+    writeln!(
+        table,
+        "  stream/data: 8 B behind a 16-byte Stream header / a full Data header, checked and copied on both sides;"
+    )?;
+    if window > 0 {
+        writeln!(
+            table,
+            "  checked: each datagram's 16-byte Stream header and check (XXH3 of the header, CRC32C of the payload);"
+        )?;
+        writeln!(
+            table,
+            "  tcp: the same messages over one plain TCP connection on 127.0.0.1 (raw-tcp's stream)."
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        wire: WireArgs,
+    }
+
+    fn plan(arguments: &[&str]) -> Result<WirePlan, String> {
+        use clap::Parser;
+        let cli = TestCli::try_parse_from(std::iter::once("wire").chain(arguments.iter().copied()))
+            .map_err(|error| error.to_string())?;
+        plan_from_args(&cli.wire)
+    }
+
+    #[test]
+    fn wire_runs_alone_with_its_own_rounds() {
+        let wire = plan(&["--rounds", "6", "--iters", "500", "--cpus", "0,0"]);
+        // Two different CPUs are needed; one named twice is refused.
+        assert!(wire.is_err());
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            let wire = plan(&["--rounds", "6", "--iters", "500"]).expect("valid");
+            assert_eq!((wire.pairs, wire.round_trips, wire.messages), (6, 500, 50));
+            assert!(plan(&[]).is_ok());
+        }
+        assert!(plan(&["pingpong"]).is_err());
+        assert!(plan(&["--rounds", "0"]).is_err());
+        assert!(plan(&["--rounds", "1001"]).is_err());
+        assert!(plan(&["--iters", "0"]).is_err());
+    }
 
     #[test]
     fn every_variant_leads_equally_often() {
@@ -888,16 +1037,21 @@ mod tests {
                 "{line} missing: {table}"
             );
         }
-        let records: Vec<Record> = json
+        let records: Vec<serde_json::Value> = json
             .text()
             .lines()
             .map(|line| serde_json::from_str(line).expect("a JSON record"))
             .collect();
         // Two pairs of three latency and three bandwidth blocks.
         assert_eq!(records.len(), 12);
-        assert!(records
-            .iter()
-            .all(|record| record.latency_us.or(record.bandwidth_mbps).unwrap() > 0.0));
+        assert!(records.iter().all(|record| {
+            record["latency_us"]
+                .as_f64()
+                .or(record["bandwidth_MBps"].as_f64())
+                .unwrap()
+                > 0.0
+        }));
+        assert!(records.iter().all(|record| record["test"] == "wire"));
     }
 
     /// A writer whose bytes the test reads afterwards.

@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests.
+
+pub(crate) mod pattern;
+pub(crate) mod testbed;
