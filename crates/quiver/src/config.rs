@@ -55,7 +55,7 @@ pub struct Config {
     /// Bytes each inbound tcp edge stages: a message whose header and payload fit is read
     /// into this buffer and copied out (and may arrive with others in one read); a larger
     /// one is read as it arrives, straight into the destination when the receive has one
-    /// (no extra copy; see docs/ARCHITECTURE.md §8).
+    /// (no extra copy; see `transport/tcp/reader.rs`).
     pub tcp_staging_bytes: usize,
     /// udp datagram payloads at least this long leave from the connection's send buffer in
     /// place (gathered with their header); shorter ones are copied next to their header.
@@ -64,7 +64,7 @@ pub struct Config {
     /// Datagram messages (udp, mem) at least this long are sent from the caller's buffer in
     /// place by a blocking `send`: lent to the protocol instead of copied into its send
     /// window, and only the part not yet acknowledged when the send returns is copied
-    /// (docs/ARCHITECTURE.md §8). 0 turns it off.
+    /// (docs/decisions/0011-udp-sends-in-place.md). 0 turns it off.
     pub udp_send_in_place_min: usize,
     /// A blocking `send` goes in place (`udp_send_in_place_min`) only when the message is
     /// at least this many times its connection's measured bandwidth-delay product (delivery
@@ -77,13 +77,13 @@ pub struct Config {
     /// Datagram messages (udp, mem) at least this long given to `post_send` are sent from
     /// the posted buffer with no copy at all, striped connections included: the buffer is
     /// lent to the protocol, retransmissions read it, and `wait_send` hands it back once
-    /// every byte is acknowledged (docs/ARCHITECTURE.md §8). 0 turns it off. Default
+    /// every byte is acknowledged (docs/decisions/0011-udp-sends-in-place.md). 0 turns it off. Default
     /// 256 KiB.
     pub udp_post_in_place_min: usize,
     /// A blocking receive in the middle of a udp message receives each datagram in two
     /// pieces when at least this many of the message's next bytes may go straight into its
     /// buffer: the frame's 16-byte header apart and its payload in place, with no copy
-    /// after the kernel's (docs/ARCHITECTURE.md §8). One system call per datagram, so
+    /// after the kernel's (docs/decisions/0004-udp-scattering-receive.md). One system call per datagram, so
     /// it pays with large datagrams (loopback's 64 KB), not with an Ethernet MTU's
     /// (batched with GRO instead); one link only. 0 turns it off. Default 16 KiB.
     pub udp_scatter_min: usize,
@@ -181,7 +181,7 @@ pub const DETECTION_MIN: Duration = Duration::from_millis(10);
 
 /// Parses `QUIVER_LINKS`: the link addresses of every rank, in rank order. Ranks are
 /// separated by `;`, the links of one rank by `,`, each an `ip:port`, e.g. for two ranks with
-/// two links each (the `quiver testbed` layout):
+/// two links each (the `quiver-bench testbed` layout):
 /// `10.77.0.1:7300,10.77.1.1:7300;10.77.0.2:7300,10.77.1.2:7300`.
 ///
 /// A datagram connection between two ranks is striped over their first `min(a, b)` links:

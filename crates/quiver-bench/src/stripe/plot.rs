@@ -12,7 +12,7 @@ use quiver_cli::bench::plot::{load_font, write_png_sized};
 const STRIPE_WIDTH: u32 = 900;
 const STRIPE_HEIGHT: u32 = 600;
 
-/// One link count of a `quiver bench stripe` run, as the striping plot draws it.
+/// One link count of a `quiver-bench stripe` run, as the striping plot draws it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StripePoint {
     /// Number of links.
