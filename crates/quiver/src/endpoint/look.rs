@@ -39,10 +39,12 @@ impl Endpoint {
             if i >= n {
                 i -= n;
             }
-            if self.inbound[i].is_done() {
+            // A shm edge's look passes over it when done; a network edge is skipped here,
+            // before the engine is polled for it.
+            let network = self.inbound[i].is_network();
+            if network && self.inbound[i].is_done() {
                 continue;
             }
-            let network = self.inbound[i].is_network();
             let skip_dgram = network && {
                 let polled = *news.get_or_insert_with(|| self.poll_engine_for_look(wait));
                 polled.is_some() && self.dgram.seen == polled
@@ -115,8 +117,10 @@ impl Endpoint {
     /// general one): the general path ([`Endpoint::poll_once`]) then looks.
     #[inline]
     pub(super) fn look_lone(&mut self, buf: &mut [u8]) -> Option<Result<Option<(usize, Addr)>>> {
-        if self.committed.is_some()
-            || self.inbound.len() != 1
+        // A lone shm edge (the common case on a node) leaves at the test of its kind.
+        if self.inbound.len() != 1
+            || !self.inbound[0].is_network()
+            || self.committed.is_some()
             || self.inbox.has_incoming.load(Ordering::Relaxed)
         {
             return None;

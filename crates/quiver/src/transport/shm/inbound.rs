@@ -59,8 +59,37 @@ impl ShmIn {
     /// One look for a message for `dest`: the message's length, nothing, or this edge's
     /// error (reported once; the edge is done afterwards, except after `BufferTooSmall`).
     /// With `wait`, a multi-fragment message that has begun is waited for to its end.
+    ///
+    /// An open edge takes the short way: one look at the ring's next stamp, and the record
+    /// it finds taken at once (the busy-polling receive's path: nothing else to decide);
+    /// every other state goes through [`ShmIn::poll_ending`].
     #[inline]
     pub(crate) fn poll(
+        &mut self,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+        endpoint: Addr,
+    ) -> Result<Option<usize>> {
+        if self.state == InboundState::Open {
+            match self.ring.peek() {
+                Ok(None) => return Ok(None),
+                Ok(Some(rec)) => {
+                    let taken = self.take_record(rec, dest, wait, config, detection);
+                    return self.settle(taken, endpoint);
+                }
+                // Reported by the full look below.
+                Err(_) => {}
+            }
+        }
+        self.poll_ending(dest, wait, config, detection, endpoint)
+    }
+
+    /// [`ShmIn::poll`] for an edge that is not simply open (done, broken, its peer dead or
+    /// stopped), or whose ring failed a check.
+    #[inline(never)]
+    fn poll_ending(
         &mut self,
         dest: &mut Dest<'_>,
         wait: bool,
@@ -77,7 +106,16 @@ impl ShmIn {
             }
             InboundState::Open | InboundState::Dying | InboundState::Stopped(_) => {}
         }
-        match self.take(dest, wait, config, detection) {
+        let taken = self.take(dest, wait, config, detection);
+        self.settle(taken, endpoint)
+    }
+
+    /// What one take means for the edge: a message, or (nothing left) its peer's death or
+    /// stop reported once, or an error that ends the edge (not `BufferTooSmall`, which
+    /// leaves the message in place).
+    #[inline]
+    fn settle(&mut self, taken: Result<Option<usize>>, endpoint: Addr) -> Result<Option<usize>> {
+        match taken {
             Ok(Some(len)) => Ok(Some(len)),
             Ok(None) => self.report_end(endpoint),
             Err(e @ Error::BufferTooSmall { .. }) => Err(e),
@@ -122,12 +160,24 @@ impl ShmIn {
         config: &Config,
         detection: &mut Looks,
     ) -> Result<Option<usize>> {
-        let peer = self.peer;
         let rec = match self.ring.peek() {
             Ok(Some(rec)) => rec,
             Ok(None) => return Ok(None),
-            Err(e) => return Err(ring_error(peer, e)),
+            Err(e) => return Err(ring_error(self.peer, e)),
         };
+        self.take_record(rec, dest, wait, config, detection)
+    }
+
+    /// Takes the message whose (first) record `rec` is next in the ring into `dest`.
+    #[inline]
+    fn take_record(
+        &mut self,
+        rec: Record,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
         match rec.kind {
             Kind::Msg => self.take_eager(rec, dest, wait, config, detection),
             Kind::Rndv => self.take_rendezvous(rec, dest, config, detection),
@@ -137,7 +187,10 @@ impl ShmIn {
                 self.state = InboundState::Done;
                 Ok(None)
             }
-            Kind::Cont | Kind::Pad => Err(corrupt_detail(peer, "fragment without a message start")),
+            Kind::Cont | Kind::Pad => Err(corrupt_detail(
+                self.peer,
+                "fragment without a message start",
+            )),
         }
     }
 
