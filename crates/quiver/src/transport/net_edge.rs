@@ -274,10 +274,28 @@ pub(crate) trait NetInEdge {
     fn silent(&mut self) -> bool;
     /// Marks the edge done and drops what it held.
     fn finish(&mut self);
+    /// Whether a message is in the middle of arriving (a stopped peer's report says so).
+    fn mid_message(&self) -> bool;
+
     /// A broken edge's error, once (the edge is done afterwards).
-    fn report_broken(&mut self) -> Option<Error>;
+    fn report_broken(&mut self) -> Option<Error> {
+        if !matches!(self.net().state, InboundState::Broken(_)) {
+            return None;
+        }
+        let err = self.net().broken_error();
+        self.finish();
+        err
+    }
+
     /// A stopped peer's error, once (the edge is done afterwards).
-    fn report_stopped(&mut self) -> Option<Error>;
+    fn report_stopped(&mut self) -> Option<Error> {
+        if !matches!(self.net().state, InboundState::Stopped(_)) {
+            return None;
+        }
+        let err = self.net().stopped_error(self.mid_message());
+        self.finish();
+        err
+    }
     /// Whether a posted receive is bound to the edge's message in progress (it then gets
     /// the edge's errors).
     fn bound_to_posted(&self) -> bool;

@@ -6,7 +6,7 @@ use super::engine::DgramShared;
 use super::messages::DgramTake;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::transport::dest::Dest;
 use crate::transport::inbound_state::InboundState;
 use crate::transport::local::LocalRank;
@@ -108,22 +108,8 @@ impl NetInEdge for DgramIn {
         self.net.state = InboundState::Done;
     }
 
-    fn report_broken(&mut self) -> Option<Error> {
-        if !matches!(self.net.state, InboundState::Broken(_)) {
-            return None;
-        }
-        let err = self.net.broken_error();
-        self.finish();
-        err
-    }
-
-    fn report_stopped(&mut self) -> Option<Error> {
-        if !matches!(self.net.state, InboundState::Stopped(_)) {
-            return None;
-        }
-        let err = self.net.stopped_error(false);
-        self.finish();
-        err
+    fn mid_message(&self) -> bool {
+        false
     }
 
     fn bound_to_posted(&self) -> bool {

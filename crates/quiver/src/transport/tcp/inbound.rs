@@ -538,27 +538,10 @@ impl NetInEdge for TcpIn {
     }
 
     /// A broken edge's error, once (the edge is done afterwards).
-    fn report_broken(&mut self) -> Option<Error> {
-        if !matches!(self.net.state, InboundState::Broken(_)) {
-            return None;
-        }
-        let err = self.net.broken_error();
-        self.finish();
-        err
+    fn mid_message(&self) -> bool {
+        self.reader.partial.is_some()
     }
 
-    /// A stopped peer's error, once (the edge is done afterwards).
-    fn report_stopped(&mut self) -> Option<Error> {
-        if !matches!(self.net.state, InboundState::Stopped(_)) {
-            return None;
-        }
-        let err = self.net.stopped_error(self.reader.partial.is_some());
-        self.finish();
-        err
-    }
-
-    /// Whether a posted receive is bound to this edge's message in progress (the edge
-    /// then reports its errors to that request).
     fn bound_to_posted(&self) -> bool {
         matches!(
             self.reader.partial,
