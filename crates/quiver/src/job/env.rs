@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::info::{Bootstrap, JobInfo};
+use super::node::node_share;
 use crate::error::{Error, Result};
 
 /// Looks up an environment variable (a map in tests).
@@ -69,6 +70,7 @@ pub(crate) fn quiver_run(get: Lookup<'_>) -> Result<JobInfo> {
         addrs,
         links,
         bootstrap: Bootstrap::QuiverRun,
+        node: node_share(get)?,
     })
 }
 

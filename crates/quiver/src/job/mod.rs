@@ -29,6 +29,7 @@
 mod detect;
 mod env;
 mod info;
+mod node;
 mod placement;
 mod pmix;
 mod rendezvous;
