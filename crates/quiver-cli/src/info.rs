@@ -1,11 +1,15 @@
 //! `quiver info`: what quiver would do on this machine — transports, protocol thresholds,
-//! every setting with the variable that overrides it, and the job this process belongs to.
+//! every setting with the variable that overrides it, how a blocking call waits on this node,
+//! and the job this process belongs to.
 
 use std::io::Write;
 
 /// Prints the report; returns the exit status (2 if the configuration is invalid).
 pub(crate) fn main() -> i32 {
-    let config = match quiver::Config::from_env() {
+    let config = match quiver::Config::from_env().and_then(|mut config| {
+        config.resolve_wait(quiver::node_load_from_env()?);
+        Ok(config)
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("quiver info: {e}");
@@ -23,6 +27,11 @@ pub(crate) fn main() -> i32 {
     write_transports(&mut out, &config);
     print_links(&mut out);
     write_thresholds(&mut out, &config);
+    let _ = writeln!(
+        out,
+        "\nwaiting (QUIVER_SPIN_US, QUIVER_YIELD, QUIVER_YIELD_SPIN_US; docs/decisions/0058-waiting-on-a-busy-node.md):\n  {}",
+        config.wait.describe()
+    );
     write_bootstrap(&mut out);
     let _ = writeln!(out, "\njob:");
     match (std::env::var("QUIVER_RANK"), std::env::var("QUIVER_SIZE")) {

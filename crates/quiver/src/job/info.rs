@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
-use super::node::NodeShare;
 use crate::error::Result;
+use crate::transport::wait_policy::NodeLoad;
 
 /// How a context learnt its rank, its job and its peers' addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,7 +64,7 @@ pub(crate) struct JobInfo {
     /// How these facts were learnt.
     pub(crate) bootstrap: Bootstrap,
     /// What the launcher says about this node: ranks of the job here, CPUs for them.
-    pub(crate) node: NodeShare,
+    pub(crate) node: NodeLoad,
 }
 
 impl JobInfo {
@@ -78,7 +78,7 @@ impl JobInfo {
             addrs: Vec::new(),
             links: Vec::new(),
             bootstrap: Bootstrap::Builder,
-            node: NodeShare::default(),
+            node: NodeLoad::default(),
         }
     }
 }

@@ -37,3 +37,4 @@ mod rendezvous;
 pub(crate) use detect::from_env;
 pub use info::Bootstrap;
 pub(crate) use info::{JobInfo, NetworkBinder};
+pub use node::node_load_from_env;

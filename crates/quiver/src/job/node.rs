@@ -1,5 +1,5 @@
 //! What the launcher says about this node: how many ranks of the job run here and how many
-//! CPUs it gave them ([`NodeShare`]). The waiting policy
+//! CPUs it gave them (a [`NodeLoad`]). The waiting policy
 //! (`transport/wait_policy.rs`) compares the two; this module only reads what launchers
 //! export and never looks at the machine.
 //!
@@ -12,24 +12,7 @@
 
 use super::env::Lookup;
 use crate::error::{Error, Result};
-
-/// A count the launcher gave, and the variable (or source) it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Told {
-    /// The count (at least 1).
-    pub(crate) count: u32,
-    /// Where it came from, for reports (`QUIVER_LOCAL_SIZE`, `PMIx`, ...).
-    pub(crate) source: &'static str,
-}
-
-/// What the launcher says about this node (module docs); `None` where it says nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct NodeShare {
-    /// Ranks of the job on this node, this one included.
-    pub(crate) ranks: Option<Told>,
-    /// CPUs those ranks may use together.
-    pub(crate) cpus: Option<Told>,
-}
+use crate::transport::wait_policy::{NodeCount, NodeLoad};
 
 /// Variables that give the ranks on this node as one number, in the order they are read.
 const LOCAL_SIZE_VARIABLES: [&str; 3] = [
@@ -41,30 +24,40 @@ const LOCAL_SIZE_VARIABLES: [&str; 3] = [
 /// Variables that give the CPUs the job has on this node, in the order they are read.
 const LOCAL_CPU_VARIABLES: [&str; 2] = ["QUIVER_LOCAL_CPUS", "SLURM_CPUS_ON_NODE"];
 
+/// What the launcher exported about this node (module docs) completed with what the
+/// machine says ([`NodeLoad::with_machine`]): the load a context started here by
+/// `Context::from_env` would see (PMIx's word aside), for reports such as `quiver info`.
+///
+/// # Errors
+/// [`Error::Config`] for a `QUIVER_LOCAL_SIZE` or `QUIVER_LOCAL_CPUS` that does not parse.
+pub fn node_load_from_env() -> Result<NodeLoad> {
+    Ok(node_share(&|name| std::env::var(name).ok())?.with_machine())
+}
+
 /// Reads what the launcher exported (module docs).
 ///
 /// # Errors
 /// [`Error::Config`] for a `QUIVER_LOCAL_SIZE` or `QUIVER_LOCAL_CPUS` that is not a whole
 /// number from 1 up (quiver's own contract). Other launchers' variables that do not parse
 /// are passed over, as if unset.
-pub(crate) fn node_share(get: Lookup<'_>) -> Result<NodeShare> {
+pub(crate) fn node_share(get: Lookup<'_>) -> Result<NodeLoad> {
     let ranks = match first_count(get, &LOCAL_SIZE_VARIABLES)? {
         Some(told) => Some(told),
         None => slurm_tasks_here(get),
     };
-    Ok(NodeShare {
+    Ok(NodeLoad {
         ranks,
         cpus: first_count(get, &LOCAL_CPU_VARIABLES)?,
     })
 }
 
 /// The first of `variables` that is set and parses; quiver's own must parse.
-fn first_count(get: Lookup<'_>, variables: &[&'static str]) -> Result<Option<Told>> {
+fn first_count(get: Lookup<'_>, variables: &[&'static str]) -> Result<Option<NodeCount>> {
     for &name in variables {
         let Some(text) = get(name) else { continue };
         match text.trim().parse::<u32>() {
             Ok(count) if count > 0 => {
-                return Ok(Some(Told {
+                return Ok(Some(NodeCount {
                     count,
                     source: name,
                 }))
@@ -83,12 +76,12 @@ fn first_count(get: Lookup<'_>, variables: &[&'static str]) -> Result<Option<Tol
 /// Slurm's tasks on this node: this node's entry of `SLURM_STEP_TASKS_PER_NODE` or
 /// `SLURM_TASKS_PER_NODE` (`2(x3),1`: two tasks on each of three nodes, then one), by
 /// `SLURM_NODEID`; else `SLURM_NTASKS_PER_NODE`.
-fn slurm_tasks_here(get: Lookup<'_>) -> Option<Told> {
+fn slurm_tasks_here(get: Lookup<'_>) -> Option<NodeCount> {
     let node = get("SLURM_NODEID").and_then(|t| t.trim().parse::<u32>().ok());
     for name in ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"] {
         let Some(text) = get(name) else { continue };
         if let Some(count) = tasks_of_node(&text, node) {
-            return Some(Told {
+            return Some(NodeCount {
                 count,
                 source: name,
             });
@@ -96,7 +89,7 @@ fn slurm_tasks_here(get: Lookup<'_>) -> Option<Told> {
     }
     let text = get("SLURM_NTASKS_PER_NODE")?;
     let count = text.trim().parse::<u32>().ok().filter(|&c| c > 0)?;
-    Some(Told {
+    Some(NodeCount {
         count,
         source: "SLURM_NTASKS_PER_NODE",
     })
@@ -131,13 +124,13 @@ mod tests {
     use super::super::env::tests::lookup;
     use super::*;
 
-    fn share(pairs: &[(&str, &str)]) -> Result<NodeShare> {
+    fn share(pairs: &[(&str, &str)]) -> Result<NodeLoad> {
         node_share(&lookup(pairs))
     }
 
     #[test]
     fn quiver_run_and_mpi_launchers() {
-        assert_eq!(share(&[]).unwrap(), NodeShare::default());
+        assert_eq!(share(&[]).unwrap(), NodeLoad::default());
         let s = share(&[
             ("QUIVER_LOCAL_SIZE", "4"),
             ("QUIVER_LOCAL_CPUS", "2"),
@@ -146,20 +139,29 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.ranks,
-            Some(Told {
+            Some(NodeCount {
                 count: 4,
                 source: "QUIVER_LOCAL_SIZE"
             })
         );
         assert_eq!(s.cpus.map(|t| t.count), Some(2));
         let s = share(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "3")]).unwrap();
-        assert_eq!(s.ranks.map(|t| (t.count, t.source)), Some((3, "OMPI_COMM_WORLD_LOCAL_SIZE")));
+        assert_eq!(
+            s.ranks.map(|t| (t.count, t.source)),
+            Some((3, "OMPI_COMM_WORLD_LOCAL_SIZE"))
+        );
         assert_eq!(s.cpus, None);
         // A foreign variable that does not parse is passed over; quiver's own is an error.
-        let s = share(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "x"), ("MPI_LOCALNRANKS", "2")]).unwrap();
+        let s = share(&[
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "x"),
+            ("MPI_LOCALNRANKS", "2"),
+        ])
+        .unwrap();
         assert_eq!(s.ranks.map(|t| t.source), Some("MPI_LOCALNRANKS"));
         for bad in ["0", "many", "-1"] {
-            let e = share(&[("QUIVER_LOCAL_SIZE", bad)]).unwrap_err().to_string();
+            let e = share(&[("QUIVER_LOCAL_SIZE", bad)])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("QUIVER_LOCAL_SIZE"), "{e}");
             assert!(share(&[("QUIVER_LOCAL_CPUS", bad)]).is_err());
         }
@@ -182,8 +184,14 @@ mod tests {
             ("SLURM_CPUS_ON_NODE", "8"),
         ])
         .unwrap();
-        assert_eq!(s.ranks.map(|t| (t.count, t.source)), Some((3, "SLURM_TASKS_PER_NODE")));
-        assert_eq!(s.cpus.map(|t| (t.count, t.source)), Some((8, "SLURM_CPUS_ON_NODE")));
+        assert_eq!(
+            s.ranks.map(|t| (t.count, t.source)),
+            Some((3, "SLURM_TASKS_PER_NODE"))
+        );
+        assert_eq!(
+            s.cpus.map(|t| (t.count, t.source)),
+            Some((8, "SLURM_CPUS_ON_NODE"))
+        );
         let s = share(&[
             ("SLURM_STEP_TASKS_PER_NODE", "2"),
             ("SLURM_TASKS_PER_NODE", "5"),

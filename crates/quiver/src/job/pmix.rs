@@ -6,13 +6,14 @@
 
 use super::env::{hex, key_from_env, parse_hex, MAX_RANKS};
 use super::info::{Bootstrap, JobInfo, NetworkBinder};
-use super::node::{node_share, Told};
+use super::node::node_share;
 use super::placement::{
     address_text, bind_address, enter_netns, networked, parse_published, settle,
 };
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::random::random;
+use crate::transport::wait_policy::NodeCount;
 
 /// PMIx key of rank 0's job identity: `{job_id:016x}:{key hex, or "-"}`.
 const PMIX_JOB_KEY: &str = "quiver.job";
@@ -35,7 +36,7 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
     let (rank, size) = (client.rank(), client.size());
     let mut node = node_share(&get)?;
     if let Some(count) = client.local_size().filter(|&count| count > 0) {
-        node.ranks = Some(Told {
+        node.ranks = Some(NodeCount {
             count,
             source: "PMIx",
         });
