@@ -88,6 +88,7 @@ fn run(example: &str, args: &[&str], ranks: u32, transport: &str, cpus: &str, li
         .env("QUIVER_TRANSPORTS", transport)
         .env_remove("QUIVER_YIELD")
         .env_remove("QUIVER_SPIN_US")
+        .env_remove("QUIVER_YIELD_SPIN_US")
         .output()
         .expect("start quiver run");
     let took = started.elapsed();
@@ -167,4 +168,42 @@ fn a_waiting_rank_yields_to_its_peer_on_the_same_cpu() {
             Duration::from_secs(10),
         );
     }
+}
+
+/// `quiver info` run as the ranks of a job shows the waiting policy they get: more ranks
+/// than the launcher's CPUs yield at every poll; a job that fits busy-polls.
+#[test]
+fn quiver_info_shows_the_waiting_policy_of_a_job() {
+    let one = two_cpus().split(',').next().expect("a CPU").to_owned();
+    let info = |ranks: &str, cpus: &str| {
+        let output = Command::new("taskset")
+            .args([
+                "-c",
+                cpus,
+                env!("CARGO_BIN_EXE_quiver"),
+                "run",
+                "-n",
+                ranks,
+                "--",
+            ])
+            .args([env!("CARGO_BIN_EXE_quiver"), "info"])
+            .env_remove("QUIVER_YIELD")
+            .env_remove("QUIVER_SPIN_US")
+            .env_remove("QUIVER_YIELD_SPIN_US")
+            .output()
+            .expect("run quiver info in a job");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let crowded = info("2", &one);
+    assert!(
+        crowded.contains("poll and yield 200 us")
+            && crowded.contains("ranks on this node 2 (QUIVER_LOCAL_SIZE), CPUs 1 (QUIVER_LOCAL_CPUS): oversubscribed"),
+        "{crowded}"
+    );
+    let alone = info("1", &one);
+    assert!(
+        alone.contains("busy-poll 2000 us") && !alone.contains("oversubscribed"),
+        "{alone}"
+    );
 }

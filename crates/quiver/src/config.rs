@@ -776,6 +776,45 @@ mod tests {
     }
 
     #[test]
+    fn waiting_settings_parse_resolve_and_show() {
+        use crate::transport::wait_policy::Yielding;
+        let c = Config::default();
+        assert_eq!(
+            (c.yield_mode, c.wait.yielding),
+            (YieldMode::Auto, Yielding::WhenIdle)
+        );
+        assert_eq!(c.wait.spin, c.spin);
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_YIELD" => Some("always".into()),
+            "QUIVER_YIELD_SPIN_US" => Some("50".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.yield_mode, YieldMode::Always);
+        assert_eq!(c.wait.yielding, Yielding::EveryPoll);
+        assert_eq!(c.wait.spin, Duration::from_micros(50));
+        let shown = c.describe();
+        assert!(shown
+            .iter()
+            .any(|s| s.env == "QUIVER_YIELD" && s.value == "always"));
+        assert!(shown
+            .iter()
+            .any(|s| s.env == "QUIVER_YIELD_SPIN_US" && s.value == "50 us"));
+        let never = Config::from_lookup(|k| (k == "QUIVER_YIELD").then(|| "never".into())).unwrap();
+        assert_eq!(never.wait.yielding, Yielding::Never);
+        let e = Config::from_lookup(|k| (k == "QUIVER_YIELD").then(|| "sometimes".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("QUIVER_YIELD") && e.contains("auto, always or never"),
+            "{e}"
+        );
+        assert!(
+            Config::from_lookup(|k| (k == "QUIVER_YIELD_SPIN_US").then(|| "x".into())).is_err()
+        );
+    }
+
+    #[test]
     fn faults_and_the_in_place_multiple_parse_and_show() {
         let off = Config::default();
         assert!(!off.faults.is_on());

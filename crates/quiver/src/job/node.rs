@@ -10,9 +10,11 @@
 //! first. CPUs for them: `QUIVER_LOCAL_CPUS` (`quiver run`: the CPUs the launcher may use),
 //! `SLURM_CPUS_ON_NODE`.
 
-use super::env::Lookup;
 use crate::error::{Error, Result};
 use crate::transport::wait_policy::{NodeCount, NodeLoad};
+
+/// Looks up an environment variable (a map in tests).
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Variables that give the ranks on this node as one number, in the order they are read.
 const LOCAL_SIZE_VARIABLES: [&str; 3] = [
@@ -121,11 +123,16 @@ fn tasks_of_node(text: &str, node: Option<u32>) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::env::tests::lookup;
     use super::*;
 
     fn share(pairs: &[(&str, &str)]) -> Result<NodeLoad> {
-        node_share(&lookup(pairs))
+        let get = |name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        };
+        node_share(&get)
     }
 
     #[test]

@@ -205,3 +205,62 @@ pub(crate) fn wait_fds(
     }
     wait.check_deadline(what)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::wait_policy::{NodeLoad, YieldMode};
+
+    fn config(mode: YieldMode, spin: Duration, yield_spin: Duration) -> Config {
+        let mut config = Config {
+            spin,
+            yield_mode: mode,
+            yield_spin,
+            ..Config::default()
+        };
+        config.resolve_wait(NodeLoad::default());
+        config
+    }
+
+    /// Polls until the first tick; how many polls that took.
+    fn polls_to_tick(wait: &mut Wait) -> u32 {
+        (1..).find(|_| wait.spinning().1).expect("a tick")
+    }
+
+    #[test]
+    fn the_policy_sets_the_tick_and_the_budget() {
+        let long = Duration::from_secs(60);
+        let mut busy = Wait::new(&config(YieldMode::Never, long, long));
+        assert_eq!(polls_to_tick(&mut busy), TICK_POLLS);
+        assert_eq!(busy.yielding, Yielding::Never);
+        let mut yielding = Wait::new(&config(YieldMode::Always, long, long));
+        assert_eq!(polls_to_tick(&mut yielding), YIELDING_TICK_POLLS);
+        yielding.pause();
+        // The spin ends at the first tick past the budget.
+        let mut short = Wait::new(&config(YieldMode::Always, long, Duration::ZERO));
+        let spun = (1..).find(|_| !short.spinning().0).expect("the spin ends");
+        assert_eq!(spun, YIELDING_TICK_POLLS);
+        assert!(short.spin_spent());
+    }
+
+    #[test]
+    fn an_idle_spin_on_a_shared_cpu_turns_to_yielding() {
+        let long = Duration::from_secs(60);
+        let mut wait = Wait::new(&config(YieldMode::Auto, long, Duration::from_secs(30)));
+        assert_eq!(wait.yielding, Yielding::WhenIdle);
+        // A yield that came back at once: the CPU is this rank's.
+        let now = Instant::now();
+        assert!(wait.yield_idle(now) || wait.yielding == Yielding::EveryPoll);
+        // One that came back late (as if another task ran for 1 s meanwhile).
+        let mut wait = Wait::new(&config(YieldMode::Auto, long, Duration::from_secs(30)));
+        wait.start();
+        let tick = Instant::now() - Duration::from_secs(1);
+        assert!(wait.yield_idle(tick), "30 s of shared spin are not spent");
+        assert_eq!(wait.yielding, Yielding::EveryPoll);
+        assert_eq!(wait.spin, Duration::from_secs(30));
+        assert_eq!(polls_to_tick(&mut wait), YIELDING_TICK_POLLS);
+        // And a shared budget already spent ends the spin.
+        let mut wait = Wait::new(&config(YieldMode::Auto, long, Duration::ZERO));
+        assert!(!wait.yield_idle(Instant::now() - Duration::from_secs(1)));
+    }
+}
