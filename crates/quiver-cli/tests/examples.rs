@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 /// test harness, not quiver.
 static ONE_JOB: Mutex<()> = Mutex::new(());
 
-/// Per run of an example. Today's figures on the 2-core development VM: 4 and 8 ranks
-/// finish these runs in well under 10 s; busy-polling ranks that never yield took
-/// 30-50 ms per allreduce and 5-8 ms per halo step at 8 ranks (60-100 s and 10-16 s here).
-const RUN_LIMIT: Duration = Duration::from_secs(45);
+/// Per run of an example. On the 2-core development VM these runs took 0.05-3.5 s each;
+/// with ranks that busy-poll and never yield (`QUIVER_YIELD=never`, the waiting of before)
+/// every allreduce run and the 8-rank halo runs ran past 45 s, the 4-rank halo runs took
+/// 15-22 s for 2000 steps (here 4000) and request/reply 1.2-6.6 ms per round trip
+/// (10000 requests here: 12-66 s).
+const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 /// The examples directory of this test's profile, built once.
 fn examples() -> &'static PathBuf {
@@ -109,31 +111,15 @@ fn run(example: &str, args: &[&str], ranks: u32, transport: &str, cpus: &str, li
 /// Every example with 4 and 8 ranks on two CPUs over `transport`.
 fn oversubscribed(transport: &str) {
     let cpus = two_cpus();
+    let examples: [(&str, &[&str]); 3] = [
+        ("ring_allreduce", &["1024", "2000"]),
+        ("request_reply", &["10000", "64"]),
+        ("halo_exchange", &["1000", "4000"]),
+    ];
     for ranks in [4, 8] {
-        run(
-            "ring_allreduce",
-            &["1024", "2000"],
-            ranks,
-            transport,
-            &cpus,
-            RUN_LIMIT,
-        );
-        run(
-            "request_reply",
-            &["2000", "64"],
-            ranks,
-            transport,
-            &cpus,
-            RUN_LIMIT,
-        );
-        run(
-            "halo_exchange",
-            &["1000", "2000"],
-            ranks,
-            transport,
-            &cpus,
-            RUN_LIMIT,
-        );
+        for (example, args) in examples {
+            run(example, args, ranks, transport, &cpus, RUN_LIMIT);
+        }
     }
 }
 
