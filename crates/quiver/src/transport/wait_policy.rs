@@ -21,7 +21,9 @@
 //! - the ranks outnumber their CPUs (`QUIVER_YIELD=auto`, the default), or `always`: every
 //!   poll of the spin is a `sched_yield`, so a peer descheduled on this CPU runs at once
 //!   (it is most likely the rank this one waits for), and the spin lasts
-//!   `QUIVER_YIELD_SPIN_US` (200 µs) before the call sleeps;
+//!   `QUIVER_YIELD_SPIN_US` (200 µs) before the call sleeps; its periodic tick (clock,
+//!   deadline, liveness) comes every 16 polls instead of 1024, since a yield may hand the
+//!   CPU away for a while;
 //! - `never`: pure busy-polling for `QUIVER_SPIN_US`, as before this policy.
 //!
 //! Cost on the spin path: the mode is a field of the call's `Wait`, read when the call
