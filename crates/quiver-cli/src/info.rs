@@ -94,14 +94,9 @@ fn write_transports(out: &mut impl Write, config: &quiver::Config) {
 /// The shm protocol by size, the protocol thresholds with where each came from, and every
 /// setting with the variable that overrides it.
 fn write_thresholds(out: &mut impl Write, config: &quiver::Config) {
-    let _ = writeln!(out, "\nshm protocol by message size:");
-    for (name, low, high) in config.protocol_ranges() {
-        let high = if high == u64::MAX {
-            "any".to_string()
-        } else {
-            format!("{high} B")
-        };
-        let _ = writeln!(out, "  {low:>8} B .. {high:<10} {name}");
+    let _ = writeln!(out, "\nprotocols by message size:");
+    for kind in &config.transports {
+        let _ = write!(out, "  {}", quiver::transport_info(*kind, config));
     }
     let _ = writeln!(
         out,

@@ -8,3 +8,6 @@
 
 pub mod bench;
 pub mod launch;
+pub mod process;
+
+pub use process::init_process;

@@ -47,6 +47,7 @@ enum Command {
 }
 
 fn main() {
+    quiver_cli::init_process();
     let cli = Cli::parse();
     let exit_status = match cli.command {
         Command::Run(args) => run::main(args),

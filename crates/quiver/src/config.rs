@@ -87,6 +87,10 @@ pub struct Config {
     /// it pays with large datagrams (loopback's 64 KB), not with an Ethernet MTU's
     /// (batched with GRO instead); one link only. 0 turns it off. Default 16 KiB.
     pub udp_scatter_min: usize,
+    /// Print, on stderr, which transport and which protocol each message size range uses
+    /// for every connection an endpoint opens, as it opens it (`QUIVER_PROTO_INFO=1`; see
+    /// [`Endpoint::transport`](crate::Endpoint::transport)). Off by default.
+    pub proto_info: bool,
     /// Faults injected into the datagrams of the udp or mem sockets, for tests and chaos
     /// runs (`QUIVER_FAULTS`, e.g. `seed=7,drop=0.01,reorder=0.01`; see [`Faults`]): off by
     /// default. Arrival faults (`receive.*`) turn the scattering receive off.
@@ -252,6 +256,7 @@ impl Default for Config {
             udp_post_in_place_min: 256 << 10,
             udp_scatter_min: 16 << 10,
             faults: Faults::default(),
+            proto_info: false,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
@@ -342,6 +347,13 @@ impl Config {
             c.faults = text
                 .parse()
                 .map_err(|e| Error::Config(format!("QUIVER_FAULTS={text:?}: {e}")))?;
+        }
+        if let Some(text) = get(PROTO_INFO_ENV) {
+            c.proto_info = parse_switch(&text).ok_or_else(|| {
+                Error::Config(format!(
+                    "{PROTO_INFO_ENV}={text:?}: expected 1 (print) or 0 (do not)"
+                ))
+            })?;
         }
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
@@ -504,26 +516,21 @@ impl Config {
             s("QUIVER_UDP_POST_IN_PLACE_MIN", if self.udp_post_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_post_in_place_min) }, "udp messages at least this long given to post_send are sent from the posted buffer, never copied; wait_send returns it once all is acknowledged (0: off)"),
             s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
             s("QUIVER_FAULTS", self.faults.to_string(), "faults injected into udp/mem datagrams for tests and chaos runs: seed=N and drop, duplicate, reorder, corrupt rates (fractions or %), for sent datagrams or, prefixed receive., arrived ones; off by default"),
+            s(PROTO_INFO_ENV, if self.proto_info { "1".into() } else { "0".into() }, "1: print the transport and the protocol of each message size range of every connection as it is opened (stderr); `quiver info --protocols` shows them without a job"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
+}
 
-    /// Short, inline and rendezvous ranges in bytes, for reports.
-    pub fn protocol_ranges(&self) -> [(&'static str, u64, u64); 3] {
-        let inline = quiver_transport::ring::INLINE_BYTES;
-        [
-            ("short (inline with the header, one cache line)", 0, inline),
-            (
-                "eager (copied through the ring)",
-                inline + 1,
-                self.shm_eager_max,
-            ),
-            (
-                "rendezvous (single copy, process_vm_readv)",
-                self.shm_eager_max + 1,
-                u64::MAX,
-            ),
-        ]
+/// The variable that turns on the per-connection protocol report ([`Config::proto_info`]).
+pub const PROTO_INFO_ENV: &str = "QUIVER_PROTO_INFO";
+
+/// An on/off setting: `1`, `on`, `yes`, `true` or `0`, `off`, `no`, `false`, `` (any case).
+fn parse_switch(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" | "" => Some(false),
+        _ => None,
     }
 }
 

@@ -109,7 +109,7 @@ impl ContextBuilder {
     /// [`ContextBuilder::build`], with the network sockets already bound by a bootstrap
     /// (`Some`), or bound here at this rank's entry of the addresses (`None`).
     fn build_with(self, bound: Option<NetworkSockets>) -> Result<Context> {
-        crate::log::init_from_env();
+        crate::variables::warn_unknown_once();
         let mut job = self.job;
         if job.size == 0 || job.rank >= job.size {
             return Err(Error::InvalidArgument(format!(
@@ -204,6 +204,7 @@ impl Context {
     /// [`Error::Config`] naming the missing or malformed variable; [`Error::Io`] when the
     /// exchange with the launcher or rank 0 fails.
     pub fn from_env() -> Result<Context> {
+        crate::variables::warn_unknown_once();
         let config = Config::from_env()?;
         let mut network = Binder::new(&config);
         let job = crate::job::from_env(&config, &mut network)?;

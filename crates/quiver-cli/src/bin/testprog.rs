@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use quiver::{Addr, Context, Endpoint, Error};
 
 fn main() {
+    quiver::init_logging_from_env();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = run(&args);
     if let Err(e) = result {

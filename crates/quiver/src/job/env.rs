@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::info::{Bootstrap, JobInfo};
+use super::variables::{ADDRS, JOB_ID, JOB_KEY, JOB_KEY_FILE, LINKS, RANK, SIZE};
 use crate::error::{Error, Result};
 
 /// Looks up an environment variable (a map in tests).
@@ -41,23 +42,23 @@ pub(crate) fn quiver_run(get: Lookup<'_>) -> Result<JobInfo> {
             .parse()
             .map_err(|_| Error::Config(format!("{k}={v:?}: expected a whole number")))
     };
-    let rank = num("QUIVER_RANK")?;
-    let size = num("QUIVER_SIZE")?;
-    let id_text = var("QUIVER_JOB_ID")?;
+    let rank = num(RANK)?;
+    let size = num(SIZE)?;
+    let id_text = var(JOB_ID)?;
     let job_id = parse_hex::<8>(&id_text)
         .map(u64::from_be_bytes)
         .ok_or_else(|| {
             Error::Config(format!("QUIVER_JOB_ID={id_text:?}: expected 16 hex digits"))
         })?;
-    let key_text = var("QUIVER_JOB_KEY")?;
+    let key_text = var(JOB_KEY)?;
     let key = parse_hex::<32>(&key_text).ok_or_else(|| {
         Error::Config("QUIVER_JOB_KEY: expected 64 hex digits (the value is not shown)".into())
     })?;
-    let addrs = match get("QUIVER_ADDRS") {
+    let addrs = match get(ADDRS) {
         Some(text) => parse_addrs(&text)?,
         None => Vec::new(),
     };
-    let links = match get("QUIVER_LINKS") {
+    let links = match get(LINKS) {
         Some(text) => crate::config::parse_links(&text)?,
         None => Vec::new(),
     };
@@ -115,7 +116,7 @@ pub(crate) fn launcher_rank(get: Lookup<'_>) -> Result<(u32, u32)> {
 /// [`Error::Config`] for a malformed key (its value is not shown), [`Error::Io`] for a
 /// file that cannot be read.
 pub(crate) fn key_from_env(get: Lookup<'_>) -> Result<Option<[u8; 32]>> {
-    let (text, source) = match (get("QUIVER_JOB_KEY"), get("QUIVER_JOB_KEY_FILE")) {
+    let (text, source) = match (get(JOB_KEY), get(JOB_KEY_FILE)) {
         (Some(text), _) => (text, "QUIVER_JOB_KEY".to_owned()),
         (None, Some(path)) => {
             let text = std::fs::read_to_string(&path).map_err(|e| {
