@@ -9,5 +9,6 @@
 pub mod bench;
 pub mod launch;
 pub mod process;
+pub mod provenance;
 
 pub use process::init_process;
