@@ -36,8 +36,16 @@ pub struct Context {
 pub struct ContextStats {
     /// Connections accepted.
     pub connections_accepted: u64,
-    /// Handshakes refused or failed (strangers, wrong key, wrong job, no such endpoint).
+    /// Handshakes refused or failed: strangers, a wrong key or job, a rank outside the job,
+    /// a broken handshake. A healthy job has none. Not counted here: attempts to an
+    /// endpoint that is not open yet ([`connections_not_open`](Self::connections_not_open)).
     pub connections_refused: u64,
+    /// Connection attempts that asked for an endpoint of this rank that was not open at the
+    /// time. Usual while a job starts: a rank connects before its peer has opened the
+    /// endpoint, is told so, and retries until the endpoint opens (or its connect timeout
+    /// passes, when its `connect` returns [`Error::Refused`](crate::Error::Refused)). Each
+    /// attempt counts, so the number depends on timing; nonzero is not a fault.
+    pub connections_not_open: u64,
     /// Of the connections accepted, those over shared memory (the rest came over tcp, udp
     /// or mem).
     pub shm_connections_accepted: u64,
@@ -260,6 +268,7 @@ impl Context {
         ContextStats {
             connections_accepted: counts.accepted,
             connections_refused: counts.refused,
+            connections_not_open: counts.not_open,
             shm_connections_accepted: counts.shm_accepted,
             last_refusal: counts.last_refusal,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),

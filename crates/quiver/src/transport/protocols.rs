@@ -72,7 +72,7 @@ impl std::fmt::Display for TransportInfo {
                 .map_or_else(|| "any".to_string(), |last| format!("{last} B"));
             writeln!(
                 f,
-                "  {:>10} B .. {last:<12} {:<11} {}",
+                "  {:>10} B .. {last:<12} {:<16} {}",
                 range.first, range.protocol, range.why
             )?;
         }

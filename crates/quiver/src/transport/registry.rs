@@ -22,8 +22,11 @@ use crate::config::TransportKind;
 pub(crate) struct ListenerCounts {
     /// Connections accepted.
     pub(crate) accepted: u64,
-    /// Handshakes refused or failed.
+    /// Handshakes refused or failed, except [`not_open`](Self::not_open).
     pub(crate) refused: u64,
+    /// Connection attempts that asked for an endpoint not open at the time (see
+    /// [`Registry::not_open`]).
+    pub(crate) not_open: u64,
     /// Of the connections accepted, those over shared memory.
     pub(crate) shm_accepted: u64,
     /// Why the last refusal happened.
@@ -85,15 +88,19 @@ impl Registry {
 
     /// Counts a refused or failed handshake and logs why.
     pub(crate) fn refused(&self, why: String) {
-        if why.contains("which is not open") {
-            // Usual while the job starts: the initiator retries.
-            tracing::debug!(rank = self.rank, reason = %why, "refused a connection");
-        } else {
-            tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
-        }
+        tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
         let mut counts = self.counts();
         counts.refused += 1;
         counts.last_refusal = Some(why);
+    }
+
+    /// Counts a connection attempt to an endpoint that is not open (yet), apart from the
+    /// refusals: usual while a job starts, when a rank connects before its peer opened the
+    /// endpoint; the initiator retries until its connect timeout (and reports
+    /// `Error::Refused` itself if the endpoint never opens).
+    pub(crate) fn not_open(&self, why: String) {
+        tracing::debug!(rank = self.rank, reason = %why, "endpoint not open (yet)");
+        self.counts().not_open += 1;
     }
 
     /// The counters now.
@@ -108,6 +115,11 @@ impl Registry {
     fn counts(&self) -> MutexGuard<'_, ListenerCounts> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Why a listener turned away a connection to endpoint `port` asked for by rank `rank`.
+pub(crate) fn not_open_reason(rank: u32, port: u16) -> String {
+    format!("rank {rank} asked for port {port}, which is not open")
 }
 
 /// An accepted inbound shared-memory edge, handed from the listener to its endpoint.

@@ -24,7 +24,7 @@ use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::local::LocalRank;
-use crate::transport::registry::{Inbox, NewInbound};
+use crate::transport::registry::{not_open_reason, Inbox, NewInbound};
 
 /// Time a single handshake step may take before the socket gives up.
 pub(crate) const HANDSHAKE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -105,15 +105,26 @@ pub(crate) fn listen(local: &LocalRank, listener: &OwnedFd) {
             return;
         }
         // `respond` counts the acceptance itself, before the peer can start sending.
-        if let Err(why) = respond(local, &sock) {
-            local.registry.refused(why);
+        match respond(local, &sock) {
+            Ok(Answered::Accepted) => {}
+            Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
+            Err(why) => local.registry.refused(why),
         }
     }
 }
 
+/// How a handshake the listener answered ended, when nothing failed.
+enum Answered {
+    /// The new inbound edge was registered with its endpoint.
+    Accepted,
+    /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
+    /// initiator retries. Why, for the log.
+    NotOpen(String),
+}
+
 /// Runs one responder handshake on `sock`; on success the new inbound edge is registered
 /// with its endpoint.
-fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String> {
+fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<Answered, String> {
     sys::set_socket_timeouts(sock, HANDSHAKE_STEP_TIMEOUT).map_err(|e| e.to_string())?;
     let pid = sys::peer_pid(sock).map_err(|e| format!("reading the peer's credentials: {e}"))?;
     let mut hs = Responder::new(local.job_key(), local.job_id, random());
@@ -139,10 +150,15 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
         hs.reject(RejectReason::NoSuchEndpoint)
             .map_err(|e| e.to_string())?;
         let _ = flush(&mut hs, &mut out);
-        return Err(format!(
-            "rank {} asked for port {}, which is not open",
-            request.src_rank, request.dst_port
-        ));
+        let why = not_open_reason(request.src_rank, request.dst_port);
+        return if valid_src {
+            Ok(Answered::NotOpen(why))
+        } else {
+            Err(format!(
+                "{why} (and rank {} is not in this job)",
+                request.src_rank
+            ))
+        };
     };
     hs.accept(&[]).map_err(|e| e.to_string())?;
     flush(&mut hs, &mut out)?;
@@ -156,7 +172,8 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
     };
     flush(&mut hs, &mut out)?;
     let peer = Addr::new(request.src_rank, request.src_port);
-    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)
+    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)?;
+    Ok(Answered::Accepted)
 }
 
 /// After the handshake: checks that cross-memory attach reaches the peer (its `probe`
