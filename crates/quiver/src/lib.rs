@@ -17,6 +17,10 @@
 //! assert_eq!(src, peer);
 //! # let _ = len; Ok(()) }
 //! ```
+//!
+//! quiver logs through `tracing` events and installs no subscriber of its own: give your
+//! program one, or call [`init_logging_from_env`] at the start of `main` to have
+//! `QUIVER_LOG` print them on stderr.
 #![forbid(unsafe_code)]
 
 mod addr;
