@@ -41,5 +41,5 @@ fn main() {
         watch(&branch);
     }
     watch("packed-refs");
-    println!("cargo:rustc-env=QUIVER_CLI_BUILD_COMMIT={commit}");
+    println!("cargo:rustc-env=BUILD_GIT_COMMIT={commit}");
 }

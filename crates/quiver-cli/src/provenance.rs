@@ -12,7 +12,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The commit this build was made from (`git rev-parse HEAD` at build time), or "unknown"
 /// when it was built outside a git repository.
-pub const COMMIT: &str = env!("QUIVER_CLI_BUILD_COMMIT");
+pub const COMMIT: &str = env!("BUILD_GIT_COMMIT");
 
 /// The fields every bench JSON record carries besides its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

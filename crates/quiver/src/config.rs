@@ -788,4 +788,23 @@ mod tests {
         over.faults.receive.corrupt_ppm = 2_000_000;
         assert!(matches!(over.validate(), Err(Error::Config(m)) if m.contains("receive")));
     }
+
+    #[test]
+    fn proto_info_is_a_switch() {
+        assert!(!Config::default().proto_info);
+        let with = |text: &'static str| {
+            Config::from_lookup(|k| (k == PROTO_INFO_ENV).then(|| text.into()))
+        };
+        for on in ["1", "on", "YES", "true "] {
+            assert!(with(on).unwrap().proto_info, "{on}");
+        }
+        for off in ["0", "off", "no", "false", ""] {
+            assert!(!with(off).unwrap().proto_info, "{off:?}");
+        }
+        let e = with("maybe");
+        assert!(
+            matches!(&e, Err(Error::Config(m)) if m.contains("QUIVER_PROTO_INFO=\"maybe\"")),
+            "{e:?}"
+        );
+    }
 }
