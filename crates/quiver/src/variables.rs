@@ -146,7 +146,7 @@ fn report(unknown: &UnknownVariable) {
 }
 
 /// The Levenshtein distance between `a` and `b`, by bytes (variable names are ASCII).
-pub fn edit_distance(a: &str, b: &str) -> usize {
+fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     // One row of the table at a time: row[j] = distance(a[..i], b[..j]).
     let mut row: Vec<usize> = (0..=b.len()).collect();
