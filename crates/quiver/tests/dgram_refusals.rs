@@ -87,7 +87,9 @@ fn every_dropped_datagram_is_counted() {
     stream.resize(64, 0);
     type Count = fn(&DatagramRefusals) -> u64;
     let kinds: [(&str, Vec<u8>, SocketAddr, Count); 7] = [
-        ("garbage", b"not a frame of ours".to_vec(), own[0], |r| r.undecodable),
+        ("garbage", b"not a frame of ours".to_vec(), own[0], |r| {
+            r.undecodable
+        }),
         ("stream frame, unknown short id", stream, own[0], |r| {
             r.unknown_short_id
         }),
@@ -103,7 +105,9 @@ fn every_dropped_datagram_is_counted() {
             own[0],
             |r| r.resets_sent,
         ),
-        ("corrupt hello", corrupt_hello, own[0], |r| r.malformed_hellos),
+        ("corrupt hello", corrupt_hello, own[0], |r| {
+            r.malformed_hellos
+        }),
         ("hello of another job", hello(JOB ^ 1, 1), own[0], |r| {
             r.refused_hellos
         }),
