@@ -276,6 +276,22 @@ pub fn allow_cross_memory_attach() {
     unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
 }
 
+/// The machine's physical memory in bytes (`_SC_PHYS_PAGES` times the page size), or
+/// `None` if the system does not say.
+pub fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf takes an integer name and returns an integer; it touches no memory
+    // of ours.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let pages = u64::try_from(pages).ok().filter(|&p| p > 0)?;
+    let page = u64::try_from(page).ok().filter(|&p| p > 0)?;
+    pages.checked_mul(page)
+}
+
 /// The process id of this process.
 pub fn getpid() -> libc::pid_t {
     // SAFETY: getpid cannot fail.

@@ -380,6 +380,7 @@ fn kind(e: &Error) -> &'static str {
         Error::VersionMismatch { .. } => "VersionMismatch",
         Error::PermissionDenied { .. } => "PermissionDenied",
         Error::OutOfSharedMemory { .. } => "OutOfSharedMemory",
+        Error::MessageTooLarge { .. } => "MessageTooLarge",
         Error::Timeout { .. } => "Timeout",
         Error::Io { .. } => "Io",
         _ => "Other",

@@ -210,6 +210,11 @@ impl ShmIn {
                 "rendezvous length disagrees with its header",
             ));
         }
+        // The limit before anything is sized by the announcement. The buffer is then made
+        // whole at once, not grown as the copy goes: the sender copies the second half into
+        // it from its side, and the limit (half the machine's memory by default) is what
+        // keeps one announcement from exhausting memory.
+        Error::check_announced(peer, "shm", len, config.max_message_bytes)?;
         let buf = dest.prepare(len)?;
         let seq = self.ring.next_rndv_seq();
         // Large copies are shared with the sender: it pushes the second part with
@@ -247,6 +252,8 @@ impl ShmIn {
     ) -> Result<Option<usize>> {
         let peer = self.peer;
         let total = first.total_len;
+        // One compare per message (its first record), before anything is sized by it.
+        Error::check_announced(peer, "shm", total, config.max_message_bytes)?;
         if total > self.ring.capacity() {
             return Err(corrupt_detail(peer, "eager message larger than its ring"));
         }
