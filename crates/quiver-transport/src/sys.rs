@@ -33,12 +33,52 @@ fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// The seals every memory file quiver shares carries ([`memfd`]), and that a side mapping
+/// one it received requires ([`seals`]): its size can no longer change (no shrinking, which
+/// would make the other side's accesses beyond the new end die of SIGBUS, and no growing),
+/// and no seal can be added or removed.
+pub const SHARED_SEALS: u32 = (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) as u32;
+
 /// Creates an anonymous memory file of `len_bytes` (mode 0600 by construction: it has no
-/// name in any file system and is reachable only through the descriptor).
+/// name in any file system and is reachable only through the descriptor), sealed with
+/// [`SHARED_SEALS`] before it is returned, so before anyone else can hold it.
 pub fn memfd(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
+    let owned = memfd_unsealed(name, len_bytes)?;
+    // SAFETY: plain fcntl with integer arguments on a descriptor we own.
+    check(unsafe {
+        libc::fcntl(
+            owned.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            SHARED_SEALS as libc::c_int,
+        )
+    })?;
+    Ok(owned)
+}
+
+/// The seals of the file behind `fd` (`F_GET_SEALS`); 0 for a file that cannot carry
+/// seals (not a memfd, or one made without `MFD_ALLOW_SEALING`: EINVAL).
+pub fn seals(fd: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: plain fcntl with integer arguments on a descriptor the caller owns.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::EINVAL) => Ok(0),
+            _ => Err(error),
+        };
+    }
+    Ok(seals as u32)
+}
+
+/// [`memfd`] without its seals (sealing allowed, none set): what a forged or careless
+/// peer could send. For tests of the side that must refuse it.
+#[doc(hidden)]
+pub fn memfd_unsealed(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
     // SAFETY: `cname` is a valid NUL-terminated string that outlives the call.
-    let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    let fd = check(unsafe {
+        libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
     // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: plain syscall on a descriptor we own.

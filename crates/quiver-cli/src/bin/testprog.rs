@@ -10,8 +10,9 @@
 //! - `send-until-error`: send 256 KiB messages to rank 1 until an error; print it.
 //! - `recv-until-error`: receive until an error; print it.
 //! - `serve`: connect to rank 0 and send it a hello every 50 ms (a well-behaved peer).
-//! - `scribble garbage|forge`: connect to rank 0, send one message, then break our ring into
-//!   rank 0 by writing to its memfd through /proc/self/fd.
+//! - `scribble garbage|forge|truncate`: connect to rank 0, send one message, then break our
+//!   ring into rank 0 by writing to its memfd through /proc/self/fd (`truncate` first tries
+//!   to shrink the ring and a doorbell it maps, and says whether the kernel refused).
 //! - `victim`: rank 0 of `scribble`: receive until an error, print it, then receive one more
 //!   message from rank 2 to show other connections still work.
 //! - `survive ROUNDS MAX_BYTES SEED`: all-to-all in lockstep rounds (each rank sends one
@@ -330,8 +331,27 @@ fn scribble(ep: &mut Endpoint, how: &str) -> AnyResult {
         .write(true)
         .open(&path)?;
     use std::os::unix::fs::FileExt;
+    if how == "truncate" {
+        // Shrinking the ring (or a doorbell mapped here) under its reader would kill it with
+        // SIGBUS: the kernel must refuse (the files are sealed). Then garbage, which the
+        // reader reports as Corrupt.
+        let bell = maps
+            .lines()
+            .find(|l| l.contains("memfd:quiver-doorbell"))
+            .and_then(|l| l.split_whitespace().next())
+            .ok_or("no doorbell mapping found")?;
+        let bell = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/map_files/{bell}"))?;
+        for (what, target) in [("ring", &file), ("doorbell", &bell)] {
+            match target.set_len(0) {
+                Ok(()) => say(&format!("{what} truncated")),
+                Err(e) => say(&format!("{what} truncate refused: {e}")),
+            }
+        }
+    }
     match how {
-        "garbage" => {
+        "garbage" | "truncate" => {
             let len = file.metadata()?.len() as usize;
             let mut x = 0x2545_f491_4f6c_dd1du64;
             let junk: Vec<u8> = (0..len)
