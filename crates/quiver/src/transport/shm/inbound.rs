@@ -228,13 +228,13 @@ impl ShmIn {
             self.ring.post_cts(seq, buf.as_ptr() as u64, split, len);
         }
         let (first, second) = buf.split_at_mut(split as usize);
-        pull(self.pid, peer, first, addr)?;
+        pull((self.pid, &self.pidfd), peer, first, addr)?;
         if !second.is_empty() {
             let sender_copies = !self.ring.claim_second_part(seq);
             // While the sender writes `second` from its side, nothing here touches
             // it; we only return once it reported completion.
             if !sender_copies || !self.wait_second_part(seq, config, detection)? {
-                pull(self.pid, peer, second, addr + split)?;
+                pull((self.pid, &self.pidfd), peer, second, addr + split)?;
             }
         }
         self.ring.consume(&rec);
