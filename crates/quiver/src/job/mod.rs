@@ -33,6 +33,7 @@ mod node;
 mod placement;
 mod pmix;
 mod rendezvous;
+pub(crate) mod variables;
 
 pub(crate) use detect::from_env;
 pub use info::Bootstrap;

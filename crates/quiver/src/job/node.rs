@@ -10,6 +10,7 @@
 //! first. CPUs for them: `QUIVER_LOCAL_CPUS` (`quiver run`: the CPUs the launcher may use),
 //! `SLURM_CPUS_ON_NODE`.
 
+use super::variables::{LOCAL_CPUS, LOCAL_SIZE};
 use crate::error::{Error, Result};
 use crate::transport::wait_policy::{NodeCount, NodeLoad};
 
@@ -17,14 +18,11 @@ use crate::transport::wait_policy::{NodeCount, NodeLoad};
 type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Variables that give the ranks on this node as one number, in the order they are read.
-const LOCAL_SIZE_VARIABLES: [&str; 3] = [
-    "QUIVER_LOCAL_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "MPI_LOCALNRANKS",
-];
+const LOCAL_SIZE_VARIABLES: [&str; 3] =
+    [LOCAL_SIZE, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
 
 /// Variables that give the CPUs the job has on this node, in the order they are read.
-const LOCAL_CPU_VARIABLES: [&str; 2] = ["QUIVER_LOCAL_CPUS", "SLURM_CPUS_ON_NODE"];
+const LOCAL_CPU_VARIABLES: [&str; 2] = [LOCAL_CPUS, "SLURM_CPUS_ON_NODE"];
 
 /// What the launcher exported about this node (module docs) completed with what the
 /// machine says ([`NodeLoad::with_machine`]): the load a context started here by
