@@ -62,7 +62,7 @@ fn first_count(get: Lookup<'_>, variables: &[&'static str]) -> Result<Option<Nod
                     source: name,
                 }))
             }
-            _ if name.starts_with("QUIVER_") => {
+            _ if [LOCAL_SIZE, LOCAL_CPUS].contains(&name) => {
                 return Err(Error::Config(format!(
                     "{name}={text:?}: expected a whole number from 1 up"
                 )))
