@@ -12,6 +12,7 @@
 
 pub mod netif;
 pub mod notify;
+pub mod region;
 pub mod ring;
 pub mod sys;
 pub mod tcp;

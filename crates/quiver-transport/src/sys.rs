@@ -97,6 +97,18 @@ pub fn memfd_unsealed(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
+/// A new descriptor of the file behind `fd`, opened read-only (through
+/// `/proc/self/fd`): whoever holds only it can map the file for reading, never for
+/// writing, whatever it does with the descriptor.
+pub fn reopen_read_only(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+    let raw = check(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: `raw` was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// Size in bytes of the file behind `fd`.
 pub fn file_len(fd: &OwnedFd) -> io::Result<usize> {
     // SAFETY: `stat` is plain old data; zeroed is a valid value for it.
@@ -135,6 +147,31 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr as *mut u8).ok_or(io::ErrorKind::Other)?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Maps all `len` bytes of `fd` shared and read-only (what a descriptor opened
+    /// read-only allows: the kernel refuses a writable shared mapping of it, and
+    /// `mprotect` cannot add write access later).
+    pub fn map_read_only(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,

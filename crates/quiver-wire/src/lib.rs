@@ -8,5 +8,6 @@
 
 pub mod frame;
 pub mod handshake;
+pub mod rma;
 pub mod shm_setup;
 pub mod stream;
