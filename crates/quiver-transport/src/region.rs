@@ -255,7 +255,9 @@ impl SharedRegion {
     /// [`AccessError`].
     #[inline]
     pub fn fetch_add(&self, offset: usize, value: u64) -> Result<u64, AccessError> {
-        Ok(self.data_word(offset, true)?.fetch_add(value, Ordering::SeqCst))
+        Ok(self
+            .data_word(offset, true)?
+            .fetch_add(value, Ordering::SeqCst))
     }
 
     /// Replaces the word at `offset` with `new` if it holds `expected`; returns the word
@@ -309,7 +311,10 @@ mod tests {
     fn accesses_outside_the_region_misaligned_or_through_read_only_are_refused() {
         let (owner, fd) = SharedRegion::create(64).unwrap();
         assert_eq!(owner.write(60, &[0; 5]), Err(AccessError::OutOfBounds));
-        assert_eq!(owner.write(usize::MAX, &[0; 1]), Err(AccessError::OutOfBounds));
+        assert_eq!(
+            owner.write(usize::MAX, &[0; 1]),
+            Err(AccessError::OutOfBounds)
+        );
         assert_eq!(owner.read(65, &mut []), Err(AccessError::OutOfBounds));
         assert_eq!(owner.write(64, &[]), Ok(()));
         assert_eq!(owner.fetch_add(60, 1), Err(AccessError::OutOfBounds));

@@ -8,15 +8,18 @@ use std::sync::Arc;
 
 use quiver_transport::notify::{Doorbell, RemoteDoorbell};
 use quiver_transport::sys;
+use quiver_wire::rma::Rights;
 
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::job::{Bootstrap, JobInfo};
+use crate::rma::region::Region;
 use crate::transport::dgram::stats::{DatagramStats, LinkStats};
 use crate::transport::local::LocalRank;
 use crate::transport::network::{bind_network, Binder, NetworkSockets};
+use crate::transport::regions::RmaStats;
 use crate::transport::registry::Inbox;
 use crate::transport::shm::listener::ShmListener;
 use crate::transport::tcp::listener::TcpListening;
@@ -302,6 +305,22 @@ impl Context {
             .as_ref()
             .map(|d| d.local_links().to_vec())
             .unwrap_or_default()
+    }
+
+    /// Allocates a zeroed memory region of `len` bytes for one-sided communication, in
+    /// shared memory that peers on this node map when they first use one of its keys
+    /// ([`Region::key`]); `rights` says whether its key lets peers write it.
+    ///
+    /// # Errors
+    /// [`Error::OutOfSharedMemory`] when the memory cannot be reserved.
+    pub fn alloc_region(&self, len: usize, rights: Rights) -> Result<Region> {
+        Region::allocate(self.local.clone(), len, rights)
+    }
+
+    /// The counters of one-sided communication: regions, keys granted and refused here,
+    /// operations of this rank refused.
+    pub fn rma_stats(&self) -> RmaStats {
+        self.local.regions.stats()
     }
 
     /// Opens endpoint `port` of this rank; peers reach it at `Addr { rank, port }`.

@@ -160,6 +160,64 @@ pub enum Error {
         /// How long was waited.
         millis: u64,
     },
+    /// A one-sided operation (put, get, an atomic) on a connection whose transport has
+    /// none: only shared memory offers them so far.
+    #[error("one-sided operations are not available over {transport} (connection to {peer}): only shm offers them so far; connect to a peer on this node with QUIVER_TRANSPORTS listing shm first")]
+    RmaUnsupported {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the connection.
+        transport: &'static str,
+    },
+    /// A one-sided operation would touch bytes outside the region its key names: refused
+    /// before anything was touched (and counted).
+    #[error("{operation} of {len} bytes at offset {offset} is outside the region of {region_len} bytes; nothing was touched")]
+    RmaOutOfBounds {
+        /// The operation.
+        operation: &'static str,
+        /// The byte offset asked for.
+        offset: u64,
+        /// The bytes asked for.
+        len: u64,
+        /// The region's length.
+        region_len: u64,
+    },
+    /// A one-sided operation that writes, with a key that only allows reading: refused
+    /// before anything was touched (and counted).
+    #[error("{operation} needs a read-write key, this key is {rights}; ask the region's owner for Region::key of a read-write region")]
+    RmaRights {
+        /// The operation.
+        operation: &'static str,
+        /// The key's rights ("read-only").
+        rights: &'static str,
+    },
+    /// An atomic on a word that is not 8-byte aligned in its region (refused, counted).
+    #[error("atomic on offset {offset}, which is not a multiple of 8; atomics work on aligned 64-bit words")]
+    RmaMisaligned {
+        /// The byte offset asked for.
+        offset: u64,
+    },
+    /// The remote key was refused: not a key, forged, revoked before it was first used, of
+    /// another job, or naming another rank than the connection's peer (counted here, and at
+    /// the target when it refused it).
+    #[error("remote key refused by rank {rank}: {reason}")]
+    RmaKeyRefused {
+        /// The rank the key was presented to (or named).
+        rank: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The region's owner dropped it (revoking its keys) after this rank had mapped it:
+    /// nothing was touched. The owner's memory is unharmed either way.
+    #[error(
+        "region {region} of rank {rank} was revoked (its owner dropped it); nothing was touched"
+    )]
+    RmaRevoked {
+        /// The owner's rank.
+        rank: u32,
+        /// The region's number at its owner.
+        region: u64,
+    },
     /// The caller passed something unusable.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -33,6 +33,7 @@ mod log;
 mod pool;
 pub mod profile;
 mod random;
+mod rma;
 mod slab;
 mod transport;
 pub mod variables;
@@ -48,6 +49,9 @@ pub use error::{Error, Result};
 pub use job::{node_load_from_env, Bootstrap};
 pub use log::{init_logging_from_env, LOG_ENV};
 pub use pool::PooledBuf;
+pub use quiver_wire::rma::Rights;
+pub use rma::key::RemoteKey;
+pub use rma::region::Region;
 pub use transport::dgram::stats::{DatagramRefusals, DatagramStats, LinkStats};
 pub use transport::edge::transport_info;
 pub use transport::fault::{
@@ -55,6 +59,7 @@ pub use transport::fault::{
 };
 pub use transport::liveness::DetectionStats;
 pub use transport::protocols::{ProtocolRange, TransportInfo};
+pub use transport::regions::RmaStats;
 pub use transport::requests::RecvCompletion;
 pub use transport::wait_policy::{
     NodeCount, NodeLoad, WaitPolicy, YieldMode, Yielding, DEFAULT_YIELD_SPIN,

@@ -36,6 +36,7 @@ use crate::transport::requests::Requests;
 mod connect;
 mod look;
 mod receive;
+mod rma;
 mod send;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,8 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
+use quiver_wire::rma::KeyRepr;
+
 use super::dgram::inbound::DgramIn;
 use super::dgram::outbound::DgramOut;
 use super::edge_context::EdgeContext;
@@ -27,7 +29,7 @@ use super::tcp::inbound::TcpIn;
 use super::tcp::outbound::TcpOut;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::slab::Key;
 use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
@@ -35,6 +37,7 @@ use crate::transport::inbound_state::InboundState;
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
+use crate::transport::rma_ops::{self, RmaOp};
 
 /// What a protocol choice or an API promise needs to know of a transport, asked of the
 /// transport instead of matched on its kind.
@@ -256,6 +259,59 @@ impl OutEdge {
             OutEdge::Tcp(e) => e.close(),
             OutEdge::Dgram(_) | OutEdge::Busy => {}
         }
+    }
+
+    /// Applies one-sided operation `op` (checked by the caller against `key`) to the
+    /// region of `peer` that `key` names; the word before, for an atomic. Over shm the
+    /// initiator maps the region once and uses plain copies and CPU atomics; the network
+    /// transports have no one-sided operations yet.
+    ///
+    /// # Errors
+    /// [`Error::RmaUnsupported`] over tcp and the datagram transports; the transport's.
+    pub(crate) fn rma(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        op: RmaOp<'_>,
+    ) -> Result<u64> {
+        match self {
+            OutEdge::Shm(e) => e.rma.apply(local, (src, peer), key, op),
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
+                Err(self.rma_unsupported(local, peer))
+            }
+        }
+    }
+
+    /// Makes every earlier one-sided operation on this edge visible to the peer; over shm
+    /// a fence, then the peer's liveness: a put to a target that died may have landed in
+    /// memory nobody will read.
+    ///
+    /// # Errors
+    /// [`Error::PeerDead`] when the peer's process has exited; [`Error::RmaUnsupported`]
+    /// over the network transports.
+    pub(crate) fn rma_flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        match self {
+            OutEdge::Shm(e) => {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                if e.peer_exited() {
+                    return Err(Error::PeerDead {
+                        peer,
+                        during: "while flushing one-sided operations",
+                    });
+                }
+                Ok(())
+            }
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
+                Err(self.rma_unsupported(local, peer))
+            }
+        }
+    }
+
+    /// The refusal of a one-sided operation on a transport without them, counted.
+    fn rma_unsupported(&self, local: &LocalRank, peer: Addr) -> Error {
+        let transport = self.kind().map_or("no transport", TransportKind::name);
+        rma_ops::refused(local, Error::RmaUnsupported { peer, transport })
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use quiver_proto::handshake::JobKey;
 
+use super::regions::RegionTable;
 use super::registry::Registry;
 use crate::config::{Config, TransportKind};
 use crate::job::{Bootstrap, JobInfo};
@@ -28,6 +29,8 @@ pub(crate) struct LocalRank {
     pub(crate) bootstrap: Bootstrap,
     /// The open endpoints and the listeners' counters.
     pub(crate) registry: Registry,
+    /// The registered memory regions peers may map, and the one-sided counters.
+    pub(crate) regions: RegionTable,
     /// The datagram engine (udp or mem), when one of them is configured.
     pub(crate) dgram: Option<Arc<DgramShared>>,
     /// Set when the context closes: the listener threads end.
@@ -48,6 +51,7 @@ impl LocalRank {
             addrs: job.addrs,
             bootstrap: job.bootstrap,
             registry: Registry::new(job.rank),
+            regions: RegionTable::default(),
             dgram,
             stopping: AtomicBool::new(false),
             next_endpoint_id: AtomicU64::new(1),

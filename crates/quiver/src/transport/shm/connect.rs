@@ -43,6 +43,35 @@ fn try_connect(
     src: Addr,
     dst: Addr,
 ) -> std::result::Result<NewOutbound, Attempt> {
+    // The probe word lives on this stack frame until the setup message has arrived, which
+    // is after the responder read it.
+    let probe_value = u64::from_ne_bytes(random());
+    let probe_word = std::hint::black_box(probe_value);
+    let mut params = [0u8; 16];
+    params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
+    params[8..].copy_from_slice(&probe_value.to_be_bytes());
+    let sock = handshake(local, src, dst, &params)?;
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let io_fail =
+        |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
+    let (n, fds) =
+        sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
+    std::hint::black_box(&probe_word);
+    let setup = SetupRepr::parse(&buf[..n])
+        .map_err(|e| refused_by(dst, format!("bad setup message: {e}")))?;
+    check_status(&setup, local, src, dst)?;
+    attach(&sock, fds, &setup, local, (src, dst))
+}
+
+/// Opens the local socket of `dst`'s rank and runs the job-key handshake as endpoint
+/// `src` asking for port `dst.port`, with `params` in the Proof; the socket, ready for
+/// what the responder sends after its verdict.
+pub(crate) fn handshake(
+    local: &LocalRank,
+    src: Addr,
+    dst: Addr,
+    params: &[u8],
+) -> std::result::Result<OwnedFd, Attempt> {
     let io_fail =
         |what: &str, e: std::io::Error| Attempt::Fail(Error::io(format!("{what} {dst}"), e));
     let sock = match sys::seqpacket_connect(&socket_name(local.job_id, dst.rank)) {
@@ -80,15 +109,8 @@ fn try_connect(
     };
     transmit(&mut hs, &mut out)?;
     let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
-    // The probe word lives on this stack frame until the setup message has arrived, which
-    // is after the responder read it.
-    let probe_value = u64::from_ne_bytes(random());
-    let probe_word = std::hint::black_box(probe_value);
-    let mut params = [0u8; 16];
-    params[..8].copy_from_slice(&(&probe_word as *const u64 as u64).to_be_bytes());
-    params[8..].copy_from_slice(&probe_value.to_be_bytes());
     let failed = |e| Attempt::Fail(Error::handshake(dst, "shm", e));
-    match hs.handle_challenge(&buf[..n], &params) {
+    match hs.handle_challenge(&buf[..n], params) {
         Ok(_) => {}
         Err(HandshakeError::NoSuchEndpoint { .. }) => {
             return Err(Attempt::Retry(format!("endpoint {dst} is not open")));
@@ -98,13 +120,7 @@ fn try_connect(
     transmit(&mut hs, &mut out)?;
     let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
     hs.handle_verdict(&buf[..n]).map_err(failed)?;
-    let (n, fds) =
-        sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
-    std::hint::black_box(&probe_word);
-    let setup =
-        SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
-    check_status(&setup, local, src, dst)?;
-    attach(&sock, fds, &setup, local, (src, dst))
+    Ok(sock)
 }
 
 /// The responder's verdict in the setup message: ready, or why it could not set up the

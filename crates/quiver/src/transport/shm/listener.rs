@@ -20,6 +20,7 @@ use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
+use super::rma::{serve_key, RMA_PORT};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
@@ -90,7 +91,7 @@ pub(crate) fn listen(local: &LocalRank, listener: &OwnedFd) {
         |sock| {
             // `respond` counts the acceptance itself, before the peer can start sending.
             match respond(local, &sock) {
-                Ok(Answered::Accepted) => {}
+                Ok(Answered::Accepted | Answered::KeyRequest) => {}
                 Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
                 Err(why) => local.registry.refused(why),
             }
@@ -144,6 +145,8 @@ enum Answered {
     /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
     /// initiator retries. Why, for the log.
     NotOpen(String),
+    /// A peer asked for a region (the key's outcome is counted by the region table).
+    KeyRequest,
 }
 
 /// Runs one responder handshake on `sock`; on success the new inbound edge is registered
@@ -168,8 +171,11 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<Answered, S
             return Err(format!("hello from pid {pid}: {e}"));
         }
     };
-    let endpoint = local.registry.inbox(request.dst_port);
     let valid_src = request.src_rank < local.size;
+    if request.dst_port == RMA_PORT && valid_src {
+        return answer_key_request(local, sock, hs, request.src_rank, pid);
+    }
+    let endpoint = local.registry.inbox(request.dst_port);
     let Some(endpoint) = endpoint.filter(|_| valid_src) else {
         hs.reject(RejectReason::NoSuchEndpoint)
             .map_err(|e| e.to_string())?;
@@ -198,6 +204,35 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<Answered, S
     let peer = Addr::new(request.src_rank, request.src_port);
     set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)?;
     Ok(Answered::Accepted)
+}
+
+/// The rest of a handshake asking for [`RMA_PORT`]: accepted (the peer proves the job's
+/// key), then one key request answered ([`serve_key`]).
+fn answer_key_request(
+    local: &LocalRank,
+    sock: &OwnedFd,
+    mut hs: Responder,
+    peer: u32,
+    pid: libc::pid_t,
+) -> std::result::Result<Answered, String> {
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let flush = |hs: &mut Responder, out: &mut [u8]| -> std::result::Result<(), String> {
+        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
+            sys::send_datagram(sock, &out[..n]).map_err(|e| format!("sending: {e}"))?;
+        }
+        Ok(())
+    };
+    hs.accept(&[]).map_err(|e| e.to_string())?;
+    flush(&mut hs, &mut out)?;
+    let n = recv_message(sock, &mut buf)?;
+    if let Err(e) = hs.handle_proof(&buf[..n]) {
+        let _ = flush(&mut hs, &mut out);
+        return Err(format!("rank {peer} (pid {pid}), asking for a region: {e}"));
+    }
+    flush(&mut hs, &mut out)?;
+    serve_key(local, sock, peer)?;
+    Ok(Answered::KeyRequest)
 }
 
 /// After the handshake: checks that cross-memory attach reaches the peer (its `probe`

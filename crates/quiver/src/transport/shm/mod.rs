@@ -1,5 +1,6 @@
 //! The shared-memory transport, for peers on this node: a ring per directed edge, short
-//! messages inline, eager messages copied in fragments, rendezvous by cross-memory attach.
+//! messages inline, eager messages copied in fragments, rendezvous by cross-memory attach;
+//! one-sided operations on the peers' regions, mapped once per key ([`rma`]).
 
 pub(crate) mod connect;
 pub(crate) mod eager;
@@ -8,3 +9,4 @@ pub(crate) mod listener;
 pub(crate) mod outbound;
 pub(crate) mod protocols;
 pub(crate) mod rendezvous;
+pub(crate) mod rma;

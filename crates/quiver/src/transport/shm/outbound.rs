@@ -23,6 +23,7 @@ use quiver_transport::sys;
 use super::connect::NewOutbound;
 use super::eager::{frag_lens, write_eager, write_eager_raw};
 use super::rendezvous::help_split;
+use super::rma::ShmRma;
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -65,6 +66,8 @@ pub(crate) struct ShmOut {
     inflight: VecDeque<(u64, InflightOwner)>,
     pub(crate) failure: Option<Failure>,
     freeze: FreezeWatch,
+    /// The peer's regions this edge mapped for one-sided operations.
+    pub(crate) rma: ShmRma,
 }
 
 /// A ring error on this edge: the peer broke the ring protocol.
@@ -85,7 +88,13 @@ impl ShmOut {
             inflight: VecDeque::new(),
             failure: None,
             freeze: FreezeWatch::default(),
+            rma: ShmRma::default(),
         }
+    }
+
+    /// Whether the peer's process has exited.
+    pub(crate) fn peer_exited(&self) -> bool {
+        sys::pidfd_exited(&self.pidfd)
     }
 
     /// Whether sends are queued or rendezvous requests in flight.
