@@ -126,10 +126,10 @@ pub enum RmaWireError {
         /// The version found.
         version: u8,
     },
-    /// An unknown rights or status code.
+    /// An unknown rights or status code, or a reserved byte that is not 0.
     #[error("unknown {what} code {code}")]
     Code {
-        /// "rights" or "status".
+        /// "rights", "status" or "reserved".
         what: &'static str,
         /// The code found.
         code: u8,
@@ -282,6 +282,12 @@ impl GrantRepr {
                 version: bytes[grant_field::VERSION],
             });
         }
+        if bytes[grant_field::RESERVED] != 0 {
+            return Err(RmaWireError::Code {
+                what: "reserved",
+                code: bytes[grant_field::RESERVED],
+            });
+        }
         let code = bytes[grant_field::STATUS];
         let status = GrantStatus::from_code(code).ok_or(RmaWireError::Code {
             what: "status",
@@ -392,6 +398,9 @@ mod tests {
         .emit();
         grant[5] = 77;
         assert!(GrantRepr::parse(&grant).is_err());
+        grant[5] = 0;
+        grant[7] = 1;
+        assert!(GrantRepr::parse(&grant).is_err(), "the reserved byte must be 0");
     }
 
     /// Every byte string of every length up to a little past a key parses or fails without
