@@ -224,7 +224,7 @@ impl SharedRegion {
             return Err(AccessError::ReadOnly);
         }
         self.check(offset, 8)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(AccessError::Misaligned);
         }
         Ok(self.word(HEADER_BYTES + offset))
@@ -233,7 +233,7 @@ impl SharedRegion {
     /// The word at byte `at` of the mapping (`at` 8-aligned and `at + 8 <= mapping`).
     #[inline]
     fn word(&self, at: usize) -> &AtomicU64 {
-        debug_assert!(at % 8 == 0 && at + 8 <= self.map.len());
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= self.map.len());
         // SAFETY: callers pass an 8-aligned `at` with `at + 8` inside the mapping (the
         // header words, or a data word checked by `data_word`); the mapping is page-aligned,
         // so the word is aligned for AtomicU64; it lives as long as `&self`; every access

@@ -400,7 +400,10 @@ mod tests {
         assert!(GrantRepr::parse(&grant).is_err());
         grant[5] = 0;
         grant[7] = 1;
-        assert!(GrantRepr::parse(&grant).is_err(), "the reserved byte must be 0");
+        assert!(
+            GrantRepr::parse(&grant).is_err(),
+            "the reserved byte must be 0"
+        );
     }
 
     /// Every byte string of every length up to a little past a key parses or fails without

@@ -77,7 +77,7 @@ pub(crate) fn check(local: &LocalRank, key: &KeyRepr, op: &RmaOp<'_>) -> Result<
             operation: op.name(),
             rights: key.rights.name(),
         }
-    } else if op.is_atomic() && offset % 8 != 0 {
+    } else if op.is_atomic() && !offset.is_multiple_of(8) {
         Error::RmaMisaligned { offset }
     } else {
         return Ok(());

@@ -20,7 +20,7 @@ use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
-use super::rma::{serve_key, RMA_PORT};
+use super::rma_grant::{serve_key, RMA_PORT};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;

@@ -10,3 +10,4 @@ pub(crate) mod outbound;
 pub(crate) mod protocols;
 pub(crate) mod rendezvous;
 pub(crate) mod rma;
+pub(crate) mod rma_grant;

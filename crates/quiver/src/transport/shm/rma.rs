@@ -1,6 +1,6 @@
-//! One-sided operations over shared memory: the target's listener hands a region's memory
-//! file to a peer that presents a valid key ([`serve_key`]), and the initiator maps it once
-//! per key ([`ShmRma`]) and then applies puts, gets and atomics with plain copies and CPU
+//! One-sided operations over shared memory, the initiator's side: the target's listener
+//! hands a region's memory file to a peer that presents a valid key
+//! ([`super::rma_grant`]), and the initiator maps it once per key ([`ShmRma`]) and then applies puts, gets and atomics with plain copies and CPU
 //! atomics: no system call and no work of the target's CPU per operation.
 //!
 //! The request rides the listener's socket: the initiator runs the job-key handshake asking
@@ -12,64 +12,19 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use quiver_transport::region::SharedRegion;
 use quiver_transport::sys;
-use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, Rights, GRANT_LEN, KEY_LEN};
+use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, GRANT_LEN};
 
 use super::connect::handshake;
+use super::rma_grant::RMA_PORT;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::transport::local::LocalRank;
 use crate::transport::retry::Attempt;
 use crate::transport::rma_ops::{refused, RmaOp};
-
-/// The port a key request asks for in the handshake: no endpoint can open it.
-pub(crate) const RMA_PORT: u16 = u16::MAX;
-
-/// Answers one key request on `sock` (after the handshake) from rank `peer`: the grant
-/// and, when granted, the region's descriptor.
-pub(crate) fn serve_key(
-    local: &LocalRank,
-    sock: &OwnedFd,
-    peer: u32,
-) -> std::result::Result<(), String> {
-    let mut buf = [0u8; KEY_LEN + 1];
-    let (n, _) = sys::recv_with_fds(sock, &mut buf)
-        .map_err(|e| format!("receiving rank {peer}'s key: {e}"))?;
-    let refusal = |status| GrantRepr {
-        status,
-        rights: Rights::Read,
-        len: 0,
-    };
-    let key = match KeyRepr::parse(&buf[..n]) {
-        Ok(key) => key,
-        Err(e) => {
-            local
-                .regions
-                .key_refused(peer, 0, &format!("not a key ({e})"));
-            let grant = refusal(GrantStatus::UnknownKey).emit();
-            return sys::send_datagram(sock, &grant).map_err(|e| e.to_string());
-        }
-    };
-    match local.regions.grant(&key, (local.job_id, local.rank), peer) {
-        Ok((fd, len)) => {
-            let grant = GrantRepr {
-                status: GrantStatus::Granted,
-                rights: key.rights,
-                len,
-            }
-            .emit();
-            sys::send_with_fds(sock, &grant, &[fd.as_raw_fd()])
-                .map_err(|e| format!("sending region {} to rank {peer}: {e}", key.region))
-        }
-        Err(status) => {
-            let grant = refusal(status).emit();
-            sys::send_datagram(sock, &grant).map_err(|e| e.to_string())
-        }
-    }
-}
 
 /// The regions of one peer an edge mapped, by key.
 #[derive(Debug, Default)]

@@ -1,0 +1,58 @@
+//! The target's side of a key request over shared memory: after the job-key handshake
+//! asking for [`RMA_PORT`], the listener reads the peer's key, checks it against the rank's
+//! live regions (`transport::regions`) and answers with a grant and, when granted, the
+//! region's memory file (read-only for a read-only key). The initiator's side is
+//! [`super::rma`].
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use quiver_transport::sys;
+use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, Rights, KEY_LEN};
+
+use crate::transport::local::LocalRank;
+
+/// The port a key request asks for in the handshake: no endpoint can open it.
+pub(crate) const RMA_PORT: u16 = u16::MAX;
+
+/// Answers one key request on `sock` (after the handshake) from rank `peer`: the grant
+/// and, when granted, the region's descriptor.
+pub(crate) fn serve_key(
+    local: &LocalRank,
+    sock: &OwnedFd,
+    peer: u32,
+) -> std::result::Result<(), String> {
+    let mut buf = [0u8; KEY_LEN + 1];
+    let (n, _) = sys::recv_with_fds(sock, &mut buf)
+        .map_err(|e| format!("receiving rank {peer}'s key: {e}"))?;
+    let refusal = |status| GrantRepr {
+        status,
+        rights: Rights::Read,
+        len: 0,
+    };
+    let key = match KeyRepr::parse(&buf[..n]) {
+        Ok(key) => key,
+        Err(e) => {
+            local
+                .regions
+                .key_refused(peer, 0, &format!("not a key ({e})"));
+            let grant = refusal(GrantStatus::UnknownKey).emit();
+            return sys::send_datagram(sock, &grant).map_err(|e| e.to_string());
+        }
+    };
+    match local.regions.grant(&key, (local.job_id, local.rank), peer) {
+        Ok((fd, len)) => {
+            let grant = GrantRepr {
+                status: GrantStatus::Granted,
+                rights: key.rights,
+                len,
+            }
+            .emit();
+            sys::send_with_fds(sock, &grant, &[fd.as_raw_fd()])
+                .map_err(|e| format!("sending region {} to rank {peer}: {e}", key.region))
+        }
+        Err(status) => {
+            let grant = refusal(status).emit();
+            sys::send_datagram(sock, &grant).map_err(|e| e.to_string())
+        }
+    }
+}
