@@ -676,6 +676,57 @@ fn tcp_half_arrived_message_survives() {
 /// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
 /// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
 /// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
+/// Rank 1 answers rank 0 without connecting back: over udp and tcp on rank 0's own
+/// connection (one reliable connection in all), over shm on a ring `reply` opens.
+fn reply_without_connecting_back(t: TransportKind) {
+    const LENS: [usize; 4] = [0, 8, 5000, (256 << 10) + 3];
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        if rank == 0 {
+            let peer = Addr::new(1, 0);
+            let conn = ep.connect(peer).unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            for (i, &len) in LENS.iter().enumerate() {
+                ep.send(conn, &pattern(len, i as u32)).unwrap();
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((n, src), (len + 1, peer), "answer {i}");
+                assert!(
+                    buf[1..n] == pattern(len, i as u32)[..],
+                    "answer {i} differs"
+                );
+                assert_eq!(buf[0], i as u8);
+            }
+            let stats = ctx.stats();
+            if t == TransportKind::Shm {
+                assert_eq!(stats.shm_connections_accepted, 1, "{stats:?}");
+            } else {
+                // Counted once: the peer's edge on our connection came to life.
+                assert_eq!(stats.connections_accepted, 1, "{stats:?}");
+                if let Some(datagram) = &stats.datagram {
+                    assert_eq!(datagram.connections, 1, "{stats:?}");
+                }
+            }
+        } else {
+            let stranger = Addr::new(0, 7);
+            assert!(matches!(
+                ep.reply_connection(stranger),
+                Err(Error::InvalidArgument(_))
+            ));
+            for i in 0..LENS.len() {
+                let got = ep.recv_pooled().unwrap();
+                let src = got.src();
+                let mut answer = vec![i as u8];
+                answer.extend_from_slice(&got);
+                ep.reply(src, &answer).unwrap();
+                assert_eq!(ep.reply_connection(src).unwrap().peer(), src);
+            }
+            // Rank 0 receives the last answer before it returns.
+            ep.set_timeout(Some(Duration::from_millis(200)));
+            let _ = ep.recv_pooled();
+        }
+    });
+}
+
 fn detection_is_set_per_endpoint(t: TransportKind) {
     const WAIT: Duration = Duration::from_millis(500);
     run(t, 2, |rank, ctx| {
@@ -741,6 +792,7 @@ macro_rules! conformance {
             #[test] fn wrong_key_is_refused() { super::wrong_key_is_refused($kind) }
             #[test] fn exchange_large_posted() { super::exchange_large_posted($kind) }
             #[test] fn exchange_large_polling() { super::exchange_large_polling($kind) }
+            #[test] fn reply_without_connecting_back() { super::reply_without_connecting_back($kind) }
         }
     )*};
 }

@@ -68,6 +68,54 @@ impl Endpoint {
         }))
     }
 
+    /// The connection that answers `src`, a peer that sent to this endpoint, without the
+    /// program connecting back: the existing connection to `src` if there is one; else,
+    /// over udp and tcp, the connection `src`'s messages came in on (it carries both
+    /// directions; no handshake); over shm, a ring back to `src` (shm rings are one-way,
+    /// so the first answer opens one through `src`'s listener, as `connect` would).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when nothing from `src` ever reached this endpoint; the
+    /// errors of [`Endpoint::connect`] when a ring back cannot be opened.
+    pub fn reply_connection(&mut self, src: Addr) -> Result<Connection> {
+        if let Some(&index) = self.by_peer.get(&src) {
+            if self.outbound[index as usize].failure().is_none() {
+                return Ok(self.connection(index, src));
+            }
+        }
+        self.adopt_new_inbound();
+        let from_src = |inb: &InEdge| inb.peer() == src;
+        if let Some(i) = self
+            .inbound
+            .iter()
+            .position(|inb| from_src(inb) && inb.carries_answers())
+        {
+            return self.send_on_inbound(i);
+        }
+        if self
+            .inbound
+            .iter()
+            .any(|inb| from_src(inb) && !inb.is_network())
+        {
+            return self.connect_shm(src);
+        }
+        Err(Error::InvalidArgument(format!(
+            "no connection from {src} to endpoint {} to answer on: reply answers a peer \
+             whose message this endpoint received (connect to reach any other)",
+            self.addr
+        )))
+    }
+
+    /// Sends `data` to `src`, the sender of a message this endpoint received, on
+    /// [`Endpoint::reply_connection`]: the program does not connect back.
+    ///
+    /// # Errors
+    /// As [`Endpoint::reply_connection`], then as [`Endpoint::send`].
+    pub fn reply(&mut self, src: Addr, data: &[u8]) -> Result<()> {
+        let conn = self.reply_connection(src)?;
+        self.send(conn, data)
+    }
+
     fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {
         let new = crate::transport::shm::connect::connect(&self.local, self.addr, peer)?;
         Ok(self.add_outbound(OutEdge::Shm(ShmOut::new(peer, new)), peer, "connected"))

@@ -437,6 +437,17 @@ impl InEdge {
         }
     }
 
+    /// Whether an answer to this edge's peer can ride on the edge's own connection: a
+    /// network edge the peer opened, open and carrying no outbound edge yet. Shm edges
+    /// are one-way (an answer needs a ring of its own).
+    pub(crate) fn carries_answers(&self) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.reusable_for(e.net.peer, e.net.transport),
+            InEdge::Dgram(e) => e.net.reusable_for(e.net.peer, e.net.transport),
+        }
+    }
+
     /// The outbound edge to the peer that rides on this edge's connection (one network
     /// connection carries both directions); the edge is marked as carrying it.
     ///
