@@ -37,6 +37,7 @@ use crate::transport::requests::Requests;
 
 mod connect;
 mod look;
+mod matching;
 mod receive;
 mod send;
 #[cfg(test)]
