@@ -34,16 +34,26 @@ fn threads_job(transport: &str, threads: u32) -> Vec<String> {
     );
     stdout
         .lines()
-        .filter(|line| line.contains("ok rank"))
+        .filter(|line| line.contains("ok rank") || line.contains("transports rank"))
         .map(str::to_owned)
         .collect()
+}
+
+/// The number after `field` in a `transports` line.
+fn count(line: &str, field: &str) -> u64 {
+    let mut words = line.split_whitespace();
+    words.find(|&w| w == field);
+    words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {line:?}"))
 }
 
 #[test]
 fn threads_each_with_an_endpoint_of_one_context_exchange_verified_messages() {
     for transport in ["shm", "tcp", "udp"] {
         let lines = threads_job(transport, 3);
-        assert_eq!(lines.len(), 2, "{transport}: {lines:?}");
+        assert_eq!(lines.len(), 4, "{transport}: {lines:?}");
         for rank in 0..2 {
             assert!(
                 lines
@@ -51,6 +61,18 @@ fn threads_each_with_an_endpoint_of_one_context_exchange_verified_messages() {
                     .any(|line| line.contains(&format!("ok rank {rank} threads 3 received"))),
                 "{transport}: rank {rank} did not finish: {lines:?}"
             );
+            let carried = lines
+                .iter()
+                .find(|line| line.contains(&format!("transports rank {rank} ")))
+                .unwrap_or_else(|| panic!("{transport}: no transports line: {lines:?}"));
+            // Each of the three endpoints accepted its peer's connection.
+            let (shm, datagrams) = (count(carried, "shm"), count(carried, "datagrams_received"));
+            match transport {
+                "shm" => assert_eq!((shm, datagrams), (3, 0), "{carried}"),
+                "udp" => assert!(shm == 0 && datagrams > 0, "{carried}"),
+                _ => assert!(shm == 0 && datagrams == 0, "{carried}"),
+            }
+            assert!(count(carried, "accepted") >= 3, "{carried}");
         }
     }
 }

@@ -32,7 +32,7 @@
 //! - `threads THREADS MESSAGES MAX_BYTES SEED`: THREADS threads share the one `Context`,
 //!   thread t opening its own endpoint (port t + 1) and running `alltoall`'s exchange with
 //!   port t + 1 of every other rank, verifying every byte; prints `ok rank R threads T
-//!   received B bytes`.
+//!   received B bytes`, then the `transports` line of `alltoall`.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -209,6 +209,7 @@ fn threads(ctx: &Context, threads: u64, messages: u64, max: u64, seed: u64) -> A
         "ok rank {} threads {threads} received {bytes} bytes",
         ctx.rank()
     ));
+    say_transports(ctx);
     Ok(())
 }
 
