@@ -50,9 +50,12 @@
 //!
 //! # Hellos and crossed connects
 //!
-//! A datagram for id 0 is a Hello from a stranger. The router verifies the frame, looks
-//! the (claimed rank, initiator id) pair up among the Hellos it answered (a repeat goes to
-//! the connection it opened, whichever link it came on), asks the host how to accept it,
+//! A datagram for id 0 is a Hello from a stranger. The router verifies the frame and the
+//! Hello's MAC (`mac_h`, proof of the job key: `quiver_proto::handshake::verify_hello`)
+//! before anything else, so a Hello that does not prove the key is [`Routed::Refused`]
+//! with no lookup, no random draw, no state and no answer. Then it looks the (claimed rank,
+//! initiator id) pair up among the Hellos it answered (a repeat goes to the connection it
+//! opened, whichever link it came on), asks the host how to accept it,
 //! draws an id and a nonce, and runs `ReliableConnection::accept` (the responder's part of
 //! the handshake up to the Challenge). A Hello for a closed endpoint is rejected with
 //! `NoSuchEndpoint`. If the local endpoint is connecting to the same peer endpoint at the
@@ -61,7 +64,8 @@
 //! rejected with `Busy` (the peer then waits for our connection to arrive and uses it); when
 //! the peer is the lower one, its Hello is accepted and our own attempt will be refused by
 //! the peer. Either way the Hello is recorded, so its repeats are answered by the same
-//! connection. The Hellos map has no bound and no expiry (see `hellos.rs`).
+//! connection. The Hellos map is bounded ([`HELLO_CAPACITY`]) and its entries expire
+//! ([`HELLO_LIFETIME_NS`]; see `hellos.rs`).
 
 mod hellos;
 mod host;
@@ -70,12 +74,12 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-use quiver_wire::frame::{self, Destination, Frame, MAX_HEADER_LEN};
-use quiver_wire::handshake::Hello;
+use quiver_wire::frame::{self, Destination, Frame, FrameType, MAX_HEADER_LEN};
 
-use crate::handshake::{JobKey, RejectReason};
-use crate::reliable::{reset_for, Nanos, ReliableConnection};
+use crate::handshake::{verify_hello, JobKey, RejectReason};
+use crate::reliable::{reset_for, AcceptError, Nanos, ReliableConnection};
 use hellos::HelloTable;
+pub use hellos::{HELLO_CAPACITY, HELLO_LIFETIME_NS};
 pub use host::{Direction, EndpointAddress, Handshake, InboundPath, RouterHost};
 pub use outcome::{Accepted, DropReason, Routed};
 pub use table::ConnectionTable;
@@ -198,9 +202,16 @@ impl<C> Router<C> {
         self.connections.iter_mut()
     }
 
-    /// Number of Hellos answered so far (none is ever forgotten).
+    /// Number of Hellos remembered now (answered within [`HELLO_LIFETIME_NS`], at most
+    /// [`HELLO_CAPACITY`]): the router's only state for peers without a connection.
     pub fn hello_count(&self) -> usize {
         self.hellos.len()
+    }
+
+    /// Number of remembered Hellos pushed out by newer ones before their lifetime ended
+    /// (the table was full).
+    pub fn hellos_evicted(&self) -> u64 {
+        self.hellos.evicted()
     }
 
     /// Whether a connection `peer` opened to local port `local_port` is being accepted
@@ -258,10 +269,21 @@ impl<C> Router<C> {
         let Ok(parsed) = Frame::parse(datagram) else {
             return Routed::Dropped(DropReason::MalformedHello);
         };
-        let their_id = parsed.header().src_id;
-        // The claimed rank picks the peer's links; the handshake then proves membership.
-        let their_rank = Hello::new_checked(parsed.payload()).map_or(u32::MAX, |h| h.src_rank());
-        if let Some(id) = self.hellos.get(their_rank, their_id) {
+        let header = parsed.header();
+        if header.frame_type != FrameType::Handshake || header.src_id == 0 {
+            return Routed::Refused(AcceptError::NotARequest {
+                frame_type: header.frame_type,
+                dest_id: header.dest_id,
+                src_id: header.src_id,
+            });
+        }
+        // Nothing is looked up, drawn or kept for a Hello that does not prove the key.
+        let claimed = match verify_hello(&self.key, self.job_id, parsed.payload()) {
+            Ok(request) => request,
+            Err(error) => return Routed::Refused(AcceptError::Handshake(error)),
+        };
+        let (their_rank, their_id) = (claimed.src_rank, header.src_id);
+        if let Some(id) = self.hellos.get(now, their_rank, their_id) {
             return Routed::RepeatedHello {
                 id,
                 connection: self.connections.get_mut(id),
@@ -297,7 +319,7 @@ impl<C> Router<C> {
         if let Some(reason) = rejection {
             connection.reject(reason);
         }
-        self.hellos.insert(request.src_rank, their_id, id);
+        self.hellos.insert(now, request.src_rank, their_id, id);
         Routed::Accepted(Box::new(Accepted {
             id,
             connection,

@@ -38,8 +38,9 @@ pub enum Routed<'a, C> {
     /// source from the socket it arrived on.
     Reset(&'a [u8]),
     /// A datagram for id 0 that is a valid frame but not a Hello of this job (wrong job,
-    /// version or kind; a bad configuration from the host): count it as a refused
-    /// connection attempt.
+    /// version or kind; a MAC that does not prove the job key; a bad configuration from the
+    /// host): count it as a refused connection attempt. Nothing was kept and nothing is
+    /// sent.
     Refused(AcceptError),
     /// Nobody takes the datagram and nothing is sent back: count it.
     Dropped(DropReason),

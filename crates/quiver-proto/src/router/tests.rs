@@ -1,6 +1,6 @@
 //! Tests of the router at its own level: known ids, short ids, unknown ids and Resets,
-//! Hellos and their repeats, rejections, crossed connects, the Hellos map (no bound, no
-//! expiry), id allocation, and a reference model under arbitrary sequences.
+//! Hellos and their repeats, rejections, Hellos without the key, crossed connects, the
+//! Hellos map (bounded, expiring), id allocation, and a reference model under arbitrary sequences.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -256,6 +256,18 @@ fn exchange(now: Nanos, a: &mut Node, b: &mut Node) -> (Vec<Verdict>, Vec<Verdic
 
 /// The Hello of a fresh initiator from `src_rank`/`src_port` to `dst_port`, id `id`.
 fn hello(src_rank: u32, src_port: u16, dst_port: u16, id: u64, job_id: u64) -> Vec<u8> {
+    hello_with_key(key(), src_rank, src_port, dst_port, id, job_id)
+}
+
+/// A Hello MACed with `key` (the job's, or a stranger's).
+fn hello_with_key(
+    key: JobKey,
+    src_rank: u32,
+    src_port: u16,
+    dst_port: u16,
+    id: u64,
+    job_id: u64,
+) -> Vec<u8> {
     let request = ConnectRequest {
         job_id,
         src_rank,
@@ -263,7 +275,7 @@ fn hello(src_rank: u32, src_port: u16, dst_port: u16, id: u64, job_id: u64) -> V
         dst_port,
     };
     let mut initiator =
-        ReliableConnection::connect(ReliableConfig::default(), key(), request, id, [2; 16], 0)
+        ReliableConnection::connect(ReliableConfig::default(), key, request, id, [2; 16], 0)
             .expect("valid config");
     let mut header = [0u8; MAX_HEADER_LEN];
     let transmit = initiator.poll_transmit(0, &mut header).expect("a Hello");
@@ -403,27 +415,89 @@ fn a_repeated_hello_reaches_the_connection_it_opened_on_any_path() {
 }
 
 #[test]
-fn hellos_do_not_expire_and_outlive_their_connection() {
+fn hellos_outlive_their_connection_and_expire_after_their_lifetime() {
     let mut node = Node::new(1);
     let datagram = hello(0, 3, 7, 0xabc, JOB_ID);
     let Verdict::Accepted(id, None) = node.receive(0, 0, 0, &datagram) else {
         panic!("not accepted");
     };
-    // An hour later, the repeat still reaches the connection (no expiry)...
-    let hour = 3_600_000_000_000;
+    // Until the end of its lifetime, a repeat reaches the connection...
+    let last = HELLO_LIFETIME_NS - 1;
     assert_eq!(
-        node.receive(hour, 0, 0, &datagram),
+        node.receive(last, 0, 0, &datagram),
         Verdict::RepeatedHello(id, true)
     );
     // ...and once the connection is forgotten, a repeat is ignored: it opens no second
     // connection.
     node.router.remove(id);
     assert_eq!(
-        node.receive(hour, 0, 1, &datagram),
+        node.receive(last, 0, 1, &datagram),
         Verdict::RepeatedHello(id, false)
     );
     assert!(node.router.connections().is_empty());
     assert_eq!(node.router.hello_count(), 1);
+    // After its lifetime the entry is gone: the Hello is a new one.
+    assert!(matches!(
+        node.receive(HELLO_LIFETIME_NS, 0, 0, &datagram),
+        Verdict::Accepted(other, None) if other != id
+    ));
+    assert_eq!(node.router.hello_count(), 1);
+    assert_eq!(node.router.hellos_evicted(), 0);
+}
+
+#[test]
+fn the_hellos_map_holds_at_most_its_capacity_oldest_out_first() {
+    let mut node = Node::new(1);
+    let extra = 10u64;
+    for their_id in 1..=HELLO_CAPACITY as u64 + extra {
+        let Verdict::Accepted(id, _) =
+            node.receive(their_id, 0, 0, &hello(0, 3, 7, their_id, JOB_ID))
+        else {
+            panic!("Hello {their_id} not accepted");
+        };
+        // Keep the test's memory small: the table's bound is the point here.
+        node.router.remove(id);
+        assert!(node.router.hello_count() <= HELLO_CAPACITY);
+    }
+    assert_eq!(node.router.hello_count(), HELLO_CAPACITY);
+    assert_eq!(node.router.hellos_evicted(), extra);
+    // The oldest left; the newest is still answered as a repeat.
+    let now = HELLO_CAPACITY as u64 + extra + 1;
+    assert!(matches!(
+        node.receive(now, 0, 0, &hello(0, 3, 7, 1, JOB_ID)),
+        Verdict::Accepted(..)
+    ));
+    assert!(matches!(
+        node.receive(
+            now,
+            0,
+            0,
+            &hello(0, 3, 7, HELLO_CAPACITY as u64 + extra, JOB_ID)
+        ),
+        Verdict::RepeatedHello(_, false)
+    ));
+}
+
+#[test]
+fn a_hello_without_the_key_costs_no_draw_no_entry_and_no_answer() {
+    let mut node = Node::new(1);
+    for (what, datagram) in [
+        (
+            "wrong key",
+            hello_with_key(JobKey::from_bytes([6; KEY_LEN]), 0, 3, 7, 9, JOB_ID),
+        ),
+        ("another job", hello(0, 3, 7, 9, JOB_ID + 1)),
+    ] {
+        let routed = node.router.handle(0, &0, 0, &datagram, &mut node.host);
+        assert!(
+            matches!(routed, Routed::Refused(AcceptError::Handshake(_))),
+            "{what}: {routed:?}"
+        );
+    }
+    assert_eq!(node.host.draws, 0);
+    assert_eq!(node.router.hello_count(), 0);
+    assert!(node.router.connections().is_empty());
+    assert!(node.transmits(0).is_empty());
 }
 
 #[test]
@@ -464,9 +538,8 @@ fn a_hello_from_another_job_is_refused_with_its_reason() {
         matches!(routed, Routed::Refused(AcceptError::Handshake(_))),
         "{routed:?}"
     );
-    // The id and the nonce were drawn before the Hello could be checked, as the engine
-    // always did.
-    assert_eq!(node.host.draws, 2);
+    // Nothing is drawn for a Hello that does not prove itself.
+    assert_eq!(node.host.draws, 0);
     // Not a Hello at all: a Ping to id 0 from a stranger.
     let ping = frame(FrameType::Ping, 0, 5, &[]);
     let routed = node.router.handle(0, &0, 0, &ping, &mut node.host);
@@ -622,8 +695,13 @@ enum Step {
     Stream { target: Option<usize>, unknown: u64 },
     /// Arbitrary bytes.
     Bytes(Vec<u8>),
-    /// A Hello from rank 0 with this initiator id (a small set: repeats happen).
-    Hello { their_id: u64, path: usize },
+    /// A Hello from rank 0 with this initiator id (a small set: repeats happen), MACed
+    /// with the job key or, when `proven` is false, with a stranger's.
+    Hello {
+        their_id: u64,
+        path: usize,
+        proven: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -645,7 +723,11 @@ fn step() -> impl Strategy<Value = Step> {
         (proptest::option::of(any::<usize>()), any::<u64>())
             .prop_map(|(target, unknown)| Step::Stream { target, unknown }),
         proptest::collection::vec(any::<u8>(), 0..80).prop_map(Step::Bytes),
-        (1u64..6, 0usize..3).prop_map(|(their_id, path)| Step::Hello { their_id, path }),
+        (1u64..6, 0usize..3, any::<bool>()).prop_map(|(their_id, path, proven)| Step::Hello {
+            their_id,
+            path,
+            proven
+        }),
     ]
 }
 
@@ -761,6 +843,18 @@ impl Model {
     }
 }
 
+impl Model {
+    /// A Hello that does not prove the key: refused, whatever the map holds, and nothing
+    /// changes.
+    fn unproven_hello(&mut self, their_id: u64, path: usize) -> Verdict {
+        let stranger = JobKey::from_bytes([0xee; KEY_LEN]);
+        let datagram = hello_with_key(stranger, 0, 3, 7, their_id, JOB_ID);
+        let verdict = self.node.receive(0, 0, path, &datagram);
+        assert_eq!(verdict, Verdict::Refused, "unproven Hello {their_id}");
+        verdict
+    }
+}
+
 /// Runs `steps`, checking every verdict against the model; returns the verdicts.
 fn run_model(steps: &[Step]) -> Vec<Verdict> {
     let mut model = Model {
@@ -787,7 +881,16 @@ fn run_model(steps: &[Step]) -> Vec<Verdict> {
             } => Some(model.frame(*target, *unknown, *type_code, *src_id)),
             Step::Stream { target, unknown } => Some(model.stream(*target, *unknown)),
             Step::Bytes(bytes) => Some(model.bytes(bytes)),
-            Step::Hello { their_id, path } => Some(model.hello(*their_id, *path)),
+            Step::Hello {
+                their_id,
+                path,
+                proven: true,
+            } => Some(model.hello(*their_id, *path)),
+            Step::Hello {
+                their_id,
+                path,
+                proven: false,
+            } => Some(model.unproven_hello(*their_id, *path)),
         };
         verdicts.extend(verdict);
         let router = &model.node.router;
