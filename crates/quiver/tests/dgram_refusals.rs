@@ -9,8 +9,9 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quiver::{Config, Context, DatagramRefusals, Endpoint, Error, TransportKind};
+use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
 use quiver_wire::frame::{FrameHeader, FrameType, STREAM_TAG};
-use quiver_wire::handshake::{Hello, HelloRepr, HELLO_LEN, NONCE_LEN};
+use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
 const JOB: u64 = 0x5EF0_5ED0_0000_0001;
 
@@ -25,18 +26,27 @@ fn frame(frame_type: FrameType, dest_id: u64, src_id: u64, payload: &[u8]) -> Ve
     out
 }
 
-/// A Hello frame (connection id 0) of job `job_id` from rank `src_rank`.
-fn hello(job_id: u64, src_rank: u32) -> Vec<u8> {
-    let mut payload = [0u8; HELLO_LEN];
-    HelloRepr {
+/// A Hello frame (connection id 0) of job `job_id` from rank `src_rank`, MACed with the
+/// job key `[key; 32]` (the context's is `[5; 32]`).
+fn hello_keyed(job_id: u64, src_rank: u32, key: u8) -> Vec<u8> {
+    let request = ConnectRequest {
         job_id,
         src_rank,
         src_port: 1,
         dst_port: 1,
-        nonce_i: [9; NONCE_LEN],
-    }
-    .emit(&mut Hello::new_unchecked(&mut payload[..]));
-    frame(FrameType::Handshake, 0, 0x77, &payload)
+    };
+    let mut initiator = Initiator::new(JobKey::from_bytes([key; 32]), request, [9; NONCE_LEN]);
+    let mut payload = [0u8; MAX_MESSAGE_LEN];
+    let len = initiator
+        .poll_transmit(&mut payload)
+        .expect("room")
+        .expect("a Hello");
+    frame(FrameType::Handshake, 0, 0x77, &payload[..len])
+}
+
+/// A Hello of job `job_id` from rank `src_rank` that proves the context's key.
+fn hello(job_id: u64, src_rank: u32) -> Vec<u8> {
+    hello_keyed(job_id, src_rank, 5)
 }
 
 /// Polls `endpoint`'s engine (non-blocking receives) until `context`'s refusals satisfy
@@ -86,7 +96,7 @@ fn every_dropped_datagram_is_counted() {
     let mut stream = vec![STREAM_TAG, 0x21, 0x43, 0x65];
     stream.resize(64, 0);
     type Count = fn(&DatagramRefusals) -> u64;
-    let kinds: [(&str, Vec<u8>, SocketAddr, Count); 7] = [
+    let kinds: [(&str, Vec<u8>, SocketAddr, Count); 8] = [
         ("garbage", b"not a frame of ours".to_vec(), own[0], |r| {
             r.undecodable
         }),
@@ -111,6 +121,12 @@ fn every_dropped_datagram_is_counted() {
         ("hello of another job", hello(JOB ^ 1, 1), own[0], |r| {
             r.refused_hellos
         }),
+        (
+            "hello without the job key",
+            hello_keyed(JOB, 1, 6),
+            own[0],
+            |r| r.unproven_hellos,
+        ),
         (
             "hello on a link rank 1 does not have",
             hello(JOB, 1),
