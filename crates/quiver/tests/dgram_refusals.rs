@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use quiver::{Config, Context, DatagramRefusals, Endpoint, Error, TransportKind};
 use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
 use quiver_wire::frame::{FrameHeader, FrameType, STREAM_TAG};
-use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
+use quiver_wire::handshake::{Challenge, ChallengeStatus, MAX_MESSAGE_LEN, NONCE_LEN};
 
 const JOB: u64 = 0x5EF0_5ED0_0000_0001;
 
@@ -149,4 +149,18 @@ fn every_dropped_datagram_is_counted() {
     let reset = quiver_wire::frame::Frame::parse(&reset[..len]).expect("a frame");
     assert_eq!(reset.header().frame_type, FrameType::Reset);
     assert_eq!(reset.header().dest_id, 5);
+    // The Hellos of another job and without the key were answered with refusals naming why,
+    // each shorter than the Hello it answers; the job's Hello on an unshared link got none.
+    let hello_len = hello(JOB, 1).len();
+    for status in [ChallengeStatus::WrongJob, ChallengeStatus::WrongKey] {
+        let mut reply = [0u8; 256];
+        let (len, from) = stranger.recv_from(&mut reply).expect("a refusal");
+        assert_eq!(from, own[0]);
+        assert!(len < hello_len, "{len} bytes answer a Hello of {hello_len}");
+        let frame = quiver_wire::frame::Frame::parse(&reply[..len]).expect("a frame");
+        assert_eq!(frame.header().frame_type, FrameType::Handshake);
+        assert_eq!(frame.header().dest_id, 0x77);
+        let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");
+        assert_eq!(challenge.status_code(), status.code());
+    }
 }

@@ -204,6 +204,11 @@ impl Initiator {
                     port: self.request.dst_port,
                 })
             }
+            ChallengeStatus::WrongKey => {
+                return Err(HandshakeError::AuthenticationFailed {
+                    message: MessageKind::Hello,
+                })
+            }
             ChallengeStatus::UnsupportedVersion => {
                 return Err(HandshakeError::VersionMismatch {
                     ours: VERSION,

@@ -15,8 +15,8 @@
 //! far, each under its own label so that one side's MAC is never valid as the other's:
 //!
 //! - `mac_h = MAC(key, "quiver-hs-helo" ‖ hello without mac_h)`: checked by
-//!   [`verify_hello`] before a responder keeps anything, so a stranger's Hello costs one MAC,
-//!   no state and no answer
+//!   [`verify_hello`] before a responder keeps anything, so a stranger's Hello costs one MAC
+//!   and no state; its answer is a refusal (`WrongKey`) shorter than the Hello
 //! - `mac_r = MAC(key, "quiver-hs-resp" ‖ hello ‖ challenge without mac_r)`
 //! - `mac_i = MAC(key, "quiver-hs-init" ‖ hello ‖ challenge without mac_r ‖ proof without mac_i)`
 //! - `mac_v = MAC(key, "quiver-hs-verd" ‖ hello ‖ challenge without mac_r ‖ proof without mac_i
@@ -56,4 +56,4 @@ pub use error::HandshakeError;
 pub use initiator::Initiator;
 pub use key::{constant_time_eq, JobKey, KEY_LEN};
 pub use request::{ConnectRequest, RejectReason};
-pub use responder::{verify_hello, Responder};
+pub use responder::{hello_refusal, verify_hello, Responder};

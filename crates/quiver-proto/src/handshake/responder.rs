@@ -55,6 +55,41 @@ pub fn verify_hello(
     })
 }
 
+/// Writes into `out` the refusal that answers a Hello [`verify_hello`] refused with
+/// `error`, and returns its length ([`CHALLENGE_FIXED_LEN`], shorter than any Hello), or
+/// `None` when the error gets no answer (bytes that are no Hello at all). Stateless: a
+/// router answers a stranger with it and keeps nothing.
+///
+/// # Panics
+/// If `out` is shorter than [`CHALLENGE_FIXED_LEN`] (a caller bug).
+pub fn hello_refusal(error: &HandshakeError, out: &mut [u8]) -> Option<usize> {
+    let status = refusal_status(error)?;
+    emit_refusal(status, &mut out[..CHALLENGE_FIXED_LEN]);
+    Some(CHALLENGE_FIXED_LEN)
+}
+
+/// The refusal status that tells an initiator why its Hello was refused, if any.
+fn refusal_status(error: &HandshakeError) -> Option<ChallengeStatus> {
+    match error {
+        HandshakeError::VersionMismatch { .. } => Some(ChallengeStatus::UnsupportedVersion),
+        HandshakeError::WrongJob { .. } => Some(ChallengeStatus::WrongJob),
+        HandshakeError::AuthenticationFailed { .. } => Some(ChallengeStatus::WrongKey),
+        _ => None,
+    }
+}
+
+/// Writes an unauthenticated refusing Challenge with `status` into `out` (exactly
+/// [`CHALLENGE_FIXED_LEN`] bytes).
+fn emit_refusal(status: ChallengeStatus, out: &mut [u8]) {
+    let repr = ChallengeRepr {
+        status,
+        nonce_r: [0; NONCE_LEN],
+        mac_r: [0; MAC_LEN],
+        params_r: &[],
+    };
+    repr.emit(&mut Challenge::new_unchecked(out));
+}
+
 /// The accepting side of a handshake.
 ///
 /// # Call protocol
@@ -143,8 +178,8 @@ impl Responder {
     /// # Errors
     /// Peer-caused (final): [`HandshakeError::VersionMismatch`] and
     /// [`HandshakeError::WrongJob`] (both queue a refusing Challenge, shorter than the
-    /// Hello), [`HandshakeError::AuthenticationFailed`] (`mac_h` does not verify; nothing is
-    /// queued: an unproven Hello gets no answer), [`HandshakeError::Malformed`],
+    /// Hello), [`HandshakeError::AuthenticationFailed`] (`mac_h` does not verify; a refusing
+    /// Challenge `WrongKey` is queued, shorter than the Hello, and nothing is kept), [`HandshakeError::Malformed`],
     /// [`HandshakeError::UnexpectedMessage`]. Local: [`HandshakeError::UnexpectedCall`].
     pub fn handle_hello(&mut self, hello: &[u8]) -> Result<ConnectRequest, HandshakeError> {
         self.expect_state(ResponderState::AwaitingHello, "handle_hello")?;
@@ -156,14 +191,8 @@ impl Responder {
             }
             Err(error) => {
                 self.state = ResponderState::Failed;
-                match error {
-                    HandshakeError::VersionMismatch { .. } => {
-                        self.queue_refusal(ChallengeStatus::UnsupportedVersion);
-                    }
-                    HandshakeError::WrongJob { .. } => {
-                        self.queue_refusal(ChallengeStatus::WrongJob);
-                    }
-                    _ => {}
+                if let Some(status) = refusal_status(&error) {
+                    self.queue_refusal(status);
                 }
             }
         }
@@ -314,14 +343,6 @@ impl Responder {
 
     /// Queues an unauthenticated Challenge refusing the connection.
     fn queue_refusal(&mut self, status: ChallengeStatus) {
-        let repr = ChallengeRepr {
-            status,
-            nonce_r: [0; NONCE_LEN],
-            mac_r: [0; MAC_LEN],
-            params_r: &[],
-        };
-        repr.emit(&mut Challenge::new_unchecked(
-            self.outbox.reserve(CHALLENGE_FIXED_LEN),
-        ));
+        emit_refusal(status, self.outbox.reserve(CHALLENGE_FIXED_LEN));
     }
 }

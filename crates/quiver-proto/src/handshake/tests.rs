@@ -181,8 +181,16 @@ fn wrong_key_is_caught_by_the_responder_at_the_hello() {
         assert!(outcome.responder.is_failed());
         assert!(!outcome.responder.is_established());
         assert_eq!(outcome.request_seen, None);
-        // An unproven Hello gets no answer at all.
-        assert_eq!(outcome.messages.len(), 1);
+        // The answer is a refusal, shorter than the Hello, that the initiator reports as a
+        // wrong key.
+        assert_eq!(outcome.messages.len(), 2);
+        assert!(outcome.messages[1].len() < outcome.messages[0].len());
+        assert_eq!(
+            outcome.initiator_error,
+            Some(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            })
+        );
     }
 }
 
@@ -366,7 +374,17 @@ fn tampered_hello_or_challenge_fails_at_the_initiator() {
             }),
             "tampering the Hello at {offset}"
         );
-        assert_eq!(outcome.messages.len(), 1, "no answer to a tampered Hello");
+        assert_eq!(
+            outcome.messages.len(),
+            2,
+            "a refusal answers a tampered Hello"
+        );
+        assert_eq!(
+            outcome.initiator_error,
+            Some(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            })
+        );
     }
 }
 

@@ -613,8 +613,8 @@ fn data_waiting_says_whether_more_data_frames_follow() {
 fn wrong_key_is_refused_and_counted() {
     let mut pair = Pair::new(small_config(), small_config(), 7, 8);
     pair.run_until(|pair| pair.a.state() == State::Failed);
-    // The responder refused every Hello before making a connection, and answered none: the
-    // initiator gives up at its handshake deadline.
+    // `accept` refused every Hello before making a connection (this harness sends no
+    // refusal back; the router does): the initiator gives up at its handshake deadline.
     assert!(pair.b.is_none());
     assert!(!pair.accept_errors.is_empty());
     assert!(pair.accept_errors.iter().all(|error| matches!(

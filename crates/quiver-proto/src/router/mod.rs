@@ -28,7 +28,9 @@
 //!   ([`Accepted::rejection`]) is never handed to an endpoint; the engine forgets it
 //!   ([`Router::remove`] or [`Router::retain`]) once its refusal is sent.
 //! - [`Routed::Reset`]: send those bytes to `from` from the socket of `path`.
-//! - [`Routed::Refused`], [`Routed::Dropped`]: count them; nothing is sent.
+//! - [`Routed::Refused`]: count it, and send its `reply` (if any) to `from` from the socket
+//!   of `path`: a refusal shorter than the Hello, built without keeping anything.
+//! - [`Routed::Dropped`]: count it; nothing is sent.
 //!
 //! The engine opens connections itself: it draws an id with [`Router::fresh_id`], makes the
 //! connection with `ReliableConnection::connect`, and [`Router::insert`]s it. Before it
@@ -53,7 +55,8 @@
 //! A datagram for id 0 is a Hello from a stranger. The router verifies the frame and the
 //! Hello's MAC (`mac_h`, proof of the job key: `quiver_proto::handshake::verify_hello`)
 //! before anything else, so a Hello that does not prove the key is [`Routed::Refused`]
-//! with no lookup, no random draw, no state and no answer. Then it looks the (claimed rank,
+//! with no lookup, no random draw and no state; its reply (a `WrongKey` refusal) is
+//! shorter than the Hello. Then it looks the (claimed rank,
 //! initiator id) pair up among the Hellos it answered (a repeat goes to the connection it
 //! opened, whichever link it came on), asks the host how to accept it,
 //! draws an id and a nonce, and runs `ReliableConnection::accept` (the responder's part of
@@ -74,9 +77,10 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-use quiver_wire::frame::{self, Destination, Frame, FrameType, MAX_HEADER_LEN};
+use quiver_wire::frame::{self, Destination, Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::handshake::CHALLENGE_FIXED_LEN;
 
-use crate::handshake::{verify_hello, JobKey, RejectReason};
+use crate::handshake::{hello_refusal, verify_hello, HandshakeError, JobKey, RejectReason};
 use crate::reliable::{reset_for, AcceptError, Nanos, ReliableConnection};
 use hellos::HelloTable;
 pub use hellos::{HELLO_CAPACITY, HELLO_LIFETIME_NS};
@@ -109,6 +113,8 @@ pub struct Router<C> {
     hellos: HelloTable,
     /// Where the Reset for an unknown id is built ([`Routed::Reset`] borrows it).
     reset: [u8; MAX_HEADER_LEN],
+    /// Where the refusal of a Hello is built ([`Routed::Refused`] borrows it).
+    reply: [u8; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
 }
 
 impl<C> Router<C> {
@@ -121,6 +127,7 @@ impl<C> Router<C> {
             connections: ConnectionTable::default(),
             hellos: HelloTable::default(),
             reset: [0; MAX_HEADER_LEN],
+            reply: [0; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
         }
     }
 
@@ -255,6 +262,23 @@ impl<C> Router<C> {
                 .any(|connection| host.handshake(connection) == Some(wanted))
     }
 
+    /// The datagram that refuses a Hello from initiator id `their_id` for `error` (a
+    /// Handshake frame carrying a refusing Challenge, shorter than the Hello's datagram),
+    /// built in the router's reply buffer; `None` when the error gets no answer.
+    fn refusal(&mut self, their_id: u64, error: &HandshakeError) -> Option<&[u8]> {
+        let mut challenge = [0u8; CHALLENGE_FIXED_LEN];
+        let len = hello_refusal(error, &mut challenge)?;
+        let payload = &challenge[..len];
+        let header_len = FrameHeader::new(FrameType::Handshake, their_id, 0)
+            .emit(&mut self.reply, payload)
+            .ok()?;
+        let end = header_len + payload.len();
+        self.reply
+            .get_mut(header_len..end)?
+            .copy_from_slice(payload);
+        Some(&self.reply[..end])
+    }
+
     /// A datagram for connection id 0: a Hello from a stranger, accepted if it is a Hello
     /// of the job (and rejected at once if no endpoint takes it, or if it crossed our own
     /// connect and loses), or a repeat of one answered before.
@@ -271,16 +295,26 @@ impl<C> Router<C> {
         };
         let header = parsed.header();
         if header.frame_type != FrameType::Handshake || header.src_id == 0 {
-            return Routed::Refused(AcceptError::NotARequest {
-                frame_type: header.frame_type,
-                dest_id: header.dest_id,
-                src_id: header.src_id,
-            });
+            return Routed::Refused {
+                error: AcceptError::NotARequest {
+                    frame_type: header.frame_type,
+                    dest_id: header.dest_id,
+                    src_id: header.src_id,
+                },
+                reply: None,
+            };
         }
-        // Nothing is looked up, drawn or kept for a Hello that does not prove the key.
+        // Nothing is looked up, drawn or kept for a Hello that does not prove the key; its
+        // answer (a refusal naming why, shorter than the Hello) is built here, statelessly.
         let claimed = match verify_hello(&self.key, self.job_id, parsed.payload()) {
             Ok(request) => request,
-            Err(error) => return Routed::Refused(AcceptError::Handshake(error)),
+            Err(error) => {
+                let reply = self.refusal(header.src_id, &error);
+                return Routed::Refused {
+                    error: AcceptError::Handshake(error),
+                    reply,
+                };
+            }
         };
         let (their_rank, their_id) = (claimed.src_rank, header.src_id);
         if let Some(id) = self.hellos.get(now, their_rank, their_id) {
@@ -306,7 +340,7 @@ impl<C> Router<C> {
         );
         let (mut connection, request) = match accepted {
             Ok(accepted) => accepted,
-            Err(error) => return Routed::Refused(error),
+            Err(error) => return Routed::Refused { error, reply: None },
         };
         let peer = EndpointAddress::new(request.src_rank, request.src_port);
         let rejection = if !host.endpoint_open(&request) {

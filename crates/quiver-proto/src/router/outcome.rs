@@ -39,9 +39,15 @@ pub enum Routed<'a, C> {
     Reset(&'a [u8]),
     /// A datagram for id 0 that is a valid frame but not a Hello of this job (wrong job,
     /// version or kind; a MAC that does not prove the job key; a bad configuration from the
-    /// host): count it as a refused connection attempt. Nothing was kept and nothing is
-    /// sent.
-    Refused(AcceptError),
+    /// host): count it as a refused connection attempt. Nothing was kept.
+    Refused {
+        /// Why.
+        error: AcceptError,
+        /// A Handshake frame refusing the Hello (its Challenge says why: another job,
+        /// version or key), to send back to the datagram's source from the socket it
+        /// arrived on; shorter than the Hello. `None`: send nothing.
+        reply: Option<&'a [u8]>,
+    },
     /// Nobody takes the datagram and nothing is sent back: count it.
     Dropped(DropReason),
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use quiver_wire::frame::{Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::handshake::{Challenge, ChallengeStatus};
 
 use super::*;
 use crate::handshake::{ConnectRequest, KEY_LEN};
@@ -169,7 +170,7 @@ impl Node {
                 Verdict::Accepted(id, rejection)
             }
             Routed::Reset(bytes) => Verdict::Reset(bytes.to_vec()),
-            Routed::Refused(_) => Verdict::Refused,
+            Routed::Refused { .. } => Verdict::Refused,
             Routed::Dropped(reason) => Verdict::Dropped(reason),
         }
     }
@@ -479,25 +480,64 @@ fn the_hellos_map_holds_at_most_its_capacity_oldest_out_first() {
 }
 
 #[test]
-fn a_hello_without_the_key_costs_no_draw_no_entry_and_no_answer() {
+fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal() {
     let mut node = Node::new(1);
-    for (what, datagram) in [
+    for (what, datagram, status) in [
         (
             "wrong key",
             hello_with_key(JobKey::from_bytes([6; KEY_LEN]), 0, 3, 7, 9, JOB_ID),
+            ChallengeStatus::WrongKey,
         ),
-        ("another job", hello(0, 3, 7, 9, JOB_ID + 1)),
+        (
+            "another job",
+            hello(0, 3, 7, 9, JOB_ID + 1),
+            ChallengeStatus::WrongJob,
+        ),
     ] {
         let routed = node.router.handle(0, &0, 0, &datagram, &mut node.host);
-        assert!(
-            matches!(routed, Routed::Refused(AcceptError::Handshake(_))),
-            "{what}: {routed:?}"
-        );
+        let Routed::Refused {
+            error: AcceptError::Handshake(_),
+            reply: Some(reply),
+        } = routed
+        else {
+            panic!("{what}: {routed:?}");
+        };
+        assert!(reply.len() < datagram.len(), "{what}: the reply amplifies");
+        let frame = Frame::parse(reply).expect("a frame");
+        assert_eq!(frame.header().frame_type, FrameType::Handshake);
+        assert_eq!((frame.header().dest_id, frame.header().src_id), (9, 0));
+        let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");
+        assert_eq!(challenge.status_code(), status.code(), "{what}");
     }
     assert_eq!(node.host.draws, 0);
     assert_eq!(node.router.hello_count(), 0);
     assert!(node.router.connections().is_empty());
     assert!(node.transmits(0).is_empty());
+}
+
+#[test]
+fn an_initiator_refused_for_its_key_fails_with_wrong_key() {
+    let (mut a, mut b) = (Node::new(0), Node::new(1));
+    b.router = Router::new(JOB_ID, JobKey::from_bytes([6; KEY_LEN]));
+    let id = a.connect(0, 3, 1, 7);
+    let (_, hello) = a.transmits(0).pop().expect("a Hello");
+    let Routed::Refused {
+        reply: Some(reply), ..
+    } = b.router.handle(0, &0, 0, &hello, &mut b.host)
+    else {
+        panic!("not refused with a reply");
+    };
+    let reply = reply.to_vec();
+    assert_eq!(a.receive(1, 1, 0, &reply), Verdict::Connection(id));
+    assert_eq!(a.core(id).state(), State::Failed);
+    assert!(matches!(
+        a.core(id).poll_event(),
+        Some(Event::Failed(FailReason::Handshake(
+            crate::handshake::HandshakeError::AuthenticationFailed {
+                message: quiver_wire::handshake::MessageKind::Hello
+            }
+        )))
+    ));
 }
 
 #[test]
@@ -535,7 +575,13 @@ fn a_hello_from_another_job_is_refused_with_its_reason() {
     let datagram = hello(0, 3, 7, 5, JOB_ID + 1);
     let routed = node.router.handle(0, &0, 0, &datagram, &mut node.host);
     assert!(
-        matches!(routed, Routed::Refused(AcceptError::Handshake(_))),
+        matches!(
+            routed,
+            Routed::Refused {
+                error: AcceptError::Handshake(_),
+                ..
+            }
+        ),
         "{routed:?}"
     );
     // Nothing is drawn for a Hello that does not prove itself.
@@ -544,7 +590,13 @@ fn a_hello_from_another_job_is_refused_with_its_reason() {
     let ping = frame(FrameType::Ping, 0, 5, &[]);
     let routed = node.router.handle(0, &0, 0, &ping, &mut node.host);
     assert!(
-        matches!(routed, Routed::Refused(AcceptError::NotARequest { .. })),
+        matches!(
+            routed,
+            Routed::Refused {
+                error: AcceptError::NotARequest { .. },
+                reply: None
+            }
+        ),
         "{routed:?}"
     );
     assert!(node.router.connections().is_empty());

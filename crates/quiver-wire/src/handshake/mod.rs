@@ -34,8 +34,8 @@
 //! ```
 //!
 //! `mac_h` proves the job key before the responder keeps any state for the Hello; with it a
-//! Hello (88 bytes) is longer than any answer to it (a Challenge of 84 bytes, a refusal of
-//! 76), so answering never amplifies.
+//! Hello (88 bytes) is at least as long as any answer quiver's transports give it (udp's
+//! Challenge is 84 bytes, tcp's 88, a refusal 76), so answering never amplifies.
 //!
 //! # Challenge (responder → initiator), kind 2, 76 + params bytes (params ≤ 256)
 //!

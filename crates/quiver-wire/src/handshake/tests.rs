@@ -318,7 +318,7 @@ fn codes_round_trip() {
 }
 
 fn challenge_status_strategy() -> impl Strategy<Value = ChallengeStatus> {
-    (0u8..5).prop_map(|code| ChallengeStatus::from_code(code).unwrap())
+    (0u8..6).prop_map(|code| ChallengeStatus::from_code(code).unwrap())
 }
 
 fn params_strategy() -> impl Strategy<Value = Vec<u8>> {

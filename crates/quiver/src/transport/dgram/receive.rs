@@ -166,10 +166,16 @@ impl Engine {
             }
             // A stale connection (we forgot it) or a forged id: tell the sender.
             Routed::Reset(reset) => {
-                send_reset(&mut self.sockets[path], from, reset);
+                send_answer(&mut self.sockets[path], from, reset);
                 self.refused.resets_sent += 1;
             }
-            Routed::Refused(error) => self.count_refused_hello(&error, from, ctx, shared),
+            Routed::Refused { error, reply } => {
+                // A refusal shorter than the Hello, built without keeping anything.
+                if let Some(reply) = reply {
+                    send_answer(&mut self.sockets[path], from, reply);
+                }
+                self.count_refused_hello(&error, from, ctx, shared);
+            }
             Routed::Dropped(reason) => self.refused.count(reason),
         }
     }
@@ -523,9 +529,9 @@ impl Engine {
     }
 }
 
-/// Sends `reset` (a Reset frame the router made) to `to` from link socket `socket`, through
-/// its fault injector when it has one.
-fn send_reset(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
+/// Sends `reset` (a frame the router made: a Reset, or a Hello's refusal) to `to` from link
+/// socket `socket`, through its fault injector when it has one.
+fn send_answer(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
     match socket {
         Socket::Mem(mem) => mem.send(to, reset, &[]),
         Socket::Udp(io) => {
