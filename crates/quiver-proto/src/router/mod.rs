@@ -56,11 +56,11 @@
 //! Hello's MAC (`mac_h`, proof of the job key: `quiver_proto::handshake::verify_hello`)
 //! before anything else, so a Hello that does not prove the key is [`Routed::Refused`]
 //! with no lookup, no random draw and no state; its reply (a `WrongKey` refusal) is
-//! shorter than the Hello. Then it looks the (claimed rank,
-//! initiator id) pair up among the Hellos it answered (a repeat goes to the connection it
-//! opened, whichever link it came on), asks the host how to accept it,
-//! draws an id and a nonce, and runs `ReliableConnection::accept` (the responder's part of
-//! the handshake up to the Challenge). A Hello for a closed endpoint is rejected with
+//! shorter than the Hello, and there is at most one per [`REFUSAL_INTERVAL_NS`]. Then it
+//! looks the (claimed rank, initiator id) pair up among the Hellos it answered (a repeat
+//! goes to the connection it opened, whichever link it came on), asks the host how to
+//! accept it, draws an id and a nonce, and runs `ReliableConnection::accept` (the
+//! responder's part of the handshake up to the Challenge). A Hello for a closed endpoint is rejected with
 //! `NoSuchEndpoint`. If the local endpoint is connecting to the same peer endpoint at the
 //! same moment, one connection must carry both directions: the one opened by the lower
 //! [`EndpointAddress`]. So when the local endpoint is the lower one, the peer's Hello is
@@ -87,6 +87,10 @@ pub use hellos::{HELLO_CAPACITY, HELLO_LIFETIME_NS};
 pub use host::{Direction, EndpointAddress, Handshake, InboundPath, RouterHost};
 pub use outcome::{Accepted, DropReason, Routed};
 pub use table::ConnectionTable;
+
+/// Least time between two refusals of Hellos that did not prove the key or the job, in
+/// nanoseconds (1 ms): at most a thousand short answers a second, whatever arrives.
+pub const REFUSAL_INTERVAL_NS: Nanos = 1_000_000;
 
 /// The datagram router of one engine: its connections by id, and the Hellos it answered.
 ///
@@ -115,6 +119,8 @@ pub struct Router<C> {
     reset: [u8; MAX_HEADER_LEN],
     /// Where the refusal of a Hello is built ([`Routed::Refused`] borrows it).
     reply: [u8; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
+    /// When the next refusal may be sent ([`REFUSAL_INTERVAL_NS`] after the last).
+    next_refusal_at: Nanos,
 }
 
 impl<C> Router<C> {
@@ -128,6 +134,7 @@ impl<C> Router<C> {
             hellos: HelloTable::default(),
             reset: [0; MAX_HEADER_LEN],
             reply: [0; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
+            next_refusal_at: 0,
         }
     }
 
@@ -264,8 +271,13 @@ impl<C> Router<C> {
 
     /// The datagram that refuses a Hello from initiator id `their_id` for `error` (a
     /// Handshake frame carrying a refusing Challenge, shorter than the Hello's datagram),
-    /// built in the router's reply buffer; `None` when the error gets no answer.
-    fn refusal(&mut self, their_id: u64, error: &HandshakeError) -> Option<&[u8]> {
+    /// built in the router's reply buffer; `None` when the error gets no answer, or when a
+    /// refusal went out less than [`REFUSAL_INTERVAL_NS`] before `now` (a flood costs a MAC
+    /// per Hello, not a send; a real initiator repeats its Hello and is told soon enough).
+    fn refusal(&mut self, now: Nanos, their_id: u64, error: &HandshakeError) -> Option<&[u8]> {
+        if now < self.next_refusal_at {
+            return None;
+        }
         let mut challenge = [0u8; CHALLENGE_FIXED_LEN];
         let len = hello_refusal(error, &mut challenge)?;
         let payload = &challenge[..len];
@@ -276,6 +288,7 @@ impl<C> Router<C> {
         self.reply
             .get_mut(header_len..end)?
             .copy_from_slice(payload);
+        self.next_refusal_at = now.saturating_add(REFUSAL_INTERVAL_NS);
         Some(&self.reply[..end])
     }
 
@@ -309,7 +322,7 @@ impl<C> Router<C> {
         let claimed = match verify_hello(&self.key, self.job_id, parsed.payload()) {
             Ok(request) => request,
             Err(error) => {
-                let reply = self.refusal(header.src_id, &error);
+                let reply = self.refusal(now, header.src_id, &error);
                 return Routed::Refused {
                     error: AcceptError::Handshake(error),
                     reply,

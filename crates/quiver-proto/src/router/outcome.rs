@@ -45,7 +45,8 @@ pub enum Routed<'a, C> {
         error: AcceptError,
         /// A Handshake frame refusing the Hello (its Challenge says why: another job,
         /// version or key), to send back to the datagram's source from the socket it
-        /// arrived on; shorter than the Hello. `None`: send nothing.
+        /// arrived on; shorter than the Hello, at most one per
+        /// [`crate::router::REFUSAL_INTERVAL_NS`]. `None`: send nothing.
         reply: Option<&'a [u8]>,
     },
     /// Nobody takes the datagram and nothing is sent back: count it.

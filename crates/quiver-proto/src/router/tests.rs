@@ -482,6 +482,7 @@ fn the_hellos_map_holds_at_most_its_capacity_oldest_out_first() {
 #[test]
 fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal() {
     let mut node = Node::new(1);
+    let mut now = 0;
     for (what, datagram, status) in [
         (
             "wrong key",
@@ -494,7 +495,8 @@ fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal
             ChallengeStatus::WrongJob,
         ),
     ] {
-        let routed = node.router.handle(0, &0, 0, &datagram, &mut node.host);
+        now += REFUSAL_INTERVAL_NS;
+        let routed = node.router.handle(now, &0, 0, &datagram, &mut node.host);
         let Routed::Refused {
             error: AcceptError::Handshake(_),
             reply: Some(reply),
@@ -512,7 +514,19 @@ fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal
     assert_eq!(node.host.draws, 0);
     assert_eq!(node.router.hello_count(), 0);
     assert!(node.router.connections().is_empty());
-    assert!(node.transmits(0).is_empty());
+    assert!(node.transmits(now).is_empty());
+    // A flood gets at most one refusal per interval.
+    let stranger = hello_with_key(JobKey::from_bytes([6; KEY_LEN]), 0, 3, 7, 9, JOB_ID);
+    let replies = (0..100)
+        .filter(|&step| {
+            let at = now + REFUSAL_INTERVAL_NS + step * REFUSAL_INTERVAL_NS / 10;
+            matches!(
+                node.router.handle(at, &0, 0, &stranger, &mut node.host),
+                Routed::Refused { reply: Some(_), .. }
+            )
+        })
+        .count();
+    assert_eq!(replies, 10);
 }
 
 #[test]
