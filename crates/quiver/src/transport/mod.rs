@@ -12,6 +12,7 @@
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
+//! the listeners' handshakes in progress ([`handshakes`]),
 //! peer-process liveness ([`liveness`]), connection retries ([`retry`]) and the fault
 //! injector of the datagram sockets ([`fault`]).
 
@@ -21,6 +22,7 @@ pub(crate) mod edge;
 pub(crate) mod edge_context;
 pub(crate) mod failure;
 pub(crate) mod fault;
+pub(crate) mod handshakes;
 pub(crate) mod inbound_state;
 pub(crate) mod liveness;
 pub(crate) mod local;

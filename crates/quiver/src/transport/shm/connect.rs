@@ -74,12 +74,18 @@ fn try_connect(
     let refused = |reason: String| refused_by(dst, reason);
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
-            sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
+            sys::send_datagram(&sock, &out[..n]).map_err(|e| {
+                if cut_off(&e) {
+                    retry_cut_off(dst, &e)
+                } else {
+                    io_fail("handshaking with", e)
+                }
+            })?;
         }
         Ok(())
     };
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     // The probe word lives on this stack frame until the setup message has arrived, which
     // is after the responder read it.
     let probe_value = u64::from_ne_bytes(random());
@@ -96,7 +102,7 @@ fn try_connect(
         Err(e) => return Err(failed(e)),
     }
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     hs.handle_verdict(&buf[..n]).map_err(failed)?;
     let (n, fds) =
         sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
@@ -105,6 +111,40 @@ fn try_connect(
         SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
     check_status(&setup, local, src, dst)?;
     attach(&sock, fds, &setup, local, (src, dst))
+}
+
+/// Receives the listener's next handshake message into `buf`; its length. A handshake cut
+/// off (the listener closed it, as it does with a random pending one when strangers crowd
+/// it, or with one past its deadline) is tried again.
+fn recv_answer(sock: &OwnedFd, buf: &mut [u8], dst: Addr) -> std::result::Result<usize, Attempt> {
+    match sys::recv_with_fds(sock, buf) {
+        Ok((0, _)) => Err(retry_cut_off(
+            dst,
+            &std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+        )),
+        Ok((n, _)) => Ok(n),
+        Err(e) if cut_off(&e) => Err(retry_cut_off(dst, &e)),
+        Err(e) => Err(Attempt::Fail(Error::io(
+            format!("handshaking with {dst}"),
+            e,
+        ))),
+    }
+}
+
+/// Whether a handshake error means the listener closed or stopped answering the socket.
+fn cut_off(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPIPE | libc::ECONNRESET | libc::EAGAIN | libc::ETIMEDOUT)
+    ) || e.kind() == std::io::ErrorKind::UnexpectedEof
+}
+
+fn retry_cut_off(dst: Addr, e: &std::io::Error) -> Attempt {
+    Attempt::Retry(format!(
+        "the handshake with rank {} was cut off ({e}); its listener drops handshakes when \
+         strangers crowd it",
+        dst.rank
+    ))
 }
 
 /// The responder's verdict in the setup message: ready, or why it could not set up the

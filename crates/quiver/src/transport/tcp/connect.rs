@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator};
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
@@ -47,20 +47,35 @@ pub(crate) fn connect<T>(
         if let Some(found) = reuse().map_err(Attempt::Retry)? {
             return Ok(Connected::Reused(found));
         }
-        let (stream, pid) = try_connect(local, src, dst, to)?;
+        let (stream, pid) = try_connect(local, (src, dst), to, deadline)?;
         Ok(Connected::New(stream, pid))
     })
 }
 
+/// One attempt: a new stream and the handshake on it, each step waiting at most
+/// [`STEP_TIMEOUT`] and never past `deadline`. A handshake cut off (the peer's listener
+/// closed it, as it does with the oldest or a random pending one when strangers crowd it)
+/// is tried again.
 fn try_connect(
     local: &LocalRank,
-    src: Addr,
-    dst: Addr,
+    (src, dst): (Addr, Addr),
     to: SocketAddr,
+    deadline: Instant,
 ) -> std::result::Result<(TcpStream, Option<libc::pid_t>), Attempt> {
-    let io_fail =
-        |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
-    let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
+    let io_fail = |what: &str, e: io::Error| {
+        if cut_off(&e) {
+            Attempt::Retry(format!(
+                "the handshake with {dst} (tcp {to}) was cut off ({e}); the peer's listener \
+                 drops handshakes when strangers crowd it"
+            ))
+        } else {
+            Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e))
+        }
+    };
+    let step = STEP_TIMEOUT
+        .min(deadline.saturating_duration_since(Instant::now()))
+        .max(Duration::from_millis(1));
+    let mut stream = match TcpStream::connect_timeout(&to, step) {
         Ok(s) => s,
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             return Err(Attempt::Retry(format!(
@@ -73,7 +88,7 @@ fn try_connect(
                 "tcp",
                 format!(
                     "connecting to {to}: no answer within {} ms",
-                    STEP_TIMEOUT.as_millis()
+                    step.as_millis()
                 ),
             ))
         }
@@ -97,8 +112,8 @@ fn try_connect(
         }
     };
     stream
-        .set_read_timeout(Some(STEP_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
+        .set_read_timeout(Some(step))
+        .and_then(|()| stream.set_write_timeout(Some(step)))
         .and_then(|()| stream.set_nodelay(true))
         .map_err(|e| io_fail("configuring the stream to", e))?;
     let request = ConnectRequest {
@@ -140,4 +155,18 @@ fn try_connect(
         .set_nonblocking(true)
         .map_err(|e| io_fail("configuring the stream to", e))?;
     Ok((stream, pid))
+}
+
+/// Whether a handshake error means the other end closed or stopped answering the stream (a
+/// listener dropping the handshake), rather than a local failure.
+fn cut_off(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::TimedOut
+    )
 }
