@@ -298,6 +298,27 @@ mod tests {
         }
     }
 
+    /// A listener that closes the socket before answering (it dropped the handshake, as
+    /// it does when strangers crowd it) makes the attempt one to try again, not a failure;
+    /// so does one that stops answering.
+    #[test]
+    fn a_handshake_cut_off_is_tried_again() {
+        let mut buf = [0u8; MAX_MESSAGE_LEN];
+        let dst = Addr::new(1, 1);
+        let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let ours = OwnedFd::from(ours);
+        sys::set_socket_timeouts(&ours, std::time::Duration::from_millis(20)).unwrap();
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
+        drop(theirs);
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
+    }
+
     /// A setup message whose ring or doorbell is not sealed against resizing is refused
     /// before anything is mapped: a `Corrupt` naming the file, on this connection only.
     #[test]

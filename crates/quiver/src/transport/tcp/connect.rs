@@ -170,3 +170,64 @@ fn cut_off(e: &io::Error) -> bool {
             | io::ErrorKind::TimedOut
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use quiver_proto::handshake::Responder;
+    use quiver_wire::handshake::NONCE_LEN;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    /// Sends everything `handshake` has to say on `stream`.
+    fn flush(handshake: &mut Responder, stream: &mut TcpStream) {
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        while let Some(n) = handshake.poll_transmit(&mut out).unwrap() {
+            stream.write_all(&out[..n]).unwrap();
+        }
+    }
+
+    /// A listener that drops the first handshake after its hello (as one crowded by
+    /// strangers does) and answers the second: the connect tries again and gets through
+    /// well within its deadline.
+    #[test]
+    fn a_dropped_handshake_is_tried_again() {
+        let mut job = JobInfo::by_hand();
+        job.size = 2;
+        job.key = [5; 32];
+        let local = LocalRank::new(job, Config::default(), None);
+        let (key, job_id) = (local.job_key(), local.job_id);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut buf = [0u8; MAX_MESSAGE_LEN];
+            let (mut first, _) = listener.accept().unwrap();
+            read_message(&mut first, &mut buf).unwrap();
+            drop(first);
+            let (mut second, _) = listener.accept().unwrap();
+            let mut handshake = Responder::new(key, job_id, [1; NONCE_LEN]);
+            let n = read_message(&mut second, &mut buf).unwrap();
+            handshake.handle_hello(&buf[..n]).unwrap();
+            handshake.accept(&[]).unwrap();
+            flush(&mut handshake, &mut second);
+            let n = read_message(&mut second, &mut buf).unwrap();
+            handshake.handle_proof(&buf[..n]).unwrap();
+            flush(&mut handshake, &mut second);
+            second
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(5);
+        let (src, dst) = (Addr::new(0, 0), Addr::new(1, 1));
+        match connect(&local, src, dst, to, deadline, || Ok(None::<()>)) {
+            Ok(Connected::New(..)) => {}
+            Ok(Connected::Reused(())) => panic!("nothing to reuse"),
+            Err(e) => panic!("the second attempt should get through: {e}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        peer.join().unwrap();
+    }
+}
