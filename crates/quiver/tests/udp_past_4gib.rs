@@ -63,7 +63,11 @@ fn a_udp_transfer_past_4_gib_arrives_intact() {
             let mut bytes = 0u64;
             for index in 0..MESSAGES {
                 let (len, from) = endpoint.recv(&mut buffer).expect("recv");
-                assert_eq!((len, from), (MESSAGE_BYTES, Addr::new(0, 0)), "message {index}");
+                assert_eq!(
+                    (len, from),
+                    (MESSAGE_BYTES, Addr::new(0, 0)),
+                    "message {index}"
+                );
                 fill(index, &mut expected);
                 assert!(
                     buffer == expected,
