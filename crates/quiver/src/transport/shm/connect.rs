@@ -60,6 +60,7 @@ fn try_connect(
         }
         Err(e) => return Err(io_fail("connecting to", e)),
     };
+    check_same_user(&sock, dst)?;
     sys::set_socket_timeouts(&sock, HANDSHAKE_STEP_TIMEOUT)
         .map_err(|e| io_fail("configuring the socket to", e))?;
     let request = ConnectRequest {
@@ -112,6 +113,33 @@ fn try_connect(
     check_status(&setup, local, src, dst)?;
     attach(&sock, fds, &setup, local, (src, dst))
 }
+
+/// The listener refuses a process of another user before any handshake (its
+/// SO_PEERCRED check); the kernel tells this side the listener's user too, so a rank of
+/// another user is a clear, final error here instead of a connection closed without a
+/// word.
+fn check_same_user(sock: &OwnedFd, dst: Addr) -> std::result::Result<(), Attempt> {
+    let (pid, uid) = sys::peer_credentials(sock)
+        .map_err(|e| Attempt::Fail(Error::io(format!("reading the credentials of {dst}"), e)))?;
+    let own = sys::getuid();
+    if uid == own {
+        return Ok(());
+    }
+    Err(Attempt::Fail(Error::PermissionDenied {
+        what: format!(
+            "for shared memory and cross-memory attach: rank {} (pid {pid}) runs as uid {uid}, \
+             this rank as uid {own}",
+            dst.rank
+        ),
+        detail: "a rank's shared-memory listener takes only processes of its own user".into(),
+        fix: OTHER_USER_FIX,
+    }))
+}
+
+/// What to do when two ranks on one node run as different users.
+const OTHER_USER_FIX: &str = "run every rank as the same user (CAP_SYS_PTRACE does not \
+    help: the listener refuses other users before any handshake), or \
+    QUIVER_TRANSPORTS=tcp or udp to avoid shared memory altogether";
 
 /// Receives the listener's next handshake message into `buf`; its length. A handshake cut
 /// off (the listener closed it, as it does with a random pending one when strangers crowd
