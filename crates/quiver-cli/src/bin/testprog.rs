@@ -26,6 +26,8 @@
 //!   to rank 1 until one fails; prints `recv KIND after T ms` and `send KIND after T ms`.
 //! - `connect-to RANK`: connect to RANK's endpoint 0 and send it one message; prints
 //!   `ok connected` or `error KIND: MESSAGE`.
+//! - `deny-cma PROGRAM [ARGS...]` (no job needed): run PROGRAM under a seccomp filter that
+//!   makes cross-memory attach fail with EPERM, as Docker's default profile does.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -35,6 +37,9 @@ use quiver::{Addr, Context, Endpoint, Error};
 fn main() {
     quiver::init_logging_from_env();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("deny-cma") {
+        deny_cma_and_exec(&args[1..]);
+    }
     let result = run(&args);
     if let Err(e) = result {
         eprintln!("quiver-testprog: {e}");
@@ -43,6 +48,23 @@ fn main() {
 }
 
 type AnyResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `deny-cma PROGRAM [ARGS...]`: runs PROGRAM where cross-memory attach fails with EPERM
+/// (a seccomp filter, as in a container), so that it and its children cannot use it.
+fn deny_cma_and_exec(command: &[String]) -> ! {
+    use std::os::unix::process::CommandExt;
+    let Some((program, rest)) = command.split_first() else {
+        eprintln!("quiver-testprog: deny-cma needs a program to run");
+        std::process::exit(2);
+    };
+    if let Err(e) = quiver_transport::seccomp::deny_cross_memory_attach() {
+        eprintln!("quiver-testprog: cannot install the seccomp filter: {e}");
+        std::process::exit(1);
+    }
+    let e = std::process::Command::new(program).args(rest).exec();
+    eprintln!("quiver-testprog: cannot run {program}: {e}");
+    std::process::exit(1);
+}
 
 fn run(args: &[String]) -> AnyResult {
     let mode = args.first().map(String::as_str).unwrap_or("");

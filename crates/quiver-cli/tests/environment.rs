@@ -1,0 +1,78 @@
+//! `quiver info`'s environment checks, on this machine and in a process where cross-memory
+//! attach is refused (a seccomp filter, as Docker's default profile installs).
+
+use std::process::Command;
+
+const QUIVER: &str = env!("CARGO_BIN_EXE_quiver");
+const TESTPROG: &str = env!("CARGO_BIN_EXE_quiver-testprog");
+
+/// `quiver info --json`, run directly or under `quiver-testprog deny-cma`.
+fn info_json(deny_cma: bool) -> serde_json::Value {
+    let mut command = if deny_cma {
+        let mut command = Command::new(TESTPROG);
+        command.args(["deny-cma", QUIVER]);
+        command
+    } else {
+        Command::new(QUIVER)
+    };
+    let out = command
+        .args(["info", "--json"])
+        .output()
+        .expect("start quiver info");
+    assert!(
+        out.status.success(),
+        "quiver info failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("quiver info --json prints one JSON object")
+}
+
+fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["environment"]
+        .as_array()
+        .expect("environment is a list")
+        .iter()
+        .find(|check| check["name"] == name)
+        .unwrap_or_else(|| panic!("no check named {name}"))
+}
+
+#[test]
+fn info_checks_the_environment_each_finding_with_its_fix() {
+    let report = info_json(false);
+    for name in [
+        "cross-memory attach",
+        "ptrace scope",
+        "socket buffers",
+        "udp offloads",
+        "locked memory",
+    ] {
+        let check = check(&report, name);
+        let status = check["status"].as_str().unwrap();
+        assert!(["ok", "warning", "problem"].contains(&status), "{check}");
+        assert!(!check["found"].as_str().unwrap().is_empty(), "{check}");
+        // A finding that is not ok says what to change.
+        assert!(status == "ok" || check["fix"].is_string(), "{check}");
+    }
+    let text = Command::new(QUIVER).arg("info").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("\nenvironment:\n"), "{text}");
+    assert!(text.contains("cross-memory attach"), "{text}");
+}
+
+#[test]
+fn info_explains_a_cross_memory_attach_refusal() {
+    let normal = info_json(false);
+    if check(&normal, "cross-memory attach")["status"] != "ok" {
+        eprintln!("skipped: cross-memory attach is refused here already");
+        return;
+    }
+    let denied = info_json(true);
+    let cma = check(&denied, "cross-memory attach");
+    assert_eq!(cma["status"], "problem", "{cma}");
+    let found = cma["found"].as_str().unwrap();
+    assert!(
+        found.contains("seccomp") && found.contains("os error 1"),
+        "{found}"
+    );
+    assert!(cma["fix"].as_str().unwrap().contains("SYS_PTRACE"), "{cma}");
+}
