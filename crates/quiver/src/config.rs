@@ -35,6 +35,13 @@ pub struct Config {
     /// separately, most bytes tcp receives hold in internal buffers (messages read ahead
     /// while a send waits, large messages begun by a non-blocking receive).
     pub max_buffered_bytes: usize,
+    /// Largest message a peer may announce to an endpoint (`QUIVER_MAX_MESSAGE_BYTES`):
+    /// a shm, tcp or udp header announcing more ends that connection with
+    /// [`Error::MessageTooLarge`] before anything is allocated for it. Default: half this
+    /// machine's physical memory (a larger message could not succeed here: sender and
+    /// receiver each hold it whole, both on this node over shm); an endpoint may change its
+    /// own ([`Endpoint::set_max_message_bytes`](crate::Endpoint::set_max_message_bytes)).
+    pub max_message_bytes: u64,
     /// Transports to try, in order, for a peer (`QUIVER_TRANSPORTS`, e.g. `shm,udp,tcp`).
     /// `shm` is used only for a peer on this node (whose listener is reachable here).
     pub transports: Vec<TransportKind>,
@@ -244,6 +251,7 @@ impl Default for Config {
             pool_buffer_bytes: 64 << 10,
             pool_max_bytes: 64 << 20,
             max_buffered_bytes: 64 << 20,
+            max_message_bytes: default_max_message_bytes(),
             transports: vec![TransportKind::Shm, TransportKind::Udp, TransportKind::Tcp],
             udp_datagram_bytes: 0,
             net_window_bytes: 8 << 20,
@@ -261,6 +269,15 @@ impl Default for Config {
             profile: ProfileState::Disabled,
         }
     }
+}
+
+/// The default of [`Config::max_message_bytes`]: half this machine's physical memory
+/// (4 GiB where the system does not say). A message is held whole twice on its way, by its
+/// sender and by its receiver (two ranks of one node for shm), so a larger one cannot
+/// succeed on this machine anyway; and no single announcement may claim more than half the
+/// memory, so one peer's lie cannot push the receiver into the OOM killer by itself.
+pub(crate) fn default_max_message_bytes() -> u64 {
+    quiver_transport::sys::physical_memory_bytes().map_or(4 << 30, |bytes| (bytes / 2).max(1))
 }
 
 /// One line of `quiver info`: a setting, its value, the variable that overrides it, and
@@ -320,6 +337,7 @@ impl Config {
         let mut op = 0;
         size("QUIVER_TIMEOUT_MS", &mut op)?;
         c.op_timeout = (op > 0).then(|| Duration::from_millis(op));
+        size("QUIVER_MAX_MESSAGE_BYTES", &mut c.max_message_bytes)?;
         usize_size("QUIVER_POOL_BUFFERS", &mut c.pool_buffers)?;
         usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
@@ -467,6 +485,12 @@ impl Config {
                 self.net_idle_timeout.as_millis()
             )));
         }
+        if self.max_message_bytes == 0 {
+            return Err(Error::Config(
+                "QUIVER_MAX_MESSAGE_BYTES=0: must be at least 1 (empty messages always pass)"
+                    .into(),
+            ));
+        }
         if self.transports.is_empty() {
             return Err(Error::Config(
                 "QUIVER_TRANSPORTS: name at least one transport".into(),
@@ -502,6 +526,7 @@ impl Config {
             s("QUIVER_SPIN_US", format!("{} us", self.spin.as_micros()), "busy-poll time before a blocking call sleeps"),
             s("QUIVER_CONNECT_TIMEOUT_MS", format!("{} ms", self.connect_timeout.as_millis()), "how long connect waits for a peer to appear"),
             s("QUIVER_TIMEOUT_MS", self.op_timeout.map_or("none".into(), |d| format!("{} ms", d.as_millis())), "upper bound of every blocking call (0: none)"),
+            s("QUIVER_MAX_MESSAGE_BYTES", format!("{} B", self.max_message_bytes), "largest message a peer may announce to an endpoint; a larger announcement ends that connection with MessageTooLarge, before anything is allocated (default: half this machine's memory)"),
             s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
             s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
             s("QUIVER_TRANSPORTS", self.transports.iter().map(|t| t.name()).collect::<Vec<_>>().join(","), "transports tried in order for each peer (shm only for peers on this node)"),
@@ -656,6 +681,24 @@ mod tests {
         assert_eq!(off.net_idle_timeout, Duration::from_secs(1));
         let e = Config::from_lookup(|k| (k == "QUIVER_DETECT_MS").then(|| "5".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_DETECT_MS")));
+    }
+
+    #[test]
+    fn the_message_limit_defaults_to_half_the_memory_and_is_set_by_its_variable() {
+        let memory = quiver_transport::sys::physical_memory_bytes().expect("memory");
+        assert_eq!(Config::default().max_message_bytes, memory / 2);
+        let set =
+            |v: &str| Config::from_lookup(|k| (k == "QUIVER_MAX_MESSAGE_BYTES").then(|| v.into()));
+        assert_eq!(set("64M").unwrap().max_message_bytes, 64 << 20);
+        assert!(
+            matches!(set("0"), Err(Error::Config(m)) if m.contains("QUIVER_MAX_MESSAGE_BYTES"))
+        );
+        let shown = Config::default().describe();
+        let line = shown
+            .iter()
+            .find(|s| s.env == "QUIVER_MAX_MESSAGE_BYTES")
+            .expect("described");
+        assert_eq!(line.value, format!("{} B", memory / 2));
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct ContextStats {
     pub shm_connections_accepted: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
+    /// Times a listener failed to accept a connection for a reason of its own (out of
+    /// descriptors or memory, or anything unexpected): each is logged, and the listener
+    /// backs off (10 ms, doubling up to 200 ms) and keeps listening.
+    pub accept_errors: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
 }
@@ -271,6 +275,7 @@ impl Context {
             connections_not_open: counts.not_open,
             shm_connections_accepted: counts.shm_accepted,
             last_refusal: counts.last_refusal,
+            accept_errors: counts.accept_errors,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
         }
     }

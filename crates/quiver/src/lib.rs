@@ -48,7 +48,7 @@ pub use error::{Error, Result};
 pub use job::Bootstrap;
 pub use log::{init_logging_from_env, LOG_ENV};
 pub use pool::PooledBuf;
-pub use transport::dgram::stats::{DatagramStats, LinkStats};
+pub use transport::dgram::stats::{DatagramRefusals, DatagramStats, LinkStats};
 pub use transport::edge::transport_info;
 pub use transport::fault::{
     Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,

@@ -783,6 +783,54 @@ fn transport_is_reported(t: TransportKind) {
     });
 }
 
+/// An endpoint refuses a message longer than its limit (`set_max_message_bytes`): the
+/// connection ends with `MessageTooLarge`, naming the length and the limit, and what came
+/// before it is delivered.
+fn a_message_over_the_limit_is_refused(t: TransportKind) {
+    const LIMIT: usize = 100_000;
+    // Set by the receiver once it saw the refusal (the sender stays until then), one per
+    // transport: the transports' tests run at once.
+    static SEEN: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let seen = &SEEN[t as usize];
+        if rank == 0 {
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            ep.set_timeout(Some(Duration::from_secs(5)));
+            ep.send(conn, &pattern(LIMIT, 1)).unwrap();
+            // Refused unread: whether this send completes depends on the transport.
+            let _ = ep.send(conn, &pattern(LIMIT + 1, 2));
+            for _ in 0..3000 {
+                if seen.load(Ordering::Acquire) == 1 {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            panic!("the receiver never saw the refusal");
+        } else {
+            ep.set_max_message_bytes(LIMIT as u64).unwrap();
+            assert_eq!(ep.max_message_bytes(), LIMIT as u64);
+            let first = ep.recv_pooled().unwrap();
+            assert!(first[..] == pattern(LIMIT, 1)[..]);
+            let refused = ep.recv_pooled().map(|b| b.len());
+            seen.store(1, Ordering::Release);
+            match refused {
+                Err(Error::MessageTooLarge {
+                    peer,
+                    transport,
+                    announced,
+                    max,
+                }) => {
+                    assert_eq!(peer, Addr::new(0, 0));
+                    assert_eq!(transport, t.name());
+                    assert_eq!((announced, max), (LIMIT as u64 + 1, LIMIT as u64));
+                }
+                other => panic!("expected MessageTooLarge, got {other:?}"),
+            }
+        }
+    });
+}
+
 macro_rules! conformance {
     ($($name:ident: $kind:expr;)*) => {$(
         mod $name {
@@ -800,6 +848,7 @@ macro_rules! conformance {
             #[test] fn exchange_large_polling() { super::exchange_large_polling($kind) }
             #[test] fn connect_before_the_endpoint_opens() { super::connect_before_the_endpoint_opens($kind) }
             #[test] fn transport_is_reported() { super::transport_is_reported($kind) }
+            #[test] fn a_message_over_the_limit_is_refused() { super::a_message_over_the_limit_is_refused($kind) }
         }
     )*};
 }

@@ -499,7 +499,6 @@ fn look_tcp(
     look: &mut Look<'_, '_>,
 ) -> Result<Option<usize>> {
     let cx = &mut look.cx;
-    let max_held = cx.config.max_buffered_bytes as u64;
     let (before, rest) = edges.split_at_mut(i);
     let Some((InEdge::Tcp(e), after)) = rest.split_first_mut() else {
         unreachable!("look_tcp is given a tcp edge")
@@ -516,7 +515,7 @@ fn look_tcp(
     };
     let was_active = e.net.active;
     let mut committed = *look.committed == Some(i);
-    let got = e.take(dest, wait, cx.requests, max_held, &mut committed, others);
+    let got = e.take(dest, wait, cx.requests, cx.config, &mut committed, others);
     if committed {
         *look.committed = Some(i);
     } else if *look.committed == Some(i) {

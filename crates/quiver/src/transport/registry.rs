@@ -31,6 +31,8 @@ pub(crate) struct ListenerCounts {
     pub(crate) shm_accepted: u64,
     /// Why the last refusal happened.
     pub(crate) last_refusal: Option<String>,
+    /// Times a listener's accept failed unexpectedly (it backed off and kept listening).
+    pub(crate) accept_errors: u64,
 }
 
 /// The open endpoints of this rank, by port, and the listeners' counters.
@@ -84,6 +86,18 @@ impl Registry {
         let mut counts = self.counts();
         counts.accepted = counts.accepted.saturating_add_signed(delta);
         counts.shm_accepted = counts.shm_accepted.saturating_add_signed(delta);
+    }
+
+    /// Counts a failed accept of listener `listener` and logs it (the listener backs off
+    /// for `backoff` and keeps listening).
+    pub(crate) fn accept_failed(
+        &self,
+        listener: &str,
+        error: &std::io::Error,
+        backoff: std::time::Duration,
+    ) {
+        tracing::warn!(rank = self.rank, listener, %error, backoff_ms = backoff.as_millis() as u64, "accepting a connection failed; listening on");
+        self.counts().accept_errors += 1;
     }
 
     /// Counts a refused or failed handshake and logs why.

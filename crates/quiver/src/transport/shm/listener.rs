@@ -84,31 +84,55 @@ impl ShmListener {
 }
 
 pub(crate) fn listen(local: &LocalRank, listener: &OwnedFd) {
-    loop {
-        let sock = match sys::accept(listener) {
-            Ok(s) => s,
-            Err(e) => {
-                if local.stopping.load(Ordering::Acquire) {
-                    return;
-                }
-                match e.raw_os_error() {
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM) => {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    }
-                    _ => return,
-                }
+    accept_loop(
+        local,
+        || sys::accept(listener),
+        |sock| {
+            // `respond` counts the acceptance itself, before the peer can start sending.
+            match respond(local, &sock) {
+                Ok(Answered::Accepted) => {}
+                Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
+                Err(why) => local.registry.refused(why),
             }
-        };
+        },
+    );
+}
+
+/// First pause of a listener after a failed accept; it doubles with each failure in a row.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause (it also bounds how long a stopping context waits for the thread).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+
+/// Takes connections from `accept` and hands each to `serve` until the rank stops. A
+/// failed accept never ends the listener: an interrupted call or a connection the peer
+/// abandoned is simply retried; anything else (out of descriptors or memory, or an error
+/// nobody expected) is counted and logged ([`Registry::accept_failed`]) and retried after
+/// a pause that doubles while failures follow each other, from [`ACCEPT_BACKOFF_MIN`] to
+/// [`ACCEPT_BACKOFF_MAX`].
+///
+/// [`Registry::accept_failed`]: crate::transport::registry::Registry::accept_failed
+fn accept_loop(
+    local: &LocalRank,
+    mut accept: impl FnMut() -> std::io::Result<OwnedFd>,
+    mut serve: impl FnMut(OwnedFd),
+) {
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = accept();
         if local.stopping.load(Ordering::Acquire) {
             return;
         }
-        // `respond` counts the acceptance itself, before the peer can start sending.
-        match respond(local, &sock) {
-            Ok(Answered::Accepted) => {}
-            Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
-            Err(why) => local.registry.refused(why),
+        match accepted {
+            Ok(sock) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                serve(sock);
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ECONNABORTED)) => {}
+            Err(e) => {
+                local.registry.accept_failed("shm", &e, backoff);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
         }
     }
 }
@@ -270,4 +294,45 @@ fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
     a.copy_from_slice(&p[..8]);
     v.copy_from_slice(&p[8..]);
     Some((u64::from_be_bytes(a), u64::from_be_bytes(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    /// Unexpected accept errors (here EPERM, then out of descriptors) no longer end the
+    /// listener: each is counted, and the connection after them is still served.
+    #[test]
+    fn the_listener_keeps_listening_after_failed_accepts() {
+        let local = LocalRank::new(JobInfo::by_hand(), Config::default(), None);
+        let mut outcomes: Vec<io::Result<OwnedFd>> = vec![
+            Err(io::Error::from_raw_os_error(libc::EPERM)),
+            Err(io::Error::from_raw_os_error(libc::EINTR)),
+            Err(io::Error::from_raw_os_error(libc::EMFILE)),
+            Err(io::Error::from_raw_os_error(libc::EPROTO)),
+            Ok(std::fs::File::open("/dev/null").unwrap().into()),
+        ];
+        outcomes.reverse();
+        let mut served = 0;
+        let started = std::time::Instant::now();
+        accept_loop(
+            &local,
+            || {
+                outcomes.pop().unwrap_or_else(|| {
+                    local.stopping.store(true, Ordering::Release);
+                    Err(io::Error::from_raw_os_error(libc::EINVAL))
+                })
+            },
+            |_| served += 1,
+        );
+        assert_eq!(served, 1, "the connection after the errors is served");
+        // EINTR is retried at once; the three others are counted, with pauses of 10, 20
+        // and 40 ms.
+        assert_eq!(local.registry.counts_now().accept_errors, 3);
+        assert!(started.elapsed() >= Duration::from_millis(70));
+    }
 }
