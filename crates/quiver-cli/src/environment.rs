@@ -3,7 +3,8 @@
 //! this process; none needs privileges, and none changes anything.
 //!
 //! - cross-memory attach: `process_vm_readv` of this process's own memory (a seccomp
-//!   profile that forbids it, such as Docker's default, refuses even that);
+//!   profile that forbids it, such as Docker's default, refuses even that; shm then carries
+//!   large messages through the ring);
 //! - `kernel.yama.ptrace_scope`, which decides whether ranks may read each other's memory;
 //! - `net.core.rmem_max`/`wmem_max` against the socket buffers quiver asks for;
 //! - UDP segmentation and receive offload (GSO/GRO) on a loopback socket;
@@ -77,6 +78,11 @@ static PROBE: u64 = 0x7175_6976_6572;
 
 const CMA: &str = "cross-memory attach";
 
+/// What shm does where cross-memory attach is refused.
+const FALLBACK: &str = "shm still works, but messages above QUIVER_SHM_EAGER_MAX go \
+    through the ring (copied twice, pipelined) instead of one copy by rendezvous \
+    (ContextStats::shm_without_cross_memory counts such connections)";
+
 /// The verdict on a `process_vm_readv` of this process's own memory.
 fn cross_memory_attach(probe: io::Result<usize>) -> Check {
     match probe {
@@ -98,14 +104,14 @@ fn cross_memory_attach(probe: io::Result<usize>) -> Check {
         ),
         Err(e) => Check::not_ok(
             CMA,
-            "problem",
+            "warning",
             format!(
                 "process_vm_readv of this process's own memory is refused ({e}): a seccomp \
                  profile forbids it (Docker's default does, for containers without \
-                 CAP_SYS_PTRACE), so shm connections between ranks here cannot be set up"
+                 CAP_SYS_PTRACE); {FALLBACK}"
             ),
-            "run the container with --cap-add SYS_PTRACE, or with a seccomp profile that \
-             allows process_vm_readv and process_vm_writev; or QUIVER_TRANSPORTS=tcp (or udp)",
+            "for single-copy large messages, run the container with --cap-add SYS_PTRACE, \
+             or with a seccomp profile that allows process_vm_readv and process_vm_writev",
         ),
     }
 }
@@ -135,22 +141,22 @@ fn ptrace_scope(scope: Option<u64>, cap_sys_ptrace: bool) -> Check {
         ),
         Some(2) => Check::not_ok(
             PTRACE,
-            "problem",
-            "kernel.yama.ptrace_scope = 2: only processes with CAP_SYS_PTRACE may read \
-             another's memory, so shm connections between ranks cannot be set up"
-                .into(),
-            "sysctl -w kernel.yama.ptrace_scope=1 (as root), or give the ranks CAP_SYS_PTRACE; \
-             or QUIVER_TRANSPORTS=tcp (or udp)",
+            "warning",
+            format!(
+                "kernel.yama.ptrace_scope = 2: only processes with CAP_SYS_PTRACE may read \
+                 another's memory; {FALLBACK}"
+            ),
+            "sysctl -w kernel.yama.ptrace_scope=1 (as root), or give the ranks CAP_SYS_PTRACE",
         ),
         Some(scope) => Check::not_ok(
             PTRACE,
-            "problem",
+            "warning",
             format!(
-                "kernel.yama.ptrace_scope = {scope}: no process may read another's memory, \
-                 so shm connections between ranks cannot be set up"
+                "kernel.yama.ptrace_scope = {scope}: no process may read another's memory; \
+                 {FALLBACK}"
             ),
             "the setting cannot be lowered without a reboot: boot with a lower \
-             kernel.yama.ptrace_scope (sysctl.conf), or use QUIVER_TRANSPORTS=tcp (or udp)",
+             kernel.yama.ptrace_scope (sysctl.conf)",
         ),
     }
 }
@@ -276,8 +282,9 @@ mod tests {
     #[test]
     fn cross_memory_attach_refused_says_why_and_what_to_change() {
         let check = cross_memory_attach(Err(io::Error::from_raw_os_error(libc::EPERM)));
-        assert_eq!(check.status, "problem");
+        assert_eq!(check.status, "warning");
         assert!(check.found.contains("seccomp"), "{}", check.found);
+        assert!(check.found.contains("through the ring"), "{}", check.found);
         assert!(check.fix.unwrap().contains("SYS_PTRACE"));
         assert_eq!(cross_memory_attach(Ok(8)).status, "ok");
         let missing = cross_memory_attach(Err(io::Error::from_raw_os_error(libc::ENOSYS)));
@@ -290,7 +297,7 @@ mod tests {
         assert_eq!(ptrace_scope(Some(1), false).status, "ok");
         assert_eq!(ptrace_scope(Some(2), true).status, "ok");
         let two = ptrace_scope(Some(2), false);
-        assert_eq!(two.status, "problem");
+        assert_eq!(two.status, "warning");
         assert!(two.fix.unwrap().contains("ptrace_scope=1"));
         assert!(ptrace_scope(Some(3), true).fix.unwrap().contains("reboot"));
     }

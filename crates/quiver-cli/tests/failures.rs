@@ -626,8 +626,11 @@ fn exhausted_memory_is_out_of_shared_memory_not_a_crash() {
     drop(group);
 }
 
+/// Ranks of different users cannot read each other's memory: shm connects all the same and
+/// carries every message through the ring (tests/environment.rs checks every size under a
+/// seccomp filter); a port below 1024 is refused to a user without the capability.
 #[test]
-fn ranks_of_different_users_are_denied_cross_memory_attach() {
+fn ranks_of_different_users_connect_without_cross_memory_attach() {
     if !is_root() || !have("setpriv") {
         eprintln!("skipped: needs root and setpriv to run ranks as other users");
         return;
@@ -655,10 +658,10 @@ fn ranks_of_different_users_are_denied_cross_memory_attach() {
     let _server = Server::start(as_user("65534", rank_command(1, &job, KEY_A, &env)));
     let mut cmd = rank_command(0, &job, KEY_A, &env);
     cmd.args(["connect-to", "1"]);
-    assert_error(
-        &output_of(as_user("65533", cmd)),
-        "error PermissionDenied",
-        &["cross-memory attach", "same user", "CAP_SYS_PTRACE"],
+    let connected = output_of(as_user("65533", cmd));
+    assert!(
+        connected.lines().any(|l| l == "ok connected"),
+        "{connected}"
     );
     // A port below 1024 for a user without CAP_NET_BIND_SERVICE.
     let unprivileged_start: u32 =
