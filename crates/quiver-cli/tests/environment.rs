@@ -82,9 +82,9 @@ fn info_explains_a_cross_memory_attach_refusal() {
     assert!(cma["fix"].as_str().unwrap().contains("SYS_PTRACE"), "{cma}");
 }
 
-/// A two-rank shm job of `quiver-testprog sizes 64M`, under the seccomp filter with
-/// `deny_cma`; returns its output.
-fn sizes_job(deny_cma: bool) -> String {
+/// A two-rank shm job of `quiver-testprog sizes 64M` with `QUIVER_PROTO_INFO=1`, under the
+/// seccomp filter with `deny_cma`; returns its output, and its output and error output.
+fn sizes_job(deny_cma: bool) -> (String, String) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut command = Command::new(QUIVER);
     command.args(["run", "-n", "2", "--bind", "none", "--", TESTPROG]);
@@ -94,17 +94,27 @@ fn sizes_job(deny_cma: bool) -> String {
     let out = command
         .args(["sizes", "64M"])
         .env("QUIVER_TRANSPORTS", "shm")
+        .env("QUIVER_PROTO_INFO", "1")
         .output()
         .expect("start quiver run");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("{stdout}{stderr}");
     assert!(out.status.success(), "the job failed: {}", out.status);
-    stdout
+    // `quiver run` forwards the ranks' output, both streams, prefixed.
+    let all = format!("{stdout}{stderr}");
+    (stdout, all)
 }
 
 #[test]
 fn shm_without_cross_memory_attach_carries_every_size_through_the_ring() {
-    let denied = sizes_job(true);
+    let (denied, protocols) = sizes_job(true);
+    // QUIVER_PROTO_INFO tells, per connection, that every size goes through the ring.
+    assert!(
+        protocols.contains("cross-memory attach to the sender is refused"),
+        "{protocols}"
+    );
+    assert!(!protocols.contains("process_vm_readv"), "{protocols}");
     for rank in 0..2 {
         // Both directions were set up without cross-memory attach, each counted by its
         // receiver; every size from 0 B to 64 MiB came back verified.
@@ -116,7 +126,8 @@ fn shm_without_cross_memory_attach_carries_every_size_through_the_ring() {
             "{found}"
         );
     }
-    let allowed = sizes_job(false);
+    let (allowed, protocols) = sizes_job(false);
+    assert!(protocols.contains("process_vm_readv"), "{protocols}");
     assert_eq!(
         allowed
             .lines()

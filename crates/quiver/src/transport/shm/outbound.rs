@@ -102,6 +102,11 @@ impl ShmOut {
         }
     }
 
+    /// Whether the receiver can read our memory (large messages by rendezvous).
+    pub(crate) fn cross_memory(&self) -> bool {
+        self.cross_memory
+    }
+
     /// The largest message sent through the ring: `shm_eager_max`, or every size when the
     /// receiver cannot read our memory (cross-memory attach refused).
     fn eager_max(&self, config: &Config) -> u64 {
