@@ -59,7 +59,7 @@ fn info_checks_the_environment_each_finding_with_its_fix() {
     }
     let text = Command::new(QUIVER).arg("info").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("\nenvironment:\n"), "{text}");
+    assert!(text.contains("\nenvironment checks:\n"), "{text}");
     assert!(text.contains("cross-memory attach"), "{text}");
 }
 
