@@ -371,7 +371,7 @@ impl ShmIn {
         detection: &mut Looks,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
-        let mut waited = Wait::with_timeout(config.op_timeout);
+        let mut waited = Wait::new(config);
         loop {
             let Some(partial) = self.partial.as_mut() else {
                 return Err(corrupt_detail(peer, "fragment without a message start"));
@@ -406,7 +406,7 @@ impl ShmIn {
                         self.ring.flush();
                         self.wait_on_sender(
                             &mut waited,
-                            (config.spin, config.detect, &mut *detection),
+                            (config.detect, &mut *detection),
                             "in the middle of a message",
                             "waiting for the rest of a message",
                         )?;
