@@ -39,7 +39,7 @@ fn examples() -> &'static PathBuf {
             .expect("target/<profile>/deps")
             .to_path_buf();
         let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "--quiet", "-p", "quiver", "--examples"]);
+        cargo.args(["build", "--quiet", "-p", "quiver-hpc", "--examples"]);
         if profile_dir
             .file_name()
             .is_some_and(|name| name == "release")

@@ -13,6 +13,7 @@
 pub mod netif;
 pub mod notify;
 pub mod ring;
+pub mod seccomp;
 pub mod sys;
 pub mod tcp;
 pub mod udp;

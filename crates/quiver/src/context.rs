@@ -51,6 +51,11 @@ pub struct ContextStats {
     /// Of the connections accepted, those over shared memory (the rest came over tcp, udp
     /// or mem).
     pub shm_connections_accepted: u64,
+    /// Of the shm connections accepted, those whose sender's memory this rank could not
+    /// read with cross-memory attach (a seccomp profile such as Docker's default,
+    /// `kernel.yama.ptrace_scope`, another user): they carry messages of every size through
+    /// the ring, copied and pipelined, instead of by rendezvous. `quiver info` says why.
+    pub shm_without_cross_memory: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
     /// Times a listener failed to accept a connection for a reason of its own (out of
@@ -287,6 +292,7 @@ impl Context {
             connections_refused: counts.refused,
             connections_not_open: counts.not_open,
             shm_connections_accepted: counts.shm_accepted,
+            shm_without_cross_memory: counts.shm_without_cross_memory,
             last_refusal: counts.last_refusal,
             accept_errors: counts.accept_errors,
             handshakes_dropped: counts.handshakes_dropped,

@@ -129,6 +129,19 @@ impl OutEdge {
         self.kind().map(|kind| capabilities(kind, config))
     }
 
+    /// Which protocol this edge uses for each message size ([`transport_info`]), for this
+    /// edge: a shm edge without cross-memory attach sends every size through its ring.
+    pub(crate) fn info(&self, config: &Config) -> Option<TransportInfo> {
+        let mut info = transport_info(self.kind()?, config);
+        if let OutEdge::Shm(e) = self {
+            if !e.cross_memory() {
+                info.zero_copy = false;
+                info.ranges = super::shm::protocols::ranges_without_cross_memory(config);
+            }
+        }
+        Some(info)
+    }
+
     /// The transport of this edge (`None` while it is [`OutEdge::Busy`]).
     pub(crate) fn kind(&self) -> Option<TransportKind> {
         match self {

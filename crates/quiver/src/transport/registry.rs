@@ -29,6 +29,9 @@ pub(crate) struct ListenerCounts {
     pub(crate) not_open: u64,
     /// Of the connections accepted, those over shared memory.
     pub(crate) shm_accepted: u64,
+    /// Of those, the ones whose sender's memory this rank could not read (every message
+    /// through the ring).
+    pub(crate) shm_without_cross_memory: u64,
     /// Why the last refusal happened.
     pub(crate) last_refusal: Option<String>,
     /// Times a listener's accept failed unexpectedly (it backed off and kept listening).
@@ -84,13 +87,18 @@ impl Registry {
         self.counts().accepted += 1;
     }
 
-    /// Adds `delta` to the accepted connections and to those over shared memory (a shm
-    /// acceptance is counted before its setup message leaves, and taken back if that
+    /// Adds `delta` to the accepted connections and to those over shared memory, and, when
+    /// cross-memory attach to the sender was refused (`without_cross_memory`), to those (a
+    /// shm acceptance is counted before its setup message leaves, and taken back if that
     /// fails).
-    pub(crate) fn count_shm_accepted(&self, delta: i64) {
+    pub(crate) fn count_shm_accepted(&self, delta: i64, without_cross_memory: bool) {
         let mut counts = self.counts();
         counts.accepted = counts.accepted.saturating_add_signed(delta);
         counts.shm_accepted = counts.shm_accepted.saturating_add_signed(delta);
+        if without_cross_memory {
+            counts.shm_without_cross_memory =
+                counts.shm_without_cross_memory.saturating_add_signed(delta);
+        }
     }
 
     /// Counts a failed accept of listener `listener` and logs it (the listener backs off
@@ -163,6 +171,9 @@ pub(crate) struct NewInbound {
     pub(crate) pid: libc::pid_t,
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Consumer,
+    /// Whether this rank can read the sender's memory (else every message comes through
+    /// the ring, larger ones than it holds included).
+    pub(crate) cross_memory: bool,
 }
 
 /// An accepted inbound network edge, handed to its endpoint.

@@ -24,6 +24,7 @@ use super::connection::{lender, sender_for, Entry, Posted, Status};
 use super::mem::MemSocket;
 use crate::config::TransportKind;
 use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
 use crate::transport::fault::{FaultInjector, FaultStats, Faults};
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
@@ -385,6 +386,7 @@ fn send_faulted<'a>(
 fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
     let mut sent = 0;
     let mut waited = false;
+    let gso_was_on = socket.gso_supported();
     while sent < gather.messages().len() {
         match socket.send_gather(gather, sent) {
             Ok(n) => sent += n.max(1),
@@ -393,8 +395,15 @@ fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
                 wait_writable(socket);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
-            Err(_) => sent += 1,
+            // Refused (ICMP from an earlier send), full, or gone: lost, resent later. A
+            // refused GSO send turned GSO off on the socket: the resends leave as plain
+            // datagrams.
+            Err(e) => {
+                if !socket.gso_supported() && socket.gso_refusals() == 1 && gso_was_on {
+                    tracing::warn!(target: ENDPOINT_LOG, local = %socket.local_address(), error = %e, "the kernel refused a segmentation offload (GSO) send: GSO is off on this socket from now on");
+                }
+                sent += 1;
+            }
         }
     }
 }

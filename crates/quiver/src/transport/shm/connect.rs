@@ -26,6 +26,9 @@ pub(crate) struct NewOutbound {
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Producer,
     pub(crate) bell: RemoteDoorbell,
+    /// Whether the receiver can read this process's memory (else every message goes
+    /// through the ring).
+    pub(crate) cross_memory: bool,
 }
 
 /// Connects endpoint `src` of this process to `dst`, retrying while the peer is not (yet)
@@ -184,7 +187,7 @@ fn check_status(
     dst: Addr,
 ) -> std::result::Result<(), Attempt> {
     match setup.status {
-        SetupStatus::Ready => Ok(()),
+        SetupStatus::Ready | SetupStatus::ReadyWithoutCrossMemory => Ok(()),
         SetupStatus::CrossMemoryDenied => Err(Attempt::Fail(Error::PermissionDenied {
             what: format!(
                 "for cross-memory attach: rank {} cannot read this process's memory",
@@ -247,6 +250,7 @@ fn attach(
         pidfd,
         ring,
         bell,
+        cross_memory: setup.status == SetupStatus::Ready,
     })
 }
 

@@ -33,10 +33,12 @@ use crate::transport::liveness::FreezeWatch;
 use crate::transport::requests::{Requests, SendState};
 use crate::transport::wait::{Wait, SLEEP_SLICE};
 
-/// A posted send waiting for ring space (eager: the fragments written so far).
+/// A posted send waiting for ring space (eager: the fragments written so far), or (`key`
+/// `None`) a non-blocking send's internal copy of a message larger than the ring takes at
+/// once, on an edge without cross-memory attach.
 #[derive(Debug)]
 struct Queued {
-    key: Key,
+    key: Option<Key>,
     data: Vec<u8>,
     written: usize,
     started: bool,
@@ -65,6 +67,17 @@ pub(crate) struct ShmOut {
     inflight: VecDeque<(u64, InflightOwner)>,
     pub(crate) failure: Option<Failure>,
     freeze: FreezeWatch,
+    /// Whether the receiver can read our memory (rendezvous); without it every message
+    /// goes through the ring ([`ShmOut::eager_max`]).
+    cross_memory: bool,
+}
+
+/// The owner of a queued send's buffer once it is announced by rendezvous.
+fn owner_of(key: Option<Key>, data: Vec<u8>) -> InflightOwner {
+    match key {
+        Some(key) => InflightOwner::Request(key, data),
+        None => InflightOwner::Buffered(data),
+    }
 }
 
 /// A ring error on this edge: the peer broke the ring protocol.
@@ -85,6 +98,22 @@ impl ShmOut {
             inflight: VecDeque::new(),
             failure: None,
             freeze: FreezeWatch::default(),
+            cross_memory: new.cross_memory,
+        }
+    }
+
+    /// Whether the receiver can read our memory (large messages by rendezvous).
+    pub(crate) fn cross_memory(&self) -> bool {
+        self.cross_memory
+    }
+
+    /// The largest message sent through the ring: `shm_eager_max`, or every size when the
+    /// receiver cannot read our memory (cross-memory attach refused).
+    fn eager_max(&self, config: &Config) -> u64 {
+        if self.cross_memory {
+            config.shm_eager_max
+        } else {
+            u64::MAX
         }
     }
 
@@ -110,7 +139,7 @@ impl ShmOut {
             }
             self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
         }
-        let result = if data.len() as u64 <= cx.config.shm_eager_max {
+        let result = if data.len() as u64 <= self.eager_max(cx.config) {
             self.send_eager_blocking(data, &mut wait, cx, flush)
         } else {
             self.send_rndv_blocking(data, &mut wait, cx, flush)
@@ -228,6 +257,9 @@ impl ShmOut {
             }
         }
         let len = data.len() as u64;
+        if !self.cross_memory && len > config.shm_eager_max {
+            return self.queue_copy(data, config, requests);
+        }
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
             match self.ring.fits(frag_lens(len, frag)) {
@@ -294,7 +326,7 @@ impl ShmOut {
         }
         let key = requests.sends.insert(SendState::Pending);
         self.queue.push_back(Queued {
-            key,
+            key: Some(key),
             data,
             written: 0,
             started: false,
@@ -302,6 +334,26 @@ impl ShmOut {
         requests.pending_sends += 1;
         self.progress(config, requests)?;
         Ok(key)
+    }
+
+    /// `try_send` of a message above `shm_eager_max` on an edge without cross-memory attach:
+    /// copied into an internal buffer (bounded by `max_buffered_bytes`) and queued; the
+    /// fragments go into the ring as it makes room (progress, later sends and receives).
+    fn queue_copy(&mut self, data: &[u8], config: &Config, requests: &mut Requests) -> Result<()> {
+        if requests.buffered_bytes + data.len() > config.max_buffered_bytes {
+            return Err(Error::WouldBlock);
+        }
+        let mut copy = requests.pool.take(data.len());
+        copy.copy_from_slice(data);
+        requests.buffered_bytes += copy.len();
+        requests.pending_sends += 1;
+        self.queue.push_back(Queued {
+            key: None,
+            data: copy,
+            written: 0,
+            started: false,
+        });
+        self.progress(config, requests)
     }
 
     /// Pushes queued sends into the ring and completes finished rendezvous requests.
@@ -370,7 +422,7 @@ impl ShmOut {
         config: &Config,
         requests: &mut Requests,
     ) -> std::result::Result<bool, RingError> {
-        let eager_max = config.shm_eager_max as usize;
+        let eager_max = usize::try_from(self.eager_max(config)).unwrap_or(usize::MAX);
         let frag = config.shm_frag_bytes as usize;
         let mut wrote = false;
         while let Some(q) = self.queue.front_mut() {
@@ -388,7 +440,13 @@ impl ShmOut {
                 }
                 if let Some(q) = self.queue.pop_front() {
                     requests.pending_sends -= 1;
-                    requests.complete_send(q.key, Ok(q.data));
+                    match q.key {
+                        Some(key) => requests.complete_send(key, Ok(q.data)),
+                        None => {
+                            requests.buffered_bytes -= q.data.len();
+                            requests.pool.give(q.data);
+                        }
+                    }
                 }
             } else {
                 match self
@@ -398,8 +456,7 @@ impl ShmOut {
                     Some(seq) => {
                         wrote = true;
                         if let Some(q) = self.queue.pop_front() {
-                            self.inflight
-                                .push_back((seq, InflightOwner::Request(q.key, q.data)));
+                            self.inflight.push_back((seq, owner_of(q.key, q.data)));
                         }
                     }
                     None => break,
@@ -421,7 +478,10 @@ impl ShmOut {
             self.failure = Some(failure.clone());
             while let Some(q) = self.queue.pop_front() {
                 requests.pending_sends -= 1;
-                requests.complete_send(q.key, Err(failure.to_error(peer, during)));
+                match q.key {
+                    Some(key) => requests.complete_send(key, Err(failure.to_error(peer, during))),
+                    None => requests.buffered_bytes -= q.data.len(),
+                }
             }
             while let Some((_, owner)) = self.inflight.pop_front() {
                 requests.pending_sends -= 1;
