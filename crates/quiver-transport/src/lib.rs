@@ -16,3 +16,4 @@ pub mod ring;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod xdp;
