@@ -69,6 +69,9 @@ fn write_transports(out: &mut impl Write, config: &quiver::Config) {
             quiver::TransportKind::Mem => {
                 "in-process datagram queues under the reliable protocol (tests)"
             }
+            quiver::TransportKind::Xdp => {
+                "peers with an address on a network interface: quiver's reliable protocol over AF_XDP sockets (root; QUIVER_XDP_IFACE)"
+            }
         };
         let _ = writeln!(out, "  {:<5} {what}", kind.name());
     }

@@ -204,7 +204,7 @@ impl Engine {
 
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
     /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
-    /// dispatches it. Returns the udp bytes taken (0 for mem).
+    /// dispatches it. Returns the udp or xdp bytes taken (0 for mem).
     // Long function: the hot receive path (one datagram at a time, or batches while they
     // fill), whose exits decide when a poll hands over; split into helpers, the socket,
     // the batch and the connection table would be borrowed apart across calls.
@@ -239,6 +239,30 @@ impl Engine {
                     self.rx = rx;
                 }
                 0
+            }
+            Socket::Xdp(_) => {
+                let mut bytes = 0;
+                for _ in 0..RECV_BATCH {
+                    let Socket::Xdp(io) = &mut self.sockets[path] else {
+                        unreachable!()
+                    };
+                    let mut rx = std::mem::take(&mut self.rx);
+                    let Some((n, from)) = io.recv(&mut rx) else {
+                        self.rx = rx;
+                        break;
+                    };
+                    bytes += n;
+                    self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, reader);
+                    self.rx = rx;
+                    if bytes >= budget {
+                        break;
+                    }
+                }
+                // What the dispatches answered (acks, Resets) leaves now.
+                if let Socket::Xdp(io) = &mut self.sockets[path] {
+                    io.flush();
+                }
+                bytes
             }
             Socket::Udp(_) => {
                 let mut taken = 0;
@@ -498,6 +522,10 @@ impl Engine {
 fn send_reset(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
     match socket {
         Socket::Mem(mem) => mem.send(to, reset, &[]),
+        Socket::Xdp(io) => {
+            io.send(to, reset, &[]);
+            io.flush();
+        }
         Socket::Udp(io) => {
             let UdpIo { socket, faults, .. } = &mut **io;
             match faults {
