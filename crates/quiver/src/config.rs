@@ -659,8 +659,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.transports, vec![TransportKind::Shm, TransportKind::Xdp]);
         assert!(TransportKind::Xdp.is_datagram());
-        assert_eq!(c.xdp_interfaces, vec!["eth0".to_string(), "eth1".to_string()]);
-        assert!(c.describe().iter().any(|s| s.env == "QUIVER_XDP_IFACE" && s.value == "eth0,eth1"));
+        assert_eq!(
+            c.xdp_interfaces,
+            vec!["eth0".to_string(), "eth1".to_string()]
+        );
+        assert!(c
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_XDP_IFACE" && s.value == "eth0,eth1"));
         for bad in ["eth0,eth0", "", "a/b", "sixteen-chars-xx"] {
             let e = Config::from_lookup(|k| (k == "QUIVER_XDP_IFACE").then(|| bad.into()));
             assert!(

@@ -44,9 +44,9 @@ pub use job::Bootstrap;
 pub use log::LOG_ENV;
 pub use pool::PooledBuf;
 pub use transport::dgram::stats::{DatagramStats, LinkStats};
-pub use transport::xdp::link::XdpLinkStats;
 pub use transport::fault::{
     Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,
 };
 pub use transport::liveness::DetectionStats;
 pub use transport::requests::RecvCompletion;
+pub use transport::xdp::link::XdpLinkStats;

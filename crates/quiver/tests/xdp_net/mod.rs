@@ -45,6 +45,16 @@ impl XdpNet {
         net.watch_owner()?;
         let s = &net.switch;
         ip(&["-n", s, "link", "add", "br0", "type", "bridge"])?;
+        // A plain switch: no netfilter on bridged frames (br_netfilter would check, and
+        // drop, the malformed frames a test sends on purpose).
+        let _ = Command::new("ip")
+            .args(["netns", "exec", s, "sysctl", "-qw"])
+            .args([
+                "net.bridge.bridge-nf-call-iptables=0",
+                "net.bridge.bridge-nf-call-ip6tables=0",
+            ])
+            .args(["net.bridge.bridge-nf-call-arptables=0"])
+            .status();
         ip(&["-n", s, "link", "set", "br0", "up"])?;
         for (i, host) in net.hosts.iter().enumerate() {
             let port = format!("p{i}");

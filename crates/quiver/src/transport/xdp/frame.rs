@@ -92,8 +92,7 @@ pub(crate) fn parse(
     }
     let ip = &frame[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN];
     let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
-    if frame[12..14] != [0x08, 0x00] || ip[0] != 0x45 || ip[9] != UDP_PROTOCOL || fragment != 0
-    {
+    if frame[12..14] != [0x08, 0x00] || ip[0] != 0x45 || ip[9] != UDP_PROTOCOL || fragment != 0 {
         return Err(Refusal::Kind);
     }
     if ipv4_checksum(ip) != 0 {
@@ -161,10 +160,7 @@ mod tests {
         // Known bytes: the IPv4 header of that packet (checksum 0x13f2 worked out by hand).
         assert_eq!(
             &f[14..34],
-            &[
-                0x45, 0, 0, 43, 0x12, 0x34, 0x40, 0, 64, 17, 0x13, 0xf2, 10, 77, 0, 1, 10, 77,
-                0, 2
-            ]
+            &[0x45, 0, 0, 43, 0x12, 0x34, 0x40, 0, 64, 17, 0x13, 0xf2, 10, 77, 0, 1, 10, 77, 0, 2]
         );
         let (source, range) = parse(&f, ends().destination).unwrap();
         assert_eq!(source, ends().source);
@@ -181,7 +177,11 @@ mod tests {
         let good = frame(b"0123456789");
         let local = ends().destination;
         for cut in 0..good.len() - 10 {
-            assert_eq!(parse(&good[..cut], local), Err(Refusal::Length), "cut {cut}");
+            assert_eq!(
+                parse(&good[..cut], local),
+                Err(Refusal::Length),
+                "cut {cut}"
+            );
         }
         let mut bad = good.clone();
         bad[15] = 1; // TOS changed, checksum not

@@ -40,6 +40,9 @@ const RESOLVE_RETRY: Duration = Duration::from_millis(200);
 const MAX_NEIGHBOURS: usize = 4096;
 /// The discard port a resolution probe goes to.
 const DISCARD_PORT: u16 = 9;
+/// How long a bind waits for an interface's queue or hook that another socket or program
+/// (just closed) still holds.
+const BUSY_WAIT: Duration = Duration::from_secs(1);
 /// The AF_XDP queue: quiver binds queue 0 (the only one of a default veth).
 const QUEUE: u32 = 0;
 
@@ -112,10 +115,16 @@ impl XdpLink {
             ))
         })?;
         let what = format!("opening an AF_XDP socket on {} for {local}", info.name);
-        let socket =
-            XskSocket::open(info.index, QUEUE, Geometry::default()).map_err(|e| xsk_error(what, e))?;
-        let program = XdpProgram::attach(info.index, *local.ip(), local.port())
-            .map_err(|e| program_error(&info.name, e))?;
+        let socket = busy_retry(
+            || XskSocket::open(info.index, QUEUE, Geometry::default()),
+            |e| e.raw_os_error(),
+        )
+        .map_err(|e| xsk_error(what, e))?;
+        let program = busy_retry(
+            || XdpProgram::attach(info.index, *local.ip(), local.port()),
+            BpfError::os_error,
+        )
+        .map_err(|e| program_error(&info.name, e))?;
         program
             .insert(QUEUE, socket.as_raw_fd())
             .map_err(|e| program_error(&info.name, e))?;
@@ -280,6 +289,24 @@ impl XdpLink {
             }
         }
         None
+    }
+}
+
+/// Runs `attempt` again while it fails with EBUSY, for at most [`BUSY_WAIT`]: a socket or
+/// program of a context just closed on the same interface is released by the kernel a
+/// little later (deferred work), not at once.
+fn busy_retry<T, E>(
+    mut attempt: impl FnMut() -> std::result::Result<T, E>,
+    errno: impl Fn(&E) -> Option<i32>,
+) -> std::result::Result<T, E> {
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        match attempt() {
+            Err(e) if errno(&e) == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
     }
 }
 
