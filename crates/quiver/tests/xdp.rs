@@ -133,6 +133,97 @@ fn one_gibibyte_verified() {
     assert!(!xdp.zero_copy, "veth has no zero-copy mode");
 }
 
+/// One connection striped over two interfaces per rank (`QUIVER_LINKS`: each link's
+/// AF_XDP socket on the interface holding its address): 128 MiB verified, both links
+/// carry a good part; with `cut`, rank 1's second interface goes down a third of the way
+/// in and the transfer completes over the first.
+fn striped(cut: bool) {
+    const MESSAGE: usize = 1 << 20;
+    const COUNT: u64 = 128;
+    let net = XdpNet::with_links(2, 2).expect("namespaces");
+    let links = net.links(PORT);
+    let config = config(TransportKind::Xdp);
+    let build = |rank: u32| {
+        net.in_host(rank as usize, || {
+            Context::builder()
+                .rank(rank)
+                .size(2)
+                .job_id(0x5791_0000 | u64::from(std::process::id()))
+                .job_key([4; 32])
+                .links(links.clone())
+                .config(config.clone())
+                .build()
+                .expect("context")
+        })
+    };
+    let (sender, receiver) = (build(0), build(1));
+    let (sent, received) = std::thread::scope(|s| {
+        let send = s.spawn(|| {
+            let mut ep = sender.endpoint(0).unwrap();
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            let mut buf = vec![0u8; MESSAGE];
+            for index in 0..COUNT {
+                if cut && index == COUNT / 3 {
+                    net.set_link(1, 1, false).expect("link down");
+                }
+                fill(&mut buf, index);
+                ep.send(conn, &buf).unwrap();
+            }
+            let mut done = [0u8; 4];
+            ep.recv(&mut done).unwrap();
+            sender.link_stats()
+        });
+        let receive = s.spawn(|| {
+            let mut ep = receiver.endpoint(0).unwrap();
+            let back = ep.connect(Addr::new(0, 0)).unwrap();
+            let (mut buf, mut expected) = (vec![0u8; MESSAGE], vec![0u8; MESSAGE]);
+            for index in 0..COUNT {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                fill(&mut expected, index);
+                assert!(n == MESSAGE && buf == expected, "message {index} differs");
+            }
+            ep.send(back, b"done").unwrap();
+            receiver.link_stats()
+        });
+        (send.join().unwrap(), receive.join().unwrap())
+    });
+    eprintln!("sender's links: {sent:#?}");
+    assert_eq!(received.len(), 2);
+    for (link, stats) in received.iter().enumerate() {
+        let xdp = stats.xdp.expect("xdp links");
+        // Each link carried at least a tenth; the cut one a part before the cut.
+        let least = if cut && link == 1 {
+            100
+        } else {
+            COUNT * MESSAGE as u64 / 10 / 1400
+        };
+        assert!(
+            xdp.frames_received > least,
+            "link {link} carried too little: {received:#?}"
+        );
+    }
+    if cut {
+        assert!(
+            sent[1].times_down > 0,
+            "the cut link never went down: {sent:#?}"
+        );
+    }
+}
+
+#[test]
+fn striped_over_two_interfaces() {
+    if !skipped() {
+        striped(false);
+    }
+}
+
+#[test]
+fn a_link_taken_down_mid_transfer() {
+    if !skipped() {
+        striped(true);
+    }
+}
+
 /// A stranger in rank 1's namespace: its datagrams to rank 0's port (not quiver's frames)
 /// and its malformed frames (a bad IPv4 checksum) reach rank 0's AF_XDP socket and are
 /// dropped, the malformed ones counted; a context with the wrong key is refused and

@@ -1,6 +1,7 @@
 //! Network namespaces for the xdp transport's tests (root only): a star of `hosts`
-//! namespaces around a "switch" namespace with a bridge. Host i has one veth `x0` with
-//! 10.88.0.(i+1)/24, whose other end is port `p{i}` of the bridge `br0` in the switch.
+//! namespaces around a "switch" namespace with one bridge per link. On link l, host i has
+//! a veth `x{l}` with 10.88.l.(i+1)/24, whose other end is port `p{i}l{l}` of the bridge
+//! `br{l}` in the switch.
 //! Each rank gets a namespace of its own, so each has its own interface for its AF_XDP
 //! socket and XDP program (one per interface). Traffic stays inside these namespaces.
 //!
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub(crate) struct XdpNet {
     switch: String,
     hosts: Vec<String>,
+    links: usize,
 }
 
 impl XdpNet {
@@ -27,6 +29,14 @@ impl XdpNet {
     /// # Errors
     /// The `ip` command that failed and its stderr.
     pub(crate) fn up(hosts: usize) -> Result<XdpNet, String> {
+        XdpNet::with_links(hosts, 1)
+    }
+
+    /// [`XdpNet::up`] with `links` links (interfaces) per host.
+    ///
+    /// # Errors
+    /// The `ip` command that failed and its stderr.
+    pub(crate) fn with_links(hosts: usize, links: usize) -> Result<XdpNet, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "qx{}-{}",
@@ -37,6 +47,7 @@ impl XdpNet {
         let net = XdpNet {
             switch: format!("{name}-s"),
             hosts: (0..hosts).map(|i| format!("{name}-h{i}")).collect(),
+            links,
         };
         for namespace in net.all() {
             ip(&["netns", "add", namespace])?;
@@ -44,7 +55,6 @@ impl XdpNet {
         }
         net.watch_owner()?;
         let s = &net.switch;
-        ip(&["-n", s, "link", "add", "br0", "type", "bridge"])?;
         // A plain switch: no netfilter on bridged frames (br_netfilter would check, and
         // drop, the malformed frames a test sends on purpose).
         let _ = Command::new("ip")
@@ -55,25 +65,52 @@ impl XdpNet {
             ])
             .args(["net.bridge.bridge-nf-call-arptables=0"])
             .status();
-        ip(&["-n", s, "link", "set", "br0", "up"])?;
-        for (i, host) in net.hosts.iter().enumerate() {
-            let port = format!("p{i}");
-            ip(&[
-                "link", "add", &port, "netns", s, "type", "veth", "peer", "name", "x0", "netns",
-                host,
-            ])?;
-            ip(&["-n", s, "link", "set", &port, "master", "br0"])?;
-            ip(&["-n", s, "link", "set", &port, "up"])?;
-            let address = format!("{}/24", net.ip(i));
-            ip(&["-n", host, "addr", "add", &address, "dev", "x0"])?;
-            ip(&["-n", host, "link", "set", "x0", "up"])?;
+        for link in 0..links {
+            let bridge = format!("br{link}");
+            ip(&["-n", s, "link", "add", &bridge, "type", "bridge"])?;
+            ip(&["-n", s, "link", "set", &bridge, "up"])?;
+            for (i, host) in net.hosts.iter().enumerate() {
+                let (port, interface) = (format!("p{i}l{link}"), format!("x{link}"));
+                ip(&[
+                    "link", "add", &port, "netns", s, "type", "veth", "peer", "name", &interface,
+                    "netns", host,
+                ])?;
+                ip(&["-n", s, "link", "set", &port, "master", &bridge])?;
+                ip(&["-n", s, "link", "set", &port, "up"])?;
+                let address = format!("{}/24", net.link_ip(i, link));
+                ip(&["-n", host, "addr", "add", &address, "dev", &interface])?;
+                ip(&["-n", host, "link", "set", &interface, "up"])?;
+            }
         }
         Ok(net)
     }
 
-    /// Host `i`'s address.
+    /// Host `i`'s address (on link 0).
     pub(crate) fn ip(&self, i: usize) -> Ipv4Addr {
-        Ipv4Addr::new(10, 88, 0, i as u8 + 1)
+        self.link_ip(i, 0)
+    }
+
+    /// Host `i`'s address on link `link`.
+    pub(crate) fn link_ip(&self, i: usize, link: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 88, link as u8, i as u8 + 1)
+    }
+
+    /// Every host's addresses with `port`, by link (for `ContextBuilder::links`).
+    pub(crate) fn links(&self, port: u16) -> Vec<Vec<SocketAddr>> {
+        (0..self.hosts.len())
+            .map(|i| {
+                (0..self.links)
+                    .map(|l| SocketAddr::new(self.link_ip(i, l).into(), port))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Takes host `i`'s interface of link `link` down or up.
+    pub(crate) fn set_link(&self, i: usize, link: usize, up: bool) -> Result<(), String> {
+        let interface = format!("x{link}");
+        let state = if up { "up" } else { "down" };
+        ip(&["-n", &self.hosts[i], "link", "set", &interface, state])
     }
 
     /// Host `i`'s address with `port`.
@@ -100,10 +137,10 @@ impl XdpNet {
         })
     }
 
-    /// Whether `ip link show x0` in host `i` shows an XDP program.
+    /// Whether `ip link show` in host `i` shows an XDP program on any interface.
     pub(crate) fn xdp_attached(&self, i: usize) -> bool {
         let out = Command::new("ip")
-            .args(["-n", &self.hosts[i], "link", "show", "x0"])
+            .args(["-n", &self.hosts[i], "link", "show"])
             .output()
             .expect("ip link show");
         String::from_utf8_lossy(&out.stdout).contains("xdp")
