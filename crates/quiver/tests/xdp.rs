@@ -224,6 +224,53 @@ fn a_link_taken_down_mid_transfer() {
     }
 }
 
+/// Interfaces with four receive queues, the switch steering every frame to queue 2:
+/// quiver's socket has queue 0, so the frames go through the kernel to the link's kernel
+/// socket, and every message still arrives.
+#[test]
+fn interfaces_with_several_queues_still_deliver() {
+    if skipped() {
+        return;
+    }
+    let net = XdpNet::with_queues(2, 1, 4).expect("namespaces");
+    // Everything the switch forwards arrives on queue 2: through the kernel.
+    net.steer_to_queue(2, 4).expect("steering");
+    let config = config(TransportKind::Xdp);
+    let key = [5u8; 32];
+    let (a, b) = (
+        context(&net, 0, key, &config).expect("rank 0"),
+        context(&net, 1, key, &config).expect("rank 1"),
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut ep = a.endpoint(0).unwrap();
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            let mut buf = vec![0u8; 100_000];
+            for index in 0..200u64 {
+                let n = 1 + (index as usize * 7919) % buf.len();
+                fill(&mut buf[..n], index);
+                ep.send(conn, &buf[..n]).unwrap();
+            }
+            ep.recv(&mut [0u8; 4]).unwrap();
+        });
+        let mut ep = b.endpoint(0).unwrap();
+        let back = ep.connect(Addr::new(0, 0)).unwrap();
+        let (mut buf, mut expected) = (vec![0u8; 100_000], vec![0u8; 100_000]);
+        for index in 0..200u64 {
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(n, 1 + (index as usize * 7919) % buf.len());
+            fill(&mut expected[..n], index);
+            assert!(buf[..n] == expected[..n], "message {index} differs");
+        }
+        ep.send(back, b"done").unwrap();
+    });
+    for (rank, ctx) in [(0, &a), (1, &b)] {
+        let xdp = ctx.link_stats()[0].xdp.unwrap();
+        eprintln!("rank {rank}: {xdp:?}");
+        assert!(xdp.kernel_received > 0 && xdp.frames_sent > 0, "{xdp:?}");
+    }
+}
+
 /// A stranger in rank 1's namespace: its datagrams to rank 0's port (not quiver's frames)
 /// and its malformed frames (a bad IPv4 checksum) reach rank 0's AF_XDP socket and are
 /// dropped, the malformed ones counted; a context with the wrong key is refused and

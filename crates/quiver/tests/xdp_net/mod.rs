@@ -37,6 +37,16 @@ impl XdpNet {
     /// # Errors
     /// The `ip` command that failed and its stderr.
     pub(crate) fn with_links(hosts: usize, links: usize) -> Result<XdpNet, String> {
+        XdpNet::with_queues(hosts, links, 1)
+    }
+
+    /// [`XdpNet::with_links`] with `queues` receive and transmit queues on every veth
+    /// (frames then reach a host's interface on any of them, as with a NIC's receive-side
+    /// scaling).
+    ///
+    /// # Errors
+    /// The `ip` command that failed and its stderr.
+    pub(crate) fn with_queues(hosts: usize, links: usize, queues: usize) -> Result<XdpNet, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "qx{}-{}",
@@ -71,9 +81,28 @@ impl XdpNet {
             ip(&["-n", s, "link", "set", &bridge, "up"])?;
             for (i, host) in net.hosts.iter().enumerate() {
                 let (port, interface) = (format!("p{i}l{link}"), format!("x{link}"));
+                let q = queues.to_string();
                 ip(&[
-                    "link", "add", &port, "netns", s, "type", "veth", "peer", "name", &interface,
-                    "netns", host,
+                    "link",
+                    "add",
+                    &port,
+                    "netns",
+                    s,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &interface,
+                    "netns",
+                    host,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
                 ])?;
                 ip(&["-n", s, "link", "set", &port, "master", &bridge])?;
                 ip(&["-n", s, "link", "set", &port, "up"])?;
@@ -104,6 +133,40 @@ impl XdpNet {
                     .collect()
             })
             .collect()
+    }
+
+    /// Makes the switch send every frame to the hosts on transmit queue `queue` of its
+    /// ports (transmit packet steering: every online CPU mapped to that queue), so frames reach
+    /// the hosts' interfaces on receive queue `queue`.
+    ///
+    /// # Errors
+    /// The shell command that failed.
+    pub(crate) fn steer_to_queue(&self, queue: usize, queues: usize) -> Result<(), String> {
+        // SAFETY: sysconf only reads a system value.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.clamp(1, 63);
+        let all = format!("{:x}", (1u64 << cpus) - 1);
+        let mut script = String::new();
+        for i in 0..self.hosts.len() {
+            for link in 0..self.links {
+                for q in 0..queues {
+                    let mask = if q == queue { all.as_str() } else { "0" };
+                    script.push_str(&format!(
+                        "echo {mask} > /sys/class/net/p{i}l{link}/queues/tx-{q}/xps_cpus; "
+                    ));
+                }
+            }
+        }
+        let status = Command::new("ip")
+            .args(["netns", "exec", &self.switch, "sh", "-ec", &script])
+            .status()
+            .map_err(|e| format!("running ip netns exec: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "steering to queue {queue} failed ({status}): {script}"
+            ))
+        }
     }
 
     /// Takes host `i`'s interface of link `link` down or up.

@@ -13,7 +13,12 @@
 //! cannot be resolved yet is dropped and counted, and the protocol sends it again.
 //!
 //! The same kernel socket, bound to the link's address and port, keeps the port from other
-//! users of this namespace.
+//! users of this namespace. On an interface with several receive queues (a real NIC's
+//! receive-side scaling), quiver's socket is bound to queue 0 only and the program passes
+//! frames of the other queues to the kernel: they reach this kernel socket, which the link
+//! then reads too (after the AF_XDP ring, one `recvfrom` per poll), so a flow hashed to
+//! another queue still works, through the kernel. The link's descriptor is then an epoll
+//! set of both. A one-queue interface (veth) skips all that.
 //!
 //! Layer: the xdp transport, below the datagram engine; no `unsafe` (the AF_XDP socket and
 //! the program are `quiver_transport::xdp`'s).
@@ -24,6 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use quiver_transport::udp::ReadinessSet;
 use quiver_transport::xdp::bpf::{AttachMode, BpfError, XdpProgram};
 use quiver_transport::xdp::interface::{InterfaceInfo, MacAddress};
 use quiver_transport::xdp::program::HEADERS_LEN;
@@ -63,6 +69,9 @@ pub struct XdpLinkStats {
     /// Datagrams dropped because the peer's hardware address was not known yet, or no
     /// transmit frame was free.
     pub send_dropped: u64,
+    /// Datagrams that came through the kernel instead (an interface with several receive
+    /// queues: those of the queues without quiver's socket).
+    pub kernel_received: u64,
 }
 
 /// One own link of the xdp transport.
@@ -75,6 +84,9 @@ pub(crate) struct XdpLink {
     local: SocketAddrV4,
     /// Holds the port and sends the neighbour probes (see the module doc).
     kernel_socket: UdpSocket,
+    /// Several receive queues: the kernel socket is read too, and this set of it and the
+    /// AF_XDP socket is the link's descriptor.
+    kernel_path: Option<ReadinessSet>,
     neighbours: HashMap<Ipv4Addr, MacAddress>,
     /// Neighbours being resolved: when the last probe went.
     probed: HashMap<Ipv4Addr, Instant>,
@@ -128,6 +140,20 @@ impl XdpLink {
         program
             .insert(QUEUE, socket.as_raw_fd())
             .map_err(|e| program_error(&info.name, e))?;
+        let kernel_path = if info.rx_queues > 1 {
+            let mut set = ReadinessSet::new()
+                .map_err(|e| Error::io("creating the epoll set of an xdp link", e))?;
+            kernel_socket
+                .set_nonblocking(true)
+                .map_err(|e| Error::io("making the xdp link's kernel socket non-blocking", e))?;
+            for fd in [socket.as_raw_fd(), kernel_socket.as_raw_fd()] {
+                set.add(fd)
+                    .map_err(|e| Error::io("adding to the epoll set of an xdp link", e))?;
+            }
+            Some(set)
+        } else {
+            None
+        };
         let frame_room = socket.geometry().frame_bytes as usize - HEADERS_LEN;
         let mtu_room = (info.mtu as usize).saturating_sub(HEADERS_LEN - 14);
         let max_datagram = frame_room.min(mtu_room);
@@ -147,6 +173,7 @@ impl XdpLink {
             interface: info,
             local,
             kernel_socket,
+            kernel_path,
             neighbours: HashMap::new(),
             probed: HashMap::new(),
             max_datagram,
@@ -167,7 +194,10 @@ impl XdpLink {
 
     /// Readable when frames have arrived.
     pub(crate) fn raw_fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
+        match &self.kernel_path {
+            Some(set) => set.as_raw_fd(),
+            None => self.socket.as_raw_fd(),
+        }
     }
 
     /// The link's counters and modes.
@@ -229,14 +259,16 @@ impl XdpLink {
     pub(crate) fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
         let local = self.local;
         loop {
-            let got = self.socket.recv_with(|frame| {
+            let Some(got) = self.socket.recv_with(|frame| {
                 parse(frame, local).map(|(source, range)| {
                     let datagram = &frame[range];
                     let n = datagram.len().min(buf.len());
                     buf[..n].copy_from_slice(&datagram[..n]);
                     (n, SocketAddr::V4(source))
                 })
-            })?;
+            }) else {
+                return self.recv_kernel(buf);
+            };
             match got {
                 Ok(datagram) => {
                     self.stats.frames_received += 1;
@@ -247,6 +279,14 @@ impl XdpLink {
                 }
             }
         }
+    }
+
+    /// A datagram the kernel received for the link's port (several receive queues only).
+    fn recv_kernel(&mut self, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+        self.kernel_path.as_ref()?;
+        let (n, from) = self.kernel_socket.recv_from(buf).ok()?;
+        self.stats.kernel_received += 1;
+        Some((n, from))
     }
 
     /// The hardware address of neighbour `ip`, resolving it through the kernel if needed
