@@ -169,6 +169,43 @@ impl XdpNet {
         }
     }
 
+    /// Makes the switch drop `loss_ppm` per million of the frames arriving on each of its
+    /// ports (both directions of every link lose that much): an nftables `netdev` table
+    /// with an ingress chain per port, as the lab's testbed does on its links. AF_XDP
+    /// frames bypass the hosts' own netfilter hooks, so the loss lives in the switch.
+    ///
+    /// # Errors
+    /// `nft`'s.
+    pub(crate) fn set_loss(&self, loss_ppm: u32) -> Result<(), String> {
+        let mut script = String::from("table netdev loss {\n");
+        for i in 0..self.hosts.len() {
+            for link in 0..self.links {
+                script.push_str(&format!(
+                    "  chain p{i}l{link} {{\n    type filter hook ingress device \"p{i}l{link}\" priority 0;\n    numgen random mod 1000000 < {loss_ppm} drop\n  }}\n"
+                ));
+            }
+        }
+        script.push_str("}\n");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.switch, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("running nft: {e}"))?;
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(script.as_bytes())
+            .map_err(|e| format!("writing to nft: {e}"))?;
+        let status = child.wait().map_err(|e| format!("waiting for nft: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("nft failed ({status}) on:\n{script}"))
+        }
+    }
+
     /// Takes host `i`'s interface of link `link` down or up.
     pub(crate) fn set_link(&self, i: usize, link: usize, up: bool) -> Result<(), String> {
         let interface = format!("x{link}");
