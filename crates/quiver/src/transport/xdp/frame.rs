@@ -200,4 +200,31 @@ mod tests {
         bad[38..40].copy_from_slice(&100u16.to_be_bytes()); // UDP length beyond the packet
         assert_eq!(parse(&bad, local), Err(Refusal::Length));
     }
+
+    proptest::proptest! {
+        /// Any bytes: parsing never panics, and what it accepts lies inside the frame.
+        #[test]
+        fn parsing_any_bytes_is_safe(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            if let Ok((_, range)) = parse(&bytes, ends().destination) {
+                proptest::prop_assert!(range.end <= bytes.len());
+            }
+        }
+
+        /// Any datagram written parses back to itself, from its source.
+        #[test]
+        fn written_parses_back(
+            datagram in proptest::collection::vec(proptest::num::u8::ANY, 0..1472),
+            id in proptest::num::u16::ANY,
+            port in 1u16..,
+        ) {
+            let mut e = ends();
+            e.source.set_port(port);
+            let mut out = vec![0u8; HEADERS_LEN + datagram.len()];
+            let len = write_headers(&mut out, &e, id, datagram.len());
+            out[HEADERS_LEN..len].copy_from_slice(&datagram);
+            let (source, range) = parse(&out, e.destination).unwrap();
+            proptest::prop_assert_eq!(source, e.source);
+            proptest::prop_assert_eq!(&out[range], &datagram[..]);
+        }
+    }
 }
