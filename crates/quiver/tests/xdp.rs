@@ -277,6 +277,52 @@ fn interfaces_with_several_queues_still_deliver() {
     }
 }
 
+/// The fault injector wraps xdp links as it wraps udp sockets (`QUIVER_FAULTS`): drops,
+/// duplicates and reordering on sending and on arrival are repaired, and counted.
+#[test]
+fn injected_faults_are_repaired() {
+    if skipped() {
+        return;
+    }
+    let net = XdpNet::up(2).expect("namespaces");
+    let mut config = config(TransportKind::Xdp);
+    config.faults = "seed=11,drop=2%,duplicate=1%,reorder=2%,receive.drop=2%,receive.reorder=1%"
+        .parse()
+        .expect("faults");
+    let key = [6u8; 32];
+    let (a, b) = (
+        context(&net, 0, key, &config).expect("rank 0"),
+        context(&net, 1, key, &config).expect("rank 1"),
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut ep = a.endpoint(0).unwrap();
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            let mut buf = vec![0u8; 300_000];
+            for index in 0..60u64 {
+                let n = (index as usize * 4999) % buf.len();
+                fill(&mut buf[..n], index);
+                ep.send(conn, &buf[..n]).unwrap();
+            }
+            ep.recv(&mut [0u8; 4]).unwrap();
+        });
+        let mut ep = b.endpoint(0).unwrap();
+        let back = ep.connect(Addr::new(0, 0)).unwrap();
+        let (mut buf, mut expected) = (vec![0u8; 300_000], vec![0u8; 300_000]);
+        for index in 0..60u64 {
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(n, (index as usize * 4999) % buf.len());
+            fill(&mut expected[..n], index);
+            assert!(buf[..n] == expected[..n], "message {index} differs");
+        }
+        ep.send(back, b"done").unwrap();
+    });
+    let faults = a.stats().datagram.unwrap().faults;
+    let arrived = b.stats().datagram.unwrap().faults;
+    assert!(faults.dropped > 0 && faults.duplicated > 0, "{faults:?}");
+    assert!(arrived.dropped > 0, "{arrived:?}");
+}
+
 /// A stranger in rank 1's namespace: its datagrams to rank 0's port (not quiver's frames)
 /// and its malformed frames (a bad IPv4 checksum) reach rank 0's AF_XDP socket and are
 /// dropped, the malformed ones counted; a context with the wrong key is refused and

@@ -17,6 +17,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::ring::Ring;
 
@@ -58,7 +59,7 @@ pub struct XskSocket {
     rx: Ring<libc::xdp_desc>,
     tx: Ring<libc::xdp_desc>,
     fd: OwnedFd,
-    umem: Umem,
+    umem: Arc<Umem>,
     geometry: Geometry,
     /// Transmit frames free to write (UMEM addresses).
     free_tx: Vec<u64>,
@@ -76,9 +77,40 @@ struct Umem {
     len: usize,
 }
 
-// SAFETY: the area is plain memory owned by one socket; the kernel writes only frames the
-// fill ring lent it, which the socket does not read until the receive ring returns them.
+// SAFETY: the area is plain memory owned by one socket (and the received frames it hands
+// out); the kernel writes only frames the fill ring lent it, which nobody reads until the
+// receive ring returns them, and a received frame is read only through its `RxFrame`
+// until it is released back to the fill ring.
 unsafe impl Send for Umem {}
+// SAFETY: as above: shared references only read frames no one writes meanwhile.
+unsafe impl Sync for Umem {}
+
+/// A received frame, read in place in the UMEM: it stays out of the kernel's reach until
+/// [`XskSocket::release`] gives it back (dropped instead, the frame is lost to the pool).
+/// It keeps the UMEM mapped, so its bytes stay valid even past the socket.
+#[derive(Debug)]
+pub struct RxFrame {
+    umem: Arc<Umem>,
+    chunk: u64,
+    addr: u64,
+    len: u32,
+}
+
+impl std::ops::Deref for RxFrame {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `addr..addr + len` lies inside one receive frame of the UMEM (checked by
+        // `recv_frame`), kept mapped by `umem`; the kernel filled it and does not write it
+        // again until `release` puts it back into the fill ring, which consumes this frame.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.umem.ptr.as_ptr().add(self.addr as usize),
+                self.len as usize,
+            )
+        }
+    }
+}
 
 impl Drop for Umem {
     fn drop(&mut self) {
@@ -210,7 +242,7 @@ impl XskSocket {
             rx,
             tx,
             fd,
-            umem,
+            umem: Arc::new(umem),
             geometry,
             free_tx,
             refill: Vec::with_capacity(FILL_BATCH as usize),
@@ -229,50 +261,71 @@ impl XskSocket {
         self.geometry
     }
 
-    /// Takes the next received frame, hands its bytes to `read` and returns what `read`
-    /// returned; None when nothing has arrived. The frame goes back to the fill ring
-    /// afterwards (in batches).
-    pub fn recv_with<R>(&mut self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        if self.rx.ready() == 0 {
-            self.refill_now();
-            return None;
-        }
-        let desc = self.rx.take();
+    /// Takes the next received frame, or None when nothing has arrived. The frame stays
+    /// out of the kernel's reach (not in the fill ring) until it is given back with
+    /// [`XskSocket::release`]; its bytes are read in place, where the driver (or, in copy
+    /// mode, the kernel) put them: the UMEM's receive half is the receive pool.
+    pub fn recv_frame(&mut self) -> Option<RxFrame> {
         let frame_bytes = u64::from(self.geometry.frame_bytes);
-        // In aligned mode the address may point past the frame's start (headroom): the
-        // frame is the chunk the address lies in.
-        let chunk = desc.addr - desc.addr % frame_bytes;
-        let within = desc.addr + u64::from(desc.len) <= chunk + frame_bytes
-            && chunk + frame_bytes <= self.umem.len as u64;
-        let result = within.then(|| {
-            // SAFETY: the descriptor lies inside one frame of the UMEM (checked above), a
-            // frame the kernel filled and published and does not touch again until it
-            // returns through the fill ring; the slice lives only during `read`.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(
-                    self.umem.ptr.as_ptr().add(desc.addr as usize),
-                    desc.len as usize,
-                )
-            };
-            read(bytes)
-        });
-        if chunk + frame_bytes <= self.umem.len as u64 {
-            self.refill.push(chunk);
+        loop {
+            if self.rx.ready() == 0 {
+                self.refill_now();
+                return None;
+            }
+            let desc = self.rx.take();
+            // In aligned mode the address may point past the frame's start (headroom):
+            // the frame is the chunk the address lies in.
+            let chunk = desc.addr - desc.addr % frame_bytes;
+            let in_umem = chunk + frame_bytes <= self.rx_pool_bytes();
+            if in_umem && desc.addr + u64::from(desc.len) <= chunk + frame_bytes {
+                return Some(RxFrame {
+                    umem: Arc::clone(&self.umem),
+                    chunk,
+                    addr: desc.addr,
+                    len: desc.len,
+                });
+            }
+            // A descriptor outside the receive pool (a kernel bug) is skipped, not
+            // followed; its frame, if it is one of the pool's, goes back.
+            if in_umem {
+                self.refill.push(chunk);
+            }
         }
+    }
+
+    /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel (in batches). A
+    /// frame of another socket is ignored.
+    pub fn release(&mut self, frame: RxFrame) {
+        if !Arc::ptr_eq(&frame.umem, &self.umem) {
+            return;
+        }
+        self.refill.push(frame.chunk);
         if self.refill.len() as u32 >= FILL_BATCH {
             self.refill_now();
         }
-        // A descriptor outside the UMEM (a kernel bug) is skipped, not followed.
-        result
     }
 
-    /// Gives the frames read back to the kernel: releases their receive slots and puts
-    /// them into the fill ring, waking the driver if it asks.
+    /// Takes the next received frame, hands its bytes to `read`, gives the frame back and
+    /// returns what `read` returned; None when nothing has arrived.
+    pub fn recv_with<R>(&mut self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let frame = self.recv_frame()?;
+        let result = read(&frame);
+        self.release(frame);
+        Some(result)
+    }
+
+    /// Bytes of the UMEM's receive half (frames below are receive frames).
+    fn rx_pool_bytes(&self) -> u64 {
+        u64::from(self.geometry.rx_frames) * u64::from(self.geometry.frame_bytes)
+    }
+
+    /// Gives the receive ring's slots taken so far back to the kernel, and the frames
+    /// released so far to the fill ring, waking the driver if it asks.
     fn refill_now(&mut self) {
+        self.rx.release();
         if self.refill.is_empty() {
             return;
         }
-        self.rx.release();
         let n = self.fill.free(self.refill.len() as u32) as usize;
         // The fill ring has a slot for every receive frame, so all fit.
         for frame in self.refill.drain(..n.min(self.refill.len())) {

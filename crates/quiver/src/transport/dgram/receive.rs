@@ -21,6 +21,7 @@ use super::engine::{DgramShared, Engine};
 use super::router_host::{accepted_entry, EngineHost};
 use super::udp_io::{send_one_fully, Socket, UdpIo, RX_MESSAGES};
 use crate::transport::local::LocalRank;
+use crate::transport::xdp::link::Arrival;
 
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
@@ -247,13 +248,41 @@ impl Engine {
                         unreachable!()
                     };
                     let mut rx = std::mem::take(&mut self.rx);
-                    let Some((n, from)) = io.recv(&mut rx) else {
-                        self.rx = rx;
-                        break;
-                    };
-                    bytes += n;
-                    self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, reader);
-                    self.rx = rx;
+                    let arrival = io.recv_next(&mut rx);
+                    match arrival {
+                        None => {
+                            self.rx = rx;
+                            break;
+                        }
+                        // Read where it arrived: the UMEM frame is the receive buffer.
+                        Some(Arrival::InFrame {
+                            frame,
+                            datagram,
+                            from,
+                        }) => {
+                            self.rx = rx;
+                            bytes += datagram.len();
+                            let datagram = &frame[datagram];
+                            self.dispatch(datagram, from, path, now, ctx, shared, touched, reader);
+                            if let Socket::Xdp(io) = &mut self.sockets[path] {
+                                io.link.release(frame);
+                            }
+                        }
+                        Some(Arrival::InBuffer { len, from }) => {
+                            bytes += len;
+                            self.dispatch(
+                                &rx[..len],
+                                from,
+                                path,
+                                now,
+                                ctx,
+                                shared,
+                                touched,
+                                reader,
+                            );
+                            self.rx = rx;
+                        }
+                    }
                     if bytes >= budget {
                         break;
                     }

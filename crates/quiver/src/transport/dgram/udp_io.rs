@@ -25,7 +25,7 @@ use super::mem::MemSocket;
 use crate::config::TransportKind;
 use crate::error::{Error, Result};
 use crate::transport::fault::{FaultInjector, FaultStats, Faults};
-use crate::transport::xdp::link::XdpLink;
+use crate::transport::xdp::link::{Arrival, XdpLink};
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 pub(super) const TX_BYTES: usize = 1 << 20;
@@ -245,17 +245,18 @@ impl XdpIo {
         self.link.flush();
     }
 
-    /// Takes one datagram into `buf`, as `XdpLink::recv`; with faults on arrival, the next
-    /// one the injector lets through.
-    pub(super) fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    /// Takes one datagram, as `XdpLink::recv_next`: in place in its UMEM frame (give it
+    /// back with `XdpLink::release`), or in `buf`; with faults on arrival, always in `buf`,
+    /// the next one the injector lets through.
+    pub(super) fn recv_next(&mut self, buf: &mut [u8]) -> Option<Arrival> {
         let Some(faults) = self.faults.as_deref_mut().filter(|f| f.on_arrival()) else {
-            return self.link.recv(buf);
+            return self.link.recv_next(buf);
         };
         loop {
             if let Some((from, datagram)) = faults.pop_arrived() {
-                let n = datagram.len().min(buf.len());
-                buf[..n].copy_from_slice(&datagram[..n]);
-                return Some((n, from));
+                let len = datagram.len().min(buf.len());
+                buf[..len].copy_from_slice(&datagram[..len]);
+                return Some(Arrival::InBuffer { len, from });
             }
             let (n, from) = self.link.recv(buf)?;
             faults.receive(from, &buf[..n]);

@@ -33,7 +33,7 @@ use quiver_transport::udp::ReadinessSet;
 use quiver_transport::xdp::bpf::{AttachMode, BpfError, XdpProgram};
 use quiver_transport::xdp::interface::{InterfaceInfo, MacAddress};
 use quiver_transport::xdp::program::HEADERS_LEN;
-use quiver_transport::xdp::socket::{Geometry, XskSocket};
+use quiver_transport::xdp::socket::{Geometry, RxFrame, XskSocket};
 
 use super::frame::{parse, write_headers, Ends, Refusal};
 use crate::error::{Error, Result};
@@ -72,6 +72,19 @@ pub struct XdpLinkStats {
     /// Datagrams that came through the kernel instead (an interface with several receive
     /// queues: those of the queues without quiver's socket).
     pub kernel_received: u64,
+}
+
+/// A datagram [`XdpLink::recv_next`] took.
+#[derive(Debug)]
+pub(crate) enum Arrival {
+    /// In its UMEM frame, at `datagram` (give the frame back with [`XdpLink::release`]).
+    InFrame {
+        frame: RxFrame,
+        datagram: std::ops::Range<usize>,
+        from: SocketAddr,
+    },
+    /// Copied into the caller's buffer, this long (the kernel path).
+    InBuffer { len: usize, from: SocketAddr },
 }
 
 /// One own link of the xdp transport.
@@ -279,6 +292,37 @@ impl XdpLink {
                 }
             }
         }
+    }
+
+    /// Takes one datagram: in place in its UMEM frame (no copy), or through the kernel
+    /// path into `buf` (several receive queues); None when nothing (of ours) has arrived.
+    /// Frames that are not ours are counted, given back and skipped.
+    pub(crate) fn recv_next(&mut self, buf: &mut [u8]) -> Option<Arrival> {
+        loop {
+            let Some(frame) = self.socket.recv_frame() else {
+                let (len, from) = self.recv_kernel(buf)?;
+                return Some(Arrival::InBuffer { len, from });
+            };
+            match parse(&frame, self.local) {
+                Ok((source, datagram)) => {
+                    self.stats.frames_received += 1;
+                    return Some(Arrival::InFrame {
+                        frame,
+                        datagram,
+                        from: SocketAddr::V4(source),
+                    });
+                }
+                Err(Refusal::Length | Refusal::Kind | Refusal::Checksum | Refusal::Destination) => {
+                    self.stats.frames_refused += 1;
+                    self.socket.release(frame);
+                }
+            }
+        }
+    }
+
+    /// Gives a frame from [`XdpLink::recv_next`] back to the receive pool.
+    pub(crate) fn release(&mut self, frame: RxFrame) {
+        self.socket.release(frame);
     }
 
     /// A datagram the kernel received for the link's port (several receive queues only).
