@@ -8,6 +8,8 @@
 
 use std::process::Command;
 
+include!("src/build_variable.rs");
+
 fn pkg_config(args: &[&str]) -> Option<Vec<String>> {
     let output = Command::new("pkg-config")
         .args(args)
@@ -27,10 +29,10 @@ fn pkg_config(args: &[&str]) -> Option<Vec<String>> {
 
 fn main() {
     println!("cargo:rerun-if-changed=src/shim.c");
-    println!("cargo:rerun-if-env-changed=QUIVER_PMIX");
+    println!("cargo:rerun-if-env-changed={BUILD_VARIABLE}");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rustc-check-cfg=cfg(quiver_pmix)");
-    let wanted = std::env::var("QUIVER_PMIX").unwrap_or_default();
+    let wanted = std::env::var(BUILD_VARIABLE).unwrap_or_default();
     let (skip, required) = match wanted.trim() {
         "0" | "off" | "no" => (true, false),
         "1" | "on" | "yes" | "required" => (false, true),

@@ -79,6 +79,7 @@ enum Command {
 }
 
 fn main() {
+    quiver_cli::init_process();
     let cli = Cli::parse();
     let exit_status = match cli.command {
         Command::Bench(args) => bench::main(args),

@@ -8,3 +8,7 @@
 
 pub mod bench;
 pub mod launch;
+pub mod process;
+pub mod provenance;
+
+pub use process::init_process;

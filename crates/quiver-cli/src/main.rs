@@ -41,17 +41,18 @@ enum Command {
     /// Measure quiver's latency and bandwidth end to end, next to the machine's floors
     Bench(bench::args::BenchArgs),
     /// Show what this machine and quiver build support
-    Info,
+    Info(info::InfoArgs),
     /// Measure this machine's protocol switch points and write them to its profile
     Tune(tune::TuneArgs),
 }
 
 fn main() {
+    quiver_cli::init_process();
     let cli = Cli::parse();
     let exit_status = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Bench(args) => bench::args::main(args),
-        Command::Info => info::main(),
+        Command::Info(args) => info::main(args),
         Command::Tune(args) => tune::main(args),
     };
     std::process::exit(exit_status);

@@ -94,6 +94,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "1")]
     stop_timeout: Duration,
 
+    /// Forward the ranks' output lines as they are, without the `[RANK] ` prefix (lines
+    /// still arrive whole, never mixed)
+    #[arg(long)]
+    no_prefix: bool,
+
     /// The program each rank runs, and its arguments
     #[arg(
         value_name = "PROGRAM",
@@ -108,7 +113,8 @@ pub(crate) struct RunArgs {
 const AFTER_HELP: &str = "\
 Every rank gets QUIVER_RANK, QUIVER_SIZE, QUIVER_JOB_ID, QUIVER_JOB_KEY and
 QUIVER_LAUNCHER in its environment. Each line a rank prints is forwarded as
-`[RANK] line`, stdout to stdout and stderr to stderr. Rank 0 inherits stdin.
+`[RANK] line` (as it is with --no-prefix), stdout to stdout and stderr to stderr.
+Rank 0 inherits stdin.
 
 When a rank exits non-zero, is killed, or stays stopped (SIGSTOP) for longer than
 --stop-timeout, the launcher names it and the cause; the other ranks get SIGTERM, then
@@ -250,11 +256,16 @@ impl Job {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         self.ranks.push(child);
+        let prefix = if args.no_prefix {
+            String::new()
+        } else {
+            format!("[{rank}] ")
+        };
         if let Some(stdout) = stdout {
-            self.start_forwarder(stdout, rank, OutputStream::Stdout)?;
+            self.start_forwarder(stdout, rank, prefix.clone(), OutputStream::Stdout)?;
         }
         if let Some(stderr) = stderr {
-            self.start_forwarder(stderr, rank, OutputStream::Stderr)?;
+            self.start_forwarder(stderr, rank, prefix, OutputStream::Stderr)?;
         }
         Ok(())
     }
@@ -263,6 +274,7 @@ impl Job {
         &mut self,
         source: impl Read + Send + 'static,
         rank: u32,
+        prefix: String,
         stream: OutputStream,
     ) -> Result<(), StartFailure> {
         let done = self.forwarder_done_tx.clone();
@@ -270,7 +282,7 @@ impl Job {
             .name(format!("rank-{rank}-{stream:?}"))
             .stack_size(FORWARDER_STACK_BYTES)
             .spawn(move || {
-                forward_lines(source, rank, stream);
+                forward_lines(source, &prefix, stream);
                 // The receiver lives until the job is finished; if it is gone nobody waits.
                 let _ = done.send(());
             })
@@ -516,13 +528,13 @@ enum OutputStream {
 /// launcher's stdout and stderr are the same file.
 static OUTPUT_LOCK: Mutex<()> = Mutex::new(());
 
-/// Copies `source` to `stream` line by line, each line prefixed with `[rank] `; a last line
-/// without a newline gets one. Keeps draining `source` after the launcher's own output
-/// fails (closed pipe), so the rank never blocks on a full pipe.
-fn forward_lines(source: impl Read, rank: u32, stream: OutputStream) {
-    let prefix = format!("[{rank}] ");
+/// Copies `source` to `stream` line by line, each line prefixed with `prefix` (`[rank] `,
+/// or nothing with `--no-prefix`); a last line without a newline gets one. Keeps draining
+/// `source` after the launcher's own output fails (closed pipe), so the rank never blocks
+/// on a full pipe.
+fn forward_lines(source: impl Read, prefix: &str, stream: OutputStream) {
     let mut reader = BufReader::with_capacity(FORWARD_BUFFER_BYTES, source);
-    let mut line = prefix.clone().into_bytes();
+    let mut line = prefix.as_bytes().to_vec();
     let mut sink_is_open = true;
     loop {
         line.truncate(prefix.len());

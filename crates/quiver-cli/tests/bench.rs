@@ -48,6 +48,19 @@ fn json_lines(output: &Output) -> Vec<Value> {
                 value["size"].as_u64().is_some_and(|size| size > 0),
                 "size is not a positive integer: {line}"
             );
+            // Every line says where it comes from.
+            assert_eq!(value["schema_version"], 1, "no schema version: {line}");
+            assert_eq!(
+                value["quiver_version"],
+                env!("CARGO_PKG_VERSION"),
+                "no version: {line}"
+            );
+            for key in ["host", "commit"] {
+                assert!(
+                    value[key].as_str().is_some_and(|text| !text.is_empty()),
+                    "no {key}: {line}"
+                );
+            }
             value
         })
         .collect()

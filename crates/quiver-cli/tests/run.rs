@@ -272,6 +272,19 @@ fn output_is_prefixed_per_rank_and_per_stream() {
 }
 
 #[test]
+fn no_prefix_forwards_whole_lines_as_they_are() {
+    let script = "echo out$QUIVER_RANK; echo err$QUIVER_RANK >&2; printf tail$QUIVER_RANK";
+    let output = run_script(&["-n", "2", "--no-prefix"], script);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    let mut stdout: Vec<String> = text(&output.stdout).lines().map(String::from).collect();
+    stdout.sort();
+    assert_eq!(stdout, ["out0", "out1", "tail0", "tail1"]);
+    let mut stderr: Vec<String> = text(&output.stderr).lines().map(String::from).collect();
+    stderr.sort();
+    assert_eq!(stderr, ["err0", "err1"]);
+}
+
+#[test]
 fn lines_of_concurrent_ranks_never_mix() {
     // Two ranks each print 3000 long lines as fast as they can.
     let script = "i=0; while [ $i -lt 3000 ]; do \

@@ -299,6 +299,67 @@ fn a_forged_record_is_an_error_not_a_crash() {
     scribble("forge");
 }
 
+/// A ring written by hand with a rendezvous request for three quarters of the machine's
+/// memory: the receiver, in a pooled receive that sizes its buffer by the message, gets
+/// `MessageTooLarge` on that connection (no OOM kill), and its other connections work.
+#[test]
+fn a_rendezvous_for_most_of_the_memory_is_message_too_large_not_an_oom() {
+    let job = Job::start(
+        3,
+        |r| match r {
+            0 => vec!["victim".into(), "pooled".into()],
+            1 => vec!["scribble".into(), "huge".into()],
+            _ => vec!["serve".into()],
+        },
+        same_key,
+        &[],
+    );
+    let announced = job.expect_line(1, "announced", Duration::from_secs(20));
+    job.expect_line(1, "scribbled", Duration::from_secs(20));
+    let line = job.expect_line(0, "error:", Duration::from_secs(10));
+    let len = announced.split_whitespace().nth(1).expect("a length");
+    assert!(
+        line.contains("1:0") && line.contains(&format!("message of {len} bytes")),
+        "{line}"
+    );
+    job.expect_line(
+        0,
+        "ok other connection still works",
+        Duration::from_secs(10),
+    );
+}
+
+/// The ring and the doorbell are sealed: a peer cannot shrink them under their reader (it
+/// would die of SIGBUS); its scribbling is still `Corrupt` on its connection only.
+#[test]
+fn a_truncated_ring_or_doorbell_is_refused_and_scribbling_stays_corrupt() {
+    let job = Job::start(
+        3,
+        |r| match r {
+            0 => vec!["victim".into()],
+            1 => vec!["scribble".into(), "truncate".into()],
+            _ => vec!["serve".into()],
+        },
+        same_key,
+        &[],
+    );
+    for what in ["ring", "doorbell"] {
+        let line = job.expect_line(1, &format!("{what} truncate"), Duration::from_secs(20));
+        assert!(
+            line.contains("refused") && line.contains("not permitted"),
+            "{line}"
+        );
+    }
+    job.expect_line(1, "scribbled", Duration::from_secs(20));
+    let line = job.expect_line(0, "error:", Duration::from_secs(10));
+    assert!(line.contains("1:0") && line.contains("corrupted"), "{line}");
+    job.expect_line(
+        0,
+        "ok other connection still works",
+        Duration::from_secs(10),
+    );
+}
+
 #[test]
 fn a_rank_with_the_wrong_key_is_refused() {
     let mut job = Job::start(

@@ -21,6 +21,8 @@ mod limits;
 pub use error::{PmixError, Result};
 pub use limits::MAX_KEY_BYTES;
 
+include!("build_variable.rs");
+
 /// Whether PMIx support was compiled in (pkg-config found `pmix` when this crate was built).
 pub const BUILT: bool = cfg!(quiver_pmix);
 

@@ -100,8 +100,24 @@ pub struct RemoteDoorbell {
 }
 
 impl RemoteDoorbell {
-    /// Maps a doorbell from the descriptors its owner sent.
+    /// Maps a doorbell from the descriptors its owner sent, once the page's seals are
+    /// checked (see [`sys::SHARED_SEALS`]).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidData`] for a page not sealed against resizing (or of the
+    /// wrong size); the system's error when it cannot be inspected or mapped.
     pub fn attach(memfd: &OwnedFd, eventfd: OwnedFd) -> io::Result<RemoteDoorbell> {
+        let seals = sys::seals(memfd)?;
+        if seals & sys::SHARED_SEALS != sys::SHARED_SEALS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the doorbell's memory file is not sealed against resizing (its seals are \
+                     {seals:#x}, required {:#x}: shrink, grow and seal)",
+                    sys::SHARED_SEALS
+                ),
+            ));
+        }
         let len = sys::file_len(memfd)?;
         if len != DOORBELL_BYTES {
             return Err(io::Error::new(
@@ -139,6 +155,26 @@ mod tests {
             revents: 0,
         }];
         sys::poll(&mut p, Some(Duration::ZERO)).unwrap() == 1
+    }
+
+    /// The doorbell's page is sealed: whoever holds it cannot resize it (the kernel
+    /// refuses), and a page without those seals is refused before it is mapped.
+    #[test]
+    fn the_doorbell_page_cannot_be_resized_and_an_unsealed_one_is_refused() {
+        let bell = Doorbell::new().unwrap();
+        let (memfd, efd) = bell.clone_remote_fds().unwrap();
+        assert_eq!(sys::seals(&memfd).unwrap(), sys::SHARED_SEALS);
+        let page = std::fs::File::from(memfd.try_clone().unwrap());
+        for len in [0, DOORBELL_BYTES as u64 - 1, DOORBELL_BYTES as u64 * 2] {
+            let refused = page.set_len(len).unwrap_err();
+            assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "to {len}");
+        }
+        assert_eq!(page.metadata().unwrap().len(), DOORBELL_BYTES as u64);
+        let forged = sys::memfd_unsealed("quiver-doorbell", DOORBELL_BYTES).unwrap();
+        let refused = RemoteDoorbell::attach(&forged, efd.try_clone().unwrap()).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+        assert!(refused.to_string().contains("not sealed"), "{refused}");
+        RemoteDoorbell::attach(&memfd, efd).unwrap();
     }
 
     #[test]

@@ -639,8 +639,13 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Maps a ring received from its consumer and validates its header.
+    /// Maps a ring received from its consumer, once its seals are checked (see
+    /// [`sys::SHARED_SEALS`]), and validates its header.
     pub fn attach(fd: &std::os::fd::OwnedFd) -> Result<Producer, AttachError> {
+        let seals = sys::seals(fd).map_err(AttachError::Io)?;
+        if seals & sys::SHARED_SEALS != sys::SHARED_SEALS {
+            return Err(AttachError::Unsealed { seals });
+        }
         let len = sys::file_len(fd).map_err(AttachError::Io)?;
         if len <= DATA_OFFSET || len > DATA_OFFSET + MAX_CAPACITY as usize {
             return Err(AttachError::Ring(RingError::BadHeader {
@@ -882,12 +887,47 @@ pub enum AttachError {
     /// The ring is not one of ours.
     #[error(transparent)]
     Ring(RingError),
+    /// The ring's memory file is not sealed against resizing: whoever holds it could shrink
+    /// it under our mapping (SIGBUS). Refused before it is mapped.
+    #[error("the ring's memory file is not sealed against resizing (its seals are {seals:#x}, required {required:#x}: shrink, grow and seal)", required = sys::SHARED_SEALS)]
+    Unsealed {
+        /// The seals it has.
+        seals: u32,
+    },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A ring's memory file is sealed: whoever holds it cannot resize it (the kernel
+    /// refuses), and a producer refuses one without those seals before mapping it.
+    #[test]
+    fn the_ring_file_cannot_be_resized_and_an_unsealed_one_is_refused() {
+        let (_consumer, fd) = Consumer::create(MIN_CAPACITY, 7).unwrap();
+        assert_eq!(sys::seals(&fd).unwrap(), sys::SHARED_SEALS);
+        let file = std::fs::File::from(fd.try_clone().unwrap());
+        let len = file.metadata().unwrap().len();
+        for to in [0, len - 1, len + 4096] {
+            let refused = file.set_len(to).unwrap_err();
+            assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "to {to}");
+        }
+        assert_eq!(file.metadata().unwrap().len(), len);
+        Producer::attach(&fd).unwrap();
+        // The same ring, byte for byte, in a file without the seals.
+        let forged = sys::memfd_unsealed("quiver-ring", len as usize).unwrap();
+        let mut bytes = vec![0u8; len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0).unwrap();
+        let forged_file = std::fs::File::from(forged.try_clone().unwrap());
+        std::os::unix::fs::FileExt::write_all_at(&forged_file, &bytes, 0).unwrap();
+        match Producer::attach(&forged) {
+            Err(error @ AttachError::Unsealed { seals: 0 }) => {
+                assert!(error.to_string().contains("not sealed"), "{error}")
+            }
+            other => panic!("expected Unsealed, got {other:?}"),
+        }
+    }
 
     #[test]
     fn copies_are_exact_at_every_distance() {

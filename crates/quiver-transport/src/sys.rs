@@ -33,12 +33,52 @@ fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// The seals every memory file quiver shares carries ([`memfd`]), and that a side mapping
+/// one it received requires ([`seals`]): its size can no longer change (no shrinking, which
+/// would make the other side's accesses beyond the new end die of SIGBUS, and no growing),
+/// and no seal can be added or removed.
+pub const SHARED_SEALS: u32 = (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) as u32;
+
 /// Creates an anonymous memory file of `len_bytes` (mode 0600 by construction: it has no
-/// name in any file system and is reachable only through the descriptor).
+/// name in any file system and is reachable only through the descriptor), sealed with
+/// [`SHARED_SEALS`] before it is returned, so before anyone else can hold it.
 pub fn memfd(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
+    let owned = memfd_unsealed(name, len_bytes)?;
+    // SAFETY: plain fcntl with integer arguments on a descriptor we own.
+    check(unsafe {
+        libc::fcntl(
+            owned.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            SHARED_SEALS as libc::c_int,
+        )
+    })?;
+    Ok(owned)
+}
+
+/// The seals of the file behind `fd` (`F_GET_SEALS`); 0 for a file that cannot carry
+/// seals (not a memfd, or one made without `MFD_ALLOW_SEALING`: EINVAL).
+pub fn seals(fd: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: plain fcntl with integer arguments on a descriptor the caller owns.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::EINVAL) => Ok(0),
+            _ => Err(error),
+        };
+    }
+    Ok(seals as u32)
+}
+
+/// [`memfd`] without its seals (sealing allowed, none set): what a forged or careless
+/// peer could send. For tests of the side that must refuse it.
+#[doc(hidden)]
+pub fn memfd_unsealed(name: &str, len_bytes: usize) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
     // SAFETY: `cname` is a valid NUL-terminated string that outlives the call.
-    let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    let fd = check(unsafe {
+        libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
     // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: plain syscall on a descriptor we own.
@@ -274,6 +314,22 @@ pub fn process_vm_write(
 pub fn allow_cross_memory_attach() {
     // SAFETY: plain prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+}
+
+/// The machine's physical memory in bytes (`_SC_PHYS_PAGES` times the page size), or
+/// `None` if the system does not say.
+pub fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf takes an integer name and returns an integer; it touches no memory
+    // of ours.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let pages = u64::try_from(pages).ok().filter(|&p| p > 0)?;
+    let page = u64::try_from(page).ok().filter(|&p| p > 0)?;
+    pages.checked_mul(page)
 }
 
 /// The process id of this process.

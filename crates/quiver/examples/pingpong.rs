@@ -18,6 +18,8 @@ fn free_port() -> u16 {
 }
 
 fn main() {
+    // A program that wants QUIVER_LOG installs the stderr subscriber itself.
+    quiver::init_logging_from_env();
     let args: Vec<String> = std::env::args().collect();
     let kind = TransportKind::from_name(args.get(1).map_or("udp", String::as_str))
         .expect("transport: shm, udp, tcp or mem");

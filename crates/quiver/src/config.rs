@@ -35,6 +35,13 @@ pub struct Config {
     /// separately, most bytes tcp receives hold in internal buffers (messages read ahead
     /// while a send waits, large messages begun by a non-blocking receive).
     pub max_buffered_bytes: usize,
+    /// Largest message a peer may announce to an endpoint (`QUIVER_MAX_MESSAGE_BYTES`):
+    /// a shm, tcp or udp header announcing more ends that connection with
+    /// [`Error::MessageTooLarge`] before anything is allocated for it. Default: half this
+    /// machine's physical memory (a larger message could not succeed here: sender and
+    /// receiver each hold it whole, both on this node over shm); an endpoint may change its
+    /// own ([`Endpoint::set_max_message_bytes`](crate::Endpoint::set_max_message_bytes)).
+    pub max_message_bytes: u64,
     /// Transports to try, in order, for a peer (`QUIVER_TRANSPORTS`, e.g. `shm,udp,tcp`).
     /// `shm` is used only for a peer on this node (whose listener is reachable here).
     pub transports: Vec<TransportKind>,
@@ -87,6 +94,10 @@ pub struct Config {
     /// it pays with large datagrams (loopback's 64 KB), not with an Ethernet MTU's
     /// (batched with GRO instead); one link only. 0 turns it off. Default 16 KiB.
     pub udp_scatter_min: usize,
+    /// Print, on stderr, which transport and which protocol each message size range uses
+    /// for every connection an endpoint opens, as it opens it (`QUIVER_PROTO_INFO=1`; see
+    /// [`Endpoint::transport`](crate::Endpoint::transport)). Off by default.
+    pub proto_info: bool,
     /// Faults injected into the datagrams of the udp or mem sockets, for tests and chaos
     /// runs (`QUIVER_FAULTS`, e.g. `seed=7,drop=0.01,reorder=0.01`; see [`Faults`]): off by
     /// default. Arrival faults (`receive.*`) turn the scattering receive off.
@@ -280,6 +291,7 @@ impl Default for Config {
             pool_buffer_bytes: 64 << 10,
             pool_max_bytes: 64 << 20,
             max_buffered_bytes: 64 << 20,
+            max_message_bytes: default_max_message_bytes(),
             transports: vec![TransportKind::Shm, TransportKind::Udp, TransportKind::Tcp],
             udp_datagram_bytes: 0,
             net_window_bytes: 8 << 20,
@@ -293,10 +305,20 @@ impl Default for Config {
             udp_scatter_min: 16 << 10,
             faults: Faults::default(),
             xdp_interfaces: Vec::new(),
+            proto_info: false,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
         }
     }
+}
+
+/// The default of [`Config::max_message_bytes`]: half this machine's physical memory
+/// (4 GiB where the system does not say). A message is held whole twice on its way, by its
+/// sender and by its receiver (two ranks of one node for shm), so a larger one cannot
+/// succeed on this machine anyway; and no single announcement may claim more than half the
+/// memory, so one peer's lie cannot push the receiver into the OOM killer by itself.
+pub(crate) fn default_max_message_bytes() -> u64 {
+    quiver_transport::sys::physical_memory_bytes().map_or(4 << 30, |bytes| (bytes / 2).max(1))
 }
 
 /// One line of `quiver info`: a setting, its value, the variable that overrides it, and
@@ -356,6 +378,7 @@ impl Config {
         let mut op = 0;
         size("QUIVER_TIMEOUT_MS", &mut op)?;
         c.op_timeout = (op > 0).then(|| Duration::from_millis(op));
+        size("QUIVER_MAX_MESSAGE_BYTES", &mut c.max_message_bytes)?;
         usize_size("QUIVER_POOL_BUFFERS", &mut c.pool_buffers)?;
         usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
@@ -386,6 +409,13 @@ impl Config {
             c.faults = text
                 .parse()
                 .map_err(|e| Error::Config(format!("QUIVER_FAULTS={text:?}: {e}")))?;
+        }
+        if let Some(text) = get(PROTO_INFO_ENV) {
+            c.proto_info = parse_switch(&text).ok_or_else(|| {
+                Error::Config(format!(
+                    "{PROTO_INFO_ENV}={text:?}: expected 1 (print) or 0 (do not)"
+                ))
+            })?;
         }
         for (name, source) in c.threshold_sources.iter_mut() {
             if get(name).is_some() {
@@ -499,6 +529,12 @@ impl Config {
                 self.net_idle_timeout.as_millis()
             )));
         }
+        if self.max_message_bytes == 0 {
+            return Err(Error::Config(
+                "QUIVER_MAX_MESSAGE_BYTES=0: must be at least 1 (empty messages always pass)"
+                    .into(),
+            ));
+        }
         if self.transports.is_empty() {
             return Err(Error::Config(
                 "QUIVER_TRANSPORTS: name at least one transport".into(),
@@ -534,6 +570,7 @@ impl Config {
             s("QUIVER_SPIN_US", format!("{} us", self.spin.as_micros()), "busy-poll time before a blocking call sleeps"),
             s("QUIVER_CONNECT_TIMEOUT_MS", format!("{} ms", self.connect_timeout.as_millis()), "how long connect waits for a peer to appear"),
             s("QUIVER_TIMEOUT_MS", self.op_timeout.map_or("none".into(), |d| format!("{} ms", d.as_millis())), "upper bound of every blocking call (0: none)"),
+            s("QUIVER_MAX_MESSAGE_BYTES", format!("{} B", self.max_message_bytes), "largest message a peer may announce to an endpoint; a larger announcement ends that connection with MessageTooLarge, before anything is allocated (default: half this machine's memory)"),
             s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
             s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
             s("QUIVER_TRANSPORTS", self.transports.iter().map(|t| t.name()).collect::<Vec<_>>().join(","), "transports tried in order for each peer (shm only for peers on this node)"),
@@ -549,26 +586,21 @@ impl Config {
             s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
             s("QUIVER_FAULTS", self.faults.to_string(), "faults injected into udp/mem datagrams for tests and chaos runs: seed=N and drop, duplicate, reorder, corrupt rates (fractions or %), for sent datagrams or, prefixed receive., arrived ones; off by default"),
             s("QUIVER_XDP_IFACE", if self.xdp_interfaces.is_empty() { "auto (the interface holding each link's address)".into() } else { self.xdp_interfaces.join(",") }, "network interfaces of the xdp transport, one per own link in order (root; one quiver process per interface)"),
+            s(PROTO_INFO_ENV, if self.proto_info { "1".into() } else { "0".into() }, "1: print the transport and the protocol of each message size range of every connection as it is opened (stderr); `quiver info --protocols` shows them without a job"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
+}
 
-    /// Short, inline and rendezvous ranges in bytes, for reports.
-    pub fn protocol_ranges(&self) -> [(&'static str, u64, u64); 3] {
-        let inline = quiver_transport::ring::INLINE_BYTES;
-        [
-            ("short (inline with the header, one cache line)", 0, inline),
-            (
-                "eager (copied through the ring)",
-                inline + 1,
-                self.shm_eager_max,
-            ),
-            (
-                "rendezvous (single copy, process_vm_readv)",
-                self.shm_eager_max + 1,
-                u64::MAX,
-            ),
-        ]
+/// The variable that turns on the per-connection protocol report ([`Config::proto_info`]).
+pub const PROTO_INFO_ENV: &str = "QUIVER_PROTO_INFO";
+
+/// An on/off setting: `1`, `on`, `yes`, `true` or `0`, `off`, `no`, `false`, `` (any case).
+fn parse_switch(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" | "" => Some(false),
+        _ => None,
     }
 }
 
@@ -724,6 +756,24 @@ mod tests {
     }
 
     #[test]
+    fn the_message_limit_defaults_to_half_the_memory_and_is_set_by_its_variable() {
+        let memory = quiver_transport::sys::physical_memory_bytes().expect("memory");
+        assert_eq!(Config::default().max_message_bytes, memory / 2);
+        let set =
+            |v: &str| Config::from_lookup(|k| (k == "QUIVER_MAX_MESSAGE_BYTES").then(|| v.into()));
+        assert_eq!(set("64M").unwrap().max_message_bytes, 64 << 20);
+        assert!(
+            matches!(set("0"), Err(Error::Config(m)) if m.contains("QUIVER_MAX_MESSAGE_BYTES"))
+        );
+        let shown = Config::default().describe();
+        let line = shown
+            .iter()
+            .find(|s| s.env == "QUIVER_MAX_MESSAGE_BYTES")
+            .expect("described");
+        assert_eq!(line.value, format!("{} B", memory / 2));
+    }
+
+    #[test]
     fn profile_thresholds_apply_and_environment_wins() {
         use crate::profile::{MachineProfile, PROFILE_ENV};
         let dir =
@@ -852,5 +902,24 @@ mod tests {
         let mut over = Config::default();
         over.faults.receive.corrupt_ppm = 2_000_000;
         assert!(matches!(over.validate(), Err(Error::Config(m)) if m.contains("receive")));
+    }
+
+    #[test]
+    fn proto_info_is_a_switch() {
+        assert!(!Config::default().proto_info);
+        let with = |text: &'static str| {
+            Config::from_lookup(|k| (k == PROTO_INFO_ENV).then(|| text.into()))
+        };
+        for on in ["1", "on", "YES", "true "] {
+            assert!(with(on).unwrap().proto_info, "{on}");
+        }
+        for off in ["0", "off", "no", "false", ""] {
+            assert!(!with(off).unwrap().proto_info, "{off:?}");
+        }
+        let e = with("maybe");
+        assert!(
+            matches!(&e, Err(Error::Config(m)) if m.contains("QUIVER_PROTO_INFO=\"maybe\"")),
+            "{e:?}"
+        );
     }
 }

@@ -36,13 +36,25 @@ pub struct Context {
 pub struct ContextStats {
     /// Connections accepted.
     pub connections_accepted: u64,
-    /// Handshakes refused or failed (strangers, wrong key, wrong job, no such endpoint).
+    /// Handshakes refused or failed: strangers, a wrong key or job, a rank outside the job,
+    /// a broken handshake. A healthy job has none. Not counted here: attempts to an
+    /// endpoint that is not open yet ([`connections_not_open`](Self::connections_not_open)).
     pub connections_refused: u64,
+    /// Connection attempts that asked for an endpoint of this rank that was not open at the
+    /// time. Usual while a job starts: a rank connects before its peer has opened the
+    /// endpoint, is told so, and retries until the endpoint opens (or its connect timeout
+    /// passes, when its `connect` returns [`Error::Refused`](crate::Error::Refused)). Each
+    /// attempt counts, so the number depends on timing; nonzero is not a fault.
+    pub connections_not_open: u64,
     /// Of the connections accepted, those over shared memory (the rest came over tcp, udp
     /// or mem).
     pub shm_connections_accepted: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
+    /// Times a listener failed to accept a connection for a reason of its own (out of
+    /// descriptors or memory, or anything unexpected): each is logged, and the listener
+    /// backs off (10 ms, doubling up to 200 ms) and keeps listening.
+    pub accept_errors: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
 }
@@ -109,7 +121,7 @@ impl ContextBuilder {
     /// [`ContextBuilder::build`], with the network sockets already bound by a bootstrap
     /// (`Some`), or bound here at this rank's entry of the addresses (`None`).
     fn build_with(self, bound: Option<NetworkSockets>) -> Result<Context> {
-        crate::log::init_from_env();
+        crate::variables::warn_unknown_once();
         let mut job = self.job;
         if job.size == 0 || job.rank >= job.size {
             return Err(Error::InvalidArgument(format!(
@@ -204,6 +216,7 @@ impl Context {
     /// [`Error::Config`] naming the missing or malformed variable; [`Error::Io`] when the
     /// exchange with the launcher or rank 0 fails.
     pub fn from_env() -> Result<Context> {
+        crate::variables::warn_unknown_once();
         let config = Config::from_env()?;
         let mut network = Binder::new(&config);
         let job = crate::job::from_env(&config, &mut network)?;
@@ -259,8 +272,10 @@ impl Context {
         ContextStats {
             connections_accepted: counts.accepted,
             connections_refused: counts.refused,
+            connections_not_open: counts.not_open,
             shm_connections_accepted: counts.shm_accepted,
             last_refusal: counts.last_refusal,
+            accept_errors: counts.accept_errors,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
         }
     }

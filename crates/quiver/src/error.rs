@@ -69,6 +69,23 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
+    /// The peer announced a message larger than this endpoint accepts
+    /// (`QUIVER_MAX_MESSAGE_BYTES`, [`Endpoint::set_max_message_bytes`](crate::Endpoint::set_max_message_bytes)):
+    /// refused before anything was allocated for it, and the connection was closed (what
+    /// followed on it cannot be framed without reading the message). Not [`Error::Corrupt`]:
+    /// the announcement may be honest, from a peer whose limit is higher; the fix is a
+    /// setting, not a bug hunt.
+    #[error("peer {peer} over {transport} announced a message of {announced} bytes, more than this endpoint accepts ({max} bytes); the connection was closed (raise QUIVER_MAX_MESSAGE_BYTES on the receiving rank, or Endpoint::set_max_message_bytes, if such messages are meant)")]
+    MessageTooLarge {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the connection ("shm", "tcp", "udp", ...).
+        transport: &'static str,
+        /// The length the peer announced.
+        announced: u64,
+        /// The endpoint's limit.
+        max: u64,
+    },
     /// The peer cannot be reached over the network: at connect time no route or no answer,
     /// or later a TCP reset or end of stream without a close, or no answer (not even to
     /// keepalives) for the detection time over udp. The peer may have died, frozen, or the
@@ -176,6 +193,28 @@ pub enum Error {
 }
 
 impl Error {
+    /// `Ok` when a message of `announced` bytes from `peer` over `transport` is within
+    /// `max` (the endpoint's `Config::max_message_bytes`), [`Error::MessageTooLarge`]
+    /// otherwise. One compare on the way in: call it where a length is first read off the
+    /// wire, before anything is sized by it.
+    #[inline]
+    pub(crate) fn check_announced(
+        peer: Addr,
+        transport: &'static str,
+        announced: u64,
+        max: u64,
+    ) -> Result<()> {
+        if announced > max {
+            return Err(Error::MessageTooLarge {
+                peer,
+                transport,
+                announced,
+                max,
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             what: what.into(),
@@ -196,6 +235,7 @@ impl Error {
             | Error::PeerStopped { peer, .. }
             | Error::PeerClosed { peer }
             | Error::Corrupt { peer, .. }
+            | Error::MessageTooLarge { peer, .. }
             | Error::Unreachable { peer, .. }
             | Error::Refused { peer, .. }
             | Error::WrongKey { peer, .. }

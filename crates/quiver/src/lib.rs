@@ -17,6 +17,10 @@
 //! assert_eq!(src, peer);
 //! # let _ = len; Ok(()) }
 //! ```
+//!
+//! quiver logs through `tracing` events and installs no subscriber of its own: give your
+//! program one, or call [`init_logging_from_env`] at the start of `main` to have
+//! `QUIVER_LOG` print them on stderr.
 #![forbid(unsafe_code)]
 
 mod addr;
@@ -31,22 +35,25 @@ pub mod profile;
 mod random;
 mod slab;
 mod transport;
+pub mod variables;
 
 pub use addr::Addr;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
-    DETECTION_MIN, MAX_LINKS,
+    DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvRequest, SendRequest};
 pub use error::{Error, Result};
 pub use job::Bootstrap;
-pub use log::LOG_ENV;
+pub use log::{init_logging_from_env, LOG_ENV};
 pub use pool::PooledBuf;
-pub use transport::dgram::stats::{DatagramStats, LinkStats};
+pub use transport::dgram::stats::{DatagramRefusals, DatagramStats, LinkStats};
+pub use transport::edge::transport_info;
 pub use transport::fault::{
     Fault, FaultDirection, FaultRates, FaultSite, FaultStats, Faults, FaultsParseError,
 };
 pub use transport::liveness::DetectionStats;
+pub use transport::protocols::{ProtocolRange, TransportInfo};
 pub use transport::requests::RecvCompletion;
 pub use transport::xdp::link::XdpLinkStats;

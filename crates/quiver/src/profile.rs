@@ -6,10 +6,10 @@
 //! built-in default. [`crate::Config::threshold_sources`] records which one applied, and
 //! `quiver info` prints it.
 //!
-//! The file is JSON, at `$QUIVER_PROFILE` or else `$HOME/.config/quiver/profile.json`
-//! (`QUIVER_PROFILE=off` disables it). One file holds entries for several machines,
-//! keyed by host name and CPU model, so a home directory shared between machines keeps
-//! each machine's measurements apart:
+//! The file is JSON, at `$QUIVER_PROFILE`, else `$XDG_CONFIG_HOME/quiver/profile.json`,
+//! else `$HOME/.config/quiver/profile.json` (`QUIVER_PROFILE=off` disables it). One file
+//! holds entries for several machines, keyed by host name and CPU model, so a home
+//! directory shared between machines keeps each machine's measurements apart:
 //!
 //! ```json
 //! {
@@ -134,7 +134,8 @@ impl SettingSource {
 /// What configuration loading found about the profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileState {
-    /// No profile is looked for (`QUIVER_PROFILE=off`, or no `QUIVER_PROFILE` and no `HOME`).
+    /// No profile is looked for (`QUIVER_PROFILE=off`, or no `QUIVER_PROFILE`, no
+    /// `XDG_CONFIG_HOME` and no `HOME`).
     Disabled,
     /// The file does not exist.
     NotFound(PathBuf),
@@ -149,7 +150,12 @@ pub enum ProfileState {
 impl std::fmt::Display for ProfileState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ProfileState::Disabled => write!(f, "none ({PROFILE_ENV}=off, or no HOME)"),
+            ProfileState::Disabled => {
+                write!(
+                    f,
+                    "none ({PROFILE_ENV}=off, or neither XDG_CONFIG_HOME nor HOME)"
+                )
+            }
             ProfileState::NotFound(path) => {
                 write!(f, "{} (not found; `quiver tune` writes it)", path.display())
             }
@@ -169,6 +175,8 @@ impl std::fmt::Display for ProfileState {
 }
 
 /// The profile path for an environment given by `get`: `$QUIVER_PROFILE`, else
+/// `$XDG_CONFIG_HOME/quiver/profile.json` (when `XDG_CONFIG_HOME` is an absolute path, as
+/// the XDG base directory specification requires), else
 /// `$HOME/.config/quiver/profile.json`; `None` when disabled.
 pub fn profile_path(get: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
     match get(PROFILE_ENV) {
@@ -180,9 +188,15 @@ pub fn profile_path(get: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
                 Some(PathBuf::from(value))
             }
         }
-        None => get("HOME")
-            .filter(|home| !home.is_empty())
-            .map(|home| Path::new(&home).join(".config/quiver/profile.json")),
+        None => get("XDG_CONFIG_HOME")
+            .filter(|dir| Path::new(dir).is_absolute())
+            .map(PathBuf::from)
+            .or_else(|| {
+                get("HOME")
+                    .filter(|home| !home.is_empty())
+                    .map(|home| Path::new(&home).join(".config"))
+            })
+            .map(|config| config.join("quiver/profile.json")),
     }
 }
 
@@ -323,6 +337,41 @@ mod tests {
             _ => Some("/home/x".to_string()),
         };
         assert_eq!(profile_path(&off), None);
+    }
+
+    #[test]
+    fn path_follows_xdg_config_home() {
+        let both = |k: &str| match k {
+            "HOME" => Some("/home/x".to_string()),
+            "XDG_CONFIG_HOME" => Some("/srv/config".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            profile_path(&both),
+            Some(PathBuf::from("/srv/config/quiver/profile.json"))
+        );
+        // Relative (or empty) values are ignored, as the specification says.
+        for ignored in ["relative/config", ""] {
+            let relative = |k: &str| match k {
+                "HOME" => Some("/home/x".to_string()),
+                "XDG_CONFIG_HOME" => Some(ignored.to_string()),
+                _ => None,
+            };
+            assert_eq!(
+                profile_path(&relative),
+                Some(PathBuf::from("/home/x/.config/quiver/profile.json"))
+            );
+        }
+        let xdg_only = |k: &str| (k == "XDG_CONFIG_HOME").then(|| "/srv/c".to_string());
+        assert_eq!(
+            profile_path(&xdg_only),
+            Some(PathBuf::from("/srv/c/quiver/profile.json"))
+        );
+        let explicit = |k: &str| match k {
+            PROFILE_ENV => Some("/tmp/p.json".to_string()),
+            _ => Some("/srv/config".to_string()),
+        };
+        assert_eq!(profile_path(&explicit), Some(PathBuf::from("/tmp/p.json")));
     }
 
     #[test]

@@ -760,6 +760,111 @@ fn tcp_detection_is_set_per_endpoint() {
     detection_is_set_per_endpoint(TransportKind::Tcp);
 }
 
+/// A rank that connects before its peer opened the endpoint is told "not open", retries and
+/// gets through: counted apart from refusals, so a healthy start shows none.
+fn connect_before_the_endpoint_opens(t: TransportKind) {
+    let job = job(t, 2);
+    let c0 = job.context(0, 2);
+    let c1 = job.context(1, 2);
+    thread::scope(|s| {
+        s.spawn(|| {
+            // Another endpoint keeps the rank's datagram engine polled meanwhile, so the
+            // early attempts reach it whatever the transport.
+            let mut early = c1.endpoint(1).unwrap();
+            let mut buf = [0u8; 8];
+            let opens = std::time::Instant::now() + Duration::from_millis(300);
+            while std::time::Instant::now() < opens {
+                assert!(matches!(early.try_recv(&mut buf), Err(Error::WouldBlock)));
+                thread::sleep(Duration::from_micros(200));
+            }
+            let mut ep = c1.endpoint(0).unwrap();
+            assert_eq!(ep.recv(&mut buf).unwrap(), (5, Addr::new(0, 0)));
+            let back = ep.connect(Addr::new(0, 0)).unwrap();
+            ep.send(back, b"done").unwrap();
+        });
+        let mut ep = c0.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1, 0)).unwrap();
+        ep.send(conn, b"hello").unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(ep.recv(&mut buf).unwrap(), (4, Addr::new(1, 0)));
+    });
+    let stats = c1.stats();
+    assert_eq!(stats.connections_refused, 0, "{:?}", stats.last_refusal);
+    assert!(stats.connections_not_open >= 1, "{stats:?}");
+    assert_eq!(c0.stats().connections_refused, 0);
+}
+
+/// `Endpoint::transport` names the connection's transport and its protocols by size.
+fn transport_is_reported(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        let info = ep.transport(conn).unwrap();
+        assert_eq!(info.kind, t);
+        assert_eq!(info, quiver::transport_info(t, ctx.config()));
+        assert_eq!(info.range_for(0).map(|r| r.first), Some(0));
+        assert_eq!(info.range_for(u64::MAX).map(|r| r.last), Some(None));
+        let other = ctx.endpoint(1).unwrap();
+        assert!(matches!(
+            other.transport(conn),
+            Err(Error::InvalidArgument(_))
+        ));
+        // Both ranks stay until both are connected.
+        ep.send(conn, b"x").unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(ep.recv(&mut buf).unwrap(), (1, peer));
+    });
+}
+
+/// An endpoint refuses a message longer than its limit (`set_max_message_bytes`): the
+/// connection ends with `MessageTooLarge`, naming the length and the limit, and what came
+/// before it is delivered.
+fn a_message_over_the_limit_is_refused(t: TransportKind) {
+    const LIMIT: usize = 100_000;
+    // Set by the receiver once it saw the refusal (the sender stays until then), one per
+    // transport: the transports' tests run at once.
+    static SEEN: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let seen = &SEEN[t as usize];
+        if rank == 0 {
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            ep.set_timeout(Some(Duration::from_secs(5)));
+            ep.send(conn, &pattern(LIMIT, 1)).unwrap();
+            // Refused unread: whether this send completes depends on the transport.
+            let _ = ep.send(conn, &pattern(LIMIT + 1, 2));
+            for _ in 0..3000 {
+                if seen.load(Ordering::Acquire) == 1 {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            panic!("the receiver never saw the refusal");
+        } else {
+            ep.set_max_message_bytes(LIMIT as u64).unwrap();
+            assert_eq!(ep.max_message_bytes(), LIMIT as u64);
+            let first = ep.recv_pooled().unwrap();
+            assert!(first[..] == pattern(LIMIT, 1)[..]);
+            let refused = ep.recv_pooled().map(|b| b.len());
+            seen.store(1, Ordering::Release);
+            match refused {
+                Err(Error::MessageTooLarge {
+                    peer,
+                    transport,
+                    announced,
+                    max,
+                }) => {
+                    assert_eq!(peer, Addr::new(0, 0));
+                    assert_eq!(transport, t.name());
+                    assert_eq!((announced, max), (LIMIT as u64 + 1, LIMIT as u64));
+                }
+                other => panic!("expected MessageTooLarge, got {other:?}"),
+            }
+        }
+    });
+}
+
 macro_rules! conformance {
     ($($name:ident: $kind:expr;)*) => {$(
         mod $name {
@@ -775,6 +880,9 @@ macro_rules! conformance {
             #[test] fn wrong_key_is_refused() { if !super::skip($kind) { super::wrong_key_is_refused($kind) } }
             #[test] fn exchange_large_posted() { if !super::skip($kind) { super::exchange_large_posted($kind) } }
             #[test] fn exchange_large_polling() { if !super::skip($kind) { super::exchange_large_polling($kind) } }
+            #[test] fn connect_before_the_endpoint_opens() { if !super::skip($kind) { super::connect_before_the_endpoint_opens($kind) } }
+            #[test] fn transport_is_reported() { if !super::skip($kind) { super::transport_is_reported($kind) } }
+            #[test] fn a_message_over_the_limit_is_refused() { if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
         }
     )*};
 }

@@ -241,8 +241,10 @@ pub fn check_window_bytes(plan: &Plan) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses `--set NAME=VALUE` entries (only `QUIVER_*` names, not the job's identity).
+/// Parses `--set NAME=VALUE` entries (only `QUIVER_*` names quiver knows, not the job's
+/// identity).
 fn parse_settings(entries: &[String]) -> Result<Vec<(String, String)>, String> {
+    let known = quiver::variables::known_variables();
     const RESERVED: [&str; 6] = [
         "QUIVER_RANK",
         "QUIVER_SIZE",
@@ -270,6 +272,14 @@ fn parse_settings(entries: &[String]) -> Result<Vec<(String, String)>, String> {
             if RESERVED.contains(&name) {
                 return Err(format!(
                     "--set {name}: the bench sets the job's identity and transport itself"
+                ));
+            }
+            if let Some(unknown) =
+                quiver::variables::unknown_among([name.to_string()], &known).pop()
+            {
+                return Err(format!(
+                    "--set {name}: quiver knows no such variable (did you mean {}?)",
+                    unknown.closest
                 ));
             }
             Ok((name.to_string(), value.trim().to_string()))
@@ -435,6 +445,12 @@ mod tests {
         assert!(super::tests::plan(&["--set", "PATH=/"]).is_err());
         assert!(super::tests::plan(&["--set", "QUIVER_RANK=1"]).is_err());
         assert!(super::tests::plan(&["--set", "QUIVER_X"]).is_err());
+        let misspelt = super::tests::plan(&["--set", "QUIVER_SHM_EAGER_MAXX=64K"])
+            .expect_err("an unknown name");
+        assert!(
+            misspelt.contains("did you mean QUIVER_SHM_EAGER_MAX?"),
+            "{misspelt}"
+        );
         assert!(super::tests::plan(&["bibw", "--transport", "raw-udp"]).is_err());
         assert!(super::tests::plan(&["bibw", "--transport", "raw-tcp"]).is_ok());
         // The lab's tests and suites are not `quiver bench`'s.

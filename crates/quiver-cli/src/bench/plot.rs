@@ -26,7 +26,7 @@ const FONT_PATHS: [&str; 3] = [
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
 ];
 /// Environment variable naming a TrueType font for the plot's text.
-const FONT_ENV: &str = "QUIVER_PLOT_FONT";
+pub const FONT_ENV: &str = "QUIVER_PLOT_FONT";
 
 /// One line: (size in bytes, value), ascending by size.
 type Series = BTreeMap<String, Vec<(f64, f64)>>;

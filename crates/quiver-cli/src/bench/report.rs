@@ -5,7 +5,8 @@
 //! section per test (and transport and variant), a row per point, and a JSON line per
 //! point. It knows results only through [`RankResult`], which the bench's
 //! [`Record`] implements and the lab's records implement too. A result's JSON line is
-//! exactly its serialised record.
+//! its serialised record followed by the [`Provenance`] fields (`schema_version`, `host`,
+//! `quiver_version`, `commit`), which no record uses for anything else.
 
 use std::io::{self, Write};
 
@@ -17,6 +18,7 @@ use super::record::{DetectionCost, FloorRecord, Phase, Record};
 use super::result::RankResult;
 use super::sizes::format_size;
 use super::table::{format_mbps, format_microseconds, format_significant};
+use crate::provenance::Provenance;
 
 /// A hand-off that moved by more than this factor during the run gets a warning.
 pub const HANDOFF_DRIFT_WARNING_FACTOR: f64 = 1.5;
@@ -64,6 +66,17 @@ pub struct Report<R = Record> {
     /// Results of two transports come interleaved (the lab's paired runs): they share one
     /// table section per test and each row names its transport and pair.
     interleaved_transports: bool,
+    /// What every JSON line carries besides its record.
+    provenance: Provenance,
+}
+
+/// A JSON line: the record's own fields, then where it comes from.
+#[derive(Serialize)]
+struct Stamped<'a, T: Serialize> {
+    #[serde(flatten)]
+    record: &'a T,
+    #[serde(flatten)]
+    provenance: &'a Provenance,
 }
 
 impl<R: RankResult> Report<R> {
@@ -79,6 +92,7 @@ impl<R: RankResult> Report<R> {
             tag: None,
             round: None,
             interleaved_transports: false,
+            provenance: Provenance::current(),
         }
     }
 
@@ -490,11 +504,15 @@ impl<R: RankResult> Report<R> {
         Ok(())
     }
 
-    fn json_line(&mut self, record: &impl Serialize) -> io::Result<()> {
+    fn json_line<T: Serialize>(&mut self, record: &T) -> io::Result<()> {
         let Some(json) = self.json.as_mut() else {
             return Ok(());
         };
-        serde_json::to_writer(&mut *json, record)?;
+        let stamped = Stamped {
+            record,
+            provenance: &self.provenance,
+        };
+        serde_json::to_writer(&mut *json, &stamped)?;
         writeln!(json)?;
         json.flush()
     }
@@ -640,5 +658,17 @@ mod tests {
         assert_eq!(value["variant"], "copy");
         assert_eq!(value["settings"][0], "QUIVER_SHM_EAGER_MAX=4095");
         assert_eq!(value["round"], 2);
+        assert_eq!(value["test"], "pingpong");
+        assert_eq!(value["latency_us"], 0.25);
+        assert_eq!(
+            value["schema_version"],
+            crate::provenance::RECORD_SCHEMA_VERSION
+        );
+        assert_eq!(value["quiver_version"], env!("CARGO_PKG_VERSION"));
+        assert!(value["host"].as_str().is_some_and(|host| !host.is_empty()));
+        assert!(value["commit"].is_string());
+        // The stamped line still reads back as the record it was.
+        let back: Record = serde_json::from_value(value).expect("a record");
+        assert_eq!(back.size(), 8);
     }
 }

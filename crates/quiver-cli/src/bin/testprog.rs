@@ -10,10 +10,13 @@
 //! - `send-until-error`: send 256 KiB messages to rank 1 until an error; print it.
 //! - `recv-until-error`: receive until an error; print it.
 //! - `serve`: connect to rank 0 and send it a hello every 50 ms (a well-behaved peer).
-//! - `scribble garbage|forge`: connect to rank 0, send one message, then break our ring into
-//!   rank 0 by writing to its memfd through /proc/self/fd.
-//! - `victim`: rank 0 of `scribble`: receive until an error, print it, then receive one more
-//!   message from rank 2 to show other connections still work.
+//! - `scribble garbage|forge|truncate|huge`: connect to rank 0, send one message, then break our
+//!   ring into rank 0 by writing to its memfd through /proc/self/fd (`truncate` first tries
+//!   to shrink the ring and a doorbell it maps, and says whether the kernel refused;
+//!   `huge` writes a rendezvous request for three quarters of the machine's memory).
+//! - `victim [pooled]`: rank 0 of `scribble`: receive (into a buffer, or pooled receives,
+//!   which size their buffer by the message) until an error, print it, then receive one
+//!   more message from rank 2 to show other connections still work.
 //! - `survive ROUNDS MAX_BYTES SEED`: all-to-all in lockstep rounds (each rank sends one
 //!   message to every live peer, then receives one from each), verifying every byte, for
 //!   ROUNDS rounds. Prints `ready pid P`, then `running` after 100 rounds. A peer whose
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 use quiver::{Addr, Context, Endpoint, Error};
 
 fn main() {
+    quiver::init_logging_from_env();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = run(&args);
     if let Err(e) = result {
@@ -83,7 +87,7 @@ fn run(args: &[String]) -> AnyResult {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        "victim" => victim(&mut ep),
+        "victim" => victim(&mut ep, args.get(1).map(String::as_str) == Some("pooled")),
         "survive" => survive(&ctx, &mut ep, num(1, 3000), num(2, 64 << 10), num(3, 1)),
         "idle" => {
             say("started");
@@ -290,20 +294,25 @@ fn slow_recv(ctx: &Context, ep: &mut Endpoint, messages: u64) -> AnyResult {
     Ok(())
 }
 
-fn victim(ep: &mut Endpoint) -> AnyResult {
+fn victim(ep: &mut Endpoint, pooled: bool) -> AnyResult {
     let mut buf = vec![0u8; 1 << 20];
     say("started");
     // First the scribbler's honest message, then its damage, then rank 2's hello and more.
     let mut seen_error = false;
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        match ep.recv(&mut buf) {
+        let got = if pooled {
+            ep.recv_pooled().map(|b| (b.len(), b.src()))
+        } else {
+            ep.recv(&mut buf)
+        };
+        match got {
             Ok((_, src)) if src.rank == 2 && seen_error => {
                 say("ok other connection still works");
                 return Ok(());
             }
             Ok(_) => {}
-            Err(e @ Error::Corrupt { .. }) => {
+            Err(e @ (Error::Corrupt { .. } | Error::MessageTooLarge { .. })) => {
                 say(&format!("error: {e}"));
                 seen_error = true;
             }
@@ -330,8 +339,27 @@ fn scribble(ep: &mut Endpoint, how: &str) -> AnyResult {
         .write(true)
         .open(&path)?;
     use std::os::unix::fs::FileExt;
+    if how == "truncate" {
+        // Shrinking the ring (or a doorbell mapped here) under its reader would kill it with
+        // SIGBUS: the kernel must refuse (the files are sealed). Then garbage, which the
+        // reader reports as Corrupt.
+        let bell = maps
+            .lines()
+            .find(|l| l.contains("memfd:quiver-doorbell"))
+            .and_then(|l| l.split_whitespace().next())
+            .ok_or("no doorbell mapping found")?;
+        let bell = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/map_files/{bell}"))?;
+        for (what, target) in [("ring", &file), ("doorbell", &bell)] {
+            match target.set_len(0) {
+                Ok(()) => say(&format!("{what} truncated")),
+                Err(e) => say(&format!("{what} truncate refused: {e}")),
+            }
+        }
+    }
     match how {
-        "garbage" => {
+        "garbage" | "truncate" => {
             let len = file.metadata()?.len() as usize;
             let mut x = 0x2545_f491_4f6c_dd1du64;
             let junk: Vec<u8> = (0..len)
@@ -360,6 +388,31 @@ fn scribble(ep: &mut Endpoint, how: &str) -> AnyResult {
             file.write_all_at(&rec[8..], 256 + pos + 8)?;
             file.write_all_at(&rec[..8], 256 + pos)?;
         }
+        "huge" => {
+            // A rendezvous request for three quarters of this machine's memory, right where
+            // the reader looks next: a pooled receive would size its buffer by it.
+            let memory: u64 = std::fs::read_to_string("/proc/meminfo")?
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .ok_or("no MemTotal in /proc/meminfo")?
+                * 1024;
+            let len = memory / 4 * 3;
+            let mut salt = [0u8; 8];
+            file.read_exact_at(&mut salt, 152)?;
+            let salt = u64::from_ne_bytes(salt);
+            let pos = 64u64;
+            let mut rec = [0u8; 40];
+            rec[..8].copy_from_slice(&((pos + 1) ^ salt).to_ne_bytes());
+            rec[8] = 3; // Rndv
+            rec[12..16].copy_from_slice(&16u32.to_ne_bytes());
+            rec[16..24].copy_from_slice(&len.to_ne_bytes());
+            rec[24..32].copy_from_slice(&0x1000u64.to_ne_bytes());
+            rec[32..40].copy_from_slice(&len.to_ne_bytes());
+            file.write_all_at(&rec[8..], 256 + pos + 8)?;
+            file.write_all_at(&rec[..8], 256 + pos)?;
+            say(&format!("announced {len} bytes"));
+        }
         other => return Err(format!("unknown scribble {other:?}").into()),
     }
     say("scribbled");
@@ -380,6 +433,7 @@ fn kind(e: &Error) -> &'static str {
         Error::VersionMismatch { .. } => "VersionMismatch",
         Error::PermissionDenied { .. } => "PermissionDenied",
         Error::OutOfSharedMemory { .. } => "OutOfSharedMemory",
+        Error::MessageTooLarge { .. } => "MessageTooLarge",
         Error::Timeout { .. } => "Timeout",
         Error::Io { .. } => "Io",
         _ => "Other",

@@ -12,6 +12,7 @@ use crate::config::TransportKind;
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
 use crate::transport::edge::{self, InEdge, Opened, OutEdge};
+use crate::transport::protocols::TransportInfo;
 use crate::transport::shm::outbound::ShmOut;
 
 impl Endpoint {
@@ -135,10 +136,51 @@ impl Endpoint {
                 "{how}"
             );
         }
+        if self.config.proto_info {
+            if let Some(kind) = out.kind() {
+                // QUIVER_PROTO_INFO asked for this on stderr, logging or not.
+                eprint!(
+                    "quiver: connection {} -> {peer} ({how}) over {}",
+                    self.addr,
+                    edge::transport_info(kind, &self.config)
+                );
+            }
+        }
         let index = self.outbound.len() as u32;
         self.outbound.push(out);
         self.by_peer.insert(peer, index);
         self.connection(index, peer)
+    }
+
+    /// Which transport carries `conn` and which protocol it uses for each message size,
+    /// and why (the settings that put the bounds): what `QUIVER_PROTO_INFO=1` prints when
+    /// the connection is opened.
+    ///
+    /// ```no_run
+    /// # fn main() -> quiver::Result<()> {
+    /// let ctx = quiver::Context::from_env()?;
+    /// let mut ep = ctx.endpoint(0)?;
+    /// let conn = ep.connect(quiver::Addr::new(1, 0))?;
+    /// let info = ep.transport(conn)?;
+    /// println!("{}: 1 MiB goes by {:?}", info.kind, info.range_for(1 << 20).map(|r| r.protocol));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `conn` does not belong to this endpoint.
+    pub fn transport(&self, conn: Connection) -> Result<TransportInfo> {
+        let kind = self
+            .outbound
+            .get(conn.index as usize)
+            .filter(|_| conn.endpoint_id == self.id)
+            .and_then(OutEdge::kind)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "connection to {} does not belong to endpoint {}",
+                    conn.peer, self.addr
+                ))
+            })?;
+        Ok(edge::transport_info(kind, &self.config))
     }
 
     pub(super) fn connection(&self, index: u32, peer: Addr) -> Connection {

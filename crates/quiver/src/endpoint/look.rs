@@ -125,6 +125,14 @@ impl Endpoint {
         {
             return None;
         }
+        // The endpoint's message limit, as a shorter buffer (one compare): a longer message
+        // leaves the short paths for the general one, which refuses it.
+        let max = usize::try_from(self.config.max_message_bytes).unwrap_or(usize::MAX);
+        let buf = if buf.len() > max {
+            &mut buf[..max]
+        } else {
+            buf
+        };
         match &mut self.inbound[0] {
             InEdge::Tcp(tcp) if self.local.dgram.is_none() => {
                 let peer = tcp.net.peer;

@@ -208,6 +208,30 @@ impl Endpoint {
         self.config.detect
     }
 
+    /// Sets the largest message a peer may announce to this endpoint (`QUIVER_MAX_MESSAGE_BYTES`
+    /// sets it for the whole context): a connection whose peer announces a larger one is
+    /// closed with [`Error::MessageTooLarge`] before anything is allocated for it. Takes
+    /// effect at the next receive.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 (empty messages always pass; a limit of 0 would be
+    /// meaningless).
+    pub fn set_max_message_bytes(&mut self, max: u64) -> Result<()> {
+        if max == 0 {
+            return Err(Error::InvalidArgument(
+                "largest message 0: must be at least 1 byte".into(),
+            ));
+        }
+        self.config.max_message_bytes = max;
+        Ok(())
+    }
+
+    /// The largest message a peer may announce to this endpoint
+    /// ([`Endpoint::set_max_message_bytes`], `QUIVER_MAX_MESSAGE_BYTES`).
+    pub fn max_message_bytes(&self) -> u64 {
+        self.config.max_message_bytes
+    }
+
     /// The endpoint's state an edge's driver uses during one call (the edges themselves
     /// are borrowed apart from it).
     fn context(&mut self) -> EdgeContext<'_> {

@@ -52,7 +52,10 @@ fn tcp_endpoint() -> (crate::Context, Endpoint, crate::Context, Endpoint) {
         transports: vec![TransportKind::Tcp],
         ..crate::Config::default()
     };
-    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x7e57);
+    // A job of its own per call: tests run at once, and each context listens by job.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tag = 0x7e57_0000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, tag);
     let ep1 = ctx1.endpoint(0).unwrap();
     let mut ep0 = ctx0.endpoint(0).unwrap();
     ep0.connect(Addr::new(1, 0)).unwrap();
@@ -220,4 +223,116 @@ fn lone_dgram_edge_takes_whole_messages_and_leaves_the_rest() {
     go.send(()).unwrap();
     sender.join().unwrap();
     assert!(look_until_news(&mut ep, &mut small).is_none());
+}
+
+/// Three quarters of this machine's memory: a message no receiver here could hold.
+fn three_quarters_of_memory() -> u64 {
+    quiver_transport::sys::physical_memory_bytes().expect("the machine's memory") / 4 * 3
+}
+
+/// A tcp peer announcing a message of three quarters of the machine's memory ends its
+/// connection with `MessageTooLarge` before anything is allocated for it, whichever
+/// receive meets the header first (a pooled one would have reserved and zeroed it all).
+#[test]
+fn a_tcp_peer_announcing_too_much_gets_message_too_large() {
+    let huge = three_quarters_of_memory();
+    let max = ep_max();
+    assert!(huge > max, "the default limit is half the memory");
+    for pooled in [true, false] {
+        let (_ctx0, mut ep, _ctx1, _ep1) = tcp_endpoint();
+        let peer = ep.inbound[0].peer();
+        let (mut ours, theirs) = pair();
+        lone_edge(&mut ep, theirs);
+        ours.write_all(&StreamHeader::message(huge).emit()).unwrap();
+        ours.write_all(&[1u8; 4096]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let got = if pooled {
+            ep.recv_pooled().map(|b| b.len())
+        } else {
+            ep.try_recv(&mut [0u8; 64]).map(|(n, _)| n)
+        };
+        match got {
+            Err(Error::MessageTooLarge {
+                peer: p,
+                transport: "tcp",
+                announced,
+                max: m,
+            }) => assert_eq!((p, announced, m), (peer, huge, max)),
+            other => panic!("pooled {pooled}: expected MessageTooLarge, got {other:?}"),
+        }
+        assert!(ep.inbound[0].is_done(), "the connection ends");
+    }
+}
+
+/// The default limit of an endpoint.
+fn ep_max() -> u64 {
+    crate::config::default_max_message_bytes()
+}
+
+/// An endpoint's own limit (`set_max_message_bytes`) applies to the short path too: a
+/// message longer than it is refused even where the caller's buffer would hold it.
+#[test]
+fn an_endpoints_own_limit_applies_on_every_path() {
+    let (_ctx0, mut ep, _ctx1, _ep1) = tcp_endpoint();
+    let (mut ours, theirs) = pair();
+    lone_edge(&mut ep, theirs);
+    ep.set_max_message_bytes(8).unwrap();
+    assert!(ep.set_max_message_bytes(0).is_err());
+    ours.write_all(&frame(b"eight!!!")).unwrap();
+    ours.write_all(&frame(b"nine!!!!!")).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(ep.recv(&mut buf).unwrap().0, 8);
+    match ep.recv(&mut buf) {
+        Err(Error::MessageTooLarge {
+            announced: 9,
+            max: 8,
+            ..
+        }) => {}
+        other => panic!("expected MessageTooLarge, got {other:?}"),
+    }
+}
+
+/// A large tcp message held internally (a non-blocking receive began it) grows as its
+/// bytes arrive: memory follows what the peer sent, not what it announced.
+#[test]
+fn a_held_tcp_message_grows_as_it_arrives() {
+    let (_ctx0, mut ep, _ctx1, _ep1) = tcp_endpoint();
+    let peer = ep.inbound[0].peer();
+    let (mut ours, theirs) = pair();
+    lone_edge(&mut ep, theirs);
+    let len = 32usize << 20;
+    ours.write_all(&StreamHeader::message(len as u64).emit())
+        .unwrap();
+    ours.write_all(&vec![5u8; 1 << 20]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..20 {
+        assert!(matches!(ep.try_recv_pooled(), Err(Error::WouldBlock)));
+    }
+    let held = ep.inbound[0]
+        .as_tcp_mut()
+        .expect("tcp")
+        .reader
+        .partial
+        .as_ref()
+        .map(|p| match &p.into {
+            crate::transport::tcp::reader::PartialInto::Held(held) => held.len(),
+            other => panic!("expected a held message, got {other:?}"),
+        });
+    let held = held.expect("a message in progress");
+    assert!(
+        held <= 4 << 20,
+        "{held} bytes held for 1 MiB received of a {len}-byte message"
+    );
+    // The rest arrives; the message is whole and right.
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![5u8; 1 << 20];
+        for _ in 1..len >> 20 {
+            ours.write_all(&chunk).unwrap();
+        }
+        ours
+    });
+    let got = ep.recv_pooled().unwrap();
+    assert_eq!((got.len(), got.src()), (len, peer));
+    assert!(got.iter().all(|&b| b == 5));
+    drop(writer.join().unwrap());
 }

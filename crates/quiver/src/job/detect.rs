@@ -3,6 +3,7 @@
 
 use super::env::{quiver_run, Lookup, RANK_VARIABLES};
 use super::info::{Bootstrap, JobInfo, NetworkBinder};
+use super::variables::{BOOTSTRAP, RANK, RENDEZVOUS};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -35,7 +36,7 @@ pub(crate) fn from_env(config: &Config, network: &mut dyn NetworkBinder) -> Resu
 
 /// Which bootstrap the variables `get` reads name.
 pub(crate) fn detect(get: Lookup<'_>) -> Result<Bootstrap> {
-    if let Some(forced) = get("QUIVER_BOOTSTRAP") {
+    if let Some(forced) = get(BOOTSTRAP) {
         return match forced.trim() {
             "env" | "quiver-run" => Ok(Bootstrap::QuiverRun),
             "pmix" => Ok(Bootstrap::Pmix),
@@ -45,14 +46,14 @@ pub(crate) fn detect(get: Lookup<'_>) -> Result<Bootstrap> {
             ))),
         };
     }
-    if get("QUIVER_RANK").is_some() {
+    if get(RANK).is_some() {
         return Ok(Bootstrap::QuiverRun);
     }
     if get("PMIX_RANK").is_some() || get("PMIX_NAMESPACE").is_some() {
         if quiver_pmix::BUILT {
             return Ok(Bootstrap::Pmix);
         }
-        if get("QUIVER_RENDEZVOUS").is_some() {
+        if get(RENDEZVOUS).is_some() {
             return Ok(Bootstrap::Rendezvous);
         }
         return Err(Error::Config(

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::info::{Bootstrap, JobInfo};
+use super::variables::{ADDRS, JOB_ID, JOB_KEY, JOB_KEY_FILE, LINKS, RANK, SIZE};
 use crate::error::{Error, Result};
 
 /// Looks up an environment variable (a map in tests).
@@ -41,23 +42,23 @@ pub(crate) fn quiver_run(get: Lookup<'_>) -> Result<JobInfo> {
             .parse()
             .map_err(|_| Error::Config(format!("{k}={v:?}: expected a whole number")))
     };
-    let rank = num("QUIVER_RANK")?;
-    let size = num("QUIVER_SIZE")?;
-    let id_text = var("QUIVER_JOB_ID")?;
+    let rank = num(RANK)?;
+    let size = num(SIZE)?;
+    let id_text = var(JOB_ID)?;
     let job_id = parse_hex::<8>(&id_text)
         .map(u64::from_be_bytes)
         .ok_or_else(|| {
             Error::Config(format!("QUIVER_JOB_ID={id_text:?}: expected 16 hex digits"))
         })?;
-    let key_text = var("QUIVER_JOB_KEY")?;
+    let key_text = var(JOB_KEY)?;
     let key = parse_hex::<32>(&key_text).ok_or_else(|| {
         Error::Config("QUIVER_JOB_KEY: expected 64 hex digits (the value is not shown)".into())
     })?;
-    let addrs = match get("QUIVER_ADDRS") {
+    let addrs = match get(ADDRS) {
         Some(text) => parse_addrs(&text)?,
         None => Vec::new(),
     };
-    let links = match get("QUIVER_LINKS") {
+    let links = match get(LINKS) {
         Some(text) => crate::config::parse_links(&text)?,
         None => Vec::new(),
     };
@@ -112,20 +113,12 @@ pub(crate) fn launcher_rank(get: Lookup<'_>) -> Result<(u32, u32)> {
 /// holds (the same 64 hex digits), if either is set.
 ///
 /// # Errors
-/// [`Error::Config`] for a malformed key (its value is not shown), [`Error::Io`] for a
-/// file that cannot be read.
+/// [`Error::Config`] for a malformed key (its value is not shown) or a key file others may
+/// read or write, [`Error::Io`] for a file that cannot be read.
 pub(crate) fn key_from_env(get: Lookup<'_>) -> Result<Option<[u8; 32]>> {
-    let (text, source) = match (get("QUIVER_JOB_KEY"), get("QUIVER_JOB_KEY_FILE")) {
+    let (text, source) = match (get(JOB_KEY), get(JOB_KEY_FILE)) {
         (Some(text), _) => (text, "QUIVER_JOB_KEY".to_owned()),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                Error::io(
-                    format!("reading the job key from QUIVER_JOB_KEY_FILE={path}"),
-                    e,
-                )
-            })?;
-            (text, format!("QUIVER_JOB_KEY_FILE={path}"))
-        }
+        (None, Some(path)) => (read_key_file(&path)?, format!("QUIVER_JOB_KEY_FILE={path}")),
         (None, None) => return Ok(None),
     };
     parse_hex::<32>(&text).map(Some).ok_or_else(|| {
@@ -133,6 +126,42 @@ pub(crate) fn key_from_env(get: Lookup<'_>) -> Result<Option<[u8; 32]>> {
             "{source}: expected 64 hex digits (the value is not shown)"
         ))
     })
+}
+
+/// Permission bits a key file must not have: any access by its group or by others. As ssh
+/// does for a private key, such a file is refused, not read: whoever else can read it can
+/// join the job, and whoever can write it can choose its key.
+const KEY_FILE_FORBIDDEN_MODE: u32 = 0o077;
+
+/// The text of the key file at `path`, once its permissions were found to keep it to its
+/// owner. The permissions are those of the file opened (`fstat` of the descriptor read),
+/// so the file cannot be swapped between the check and the read.
+///
+/// # Errors
+/// [`Error::Config`] naming the file and its mode when its group or others have any
+/// access; [`Error::Io`] when it cannot be opened or read.
+fn read_key_file(path: &str) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+
+    let what = || format!("reading the job key from QUIVER_JOB_KEY_FILE={path}");
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(what(), e))?;
+    let mode = file
+        .metadata()
+        .map_err(|e| Error::io(what(), e))?
+        .permissions()
+        .mode();
+    if mode & KEY_FILE_FORBIDDEN_MODE != 0 {
+        return Err(Error::Config(format!(
+            "QUIVER_JOB_KEY_FILE={path}: permissions {:04o} are too open: a job key must be \
+             accessible by its owner only (`chmod 600 {path}`); the key was not read",
+            mode & 0o7777
+        )));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| Error::io(what(), e))?;
+    Ok(text)
 }
 
 /// Parses `QUIVER_ADDRS`: one `ip:port` per rank, comma-separated, in rank order.
@@ -233,9 +262,46 @@ pub(crate) mod tests {
         assert!(e.contains("64 hex digits") && !e.contains("abc\""), "{e}");
         let dir = std::env::temp_dir().join(format!("quiver-key-{}", std::process::id()));
         std::fs::write(&dir, format!("{hex64}\n")).unwrap();
+        set_mode(&dir, 0o600);
         let from_file = k(&[("QUIVER_JOB_KEY_FILE", dir.to_str().unwrap())]);
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(from_file.unwrap(), Some([0xab; 32]));
         assert!(k(&[("QUIVER_JOB_KEY_FILE", "/nonexistent/quiver-key")]).is_err());
+    }
+
+    fn set_mode(path: &std::path::Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_key_file_others_may_access_is_refused() {
+        let k = |pairs: &[(&str, &str)]| key_from_env(&lookup(pairs));
+        let path = std::env::temp_dir().join(format!("quiver-open-key-{}", std::process::id()));
+        std::fs::write(&path, format!("{}\n", "cd".repeat(32))).unwrap();
+        let name = path.to_str().unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o602, 0o610] {
+            set_mode(&path, mode);
+            let error = k(&[("QUIVER_JOB_KEY_FILE", name)]).unwrap_err();
+            let text = error.to_string();
+            assert!(matches!(error, Error::Config(_)), "{mode:o}: {error:?}");
+            assert!(
+                text.contains(&format!("{mode:04o}")) && text.contains("chmod 600"),
+                "{text}"
+            );
+            assert!(
+                !text.contains(&"cd".repeat(32)),
+                "the key must not show: {text}"
+            );
+        }
+        for mode in [0o600, 0o400] {
+            set_mode(&path, mode);
+            assert_eq!(
+                k(&[("QUIVER_JOB_KEY_FILE", name)]).unwrap(),
+                Some([0xcd; 32]),
+                "{mode:o}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -32,6 +32,7 @@ mod info;
 mod placement;
 mod pmix;
 mod rendezvous;
+pub(crate) mod variables;
 
 pub(crate) use detect::from_env;
 pub use info::Bootstrap;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::env::Lookup;
 use super::info::{JobInfo, NetworkBinder};
+use super::variables::{BIND_ADDR, NETNS};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 
@@ -16,7 +17,7 @@ use crate::error::{Error, Result};
 /// N == 2: the first half of the ranks in the first). A name is `/run/netns/NAME` (made by
 /// `ip netns add`) unless it contains a '/', then it is a path; "-" stays put.
 pub(crate) fn netns_for(get: Lookup<'_>, rank: u32, size: u32) -> Result<Option<PathBuf>> {
-    let Some(text) = get("QUIVER_NETNS") else {
+    let Some(text) = get(NETNS) else {
         return Ok(None);
     };
     let names: Vec<&str> = text.split(',').map(str::trim).collect();
@@ -62,7 +63,7 @@ pub(crate) fn bind_address(
         quiver_transport::netif::interface_addresses()
             .map_err(|e| Error::io("listing the network interfaces (getifaddrs)", e))
     };
-    if let Some(text) = get("QUIVER_BIND_ADDR") {
+    if let Some(text) = get(BIND_ADDR) {
         let text = text.trim();
         if let Ok(addr) = text.parse::<SocketAddr>() {
             return Ok(addr);

@@ -25,6 +25,7 @@ use super::info::{Bootstrap, JobInfo, NetworkBinder};
 use super::placement::{
     address_text, bind_address, enter_netns, networked, parse_published, settle,
 };
+use super::variables::RENDEZVOUS;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::random::random;
@@ -55,7 +56,7 @@ const RANK_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Result<JobInfo> {
     let get = |k: &str| std::env::var(k).ok();
     let (rank, size) = launcher_rank(&get)?;
-    let text = get("QUIVER_RENDEZVOUS").ok_or_else(|| {
+    let text = get(RENDEZVOUS).ok_or_else(|| {
         Error::Config(
             "QUIVER_RENDEZVOUS is not set: the fallback bootstrap needs host:port, an address \
              of rank 0's node where rank 0 listens and every rank can connect"

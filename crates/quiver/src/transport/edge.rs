@@ -20,6 +20,7 @@ use super::dgram::inbound::DgramIn;
 use super::dgram::outbound::DgramOut;
 use super::edge_context::EdgeContext;
 use super::meanwhile::Meanwhile;
+use super::protocols::TransportInfo;
 use super::shm::inbound::ShmIn;
 use super::shm::outbound::ShmOut;
 use super::tcp::inbound::TcpIn;
@@ -60,6 +61,25 @@ pub(crate) fn capabilities(kind: TransportKind, config: &Config) -> Capabilities
         reliable: !datagram,
         zero_copy: kind == TransportKind::Shm || datagram,
         posts_in_place: datagram && config.udp_post_in_place_min > 0,
+    }
+}
+
+/// Which protocol transport `kind` uses for each message size under `config`, and why
+/// (each transport's `protocols.rs`), with its capabilities.
+pub fn transport_info(kind: TransportKind, config: &Config) -> TransportInfo {
+    let ranges = match kind {
+        TransportKind::Shm => super::shm::protocols::ranges(config),
+        TransportKind::Tcp => super::tcp::protocols::ranges(config),
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
+            super::dgram::protocols::ranges(kind, config)
+        }
+    };
+    let capabilities = capabilities(kind, config);
+    TransportInfo {
+        kind,
+        reliable: capabilities.reliable,
+        zero_copy: capabilities.zero_copy,
+        ranges,
     }
 }
 
@@ -108,13 +128,17 @@ impl OutEdge {
 
     /// What the edge's transport can do.
     pub(crate) fn capabilities(&self, config: &Config) -> Option<Capabilities> {
-        let kind = match self {
-            OutEdge::Shm(_) => TransportKind::Shm,
-            OutEdge::Tcp(_) => TransportKind::Tcp,
-            OutEdge::Dgram(e) => e.kind(),
-            OutEdge::Busy => return None,
-        };
-        Some(capabilities(kind, config))
+        self.kind().map(|kind| capabilities(kind, config))
+    }
+
+    /// The transport of this edge (`None` while it is [`OutEdge::Busy`]).
+    pub(crate) fn kind(&self) -> Option<TransportKind> {
+        match self {
+            OutEdge::Shm(_) => Some(TransportKind::Shm),
+            OutEdge::Tcp(_) => Some(TransportKind::Tcp),
+            OutEdge::Dgram(e) => Some(e.kind()),
+            OutEdge::Busy => None,
+        }
     }
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
@@ -477,7 +501,6 @@ fn look_tcp(
     look: &mut Look<'_, '_>,
 ) -> Result<Option<usize>> {
     let cx = &mut look.cx;
-    let max_held = cx.config.max_buffered_bytes as u64;
     let (before, rest) = edges.split_at_mut(i);
     let Some((InEdge::Tcp(e), after)) = rest.split_first_mut() else {
         unreachable!("look_tcp is given a tcp edge")
@@ -494,7 +517,7 @@ fn look_tcp(
     };
     let was_active = e.net.active;
     let mut committed = *look.committed == Some(i);
-    let got = e.take(dest, wait, cx.requests, max_held, &mut committed, others);
+    let got = e.take(dest, wait, cx.requests, cx.config, &mut committed, others);
     if committed {
         *look.committed = Some(i);
     } else if *look.committed == Some(i) {

@@ -29,6 +29,7 @@ pub(crate) mod local;
 pub(crate) mod meanwhile;
 pub(crate) mod net_edge;
 pub(crate) mod network;
+pub(crate) mod protocols;
 pub(crate) mod registry;
 pub(crate) mod requests;
 pub(crate) mod retry;

@@ -22,12 +22,17 @@ use crate::config::TransportKind;
 pub(crate) struct ListenerCounts {
     /// Connections accepted.
     pub(crate) accepted: u64,
-    /// Handshakes refused or failed.
+    /// Handshakes refused or failed, except [`not_open`](Self::not_open).
     pub(crate) refused: u64,
+    /// Connection attempts that asked for an endpoint not open at the time (see
+    /// [`Registry::not_open`]).
+    pub(crate) not_open: u64,
     /// Of the connections accepted, those over shared memory.
     pub(crate) shm_accepted: u64,
     /// Why the last refusal happened.
     pub(crate) last_refusal: Option<String>,
+    /// Times a listener's accept failed unexpectedly (it backed off and kept listening).
+    pub(crate) accept_errors: u64,
 }
 
 /// The open endpoints of this rank, by port, and the listeners' counters.
@@ -83,17 +88,33 @@ impl Registry {
         counts.shm_accepted = counts.shm_accepted.saturating_add_signed(delta);
     }
 
+    /// Counts a failed accept of listener `listener` and logs it (the listener backs off
+    /// for `backoff` and keeps listening).
+    pub(crate) fn accept_failed(
+        &self,
+        listener: &str,
+        error: &std::io::Error,
+        backoff: std::time::Duration,
+    ) {
+        tracing::warn!(rank = self.rank, listener, %error, backoff_ms = backoff.as_millis() as u64, "accepting a connection failed; listening on");
+        self.counts().accept_errors += 1;
+    }
+
     /// Counts a refused or failed handshake and logs why.
     pub(crate) fn refused(&self, why: String) {
-        if why.contains("which is not open") {
-            // Usual while the job starts: the initiator retries.
-            tracing::debug!(rank = self.rank, reason = %why, "refused a connection");
-        } else {
-            tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
-        }
+        tracing::warn!(rank = self.rank, reason = %why, "refused a connection");
         let mut counts = self.counts();
         counts.refused += 1;
         counts.last_refusal = Some(why);
+    }
+
+    /// Counts a connection attempt to an endpoint that is not open (yet), apart from the
+    /// refusals: usual while a job starts, when a rank connects before its peer opened the
+    /// endpoint; the initiator retries until its connect timeout (and reports
+    /// `Error::Refused` itself if the endpoint never opens).
+    pub(crate) fn not_open(&self, why: String) {
+        tracing::debug!(rank = self.rank, reason = %why, "endpoint not open (yet)");
+        self.counts().not_open += 1;
     }
 
     /// The counters now.
@@ -108,6 +129,11 @@ impl Registry {
     fn counts(&self) -> MutexGuard<'_, ListenerCounts> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Why a listener turned away a connection to endpoint `port` asked for by rank `rank`.
+pub(crate) fn not_open_reason(rank: u32, port: u16) -> String {
+    format!("rank {rank} asked for port {port}, which is not open")
 }
 
 /// An accepted inbound shared-memory edge, handed from the listener to its endpoint.

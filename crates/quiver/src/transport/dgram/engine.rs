@@ -18,7 +18,7 @@ use quiver_transport::udp::{monotonic_ns, ReadinessSet};
 use quiver_wire::frame::MAX_HEADER_LEN;
 
 use super::connection::{Entry, Status};
-use super::stats::{DatagramStats, LinkStats};
+use super::stats::{DatagramRefusals, DatagramStats, LinkStats};
 use super::udp_io::{bind_socket, Socket};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
@@ -118,6 +118,7 @@ impl DgramShared {
                 timers_dirty: false,
                 news: 0,
                 retired: DatagramStats::default(),
+                refused: DatagramRefusals::default(),
                 deferred: Vec::new(),
                 touched: Vec::new(),
                 timed_out: Vec::new(),
@@ -180,6 +181,7 @@ impl DgramShared {
         total.sent_in_place_bytes = engine.sent_in_place_bytes;
         total.adopted_bytes = engine.adopted_bytes;
         total.posted_in_place_bytes = engine.posted_in_place_bytes;
+        total.refused = engine.refused;
         for e in engine.router.connections().values() {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);
@@ -270,6 +272,8 @@ pub(super) struct Engine {
     pub(super) timers_dirty: bool,
     /// Counters of connections already forgotten.
     pub(super) retired: DatagramStats,
+    /// Datagrams received that no connection took, by why.
+    pub(super) refused: DatagramRefusals,
     /// Connections whose acknowledgements wait for the next poll: a message of theirs was
     /// just delivered (or is about to be), and the application's answer should leave
     /// before our ack does.

@@ -14,6 +14,7 @@ use super::connection::Status;
 use super::engine::DgramShared;
 use super::receive::{Reader, RECV_BUDGET_BYTES};
 use crate::config::Config;
+use crate::error::Error;
 use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
@@ -119,6 +120,11 @@ impl DgramShared {
             };
         };
         entry.peer_sent = true;
+        // The limit before anything is sized by the announcement (the edge ends with the
+        // error). The buffer is then made whole at once, not grown as frames arrive: the
+        // core places frames that overtook others at their offsets in it.
+        Error::check_announced(entry.peer, self.kind.name(), len, config.max_message_bytes)
+            .map_err(DgramTake::Error)?;
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;

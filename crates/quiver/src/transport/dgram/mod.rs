@@ -92,6 +92,7 @@ mod messages;
 pub(crate) mod outbound;
 mod poll;
 mod posted_reads;
+pub(crate) mod protocols;
 mod receive;
 mod router_host;
 mod send;

@@ -152,8 +152,9 @@ impl Engine {
             Routed::RepeatedHello { id, connection } => {
                 // A retransmitted Hello (on any link): its connection, if still there,
                 // answers it again; it never opens a second one.
-                if let Some(entry) = connection {
-                    entry.core.handle_datagram(now, path, datagram);
+                match connection {
+                    Some(entry) => entry.core.handle_datagram(now, path, datagram),
+                    None => self.refused.stale_hellos += 1,
                 }
                 touched.push(id);
             }
@@ -164,14 +165,18 @@ impl Engine {
                 touched.push(id);
             }
             // A stale connection (we forgot it) or a forged id: tell the sender.
-            Routed::Reset(reset) => send_reset(&mut self.sockets[path], from, reset),
+            Routed::Reset(reset) => {
+                send_reset(&mut self.sockets[path], from, reset);
+                self.refused.resets_sent += 1;
+            }
             Routed::Refused(error) => {
+                self.refused.refused_hellos += 1;
                 if let Some(ctx) = ctx {
                     ctx.registry
                         .refused(format!("{} from {from}: {error}", shared.kind));
                 }
             }
-            Routed::Dropped(_) => {}
+            Routed::Dropped(reason) => self.refused.count(reason),
         }
     }
 
@@ -363,6 +368,7 @@ impl Engine {
                         for m in 0..got {
                             let msg = rx.message(m);
                             if msg.truncated {
+                                self.refused.truncated += 1;
                                 continue;
                             }
                             bytes += msg.data.len();
@@ -414,6 +420,7 @@ impl Engine {
             for m in 0..got {
                 let msg = rx.message(m);
                 if msg.truncated {
+                    self.refused.truncated += 1;
                     continue;
                 }
                 bytes += msg.data.len();
@@ -533,6 +540,7 @@ impl Engine {
             SplitRecv::Whole => {
                 let msg = rx.message(0);
                 if msg.truncated {
+                    self.refused.truncated += 1;
                     return Some(msg.data.len());
                 }
                 for datagram in msg.datagrams() {

@@ -22,6 +22,7 @@ use super::udp_io::Socket;
 use crate::addr::Addr;
 use crate::random::random;
 use crate::transport::local::LocalRank;
+use crate::transport::registry::not_open_reason;
 
 /// What the router asks of the engine while it accepts a Hello: borrowed from the engine's
 /// fields apart from its router, so that the router can be handed it while the engine's
@@ -71,9 +72,19 @@ impl RouterHost<SocketAddr, Entry> for EngineHost<'_> {
         })
     }
 
+    /// A valid rank asking for an endpoint that is not open (yet) is counted as the shm and
+    /// tcp listeners count it ([`Registry::not_open`](crate::transport::registry::Registry::not_open)).
     fn endpoint_open(&mut self, request: &ConnectRequest) -> bool {
         self.ctx.is_some_and(|c| {
-            request.src_rank < c.size && c.registry.inbox(request.dst_port).is_some()
+            if request.src_rank >= c.size {
+                return false;
+            }
+            let open = c.registry.inbox(request.dst_port).is_some();
+            if !open {
+                c.registry
+                    .not_open(not_open_reason(request.src_rank, request.dst_port));
+            }
+            open
         })
     }
 

@@ -6,6 +6,8 @@
 
 use std::net::SocketAddr;
 
+use quiver_proto::router::DropReason;
+
 use crate::transport::fault::FaultStats;
 use crate::transport::xdp::link::XdpLinkStats;
 
@@ -52,6 +54,67 @@ pub struct DatagramStats {
     /// Faults injected into the datagrams of this context's sockets
     /// ([`Config::faults`](crate::Config::faults), `QUIVER_FAULTS`); all zero when off.
     pub faults: FaultStats,
+    /// Datagrams the engine took from its sockets and no connection took, by why: with
+    /// `corrupt_dropped` and `duplicates_dropped` (a connection's), nothing received is
+    /// dropped uncounted.
+    pub refused: DatagramRefusals,
+}
+
+/// Datagrams a context's datagram engine received and handed to no connection, by reason
+/// (the router's verdicts, [`quiver_proto::router`], and the socket's truncation). Each is
+/// counted once, when it is dropped or answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DatagramRefusals {
+    /// Too short, or a wrong magic or version: not a frame of ours.
+    pub undecodable: u64,
+    /// A Stream frame whose short connection id names no connection here.
+    pub unknown_short_id: u64,
+    /// A full connection id that names no connection here, in a frame that gets no Reset
+    /// (a Reset itself, one from id 0, or one that does not parse).
+    pub unknown_id: u64,
+    /// A full connection id that names no connection here, answered with a Reset (a
+    /// connection this side forgot, or a forged id).
+    pub resets_sent: u64,
+    /// For id 0 (a Hello) but not a valid frame: corrupt or truncated.
+    pub malformed_hellos: u64,
+    /// Valid frames for id 0 that are no Hello of this job (another job, version or kind):
+    /// refused connection attempts.
+    pub refused_hellos: u64,
+    /// Hellos on a link this rank does not share with the rank they claim.
+    pub unshared_paths: u64,
+    /// Repeats of a Hello whose connection is gone (ignored: a repeat never opens a second
+    /// connection).
+    pub stale_hellos: u64,
+    /// Datagrams longer than the receive buffer (cut by the socket, so unreadable).
+    pub truncated: u64,
+}
+
+impl DatagramRefusals {
+    /// Counts one datagram the router dropped for `reason`.
+    #[cold]
+    pub(super) fn count(&mut self, reason: DropReason) {
+        let counter = match reason {
+            DropReason::NoDestination => &mut self.undecodable,
+            DropReason::UnknownShortId => &mut self.unknown_short_id,
+            DropReason::UnknownId => &mut self.unknown_id,
+            DropReason::MalformedHello => &mut self.malformed_hellos,
+            DropReason::UnsharedPath => &mut self.unshared_paths,
+        };
+        *counter += 1;
+    }
+
+    /// The sum of every counter.
+    pub fn total(&self) -> u64 {
+        self.undecodable
+            + self.unknown_short_id
+            + self.unknown_id
+            + self.resets_sent
+            + self.malformed_hellos
+            + self.refused_hellos
+            + self.unshared_paths
+            + self.stale_hellos
+            + self.truncated
+    }
 }
 
 impl DatagramStats {

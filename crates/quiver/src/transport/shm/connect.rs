@@ -165,8 +165,13 @@ fn attach(
     if ring.capacity() != setup.ring_bytes {
         return Err(refused("ring size disagrees with the setup message".into()));
     }
-    let bell = RemoteDoorbell::attach(&bell_memfd, bell_eventfd)
-        .map_err(|e| io_fail("mapping the doorbell of", e))?;
+    let bell = RemoteDoorbell::attach(&bell_memfd, bell_eventfd).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            refused(format!("the doorbell sent is unusable: {e}"))
+        } else {
+            io_fail("mapping the doorbell of", e)
+        }
+    })?;
     let pid = sys::peer_pid(sock).map_err(|e| io_fail("reading the credentials of", e))?;
     let pidfd = sys::pidfd_open(pid).map_err(|e| io_fail("watching the process of", e))?;
     Ok(NewOutbound {
@@ -190,3 +195,85 @@ const CMA_FIX: &str = "run every rank as the same user (and keep them dumpable),
     ranks CAP_SYS_PTRACE; under Yama, kernel.yama.ptrace_scope must be 0 or 1 (quiver \
     declares its peers as ptracers), and a container's seccomp profile must allow \
     process_vm_readv; QUIVER_TRANSPORTS=tcp or udp avoids shared memory altogether";
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::net::UnixStream;
+
+    use quiver_transport::notify::Doorbell;
+    use quiver_transport::ring::Consumer;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    const RING_BYTES: u64 = 4096;
+
+    /// A copy of `fd`'s bytes in a memory file without seals: a forged ring or doorbell.
+    fn unsealed_copy(fd: &OwnedFd) -> OwnedFd {
+        let original = std::fs::File::from(fd.try_clone().unwrap());
+        let mut bytes = vec![0u8; original.metadata().unwrap().len() as usize];
+        original.read_exact_at(&mut bytes, 0).unwrap();
+        let forged = sys::memfd_unsealed("quiver-forged", bytes.len()).unwrap();
+        std::fs::File::from(forged.try_clone().unwrap())
+            .write_all_at(&bytes, 0)
+            .unwrap();
+        forged
+    }
+
+    /// What [`attach`] makes of the descriptors a setup message brought: a ring and a
+    /// doorbell, each sealed as quiver makes them or an unsealed copy.
+    fn attach_forged(seal_ring: bool, seal_bell: bool) -> std::result::Result<(), Error> {
+        let local = LocalRank::new(JobInfo::by_hand(), Config::default(), None);
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let (_consumer, ring) = Consumer::create(RING_BYTES, 11).unwrap();
+        let bell = Doorbell::new().unwrap();
+        let (page, eventfd) = bell.clone_remote_fds().unwrap();
+        let ring = if seal_ring {
+            ring
+        } else {
+            unsealed_copy(&ring)
+        };
+        let page = if seal_bell {
+            page
+        } else {
+            unsealed_copy(&page)
+        };
+        let setup = SetupRepr {
+            status: SetupStatus::Ready,
+            ring_bytes: RING_BYTES,
+        };
+        let peer = Addr::new(0, 1);
+        match attach(
+            &OwnedFd::from(ours),
+            vec![ring, page, eventfd],
+            &setup,
+            &local,
+            (Addr::new(0, 0), peer),
+        ) {
+            Ok(_) => Ok(()),
+            Err(Attempt::Fail(error)) => Err(error),
+            Err(_) => panic!("attach neither succeeds nor fails"),
+        }
+    }
+
+    /// A setup message whose ring or doorbell is not sealed against resizing is refused
+    /// before anything is mapped: a `Corrupt` naming the file, on this connection only.
+    #[test]
+    fn a_setup_message_with_an_unsealed_memory_file_is_refused() {
+        attach_forged(true, true).expect("sealed files are taken");
+        for (seal_ring, seal_bell, named) in [(false, true, "ring"), (true, false, "doorbell")] {
+            match attach_forged(seal_ring, seal_bell) {
+                Err(Error::Corrupt { peer, detail }) => {
+                    assert_eq!(peer, Addr::new(0, 1));
+                    assert!(
+                        detail.contains(named) && detail.contains("not sealed"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("an unsealed {named}: expected Corrupt, got {other:?}"),
+            }
+        }
+    }
+}

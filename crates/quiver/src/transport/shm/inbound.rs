@@ -210,6 +210,11 @@ impl ShmIn {
                 "rendezvous length disagrees with its header",
             ));
         }
+        // The limit before anything is sized by the announcement. The buffer is then made
+        // whole at once, not grown as the copy goes: the sender copies the second half into
+        // it from its side, and the limit (half the machine's memory by default) is what
+        // keeps one announcement from exhausting memory.
+        Error::check_announced(peer, "shm", len, config.max_message_bytes)?;
         let buf = dest.prepare(len)?;
         let seq = self.ring.next_rndv_seq();
         // Large copies are shared with the sender: it pushes the second part with
@@ -223,13 +228,13 @@ impl ShmIn {
             self.ring.post_cts(seq, buf.as_ptr() as u64, split, len);
         }
         let (first, second) = buf.split_at_mut(split as usize);
-        pull(self.pid, peer, first, addr)?;
+        pull((self.pid, &self.pidfd), peer, first, addr)?;
         if !second.is_empty() {
             let sender_copies = !self.ring.claim_second_part(seq);
             // While the sender writes `second` from its side, nothing here touches
             // it; we only return once it reported completion.
             if !sender_copies || !self.wait_second_part(seq, config, detection)? {
-                pull(self.pid, peer, second, addr + split)?;
+                pull((self.pid, &self.pidfd), peer, second, addr + split)?;
             }
         }
         self.ring.consume(&rec);
@@ -247,6 +252,8 @@ impl ShmIn {
     ) -> Result<Option<usize>> {
         let peer = self.peer;
         let total = first.total_len;
+        // One compare per message (its first record), before anything is sized by it.
+        Error::check_announced(peer, "shm", total, config.max_message_bytes)?;
         if total > self.ring.capacity() {
             return Err(corrupt_detail(peer, "eager message larger than its ring"));
         }

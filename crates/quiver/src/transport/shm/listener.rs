@@ -24,7 +24,7 @@ use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::local::LocalRank;
-use crate::transport::registry::{Inbox, NewInbound};
+use crate::transport::registry::{not_open_reason, Inbox, NewInbound};
 
 /// Time a single handshake step may take before the socket gives up.
 pub(crate) const HANDSHAKE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -84,36 +84,71 @@ impl ShmListener {
 }
 
 pub(crate) fn listen(local: &LocalRank, listener: &OwnedFd) {
-    loop {
-        let sock = match sys::accept(listener) {
-            Ok(s) => s,
-            Err(e) => {
-                if local.stopping.load(Ordering::Acquire) {
-                    return;
-                }
-                match e.raw_os_error() {
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM) => {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    }
-                    _ => return,
-                }
+    accept_loop(
+        local,
+        || sys::accept(listener),
+        |sock| {
+            // `respond` counts the acceptance itself, before the peer can start sending.
+            match respond(local, &sock) {
+                Ok(Answered::Accepted) => {}
+                Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
+                Err(why) => local.registry.refused(why),
             }
-        };
+        },
+    );
+}
+
+/// First pause of a listener after a failed accept; it doubles with each failure in a row.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause (it also bounds how long a stopping context waits for the thread).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+
+/// Takes connections from `accept` and hands each to `serve` until the rank stops. A
+/// failed accept never ends the listener: an interrupted call or a connection the peer
+/// abandoned is simply retried; anything else (out of descriptors or memory, or an error
+/// nobody expected) is counted and logged ([`Registry::accept_failed`]) and retried after
+/// a pause that doubles while failures follow each other, from [`ACCEPT_BACKOFF_MIN`] to
+/// [`ACCEPT_BACKOFF_MAX`].
+///
+/// [`Registry::accept_failed`]: crate::transport::registry::Registry::accept_failed
+fn accept_loop(
+    local: &LocalRank,
+    mut accept: impl FnMut() -> std::io::Result<OwnedFd>,
+    mut serve: impl FnMut(OwnedFd),
+) {
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = accept();
         if local.stopping.load(Ordering::Acquire) {
             return;
         }
-        // `respond` counts the acceptance itself, before the peer can start sending.
-        if let Err(why) = respond(local, &sock) {
-            local.registry.refused(why);
+        match accepted {
+            Ok(sock) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                serve(sock);
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ECONNABORTED)) => {}
+            Err(e) => {
+                local.registry.accept_failed("shm", &e, backoff);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
         }
     }
 }
 
+/// How a handshake the listener answered ended, when nothing failed.
+enum Answered {
+    /// The new inbound edge was registered with its endpoint.
+    Accepted,
+    /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
+    /// initiator retries. Why, for the log.
+    NotOpen(String),
+}
+
 /// Runs one responder handshake on `sock`; on success the new inbound edge is registered
 /// with its endpoint.
-fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String> {
+fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<Answered, String> {
     sys::set_socket_timeouts(sock, HANDSHAKE_STEP_TIMEOUT).map_err(|e| e.to_string())?;
     let pid = sys::peer_pid(sock).map_err(|e| format!("reading the peer's credentials: {e}"))?;
     let mut hs = Responder::new(local.job_key(), local.job_id, random());
@@ -139,10 +174,15 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
         hs.reject(RejectReason::NoSuchEndpoint)
             .map_err(|e| e.to_string())?;
         let _ = flush(&mut hs, &mut out);
-        return Err(format!(
-            "rank {} asked for port {}, which is not open",
-            request.src_rank, request.dst_port
-        ));
+        let why = not_open_reason(request.src_rank, request.dst_port);
+        return if valid_src {
+            Ok(Answered::NotOpen(why))
+        } else {
+            Err(format!(
+                "{why} (and rank {} is not in this job)",
+                request.src_rank
+            ))
+        };
     };
     hs.accept(&[]).map_err(|e| e.to_string())?;
     flush(&mut hs, &mut out)?;
@@ -156,7 +196,8 @@ fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<(), String>
     };
     flush(&mut hs, &mut out)?;
     let peer = Addr::new(request.src_rank, request.src_port);
-    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)
+    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)?;
+    Ok(Answered::Accepted)
 }
 
 /// After the handshake: checks that cross-memory attach reaches the peer (its `probe`
@@ -253,4 +294,45 @@ fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
     a.copy_from_slice(&p[..8]);
     v.copy_from_slice(&p[8..]);
     Some((u64::from_be_bytes(a), u64::from_be_bytes(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    /// Unexpected accept errors (here EPERM, then out of descriptors) no longer end the
+    /// listener: each is counted, and the connection after them is still served.
+    #[test]
+    fn the_listener_keeps_listening_after_failed_accepts() {
+        let local = LocalRank::new(JobInfo::by_hand(), Config::default(), None);
+        let mut outcomes: Vec<io::Result<OwnedFd>> = vec![
+            Err(io::Error::from_raw_os_error(libc::EPERM)),
+            Err(io::Error::from_raw_os_error(libc::EINTR)),
+            Err(io::Error::from_raw_os_error(libc::EMFILE)),
+            Err(io::Error::from_raw_os_error(libc::EPROTO)),
+            Ok(std::fs::File::open("/dev/null").unwrap().into()),
+        ];
+        outcomes.reverse();
+        let mut served = 0;
+        let started = std::time::Instant::now();
+        accept_loop(
+            &local,
+            || {
+                outcomes.pop().unwrap_or_else(|| {
+                    local.stopping.store(true, Ordering::Release);
+                    Err(io::Error::from_raw_os_error(libc::EINVAL))
+                })
+            },
+            |_| served += 1,
+        );
+        assert_eq!(served, 1, "the connection after the errors is served");
+        // EINTR is retried at once; the three others are counted, with pauses of 10, 20
+        // and 40 ms.
+        assert_eq!(local.registry.counts_now().accept_errors, 3);
+        assert!(started.elapsed() >= Duration::from_millis(70));
+    }
 }

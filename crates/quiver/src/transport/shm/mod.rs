@@ -6,4 +6,5 @@ pub(crate) mod eager;
 pub(crate) mod inbound;
 pub(crate) mod listener;
 pub(crate) mod outbound;
+pub(crate) mod protocols;
 pub(crate) mod rendezvous;

@@ -183,7 +183,7 @@ impl ShmOut {
             if !helped && done + 1 == seq {
                 helped = help_split(
                     &self.ring,
-                    self.pid,
+                    (self.pid, &self.pidfd),
                     seq,
                     data.as_ptr() as u64,
                     data.len() as u64,
@@ -329,7 +329,7 @@ impl ShmOut {
         {
             help_split(
                 &self.ring,
-                self.pid,
+                (self.pid, &self.pidfd),
                 *seq,
                 data.as_ptr() as u64,
                 data.len() as u64,

@@ -11,10 +11,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 
 use super::reader::{
-    bind_posted, deliver_held, held_buffer, read_into, tcp_read_detail, Partial, PartialInto,
-    TcpReader,
+    bind_posted, deliver_held, held_buffer, read_held, read_into, tcp_read_detail, Partial,
+    PartialInto, TcpReader,
 };
 use crate::addr::Addr;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::transport::dest::Dest;
@@ -90,11 +91,12 @@ impl TcpIn {
         dest: &mut Dest<'_>,
         wait: bool,
         requests: &mut Requests,
-        max_held: u64,
+        config: &Config,
         committed: &mut bool,
         others: impl Fn() -> (u64, bool),
     ) -> Result<Option<usize>> {
         let peer = self.net.peer;
+        let max_held = config.max_buffered_bytes as u64;
         let TcpIn { net, reader: tcp } = self;
         tcp.stalled = false;
         // What the peer wrote is still read once it stopped; not after the stream failed.
@@ -135,7 +137,7 @@ impl TcpIn {
                         if !readable {
                             return Ok(None);
                         }
-                        if read_into(&mut tcp.stream, held, &mut p.filled)
+                        if read_held(&mut tcp.stream, held, len, &mut p.filled)
                             .map_err(|e| broken(e, true))?
                         {
                             let Some(Partial {
@@ -192,6 +194,8 @@ impl TcpIn {
                     return Ok(None);
                 }
                 let len = header.length;
+                // Before anything is sized by it (the edge ends with the error).
+                Error::check_announced(peer, "tcp", len, config.max_message_bytes)?;
                 let whole = HEADER_LEN as u64 + len;
                 if whole <= avail as u64 {
                     let dst = dest.prepare(len)?;
@@ -217,7 +221,7 @@ impl TcpIn {
                         if !(within || blocking_pooled || !others_hold_partial) {
                             return Ok(None);
                         }
-                        let held = held_buffer(&requests.pool, len)?;
+                        let held = held_buffer(&requests.pool, len, avail - HEADER_LEN)?;
                         tcp.held_bytes += len as usize;
                         PartialInto::Held(held)
                     };
@@ -336,10 +340,10 @@ impl TcpIn {
             match &mut tcp.partial {
                 None => {}
                 Some(Partial {
+                    len,
                     filled,
                     into: PartialInto::Held(held),
-                    ..
-                }) => match read_into(&mut tcp.stream, held, filled) {
+                }) => match read_held(&mut tcp.stream, held, *len, filled) {
                     Ok(true) => {
                         if let Some(Partial {
                             into: PartialInto::Held(msg),
@@ -374,7 +378,12 @@ impl TcpIn {
                         tcp.stalled = true;
                         break None;
                     }
-                    let Ok(mut msg) = held_buffer(pool, len) else {
+                    let first = if large {
+                        avail - HEADER_LEN
+                    } else {
+                        len as usize
+                    };
+                    let Ok(mut msg) = held_buffer(pool, len, first) else {
                         tcp.stalled = true;
                         break None;
                     };
@@ -476,7 +485,7 @@ impl TcpIn {
         if !matches!(p.into, PartialInto::Caller) {
             return;
         }
-        match held_buffer(pool, p.len as u64) {
+        match held_buffer(pool, p.len as u64, p.filled) {
             Ok(mut held) => {
                 held[..p.filled].copy_from_slice(&buf[..p.filled]);
                 p.into = PartialInto::Held(held);

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::liveness::{identity_params, local_peer_pid};
 use crate::transport::local::LocalRank;
-use crate::transport::registry::NetInbound;
+use crate::transport::registry::{not_open_reason, NetInbound};
 
 /// How often the listener looks at the stop flag.
 const ACCEPT_SLICE: Duration = Duration::from_millis(100);
@@ -73,6 +73,9 @@ pub(crate) fn listen(local: &LocalRank, listener: &TcpListener) {
                 Ok(Responded::Accepted) => {}
                 // Not a refusal: the peer uses the connection we opened to it.
                 Ok(Responded::Crossed) => {}
+                Ok(Responded::NotOpen(why)) => {
+                    local.registry.not_open(format!("tcp from {from}: {why}"))
+                }
                 Err(why) => local.registry.refused(format!("tcp from {from}: {why}")),
             },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -96,6 +99,9 @@ enum Responded {
     /// A crossed connect (see [`Crossings::begin_accept`](super::crossing::Crossings::begin_accept)):
     /// refused with `Busy`, the peer uses the connection this endpoint opened to it.
     Crossed,
+    /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
+    /// initiator retries. Why, for the log.
+    NotOpen(String),
 }
 
 fn respond(local: &LocalRank, mut stream: TcpStream) -> std::result::Result<Responded, String> {
@@ -129,10 +135,15 @@ fn respond(local: &LocalRank, mut stream: TcpStream) -> std::result::Result<Resp
         hs.reject(RejectReason::NoSuchEndpoint)
             .map_err(|e| e.to_string())?;
         let _ = flush(&mut hs, &mut out, &mut stream);
-        return Err(format!(
-            "rank {} asked for port {}, which is not open",
-            request.src_rank, request.dst_port
-        ));
+        let why = not_open_reason(request.src_rank, request.dst_port);
+        return if request.src_rank < local.size {
+            Ok(Responded::NotOpen(why))
+        } else {
+            Err(format!(
+                "{why} (and rank {} is not in this job)",
+                request.src_rank
+            ))
+        };
     };
     let peer = Addr::new(request.src_rank, request.src_port);
     if !endpoint

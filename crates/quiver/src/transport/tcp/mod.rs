@@ -7,5 +7,6 @@ pub(crate) mod handshake;
 pub(crate) mod inbound;
 pub(crate) mod listener;
 pub(crate) mod outbound;
+pub(crate) mod protocols;
 pub(crate) mod reader;
 pub(crate) mod writer;

@@ -103,12 +103,52 @@ pub(crate) fn tcp_read_detail(e: &io::Error, mid: bool) -> String {
     }
 }
 
-/// An internal buffer of exactly `len` bytes for a message, from the pool when it can;
-/// an out-of-memory error rather than an abort for an absurd length.
-pub(crate) fn held_buffer(pool: &Pool, len: u64) -> Result<Vec<u8>> {
+/// An internal buffer for a message of `len` bytes, from the pool when it can: room for
+/// all of it is reserved (address space, not memory: no page is touched), and its first
+/// `first` bytes are usable (zeroed); [`read_held`] grows it as the rest arrives. An
+/// out-of-memory error rather than an abort when even the reservation fails.
+pub(crate) fn held_buffer(pool: &Pool, len: u64, first: usize) -> Result<Vec<u8>> {
     let mut buf = pool.take(0);
-    Dest::Owned(&mut buf).prepare(len)?;
+    buf.clear();
+    let reserved = usize::try_from(len)
+        .ok()
+        .filter(|&len| buf.try_reserve_exact(len).is_ok());
+    if reserved.is_none() {
+        return Err(crate::error::Error::io(
+            format!("reserving {len} bytes for a received message"),
+            io::ErrorKind::OutOfMemory.into(),
+        ));
+    }
+    buf.resize(first.min(len as usize), 0);
     Ok(buf)
+}
+
+/// Bytes a held buffer grows by at least (then it doubles, up to its message's length).
+const HELD_GROWTH_MIN: usize = 256 << 10;
+
+/// Reads what the stream has into `held`, the internal buffer of a `len`-byte message
+/// (`filled` bytes so far), growing it as the bytes arrive: to at most twice what arrived
+/// (and [`HELD_GROWTH_MIN`]) ahead of them, within the room [`held_buffer`] reserved, so
+/// memory is spent on what the peer sent, not on what it announced. Never waits; true once
+/// the message is whole.
+pub(crate) fn read_held(
+    stream: &mut TcpStream,
+    held: &mut Vec<u8>,
+    len: usize,
+    filled: &mut usize,
+) -> io::Result<bool> {
+    loop {
+        if *filled == held.len() {
+            if held.len() >= len {
+                return Ok(true);
+            }
+            let grown = len.min(held.len().saturating_mul(2).max(HELD_GROWTH_MIN));
+            held.resize(grown, 0);
+        }
+        if !read_into(stream, held, filled)? {
+            return Ok(false);
+        }
+    }
 }
 
 /// Binds posted receive `dest` (if it is one) to the large message starting on a tcp
