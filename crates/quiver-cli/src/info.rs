@@ -1,6 +1,7 @@
 //! `quiver info`: what quiver would do on this machine — transports, the protocol each
 //! message size uses and why, every setting with the variable that overrides it and where
-//! its value came from, the bootstrap, the job this process belongs to, and any `QUIVER_*`
+//! its value came from, how a blocking call waits on this node, the bootstrap, the job this
+//! process belongs to, and any `QUIVER_*`
 //! variable set here that quiver does not know.
 //!
 //! The report is gathered once into [`Report`], then printed as text or, with `--json`, as
@@ -32,7 +33,7 @@ pub(crate) struct InfoArgs {
 /// Everything `quiver info` shows. Serialised as the JSON object of `--json`: the
 /// provenance keys (`schema_version`, `host`, `quiver_version`, `commit`, as in the bench's
 /// records), then `machine`, `transports`, `addresses`, `links`, `protocols`, `profile`,
-/// `thresholds`, `settings`, `bootstrap`, `job` and `unknown_variables`.
+/// `thresholds`, `settings`, `waiting`, `bootstrap`, `job` and `unknown_variables`.
 #[derive(Debug, Serialize)]
 struct Report {
     #[serde(flatten)]
@@ -49,6 +50,8 @@ struct Report {
     profile: String,
     thresholds: Vec<Threshold>,
     settings: Vec<SettingLine>,
+    /// How a blocking call waits on this node, and why (the waiting policy, one line).
+    waiting: String,
     bootstrap: BootstrapReport,
     /// `null` outside a job.
     job: Option<Job>,
@@ -153,7 +156,11 @@ pub(crate) fn main(args: InfoArgs) -> i32 {
     // Named before the settings are parsed: a misspelling is worth knowing even when
     // another variable is malformed.
     let unknown = quiver::variables::unknown_variables();
-    let config = match Config::from_env() {
+    let resolved = Config::from_env().and_then(|mut config| {
+        config.resolve_wait(quiver::node_load_from_env()?);
+        Ok(config)
+    });
+    let config = match resolved {
         Ok(config) => config,
         Err(e) => {
             for variable in &unknown {
@@ -243,6 +250,7 @@ fn gather(config: &Config, unknown: Vec<UnknownVariable>) -> Report {
                 doc: setting.doc,
             })
             .collect(),
+        waiting: config.wait.describe(),
         bootstrap: bootstrap(),
         job,
         unknown_variables: unknown
@@ -416,6 +424,11 @@ fn write_text(out: &mut impl Write, report: &Report, config: &Config) -> std::io
     for s in &report.settings {
         writeln!(out, "  {:<26} {:>12}  {}", s.name, s.value, s.doc)?;
     }
+    writeln!(
+        out,
+        "\nwaiting (QUIVER_SPIN_US, QUIVER_YIELD, QUIVER_YIELD_SPIN_US; docs/decisions/0058-waiting-on-a-busy-node.md):\n  {}",
+        report.waiting
+    )?;
     write_bootstrap(out, &report.bootstrap)?;
     writeln!(out, "\njob:")?;
     match &report.job {

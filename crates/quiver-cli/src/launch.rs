@@ -1,7 +1,8 @@
 //! Starting and stopping the ranks of a local job: shared by `quiver run` and `quiver bench`.
 //!
 //! Owns the launcher side of the environment contract (`QUIVER_RANK`, `QUIVER_SIZE`,
-//! `QUIVER_JOB_ID`, `QUIVER_JOB_KEY`, `QUIVER_LAUNCHER`, read by `quiver::Context::from_env`),
+//! `QUIVER_JOB_ID`, `QUIVER_JOB_KEY`, `QUIVER_LAUNCHER`, `QUIVER_LOCAL_SIZE`,
+//! `QUIVER_LOCAL_CPUS`, read by `quiver::Context::from_env`),
 //! CPU binding, spawning one rank, and tearing a job down. It does no output forwarding and
 //! no signal handling of its own: the callers decide how to wait and what to print.
 //!
@@ -44,6 +45,10 @@ pub struct JobIdentity {
     pub addrs: Vec<std::net::SocketAddr>,
     /// `QUIVER_TRANSPORTS` for the ranks, when the launcher decides it (the bench does).
     pub transports: Option<String>,
+    /// How many CPUs the launcher may use (`QUIVER_LOCAL_CPUS`): every rank runs on this
+    /// node within them, so a rank compares it with the job's size to tell whether it owns
+    /// a core (its waiting policy). `None` when the launcher's CPU set cannot be read.
+    pub local_cpus: Option<usize>,
 }
 
 impl JobIdentity {
@@ -66,6 +71,10 @@ impl JobIdentity {
             key,
             addrs: Vec::new(),
             transports: None,
+            local_cpus: allowed_cpus()
+                .ok()
+                .map(|cpus| cpus.len())
+                .filter(|&n| n > 0),
         })
     }
 
@@ -98,7 +107,12 @@ impl JobIdentity {
             ("QUIVER_JOB_ID".to_owned(), format!("{:016x}", self.id)),
             ("QUIVER_JOB_KEY".to_owned(), lower_hex(&self.key)),
             ("QUIVER_LAUNCHER".to_owned(), LAUNCHER_NAME.to_owned()),
+            // Every rank of a `quiver run` job runs on this node.
+            ("QUIVER_LOCAL_SIZE".to_owned(), size.to_string()),
         ];
+        if let Some(cpus) = self.local_cpus {
+            vars.push(("QUIVER_LOCAL_CPUS".to_owned(), cpus.to_string()));
+        }
         if !self.addrs.is_empty() {
             let list: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
             vars.push(("QUIVER_ADDRS".to_owned(), list.join(",")));
@@ -534,16 +548,25 @@ mod tests {
             key: [0x5a; 32],
             addrs: Vec::new(),
             transports: None,
+            local_cpus: Some(2),
         };
         let vars = identity.env_vars(3, 8);
-        let expected = vec![
+        let mut expected = vec![
             ("QUIVER_RANK".to_owned(), "3".to_owned()),
             ("QUIVER_SIZE".to_owned(), "8".to_owned()),
             ("QUIVER_JOB_ID".to_owned(), "00abcdef01234567".to_owned()),
             ("QUIVER_JOB_KEY".to_owned(), "5a".repeat(32)),
             ("QUIVER_LAUNCHER".to_owned(), "quiver-run".to_owned()),
+            ("QUIVER_LOCAL_SIZE".to_owned(), "8".to_owned()),
+            ("QUIVER_LOCAL_CPUS".to_owned(), "2".to_owned()),
         ];
         assert_eq!(vars, expected);
+        let unknown = JobIdentity {
+            local_cpus: None,
+            ..identity
+        };
+        expected.pop();
+        assert_eq!(unknown.env_vars(3, 8), expected);
     }
 
     #[test]

@@ -338,6 +338,29 @@ pub fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// The process id of this process's parent (its launcher, or whatever started it).
+pub fn getppid() -> libc::pid_t {
+    // SAFETY: getppid cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// The CPUs process `pid` (0: the calling thread) may run on, in increasing order
+/// (`sched_getaffinity`).
+///
+/// # Errors
+/// The system call's error (no such process).
+pub fn cpu_affinity(pid: libc::pid_t) -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bitmask; all-zero bytes are a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t and we pass its exact size.
+    check(unsafe { libc::sched_getaffinity(pid, size_of::<libc::cpu_set_t>(), &mut set) })?;
+    let capacity = 8 * size_of::<libc::cpu_set_t>();
+    Ok((0..capacity)
+        // SAFETY: `cpu` is below the set's capacity in bits, so the access is in bounds.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
 fn abstract_sockaddr(name: &[u8]) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: sockaddr_un is plain old data; all-zero is valid.
     let mut addr: libc::sockaddr_un = unsafe { zeroed() };

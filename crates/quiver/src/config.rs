@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::profile::{self, MachineIdentity, ProfileFile, ProfileState, SettingSource};
 use crate::transport::fault::Faults;
+use crate::transport::wait_policy::{NodeLoad, WaitPolicy, YieldMode, DEFAULT_YIELD_SPIN};
 
 /// Tunable settings of a context. Build with [`Config::from_env`] (defaults plus
 /// environment overrides) or [`Config::default`] and adjust fields.
@@ -19,8 +20,18 @@ pub struct Config {
     pub shm_eager_max: u64,
     /// Largest fragment an eager message is cut into (pipelining copy-in with copy-out).
     pub shm_frag_bytes: u64,
-    /// How long a blocking call busy-polls before it sleeps on the endpoint's descriptor.
+    /// How long a blocking call busy-polls before it sleeps on the endpoint's descriptor,
+    /// when the rank owns its core (`QUIVER_SPIN_US`; see [`WaitPolicy`]).
     pub spin: Duration,
+    /// Whether a spinning call yields its CPU (`QUIVER_YIELD`: auto, always, never).
+    pub yield_mode: YieldMode,
+    /// How long a call that yields at every poll spins before it sleeps
+    /// (`QUIVER_YIELD_SPIN_US`): the spin of ranks that outnumber their CPUs.
+    pub yield_spin: Duration,
+    /// How blocking calls wait: resolved from `spin`, `yield_mode`, `yield_spin` and this
+    /// node's load. A context resolves it again when it starts (with what the launcher
+    /// and the machine say about the node), so set the three settings, not this.
+    pub wait: WaitPolicy,
     /// How long `connect` keeps trying while the peer is not yet listening.
     pub connect_timeout: Duration,
     /// Upper bound for any blocking call (None: wait as long as the peer lives).
@@ -285,6 +296,9 @@ impl Default for Config {
             shm_eager_max: 256 << 10,
             shm_frag_bytes: 64 << 10,
             spin: Duration::from_millis(2),
+            yield_mode: YieldMode::Auto,
+            yield_spin: DEFAULT_YIELD_SPIN,
+            wait: WaitPolicy::default(),
             connect_timeout: Duration::from_secs(30),
             op_timeout: None,
             pool_buffers: 32,
@@ -372,6 +386,17 @@ impl Config {
         let mut micros = c.spin.as_micros() as u64;
         size("QUIVER_SPIN_US", &mut micros)?;
         c.spin = Duration::from_micros(micros);
+        if let Some(text) = get("QUIVER_YIELD") {
+            c.yield_mode = YieldMode::from_name(&text).ok_or_else(|| {
+                Error::Config(format!(
+                    "QUIVER_YIELD={text:?}: expected auto, always or never"
+                ))
+            })?;
+        }
+        let mut micros = c.yield_spin.as_micros() as u64;
+        size("QUIVER_YIELD_SPIN_US", &mut micros)?;
+        c.yield_spin = Duration::from_micros(micros);
+        c.resolve_wait(NodeLoad::default());
         let mut ms = c.connect_timeout.as_millis() as u64;
         size("QUIVER_CONNECT_TIMEOUT_MS", &mut ms)?;
         c.connect_timeout = Duration::from_millis(ms);
@@ -424,6 +449,11 @@ impl Config {
         }
         c.validate()?;
         Ok(c)
+    }
+
+    /// Resolves [`Config::wait`] from the waiting settings and `load`.
+    pub fn resolve_wait(&mut self, load: NodeLoad) {
+        self.wait = WaitPolicy::resolve(self.spin, self.yield_mode, self.yield_spin, load);
     }
 
     /// Takes this machine's thresholds from the profile (see [`crate::profile`]), if there
@@ -567,7 +597,9 @@ impl Config {
             s("QUIVER_SHM_RING_BYTES", format!("{} B", self.shm_ring_bytes), "data bytes of each shared-memory ring (one per directed connection)"),
             s("QUIVER_SHM_EAGER_MAX", format!("{} B", self.shm_eager_max), "largest message copied through the ring; larger ones use rendezvous (one copy by cross-memory attach)"),
             s("QUIVER_SHM_FRAG_BYTES", format!("{} B", self.shm_frag_bytes), "fragment size of eager messages"),
-            s("QUIVER_SPIN_US", format!("{} us", self.spin.as_micros()), "busy-poll time before a blocking call sleeps"),
+            s("QUIVER_SPIN_US", format!("{} us", self.spin.as_micros()), "busy-poll time before a blocking call sleeps, when the rank owns its core"),
+            s("QUIVER_YIELD", self.yield_mode.name().into(), "whether a spinning call yields its CPU: auto (at every poll when this node's ranks outnumber their CPUs, else only a spin that sees no progress), always, never"),
+            s("QUIVER_YIELD_SPIN_US", format!("{} us", self.yield_spin.as_micros()), "spin time of a call that yields at every poll, before it sleeps"),
             s("QUIVER_CONNECT_TIMEOUT_MS", format!("{} ms", self.connect_timeout.as_millis()), "how long connect waits for a peer to appear"),
             s("QUIVER_TIMEOUT_MS", self.op_timeout.map_or("none".into(), |d| format!("{} ms", d.as_millis())), "upper bound of every blocking call (0: none)"),
             s("QUIVER_MAX_MESSAGE_BYTES", format!("{} B", self.max_message_bytes), "largest message a peer may announce to an endpoint; a larger announcement ends that connection with MessageTooLarge, before anything is allocated (default: half this machine's memory)"),
@@ -863,6 +895,45 @@ mod tests {
         assert_eq!(c.udp_scatter_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
+    }
+
+    #[test]
+    fn waiting_settings_parse_resolve_and_show() {
+        use crate::transport::wait_policy::Yielding;
+        let c = Config::default();
+        assert_eq!(
+            (c.yield_mode, c.wait.yielding),
+            (YieldMode::Auto, Yielding::WhenIdle)
+        );
+        assert_eq!(c.wait.spin, c.spin);
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_YIELD" => Some("always".into()),
+            "QUIVER_YIELD_SPIN_US" => Some("50".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.yield_mode, YieldMode::Always);
+        assert_eq!(c.wait.yielding, Yielding::EveryPoll);
+        assert_eq!(c.wait.spin, Duration::from_micros(50));
+        let shown = c.describe();
+        assert!(shown
+            .iter()
+            .any(|s| s.env == "QUIVER_YIELD" && s.value == "always"));
+        assert!(shown
+            .iter()
+            .any(|s| s.env == "QUIVER_YIELD_SPIN_US" && s.value == "50 us"));
+        let never = Config::from_lookup(|k| (k == "QUIVER_YIELD").then(|| "never".into())).unwrap();
+        assert_eq!(never.wait.yielding, Yielding::Never);
+        let e = Config::from_lookup(|k| (k == "QUIVER_YIELD").then(|| "sometimes".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("QUIVER_YIELD") && e.contains("auto, always or never"),
+            "{e}"
+        );
+        assert!(
+            Config::from_lookup(|k| (k == "QUIVER_YIELD_SPIN_US").then(|| "x".into())).is_err()
+        );
     }
 
     #[test]

@@ -129,13 +129,15 @@ impl ContextBuilder {
                 job.rank, job.size
             )));
         }
-        let config = match self.config {
+        let mut config = match self.config {
             Some(c) => {
                 c.validate()?;
                 c
             }
             None => Config::from_env()?,
         };
+        // How blocking calls wait depends on how many ranks share this node's CPUs.
+        config.resolve_wait(job.node.with_machine());
         sys::allow_cross_memory_attach();
         let shm_socket = ShmListener::bind(job.job_id, job.rank)?;
         check_addresses(&mut job)?;
@@ -159,6 +161,7 @@ impl ContextBuilder {
             job = %format_args!("{:016x}", local.job_id),
             transports = ?local.config.transports,
             detect_ms = local.config.detect.map_or(0, |d| d.as_millis() as u64),
+            waiting = %local.config.wait.describe(),
             "context ready"
         );
         Ok(Context { local, shm, tcp })

@@ -45,7 +45,7 @@ pub use config::{
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::{Connection, Endpoint, RecvRequest, SendRequest};
 pub use error::{Error, Result};
-pub use job::Bootstrap;
+pub use job::{node_load_from_env, Bootstrap};
 pub use log::{init_logging_from_env, LOG_ENV};
 pub use pool::PooledBuf;
 pub use transport::dgram::stats::{DatagramRefusals, DatagramStats, LinkStats};
@@ -56,4 +56,7 @@ pub use transport::fault::{
 pub use transport::liveness::DetectionStats;
 pub use transport::protocols::{ProtocolRange, TransportInfo};
 pub use transport::requests::RecvCompletion;
+pub use transport::wait_policy::{
+    NodeCount, NodeLoad, WaitPolicy, YieldMode, Yielding, DEFAULT_YIELD_SPIN,
+};
 pub use transport::xdp::link::XdpLinkStats;

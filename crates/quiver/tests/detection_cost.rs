@@ -5,18 +5,21 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, DetectionStats, Error};
+use quiver::{Addr, Config, Context, DetectionStats, Error, YieldMode};
 
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
 /// Two ranks of one job in this process, both with `detect`, a 20 ms spin and a 10 ms
-/// operation timeout (so a waiting call times out before it would ever sleep).
+/// operation timeout (so a waiting call times out before it would ever sleep). The spin
+/// never yields: a yield that finds the CPU shared (a busy test machine) would cut the
+/// spin short and let the call sleep.
 fn pair(detect: Option<Duration>) -> (Context, Context) {
     let id = (std::process::id() as u64) << 32 | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
     let make = |rank| {
         let config = Config {
             connect_timeout: Duration::from_secs(5),
             spin: Duration::from_millis(20),
+            yield_mode: YieldMode::Never,
             op_timeout: Some(Duration::from_millis(10)),
             detect,
             ..Config::default()

@@ -15,7 +15,7 @@ impl Endpoint {
     /// One step of a blocking receive-side wait: spin, then arm the doorbell and re-check,
     /// then sleep on the doorbell and the peers' pidfds.
     pub(super) fn idle(&mut self, wait: &mut Wait, what: &'static str) -> Result<()> {
-        let (spinning, periodic) = wait.spinning(self.config.spin);
+        let (spinning, periodic) = wait.spinning();
         if periodic {
             self.flush_inbound();
             let detect = self.config.detect;
@@ -25,7 +25,7 @@ impl Endpoint {
             wait.check_deadline(what)?;
         }
         if spinning {
-            std::hint::spin_loop();
+            wait.pause();
             return Ok(());
         }
         if !wait.armed {

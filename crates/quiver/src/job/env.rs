@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::info::{Bootstrap, JobInfo};
+use super::node::node_share;
 use super::variables::{ADDRS, JOB_ID, JOB_KEY, JOB_KEY_FILE, LINKS, RANK, SIZE};
 use crate::error::{Error, Result};
 
@@ -70,6 +71,7 @@ pub(crate) fn quiver_run(get: Lookup<'_>) -> Result<JobInfo> {
         addrs,
         links,
         bootstrap: Bootstrap::QuiverRun,
+        node: node_share(get)?,
     })
 }
 

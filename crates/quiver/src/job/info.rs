@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use crate::error::Result;
+use crate::transport::wait_policy::NodeLoad;
 
 /// How a context learnt its rank, its job and its peers' addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +63,8 @@ pub(crate) struct JobInfo {
     pub(crate) links: Vec<Vec<SocketAddr>>,
     /// How these facts were learnt.
     pub(crate) bootstrap: Bootstrap,
+    /// What the launcher says about this node: ranks of the job here, CPUs for them.
+    pub(crate) node: NodeLoad,
 }
 
 impl JobInfo {
@@ -75,6 +78,7 @@ impl JobInfo {
             addrs: Vec::new(),
             links: Vec::new(),
             bootstrap: Bootstrap::Builder,
+            node: NodeLoad::default(),
         }
     }
 }

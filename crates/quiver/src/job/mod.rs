@@ -29,6 +29,7 @@
 mod detect;
 mod env;
 mod info;
+mod node;
 mod placement;
 mod pmix;
 mod rendezvous;
@@ -37,3 +38,4 @@ pub(crate) mod variables;
 pub(crate) use detect::from_env;
 pub use info::Bootstrap;
 pub(crate) use info::{JobInfo, NetworkBinder};
+pub use node::node_load_from_env;

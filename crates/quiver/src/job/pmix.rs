@@ -6,12 +6,14 @@
 
 use super::env::{hex, key_from_env, parse_hex, MAX_RANKS};
 use super::info::{Bootstrap, JobInfo, NetworkBinder};
+use super::node::node_share;
 use super::placement::{
     address_text, bind_address, enter_netns, networked, parse_published, settle,
 };
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::random::random;
+use crate::transport::wait_policy::NodeCount;
 
 /// PMIx key of rank 0's job identity: `{job_id:016x}:{key hex, or "-"}`.
 const PMIX_JOB_KEY: &str = "quiver.job";
@@ -32,6 +34,13 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
     let env_key = key_from_env(&get)?;
     let client = quiver_pmix::Client::init().map_err(pmix_error)?;
     let (rank, size) = (client.rank(), client.size());
+    let mut node = node_share(&get)?;
+    if let Some(count) = client.local_size().filter(|&count| count > 0) {
+        node.ranks = Some(NodeCount {
+            count,
+            source: "PMIx",
+        });
+    }
     if size > MAX_RANKS {
         return Err(Error::Config(format!(
             "PMIx reports a job of {size} ranks; quiver supports at most {MAX_RANKS}"
@@ -82,6 +91,7 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
         addrs,
         links: Vec::new(),
         bootstrap: Bootstrap::Pmix,
+        node,
     };
     Ok(settle(job, config, network))
 }

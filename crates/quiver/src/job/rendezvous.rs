@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::env::{key_from_env, launcher_rank};
 use super::info::{Bootstrap, JobInfo, NetworkBinder};
+use super::node::node_share;
 use super::placement::{
     address_text, bind_address, enter_netns, networked, parse_published, settle,
 };
@@ -112,6 +113,7 @@ pub(crate) fn bootstrap(config: &Config, network: &mut dyn NetworkBinder) -> Res
         addrs,
         links: Vec::new(),
         bootstrap: Bootstrap::Rendezvous,
+        node: node_share(&get)?,
     };
     Ok(settle(job, config, network))
 }

@@ -26,9 +26,13 @@ pub(crate) const NETNS: &str = "QUIVER_NETNS";
 pub(crate) const BIND_ADDR: &str = "QUIVER_BIND_ADDR";
 /// Which launcher started the rank (`quiver run` sets it; informational, never read).
 pub(crate) const LAUNCHER: &str = "QUIVER_LAUNCHER";
+/// Ranks of the job on this node (`quiver run`), for the waiting policy.
+pub(crate) const LOCAL_SIZE: &str = "QUIVER_LOCAL_SIZE";
+/// CPUs the launcher may use on this node (`quiver run`), for the waiting policy.
+pub(crate) const LOCAL_CPUS: &str = "QUIVER_LOCAL_CPUS";
 
 /// Every variable of the bootstrap.
-pub(crate) const BOOTSTRAP_VARIABLES: [&str; 12] = [
+pub(crate) const BOOTSTRAP_VARIABLES: [&str; 14] = [
     RANK,
     SIZE,
     JOB_ID,
@@ -41,4 +45,6 @@ pub(crate) const BOOTSTRAP_VARIABLES: [&str; 12] = [
     NETNS,
     BIND_ADDR,
     LAUNCHER,
+    LOCAL_SIZE,
+    LOCAL_CPUS,
 ];

@@ -14,7 +14,8 @@
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
-//! peer-process liveness ([`liveness`]), connection retries ([`retry`]) and the fault
+//! peer-process liveness ([`liveness`]), waiting ([`wait`], under the one policy of
+//! [`wait_policy`]), connection retries ([`retry`]) and the fault
 //! injector of the datagram sockets ([`fault`]).
 
 pub(crate) mod dest;
@@ -36,4 +37,5 @@ pub(crate) mod retry;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;
+pub(crate) mod wait_policy;
 pub(crate) mod xdp;

@@ -135,7 +135,7 @@ impl DgramShared {
         }
         let len = len as usize;
         let mut filled = 0usize;
-        let mut waited = crate::transport::wait::Wait::with_timeout(config.op_timeout);
+        let mut waited = crate::transport::wait::Wait::new(config);
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         loop {
@@ -175,7 +175,7 @@ impl DgramShared {
             }
             if n == 0 && placed == 0 {
                 drop(engine);
-                let waited_out = wait_engine(self, &mut waited, config.spin);
+                let waited_out = wait_engine(self, &mut waited);
                 engine = self.lock();
                 if let Err(e) = waited_out {
                     // Frames that overtook others may sit in `buf` (placed ahead by the
@@ -256,14 +256,12 @@ pub(crate) enum DgramTake {
 pub(crate) fn wait_engine(
     engine: &DgramShared,
     wait: &mut crate::transport::wait::Wait,
-    spin: Duration,
 ) -> crate::error::Result<()> {
     crate::transport::wait::wait_fd(
         engine.raw_fd(),
         libc::POLLIN,
         || engine.timeout_within(crate::transport::wait::SLEEP_SLICE),
         wait,
-        spin,
         "waiting for the rest of a message",
         || true,
     )

@@ -313,14 +313,12 @@ impl DgramOut {
         if cx.requests.pending_sends > 0 {
             let _ = self.progress(&mut cx);
         }
-        let spin = cx.config.spin;
         let engine = engine_of(cx.local).expect("datagram connections need the engine");
         wait_fd(
             engine.raw_fd(),
             libc::POLLIN,
             || engine.timeout_within(SLEEP_SLICE),
             wait,
-            spin,
             what,
             || true,
         )

@@ -267,7 +267,7 @@ impl ShmIn {
         let mut filled = first.frag_len as usize;
         self.ring.copy_payload(&first, &mut buf[..filled]);
         self.ring.consume(&first);
-        let mut waited = Wait::with_timeout(config.op_timeout);
+        let mut waited = Wait::new(config);
         while (filled as u64) < total {
             match self.ring.peek().map_err(|e| ring_error(peer, e))? {
                 Some(rec) if rec.kind == Kind::Cont && filled as u64 + rec.frag_len <= total => {
@@ -287,7 +287,7 @@ impl ShmIn {
                     self.ring.flush();
                     self.wait_on_sender(
                         &mut waited,
-                        (config.spin, config.detect, &mut *detection),
+                        (config.detect, &mut *detection),
                         "in the middle of a message",
                         "waiting for the rest of a message",
                     )?;
@@ -312,7 +312,7 @@ impl ShmIn {
             }
             self.wait_on_sender(
                 &mut wait,
-                (config.spin, config.detect, &mut *detection),
+                (config.detect, &mut *detection),
                 "while it copied part of a large message",
                 "waiting for the sender's part of a large message",
             )?;
@@ -325,16 +325,16 @@ impl ShmIn {
     fn wait_on_sender(
         &mut self,
         wait: &mut Wait,
-        (spin, detect, detection): (Duration, Option<Duration>, &mut Looks),
+        (detect, detection): (Option<Duration>, &mut Looks),
         during: &'static str,
         what: &'static str,
     ) -> Result<()> {
-        let (_, periodic) = wait.spinning(spin);
+        let (spinning, periodic) = wait.spinning();
         if periodic {
             let due = match detect {
                 Some(detect) => wait.liveness_due(detection, detect),
                 // With detection off, death is still noticed once the spin budget is spent.
-                None => wait.start().elapsed() > spin,
+                None => wait.spin_spent(),
             };
             let started = due.then(Instant::now);
             let exited = due && sys::pidfd_exited(&self.pidfd);
@@ -359,11 +359,13 @@ impl ShmIn {
                 });
             }
             wait.check_deadline(what)?;
-            if wait.start().elapsed() > spin {
+            if !spinning {
+                // Past the spin budget this wait never sleeps (the sender rings no bell
+                // mid-message) but gives the CPU away at every tick.
                 std::thread::yield_now();
             }
         }
-        std::hint::spin_loop();
+        wait.pause();
         Ok(())
     }
 

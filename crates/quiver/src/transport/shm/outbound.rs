@@ -447,7 +447,7 @@ impl ShmOut {
         cx: &mut EdgeContext<'_>,
         flush: &mut dyn FnMut(),
     ) -> Result<()> {
-        let (spinning, periodic) = wait.spinning(cx.config.spin);
+        let (spinning, periodic) = wait.spinning();
         if periodic {
             flush();
             let detect = cx.config.detect;
@@ -457,7 +457,7 @@ impl ShmOut {
             wait.check_deadline(what)?;
         }
         if spinning {
-            std::hint::spin_loop();
+            wait.pause();
             return Ok(());
         }
         match wait.seen.take() {

@@ -189,7 +189,7 @@ impl TcpOut {
         });
         endpoint.wake_fds(&mut self.pollfds);
         let mut cx = endpoint.context();
-        let (spin, detect) = (cx.config.spin, cx.config.detect);
+        let detect = cx.config.detect;
         let process = &mut self.net.process;
         let detection = &mut *cx.detection;
         let mut stopped = None;
@@ -197,7 +197,6 @@ impl TcpOut {
             &mut self.pollfds,
             || SLEEP_SLICE,
             wait,
-            spin,
             what,
             || {
                 stopped = stopped_for(process, detect, detection);
