@@ -372,6 +372,9 @@ fn strangers_are_refused_and_other_traffic_passes() {
     assert_eq!(&buf[..n], b"to the kernel");
     let xdp = rank0.link_stats()[0].xdp.unwrap();
     assert!(xdp.frames_received >= stranger_sent, "{xdp:?}");
+    // The engine counted them as not quiver's frames.
+    let refused = rank0.stats().datagram.expect("datagram stats").refused;
+    assert!(refused.undecodable >= stranger_sent, "{refused:?}");
     // Malformed frames, sent raw from rank 1's interface.
     let malformed = net.in_host(1, || raw::send_bad_checksum_frames(&net, PORT, 20));
     let deadline = Instant::now() + Duration::from_secs(5);
