@@ -37,7 +37,9 @@ pub struct ContextStats {
     /// Connections accepted.
     pub connections_accepted: u64,
     /// Handshakes refused or failed: strangers, a wrong key or job, a rank outside the job,
-    /// a broken handshake. A healthy job has none. Not counted here: attempts to an
+    /// a broken handshake. A healthy job has none. The datagram engine reports udp Hellos
+    /// without the key at the 1st, 2nd, 4th, 8th... only (a flood costs no log line each);
+    /// their exact number is `datagram.refused.unproven_hellos`. Not counted here: attempts to an
     /// endpoint that is not open yet ([`connections_not_open`](Self::connections_not_open)).
     pub connections_refused: u64,
     /// Connection attempts that asked for an endpoint of this rank that was not open at the
