@@ -283,6 +283,9 @@ fn used_for(kind: TransportKind) -> &'static str {
             "peers with an address: TCP_NODELAY streams, header and payload in one write"
         }
         TransportKind::Mem => "in-process datagram queues under the reliable protocol (tests)",
+        TransportKind::Xdp => {
+            "peers with an address on a network interface: quiver's reliable protocol over AF_XDP sockets (root; QUIVER_XDP_IFACE)"
+        }
     }
 }
 

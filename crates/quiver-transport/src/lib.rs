@@ -17,3 +17,4 @@ pub mod seccomp;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod xdp;

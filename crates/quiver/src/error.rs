@@ -10,7 +10,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Everything that can go wrong, sorted by who caused it: a busy resource (`WouldBlock`),
 /// the caller (`BufferTooSmall`, `InvalidArgument`, `Config`), a peer (`PeerDead`,
 /// `PeerStopped`, `PeerClosed`, `Corrupt`, `Unreachable`), connection setup (`Refused`,
-/// `WrongKey`, `VersionMismatch`, `PermissionDenied`, `OutOfSharedMemory`), time
+/// `WrongKey`, `VersionMismatch`, `PermissionDenied`, `OutOfSharedMemory`), the machine
+/// (`TransportUnavailable`), time
 /// (`Timeout`) or the operating system (`Io`).
 ///
 /// Every message names the cause and what to do about it. Peer errors affect one
@@ -134,6 +135,20 @@ pub enum Error {
     /// between ranks (ptrace rules), or a socket (a privileged port, a firewall).
     #[error("permission denied {what}: {detail}; {fix}")]
     PermissionDenied {
+        /// What quiver was doing.
+        what: String,
+        /// What the system said.
+        detail: String,
+        /// What the user can do.
+        fix: &'static str,
+    },
+    /// A transport named in `QUIVER_TRANSPORTS` cannot run on this machine or interface
+    /// (xdp: no AF_XDP in the kernel, no such interface, another XDP program on it). The
+    /// context is not created; the other transports do not depend on it.
+    #[error("transport {transport} unavailable {what}: {detail}; {fix} (the other transports keep working: leave {transport} out of QUIVER_TRANSPORTS)")]
+    TransportUnavailable {
+        /// The transport.
+        transport: &'static str,
         /// What quiver was doing.
         what: String,
         /// What the system said.

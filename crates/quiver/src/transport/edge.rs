@@ -70,7 +70,9 @@ pub fn transport_info(kind: TransportKind, config: &Config) -> TransportInfo {
     let ranges = match kind {
         TransportKind::Shm => super::shm::protocols::ranges(config),
         TransportKind::Tcp => super::tcp::protocols::ranges(config),
-        TransportKind::Udp | TransportKind::Mem => super::dgram::protocols::ranges(kind, config),
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
+            super::dgram::protocols::ranges(kind, config)
+        }
     };
     let capabilities = capabilities(kind, config);
     TransportInfo {
@@ -88,7 +90,7 @@ pub(crate) fn reaches(kind: TransportKind, local: &LocalRank, peer_on_node: bool
     match kind {
         TransportKind::Shm => peer_on_node,
         TransportKind::Tcp => !local.addrs.is_empty(),
-        TransportKind::Udp | TransportKind::Mem => {
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
             !local.addrs.is_empty() && local.dgram_kind() == Some(kind)
         }
     }
@@ -656,7 +658,7 @@ pub(crate) fn open_network(
                 InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging)),
             ))))
         }
-        TransportKind::Udp | TransportKind::Mem => {
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
             let engine = local.dgram.as_ref().ok_or_else(|| {
                 crate::error::Error::Config(format!("{kind} is not set up in this context"))
             })?;

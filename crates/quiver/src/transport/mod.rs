@@ -8,7 +8,9 @@
 //! - [`shm`]: shared-memory rings and cross-memory attach, for peers on this node;
 //! - [`tcp`]: one stream per endpoint pair, for any network;
 //! - [`dgram`]: the datagram engine running quiver's reliable protocol over udp (or the
-//!   in-process `mem` sockets), striped over several links.
+//!   in-process `mem` sockets), striped over several links;
+//! - [`xdp`]: the datagram engine's AF_XDP link sockets (the xdp transport: the same
+//!   protocol, the kernel's IP/UDP stack skipped).
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
@@ -38,3 +40,4 @@ pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;
 pub(crate) mod wait_policy;
+pub(crate) mod xdp;

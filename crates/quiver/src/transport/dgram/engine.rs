@@ -63,8 +63,9 @@ impl DgramShared {
         key: JobKey,
     ) -> Result<DgramShared> {
         let mut sockets = Vec::with_capacity(local.len());
-        for &addr in &local {
-            sockets.push(bind_socket(kind, addr, &config.faults)?);
+        for (index, &addr) in local.iter().enumerate() {
+            let interface = config.xdp_interfaces.get(index).map(String::as_str);
+            sockets.push(bind_socket(kind, addr, &config.faults, interface)?);
         }
         let faults_on = config.faults.is_on();
         // A scattering receive would put payloads in place before the injector saw them.
@@ -141,8 +142,13 @@ impl DgramShared {
         let mut links: Vec<LinkStats> = self
             .local_links
             .iter()
-            .map(|&address| LinkStats {
+            .zip(&engine.sockets)
+            .map(|(&address, socket)| LinkStats {
                 address: Some(address),
+                xdp: match socket {
+                    Socket::Xdp(x) => Some(x.link.stats()),
+                    _ => None,
+                },
                 ..LinkStats::default()
             })
             .collect();
@@ -396,6 +402,16 @@ pub(super) fn config_for(
 ) -> ReliableConfig {
     let datagram = match (config_datagram, &sockets[0]) {
         (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
+        // The smallest frame of the links' (their MTUs within a UMEM frame).
+        (0, Socket::Xdp(_)) => sockets
+            .iter()
+            .filter_map(|s| match s {
+                Socket::Xdp(x) => Some(x.link.max_datagram()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(ETHERNET_DATAGRAM),
+        (n, Socket::Xdp(x)) => n.min(x.link.max_datagram()),
         (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
         (0, _) => ETHERNET_DATAGRAM,
         (n, _) => n,
@@ -405,7 +421,7 @@ pub(super) fn config_for(
     // receiver works through a burst: on loopback too, a 1 ms floor resent about one
     // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
     // memory (tests) the protocol's own floor stays.
-    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_)) {
+    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_) | Socket::Xdp(_)) {
         base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
     } else {
         base.min_rto_ns

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use quiver_proto::router::DropReason;
 
 use crate::transport::fault::FaultStats;
+use crate::transport::xdp::link::XdpLinkStats;
 
 /// Counters of a context's reliable datagram protocol (udp or mem), summed over its
 /// connections, for reports and tests.
@@ -171,4 +172,6 @@ pub struct LinkStats {
     pub smoothed_rtt_ns: u64,
     /// See `window_bytes`.
     pub min_rtt_ns: u64,
+    /// The link's AF_XDP counters and modes (an xdp link; None for udp and mem).
+    pub xdp: Option<XdpLinkStats>,
 }
