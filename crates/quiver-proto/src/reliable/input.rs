@@ -390,7 +390,10 @@ impl ReliableConnection {
             }
             Err(refusal) => {
                 match refusal {
-                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::Duplicate => {
+                        self.stats.duplicates_dropped += 1;
+                        self.stats.spurious_retransmits += 1;
+                    }
                     Refusal::CreditViolation => self.stats.credit_violations += 1,
                     Refusal::OutOfWindow | Refusal::Inconsistent => {
                         self.stats.out_of_window_dropped += 1;
@@ -432,7 +435,10 @@ impl ReliableConnection {
             }
             Err(refusal) => {
                 match refusal {
-                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::Duplicate => {
+                        self.stats.duplicates_dropped += 1;
+                        self.stats.spurious_retransmits += 1;
+                    }
                     Refusal::CreditViolation => self.stats.credit_violations += 1,
                     Refusal::OutOfWindow | Refusal::Inconsistent => {
                         self.stats.out_of_window_dropped += 1;
