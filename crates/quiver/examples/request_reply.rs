@@ -66,9 +66,13 @@ fn main() {
             }
         }
     }
+    print_datagram_counters(&ctx, rank);
+}
+
+/// Over a datagram transport, this rank's retransmission counters: how calm the protocol
+/// was (on a lossless link every retransmission is spurious; the examples' test counts them).
+fn print_datagram_counters(ctx: &Context, rank: u32) {
     if let Some(d) = ctx.stats().datagram {
-        // Over udp: how calm the protocol was (on a lossless link every retransmission is
-        // spurious; the examples' test counts them).
         println!(
             "rank {rank}: datagram retransmits {}, timeouts {}, spurious retransmissions received {}",
             d.retransmits, d.timeouts, d.spurious_retransmits

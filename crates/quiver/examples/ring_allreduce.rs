@@ -46,9 +46,13 @@ fn main() {
         let per = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds.max(1));
         println!("ring allreduce of {elements} u64 over {size} ranks: ok, {per:.1} us each");
     }
+    print_datagram_counters(&ctx, rank);
+}
+
+/// Over a datagram transport, this rank's retransmission counters: how calm the protocol
+/// was (on a lossless link every retransmission is spurious; the examples' test counts them).
+fn print_datagram_counters(ctx: &Context, rank: u32) {
     if let Some(d) = ctx.stats().datagram {
-        // Over udp: how calm the protocol was (on a lossless link every retransmission is
-        // spurious; the examples' test counts them).
         println!(
             "rank {rank}: datagram retransmits {}, timeouts {}, spurious retransmissions received {}",
             d.retransmits, d.timeouts, d.spurious_retransmits
