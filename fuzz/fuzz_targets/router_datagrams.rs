@@ -138,7 +138,7 @@ fn summary<C>(routed: &Routed<'_, C>) -> u64 {
         Routed::RepeatedHello { id, connection } => id ^ 2 ^ u64::from(connection.is_some()) << 8,
         Routed::Accepted(accepted) => accepted.id ^ 3,
         Routed::Reset(bytes) => bytes.len() as u64 ^ 4,
-        Routed::Refused(_) => 5,
+        Routed::Refused { .. } => 5,
         Routed::Dropped(reason) => 6 ^ (*reason as u64) << 8,
     }
 }
@@ -193,7 +193,7 @@ impl Node {
                 assert_eq!(answer.header().src_id, asked.header().dest_id);
                 reset = Some(bytes.to_vec());
             }
-            Routed::Refused(_) => assert_eq!(destination, Some(Destination::Id(0))),
+            Routed::Refused { .. } => assert_eq!(destination, Some(Destination::Id(0))),
             Routed::Dropped(reason) => match reason {
                 DropReason::NoDestination => assert_eq!(destination, None),
                 DropReason::MalformedHello | DropReason::UnsharedPath => {

@@ -982,7 +982,7 @@ impl Sim {
                 let reply_path = (path > 0).then_some(path);
                 self.send(now, to, from, reply_path, reset);
             }
-            Routed::Refused(_)
+            Routed::Refused { .. }
             | Routed::Dropped(DropReason::MalformedHello | DropReason::UnsharedPath) => {
                 self.nodes[to.0].stats.handshakes_refused += 1;
             }

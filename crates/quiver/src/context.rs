@@ -37,7 +37,9 @@ pub struct ContextStats {
     /// Connections accepted.
     pub connections_accepted: u64,
     /// Handshakes refused or failed: strangers, a wrong key or job, a rank outside the job,
-    /// a broken handshake. A healthy job has none. Not counted here: attempts to an
+    /// a broken handshake. A healthy job has none. The datagram engine reports udp Hellos
+    /// without the key at the 1st, 2nd, 4th, 8th... only (a flood costs no log line each);
+    /// their exact number is `datagram.refused.unproven_hellos`. Not counted here: attempts to an
     /// endpoint that is not open yet ([`connections_not_open`](Self::connections_not_open)).
     pub connections_refused: u64,
     /// Connection attempts that asked for an endpoint of this rank that was not open at the
@@ -55,6 +57,14 @@ pub struct ContextStats {
     /// descriptors or memory, or anything unexpected): each is logged, and the listener
     /// backs off (10 ms, doubling up to 200 ms) and keeps listening.
     pub accept_errors: u64,
+    /// Of the refusals, handshakes a listener dropped unfinished: a connection that did not
+    /// complete its handshake within 2 s of its accept, or one dropped (chosen at random)
+    /// to make room for a newer connection while 64 were in progress. A job member whose
+    /// attempt was dropped retries until its connect timeout.
+    pub handshakes_dropped: u64,
+    /// The most handshakes one listener (shm or tcp) had in progress at once; never more
+    /// than 64.
+    pub pending_handshakes_peak: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
 }
@@ -279,6 +289,8 @@ impl Context {
             shm_connections_accepted: counts.shm_accepted,
             last_refusal: counts.last_refusal,
             accept_errors: counts.accept_errors,
+            handshakes_dropped: counts.handshakes_dropped,
+            pending_handshakes_peak: counts.pending_handshakes_peak,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
         }
     }

@@ -379,6 +379,81 @@ fn closed_peer_is_reported(t: TransportKind) {
     });
 }
 
+/// Rank 0 closes its connection to rank 1 with posted sends still on their way (a large
+/// one among them): rank 1 receives them all, byte-identical, then sees the connection
+/// end cleanly (no error, no longer counted live); rank 0's later calls on the connection
+/// fail with `InvalidArgument`; its connection to rank 2 keeps working, and a new
+/// `connect` reaches rank 1 again.
+fn close_one_connection(t: TransportKind) {
+    const LENS: [usize; 3] = [8, 70_000, (1 << 20) + 5];
+    run(t, 3, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        match rank {
+            0 => {
+                let one = ep.connect(Addr::new(1, 0)).unwrap();
+                let two = ep.connect(Addr::new(2, 0)).unwrap();
+                let posted: Vec<_> = LENS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &len)| ep.post_send(one, pattern(len, i as u32)).unwrap())
+                    .collect();
+                ep.close(one).unwrap();
+                for request in posted {
+                    ep.wait_send(request).unwrap();
+                }
+                for result in [ep.send(one, b"after"), ep.close(one)] {
+                    match result {
+                        Err(Error::InvalidArgument(why)) => {
+                            assert!(why.contains("closed"), "{why}")
+                        }
+                        other => panic!("expected InvalidArgument, got {other:?}"),
+                    }
+                }
+                ep.send(two, b"still here").unwrap();
+                // Once rank 1 saw the end (the new connection's messages could otherwise
+                // come first: no order holds between two connections).
+                let mut buf = [0u8; 8];
+                assert_eq!(ep.recv(&mut buf).unwrap(), (4, Addr::new(1, 0)), "seen");
+                let again = ep.connect(Addr::new(1, 0)).unwrap();
+                assert_ne!(again, one);
+                ep.send(again, b"again").unwrap();
+                assert_eq!(ep.recv(&mut buf).unwrap(), (4, Addr::new(1, 0)), "done");
+            }
+            1 => {
+                let mut buf = vec![0u8; 2 << 20];
+                for (i, &len) in LENS.iter().enumerate() {
+                    let (n, src) = ep.recv(&mut buf).unwrap();
+                    assert_eq!((n, src), (len, Addr::new(0, 0)), "message {i}");
+                    assert!(
+                        buf[..n] == pattern(len, i as u32)[..],
+                        "message {i} differs"
+                    );
+                }
+                // The end is clean: no error from a receive (as when an endpoint closes),
+                // the connection no longer counts among the live ones.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while ep.inbound_count() > 0 {
+                    assert!(std::time::Instant::now() < deadline, "the end never came");
+                    match ep.try_recv(&mut buf) {
+                        Err(Error::WouldBlock) => thread::sleep(Duration::from_millis(1)),
+                        other => panic!("expected nothing more, got {other:?}"),
+                    }
+                }
+                let zero = ep.connect(Addr::new(0, 0)).unwrap();
+                ep.send(zero, b"seen").unwrap();
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                assert_eq!(&buf[..n], b"again");
+                ep.reply(Addr::new(0, 0), b"done").unwrap();
+            }
+            _ => {
+                let mut buf = [0u8; 16];
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((&buf[..n], src), (&b"still here"[..], Addr::new(0, 0)));
+            }
+        }
+    });
+}
+
 /// Large messages exchanged by both ranks at once, each far larger than any staging
 /// buffer, ring or socket buffer.
 const EXCHANGE_SIZES: [usize; 4] = [1 << 20, 3 << 20, (1 << 20) + 3, (3 << 20) - 1];
@@ -758,6 +833,57 @@ fn tcp_half_arrived_message_survives() {
 /// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
 /// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
 /// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
+/// Rank 1 answers rank 0 without connecting back: over udp and tcp on rank 0's own
+/// connection (one reliable connection in all), over shm on a ring `reply` opens.
+fn reply_without_connecting_back(t: TransportKind) {
+    const LENS: [usize; 4] = [0, 8, 5000, (256 << 10) + 3];
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        if rank == 0 {
+            let peer = Addr::new(1, 0);
+            let conn = ep.connect(peer).unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            for (i, &len) in LENS.iter().enumerate() {
+                ep.send(conn, &pattern(len, i as u32)).unwrap();
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((n, src), (len + 1, peer), "answer {i}");
+                assert!(
+                    buf[1..n] == pattern(len, i as u32)[..],
+                    "answer {i} differs"
+                );
+                assert_eq!(buf[0], i as u8);
+            }
+            let stats = ctx.stats();
+            if t == TransportKind::Shm {
+                assert_eq!(stats.shm_connections_accepted, 1, "{stats:?}");
+            } else {
+                // Counted once: the peer's edge on our connection came to life.
+                assert_eq!(stats.connections_accepted, 1, "{stats:?}");
+                if let Some(datagram) = &stats.datagram {
+                    assert_eq!(datagram.connections, 1, "{stats:?}");
+                }
+            }
+        } else {
+            let stranger = Addr::new(0, 7);
+            assert!(matches!(
+                ep.reply_connection(stranger),
+                Err(Error::InvalidArgument(_))
+            ));
+            for i in 0..LENS.len() {
+                let got = ep.recv_pooled().unwrap();
+                let src = got.src();
+                let mut answer = vec![i as u8];
+                answer.extend_from_slice(&got);
+                ep.reply(src, &answer).unwrap();
+                assert_eq!(ep.reply_connection(src).unwrap().peer(), src);
+            }
+            // Rank 0 receives the last answer before it returns.
+            ep.set_timeout(Some(Duration::from_millis(200)));
+            let _ = ep.recv_pooled();
+        }
+    });
+}
+
 fn detection_is_set_per_endpoint(t: TransportKind) {
     const WAIT: Duration = Duration::from_millis(500);
     run(t, 2, |rank, ctx| {
@@ -931,6 +1057,8 @@ macro_rules! conformance {
             #[test] fn connect_before_the_endpoint_opens() { super::connect_before_the_endpoint_opens($kind) }
             #[test] fn transport_is_reported() { super::transport_is_reported($kind) }
             #[test] fn a_message_over_the_limit_is_refused() { super::a_message_over_the_limit_is_refused($kind) }
+            #[test] fn reply_without_connecting_back() { super::reply_without_connecting_back($kind) }
+            #[test] fn close_one_connection() { super::close_one_connection($kind) }
             #[test] fn send_send() { super::send_send($kind) }
         }
     )*};

@@ -9,8 +9,9 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quiver::{Config, Context, DatagramRefusals, Endpoint, Error, TransportKind};
+use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
 use quiver_wire::frame::{FrameHeader, FrameType, STREAM_TAG};
-use quiver_wire::handshake::{Hello, HelloRepr, HELLO_LEN, NONCE_LEN};
+use quiver_wire::handshake::{Challenge, ChallengeStatus, MAX_MESSAGE_LEN, NONCE_LEN};
 
 const JOB: u64 = 0x5EF0_5ED0_0000_0001;
 
@@ -25,18 +26,27 @@ fn frame(frame_type: FrameType, dest_id: u64, src_id: u64, payload: &[u8]) -> Ve
     out
 }
 
-/// A Hello frame (connection id 0) of job `job_id` from rank `src_rank`.
-fn hello(job_id: u64, src_rank: u32) -> Vec<u8> {
-    let mut payload = [0u8; HELLO_LEN];
-    HelloRepr {
+/// A Hello frame (connection id 0) of job `job_id` from rank `src_rank`, MACed with the
+/// job key `[key; 32]` (the context's is `[5; 32]`).
+fn hello_keyed(job_id: u64, src_rank: u32, key: u8) -> Vec<u8> {
+    let request = ConnectRequest {
         job_id,
         src_rank,
         src_port: 1,
         dst_port: 1,
-        nonce_i: [9; NONCE_LEN],
-    }
-    .emit(&mut Hello::new_unchecked(&mut payload[..]));
-    frame(FrameType::Handshake, 0, 0x77, &payload)
+    };
+    let mut initiator = Initiator::new(JobKey::from_bytes([key; 32]), request, [9; NONCE_LEN]);
+    let mut payload = [0u8; MAX_MESSAGE_LEN];
+    let len = initiator
+        .poll_transmit(&mut payload)
+        .expect("room")
+        .expect("a Hello");
+    frame(FrameType::Handshake, 0, 0x77, &payload[..len])
+}
+
+/// A Hello of job `job_id` from rank `src_rank` that proves the context's key.
+fn hello(job_id: u64, src_rank: u32) -> Vec<u8> {
+    hello_keyed(job_id, src_rank, 5)
 }
 
 /// Polls `endpoint`'s engine (non-blocking receives) until `context`'s refusals satisfy
@@ -86,7 +96,7 @@ fn every_dropped_datagram_is_counted() {
     let mut stream = vec![STREAM_TAG, 0x21, 0x43, 0x65];
     stream.resize(64, 0);
     type Count = fn(&DatagramRefusals) -> u64;
-    let kinds: [(&str, Vec<u8>, SocketAddr, Count); 7] = [
+    let kinds: [(&str, Vec<u8>, SocketAddr, Count); 8] = [
         ("garbage", b"not a frame of ours".to_vec(), own[0], |r| {
             r.undecodable
         }),
@@ -112,6 +122,12 @@ fn every_dropped_datagram_is_counted() {
             r.refused_hellos
         }),
         (
+            "hello without the job key",
+            hello_keyed(JOB, 1, 6),
+            own[0],
+            |r| r.unproven_hellos,
+        ),
+        (
             "hello on a link rank 1 does not have",
             hello(JOB, 1),
             own[1],
@@ -120,6 +136,8 @@ fn every_dropped_datagram_is_counted() {
     ];
     let mut before = DatagramRefusals::default();
     for (what, datagram, to, count) in kinds {
+        // Refusals of Hellos go out at most one per millisecond (the router's limit).
+        std::thread::sleep(Duration::from_millis(2));
         stranger.send_to(&datagram, to).expect("send");
         let after = refusals_once(&context, &mut endpoint, |r| r.total() > before.total());
         assert_eq!(count(&after), count(&before) + 1, "{what}: {after:#?}");
@@ -133,4 +151,18 @@ fn every_dropped_datagram_is_counted() {
     let reset = quiver_wire::frame::Frame::parse(&reset[..len]).expect("a frame");
     assert_eq!(reset.header().frame_type, FrameType::Reset);
     assert_eq!(reset.header().dest_id, 5);
+    // The Hellos of another job and without the key were answered with refusals naming why,
+    // each shorter than the Hello it answers; the job's Hello on an unshared link got none.
+    let hello_len = hello(JOB, 1).len();
+    for status in [ChallengeStatus::WrongJob, ChallengeStatus::WrongKey] {
+        let mut reply = [0u8; 256];
+        let (len, from) = stranger.recv_from(&mut reply).expect("a refusal");
+        assert_eq!(from, own[0]);
+        assert!(len < hello_len, "{len} bytes answer a Hello of {hello_len}");
+        let frame = quiver_wire::frame::Frame::parse(&reply[..len]).expect("a frame");
+        assert_eq!(frame.header().frame_type, FrameType::Handshake);
+        assert_eq!(frame.header().dest_id, 0x77);
+        let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");
+        assert_eq!(challenge.status_code(), status.code());
+    }
 }

@@ -29,6 +29,10 @@
 //!   to rank 1 until one fails; prints `recv KIND after T ms` and `send KIND after T ms`.
 //! - `connect-to RANK`: connect to RANK's endpoint 0 and send it one message; prints
 //!   `ok connected` or `error KIND: MESSAGE`.
+//! - `threads THREADS MESSAGES MAX_BYTES SEED`: THREADS threads share the one `Context`,
+//!   thread t opening its own endpoint (port t + 1) and running `alltoall`'s exchange with
+//!   port t + 1 of every other rank, verifying every byte; prints `ok rank R threads T
+//!   received B bytes`, then the `transports` line of `alltoall`.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -131,6 +135,7 @@ fn run(args: &[String]) -> AnyResult {
             }
             Ok(())
         }
+        "threads" => threads(&ctx, num(1, 4), num(2, 100), num(3, 64 << 10), num(4, 1)),
         "scribble" => scribble(
             &mut ep,
             args.get(1).map(String::as_str).unwrap_or("garbage"),
@@ -167,11 +172,63 @@ fn message(seed: u64, src: u32, dst: u32, index: u64, max: u64) -> Vec<u8> {
 }
 
 fn alltoall(ctx: &Context, ep: &mut Endpoint, messages: u64, max: u64, seed: u64) -> AnyResult {
+    let bytes = exchange(ctx, ep, messages, max, seed)?;
+    say(&format!(
+        "ok rank {} received {bytes} bytes rss_kib {}",
+        ctx.rank(),
+        rss_kib()
+    ));
+    say_transports(ctx);
+    Ok(())
+}
+
+/// Threads sharing one context, each driving its own endpoint (port t + 1) through
+/// `exchange` with the same port of every other rank.
+fn threads(ctx: &Context, threads: u64, messages: u64, max: u64, seed: u64) -> AnyResult {
+    let results: Vec<Result<u64, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let port = u16::try_from(t + 1).map_err(|e| e.to_string())?;
+                    let mut ep = ctx.endpoint(port).map_err(|e| e.to_string())?;
+                    exchange(ctx, &mut ep, messages, max, seed ^ (t << 56))
+                        .map_err(|e| format!("thread {t}: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    let mut bytes = 0;
+    for result in results {
+        bytes += result?;
+    }
+    say(&format!(
+        "ok rank {} threads {threads} received {bytes} bytes",
+        ctx.rank()
+    ));
+    say_transports(ctx);
+    Ok(())
+}
+
+/// Every rank sends `messages` messages of random sizes to the same port of every other
+/// rank with posted sends, receives all and verifies every byte. Returns the bytes
+/// received.
+fn exchange(
+    ctx: &Context,
+    ep: &mut Endpoint,
+    messages: u64,
+    max: u64,
+    seed: u64,
+) -> Result<u64, Box<dyn std::error::Error>> {
     let (me, size) = (ctx.rank(), ctx.size());
+    let port = ep.addr().port;
     let peers: Vec<u32> = (0..size).filter(|&r| r != me).collect();
     let mut conns = Vec::new();
     for &p in &peers {
-        conns.push(ep.connect(Addr::new(p, 0))?);
+        conns.push(ep.connect(Addr::new(p, port))?);
     }
     let mut sends = Vec::new();
     for i in 0..messages {
@@ -180,9 +237,11 @@ fn alltoall(ctx: &Context, ep: &mut Endpoint, messages: u64, max: u64, seed: u64
         }
     }
     // "done" follows the data on every connection (connections are ordered), so a
-    // rank has everything once it has every peer's data and every peer's "done".
+    // rank has everything once it has every peer's data and every peer's "done". Posted
+    // too: a blocking send waiting for room while the peer does the same would never
+    // receive.
     for &c in &conns {
-        ep.send(c, b"done")?;
+        sends.push(ep.post_send(c, b"done".to_vec())?);
     }
     let mut next_index = vec![0u64; size as usize];
     let (mut bytes, mut dones) = (0u64, 0usize);
@@ -218,12 +277,7 @@ fn alltoall(ctx: &Context, ep: &mut Endpoint, messages: u64, max: u64, seed: u64
     for s in sends {
         ep.wait_send(s)?;
     }
-    say(&format!(
-        "ok rank {me} received {bytes} bytes rss_kib {}",
-        rss_kib()
-    ));
-    say_transports(ctx);
-    Ok(())
+    Ok(bytes)
 }
 
 /// One line saying how the job was bootstrapped and which transports carried the

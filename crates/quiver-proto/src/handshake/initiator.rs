@@ -11,7 +11,7 @@ use quiver_wire::handshake::{
 
 use super::error::{check_params_len, classify_wire_error, HandshakeError};
 use super::key::{
-    constant_time_eq, keyed_transcript, mac, JobKey, LABEL_INITIATOR, LABEL_RESPONDER,
+    constant_time_eq, keyed_transcript, mac, JobKey, LABEL_HELLO, LABEL_INITIATOR, LABEL_RESPONDER,
     LABEL_VERDICT,
 };
 use super::outbox::Outbox;
@@ -63,8 +63,9 @@ impl InitiatorState {
 }
 
 impl Initiator {
-    /// Starts a handshake and queues the Hello. `nonce_i` must be fresh random bytes, never
-    /// reused.
+    /// Starts a handshake and queues the Hello, MACed with the key (`mac_h`) so that the
+    /// responder keeps nothing for a Hello that does not prove it. `nonce_i` must be fresh
+    /// random bytes, never reused.
     pub fn new(key: JobKey, request: ConnectRequest, nonce_i: [u8; NONCE_LEN]) -> Self {
         let repr = HelloRepr {
             job_id: request.job_id,
@@ -72,9 +73,13 @@ impl Initiator {
             src_port: request.src_port,
             dst_port: request.dst_port,
             nonce_i,
+            mac_h: [0; MAC_LEN],
         };
         let mut hello = [0u8; HELLO_LEN];
-        repr.emit(&mut Hello::new_unchecked(&mut hello[..]));
+        let mut view = Hello::new_unchecked(&mut hello[..]);
+        repr.emit(&mut view);
+        let mac_h = mac(&key, LABEL_HELLO, &[view.authenticated_part()]);
+        view.set_mac_h(&mac_h);
         let mut outbox = Outbox::new();
         outbox.queue(&hello);
         Self {
@@ -197,6 +202,11 @@ impl Initiator {
             ChallengeStatus::Busy => {
                 return Err(HandshakeError::Busy {
                     port: self.request.dst_port,
+                })
+            }
+            ChallengeStatus::WrongKey => {
+                return Err(HandshakeError::AuthenticationFailed {
+                    message: MessageKind::Hello,
                 })
             }
             ChallengeStatus::UnsupportedVersion => {

@@ -9,6 +9,8 @@ use quiver_wire::handshake::MAC_LEN;
 /// Length of the job key in bytes.
 pub const KEY_LEN: usize = 32;
 
+/// Label mixed into the initiator's Hello MAC.
+pub(super) const LABEL_HELLO: &[u8; 14] = b"quiver-hs-helo";
 /// Label mixed into the responder's MAC.
 pub(super) const LABEL_RESPONDER: &[u8; 14] = b"quiver-hs-resp";
 /// Label mixed into the initiator's MAC.

@@ -14,6 +14,9 @@
 //! Both sides prove knowledge of the key with a keyed BLAKE3 MAC over the whole transcript so
 //! far, each under its own label so that one side's MAC is never valid as the other's:
 //!
+//! - `mac_h = MAC(key, "quiver-hs-helo" ‖ hello without mac_h)`: checked by
+//!   [`verify_hello`] before a responder keeps anything, so a stranger's Hello costs one MAC
+//!   and no state; its answer is a refusal (`WrongKey`) shorter than the Hello
 //! - `mac_r = MAC(key, "quiver-hs-resp" ‖ hello ‖ challenge without mac_r)`
 //! - `mac_i = MAC(key, "quiver-hs-init" ‖ hello ‖ challenge without mac_r ‖ proof without mac_i)`
 //! - `mac_v = MAC(key, "quiver-hs-verd" ‖ hello ‖ challenge without mac_r ‖ proof without mac_i
@@ -26,6 +29,9 @@
 //! by the caller, so a recorded Challenge or Proof does not verify in any other handshake.
 //! The key never leaves the process. The `params` fields let the transport carry its own
 //! parameters (ring sizes, …) covered by the MACs.
+//!
+//! A recorded Hello replayed later verifies again (it carries no time); a responder answers
+//! it with a Challenge shorter than the Hello, and the replayer cannot produce the Proof.
 //!
 //! What it does not do: rejections (a Challenge with a status other than `Ok`) carry no MAC,
 //! so an attacker on the path can refuse a connection (but not open one). Every rank of a job
@@ -50,4 +56,4 @@ pub use error::HandshakeError;
 pub use initiator::Initiator;
 pub use key::{constant_time_eq, JobKey, KEY_LEN};
 pub use request::{ConnectRequest, RejectReason};
-pub use responder::Responder;
+pub use responder::{hello_refusal, verify_hello, Responder};

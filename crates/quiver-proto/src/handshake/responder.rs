@@ -12,11 +12,83 @@ use quiver_wire::handshake::{
 
 use super::error::{check_params_len, classify_wire_error, HandshakeError};
 use super::key::{
-    constant_time_eq, keyed_transcript, mac, JobKey, LABEL_INITIATOR, LABEL_RESPONDER,
+    constant_time_eq, keyed_transcript, mac, JobKey, LABEL_HELLO, LABEL_INITIATOR, LABEL_RESPONDER,
     LABEL_VERDICT,
 };
 use super::outbox::Outbox;
 use super::request::{ConnectRequest, RejectReason};
+
+/// Checks a Hello before anything is kept for it: its layout, its job id, and its MAC
+/// (`mac_h`, the proof that its sender holds `key`). One keyed BLAKE3 over 56 bytes, so a
+/// router can run it on every Hello before it draws an id or allocates a connection.
+///
+/// # Errors
+/// [`HandshakeError::Malformed`], [`HandshakeError::VersionMismatch`],
+/// [`HandshakeError::UnexpectedMessage`], [`HandshakeError::WrongJob`] (checked before the
+/// MAC, so a member of another job learns why), [`HandshakeError::AuthenticationFailed`]
+/// with `message: Hello`.
+pub fn verify_hello(
+    key: &JobKey,
+    job_id: u64,
+    bytes: &[u8],
+) -> Result<ConnectRequest, HandshakeError> {
+    let view = Hello::new_checked(bytes)
+        .map_err(|error| classify_wire_error(error, MessageKind::Hello))?;
+    let repr = HelloRepr::parse(&view).map_err(HandshakeError::Malformed)?;
+    if repr.job_id != job_id {
+        return Err(HandshakeError::WrongJob {
+            ours: job_id,
+            theirs: Some(repr.job_id),
+        });
+    }
+    let expected = mac(key, LABEL_HELLO, &[view.authenticated_part()]);
+    if !constant_time_eq(&expected, &repr.mac_h) {
+        return Err(HandshakeError::AuthenticationFailed {
+            message: MessageKind::Hello,
+        });
+    }
+    Ok(ConnectRequest {
+        job_id: repr.job_id,
+        src_rank: repr.src_rank,
+        src_port: repr.src_port,
+        dst_port: repr.dst_port,
+    })
+}
+
+/// Writes into `out` the refusal that answers a Hello [`verify_hello`] refused with
+/// `error`, and returns its length ([`CHALLENGE_FIXED_LEN`], shorter than any Hello), or
+/// `None` when the error gets no answer (bytes that are no Hello at all). Stateless: a
+/// router answers a stranger with it and keeps nothing.
+///
+/// # Panics
+/// If `out` is shorter than [`CHALLENGE_FIXED_LEN`] (a caller bug).
+pub fn hello_refusal(error: &HandshakeError, out: &mut [u8]) -> Option<usize> {
+    let status = refusal_status(error)?;
+    emit_refusal(status, &mut out[..CHALLENGE_FIXED_LEN]);
+    Some(CHALLENGE_FIXED_LEN)
+}
+
+/// The refusal status that tells an initiator why its Hello was refused, if any.
+fn refusal_status(error: &HandshakeError) -> Option<ChallengeStatus> {
+    match error {
+        HandshakeError::VersionMismatch { .. } => Some(ChallengeStatus::UnsupportedVersion),
+        HandshakeError::WrongJob { .. } => Some(ChallengeStatus::WrongJob),
+        HandshakeError::AuthenticationFailed { .. } => Some(ChallengeStatus::WrongKey),
+        _ => None,
+    }
+}
+
+/// Writes an unauthenticated refusing Challenge with `status` into `out` (exactly
+/// [`CHALLENGE_FIXED_LEN`] bytes).
+fn emit_refusal(status: ChallengeStatus, out: &mut [u8]) {
+    let repr = ChallengeRepr {
+        status,
+        nonce_r: [0; NONCE_LEN],
+        mac_r: [0; MAC_LEN],
+        params_r: &[],
+    };
+    repr.emit(&mut Challenge::new_unchecked(out));
+}
 
 /// The accepting side of a handshake.
 ///
@@ -105,9 +177,10 @@ impl Responder {
     ///
     /// # Errors
     /// Peer-caused (final): [`HandshakeError::VersionMismatch`] and
-    /// [`HandshakeError::WrongJob`] (both queue a refusing Challenge),
-    /// [`HandshakeError::Malformed`], [`HandshakeError::UnexpectedMessage`]. Local:
-    /// [`HandshakeError::UnexpectedCall`].
+    /// [`HandshakeError::WrongJob`] (both queue a refusing Challenge, shorter than the
+    /// Hello), [`HandshakeError::AuthenticationFailed`] (`mac_h` does not verify; a refusing
+    /// Challenge `WrongKey` is queued, shorter than the Hello, and nothing is kept), [`HandshakeError::Malformed`],
+    /// [`HandshakeError::UnexpectedMessage`]. Local: [`HandshakeError::UnexpectedCall`].
     pub fn handle_hello(&mut self, hello: &[u8]) -> Result<ConnectRequest, HandshakeError> {
         self.expect_state(ResponderState::AwaitingHello, "handle_hello")?;
         let result = self.parse_hello(hello);
@@ -118,14 +191,8 @@ impl Responder {
             }
             Err(error) => {
                 self.state = ResponderState::Failed;
-                match error {
-                    HandshakeError::VersionMismatch { .. } => {
-                        self.queue_refusal(ChallengeStatus::UnsupportedVersion);
-                    }
-                    HandshakeError::WrongJob { .. } => {
-                        self.queue_refusal(ChallengeStatus::WrongJob);
-                    }
-                    _ => {}
+                if let Some(status) = refusal_status(&error) {
+                    self.queue_refusal(status);
                 }
             }
         }
@@ -251,27 +318,12 @@ impl Responder {
         Ok(())
     }
 
-    /// Parses a Hello, checks the job id and keeps its bytes for the MACs.
+    /// Verifies a Hello ([`verify_hello`]) and keeps its bytes for the MACs.
     fn parse_hello(&mut self, bytes: &[u8]) -> Result<ConnectRequest, HandshakeError> {
-        let view = Hello::new_checked(bytes)
-            .map_err(|error| classify_wire_error(error, MessageKind::Hello))?;
-        let repr = HelloRepr::parse(&view).map_err(HandshakeError::Malformed)?;
-        if repr.job_id != self.job_id {
-            return Err(HandshakeError::WrongJob {
-                ours: self.job_id,
-                theirs: Some(repr.job_id),
-            });
-        }
-        // Emitting the parsed repr reproduces the received bytes: a Hello has no reserved or
-        // unparsed bits, so its encoding is canonical.
-        repr.emit(&mut Hello::new_unchecked(&mut self.hello[..]));
-        debug_assert_eq!(&self.hello[..], bytes);
-        Ok(ConnectRequest {
-            job_id: repr.job_id,
-            src_rank: repr.src_rank,
-            src_port: repr.src_port,
-            dst_port: repr.dst_port,
-        })
+        let request = verify_hello(&self.key, self.job_id, bytes)?;
+        // A verified Hello is exactly HELLO_LEN bytes (its length field says so).
+        self.hello.copy_from_slice(bytes);
+        Ok(request)
     }
 
     /// Queues a Verdict with its MAC over the transcript and the Proof's `proof_parts`.
@@ -291,14 +343,6 @@ impl Responder {
 
     /// Queues an unauthenticated Challenge refusing the connection.
     fn queue_refusal(&mut self, status: ChallengeStatus) {
-        let repr = ChallengeRepr {
-            status,
-            nonce_r: [0; NONCE_LEN],
-            mac_r: [0; MAC_LEN],
-            params_r: &[],
-        };
-        repr.emit(&mut Challenge::new_unchecked(
-            self.outbox.reserve(CHALLENGE_FIXED_LEN),
-        ));
+        emit_refusal(status, self.outbox.reserve(CHALLENGE_FIXED_LEN));
     }
 }

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use quiver_wire::handshake::{
     field, Challenge, ChallengeRepr, ChallengeStatus, MessageKind, MessagePrefix, Proof, ProofRepr,
     Verdict, VerdictRepr, VerdictStatus, HELLO_LEN, MAC_LEN, MAX_MESSAGE_LEN, MAX_PARAMS_LEN,
-    PROOF_FIXED_LEN, VERSION,
+    NONCE_LEN, PROOF_FIXED_LEN, VERSION,
 };
 
 use super::key::{mac, LABEL_INITIATOR};
@@ -168,20 +168,61 @@ fn handshake_is_deterministic() {
 }
 
 #[test]
-fn wrong_key_is_caught_by_the_initiator_at_the_challenge() {
+fn wrong_key_is_caught_by_the_responder_at_the_hello() {
     for (initiator_key, responder_key) in [(1, 7), (7, 1)] {
         let (initiator, responder) = pair(initiator_key, responder_key, JOB_ID);
         let outcome = drive_plain(initiator, responder);
         assert_eq!(
-            outcome.initiator_error,
+            outcome.responder_error,
             Some(HandshakeError::AuthenticationFailed {
-                message: MessageKind::Challenge
+                message: MessageKind::Hello
             })
         );
-        assert!(outcome.initiator.is_failed());
+        assert!(outcome.responder.is_failed());
         assert!(!outcome.responder.is_established());
-        // The initiator sent no Proof, so the responder only sees the connection close.
+        assert_eq!(outcome.request_seen, None);
+        // The answer is a refusal, shorter than the Hello, that the initiator reports as a
+        // wrong key.
         assert_eq!(outcome.messages.len(), 2);
+        assert!(outcome.messages[1].len() < outcome.messages[0].len());
+        assert_eq!(
+            outcome.initiator_error,
+            Some(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            })
+        );
+    }
+}
+
+#[test]
+fn verify_hello_checks_the_key_before_anything_is_kept() {
+    let mut initiator = Initiator::new(key(7), request(JOB_ID), [3; NONCE_LEN]);
+    let hello = take_initiator(&mut initiator).unwrap();
+    assert_eq!(hello.len(), HELLO_LEN);
+    assert_eq!(verify_hello(&key(7), JOB_ID, &hello), Ok(request(JOB_ID)));
+    assert_eq!(
+        verify_hello(&key(8), JOB_ID, &hello),
+        Err(HandshakeError::AuthenticationFailed {
+            message: MessageKind::Hello
+        })
+    );
+    assert_eq!(
+        verify_hello(&key(7), JOB_ID ^ 1, &hello),
+        Err(HandshakeError::WrongJob {
+            ours: JOB_ID ^ 1,
+            theirs: Some(JOB_ID)
+        })
+    );
+    for offset in [field::HELLO_SRC_RANK.start, field::HELLO_MAC_H.end - 1] {
+        let mut tampered = hello.clone();
+        tampered[offset] ^= 1;
+        assert_eq!(
+            verify_hello(&key(7), JOB_ID, &tampered),
+            Err(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            }),
+            "tampered at {offset}"
+        );
     }
 }
 
@@ -294,9 +335,9 @@ fn replayed_hello_and_proof_fail_against_a_fresh_nonce() {
 
 #[test]
 fn tampered_hello_or_challenge_fails_at_the_initiator() {
+    // A tampered Hello no longer reaches the initiator's check: the responder refuses it
+    // (`verify_hello_checks_the_key_before_anything_is_kept`).
     let tamper_at = [
-        (0, field::HELLO_SRC_RANK.start + 3),
-        (0, field::HELLO_NONCE_I.start),
         (1, field::CHALLENGE_NONCE_R.start),
         (1, field::CHALLENGE_MAC_R.end - 1),
         (1, field::CHALLENGE_PARAMS_R.start),
@@ -317,6 +358,33 @@ fn tampered_hello_or_challenge_fails_at_the_initiator() {
             "tampering message {message} at {offset}"
         );
         assert!(!outcome.responder.is_established());
+    }
+    for offset in [field::HELLO_SRC_RANK.start + 3, field::HELLO_NONCE_I.start] {
+        let (initiator, responder) = pair(7, 7, JOB_ID);
+        let outcome = drive(initiator, responder, &mut |index, mut bytes| {
+            if index == 0 {
+                bytes[offset] ^= 0x10;
+            }
+            bytes
+        });
+        assert_eq!(
+            outcome.responder_error,
+            Some(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            }),
+            "tampering the Hello at {offset}"
+        );
+        assert_eq!(
+            outcome.messages.len(),
+            2,
+            "a refusal answers a tampered Hello"
+        );
+        assert_eq!(
+            outcome.initiator_error,
+            Some(HandshakeError::AuthenticationFailed {
+                message: MessageKind::Hello
+            })
+        );
     }
 }
 

@@ -49,7 +49,11 @@ impl ReliableConnection {
         header: &mut [u8],
     ) -> Option<Transmit<'a>> {
         self.handshake_send_pending = false;
-        if self.state == State::Handshaking {
+        // Only the initiator repeats on a timer. A responder answers each Hello (or Proof)
+        // it receives once, so it never sends more than it received to a source whose
+        // address nothing has verified; a lost Challenge is recovered by the initiator's
+        // repeated Hello.
+        if self.state == State::Handshaking && self.is_initiator {
             self.handshake_retransmit_at = Some(now.saturating_add(self.handshake_interval_ns));
         }
         let frame_header = FrameHeader::new(

@@ -217,7 +217,12 @@ impl ReliableConnection {
             // A Stream frame names only its receiver.
             Some(_) if header.frame_type == FrameType::Stream => true,
             Some(peer_id) => header.src_id == peer_id,
-            None => header.src_id != 0,
+            // A router's stateless refusal of our Hello comes from id 0: the responder kept
+            // nothing, so it has no id.
+            None => {
+                header.src_id != 0
+                    || (header.frame_type == FrameType::Handshake && self.is_initiator)
+            }
         };
         to_us && from_peer
     }

@@ -28,7 +28,9 @@
 //!   ([`Accepted::rejection`]) is never handed to an endpoint; the engine forgets it
 //!   ([`Router::remove`] or [`Router::retain`]) once its refusal is sent.
 //! - [`Routed::Reset`]: send those bytes to `from` from the socket of `path`.
-//! - [`Routed::Refused`], [`Routed::Dropped`]: count them; nothing is sent.
+//! - [`Routed::Refused`]: count it, and send its `reply` (if any) to `from` from the socket
+//!   of `path`: a refusal shorter than the Hello, built without keeping anything.
+//! - [`Routed::Dropped`]: count it; nothing is sent.
 //!
 //! The engine opens connections itself: it draws an id with [`Router::fresh_id`], makes the
 //! connection with `ReliableConnection::connect`, and [`Router::insert`]s it. Before it
@@ -50,18 +52,23 @@
 //!
 //! # Hellos and crossed connects
 //!
-//! A datagram for id 0 is a Hello from a stranger. The router verifies the frame, looks
-//! the (claimed rank, initiator id) pair up among the Hellos it answered (a repeat goes to
-//! the connection it opened, whichever link it came on), asks the host how to accept it,
-//! draws an id and a nonce, and runs `ReliableConnection::accept` (the responder's part of
-//! the handshake up to the Challenge). A Hello for a closed endpoint is rejected with
+//! A datagram for id 0 is a Hello from a stranger. The router verifies the frame and the
+//! Hello's MAC (`mac_h`, proof of the job key: `quiver_proto::handshake::verify_hello`)
+//! before anything else, so a Hello that does not prove the key is [`Routed::Refused`]
+//! with no lookup, no random draw and no state; its reply (a `WrongKey` refusal) is
+//! shorter than the Hello, and there is at most one per [`REFUSAL_INTERVAL_NS`]. Then it
+//! looks the (claimed rank, initiator id) pair up among the Hellos it answered (a repeat
+//! goes to the connection it opened, whichever link it came on), asks the host how to
+//! accept it, draws an id and a nonce, and runs `ReliableConnection::accept` (the
+//! responder's part of the handshake up to the Challenge). A Hello for a closed endpoint is rejected with
 //! `NoSuchEndpoint`. If the local endpoint is connecting to the same peer endpoint at the
 //! same moment, one connection must carry both directions: the one opened by the lower
 //! [`EndpointAddress`]. So when the local endpoint is the lower one, the peer's Hello is
 //! rejected with `Busy` (the peer then waits for our connection to arrive and uses it); when
 //! the peer is the lower one, its Hello is accepted and our own attempt will be refused by
 //! the peer. Either way the Hello is recorded, so its repeats are answered by the same
-//! connection. The Hellos map has no bound and no expiry (see `hellos.rs`).
+//! connection. The Hellos map is bounded ([`HELLO_CAPACITY`]) and its entries expire
+//! ([`HELLO_LIFETIME_NS`]; see `hellos.rs`).
 
 mod hellos;
 mod host;
@@ -70,15 +77,20 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-use quiver_wire::frame::{self, Destination, Frame, MAX_HEADER_LEN};
-use quiver_wire::handshake::Hello;
+use quiver_wire::frame::{self, Destination, Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::handshake::CHALLENGE_FIXED_LEN;
 
-use crate::handshake::{JobKey, RejectReason};
-use crate::reliable::{reset_for, Nanos, ReliableConnection};
+use crate::handshake::{hello_refusal, verify_hello, HandshakeError, JobKey, RejectReason};
+use crate::reliable::{reset_for, AcceptError, Nanos, ReliableConnection};
 use hellos::HelloTable;
+pub use hellos::{HELLO_CAPACITY, HELLO_LIFETIME_NS};
 pub use host::{Direction, EndpointAddress, Handshake, InboundPath, RouterHost};
 pub use outcome::{Accepted, DropReason, Routed};
 pub use table::ConnectionTable;
+
+/// Least time between two refusals of Hellos that did not prove the key or the job, in
+/// nanoseconds (1 ms): at most a thousand short answers a second, whatever arrives.
+pub const REFUSAL_INTERVAL_NS: Nanos = 1_000_000;
 
 /// The datagram router of one engine: its connections by id, and the Hellos it answered.
 ///
@@ -105,6 +117,10 @@ pub struct Router<C> {
     hellos: HelloTable,
     /// Where the Reset for an unknown id is built ([`Routed::Reset`] borrows it).
     reset: [u8; MAX_HEADER_LEN],
+    /// Where the refusal of a Hello is built ([`Routed::Refused`] borrows it).
+    reply: [u8; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
+    /// When the next refusal may be sent ([`REFUSAL_INTERVAL_NS`] after the last).
+    next_refusal_at: Nanos,
 }
 
 impl<C> Router<C> {
@@ -117,6 +133,8 @@ impl<C> Router<C> {
             connections: ConnectionTable::default(),
             hellos: HelloTable::default(),
             reset: [0; MAX_HEADER_LEN],
+            reply: [0; MAX_HEADER_LEN + CHALLENGE_FIXED_LEN],
+            next_refusal_at: 0,
         }
     }
 
@@ -198,9 +216,16 @@ impl<C> Router<C> {
         self.connections.iter_mut()
     }
 
-    /// Number of Hellos answered so far (none is ever forgotten).
+    /// Number of Hellos remembered now (answered within [`HELLO_LIFETIME_NS`], at most
+    /// [`HELLO_CAPACITY`]): the router's only state for peers without a connection.
     pub fn hello_count(&self) -> usize {
         self.hellos.len()
+    }
+
+    /// Number of remembered Hellos pushed out by newer ones before their lifetime ended
+    /// (the table was full).
+    pub fn hellos_evicted(&self) -> u64 {
+        self.hellos.evicted()
     }
 
     /// Whether a connection `peer` opened to local port `local_port` is being accepted
@@ -244,6 +269,29 @@ impl<C> Router<C> {
                 .any(|connection| host.handshake(connection) == Some(wanted))
     }
 
+    /// The datagram that refuses a Hello from initiator id `their_id` for `error` (a
+    /// Handshake frame carrying a refusing Challenge, shorter than the Hello's datagram),
+    /// built in the router's reply buffer; `None` when the error gets no answer, or when a
+    /// refusal went out less than [`REFUSAL_INTERVAL_NS`] before `now` (a flood costs a MAC
+    /// per Hello, not a send; a real initiator repeats its Hello and is told soon enough).
+    fn refusal(&mut self, now: Nanos, their_id: u64, error: &HandshakeError) -> Option<&[u8]> {
+        if now < self.next_refusal_at {
+            return None;
+        }
+        let mut challenge = [0u8; CHALLENGE_FIXED_LEN];
+        let len = hello_refusal(error, &mut challenge)?;
+        let payload = &challenge[..len];
+        let header_len = FrameHeader::new(FrameType::Handshake, their_id, 0)
+            .emit(&mut self.reply, payload)
+            .ok()?;
+        let end = header_len + payload.len();
+        self.reply
+            .get_mut(header_len..end)?
+            .copy_from_slice(payload);
+        self.next_refusal_at = now.saturating_add(REFUSAL_INTERVAL_NS);
+        Some(&self.reply[..end])
+    }
+
     /// A datagram for connection id 0: a Hello from a stranger, accepted if it is a Hello
     /// of the job (and rejected at once if no endpoint takes it, or if it crossed our own
     /// connect and loses), or a repeat of one answered before.
@@ -258,10 +306,31 @@ impl<C> Router<C> {
         let Ok(parsed) = Frame::parse(datagram) else {
             return Routed::Dropped(DropReason::MalformedHello);
         };
-        let their_id = parsed.header().src_id;
-        // The claimed rank picks the peer's links; the handshake then proves membership.
-        let their_rank = Hello::new_checked(parsed.payload()).map_or(u32::MAX, |h| h.src_rank());
-        if let Some(id) = self.hellos.get(their_rank, their_id) {
+        let header = parsed.header();
+        if header.frame_type != FrameType::Handshake || header.src_id == 0 {
+            return Routed::Refused {
+                error: AcceptError::NotARequest {
+                    frame_type: header.frame_type,
+                    dest_id: header.dest_id,
+                    src_id: header.src_id,
+                },
+                reply: None,
+            };
+        }
+        // Nothing is looked up, drawn or kept for a Hello that does not prove the key; its
+        // answer (a refusal naming why, shorter than the Hello) is built here, statelessly.
+        let claimed = match verify_hello(&self.key, self.job_id, parsed.payload()) {
+            Ok(request) => request,
+            Err(error) => {
+                let reply = self.refusal(now, header.src_id, &error);
+                return Routed::Refused {
+                    error: AcceptError::Handshake(error),
+                    reply,
+                };
+            }
+        };
+        let (their_rank, their_id) = (claimed.src_rank, header.src_id);
+        if let Some(id) = self.hellos.get(now, their_rank, their_id) {
             return Routed::RepeatedHello {
                 id,
                 connection: self.connections.get_mut(id),
@@ -284,7 +353,7 @@ impl<C> Router<C> {
         );
         let (mut connection, request) = match accepted {
             Ok(accepted) => accepted,
-            Err(error) => return Routed::Refused(error),
+            Err(error) => return Routed::Refused { error, reply: None },
         };
         let peer = EndpointAddress::new(request.src_rank, request.src_port);
         let rejection = if !host.endpoint_open(&request) {
@@ -297,7 +366,7 @@ impl<C> Router<C> {
         if let Some(reason) = rejection {
             connection.reject(reason);
         }
-        self.hellos.insert(request.src_rank, their_id, id);
+        self.hellos.insert(now, request.src_rank, their_id, id);
         Routed::Accepted(Box::new(Accepted {
             id,
             connection,

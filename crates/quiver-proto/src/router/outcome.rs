@@ -38,9 +38,17 @@ pub enum Routed<'a, C> {
     /// source from the socket it arrived on.
     Reset(&'a [u8]),
     /// A datagram for id 0 that is a valid frame but not a Hello of this job (wrong job,
-    /// version or kind; a bad configuration from the host): count it as a refused
-    /// connection attempt.
-    Refused(AcceptError),
+    /// version or kind; a MAC that does not prove the job key; a bad configuration from the
+    /// host): count it as a refused connection attempt. Nothing was kept.
+    Refused {
+        /// Why.
+        error: AcceptError,
+        /// A Handshake frame refusing the Hello (its Challenge says why: another job,
+        /// version or key), to send back to the datagram's source from the socket it
+        /// arrived on; shorter than the Hello, at most one per
+        /// [`crate::router::REFUSAL_INTERVAL_NS`]. `None`: send nothing.
+        reply: Option<&'a [u8]>,
+    },
     /// Nobody takes the datagram and nothing is sent back: count it.
     Dropped(DropReason),
 }

@@ -1,11 +1,12 @@
 //! Tests of the router at its own level: known ids, short ids, unknown ids and Resets,
-//! Hellos and their repeats, rejections, crossed connects, the Hellos map (no bound, no
-//! expiry), id allocation, and a reference model under arbitrary sequences.
+//! Hellos and their repeats, rejections, Hellos without the key, crossed connects, the
+//! Hellos map (bounded, expiring), id allocation, and a reference model under arbitrary sequences.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use quiver_wire::frame::{Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::handshake::{Challenge, ChallengeStatus};
 
 use super::*;
 use crate::handshake::{ConnectRequest, KEY_LEN};
@@ -169,7 +170,7 @@ impl Node {
                 Verdict::Accepted(id, rejection)
             }
             Routed::Reset(bytes) => Verdict::Reset(bytes.to_vec()),
-            Routed::Refused(_) => Verdict::Refused,
+            Routed::Refused { .. } => Verdict::Refused,
             Routed::Dropped(reason) => Verdict::Dropped(reason),
         }
     }
@@ -256,6 +257,18 @@ fn exchange(now: Nanos, a: &mut Node, b: &mut Node) -> (Vec<Verdict>, Vec<Verdic
 
 /// The Hello of a fresh initiator from `src_rank`/`src_port` to `dst_port`, id `id`.
 fn hello(src_rank: u32, src_port: u16, dst_port: u16, id: u64, job_id: u64) -> Vec<u8> {
+    hello_with_key(key(), src_rank, src_port, dst_port, id, job_id)
+}
+
+/// A Hello MACed with `key` (the job's, or a stranger's).
+fn hello_with_key(
+    key: JobKey,
+    src_rank: u32,
+    src_port: u16,
+    dst_port: u16,
+    id: u64,
+    job_id: u64,
+) -> Vec<u8> {
     let request = ConnectRequest {
         job_id,
         src_rank,
@@ -263,7 +276,7 @@ fn hello(src_rank: u32, src_port: u16, dst_port: u16, id: u64, job_id: u64) -> V
         dst_port,
     };
     let mut initiator =
-        ReliableConnection::connect(ReliableConfig::default(), key(), request, id, [2; 16], 0)
+        ReliableConnection::connect(ReliableConfig::default(), key, request, id, [2; 16], 0)
             .expect("valid config");
     let mut header = [0u8; MAX_HEADER_LEN];
     let transmit = initiator.poll_transmit(0, &mut header).expect("a Hello");
@@ -403,27 +416,142 @@ fn a_repeated_hello_reaches_the_connection_it_opened_on_any_path() {
 }
 
 #[test]
-fn hellos_do_not_expire_and_outlive_their_connection() {
+fn hellos_outlive_their_connection_and_expire_after_their_lifetime() {
     let mut node = Node::new(1);
     let datagram = hello(0, 3, 7, 0xabc, JOB_ID);
     let Verdict::Accepted(id, None) = node.receive(0, 0, 0, &datagram) else {
         panic!("not accepted");
     };
-    // An hour later, the repeat still reaches the connection (no expiry)...
-    let hour = 3_600_000_000_000;
+    // Until the end of its lifetime, a repeat reaches the connection...
+    let last = HELLO_LIFETIME_NS - 1;
     assert_eq!(
-        node.receive(hour, 0, 0, &datagram),
+        node.receive(last, 0, 0, &datagram),
         Verdict::RepeatedHello(id, true)
     );
     // ...and once the connection is forgotten, a repeat is ignored: it opens no second
     // connection.
     node.router.remove(id);
     assert_eq!(
-        node.receive(hour, 0, 1, &datagram),
+        node.receive(last, 0, 1, &datagram),
         Verdict::RepeatedHello(id, false)
     );
     assert!(node.router.connections().is_empty());
     assert_eq!(node.router.hello_count(), 1);
+    // After its lifetime the entry is gone: the Hello is a new one.
+    assert!(matches!(
+        node.receive(HELLO_LIFETIME_NS, 0, 0, &datagram),
+        Verdict::Accepted(other, None) if other != id
+    ));
+    assert_eq!(node.router.hello_count(), 1);
+    assert_eq!(node.router.hellos_evicted(), 0);
+}
+
+#[test]
+fn the_hellos_map_holds_at_most_its_capacity_oldest_out_first() {
+    let mut node = Node::new(1);
+    let extra = 10u64;
+    for their_id in 1..=HELLO_CAPACITY as u64 + extra {
+        let Verdict::Accepted(id, _) =
+            node.receive(their_id, 0, 0, &hello(0, 3, 7, their_id, JOB_ID))
+        else {
+            panic!("Hello {their_id} not accepted");
+        };
+        // Keep the test's memory small: the table's bound is the point here.
+        node.router.remove(id);
+        assert!(node.router.hello_count() <= HELLO_CAPACITY);
+    }
+    assert_eq!(node.router.hello_count(), HELLO_CAPACITY);
+    assert_eq!(node.router.hellos_evicted(), extra);
+    // The oldest left; the newest is still answered as a repeat.
+    let now = HELLO_CAPACITY as u64 + extra + 1;
+    assert!(matches!(
+        node.receive(now, 0, 0, &hello(0, 3, 7, 1, JOB_ID)),
+        Verdict::Accepted(..)
+    ));
+    assert!(matches!(
+        node.receive(
+            now,
+            0,
+            0,
+            &hello(0, 3, 7, HELLO_CAPACITY as u64 + extra, JOB_ID)
+        ),
+        Verdict::RepeatedHello(_, false)
+    ));
+}
+
+#[test]
+fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal() {
+    let mut node = Node::new(1);
+    let mut now = 0;
+    for (what, datagram, status) in [
+        (
+            "wrong key",
+            hello_with_key(JobKey::from_bytes([6; KEY_LEN]), 0, 3, 7, 9, JOB_ID),
+            ChallengeStatus::WrongKey,
+        ),
+        (
+            "another job",
+            hello(0, 3, 7, 9, JOB_ID + 1),
+            ChallengeStatus::WrongJob,
+        ),
+    ] {
+        now += REFUSAL_INTERVAL_NS;
+        let routed = node.router.handle(now, &0, 0, &datagram, &mut node.host);
+        let Routed::Refused {
+            error: AcceptError::Handshake(_),
+            reply: Some(reply),
+        } = routed
+        else {
+            panic!("{what}: {routed:?}");
+        };
+        assert!(reply.len() < datagram.len(), "{what}: the reply amplifies");
+        let frame = Frame::parse(reply).expect("a frame");
+        assert_eq!(frame.header().frame_type, FrameType::Handshake);
+        assert_eq!((frame.header().dest_id, frame.header().src_id), (9, 0));
+        let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");
+        assert_eq!(challenge.status_code(), status.code(), "{what}");
+    }
+    assert_eq!(node.host.draws, 0);
+    assert_eq!(node.router.hello_count(), 0);
+    assert!(node.router.connections().is_empty());
+    assert!(node.transmits(now).is_empty());
+    // A flood gets at most one refusal per interval.
+    let stranger = hello_with_key(JobKey::from_bytes([6; KEY_LEN]), 0, 3, 7, 9, JOB_ID);
+    let replies = (0..100)
+        .filter(|&step| {
+            let at = now + REFUSAL_INTERVAL_NS + step * REFUSAL_INTERVAL_NS / 10;
+            matches!(
+                node.router.handle(at, &0, 0, &stranger, &mut node.host),
+                Routed::Refused { reply: Some(_), .. }
+            )
+        })
+        .count();
+    assert_eq!(replies, 10);
+}
+
+#[test]
+fn an_initiator_refused_for_its_key_fails_with_wrong_key() {
+    let (mut a, mut b) = (Node::new(0), Node::new(1));
+    b.router = Router::new(JOB_ID, JobKey::from_bytes([6; KEY_LEN]));
+    let id = a.connect(0, 3, 1, 7);
+    let (_, hello) = a.transmits(0).pop().expect("a Hello");
+    let Routed::Refused {
+        reply: Some(reply), ..
+    } = b.router.handle(0, &0, 0, &hello, &mut b.host)
+    else {
+        panic!("not refused with a reply");
+    };
+    let reply = reply.to_vec();
+    assert_eq!(a.receive(1, 1, 0, &reply), Verdict::Connection(id));
+    assert_eq!(a.core(id).state(), State::Failed);
+    assert!(matches!(
+        a.core(id).poll_event(),
+        Some(Event::Failed(FailReason::Handshake(
+            crate::handshake::HandshakeError::AuthenticationFailed {
+                message: quiver_wire::handshake::MessageKind::Hello
+            }
+        )))
+    ));
 }
 
 #[test]
@@ -461,17 +589,28 @@ fn a_hello_from_another_job_is_refused_with_its_reason() {
     let datagram = hello(0, 3, 7, 5, JOB_ID + 1);
     let routed = node.router.handle(0, &0, 0, &datagram, &mut node.host);
     assert!(
-        matches!(routed, Routed::Refused(AcceptError::Handshake(_))),
+        matches!(
+            routed,
+            Routed::Refused {
+                error: AcceptError::Handshake(_),
+                ..
+            }
+        ),
         "{routed:?}"
     );
-    // The id and the nonce were drawn before the Hello could be checked, as the engine
-    // always did.
-    assert_eq!(node.host.draws, 2);
+    // Nothing is drawn for a Hello that does not prove itself.
+    assert_eq!(node.host.draws, 0);
     // Not a Hello at all: a Ping to id 0 from a stranger.
     let ping = frame(FrameType::Ping, 0, 5, &[]);
     let routed = node.router.handle(0, &0, 0, &ping, &mut node.host);
     assert!(
-        matches!(routed, Routed::Refused(AcceptError::NotARequest { .. })),
+        matches!(
+            routed,
+            Routed::Refused {
+                error: AcceptError::NotARequest { .. },
+                reply: None
+            }
+        ),
         "{routed:?}"
     );
     assert!(node.router.connections().is_empty());
@@ -622,8 +761,13 @@ enum Step {
     Stream { target: Option<usize>, unknown: u64 },
     /// Arbitrary bytes.
     Bytes(Vec<u8>),
-    /// A Hello from rank 0 with this initiator id (a small set: repeats happen).
-    Hello { their_id: u64, path: usize },
+    /// A Hello from rank 0 with this initiator id (a small set: repeats happen), MACed
+    /// with the job key or, when `proven` is false, with a stranger's.
+    Hello {
+        their_id: u64,
+        path: usize,
+        proven: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -645,7 +789,11 @@ fn step() -> impl Strategy<Value = Step> {
         (proptest::option::of(any::<usize>()), any::<u64>())
             .prop_map(|(target, unknown)| Step::Stream { target, unknown }),
         proptest::collection::vec(any::<u8>(), 0..80).prop_map(Step::Bytes),
-        (1u64..6, 0usize..3).prop_map(|(their_id, path)| Step::Hello { their_id, path }),
+        (1u64..6, 0usize..3, any::<bool>()).prop_map(|(their_id, path, proven)| Step::Hello {
+            their_id,
+            path,
+            proven
+        }),
     ]
 }
 
@@ -761,6 +909,18 @@ impl Model {
     }
 }
 
+impl Model {
+    /// A Hello that does not prove the key: refused, whatever the map holds, and nothing
+    /// changes.
+    fn unproven_hello(&mut self, their_id: u64, path: usize) -> Verdict {
+        let stranger = JobKey::from_bytes([0xee; KEY_LEN]);
+        let datagram = hello_with_key(stranger, 0, 3, 7, their_id, JOB_ID);
+        let verdict = self.node.receive(0, 0, path, &datagram);
+        assert_eq!(verdict, Verdict::Refused, "unproven Hello {their_id}");
+        verdict
+    }
+}
+
 /// Runs `steps`, checking every verdict against the model; returns the verdicts.
 fn run_model(steps: &[Step]) -> Vec<Verdict> {
     let mut model = Model {
@@ -787,7 +947,16 @@ fn run_model(steps: &[Step]) -> Vec<Verdict> {
             } => Some(model.frame(*target, *unknown, *type_code, *src_id)),
             Step::Stream { target, unknown } => Some(model.stream(*target, *unknown)),
             Step::Bytes(bytes) => Some(model.bytes(bytes)),
-            Step::Hello { their_id, path } => Some(model.hello(*their_id, *path)),
+            Step::Hello {
+                their_id,
+                path,
+                proven: true,
+            } => Some(model.hello(*their_id, *path)),
+            Step::Hello {
+                their_id,
+                path,
+                proven: false,
+            } => Some(model.unproven_hello(*their_id, *path)),
         };
         verdicts.extend(verdict);
         let router = &model.node.router;

@@ -25,6 +25,9 @@ pub enum ChallengeStatus {
     Busy = 3,
     /// The responder does not speak the Hello's version (sent in the responder's version).
     UnsupportedVersion = 4,
+    /// The Hello's MAC (`mac_h`) does not verify: the initiator does not hold the
+    /// responder's job key (or the Hello was altered on the way).
+    WrongKey = 5,
 }
 
 impl ChallengeStatus {
@@ -36,6 +39,7 @@ impl ChallengeStatus {
             2 => Some(Self::WrongJob),
             3 => Some(Self::Busy),
             4 => Some(Self::UnsupportedVersion),
+            5 => Some(Self::WrongKey),
             _ => None,
         }
     }

@@ -24,6 +24,7 @@ pub(super) const HELLO_FIELDS: &[(&str, usize)] = &[
     ("hello.src_port", field::HELLO_SRC_PORT.end),
     ("hello.dst_port", field::HELLO_DST_PORT.end),
     ("hello.nonce_i", field::HELLO_NONCE_I.end),
+    ("hello.mac_h", field::HELLO_MAC_H.end),
 ];
 pub(super) const CHALLENGE_FIELDS: &[(&str, usize)] = &[
     ("challenge.status", field::CHALLENGE_STATUS + 1),

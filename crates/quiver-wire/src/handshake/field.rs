@@ -23,6 +23,8 @@ pub const HELLO_SRC_PORT: Range<usize> = 20..22;
 pub const HELLO_DST_PORT: Range<usize> = 22..24;
 /// Hello: the initiator's fresh nonce.
 pub const HELLO_NONCE_I: Range<usize> = 24..56;
+/// Hello: the initiator's MAC over the bytes before it, proving the job key.
+pub const HELLO_MAC_H: Range<usize> = 56..88;
 
 /// Challenge: status byte.
 pub const CHALLENGE_STATUS: usize = 8;

@@ -1,5 +1,6 @@
-//! Hello (initiator to responder): who is connecting, and the initiator's nonce. The view
-//! over a buffer and the parsed representation.
+//! Hello (initiator to responder): who is connecting, the initiator's nonce, and its MAC
+//! proving the job key before the responder keeps anything. The view over a buffer and the
+//! parsed representation.
 //!
 //! Layer: quiver-wire, the bottom. No I/O, no allocation.
 
@@ -8,7 +9,7 @@ use super::check::{check_message, HELLO_FIELDS};
 use super::error::WireError;
 use super::field;
 use super::kind::MessageKind;
-use super::layout::{HELLO_LEN, NONCE_LEN};
+use super::layout::{HELLO_LEN, MAC_LEN, NONCE_LEN};
 use super::prefix::MessagePrefix;
 
 /// A view of a Hello message.
@@ -72,6 +73,16 @@ impl<T: AsRef<[u8]>> Hello<T> {
     pub fn nonce_i(&self) -> [u8; NONCE_LEN] {
         read_array(self.buffer.as_ref(), field::HELLO_NONCE_I)
     }
+
+    /// The initiator's MAC over the job key and [`Hello::authenticated_part`].
+    pub fn mac_h(&self) -> [u8; MAC_LEN] {
+        read_array(self.buffer.as_ref(), field::HELLO_MAC_H)
+    }
+
+    /// The bytes `mac_h` covers: the whole message before it.
+    pub fn authenticated_part(&self) -> &[u8] {
+        &self.buffer.as_ref()[..field::HELLO_MAC_H.start]
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Hello<T> {
@@ -104,6 +115,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Hello<T> {
     pub fn set_nonce_i(&mut self, value: &[u8; NONCE_LEN]) {
         self.buffer.as_mut()[field::HELLO_NONCE_I].copy_from_slice(value);
     }
+
+    /// Sets the initiator's MAC.
+    pub fn set_mac_h(&mut self, value: &[u8; MAC_LEN]) {
+        self.buffer.as_mut()[field::HELLO_MAC_H].copy_from_slice(value);
+    }
 }
 
 /// A parsed Hello.
@@ -119,6 +135,9 @@ pub struct HelloRepr {
     pub dst_port: u16,
     /// The initiator's fresh nonce.
     pub nonce_i: [u8; NONCE_LEN],
+    /// The initiator's MAC over the job key and the bytes before it (computed by
+    /// `quiver_proto::handshake`; zero while the message is being built).
+    pub mac_h: [u8; MAC_LEN],
 }
 
 impl HelloRepr {
@@ -134,6 +153,7 @@ impl HelloRepr {
             src_port: view.src_port(),
             dst_port: view.dst_port(),
             nonce_i: view.nonce_i(),
+            mac_h: view.mac_h(),
         })
     }
 
@@ -153,5 +173,6 @@ impl HelloRepr {
         view.set_src_port(self.src_port);
         view.set_dst_port(self.dst_port);
         view.set_nonce_i(&self.nonce_i);
+        view.set_mac_h(&self.mac_h);
     }
 }

@@ -7,7 +7,7 @@ use super::field;
 /// The four bytes every handshake message starts with (ASCII "QVHS").
 pub const MAGIC: [u8; 4] = *b"QVHS";
 /// The handshake version this code speaks. Peers must match exactly.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of the common prefix in bytes.
 pub const PREFIX_LEN: usize = 8;
 /// Length of a nonce in bytes.
@@ -17,7 +17,7 @@ pub const MAC_LEN: usize = 32;
 /// Largest `params` field a Challenge or Proof may carry, in bytes.
 pub const MAX_PARAMS_LEN: usize = 256;
 /// Length of a Hello in bytes.
-pub const HELLO_LEN: usize = field::HELLO_NONCE_I.end;
+pub const HELLO_LEN: usize = field::HELLO_MAC_H.end;
 /// Length of a Challenge without params, in bytes.
 pub const CHALLENGE_FIXED_LEN: usize = field::CHALLENGE_MAC_R.end;
 /// Length of a Proof without params, in bytes.

@@ -20,14 +20,22 @@
 //! `version` is [`VERSION`]; `kind` is a [`MessageKind`]; `length` (u16) is the total length of
 //! the message in bytes, prefix included. All integers are big-endian.
 //!
-//! # Hello (initiator → responder), kind 1, exactly 56 bytes
+//! # Hello (initiator → responder), kind 1, exactly 88 bytes
 //!
 //! ```text
 //!  0               8              16              20      22      24                      56
 //! +---------------+---------------+---------------+-------+-------+-----------------------+
 //! |    prefix     |  job_id u64   | src_rank u32  |src_prt|dst_prt|     nonce_i [32]      |
 //! +---------------+---------------+---------------+-------+-------+-----------------------+
+//!  56                      88
+//! +-----------------------+
+//! |      mac_h [32]       |
+//! +-----------------------+
 //! ```
+//!
+//! `mac_h` proves the job key before the responder keeps any state for the Hello; with it a
+//! Hello (88 bytes) is at least as long as any answer quiver's transports give it (udp's
+//! Challenge is 84 bytes, tcp's 88, a refusal 76), so answering never amplifies.
 //!
 //! # Challenge (responder → initiator), kind 2, 76 + params bytes (params ≤ 256)
 //!

@@ -10,11 +10,12 @@ fn nonce_fixture() -> [u8; 32] {
 }
 
 fn hello_fixture_bytes() -> Vec<u8> {
-    let mut bytes = vec![b'Q', b'V', b'H', b'S', 1, 1, 0, 56];
+    let mut bytes = vec![b'Q', b'V', b'H', b'S', 2, 1, 0, 88];
     bytes.extend_from_slice(&[0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
     bytes.extend_from_slice(&[0, 0, 0, 7]);
     bytes.extend_from_slice(&[0x01, 0x02, 0x03, 0x04]);
     bytes.extend_from_slice(&nonce_fixture());
+    bytes.extend_from_slice(&[0x5a; 32]);
     bytes
 }
 
@@ -25,11 +26,12 @@ fn hello_fixture_repr() -> HelloRepr {
         src_port: 0x0102,
         dst_port: 0x0304,
         nonce_i: nonce_fixture(),
+        mac_h: [0x5a; 32],
     }
 }
 
 fn challenge_fixture_bytes() -> Vec<u8> {
-    let mut bytes = vec![b'Q', b'V', b'H', b'S', 1, 2, 0, 79, 0, 0, 0, 0];
+    let mut bytes = vec![b'Q', b'V', b'H', b'S', 2, 2, 0, 79, 0, 0, 0, 0];
     bytes.extend_from_slice(&[0x11; 32]);
     bytes.extend_from_slice(&[0x22; 32]);
     bytes.extend_from_slice(b"abc");
@@ -37,7 +39,7 @@ fn challenge_fixture_bytes() -> Vec<u8> {
 }
 
 fn proof_fixture_bytes() -> Vec<u8> {
-    let mut bytes = vec![b'Q', b'V', b'H', b'S', 1, 3, 0, 42];
+    let mut bytes = vec![b'Q', b'V', b'H', b'S', 2, 3, 0, 42];
     bytes.extend_from_slice(&[0x33; 32]);
     bytes.extend_from_slice(b"xy");
     bytes
@@ -45,7 +47,7 @@ fn proof_fixture_bytes() -> Vec<u8> {
 
 fn verdict_fixture_bytes() -> [u8; 44] {
     let mut bytes = [0x44; 44];
-    bytes[..12].copy_from_slice(&[b'Q', b'V', b'H', b'S', 1, 4, 0, 44, 1, 0, 0, 0]);
+    bytes[..12].copy_from_slice(&[b'Q', b'V', b'H', b'S', 2, 4, 0, 44, 1, 0, 0, 0]);
     bytes
 }
 
@@ -150,6 +152,14 @@ fn short_buffers_name_the_missing_field() {
             actual: 40
         })
     );
+    assert_eq!(
+        Hello::new_checked(&bytes[..70]),
+        Err(WireError::Truncated {
+            field: "hello.mac_h",
+            needed: 88,
+            actual: 70
+        })
+    );
     assert!(Hello::new_checked(&[][..]).is_err());
 }
 
@@ -164,10 +174,10 @@ fn prefix_errors_come_in_contract_order() {
 
     // A foreign version is reported from the prefix alone, before any length check.
     let mut bytes = hello_fixture_bytes();
-    bytes[field::VERSION] = 2;
+    bytes[field::VERSION] = 1;
     let expected = Err(WireError::UnsupportedVersion {
-        expected: 1,
-        actual: 2,
+        expected: 2,
+        actual: 1,
     });
     assert_eq!(Hello::new_checked(&bytes[..]), expected);
     assert_eq!(Hello::new_checked(&bytes[..PREFIX_LEN]), expected);
@@ -196,17 +206,17 @@ fn length_field_must_match_buffer() {
     assert_eq!(
         Hello::new_checked(&bytes[..]),
         Err(WireError::LengthMismatch {
-            declared: 56,
-            actual: 57
+            declared: 88,
+            actual: 89
         })
     );
-    bytes[field::LENGTH].copy_from_slice(&57u16.to_be_bytes());
+    bytes[field::LENGTH].copy_from_slice(&89u16.to_be_bytes());
     assert_eq!(
         Hello::new_checked(&bytes[..]),
         Err(WireError::TooLong {
             message: MessageKind::Hello,
-            max: 56,
-            actual: 57
+            max: 88,
+            actual: 89
         })
     );
 }
@@ -285,7 +295,7 @@ fn semantic_checks_in_parse() {
 
 #[test]
 fn parse_on_unchecked_short_view_errors_instead_of_panicking() {
-    let bytes = [b'Q', b'V', b'H', b'S', 1, 2, 0, 8];
+    let bytes = [b'Q', b'V', b'H', b'S', 2, 2, 0, 8];
     assert!(ChallengeRepr::parse(&Challenge::new_unchecked(&bytes[..])).is_err());
     assert!(HelloRepr::parse(&Hello::new_unchecked(&bytes[..])).is_err());
 }
@@ -308,7 +318,7 @@ fn codes_round_trip() {
 }
 
 fn challenge_status_strategy() -> impl Strategy<Value = ChallengeStatus> {
-    (0u8..5).prop_map(|code| ChallengeStatus::from_code(code).unwrap())
+    (0u8..6).prop_map(|code| ChallengeStatus::from_code(code).unwrap())
 }
 
 fn params_strategy() -> impl Strategy<Value = Vec<u8>> {
@@ -348,9 +358,10 @@ fn parse_everything(bytes: &[u8]) {
 proptest! {
     #[test]
     fn hello_round_trips(
-        job_id: u64, src_rank: u32, src_port: u16, dst_port: u16, nonce_i: [u8; 32]
+        job_id: u64, src_rank: u32, src_port: u16, dst_port: u16, nonce_i: [u8; 32],
+        mac_h: [u8; 32]
     ) {
-        let repr = HelloRepr { job_id, src_rank, src_port, dst_port, nonce_i };
+        let repr = HelloRepr { job_id, src_rank, src_port, dst_port, nonce_i, mac_h };
         let mut out = [0u8; HELLO_LEN];
         repr.emit(&mut Hello::new_unchecked(&mut out[..]));
         let view = Hello::new_checked(&out[..]).unwrap();

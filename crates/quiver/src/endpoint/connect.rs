@@ -1,7 +1,8 @@
 //! Opening edges: [`Endpoint::connect`] tries the configured transports in order, the
 //! first that reaches the peer wins; a network connection the peer already opened to this
-//! endpoint carries the new edge too (one connection per endpoint pair). Also adopting the
-//! edges the listeners accepted, and counting the live inbound edges.
+//! endpoint carries the new edge too (one connection per endpoint pair). Also answering a
+//! sender on its own connection, closing one connection, adopting the edges the listeners
+//! accepted, and counting the live inbound edges.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -14,6 +15,7 @@ use crate::log::ENDPOINT_LOG;
 use crate::transport::edge::{self, InEdge, Opened, OutEdge};
 use crate::transport::protocols::TransportInfo;
 use crate::transport::shm::outbound::ShmOut;
+use crate::transport::wait::Wait;
 
 impl Endpoint {
     /// Opens (or returns the existing) connection from this endpoint to `peer`, waiting up
@@ -67,6 +69,100 @@ impl Endpoint {
                 peer.rank
             ))
         }))
+    }
+
+    /// The connection that answers `src`, a peer that sent to this endpoint, without the
+    /// program connecting back: the existing connection to `src` if there is one; else,
+    /// over udp and tcp, the connection `src`'s messages came in on (it carries both
+    /// directions; no handshake); over shm, a ring back to `src` (shm rings are one-way,
+    /// so the first answer opens one through `src`'s listener, as `connect` would).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when nothing from `src` ever reached this endpoint; the
+    /// errors of [`Endpoint::connect`] when a ring back cannot be opened.
+    pub fn reply_connection(&mut self, src: Addr) -> Result<Connection> {
+        if let Some(&index) = self.by_peer.get(&src) {
+            if self.outbound[index as usize].failure().is_none() {
+                return Ok(self.connection(index, src));
+            }
+        }
+        self.adopt_new_inbound();
+        let from_src = |inb: &InEdge| inb.peer() == src;
+        if let Some(i) = self
+            .inbound
+            .iter()
+            .position(|inb| from_src(inb) && inb.carries_answers())
+        {
+            return self.send_on_inbound(i);
+        }
+        if self
+            .inbound
+            .iter()
+            .any(|inb| from_src(inb) && !inb.is_network())
+        {
+            return self.connect_shm(src);
+        }
+        Err(Error::InvalidArgument(format!(
+            "no connection from {src} to endpoint {} to answer on: reply answers a peer \
+             whose message this endpoint received (connect to reach any other)",
+            self.addr
+        )))
+    }
+
+    /// Sends `data` to `src`, the sender of a message this endpoint received, on
+    /// [`Endpoint::reply_connection`]: the program does not connect back.
+    ///
+    /// # Errors
+    /// As [`Endpoint::reply_connection`], then as [`Endpoint::send`].
+    pub fn reply(&mut self, src: Addr, data: &[u8]) -> Result<()> {
+        let conn = self.reply_connection(src)?;
+        self.send(conn, data)
+    }
+
+    /// Closes connection `conn` and leaves the endpoint's other connections as they are.
+    /// Posted and queued sends on it are finished first (this waits for them, bounded by
+    /// the endpoint's timeout); then the peer receives what was sent and, after it, a clean
+    /// end ([`Error::PeerClosed`] from its receive). Over udp and mem one reliable
+    /// connection carries both directions, so closing it ends the peer's direction to
+    /// this endpoint too (over tcp only this direction ends).
+    ///
+    /// Every later call on `conn` (and a second `close`) fails with
+    /// [`Error::InvalidArgument`] saying it was closed; `connect` opens a new connection.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a connection of another endpoint or one closed
+    /// already; the connection's peer error if it had failed already (there is nothing
+    /// left to close); a peer error or [`Error::Timeout`] while its sends finished (it is
+    /// closed all the same).
+    pub fn close(&mut self, conn: Connection) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        let finished = self.finish_sends_of(idx);
+        let failed = match (finished, self.outbound[idx].failure()) {
+            (Err(e), _) => Some(e),
+            (Ok(()), Some(f)) => Some(f.to_error(conn.peer, "while closing")),
+            (Ok(()), None) => None,
+        };
+        tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, peer = %conn.peer, "closing a connection");
+        let super::Parts {
+            outbound, mut cx, ..
+        } = self.parts();
+        outbound[idx].close_connection(&mut cx);
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Waits until outbound edge `idx` has no send on its way out (or failed).
+    fn finish_sends_of(&mut self, idx: usize) -> Result<()> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            self.progress()?;
+            if !self.outbound[idx].busy() {
+                return Ok(());
+            }
+            self.idle(
+                &mut wait,
+                "finishing the sends of a connection being closed",
+            )?;
+        }
     }
 
     fn connect_shm(&mut self, peer: Addr) -> Result<Connection> {

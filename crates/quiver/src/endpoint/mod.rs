@@ -12,7 +12,9 @@
 //! (receives and readiness), `look.rs` (one look at the inbound edges), `waiting.rs`
 //! (idling and liveness).
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +37,7 @@ use crate::transport::requests::Requests;
 
 mod connect;
 mod look;
+mod matching;
 mod receive;
 mod send;
 #[cfg(test)]
@@ -76,6 +79,12 @@ pub struct RecvRequest {
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
 /// peer connected to it. Owned by one thread at a time (`Send`, not `Sync`), like a socket.
 ///
+/// Threads: a program with several threads gives each its own endpoints, opened from one
+/// [`Context`](crate::Context) shared by reference (`Context` is `Send` and `Sync`). The
+/// endpoints of one context are independent: no lock is taken on a message's path, except
+/// the datagram engine's one mutex per context (udp and mem), which every endpoint using
+/// those transports shares.
+///
 /// Call protocol: [`Endpoint::connect`] to get a [`Connection`]; then any mix of blocking
 /// (`send`, `recv`), non-blocking (`try_*`, returning [`Error::WouldBlock`]) and posted
 /// (`post_*` + `test_*`/`wait_*`) operations. Posted operations advance whenever any call on
@@ -108,6 +117,9 @@ pub struct Endpoint {
     /// The tcp edge whose large message the blocking `recv` in progress is reading
     /// straight into its buffer (only ever set inside `recv`; see `TcpIn::take`).
     committed: Option<usize>,
+    /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
+    /// time, so its internals may use cells without breaking programs later.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -152,6 +164,7 @@ impl Endpoint {
             idle_polls: 0,
             dgram: DgramSide::default(),
             committed: None,
+            _not_sync: PhantomData,
         }
     }
 

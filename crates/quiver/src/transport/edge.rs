@@ -249,6 +249,42 @@ impl OutEdge {
         }
     }
 
+    /// Whether posted or queued sends are still on their way out of this edge.
+    pub(crate) fn busy(&self) -> bool {
+        match self {
+            OutEdge::Shm(e) => e.failure.is_none() && e.busy(),
+            OutEdge::Tcp(e) => e.net.failure.is_none() && !e.net.queue.is_empty(),
+            OutEdge::Dgram(e) => e.net.failure.is_none() && !e.net.queue.is_empty(),
+            OutEdge::Busy => false,
+        }
+    }
+
+    /// Closes this one connection while the endpoint stays open (`Endpoint::close`, its
+    /// sends finished): the peer gets what was sent, then the end; every later call on
+    /// the edge fails with [`Failure::ClosedHere`]. A datagram connection closes both
+    /// directions and waits until the peer acknowledged the data and the Close.
+    pub(crate) fn close_connection(&mut self, cx: &mut EdgeContext<'_>) {
+        let failure = match self {
+            OutEdge::Shm(e) => {
+                e.close();
+                &mut e.failure
+            }
+            OutEdge::Tcp(e) => {
+                e.close();
+                // A later connect between the two endpoints is no crossing of this one.
+                cx.inbox.tcp_crossings().release_connect(e.net.peer);
+                &mut e.net.failure
+            }
+            OutEdge::Dgram(e) => {
+                let id = e.id;
+                super::dgram::endpoint_side::close(&mut [&mut *e], vec![id], cx);
+                &mut e.net.failure
+            }
+            OutEdge::Busy => return,
+        };
+        *failure = Some(Failure::ClosedHere);
+    }
+
     /// Closes the edge (the endpoint closes): shm and tcp peers see the end at once;
     /// datagram edges close with the engine's connections (see `dgram::endpoint_side`).
     pub(crate) fn close(&mut self) {
@@ -466,6 +502,17 @@ impl InEdge {
             InEdge::Shm(_) => false,
             InEdge::Tcp(e) => e.net.reusable_for(peer, transport),
             InEdge::Dgram(e) => e.net.reusable_for(peer, transport),
+        }
+    }
+
+    /// Whether an answer to this edge's peer can ride on the edge's own connection: a
+    /// network edge the peer opened, open and carrying no outbound edge yet. Shm edges
+    /// are one-way (an answer needs a ring of its own).
+    pub(crate) fn carries_answers(&self) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.reusable_for(e.net.peer, e.net.transport),
+            InEdge::Dgram(e) => e.net.reusable_for(e.net.peer, e.net.transport),
         }
     }
 

@@ -14,6 +14,8 @@ pub(crate) enum Failure {
     /// The peer process has been stopped by a signal: (transport, milliseconds seen).
     Stopped(&'static str, u64),
     Closed,
+    /// This endpoint closed the connection (`Endpoint::close`).
+    ClosedHere,
     Corrupt(String),
     TimedOut,
     /// A network connection broke: (transport, what happened).
@@ -33,6 +35,10 @@ impl Failure {
                 stopped_ms: *stopped_ms,
             },
             Failure::Closed => Error::PeerClosed { peer },
+            Failure::ClosedHere => Error::InvalidArgument(format!(
+                "the connection to {peer} was closed by this endpoint (Endpoint::close); \
+                 connect again to reach {peer}"
+            )),
             Failure::Corrupt(detail) => Error::Corrupt {
                 peer,
                 detail: detail.clone(),

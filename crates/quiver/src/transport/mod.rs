@@ -12,8 +12,9 @@
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
-//! peer-process liveness ([`liveness`]), waiting ([`wait`], under the one policy of
-//! [`wait_policy`]), connection retries ([`retry`]) and the fault
+//! the listeners' handshakes in progress ([`handshakes`]), peer-process liveness
+//! ([`liveness`]), waiting ([`wait`], under the one policy of [`wait_policy`]), connection
+//! retries ([`retry`]) and the fault
 //! injector of the datagram sockets ([`fault`]).
 
 pub(crate) mod dest;
@@ -22,6 +23,7 @@ pub(crate) mod edge;
 pub(crate) mod edge_context;
 pub(crate) mod failure;
 pub(crate) mod fault;
+pub(crate) mod handshakes;
 pub(crate) mod inbound_state;
 pub(crate) mod liveness;
 pub(crate) mod local;

@@ -33,6 +33,11 @@ pub(crate) struct ListenerCounts {
     pub(crate) last_refusal: Option<String>,
     /// Times a listener's accept failed unexpectedly (it backed off and kept listening).
     pub(crate) accept_errors: u64,
+    /// Of the refusals, handshakes a listener dropped unfinished: past their deadline, or to
+    /// make room for a newer connection at its bound of pending handshakes.
+    pub(crate) handshakes_dropped: u64,
+    /// The most handshakes one listener had in progress at once.
+    pub(crate) pending_handshakes_peak: u64,
 }
 
 /// The open endpoints of this rank, by port, and the listeners' counters.
@@ -106,6 +111,21 @@ impl Registry {
         let mut counts = self.counts();
         counts.refused += 1;
         counts.last_refusal = Some(why);
+    }
+
+    /// Counts a handshake a listener dropped unfinished (a refusal too) and logs why.
+    pub(crate) fn handshake_dropped(&self, why: String) {
+        tracing::warn!(rank = self.rank, reason = %why, "dropped a connection's handshake");
+        let mut counts = self.counts();
+        counts.refused += 1;
+        counts.handshakes_dropped += 1;
+        counts.last_refusal = Some(why);
+    }
+
+    /// Notes that a listener has `pending` handshakes in progress (for the peak).
+    pub(crate) fn pending_handshakes(&self, pending: usize) {
+        let mut counts = self.counts();
+        counts.pending_handshakes_peak = counts.pending_handshakes_peak.max(pending as u64);
     }
 
     /// Counts a connection attempt to an endpoint that is not open (yet), apart from the

@@ -184,6 +184,8 @@ impl DgramShared {
         total.adopted_bytes = engine.adopted_bytes;
         total.posted_in_place_bytes = engine.posted_in_place_bytes;
         total.refused = engine.refused;
+        total.hellos_remembered = engine.router.hello_count() as u64;
+        total.hellos_evicted = engine.router.hellos_evicted();
         for e in engine.router.connections().values() {
             total.add(e.core.stats());
             total.connections += u64::from(!e.abandoned);

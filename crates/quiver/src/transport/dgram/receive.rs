@@ -11,7 +11,8 @@
 
 use std::net::SocketAddr;
 
-use quiver_proto::reliable::Nanos;
+use quiver_proto::handshake::HandshakeError;
+use quiver_proto::reliable::{AcceptError, Nanos};
 use quiver_proto::router::{Routed, Router};
 use quiver_transport::udp::{OutDatagram, RecvBatch, SplitRecv};
 use quiver_wire::frame::STREAM_HEADER_LEN;
@@ -166,17 +167,44 @@ impl Engine {
             }
             // A stale connection (we forgot it) or a forged id: tell the sender.
             Routed::Reset(reset) => {
-                send_reset(&mut self.sockets[path], from, reset);
+                send_answer(&mut self.sockets[path], from, reset);
                 self.refused.resets_sent += 1;
             }
-            Routed::Refused(error) => {
-                self.refused.refused_hellos += 1;
-                if let Some(ctx) = ctx {
-                    ctx.registry
-                        .refused(format!("{} from {from}: {error}", shared.kind));
+            Routed::Refused { error, reply } => {
+                // A refusal shorter than the Hello, built without keeping anything.
+                if let Some(reply) = reply {
+                    send_answer(&mut self.sockets[path], from, reply);
                 }
+                self.count_refused_hello(&error, from, ctx, shared);
             }
             Routed::Dropped(reason) => self.refused.count(reason),
+        }
+    }
+
+    /// Counts a Hello the router refused and tells the listeners' counters why. Hellos that
+    /// do not prove the key (a stranger's flood) are reported at the 1st, 2nd, 4th, 8th...
+    /// only, so a flood costs a counter, not a log line each.
+    #[cold]
+    fn count_refused_hello(
+        &mut self,
+        error: &AcceptError,
+        from: SocketAddr,
+        ctx: Option<&LocalRank>,
+        shared: &DgramShared,
+    ) {
+        let report = if matches!(
+            error,
+            AcceptError::Handshake(HandshakeError::AuthenticationFailed { .. })
+        ) {
+            self.refused.unproven_hellos += 1;
+            self.refused.unproven_hellos.is_power_of_two()
+        } else {
+            self.refused.refused_hellos += 1;
+            true
+        };
+        if let Some(ctx) = ctx.filter(|_| report) {
+            ctx.registry
+                .refused(format!("{} from {from}: {error}", shared.kind));
         }
     }
 
@@ -502,9 +530,9 @@ impl Engine {
     }
 }
 
-/// Sends `reset` (a Reset frame the router made) to `to` from link socket `socket`, through
-/// its fault injector when it has one.
-fn send_reset(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
+/// Sends `reset` (a frame the router made: a Reset, or a Hello's refusal) to `to` from link
+/// socket `socket`, through its fault injector when it has one.
+fn send_answer(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
     match socket {
         Socket::Mem(mem) => mem.send(to, reset, &[]),
         Socket::Udp(io) => {

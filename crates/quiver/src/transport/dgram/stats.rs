@@ -58,6 +58,13 @@ pub struct DatagramStats {
     /// Faults injected into the datagrams of this context's sockets
     /// ([`Config::faults`](crate::Config::faults), `QUIVER_FAULTS`); all zero when off.
     pub faults: FaultStats,
+    /// Hellos the engine's router remembers now (to route their repeats): its only state for
+    /// peers that have no connection, at most `quiver_proto::router::HELLO_CAPACITY`, each
+    /// forgotten after `HELLO_LIFETIME_NS`. A gauge, not a counter.
+    pub hellos_remembered: u64,
+    /// Remembered Hellos pushed out by newer ones before their lifetime ended (the table
+    /// was full).
+    pub hellos_evicted: u64,
     /// Datagrams the engine took from its sockets and no connection took, by why: with
     /// `corrupt_dropped` and `duplicates_dropped` (a connection's), nothing received is
     /// dropped uncounted.
@@ -84,6 +91,9 @@ pub struct DatagramRefusals {
     /// Valid frames for id 0 that are no Hello of this job (another job, version or kind):
     /// refused connection attempts.
     pub refused_hellos: u64,
+    /// Hellos of this job whose MAC does not prove the job key (a stranger who guessed the
+    /// job id, or a Hello altered on the way): refused before anything is kept or sent.
+    pub unproven_hellos: u64,
     /// Hellos on a link this rank does not share with the rank they claim.
     pub unshared_paths: u64,
     /// Repeats of a Hello whose connection is gone (ignored: a repeat never opens a second
@@ -115,6 +125,7 @@ impl DatagramRefusals {
             + self.resets_sent
             + self.malformed_hellos
             + self.refused_hellos
+            + self.unproven_hellos
             + self.unshared_paths
             + self.stale_hellos
             + self.truncated

@@ -60,6 +60,7 @@ fn try_connect(
         }
         Err(e) => return Err(io_fail("connecting to", e)),
     };
+    check_same_user(&sock, dst)?;
     sys::set_socket_timeouts(&sock, HANDSHAKE_STEP_TIMEOUT)
         .map_err(|e| io_fail("configuring the socket to", e))?;
     let request = ConnectRequest {
@@ -74,12 +75,18 @@ fn try_connect(
     let refused = |reason: String| refused_by(dst, reason);
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
-            sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
+            sys::send_datagram(&sock, &out[..n]).map_err(|e| {
+                if cut_off(&e) {
+                    retry_cut_off(dst, &e)
+                } else {
+                    io_fail("handshaking with", e)
+                }
+            })?;
         }
         Ok(())
     };
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     // The probe word lives on this stack frame until the setup message has arrived, which
     // is after the responder read it.
     let probe_value = u64::from_ne_bytes(random());
@@ -96,7 +103,7 @@ fn try_connect(
         Err(e) => return Err(failed(e)),
     }
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     hs.handle_verdict(&buf[..n]).map_err(failed)?;
     let (n, fds) =
         sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("receiving the ring from", e))?;
@@ -105,6 +112,67 @@ fn try_connect(
         SetupRepr::parse(&buf[..n]).map_err(|e| refused(format!("bad setup message: {e}")))?;
     check_status(&setup, local, src, dst)?;
     attach(&sock, fds, &setup, local, (src, dst))
+}
+
+/// The listener refuses a process of another user before any handshake (its
+/// SO_PEERCRED check); the kernel tells this side the listener's user too, so a rank of
+/// another user is a clear, final error here instead of a connection closed without a
+/// word.
+fn check_same_user(sock: &OwnedFd, dst: Addr) -> std::result::Result<(), Attempt> {
+    let (pid, uid) = sys::peer_credentials(sock)
+        .map_err(|e| Attempt::Fail(Error::io(format!("reading the credentials of {dst}"), e)))?;
+    let own = sys::getuid();
+    if uid == own {
+        return Ok(());
+    }
+    Err(Attempt::Fail(Error::PermissionDenied {
+        what: format!(
+            "for shared memory and cross-memory attach: rank {} (pid {pid}) runs as uid {uid}, \
+             this rank as uid {own}",
+            dst.rank
+        ),
+        detail: "a rank's shared-memory listener takes only processes of its own user".into(),
+        fix: OTHER_USER_FIX,
+    }))
+}
+
+/// What to do when two ranks on one node run as different users.
+const OTHER_USER_FIX: &str = "run every rank as the same user (CAP_SYS_PTRACE does not \
+    help: the listener refuses other users before any handshake), or \
+    QUIVER_TRANSPORTS=tcp or udp to avoid shared memory altogether";
+
+/// Receives the listener's next handshake message into `buf`; its length. A handshake cut
+/// off (the listener closed it, as it does with a random pending one when strangers crowd
+/// it, or with one past its deadline) is tried again.
+fn recv_answer(sock: &OwnedFd, buf: &mut [u8], dst: Addr) -> std::result::Result<usize, Attempt> {
+    match sys::recv_with_fds(sock, buf) {
+        Ok((0, _)) => Err(retry_cut_off(
+            dst,
+            &std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+        )),
+        Ok((n, _)) => Ok(n),
+        Err(e) if cut_off(&e) => Err(retry_cut_off(dst, &e)),
+        Err(e) => Err(Attempt::Fail(Error::io(
+            format!("handshaking with {dst}"),
+            e,
+        ))),
+    }
+}
+
+/// Whether a handshake error means the listener closed or stopped answering the socket.
+fn cut_off(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPIPE | libc::ECONNRESET | libc::EAGAIN | libc::ETIMEDOUT)
+    ) || e.kind() == std::io::ErrorKind::UnexpectedEof
+}
+
+fn retry_cut_off(dst: Addr, e: &std::io::Error) -> Attempt {
+    Attempt::Retry(format!(
+        "the handshake with rank {} was cut off ({e}); its listener drops handshakes when \
+         strangers crowd it",
+        dst.rank
+    ))
 }
 
 /// The responder's verdict in the setup message: ready, or why it could not set up the
@@ -256,6 +324,27 @@ mod tests {
             Err(Attempt::Fail(error)) => Err(error),
             Err(_) => panic!("attach neither succeeds nor fails"),
         }
+    }
+
+    /// A listener that closes the socket before answering (it dropped the handshake, as
+    /// it does when strangers crowd it) makes the attempt one to try again, not a failure;
+    /// so does one that stops answering.
+    #[test]
+    fn a_handshake_cut_off_is_tried_again() {
+        let mut buf = [0u8; MAX_MESSAGE_LEN];
+        let dst = Addr::new(1, 1);
+        let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let ours = OwnedFd::from(ours);
+        sys::set_socket_timeouts(&ours, std::time::Duration::from_millis(20)).unwrap();
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
+        drop(theirs);
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
     }
 
     /// A setup message whose ring or doorbell is not sealed against resizing is refused

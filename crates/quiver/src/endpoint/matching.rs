@@ -1,0 +1,227 @@
+//! Tag matching, pure: which receive takes which message, by (source, tag, mask), under
+//! MPI's rules, with the memory of unexpected messages bounded.
+//!
+//! A [`Matcher`] holds the receives posted and not yet matched, in posting order, and the
+//! messages that arrived before any receive wanted them (unexpected), in arrival order.
+//! The rules:
+//!
+//! - a message that arrives goes to the earliest-posted receive it matches; a receive that
+//!   is posted takes the earliest-arrived unexpected message it matches. Since messages of
+//!   one source arrive in the order they were sent, two messages of one sender that both
+//!   match a receive are taken in the order they were sent (non-overtaking), and receives
+//!   are matched in the order they were posted;
+//! - invariant: no posted receive matches an unexpected message (each side was checked
+//!   against the other when it came in);
+//! - bounding: an unexpected message's payload is taken in only while the payloads held
+//!   stay within `bound_bytes`; beyond, only its envelope (source, tag, length) is kept
+//!   ([`Held::WithSender`]) and its payload waits with the sender until a receive matches
+//!   it, as a rendezvous does. Bounding never changes which receive takes which message,
+//!   and nothing is dropped: the property test checks both against a reference model.
+//!
+//! It knows nothing of transports or buffers: a payload is a `P` the caller makes
+//! (`fetch`) when the matcher asks for it, a receive an `R` the caller gives.
+//!
+//! Layer: below the endpoint API, above nothing (imports only [`Addr`]). No I/O, no clock.
+//! Not yet wired to the transports: messages carry no tag on the wire today (decision
+//! 0059 gives the header fields each transport will carry and what remains).
+#![cfg_attr(not(test), allow(dead_code))]
+
+use std::collections::VecDeque;
+
+use crate::addr::Addr;
+
+/// Which messages a receive takes: those from `source` (`None`: any) whose tag agrees
+/// with `tag` on every bit set in `mask` (a mask of 0 takes any tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatchSpec {
+    pub(crate) source: Option<Addr>,
+    pub(crate) tag: u64,
+    pub(crate) mask: u64,
+}
+
+impl MatchSpec {
+    /// Any source, any tag: what a plain `recv` takes.
+    pub(crate) const ANY: MatchSpec = MatchSpec {
+        source: None,
+        tag: 0,
+        mask: 0,
+    };
+
+    /// Whether a message from `source` with `tag` matches.
+    #[inline]
+    pub(crate) fn matches(&self, source: Addr, tag: u64) -> bool {
+        (tag ^ self.tag) & self.mask == 0 && self.source.is_none_or(|s| s == source)
+    }
+}
+
+/// What is known of a message before its payload moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Envelope {
+    pub(crate) source: Addr,
+    pub(crate) tag: u64,
+    /// Payload bytes.
+    pub(crate) len: u64,
+}
+
+/// Where an unexpected message's payload is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Held<P> {
+    /// Taken in: the matcher holds it (counted against the bound).
+    Here(P),
+    /// Still with the sender: only the envelope arrived; the payload moves once a receive
+    /// matches it.
+    WithSender,
+}
+
+/// What became of an arriving message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Arrival<R> {
+    /// It goes to this posted receive (which leaves the matcher); its payload has not
+    /// moved: deliver it straight into the receive's buffer.
+    Posted(R),
+    /// No receive wanted it: its payload was fetched and is held.
+    Queued,
+    /// No receive wanted it and the held payloads are at the bound: its envelope is
+    /// queued, its payload stays with the sender.
+    Announced,
+}
+
+/// Counters of a matcher.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MatchStats {
+    /// Messages queued with their payload.
+    pub(crate) queued: u64,
+    /// Messages queued by their envelope alone (the bound was reached).
+    pub(crate) announced: u64,
+    /// The most payload bytes held at once.
+    pub(crate) peak_held_bytes: u64,
+}
+
+/// Posted receives and unexpected messages of one endpoint (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Matcher<R, P> {
+    posted: VecDeque<(MatchSpec, R)>,
+    unexpected: VecDeque<(Envelope, Held<P>)>,
+    held_bytes: u64,
+    bound_bytes: u64,
+    stats: MatchStats,
+}
+
+impl<R, P> Matcher<R, P> {
+    /// An empty matcher holding at most `bound_bytes` of unexpected payloads.
+    pub(crate) fn new(bound_bytes: u64) -> Self {
+        Matcher {
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            held_bytes: 0,
+            bound_bytes,
+            stats: MatchStats::default(),
+        }
+    }
+
+    /// Nothing posted, nothing unexpected: a plain receive may take the next message
+    /// straight from the transports. The one test on the common path.
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.posted.is_empty() && self.unexpected.is_empty()
+    }
+
+    /// Payload bytes held now (at most the bound).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
+    /// Unexpected messages queued (held or announced).
+    pub(crate) fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Posted receives waiting.
+    pub(crate) fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// The counters.
+    pub(crate) fn stats(&self) -> MatchStats {
+        self.stats
+    }
+
+    /// A message arrives (`envelope`; its payload not moved yet): the earliest-posted
+    /// receive it matches takes it; otherwise it is queued, with its payload
+    /// (`fetch()`, called only then) while the held payloads stay within the bound, by its
+    /// envelope alone beyond.
+    pub(crate) fn arrive(&mut self, envelope: Envelope, fetch: impl FnOnce() -> P) -> Arrival<R> {
+        if let Some(i) = self
+            .posted
+            .iter()
+            .position(|(spec, _)| spec.matches(envelope.source, envelope.tag))
+        {
+            let (_, receive) = self.posted.remove(i).expect("position is in range");
+            return Arrival::Posted(receive);
+        }
+        let room = self.bound_bytes.saturating_sub(self.held_bytes);
+        if envelope.len <= room {
+            self.held_bytes += envelope.len;
+            self.stats.queued += 1;
+            self.stats.peak_held_bytes = self.stats.peak_held_bytes.max(self.held_bytes);
+            self.unexpected.push_back((envelope, Held::Here(fetch())));
+            Arrival::Queued
+        } else {
+            self.stats.announced += 1;
+            self.unexpected.push_back((envelope, Held::WithSender));
+            Arrival::Announced
+        }
+    }
+
+    /// Posts a receive: it takes the earliest unexpected message it matches (returned with
+    /// the receive), or waits behind the receives posted before it (`None`).
+    pub(crate) fn post(&mut self, spec: MatchSpec, receive: R) -> Option<(R, Envelope, Held<P>)> {
+        match self.take(spec) {
+            Some((envelope, held)) => Some((receive, envelope, held)),
+            None => {
+                self.posted.push_back((spec, receive));
+                None
+            }
+        }
+    }
+
+    /// The earliest unexpected message `spec` matches, left in place (a probe).
+    pub(crate) fn probe(&self, spec: MatchSpec) -> Option<&Envelope> {
+        self.find(spec).map(|i| &self.unexpected[i].0)
+    }
+
+    /// Takes the earliest unexpected message `spec` matches (a receive that is not left
+    /// posted when nothing matches: a `try_recv`, or a blocking receive's first look).
+    pub(crate) fn take(&mut self, spec: MatchSpec) -> Option<(Envelope, Held<P>)> {
+        let i = self.find(spec)?;
+        let (envelope, held) = self.unexpected.remove(i).expect("found in range");
+        if let Held::Here(_) = held {
+            self.held_bytes -= envelope.len;
+        }
+        Some((envelope, held))
+    }
+
+    /// Withdraws the posted receive `receive` (a cancelled or abandoned receive); false if
+    /// it is not posted (it matched already).
+    pub(crate) fn cancel(&mut self, receive: &R) -> bool
+    where
+        R: PartialEq,
+    {
+        match self.posted.iter().position(|(_, r)| r == receive) {
+            Some(i) => {
+                self.posted.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn find(&self, spec: MatchSpec) -> Option<usize> {
+        self.unexpected
+            .iter()
+            .position(|(envelope, _)| spec.matches(envelope.source, envelope.tag))
+    }
+}
+
+#[cfg(test)]
+mod tests;
