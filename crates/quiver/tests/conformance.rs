@@ -527,6 +527,88 @@ fn exchange_large_posted(t: TransportKind) {
     });
 }
 
+/// Both ranks `send` a message to each other, then `recv` (the send-send pattern). Each
+/// send either finishes or returns [`Error::SendDeadlock`] (never hangs: the job's
+/// `op_timeout` is the bound). A rank whose send failed then takes the other's message
+/// (unless that one failed too), which lets the other's send finish; a message whose send
+/// failed is never delivered. A short message always fits and finishes. Over shm a
+/// blocking send does not receive meanwhile, so 1 MiB and 128 MiB (rendezvous) end in
+/// `SendDeadlock`; the network transports read ahead while a send waits and finish 1 KiB
+/// and 1 MiB. (128 MiB is beyond tcp's read-ahead bound, where they still wait: not run
+/// over them.)
+fn send_send(t: TransportKind) {
+    use std::sync::atomic::AtomicU8;
+    const PENDING: u8 = 0;
+    const SENT: u8 = 1;
+    const DEADLOCK: u8 = 2;
+    let sizes: &[usize] = if t == TransportKind::Shm {
+        &[1 << 10, 1 << 20, 128 << 20]
+    } else {
+        &[1 << 10, 1 << 20]
+    };
+    for &len in sizes {
+        let status = [AtomicU8::new(PENDING), AtomicU8::new(PENDING)];
+        let status = &status;
+        let job = job(t, 2);
+        let contexts: Vec<Context> = (0..2).map(|r| job.context(r, 2)).collect();
+        thread::scope(|s| {
+            for (rank, ctx) in contexts.into_iter().enumerate() {
+                s.spawn(move || {
+                    let peer_rank = 1 - rank;
+                    let mut ep = ctx.endpoint(0).unwrap();
+                    let conn = ep.connect(Addr::new(peer_rank as u32, 0)).unwrap();
+                    let mine = pattern(len, rank as u32 + 11);
+                    let mine_status = match ep.send(conn, &mine) {
+                        Ok(()) => SENT,
+                        Err(Error::SendDeadlock { peer, transport }) => {
+                            assert_eq!((peer, transport), (Addr::new(peer_rank as u32, 0), "shm"));
+                            DEADLOCK
+                        }
+                        Err(e) => panic!("rank {rank}, {len} B: send: {e}"),
+                    };
+                    status[rank].store(mine_status, Ordering::Release);
+                    let mut buf = vec![0u8; len];
+                    loop {
+                        let theirs = status[peer_rank].load(Ordering::Acquire);
+                        if theirs == DEADLOCK {
+                            break; // Their message is not coming.
+                        }
+                        if theirs == PENDING && mine_status == SENT {
+                            // Our send finished: theirs will finish or fail on its own.
+                            thread::yield_now();
+                            continue;
+                        }
+                        match ep.try_recv(&mut buf) {
+                            Ok((got, from)) => {
+                                assert_eq!((got, from), (len, Addr::new(peer_rank as u32, 0)));
+                                assert!(
+                                    buf == pattern(len, peer_rank as u32 + 11),
+                                    "{len} B differ"
+                                );
+                                break;
+                            }
+                            Err(Error::WouldBlock) => thread::yield_now(),
+                            Err(e) => panic!("rank {rank}, {len} B: recv: {e}"),
+                        }
+                    }
+                    // Their message may be in a failed connection's ring: it must not be
+                    // delivered (its buffer may be gone).
+                    drop(mine);
+                });
+            }
+        });
+        let deadlocks = status
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) == DEADLOCK)
+            .count();
+        if len <= 1 << 10 || t != TransportKind::Shm {
+            assert_eq!(deadlocks, 0, "{t:?} {len} B");
+        } else {
+            assert!(deadlocks >= 1, "{t:?} {len} B: the sends finished?");
+        }
+    }
+}
+
 /// Both ranks post their large sends, then poll with `try_recv`/`try_recv_pooled` and
 /// `progress` only: no call may wait for a half-arrived message. The 6 MiB message is
 /// more than a loopback tcp connection holds in flight (~4 MiB), so it is still being
@@ -1014,6 +1096,7 @@ macro_rules! conformance {
             #[test] fn a_message_over_the_limit_is_refused() { if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
             #[test] fn reply_without_connecting_back() { if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
             #[test] fn close_one_connection() { if !super::skip($kind) { super::close_one_connection($kind) } }
+            #[test] fn send_send() { if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};
 }

@@ -601,6 +601,7 @@ fn kind(e: &Error) -> &'static str {
         Error::PeerDead { .. } => "PeerDead",
         Error::PeerStopped { .. } => "PeerStopped",
         Error::PeerClosed { .. } => "PeerClosed",
+        Error::SendDeadlock { .. } => "SendDeadlock",
         Error::Corrupt { .. } => "Corrupt",
         Error::Unreachable { .. } => "Unreachable",
         Error::Refused { .. } => "Refused",

@@ -156,14 +156,15 @@ impl OutEdge {
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
-    /// meanwhile), tcp's latency path (one `send` of a small frame), nothing for
+    /// meanwhile and says whether the peer named sleeps in a blocking send to the endpoint,
+    /// [`InEdge::sender_waiting`]), tcp's latency path (one `send` of a small frame), nothing for
     /// datagrams.
     #[inline]
     pub(crate) fn start_send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Started {
         match self {
             OutEdge::Shm(e) => Started::Finished(e.send(data, cx, flush)),
@@ -422,6 +423,15 @@ impl InEdge {
     pub(crate) fn publish_consumed(&mut self) {
         if let InEdge::Shm(e) = self {
             e.flush();
+        }
+    }
+
+    /// Whether `peer` sleeps in a blocking send on this edge, waiting for this endpoint to
+    /// take what it wrote (shm: its ring's flag; the network transports read ahead instead).
+    pub(crate) fn sender_waiting(&self, peer: Addr) -> bool {
+        match self {
+            InEdge::Shm(e) => e.peer == peer && e.sender_waiting(),
+            _ => false,
         }
     }
 

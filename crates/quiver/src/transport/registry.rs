@@ -220,6 +220,20 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
+    /// Whether `peer`'s shm edge to this endpoint, accepted and not adopted yet, has its
+    /// sender asleep in a blocking send (its ring's waiting flag). Takes the lock: for
+    /// waiting paths only.
+    pub(crate) fn shm_sender_waiting(&self, peer: Addr) -> bool {
+        if !self.has_incoming.load(Ordering::Acquire) {
+            return false;
+        }
+        self.incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|new| new.peer == peer && new.ring.producer_waiting())
+    }
+
     /// An empty inbox whose doorbell is the one `bell_memfd`/`bell_eventfd` describe.
     pub(crate) fn new(
         bell_memfd: OwnedFd,

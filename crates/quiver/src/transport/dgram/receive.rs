@@ -140,6 +140,7 @@ impl Engine {
             sockets: &self.sockets,
             base: &self.base,
             config_datagram: self.config_datagram,
+            network_min_rto_ns: self.network_min_rto_ns,
             ctx,
         };
         match self.router.handle(now, &from, path, datagram, &mut host) {

@@ -222,6 +222,13 @@ impl ShmIn {
         detection: &mut Looks,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
+        if self.ring.producer_closed() {
+            // The sender closed or failed its side with this message outstanding (an
+            // endpoint dropped with a posted send in flight, a send that timed out or found
+            // a send-send deadlock): its buffer may be gone. The edge ends here.
+            self.state = InboundState::Done;
+            return Ok(None);
+        }
         let (addr, len) = self.ring.rndv_target(&rec);
         if len != rec.total_len {
             return Err(corrupt_detail(
@@ -526,6 +533,12 @@ impl ShmIn {
     /// Whether a receive would find something here now (a record, or the edge's end).
     pub(crate) fn has_pending(&mut self) -> bool {
         self.state != InboundState::Done && !matches!(self.ring.peek(), Ok(None))
+    }
+
+    /// Whether the peer sleeps in a blocking send on this edge, waiting for this side to
+    /// take what it wrote (its ring's waiting flag).
+    pub(crate) fn sender_waiting(&self) -> bool {
+        self.state == InboundState::Open && self.ring.producer_waiting()
     }
 
     /// Whether the edge still delivers or has an error to report.

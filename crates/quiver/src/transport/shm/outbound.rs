@@ -70,6 +70,11 @@ pub(crate) struct ShmOut {
     /// Whether the receiver can read our memory (rendezvous); without it every message
     /// goes through the ring ([`ShmOut::eager_max`]).
     cross_memory: bool,
+    /// Since when the blocking send in progress has seen the peer asleep in a blocking send
+    /// to this endpoint at every look (a send-send deadlock, once it lasts).
+    peer_waiting_since: Option<Instant>,
+    /// Whether the blocking send in progress raised the ring's waiting flag (it slept).
+    flag_raised: bool,
 }
 
 /// The owner of a queued send's buffer once it is announced by rendezvous.
@@ -99,6 +104,8 @@ impl ShmOut {
             failure: None,
             freeze: FreezeWatch::default(),
             cross_memory: new.cross_memory,
+            peer_waiting_since: None,
+            flag_raised: false,
         }
     }
 
@@ -124,14 +131,18 @@ impl ShmOut {
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
-    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it).
+    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it)
+    /// and says whether the peer named is itself asleep in a blocking send to this endpoint:
+    /// seen so for a quarter of the detection time while this send waits, the send returns
+    /// [`Error::SendDeadlock`] (neither side would ever receive).
     pub(crate) fn send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let mut wait = Wait::new(cx.config);
+        self.peer_waiting_since = None;
         while !self.queue.is_empty() {
             self.progress(cx.config, cx.requests)?;
             if self.queue.is_empty() {
@@ -144,8 +155,9 @@ impl ShmOut {
         } else {
             self.send_rndv_blocking(data, &mut wait, cx, flush)
         };
-        if wait.seen.is_some() {
-            // We announced a wait the condition then made unnecessary.
+        if self.flag_raised {
+            // The wait announced since the send first slept ends with the send.
+            self.flag_raised = false;
             self.ring.end_wait();
         }
         result
@@ -156,7 +168,7 @@ impl ShmOut {
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let frag = cx.config.shm_frag_bytes as usize;
         let (mut written, mut started) = (0, false);
@@ -182,7 +194,7 @@ impl ShmOut {
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let seq = loop {
             match self
@@ -505,11 +517,12 @@ impl ShmOut {
         wait: &mut Wait,
         what: &'static str,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let (spinning, periodic) = wait.spinning();
         if periodic {
-            flush();
+            let peer_waiting = flush(self.peer);
+            self.look_for_deadlock(peer_waiting, cx)?;
             let detect = cx.config.detect;
             if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
                 self.look_alive(what, cx)?;
@@ -522,15 +535,43 @@ impl ShmOut {
         }
         match wait.seen.take() {
             // First call after the spin: announce the wait; the caller re-checks once.
-            None => wait.seen = Some(self.ring.prepare_wait()),
+            None => {
+                wait.seen = Some(self.ring.prepare_wait());
+                self.flag_raised = true;
+            }
             Some(seen) => {
+                // The flag stays raised until the send ends (`send`), so that a peer blocked
+                // sending to us sees it at any time (`look_for_deadlock`).
                 self.ring.wait(seen, SLEEP_SLICE);
-                self.ring.end_wait();
+                let peer_waiting = flush(self.peer);
+                self.look_for_deadlock(peer_waiting, cx)?;
                 self.look_alive(what, cx)?;
                 wait.check_deadline(what)?;
             }
         }
         Ok(())
+    }
+
+    /// A look, while a blocking send waits, at whether the peer is asleep in a blocking send
+    /// to this endpoint (`peer_waiting`). Neither can then ever take the other's message:
+    /// seen so at every look for a quarter of the detection time (a flag of the peer's that
+    /// was stale when first read would have cleared by then), the connection fails with
+    /// [`Error::SendDeadlock`]. Off when detection is (`QUIVER_DETECT_MS=0`).
+    fn look_for_deadlock(&mut self, peer_waiting: bool, cx: &mut EdgeContext<'_>) -> Result<()> {
+        let Some(detect) = cx.config.detect else {
+            return Ok(());
+        };
+        if !peer_waiting {
+            self.peer_waiting_since = None;
+            return Ok(());
+        }
+        let now = Instant::now();
+        let since = *self.peer_waiting_since.get_or_insert(now);
+        if now.duration_since(since) < detect / 4 {
+            return Ok(());
+        }
+        tracing::warn!(target: "quiver::endpoint", peer = %self.peer, "send-send deadlock: the peer is blocked sending to this endpoint while this endpoint is blocked sending to it");
+        Err(self.fail(Failure::SendDeadlock("shm"), "while sending", cx.requests))
     }
 
     /// [`ShmOut::check_alive`], counted as a liveness look.
