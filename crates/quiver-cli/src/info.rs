@@ -15,6 +15,8 @@ use clap::Args;
 use quiver::variables::UnknownVariable;
 use quiver::{Config, TransportInfo, TransportKind};
 use quiver_cli::provenance::Provenance;
+
+use crate::environment::{checks, Check};
 use serde::Serialize;
 
 /// Options of `quiver info`.
@@ -33,7 +35,8 @@ pub(crate) struct InfoArgs {
 /// Everything `quiver info` shows. Serialised as the JSON object of `--json`: the
 /// provenance keys (`schema_version`, `host`, `quiver_version`, `commit`, as in the bench's
 /// records), then `machine`, `transports`, `addresses`, `links`, `protocols`, `profile`,
-/// `thresholds`, `settings`, `waiting`, `bootstrap`, `job` and `unknown_variables`.
+/// `thresholds`, `settings`, `waiting`, `bootstrap`, `job`, `unknown_variables` and
+/// `environment`.
 #[derive(Debug, Serialize)]
 struct Report {
     #[serde(flatten)]
@@ -56,6 +59,9 @@ struct Report {
     /// `null` outside a job.
     job: Option<Job>,
     unknown_variables: Vec<Unknown>,
+    /// The environment checks: cross-memory attach, ptrace scope, socket buffer limits,
+    /// udp offloads, locked memory; each with its status and fix.
+    environment: Vec<Check>,
 }
 
 /// `--json --protocols`: the provenance keys and `protocols`.
@@ -261,6 +267,7 @@ fn gather(config: &Config, unknown: Vec<UnknownVariable>) -> Report {
                 closest: variable.closest,
             })
             .collect(),
+        environment: checks(),
     }
 }
 
@@ -276,6 +283,9 @@ fn used_for(kind: TransportKind) -> &'static str {
             "peers with an address: TCP_NODELAY streams, header and payload in one write"
         }
         TransportKind::Mem => "in-process datagram queues under the reliable protocol (tests)",
+        TransportKind::Xdp => {
+            "peers with an address on a network interface: quiver's reliable protocol over AF_XDP sockets (root; QUIVER_XDP_IFACE)"
+        }
     }
 }
 
@@ -427,6 +437,7 @@ fn write_text(out: &mut impl Write, report: &Report, config: &Config) -> std::io
         report.waiting
     )?;
     write_bootstrap(out, &report.bootstrap)?;
+    write_environment(out, &report.environment)?;
     writeln!(out, "\njob:")?;
     match &report.job {
         Some(job) => write!(
@@ -482,6 +493,22 @@ fn write_bootstrap(out: &mut impl Write, bootstrap: &BootstrapReport) -> std::io
             out,
             "  QUIVER_NETNS={netns}: each rank enters its network namespace before binding"
         )?;
+    }
+    Ok(())
+}
+
+/// The environment checks, each with its fix when it is not ok.
+fn write_environment(out: &mut impl Write, checks: &[Check]) -> std::io::Result<()> {
+    writeln!(out, "\nenvironment checks:")?;
+    for check in checks {
+        writeln!(
+            out,
+            "  {:<20} {:<8} {}",
+            check.name, check.status, check.found
+        )?;
+        if let Some(fix) = &check.fix {
+            writeln!(out, "  {:<20} {:<8} fix: {fix}", "", "")?;
+        }
     }
     Ok(())
 }

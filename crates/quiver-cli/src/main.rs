@@ -7,6 +7,7 @@
 //! module (the bench in the library, `quiver_cli::bench`) and returns the exit status. The
 //! measurement lab (suites, testbed, experiments) is a separate command, `quiver-bench`.
 
+mod environment;
 mod info;
 mod run;
 mod tune;

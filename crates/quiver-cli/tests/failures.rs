@@ -626,8 +626,11 @@ fn exhausted_memory_is_out_of_shared_memory_not_a_crash() {
     drop(group);
 }
 
+/// Ranks of different users are refused on shm (a rank's listener takes only processes of
+/// its own user, by SO_PEERCRED), with a fix that names tcp and udp; a port below 1024 is
+/// refused to a user without the capability.
 #[test]
-fn ranks_of_different_users_are_denied_cross_memory_attach() {
+fn ranks_of_different_users_are_refused_on_shm() {
     if !is_root() || !have("setpriv") {
         eprintln!("skipped: needs root and setpriv to run ranks as other users");
         return;

@@ -3,7 +3,7 @@
 //! benchmark's ranks do (`start_message` + `write_message`, `poll_transmit`, then
 //! `handle_datagram` + `read_message` on the other side). Prints the time per hop;
 //! `perf report --children` splits it into `send_part`, `receive_part` and `after_part`.
-//! A tool for profiling (`perf record`), not a test: `cargo run --release -p quiver-proto
+//! A tool for profiling (`perf record`), not a test: `cargo run --release -p quiver-hpc-proto
 //! --example hop [ROUND_TRIPS]`.
 
 use std::time::Instant;

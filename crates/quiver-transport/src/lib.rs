@@ -14,6 +14,8 @@ pub mod netif;
 pub mod notify;
 pub mod region;
 pub mod ring;
+pub mod seccomp;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod xdp;

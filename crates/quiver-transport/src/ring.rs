@@ -518,6 +518,15 @@ impl Consumer {
         }
     }
 
+    /// Whether the producer is asleep waiting for this side's progress (ring space, or a
+    /// rendezvous to be pulled): the flag [`Producer::prepare_wait`] raises.
+    pub fn producer_waiting(&self) -> bool {
+        self.shared
+            .u32_at(OFF_SENDER_WAITING)
+            .load(Ordering::Relaxed)
+            != 0
+    }
+
     /// Whether the producer marked the ring closed.
     pub fn producer_closed(&self) -> bool {
         self.shared

@@ -522,6 +522,45 @@ pub fn peer_pid(fd: &OwnedFd) -> io::Result<libc::pid_t> {
     Ok(cred.pid)
 }
 
+/// The credentials of the peer of a connected unix socket, as the kernel recorded them when
+/// the peer connected (SO_PEERCRED): its process id and user id.
+pub fn peer_credentials(fd: &OwnedFd) -> io::Result<(libc::pid_t, libc::uid_t)> {
+    // SAFETY: ucred is plain old data.
+    let mut cred: libc::ucred = unsafe { zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred`/`len` are valid out-pointers of the stated size.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut c_void,
+            &mut len,
+        )
+    })?;
+    Ok((cred.pid, cred.uid))
+}
+
+/// The real user id of this process.
+pub fn getuid() -> libc::uid_t {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Puts a descriptor in non-blocking mode (O_NONBLOCK) or takes it out of it.
+pub fn set_nonblocking(fd: &OwnedFd, nonblocking: bool) -> io::Result<()> {
+    // SAFETY: plain fcntl on a descriptor we own.
+    let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    let flags = if nonblocking {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: plain fcntl on a descriptor we own.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) })?;
+    Ok(())
+}
+
 /// Most descriptors one message carries.
 pub const MAX_PASSED_FDS: usize = 4;
 

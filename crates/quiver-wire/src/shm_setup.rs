@@ -10,8 +10,10 @@
 //!  +------+--------+--------+----------+----------------+
 //! ```
 //!
-//! `status` 0 means the descriptors follow and the ring holds `ring_bytes` data bytes;
-//! any other status is a refusal with the reason named by [`SetupStatus`].
+//! `status` 0 means the descriptors follow and the ring holds `ring_bytes` data bytes; 3
+//! means the same, except that the responder cannot read the initiator's memory
+//! (cross-memory attach refused), so every message goes through the ring; 1 and 2 are
+//! refusals with the reason named by [`SetupStatus`].
 //! All integers are big-endian. Parsing never panics.
 //!
 //! Layer: quiver-wire, the bottom. Owns the message layout only; passing the descriptors
@@ -44,6 +46,19 @@ pub enum SetupStatus {
     CrossMemoryDenied,
     /// The responder could not create the ring (e.g. out of memory).
     NoResources,
+    /// Ring and doorbell descriptors are attached, but the responder could not read our
+    /// memory with process_vm_readv: messages of every size go through the ring.
+    ReadyWithoutCrossMemory,
+}
+
+impl SetupStatus {
+    /// Whether the descriptors are attached (the edge is set up).
+    pub fn is_ready(self) -> bool {
+        matches!(
+            self,
+            SetupStatus::Ready | SetupStatus::ReadyWithoutCrossMemory
+        )
+    }
 }
 
 impl SetupStatus {
@@ -52,6 +67,7 @@ impl SetupStatus {
             SetupStatus::Ready => 0,
             SetupStatus::CrossMemoryDenied => 1,
             SetupStatus::NoResources => 2,
+            SetupStatus::ReadyWithoutCrossMemory => 3,
         }
     }
 
@@ -60,6 +76,7 @@ impl SetupStatus {
             0 => SetupStatus::Ready,
             1 => SetupStatus::CrossMemoryDenied,
             2 => SetupStatus::NoResources,
+            3 => SetupStatus::ReadyWithoutCrossMemory,
             _ => return None,
         })
     }
@@ -166,6 +183,19 @@ mod tests {
             }
         );
         assert_eq!(repr.emit(), bytes);
+    }
+
+    #[test]
+    fn ready_without_cross_memory_round_trips() {
+        let repr = SetupRepr {
+            status: SetupStatus::ReadyWithoutCrossMemory,
+            ring_bytes: 1 << 20,
+        };
+        let bytes = repr.emit();
+        assert_eq!(bytes[5], 3);
+        assert_eq!(SetupRepr::parse(&bytes), Ok(repr));
+        assert!(repr.status.is_ready() && SetupStatus::Ready.is_ready());
+        assert!(!SetupStatus::CrossMemoryDenied.is_ready());
     }
 
     #[test]

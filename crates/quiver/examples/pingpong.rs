@@ -1,6 +1,6 @@
 //! Two ranks in one process (one thread each) ping-pong small messages over a chosen
 //! transport on loopback and print the one-way latency and the datagram protocol's
-//! counters: `cargo run --release -p quiver --example pingpong -- udp 8 100000`.
+//! counters: `cargo run --release -p quiver-hpc --example pingpong -- udp 8 100000`.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::time::Instant;

@@ -113,6 +113,10 @@ pub struct Config {
     /// runs (`QUIVER_FAULTS`, e.g. `seed=7,drop=0.01,reorder=0.01`; see [`Faults`]): off by
     /// default. Arrival faults (`receive.*`) turn the scattering receive off.
     pub faults: Faults,
+    /// The network interfaces of the xdp transport, one per own link in order
+    /// (`QUIVER_XDP_IFACE`, e.g. `eth0` or `eth0,eth1`); empty (the default): each link's
+    /// interface is the one holding its address.
+    pub xdp_interfaces: Vec<String>,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
@@ -131,6 +135,9 @@ pub enum TransportKind {
     Tcp,
     /// In-process datagram queues driven by the same reliable protocol as UDP (tests).
     Mem,
+    /// AF_XDP sockets on a network interface (the kernel's IP/UDP stack skipped) with the
+    /// same reliable protocol as UDP; root only.
+    Xdp,
 }
 
 impl TransportKind {
@@ -141,6 +148,7 @@ impl TransportKind {
             TransportKind::Udp => "udp",
             TransportKind::Tcp => "tcp",
             TransportKind::Mem => "mem",
+            TransportKind::Xdp => "xdp",
         }
     }
 
@@ -151,13 +159,17 @@ impl TransportKind {
             "udp" => TransportKind::Udp,
             "tcp" => TransportKind::Tcp,
             "mem" => TransportKind::Mem,
+            "xdp" => TransportKind::Xdp,
             _ => return None,
         })
     }
 
     /// Whether this transport moves datagrams through the reliable protocol core.
     pub(crate) fn is_datagram(self) -> bool {
-        matches!(self, TransportKind::Udp | TransportKind::Mem)
+        matches!(
+            self,
+            TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp
+        )
     }
 }
 
@@ -176,7 +188,7 @@ pub fn parse_transports(text: &str) -> Result<Vec<TransportKind>> {
     for name in text.split(',').filter(|n| !n.trim().is_empty()) {
         let kind = TransportKind::from_name(name).ok_or_else(|| {
             Error::Config(format!(
-                "QUIVER_TRANSPORTS={text:?}: unknown transport {:?} (known: shm, udp, tcp, mem)",
+                "QUIVER_TRANSPORTS={text:?}: unknown transport {:?} (known: shm, udp, tcp, mem, xdp)",
                 name.trim()
             ))
         })?;
@@ -193,6 +205,34 @@ pub fn parse_transports(text: &str) -> Result<Vec<TransportKind>> {
         )));
     }
     Ok(list)
+}
+
+/// Parses `QUIVER_XDP_IFACE`: interface names separated by commas, at most
+/// [`MAX_LINKS`], none twice.
+///
+/// # Errors
+/// [`Error::Config`] naming the variable for an empty, overlong or repeated name.
+fn parse_interfaces(text: &str) -> Result<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ']) {
+            return Err(Error::Config(format!(
+                "QUIVER_XDP_IFACE={text:?}: {name:?} is not an interface name (1 to 15 characters, no '/' or space)"
+            )));
+        }
+        if names.iter().any(|n| n == name) {
+            return Err(Error::Config(format!(
+                "QUIVER_XDP_IFACE={text:?}: {name} is listed twice"
+            )));
+        }
+        names.push(name.to_string());
+    }
+    if names.len() > MAX_LINKS {
+        return Err(Error::Config(format!(
+            "QUIVER_XDP_IFACE={text:?}: at most {MAX_LINKS} interfaces"
+        )));
+    }
+    Ok(names)
 }
 
 /// Most links one rank may list in `QUIVER_LINKS` (the protocol core's path limit).
@@ -278,6 +318,7 @@ impl Default for Config {
             udp_post_in_place_min: 256 << 10,
             udp_scatter_min: 16 << 10,
             faults: Faults::default(),
+            xdp_interfaces: Vec::new(),
             proto_info: false,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
@@ -386,6 +427,9 @@ impl Config {
             "QUIVER_UDP_SEND_IN_PLACE_BDP_MULTIPLE",
             &mut c.udp_send_in_place_bdp_multiple,
         )?;
+        if let Some(text) = get("QUIVER_XDP_IFACE") {
+            c.xdp_interfaces = parse_interfaces(&text)?;
+        }
         if let Some(text) = get("QUIVER_FAULTS") {
             c.faults = text
                 .parse()
@@ -573,6 +617,7 @@ impl Config {
             s("QUIVER_UDP_POST_IN_PLACE_MIN", if self.udp_post_in_place_min == 0 { "off".into() } else { format!("{} B", self.udp_post_in_place_min) }, "udp messages at least this long given to post_send are sent from the posted buffer, never copied; wait_send returns it once all is acknowledged (0: off)"),
             s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
             s("QUIVER_FAULTS", self.faults.to_string(), "faults injected into udp/mem datagrams for tests and chaos runs: seed=N and drop, duplicate, reorder, corrupt rates (fractions or %), for sent datagrams or, prefixed receive., arrived ones; off by default"),
+            s("QUIVER_XDP_IFACE", if self.xdp_interfaces.is_empty() { "auto (the interface holding each link's address)".into() } else { self.xdp_interfaces.join(",") }, "network interfaces of the xdp transport, one per own link in order (root; one quiver process per interface)"),
             s(PROTO_INFO_ENV, if self.proto_info { "1".into() } else { "0".into() }, "1: print the transport and the protocol of each message size range of every connection as it is opened (stderr); `quiver info --protocols` shows them without a job"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
@@ -666,6 +711,33 @@ mod tests {
         assert_eq!(parse_size(""), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("1T"), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("99999999999G"), Err(SizeParseError::Overflow));
+    }
+
+    #[test]
+    fn xdp_settings_parse() {
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_TRANSPORTS" => Some("shm,xdp".into()),
+            "QUIVER_XDP_IFACE" => Some("eth0, eth1".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.transports, vec![TransportKind::Shm, TransportKind::Xdp]);
+        assert!(TransportKind::Xdp.is_datagram());
+        assert_eq!(
+            c.xdp_interfaces,
+            vec!["eth0".to_string(), "eth1".to_string()]
+        );
+        assert!(c
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_XDP_IFACE" && s.value == "eth0,eth1"));
+        for bad in ["eth0,eth0", "", "a/b", "sixteen-chars-xx"] {
+            let e = Config::from_lookup(|k| (k == "QUIVER_XDP_IFACE").then(|| bad.into()));
+            assert!(
+                matches!(&e, Err(Error::Config(m)) if m.contains("QUIVER_XDP_IFACE")),
+                "{bad:?}: {e:?}"
+            );
+        }
     }
 
     #[test]

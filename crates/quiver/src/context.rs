@@ -54,12 +54,25 @@ pub struct ContextStats {
     /// Of the connections accepted, those over shared memory (the rest came over tcp, udp
     /// or mem).
     pub shm_connections_accepted: u64,
+    /// Of the shm connections accepted, those whose sender's memory this rank could not
+    /// read with cross-memory attach (a seccomp profile such as Docker's default,
+    /// `kernel.yama.ptrace_scope`, another user): they carry messages of every size through
+    /// the ring, copied and pipelined, instead of by rendezvous. `quiver info` says why.
+    pub shm_without_cross_memory: u64,
     /// Why the last refusal happened.
     pub last_refusal: Option<String>,
     /// Times a listener failed to accept a connection for a reason of its own (out of
     /// descriptors or memory, or anything unexpected): each is logged, and the listener
     /// backs off (10 ms, doubling up to 200 ms) and keeps listening.
     pub accept_errors: u64,
+    /// Of the refusals, handshakes a listener dropped unfinished: a connection that did not
+    /// complete its handshake within 2 s of its accept, or one dropped (chosen at random)
+    /// to make room for a newer connection while 64 were in progress. A job member whose
+    /// attempt was dropped retries until its connect timeout.
+    pub handshakes_dropped: u64,
+    /// The most handshakes one listener (shm or tcp) had in progress at once; never more
+    /// than 64.
+    pub pending_handshakes_peak: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
 }
@@ -282,8 +295,11 @@ impl Context {
             connections_refused: counts.refused,
             connections_not_open: counts.not_open,
             shm_connections_accepted: counts.shm_accepted,
+            shm_without_cross_memory: counts.shm_without_cross_memory,
             last_refusal: counts.last_refusal,
             accept_errors: counts.accept_errors,
+            handshakes_dropped: counts.handshakes_dropped,
+            pending_handshakes_peak: counts.pending_handshakes_peak,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
         }
     }

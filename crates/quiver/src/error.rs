@@ -10,7 +10,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Everything that can go wrong, sorted by who caused it: a busy resource (`WouldBlock`),
 /// the caller (`BufferTooSmall`, `InvalidArgument`, `Config`), a peer (`PeerDead`,
 /// `PeerStopped`, `PeerClosed`, `Corrupt`, `Unreachable`), connection setup (`Refused`,
-/// `WrongKey`, `VersionMismatch`, `PermissionDenied`, `OutOfSharedMemory`), time
+/// `WrongKey`, `VersionMismatch`, `PermissionDenied`, `OutOfSharedMemory`), the machine
+/// (`TransportUnavailable`), time
 /// (`Timeout`) or the operating system (`Io`).
 ///
 /// Every message names the cause and what to do about it. Peer errors affect one
@@ -52,6 +53,17 @@ pub enum Error {
         during: &'static str,
         /// How long it was seen stopped.
         stopped_ms: u64,
+    },
+    /// A blocking `send` could never finish: the peer is itself blocked in a blocking send
+    /// to this endpoint, and neither receives while it sends (what MPI calls a send-send
+    /// deadlock). Reported within the detection time (`QUIVER_DETECT_MS`) once both sides
+    /// wait; the connection is closed (the message may be half written).
+    #[error("send to {peer} ({transport}) cannot finish: {peer} is itself blocked sending to this endpoint, and neither side receives while it sends (a send-send deadlock); post the receive first (`post_recv`, then `send`), or send with `post_send` and receive before `wait_send`; the connection was closed")]
+    SendDeadlock {
+        /// The peer's address.
+        peer: Addr,
+        /// The transport of the connection ("shm").
+        transport: &'static str,
     },
     /// The peer closed its end of the connection.
     #[error("peer {peer} closed the connection")]
@@ -134,6 +146,20 @@ pub enum Error {
     /// between ranks (ptrace rules), or a socket (a privileged port, a firewall).
     #[error("permission denied {what}: {detail}; {fix}")]
     PermissionDenied {
+        /// What quiver was doing.
+        what: String,
+        /// What the system said.
+        detail: String,
+        /// What the user can do.
+        fix: &'static str,
+    },
+    /// A transport named in `QUIVER_TRANSPORTS` cannot run on this machine or interface
+    /// (xdp: no AF_XDP in the kernel, no such interface, another XDP program on it). The
+    /// context is not created; the other transports do not depend on it.
+    #[error("transport {transport} unavailable {what}: {detail}; {fix} (the other transports keep working: leave {transport} out of QUIVER_TRANSPORTS)")]
+    TransportUnavailable {
+        /// The transport.
+        transport: &'static str,
         /// What quiver was doing.
         what: String,
         /// What the system said.
@@ -276,6 +302,7 @@ impl Error {
         match self {
             Error::PeerDead { peer, .. }
             | Error::PeerStopped { peer, .. }
+            | Error::SendDeadlock { peer, .. }
             | Error::PeerClosed { peer }
             | Error::Corrupt { peer, .. }
             | Error::MessageTooLarge { peer, .. }

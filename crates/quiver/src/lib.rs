@@ -64,3 +64,4 @@ pub use transport::requests::RecvCompletion;
 pub use transport::wait_policy::{
     NodeCount, NodeLoad, WaitPolicy, YieldMode, Yielding, DEFAULT_YIELD_SPIN,
 };
+pub use transport::xdp::link::XdpLinkStats;

@@ -67,8 +67,9 @@ pub struct BenchArgs {
 /// Options of `quiver bench` (and of the lab's `quiver-bench bench`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchOptions {
-    /// Transport to measure: shm, udp, tcp (quiver's, through its API), or a raw-socket
-    /// baseline over 127.0.0.1 (raw-udp, raw-tcp: plain busy-polling sockets, no protocol).
+    /// Transport to measure: shm, udp, tcp (quiver's, through its API), xdp (quiver's udp
+    /// protocol over AF_XDP: with --netns, as root), or a raw-socket baseline over
+    /// 127.0.0.1 (raw-udp, raw-tcp: plain busy-polling sockets, no protocol).
     #[arg(long, value_name = "NAME", default_value = "shm")]
     pub transport: String,
 
@@ -95,7 +96,7 @@ pub struct BenchOptions {
     #[arg(long, value_name = "A,B")]
     pub cpus: Option<String>,
 
-    /// Run rank 0 and rank 1 in these two network namespaces (udp and tcp only), e.g. the
+    /// Run rank 0 and rank 1 in these two network namespaces (udp, tcp and xdp), e.g. the
     /// two sides of `quiver-bench testbed up`: quiver-a,quiver-b.
     #[arg(long, value_name = "A,B")]
     pub netns: Option<String>,
@@ -173,7 +174,7 @@ impl BenchOptions {
         let netns = match &self.netns {
             None => None,
             Some(_) if !networked => {
-                return Err("--netns needs --transport udp or tcp".to_string());
+                return Err("--netns needs --transport udp, tcp or xdp".to_string());
             }
             Some(list) => match list.split(',').map(str::trim).collect::<Vec<_>>()[..] {
                 [a, b] if !a.is_empty() && !b.is_empty() => Some([a.to_string(), b.to_string()]),
@@ -182,12 +183,18 @@ impl BenchOptions {
         };
         let addrs = match (&self.addrs, &netns) {
             (Some(_), _) if !networked => {
-                return Err("--addrs needs --transport udp or tcp".to_string());
+                return Err("--addrs needs --transport udp, tcp or xdp".to_string());
             }
             (Some(list), _) => Some(parse_two_addrs(list)?),
             (None, Some(_)) => Some(parse_two_addrs(TESTBED_ADDRS)?),
             (None, None) => None,
         };
+        if transport == Transport::Xdp && addrs.is_none() && !self.worker {
+            return Err(
+                "--transport xdp needs ranks on network interfaces: --netns A,B (e.g. quiver-bench testbed's namespaces) or --addrs; it runs as root"
+                    .to_string(),
+            );
+        }
         if transport == Transport::RawUdp && tests.contains(&TestName::Bibw) {
             return Err(
                 "bibw is not measured over raw-udp (its flow control is one-way)".to_string(),
@@ -472,7 +479,14 @@ mod tests {
             Ok(Transport::Udp)
         );
         let error = super::tests::plan(&["--netns", "a,b"]).expect_err("shm in netns");
-        assert!(error.contains("udp or tcp"), "{error}");
+        assert!(error.contains("udp, tcp or xdp"), "{error}");
+        let error = super::tests::plan(&["--transport", "xdp"]).expect_err("xdp on loopback");
+        assert!(error.contains("--netns"), "{error}");
+        let plan = super::tests::plan(&["--transport", "xdp", "--netns", "a,b"]).expect("xdp");
+        assert_eq!(
+            (plan.transport, plan.addrs.map(|a| a.len())),
+            (Transport::Xdp, Some(2))
+        );
         let plan = super::tests::plan(&["--transport", "tcp", "--netns", "a,b"]).expect("netns");
         assert_eq!(plan.netns, Some(["a".to_string(), "b".to_string()]));
         assert_eq!(plan.addrs.map(|a| a.len()), Some(2));

@@ -80,14 +80,19 @@ pub enum Transport {
     /// quiver's TCP transport over 127.0.0.1.
     #[serde(rename = "tcp")]
     Tcp,
+    /// quiver's udp protocol over AF_XDP sockets: ranks on network interfaces only
+    /// (`--netns`, e.g. `quiver-bench testbed`'s namespaces; root).
+    #[serde(rename = "xdp")]
+    Xdp,
 }
 
 impl Transport {
     /// Every transport, in the order `--help` and error messages list them.
-    pub const ALL: [Transport; 5] = [
+    pub const ALL: [Transport; 6] = [
         Transport::Shm,
         Transport::Udp,
         Transport::Tcp,
+        Transport::Xdp,
         Transport::RawUdp,
         Transport::RawTcp,
     ];
@@ -100,6 +105,7 @@ impl Transport {
             Transport::RawTcp => "raw-tcp",
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
+            Transport::Xdp => "xdp",
         }
     }
 
@@ -115,10 +121,10 @@ impl Transport {
         matches!(self, Transport::RawUdp | Transport::RawTcp)
     }
 
-    /// Whether this is one of quiver's network transports (udp, tcp): the ones with
+    /// Whether this is one of quiver's network transports (udp, tcp, xdp): the ones with
     /// addresses, which may run in network namespaces.
     pub fn is_network(self) -> bool {
-        matches!(self, Transport::Udp | Transport::Tcp)
+        matches!(self, Transport::Udp | Transport::Tcp | Transport::Xdp)
     }
 
     /// The raw-socket baseline of a quiver network transport: raw-udp for udp, raw-tcp

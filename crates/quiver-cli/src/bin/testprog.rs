@@ -33,6 +33,12 @@
 //!   thread t opening its own endpoint (port t + 1) and running `alltoall`'s exchange with
 //!   port t + 1 of every other rank, verifying every byte; prints `ok rank R threads T
 //!   received B bytes`, then the `transports` line of `alltoall`.
+//! - `sizes MAX_BYTES` (two ranks): every size of a list from 0 B to MAX_BYTES (the edges of
+//!   each protocol, powers of two and their neighbours) goes from rank 0 to rank 1 and back,
+//!   verified; sends rotate through `send`, `post_send` and `try_send`, receives through
+//!   `recv` and `try_recv`. Prints `ok sizes N largest L shm_without_cross_memory C`.
+//! - `deny-cma PROGRAM [ARGS...]` (no job needed): run PROGRAM under a seccomp filter that
+//!   makes cross-memory attach fail with EPERM, as Docker's default profile does.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -42,6 +48,9 @@ use quiver::{Addr, Context, Endpoint, Error};
 fn main() {
     quiver::init_logging_from_env();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("deny-cma") {
+        deny_cma_and_exec(&args[1..]);
+    }
     let result = run(&args);
     if let Err(e) = result {
         eprintln!("quiver-testprog: {e}");
@@ -50,6 +59,23 @@ fn main() {
 }
 
 type AnyResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `deny-cma PROGRAM [ARGS...]`: runs PROGRAM where cross-memory attach fails with EPERM
+/// (a seccomp filter, as in a container), so that it and its children cannot use it.
+fn deny_cma_and_exec(command: &[String]) -> ! {
+    use std::os::unix::process::CommandExt;
+    let Some((program, rest)) = command.split_first() else {
+        eprintln!("quiver-testprog: deny-cma needs a program to run");
+        std::process::exit(2);
+    };
+    if let Err(e) = quiver_transport::seccomp::deny_cross_memory_attach() {
+        eprintln!("quiver-testprog: cannot install the seccomp filter: {e}");
+        std::process::exit(1);
+    }
+    let e = std::process::Command::new(program).args(rest).exec();
+    eprintln!("quiver-testprog: cannot run {program}: {e}");
+    std::process::exit(1);
+}
 
 fn run(args: &[String]) -> AnyResult {
     let mode = args.first().map(String::as_str).unwrap_or("");
@@ -62,6 +88,7 @@ fn run(args: &[String]) -> AnyResult {
     let mut ep = ctx.endpoint(0)?;
     match mode {
         "alltoall" => alltoall(&ctx, &mut ep, num(1, 4), num(2, 1 << 20), num(3, 1)),
+        "sizes" => sizes(&ctx, &mut ep, num(1, 64 << 20)),
         "slow-recv" => slow_recv(&ctx, &mut ep, num(1, 2000)),
         "send-until-error" => {
             let conn = ep.connect(Addr::new(1, 0))?;
@@ -280,6 +307,100 @@ fn exchange(
     Ok(bytes)
 }
 
+/// The sizes `sizes` sends: the protocols' edges and every power of two up to `max`, with
+/// their neighbours.
+fn size_list(max: u64) -> Vec<u64> {
+    let mut sizes = vec![0, 1, 40, 41, 4095, 4097];
+    let mut power = 64;
+    while power <= max {
+        sizes.extend([power - 1, power, power + 1]);
+        power *= 4;
+    }
+    sizes.push(max);
+    sizes.retain(|&size| size <= max);
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// `len` bytes of a xorshift sequence seeded with `seed`.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sends `data` the `i`-th way: blocking, posted (then waited for), or `try_send` until it
+/// is taken.
+fn send_by(ep: &mut Endpoint, conn: quiver::Connection, data: Vec<u8>, i: usize) -> AnyResult {
+    match i % 3 {
+        0 => ep.send(conn, &data)?,
+        1 => {
+            let request = ep.post_send(conn, data)?;
+            ep.wait_send(request)?;
+        }
+        _ => loop {
+            match ep.try_send(conn, &data) {
+                Ok(()) => break,
+                Err(Error::WouldBlock) => ep.progress()?,
+                Err(e) => return Err(e.into()),
+            }
+        },
+    }
+    Ok(())
+}
+
+/// Receives one message into `buf` the `i`-th way: blocking, or `try_recv` until one comes.
+fn recv_by(ep: &mut Endpoint, buf: &mut [u8], i: usize) -> Result<usize, Error> {
+    if i.is_multiple_of(2) {
+        return Ok(ep.recv(buf)?.0);
+    }
+    loop {
+        match ep.try_recv(buf) {
+            Ok((len, _)) => return Ok(len),
+            Err(Error::WouldBlock) => std::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn sizes(ctx: &Context, ep: &mut Endpoint, max: u64) -> AnyResult {
+    let me = ctx.rank();
+    let peer = 1 - me;
+    let conn = ep.connect(Addr::new(peer, 0))?;
+    let sizes = size_list(max);
+    let mut buf = vec![0u8; max as usize];
+    for (i, &size) in sizes.iter().enumerate() {
+        let want = pattern(i as u64, size as usize);
+        if me == 0 {
+            send_by(ep, conn, want.clone(), i)?;
+        }
+        // Rank 1 receives and sends it back; rank 0 receives the echo.
+        let len = recv_by(ep, &mut buf, i + me as usize)?;
+        if buf[..len] != want[..] {
+            return Err(format!(
+                "rank {me}: the {size}-byte message arrived as {len} different bytes"
+            )
+            .into());
+        }
+        if me == 1 {
+            send_by(ep, conn, buf[..len].to_vec(), i + 1)?;
+        }
+    }
+    say(&format!(
+        "ok sizes {} largest {max} shm_without_cross_memory {}",
+        sizes.len(),
+        ctx.stats().shm_without_cross_memory
+    ));
+    Ok(())
+}
+
 /// One line saying how the job was bootstrapped and which transports carried the
 /// connections this rank accepted (the launcher tests check it).
 fn say_transports(ctx: &Context) {
@@ -480,6 +601,7 @@ fn kind(e: &Error) -> &'static str {
         Error::PeerDead { .. } => "PeerDead",
         Error::PeerStopped { .. } => "PeerStopped",
         Error::PeerClosed { .. } => "PeerClosed",
+        Error::SendDeadlock { .. } => "SendDeadlock",
         Error::Corrupt { .. } => "Corrupt",
         Error::Unreachable { .. } => "Unreachable",
         Error::Refused { .. } => "Refused",

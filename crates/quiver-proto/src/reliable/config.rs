@@ -63,6 +63,15 @@ pub struct ReliableConfig {
     /// both buffers at most [`ReliableConfig::MAX_COMPACT_BUFFER_BYTES`] (the frame carries
     /// 32-bit offsets). A receiver takes Stream frames either way. Default false.
     pub compact_data_frames: bool,
+    /// For tests of the 32-bit wrap: the packet number of this end's first Data or Close
+    /// frame, and the peer's. Both ends must use the same value. Compact Stream frames carry
+    /// packet numbers in 32 bits, so a value just below 2^32 makes a short transfer cross
+    /// the wrap, which 2^32 frames would otherwise take. Default 0.
+    pub initial_packet_number: u64,
+    /// For tests of the 32-bit wrap: the stream offset of this end's first byte, and the
+    /// peer's. Both ends must use the same value (compact Stream frames carry 32-bit
+    /// offsets; a value just below 2^32 crosses their wrap in a short transfer). Default 0.
+    pub initial_stream_offset: u64,
 }
 
 impl Default for ReliableConfig {
@@ -83,6 +92,8 @@ impl Default for ReliableConfig {
             max_in_flight_datagrams: 4096,
             path_count: 1,
             compact_data_frames: false,
+            initial_packet_number: 0,
+            initial_stream_offset: 0,
         }
     }
 }

@@ -351,13 +351,15 @@ impl ReliableConnection {
             config.min_rto_ns,
             config.max_rto_ns,
         );
-        let send = SendState::new(
+        let mut send = SendState::new(
             config.send_buffer_bytes,
             config.max_in_flight_datagrams,
             paths,
             config.data_header_len() as u64,
         );
-        let recv = RecvState::new(config.recv_window_bytes, config.max_in_flight_datagrams);
+        let mut recv = RecvState::new(config.recv_window_bytes, config.max_in_flight_datagrams);
+        send.start_numbering(config.initial_packet_number, config.initial_stream_offset);
+        recv.start_numbering(config.initial_packet_number, config.initial_stream_offset);
         let rtt = RttEstimator::new(config.initial_rto_ns, config.min_rto_ns, config.max_rto_ns);
         Self {
             state: State::Handshaking,

@@ -395,7 +395,10 @@ impl ReliableConnection {
             }
             Err(refusal) => {
                 match refusal {
-                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::Duplicate => {
+                        self.stats.duplicates_dropped += 1;
+                        self.stats.spurious_retransmits += 1;
+                    }
                     Refusal::CreditViolation => self.stats.credit_violations += 1,
                     Refusal::OutOfWindow | Refusal::Inconsistent => {
                         self.stats.out_of_window_dropped += 1;
@@ -437,7 +440,10 @@ impl ReliableConnection {
             }
             Err(refusal) => {
                 match refusal {
-                    Refusal::Duplicate => self.stats.duplicates_dropped += 1,
+                    Refusal::Duplicate => {
+                        self.stats.duplicates_dropped += 1;
+                        self.stats.spurious_retransmits += 1;
+                    }
                     Refusal::CreditViolation => self.stats.credit_violations += 1,
                     Refusal::OutOfWindow | Refusal::Inconsistent => {
                         self.stats.out_of_window_dropped += 1;

@@ -182,6 +182,15 @@ impl RecvState {
         }
     }
 
+    /// Starts a new connection's numbering at `packet_number` and `stream_offset` instead of
+    /// 0 (tests of the 32-bit wrap), as the peer's sender does.
+    pub(super) fn start_numbering(&mut self, packet_number: u64, stream_offset: u64) {
+        debug_assert!(self.pending.is_empty() && self.read_offset == 0);
+        self.cumulative = packet_number;
+        self.read_offset = stream_offset;
+        self.readable_end = stream_offset;
+    }
+
     /// Takes one Data (or, with `is_close`, Close) frame. `first_fragment` frames also cover
     /// the 8 header bytes before `payload_offset`, rebuilt from `message_len`.
     ///

@@ -706,6 +706,22 @@ impl SendState {
         &self.ring[start..start + len]
     }
 
+    /// Starts a new connection's numbering at `packet_number` and `stream_offset` instead of
+    /// 0 (tests of the 32-bit wrap: [`ReliableConfig::initial_packet_number`]).
+    ///
+    /// [`ReliableConfig::initial_packet_number`]: super::config::ReliableConfig::initial_packet_number
+    pub(super) fn start_numbering(&mut self, packet_number: u64, stream_offset: u64) {
+        debug_assert!(self.in_flight.is_empty() && self.write_offset == 0);
+        self.base_pn = packet_number;
+        self.last_cumulative_ack = packet_number;
+        self.freshest_ack_high = packet_number;
+        self.acked_offset = stream_offset;
+        self.write_offset = stream_offset;
+        self.next_offset = stream_offset;
+        self.tx_payload_start = stream_offset;
+        self.tx_message_end = stream_offset;
+    }
+
     /// The packet number the next new frame gets: every lower one was sent.
     pub(super) fn next_packet_number(&self) -> u64 {
         self.base_pn + self.in_flight.len() as u64

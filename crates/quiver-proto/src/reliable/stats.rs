@@ -27,6 +27,11 @@ pub struct ReliableStats {
     pub pings_sent: u64,
     /// Frames received twice (dropped).
     pub duplicates_dropped: u64,
+    /// Of those, data frames (Data, Close, compact Stream) whose first copy had arrived: a
+    /// retransmission the peer did not need (a timeout that fired while this side was off
+    /// its CPU or slow to acknowledge, an ack that was lost). Counted here, at the
+    /// receiver, where it is certain; a path that duplicates datagrams counts here too.
+    pub spurious_retransmits: u64,
     /// Datagrams that are not valid frames: bad checksum, truncated, malformed (dropped).
     pub corrupt_dropped: u64,
     /// Frames whose bytes exceed the credit we gave (dropped; the peer broke the rules).

@@ -887,6 +887,41 @@ fn a_timeout_while_the_receiver_is_paused_resends_one_frame() {
     assert!(pair.b().stats().duplicates_dropped <= 1);
 }
 
+/// A one-frame message whose receiver is off its CPU past the RTO: the sender resends it
+/// and, when the receiver runs again, both copies arrive.
+fn resend_to_a_paused_receiver(first_copy_lost: bool) -> Pair {
+    let mut pair = Pair::established();
+    pair.a.start_message(4).unwrap();
+    assert_eq!(pair.a.write_message(b"ping"), 4);
+    pair.flush();
+    assert_eq!(pair.to_b.len(), 1, "one frame");
+    if first_copy_lost {
+        pair.to_b.clear();
+    }
+    let deadline = pair.a.poll_timeout().unwrap();
+    pair.now = deadline;
+    pair.a.handle_timeout(pair.now);
+    pair.flush();
+    assert_eq!(pair.a.stats().retransmits, 1);
+    let mut buffer = [0u8; 16];
+    pair.run_until(|pair| pair.b().read_message(&mut buffer).1);
+    assert_eq!(&buffer[..4], b"ping");
+    pair.run_until(|pair| pair.a.stats().send_buffered_bytes == 0 && pair.to_b.is_empty());
+    pair
+}
+
+#[test]
+fn a_retransmission_whose_original_arrived_is_counted_spurious() {
+    let mut pair = resend_to_a_paused_receiver(false);
+    let b = pair.b().stats().clone();
+    assert_eq!(b.spurious_retransmits, 1, "{b:?}");
+    assert_eq!(b.duplicates_dropped, 1, "{b:?}");
+    // A retransmission that replaced a lost original is not spurious.
+    let mut pair = resend_to_a_paused_receiver(true);
+    let b = pair.b().stats().clone();
+    assert_eq!(b.spurious_retransmits, 0, "{b:?}");
+}
+
 #[test]
 fn a_late_timer_waits_for_the_acks_that_came_meanwhile() {
     let mut pair = Pair::established();

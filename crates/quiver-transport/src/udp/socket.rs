@@ -38,6 +38,8 @@ pub struct UdpSocket {
     pub(super) fd: OwnedFd,
     local_address: SocketAddr,
     gso_supported: bool,
+    /// GSO sends the kernel refused (each turned GSO off: [`UdpSocket::gso_refusals`]).
+    gso_refusals: u64,
     pub(super) gro_enabled: bool,
     send_scratch: SendScratch,
     /// The peer of [`UdpSocket::connect`]: datagrams to it leave without an address, on the
@@ -91,6 +93,7 @@ impl UdpSocket {
             fd,
             local_address,
             gso_supported,
+            gso_refusals: 0,
             gro_enabled: false,
             send_scratch: SendScratch::new(DEFAULT_SEND_BATCH),
             connected: None,
@@ -137,9 +140,31 @@ impl UdpSocket {
         self.local_address
     }
 
-    /// Whether the kernel accepts `UDP_SEGMENT` on this socket (GSO sends will work).
+    /// Whether GSO sends are to be used on this socket: the kernel accepts `UDP_SEGMENT`,
+    /// and no GSO send on it has been refused yet (a refusal turns GSO off for good,
+    /// see [`UdpSocket::gso_refusals`]).
     pub fn gso_supported(&self) -> bool {
         self.gso_supported
+    }
+
+    /// How many GSO sends the kernel refused on this socket: `EIO` (a route through IPsec,
+    /// or a device or kernel that cannot segment or checksum UDP) or `EINVAL` (e.g.
+    /// `SO_NO_CHECK`). The first refusal turns GSO off ([`UdpSocket::gso_supported`] is
+    /// false from then on): the refused send is lost (the caller resends it, as any lost
+    /// datagram) and later sends leave as plain datagrams.
+    pub fn gso_refusals(&self) -> u64 {
+        self.gso_refusals
+    }
+
+    /// After a send whose first message was a GSO send (`segmented`): a refusal of
+    /// segmentation offload turns GSO off on this socket.
+    fn note_gso_refusal(&mut self, result: &io::Result<usize>, segmented: bool) {
+        if let Err(e) = result {
+            if segmented && matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) {
+                self.gso_supported = false;
+                self.gso_refusals += 1;
+            }
+        }
     }
 
     /// Whether receive offload is on (receives may then carry several datagrams).
@@ -257,6 +282,8 @@ impl UdpSocket {
     /// The first entry could not be sent: `WouldBlock` when the socket buffer is full, or
     /// the kernel's error (`EMSGSIZE`, `ECONNREFUSED` from an earlier ICMP error, `EINVAL`
     /// for a GSO entry beyond the kernel's limits, ...). An empty batch returns `Ok(0)`.
+    /// A first entry with `segment_size` refused with `EIO` or `EINVAL` turns GSO off on
+    /// this socket ([`UdpSocket::gso_refusals`]).
     pub fn send_batch(&mut self, batch: &[OutDatagram<'_>]) -> io::Result<usize> {
         let count = batch.len().min(self.send_scratch.headers.len());
         if count == 0 {
@@ -270,7 +297,9 @@ impl UdpSocket {
         }
         // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
         // (addresses, iovecs, control buffers) and into the borrowed slices of `batch`.
-        self.send_filled(count)
+        let sent = self.send_filled(count);
+        self.note_gso_refusal(&sent, batch[0].segment_size.is_some());
+        sent
     }
 
     /// Sends the messages of `gather` from `first_message` on, at most
@@ -280,7 +309,8 @@ impl UdpSocket {
     /// # Errors
     /// As [`UdpSocket::send_batch`] (for a GSO message beyond the kernel's limits, or more than
     /// [`MAX_GATHER_PARTS`](super::MAX_GATHER_PARTS) parts, the kernel's `EINVAL`/`EMSGSIZE`). No
-    /// message from `first_message` on returns `Ok(0)`.
+    /// message from `first_message` on returns `Ok(0)`. A refused GSO send turns GSO off, as
+    /// in [`UdpSocket::send_batch`].
     pub fn send_gather(&mut self, gather: &Gather<'_>, first_message: usize) -> io::Result<usize> {
         let runs = gather.buffer.runs.get(first_message..).unwrap_or(&[]);
         let count = runs.len().min(self.send_scratch.headers.len());
@@ -308,7 +338,9 @@ impl UdpSocket {
         // (addresses, control buffers) and into the gather's iovecs (each message's
         // `part_count` iovecs exist), which point into slices alive for the gather's
         // lifetime.
-        self.send_filled(count)
+        let sent = self.send_filled(count);
+        self.note_gso_refusal(&sent, runs[0].segment_size.is_some());
+        sent
     }
 
     /// Sends the first `count` message headers of the send scratch with one `sendmmsg`;

@@ -588,3 +588,47 @@ fn receiving_up_to_one_leaves_the_rest_queued() {
     let err = b.recv_batch_up_to(&mut batch, 1).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
 }
+
+/// A GSO send the kernel refuses turns GSO off on that socket, and the socket carries on
+/// with plain datagrams. `SO_NO_CHECK` (no UDP checksum) makes the kernel refuse every GSO
+/// send with `EINVAL`, as a route through IPsec or a device that cannot checksum makes it
+/// refuse them with `EIO`.
+#[test]
+fn a_refused_gso_send_turns_gso_off_and_the_socket_carries_on() {
+    use std::os::fd::AsRawFd;
+    let (mut a, mut b) = loopback_pair();
+    assert!(a.gso_supported(), "UDP_SEGMENT not supported");
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on a live socket with a pointer to an int and its size.
+    let set = unsafe {
+        libc::setsockopt(
+            a.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_NO_CHECK: {}", io::Error::last_os_error());
+    let data = vec![7u8; 3000];
+    let run = [OutDatagram {
+        destination: b.local_address(),
+        header: &[],
+        payload: &data,
+        segment_size: Some(1000),
+    }];
+    let refused = a.send_batch(&run).unwrap_err();
+    assert!(
+        matches!(refused.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)),
+        "{refused}"
+    );
+    assert!(!a.gso_supported());
+    assert_eq!(a.gso_refusals(), 1);
+    // A plain send still goes, and an error that is not about GSO counts nothing.
+    let plain = [OutDatagram::new(b.local_address(), &[], &data[..1000])];
+    assert_eq!(a.send_batch(&plain).unwrap(), 1);
+    let mut receive = RecvBatch::new(4, 2048);
+    let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 1);
+    assert_eq!(datagrams, vec![vec![7u8; 1000]]);
+    assert_eq!(a.gso_refusals(), 1);
+}

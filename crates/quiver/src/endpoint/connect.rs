@@ -233,12 +233,11 @@ impl Endpoint {
             );
         }
         if self.config.proto_info {
-            if let Some(kind) = out.kind() {
+            if let Some(info) = out.info(&self.config) {
                 // QUIVER_PROTO_INFO asked for this on stderr, logging or not.
                 eprint!(
-                    "quiver: connection {} -> {peer} ({how}) over {}",
-                    self.addr,
-                    edge::transport_info(kind, &self.config)
+                    "quiver: connection {} -> {peer} ({how}) over {info}",
+                    self.addr
                 );
             }
         }
@@ -265,18 +264,16 @@ impl Endpoint {
     /// # Errors
     /// [`Error::InvalidArgument`] when `conn` does not belong to this endpoint.
     pub fn transport(&self, conn: Connection) -> Result<TransportInfo> {
-        let kind = self
-            .outbound
+        self.outbound
             .get(conn.index as usize)
             .filter(|_| conn.endpoint_id == self.id)
-            .and_then(OutEdge::kind)
+            .and_then(|edge| edge.info(&self.config))
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "connection to {} does not belong to endpoint {}",
                     conn.peer, self.addr
                 ))
-            })?;
-        Ok(edge::transport_info(kind, &self.config))
+            })
     }
 
     pub(super) fn connection(&self, index: u32, peer: Addr) -> Connection {

@@ -20,9 +20,14 @@ impl Endpoint {
     /// internal buffers (at most `max_buffered_bytes`), so two ranks sending each other
     /// large messages do not wait on each other within that bound.
     ///
+    /// Over shm it does not receive meanwhile: when the peer is itself blocked in a
+    /// blocking send to this endpoint, neither can finish, and the send returns
+    /// [`Error::SendDeadlock`] within the detection time instead of waiting forever.
+    ///
     /// # Errors
     /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
-    /// [`Error::Corrupt`]) or [`Error::Timeout`] when `op_timeout` is set.
+    /// [`Error::Corrupt`]), [`Error::SendDeadlock`], or [`Error::Timeout`] when
+    /// `op_timeout` is set.
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
         let idx = self.outbound_index(conn)?;
         let super::Parts {
@@ -31,10 +36,15 @@ impl Endpoint {
             mut cx,
             ..
         } = self.parts();
-        let mut flush = || {
+        let inbox = cx.inbox;
+        let mut flush = |peer| {
+            let mut peer_waiting = false;
             for inb in inbound.iter_mut() {
                 inb.publish_consumed();
+                peer_waiting |= inb.sender_waiting(peer);
             }
+            // (An edge the listener accepted and no receive adopted yet counts too.)
+            peer_waiting || inbox.shm_sender_waiting(peer)
         };
         let written = match outbound[idx].start_send(data, &mut cx, &mut flush) {
             Started::Finished(result) => return result,

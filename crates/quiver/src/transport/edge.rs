@@ -73,7 +73,9 @@ pub fn transport_info(kind: TransportKind, config: &Config) -> TransportInfo {
     let ranges = match kind {
         TransportKind::Shm => super::shm::protocols::ranges(config),
         TransportKind::Tcp => super::tcp::protocols::ranges(config),
-        TransportKind::Udp | TransportKind::Mem => super::dgram::protocols::ranges(kind, config),
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
+            super::dgram::protocols::ranges(kind, config)
+        }
     };
     let capabilities = capabilities(kind, config);
     TransportInfo {
@@ -91,7 +93,7 @@ pub(crate) fn reaches(kind: TransportKind, local: &LocalRank, peer_on_node: bool
     match kind {
         TransportKind::Shm => peer_on_node,
         TransportKind::Tcp => !local.addrs.is_empty(),
-        TransportKind::Udp | TransportKind::Mem => {
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
             !local.addrs.is_empty() && local.dgram_kind() == Some(kind)
         }
     }
@@ -132,6 +134,19 @@ impl OutEdge {
         self.kind().map(|kind| capabilities(kind, config))
     }
 
+    /// Which protocol this edge uses for each message size ([`transport_info`]), for this
+    /// edge: a shm edge without cross-memory attach sends every size through its ring.
+    pub(crate) fn info(&self, config: &Config) -> Option<TransportInfo> {
+        let mut info = transport_info(self.kind()?, config);
+        if let OutEdge::Shm(e) = self {
+            if !e.cross_memory() {
+                info.zero_copy = false;
+                info.ranges = super::shm::protocols::ranges_without_cross_memory(config);
+            }
+        }
+        Some(info)
+    }
+
     /// The transport of this edge (`None` while it is [`OutEdge::Busy`]).
     pub(crate) fn kind(&self) -> Option<TransportKind> {
         match self {
@@ -144,14 +159,15 @@ impl OutEdge {
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
-    /// meanwhile), tcp's latency path (one `send` of a small frame), nothing for
+    /// meanwhile and says whether the peer named sleeps in a blocking send to the endpoint,
+    /// [`InEdge::sender_waiting`]), tcp's latency path (one `send` of a small frame), nothing for
     /// datagrams.
     #[inline]
     pub(crate) fn start_send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Started {
         match self {
             OutEdge::Shm(e) => Started::Finished(e.send(data, cx, flush)),
@@ -466,6 +482,15 @@ impl InEdge {
         }
     }
 
+    /// Whether `peer` sleeps in a blocking send on this edge, waiting for this endpoint to
+    /// take what it wrote (shm: its ring's flag; the network transports read ahead instead).
+    pub(crate) fn sender_waiting(&self, peer: Addr) -> bool {
+        match self {
+            InEdge::Shm(e) => e.peer == peer && e.sender_waiting(),
+            _ => false,
+        }
+    }
+
     /// Re-reads a shared ring's header while idle (shm).
     pub(crate) fn verify(&mut self) {
         if let InEdge::Shm(e) = self {
@@ -699,7 +724,7 @@ pub(crate) fn open_network(
                 InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging)),
             ))))
         }
-        TransportKind::Udp | TransportKind::Mem => {
+        TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {
             let engine = local.dgram.as_ref().ok_or_else(|| {
                 crate::error::Error::Config(format!("{kind} is not set up in this context"))
             })?;

@@ -20,6 +20,8 @@ pub(crate) enum Failure {
     TimedOut,
     /// A network connection broke: (transport, what happened).
     Lost(&'static str, String),
+    /// A blocking send found the peer blocked sending to us (transport).
+    SendDeadlock(&'static str),
 }
 
 impl Failure {
@@ -45,6 +47,7 @@ impl Failure {
                 peer,
                 detail: "an earlier blocking send timed out with a rendezvous outstanding".into(),
             },
+            Failure::SendDeadlock(transport) => Error::SendDeadlock { peer, transport },
             Failure::Lost(transport, detail) => Error::Unreachable {
                 peer,
                 transport,

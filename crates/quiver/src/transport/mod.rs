@@ -8,12 +8,15 @@
 //! - [`shm`]: shared-memory rings and cross-memory attach, for peers on this node;
 //! - [`tcp`]: one stream per endpoint pair, for any network;
 //! - [`dgram`]: the datagram engine running quiver's reliable protocol over udp (or the
-//!   in-process `mem` sockets), striped over several links.
+//!   in-process `mem` sockets), striped over several links;
+//! - [`xdp`]: the datagram engine's AF_XDP link sockets (the xdp transport: the same
+//!   protocol, the kernel's IP/UDP stack skipped).
 //!
 //! The pieces every transport shares sit beside them, below the endpoint: the rank's shared
 //! state ([`local`]), the endpoints' inboxes ([`registry`]), network binding ([`network`]),
-//! peer-process liveness ([`liveness`]), waiting ([`wait`], under the one policy of
-//! [`wait_policy`]), connection retries ([`retry`]) and the fault
+//! the listeners' handshakes in progress ([`handshakes`]), peer-process liveness
+//! ([`liveness`]), waiting ([`wait`], under the one policy of [`wait_policy`]), connection
+//! retries ([`retry`]) and the fault
 //! injector of the datagram sockets ([`fault`]).
 
 pub(crate) mod dest;
@@ -22,6 +25,7 @@ pub(crate) mod edge;
 pub(crate) mod edge_context;
 pub(crate) mod failure;
 pub(crate) mod fault;
+pub(crate) mod handshakes;
 pub(crate) mod inbound_state;
 pub(crate) mod liveness;
 pub(crate) mod local;
@@ -38,3 +42,4 @@ pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;
 pub(crate) mod wait_policy;
+pub(crate) mod xdp;

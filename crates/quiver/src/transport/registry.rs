@@ -29,10 +29,18 @@ pub(crate) struct ListenerCounts {
     pub(crate) not_open: u64,
     /// Of the connections accepted, those over shared memory.
     pub(crate) shm_accepted: u64,
+    /// Of those, the ones whose sender's memory this rank could not read (every message
+    /// through the ring).
+    pub(crate) shm_without_cross_memory: u64,
     /// Why the last refusal happened.
     pub(crate) last_refusal: Option<String>,
     /// Times a listener's accept failed unexpectedly (it backed off and kept listening).
     pub(crate) accept_errors: u64,
+    /// Of the refusals, handshakes a listener dropped unfinished: past their deadline, or to
+    /// make room for a newer connection at its bound of pending handshakes.
+    pub(crate) handshakes_dropped: u64,
+    /// The most handshakes one listener had in progress at once.
+    pub(crate) pending_handshakes_peak: u64,
 }
 
 /// The open endpoints of this rank, by port, and the listeners' counters.
@@ -79,13 +87,18 @@ impl Registry {
         self.counts().accepted += 1;
     }
 
-    /// Adds `delta` to the accepted connections and to those over shared memory (a shm
-    /// acceptance is counted before its setup message leaves, and taken back if that
+    /// Adds `delta` to the accepted connections and to those over shared memory, and, when
+    /// cross-memory attach to the sender was refused (`without_cross_memory`), to those (a
+    /// shm acceptance is counted before its setup message leaves, and taken back if that
     /// fails).
-    pub(crate) fn count_shm_accepted(&self, delta: i64) {
+    pub(crate) fn count_shm_accepted(&self, delta: i64, without_cross_memory: bool) {
         let mut counts = self.counts();
         counts.accepted = counts.accepted.saturating_add_signed(delta);
         counts.shm_accepted = counts.shm_accepted.saturating_add_signed(delta);
+        if without_cross_memory {
+            counts.shm_without_cross_memory =
+                counts.shm_without_cross_memory.saturating_add_signed(delta);
+        }
     }
 
     /// Counts a failed accept of listener `listener` and logs it (the listener backs off
@@ -106,6 +119,21 @@ impl Registry {
         let mut counts = self.counts();
         counts.refused += 1;
         counts.last_refusal = Some(why);
+    }
+
+    /// Counts a handshake a listener dropped unfinished (a refusal too) and logs why.
+    pub(crate) fn handshake_dropped(&self, why: String) {
+        tracing::warn!(rank = self.rank, reason = %why, "dropped a connection's handshake");
+        let mut counts = self.counts();
+        counts.refused += 1;
+        counts.handshakes_dropped += 1;
+        counts.last_refusal = Some(why);
+    }
+
+    /// Notes that a listener has `pending` handshakes in progress (for the peak).
+    pub(crate) fn pending_handshakes(&self, pending: usize) {
+        let mut counts = self.counts();
+        counts.pending_handshakes_peak = counts.pending_handshakes_peak.max(pending as u64);
     }
 
     /// Counts a connection attempt to an endpoint that is not open (yet), apart from the
@@ -143,6 +171,9 @@ pub(crate) struct NewInbound {
     pub(crate) pid: libc::pid_t,
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Consumer,
+    /// Whether this rank can read the sender's memory (else every message comes through
+    /// the ring, larger ones than it holds included).
+    pub(crate) cross_memory: bool,
 }
 
 /// An accepted inbound network edge, handed to its endpoint.
@@ -189,6 +220,20 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
+    /// Whether `peer`'s shm edge to this endpoint, accepted and not adopted yet, has its
+    /// sender asleep in a blocking send (its ring's waiting flag). Takes the lock: for
+    /// waiting paths only.
+    pub(crate) fn shm_sender_waiting(&self, peer: Addr) -> bool {
+        if !self.has_incoming.load(Ordering::Acquire) {
+            return false;
+        }
+        self.incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|new| new.peer == peer && new.ring.producer_waiting())
+    }
+
     /// An empty inbox whose doorbell is the one `bell_memfd`/`bell_eventfd` describe.
     pub(crate) fn new(
         bell_memfd: OwnedFd,

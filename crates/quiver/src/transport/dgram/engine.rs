@@ -35,6 +35,13 @@ const ETHERNET_DATAGRAM: usize = 1472;
 /// with backoff).
 const NETWORK_MIN_RTO_NS: Nanos = 10_000_000;
 
+/// The same floor when this node's ranks outnumber their CPUs (the waiting policy's
+/// `NodeLoad::oversubscribed`): a peer that is runnable but waits for a CPU does not
+/// acknowledge for tens of milliseconds. With the 10 ms floor, the examples (8 ranks on 2
+/// CPUs, loopback, no loss) resent 6-717 frames per run, every one a duplicate; with 50 ms,
+/// none (docs/decisions/0073-calm-udp-on-a-busy-node.md).
+const BUSY_NODE_MIN_RTO_NS: Nanos = 50_000_000;
+
 /// The engine as the context shares it with its endpoints.
 #[derive(Debug)]
 pub(crate) struct DgramShared {
@@ -63,8 +70,9 @@ impl DgramShared {
         key: JobKey,
     ) -> Result<DgramShared> {
         let mut sockets = Vec::with_capacity(local.len());
-        for &addr in &local {
-            sockets.push(bind_socket(kind, addr, &config.faults)?);
+        for (index, &addr) in local.iter().enumerate() {
+            let interface = config.xdp_interfaces.get(index).map(String::as_str);
+            sockets.push(bind_socket(kind, addr, &config.faults, interface)?);
         }
         let faults_on = config.faults.is_on();
         // A scattering receive would put payloads in place before the injector saw them.
@@ -102,6 +110,7 @@ impl DgramShared {
                 router,
                 base,
                 config_datagram: config.udp_datagram_bytes,
+                network_min_rto_ns: network_min_rto_ns(config),
                 in_place_min: config.udp_in_place_min,
                 scatter_min: if arrivals_faulted {
                     0
@@ -141,8 +150,13 @@ impl DgramShared {
         let mut links: Vec<LinkStats> = self
             .local_links
             .iter()
-            .map(|&address| LinkStats {
+            .zip(&engine.sockets)
+            .map(|(&address, socket)| LinkStats {
                 address: Some(address),
+                xdp: match socket {
+                    Socket::Xdp(x) => Some(x.link.stats()),
+                    _ => None,
+                },
                 ..LinkStats::default()
             })
             .collect();
@@ -243,6 +257,8 @@ pub(super) struct Engine {
     pub(super) base: ReliableConfig,
     /// `Config::udp_datagram_bytes` (0: by the medium, see [`config_for`]).
     pub(super) config_datagram: usize,
+    /// The floor of a udp connection's retransmission timeout ([`network_min_rto_ns`]).
+    pub(super) network_min_rto_ns: Nanos,
     /// `Config::udp_in_place_min`: payloads this long or longer are sent in place.
     pub(super) in_place_min: usize,
     /// `Config::udp_scatter_min` (0: off; also 0 when arrivals go through fault injectors).
@@ -359,6 +375,7 @@ impl Engine {
             &self.sockets,
             &self.base,
             self.config_datagram,
+            self.network_min_rto_ns,
             to,
             path_count,
         )
@@ -383,19 +400,41 @@ pub(super) fn peer_paths(
     }
 }
 
+/// The floor of a udp (or striped) connection's retransmission timeout: higher when this
+/// node's ranks outnumber their CPUs ([`BUSY_NODE_MIN_RTO_NS`]).
+pub(super) fn network_min_rto_ns(config: &Config) -> Nanos {
+    if config.wait.load.oversubscribed() {
+        BUSY_NODE_MIN_RTO_NS
+    } else {
+        NETWORK_MIN_RTO_NS
+    }
+}
+
 /// The protocol settings of a connection to `to` over `path_count` paths: `base` (the
 /// context's), with the datagram size of the medium (`config_datagram` when set) and, over
-/// a network, a higher floor on the retransmission timeout. `sockets` are the engine's link
+/// a network, a higher floor on the retransmission timeout (`network_min_rto_ns`, from
+/// [`network_min_rto_ns`]). `sockets` are the engine's link
 /// sockets (not empty).
 pub(super) fn config_for(
     sockets: &[Socket],
     base: &ReliableConfig,
     config_datagram: usize,
+    network_min_rto_ns: Nanos,
     to: &SocketAddr,
     path_count: usize,
 ) -> ReliableConfig {
     let datagram = match (config_datagram, &sockets[0]) {
         (0, Socket::Mem(_)) => LOOPBACK_DATAGRAM,
+        // The smallest frame of the links' (their MTUs within a UMEM frame).
+        (0, Socket::Xdp(_)) => sockets
+            .iter()
+            .filter_map(|s| match s {
+                Socket::Xdp(x) => Some(x.link.max_datagram()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(ETHERNET_DATAGRAM),
+        (n, Socket::Xdp(x)) => n.min(x.link.max_datagram()),
         (0, _) if to.ip().is_loopback() => LOOPBACK_DATAGRAM,
         (0, _) => ETHERNET_DATAGRAM,
         (n, _) => n,
@@ -405,8 +444,8 @@ pub(super) fn config_for(
     // receiver works through a burst: on loopback too, a 1 ms floor resent about one
     // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
     // memory (tests) the protocol's own floor stays.
-    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_)) {
-        base.min_rto_ns.max(NETWORK_MIN_RTO_NS)
+    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_) | Socket::Xdp(_)) {
+        base.min_rto_ns.max(network_min_rto_ns)
     } else {
         base.min_rto_ns
     };
@@ -445,4 +484,54 @@ fn max_in_flight_for(window_bytes: usize) -> usize {
         ReliableConfig::default().max_in_flight_datagrams,
         ReliableConfig::MAX_IN_FLIGHT_DATAGRAMS,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::wait_policy::{NodeCount, NodeLoad};
+
+    fn load(ranks: u32, cpus: u32) -> NodeLoad {
+        let count = |count| {
+            Some(NodeCount {
+                count,
+                source: "test",
+            })
+        };
+        NodeLoad {
+            ranks: count(ranks),
+            cpus: count(cpus),
+        }
+    }
+
+    #[test]
+    fn an_oversubscribed_node_waits_longer_before_resending() {
+        let mut config = Config::default();
+        assert_eq!(
+            network_min_rto_ns(&config),
+            NETWORK_MIN_RTO_NS,
+            "load unknown"
+        );
+        config.resolve_wait(load(2, 2));
+        assert_eq!(
+            network_min_rto_ns(&config),
+            NETWORK_MIN_RTO_NS,
+            "one CPU per rank"
+        );
+        config.resolve_wait(load(8, 2));
+        assert_eq!(network_min_rto_ns(&config), BUSY_NODE_MIN_RTO_NS);
+        // And a udp connection's protocol settings take it as their floor.
+        let socket = bind_socket(
+            TransportKind::Udp,
+            "127.0.0.1:0".parse().unwrap(),
+            &config.faults,
+            None,
+        )
+        .unwrap();
+        let to = "127.0.0.1:9".parse().unwrap();
+        let base = reliable_config(&config);
+        let set = config_for(&[socket], &base, 0, network_min_rto_ns(&config), &to, 1);
+        assert_eq!(set.min_rto_ns, BUSY_NODE_MIN_RTO_NS);
+        assert!(set.initial_rto_ns >= BUSY_NODE_MIN_RTO_NS);
+    }
 }

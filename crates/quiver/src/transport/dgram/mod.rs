@@ -1,5 +1,6 @@
-//! The datagram engine: one per context, it owns the UDP sockets (or the in-process `mem`
-//! sockets) of this rank, one per link, and every reliable connection over them, in both
+//! The datagram engine: one per context, it owns the UDP sockets (or the AF_XDP links of
+//! the xdp transport, `transport::xdp`, or the in-process `mem` sockets) of this rank, one
+//! per link, and every reliable connection over them, in both
 //! directions.
 //!
 //! Layer: a transport (below the endpoint, above `quiver-proto` and `quiver-transport`).
@@ -58,7 +59,7 @@
 //! - `stats`: the counters the engine reports;
 //! - `connection`: one connection's entry (core, paths, status, sending sockets, posted
 //!   buffers; the table of entries by id is the router's);
-//! - `udp_io`: the link sockets (udp with its batches, mem), their fault injectors
+//! - `udp_io`: the link sockets (udp with its batches, mem, xdp), their fault injectors
 //!   (`transport::fault`), and the gathered (GSO) sends;
 //! - `engine`: the engine's state (its [`quiver_proto::router::Router`] of entries among
 //!   it), [`DgramShared`](engine::DgramShared) and its setup, the per-peer paths and

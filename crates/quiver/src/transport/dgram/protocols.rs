@@ -1,4 +1,4 @@
-//! The datagram protocols (udp, mem) by message size: how a message leaves (copied into the
+//! The datagram protocols (udp, xdp, mem) by message size: how a message leaves (copied into the
 //! send window, its datagrams' payloads copied or gathered in place, or the caller's buffer
 //! lent to the protocol) and how a blocking receive takes it (scattered straight into its
 //! buffer or not), from the settings that put the bounds.
@@ -21,7 +21,7 @@ pub(crate) fn ranges(kind: TransportKind, config: &Config) -> Vec<ProtocolRange>
     // A threshold of 0 turns the copy of short payloads off: every payload goes in place.
     let in_place =
         |size: u64| config.udp_in_place_min == 0 || size >= config.udp_in_place_min as u64;
-    // The scattering receive reads udp sockets; the mem transport has none.
+    // The scattering receive reads udp sockets; the mem and xdp transports have none.
     let scatters = kind == TransportKind::Udp;
     let applies = |size: u64| Applies {
         in_place: in_place(size),

@@ -22,6 +22,7 @@ use super::engine::{DgramShared, Engine};
 use super::router_host::{accepted_entry, EngineHost};
 use super::udp_io::{send_one_fully, Socket, UdpIo, RX_MESSAGES};
 use crate::transport::local::LocalRank;
+use crate::transport::xdp::link::Arrival;
 
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
 const RECV_BATCH: usize = 64;
@@ -139,6 +140,7 @@ impl Engine {
             sockets: &self.sockets,
             base: &self.base,
             config_datagram: self.config_datagram,
+            network_min_rto_ns: self.network_min_rto_ns,
             ctx,
         };
         match self.router.handle(now, &from, path, datagram, &mut host) {
@@ -237,7 +239,7 @@ impl Engine {
 
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
     /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
-    /// dispatches it. Returns the udp bytes taken (0 for mem).
+    /// dispatches it. Returns the udp or xdp bytes taken (0 for mem).
     // Long function: the hot receive path (one datagram at a time, or batches while they
     // fill), whose exits decide when a poll hands over; split into helpers, the socket,
     // the batch and the connection table would be borrowed apart across calls.
@@ -272,6 +274,58 @@ impl Engine {
                     self.rx = rx;
                 }
                 0
+            }
+            Socket::Xdp(_) => {
+                let mut bytes = 0;
+                for _ in 0..RECV_BATCH {
+                    let Socket::Xdp(io) = &mut self.sockets[path] else {
+                        unreachable!()
+                    };
+                    let mut rx = std::mem::take(&mut self.rx);
+                    let arrival = io.recv_next(&mut rx);
+                    match arrival {
+                        None => {
+                            self.rx = rx;
+                            break;
+                        }
+                        // Read where it arrived: the UMEM frame is the receive buffer.
+                        Some(Arrival::InFrame {
+                            frame,
+                            datagram,
+                            from,
+                        }) => {
+                            self.rx = rx;
+                            bytes += datagram.len();
+                            let datagram = &frame[datagram];
+                            self.dispatch(datagram, from, path, now, ctx, shared, touched, reader);
+                            if let Socket::Xdp(io) = &mut self.sockets[path] {
+                                io.link.release(frame);
+                            }
+                        }
+                        Some(Arrival::InBuffer { len, from }) => {
+                            bytes += len;
+                            self.dispatch(
+                                &rx[..len],
+                                from,
+                                path,
+                                now,
+                                ctx,
+                                shared,
+                                touched,
+                                reader,
+                            );
+                            self.rx = rx;
+                        }
+                    }
+                    if bytes >= budget {
+                        break;
+                    }
+                }
+                // What the dispatches answered (acks, Resets) leaves now.
+                if let Socket::Xdp(io) = &mut self.sockets[path] {
+                    io.flush();
+                }
+                bytes
             }
             Socket::Udp(_) => {
                 let mut taken = 0;
@@ -534,6 +588,10 @@ impl Engine {
 fn send_answer(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
     match socket {
         Socket::Mem(mem) => mem.send(to, reset, &[]),
+        Socket::Xdp(io) => {
+            io.send(to, reset, &[]);
+            io.flush();
+        }
         Socket::Udp(io) => {
             let UdpIo { socket, faults, .. } = &mut **io;
             match faults {

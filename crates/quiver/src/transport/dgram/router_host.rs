@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use quiver_proto::handshake::ConnectRequest;
-use quiver_proto::reliable::ReliableConfig;
+use quiver_proto::reliable::{Nanos, ReliableConfig};
 use quiver_proto::router::{Accepted, Handshake, InboundPath, RouterHost};
 
 use super::connection::{Entry, PostedReads, Status};
@@ -37,6 +37,8 @@ pub(super) struct EngineHost<'a> {
     pub(super) base: &'a ReliableConfig,
     /// `Engine::config_datagram`.
     pub(super) config_datagram: usize,
+    /// `Engine::network_min_rto_ns`.
+    pub(super) network_min_rto_ns: Nanos,
     /// The rank's shared state; None while the engine is polled without one (no endpoint
     /// is open then).
     pub(super) ctx: Option<&'a LocalRank>,
@@ -66,6 +68,7 @@ impl RouterHost<SocketAddr, Entry> for EngineHost<'_> {
                 self.sockets,
                 self.base,
                 self.config_datagram,
+                self.network_min_rto_ns,
                 from,
                 paths.len(),
             ),

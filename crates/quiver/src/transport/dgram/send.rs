@@ -94,6 +94,15 @@ impl Engine {
                     Socket::Mem(socket) => {
                         socket.send(to, &self.header[..t.header_len], t.payload);
                     }
+                    Socket::Xdp(io) => {
+                        io.send(to, &self.header[..t.header_len], t.payload);
+                        // A lone first datagram (an answer) leaves at once, as on udp; the
+                        // rest leave together after the loop.
+                        if first {
+                            io.flush();
+                        }
+                        first = false;
+                    }
                     Socket::Udp(io) => {
                         let offset = io.tx.len();
                         io.tx.extend_from_slice(&self.header[..t.header_len]);
@@ -163,11 +172,13 @@ impl Engine {
                 }
             }
             for (path, socket) in sockets.iter_mut().enumerate() {
-                if let Socket::Udp(io) = socket {
-                    if !io.tx_out.is_empty() {
+                match socket {
+                    Socket::Udp(io) if !io.tx_out.is_empty() => {
                         let to = entry.paths.get(path).copied().unwrap_or(entry.to);
                         io.send_for(entry, path, to, lent);
                     }
+                    Socket::Xdp(io) => io.flush(),
+                    _ => {}
                 }
             }
             if !more {

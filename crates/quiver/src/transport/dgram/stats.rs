@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use quiver_proto::router::DropReason;
 
 use crate::transport::fault::FaultStats;
+use crate::transport::xdp::link::XdpLinkStats;
 
 /// Counters of a context's reliable datagram protocol (udp or mem), summed over its
 /// connections, for reports and tests.
@@ -26,6 +27,11 @@ pub struct DatagramStats {
     pub timeouts: u64,
     /// Duplicates received and dropped.
     pub duplicates_dropped: u64,
+    /// Of those, data frames this context had already received: retransmissions its peers
+    /// did not need (spurious: their timer fired while a rank was off its CPU). Counted by
+    /// the receiver, where it is certain; summed over a job's ranks it is the job's count.
+    /// On a lossless link every retransmission is one of these.
+    pub spurious_retransmits: u64,
     /// Corrupted datagrams received and dropped.
     pub corrupt_dropped: u64,
     /// Times a link of a striped connection went down (its traffic moved to the others).
@@ -135,6 +141,7 @@ impl DatagramStats {
         self.fast_retransmits += s.fast_retransmits;
         self.timeouts += s.rto_expirations;
         self.duplicates_dropped += s.duplicates_dropped;
+        self.spurious_retransmits += s.spurious_retransmits;
         self.corrupt_dropped += s.corrupt_dropped;
         self.paths_down += s.paths_down;
         self.paths_rejoined += s.paths_rejoined;
@@ -171,4 +178,6 @@ pub struct LinkStats {
     pub smoothed_rtt_ns: u64,
     /// See `window_bytes`.
     pub min_rtt_ns: u64,
+    /// The link's AF_XDP counters and modes (an xdp link; None for udp and mem).
+    pub xdp: Option<XdpLinkStats>,
 }

@@ -1,5 +1,5 @@
 //! A link's udp socket as the datagram engine drives it ([`UdpIo`]: its receive batch and
-//! its transmit layout), the link socket kinds ([`Socket`]: udp or mem, each with its
+//! its transmit layout), the link socket kinds ([`Socket`]: udp, mem or xdp, each with its
 //! fault injector when `Config::faults` is on) and how they are bound, and the transmit
 //! side of udp: datagrams laid out by a flush leave with one `send` when alone, else
 //! gathered with `sendmmsg`, runs of equal-size datagrams as GSO segments, in-place
@@ -24,7 +24,9 @@ use super::connection::{lender, sender_for, Entry, Posted, Status};
 use super::mem::MemSocket;
 use crate::config::TransportKind;
 use crate::error::{Error, Result};
+use crate::log::ENDPOINT_LOG;
 use crate::transport::fault::{FaultInjector, FaultStats, Faults};
+use crate::transport::xdp::link::{Arrival, XdpLink};
 
 /// Bytes of datagrams gathered before one `sendmmsg`.
 pub(super) const TX_BYTES: usize = 1 << 20;
@@ -36,6 +38,7 @@ pub(super) const RX_MESSAGES: usize = 32;
 pub(super) enum Socket {
     Udp(Box<UdpIo>),
     Mem(MemIo),
+    Xdp(Box<XdpIo>),
 }
 
 impl Socket {
@@ -43,6 +46,7 @@ impl Socket {
         match self {
             Socket::Udp(u) => u.socket.as_raw_fd(),
             Socket::Mem(m) => m.socket.raw_fd(),
+            Socket::Xdp(x) => x.link.raw_fd(),
         }
     }
 
@@ -51,6 +55,7 @@ impl Socket {
         match self {
             Socket::Udp(u) => u.faults.as_deref_mut(),
             Socket::Mem(m) => m.faults.as_deref_mut(),
+            Socket::Xdp(x) => x.faults.as_deref_mut(),
         }
     }
 
@@ -59,6 +64,7 @@ impl Socket {
         match self {
             Socket::Udp(u) => u.faults.as_deref().map(FaultInjector::stats),
             Socket::Mem(m) => m.faults.as_deref().map(FaultInjector::stats),
+            Socket::Xdp(x) => x.faults.as_deref().map(FaultInjector::stats),
         }
     }
 
@@ -67,6 +73,7 @@ impl Socket {
         let faults = match self {
             Socket::Udp(u) => u.faults.as_deref(),
             Socket::Mem(m) => m.faults.as_deref(),
+            Socket::Xdp(x) => x.faults.as_deref(),
         };
         faults.is_some_and(FaultInjector::on_arrival)
     }
@@ -89,15 +96,24 @@ impl Socket {
                     });
                 }
             }
+            Socket::Xdp(x) => {
+                let XdpIo { link, faults } = &mut **x;
+                if let Some(faults) = faults {
+                    faults.release_held(&mut |to, datagram| link.send(to, datagram, &[]));
+                    link.flush();
+                }
+            }
         }
     }
 }
 
-/// Binds one link's socket, with an injector of `faults` when they are on.
+/// Binds one link's socket, with an injector of `faults` when they are on; `interface` is
+/// the xdp link's interface (None: the one holding `addr`).
 pub(super) fn bind_socket(
     kind: TransportKind,
     addr: SocketAddr,
     faults: &Faults,
+    interface: Option<&str>,
 ) -> Result<Socket> {
     Ok(match kind {
         TransportKind::Udp => {
@@ -122,6 +138,11 @@ pub(super) fn bind_socket(
                 .map_err(|e| Error::io(format!("binding the mem socket {addr}"), e))?,
             faults: FaultInjector::new(faults, addr),
         }),
+        TransportKind::Xdp => {
+            let link = XdpLink::bind(addr, interface)?;
+            let faults = FaultInjector::new(faults, link.local_address());
+            Socket::Xdp(Box::new(XdpIo { link, faults }))
+        }
         other => {
             return Err(Error::Config(format!(
                 "{other} is not a datagram transport"
@@ -195,6 +216,51 @@ impl MemIo {
                 Some((n, from)) => faults.receive(from, &buf[..n]),
                 None => return Ok(None),
             }
+        }
+    }
+}
+
+/// A link's AF_XDP socket (`transport::xdp`), with its fault injector (None: off).
+/// Everything it sends and receives goes through the injector when there is one.
+#[derive(Debug)]
+pub(super) struct XdpIo {
+    pub(super) link: XdpLink,
+    faults: Option<Box<FaultInjector>>,
+}
+
+impl XdpIo {
+    /// Queues one datagram (header then payload) to `to`, as `XdpLink::send`; sent by
+    /// [`XdpIo::flush`].
+    pub(super) fn send(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
+        let XdpIo { link, faults } = self;
+        match faults {
+            None => link.send(to, header, payload),
+            Some(faults) => faults.send(to, &[header, payload], &mut |to, datagram| {
+                link.send(to, datagram, &[])
+            }),
+        }
+    }
+
+    /// Sends what was queued.
+    pub(super) fn flush(&mut self) {
+        self.link.flush();
+    }
+
+    /// Takes one datagram, as `XdpLink::recv_next`: in place in its UMEM frame (give it
+    /// back with `XdpLink::release`), or in `buf`; with faults on arrival, always in `buf`,
+    /// the next one the injector lets through.
+    pub(super) fn recv_next(&mut self, buf: &mut [u8]) -> Option<Arrival> {
+        let Some(faults) = self.faults.as_deref_mut().filter(|f| f.on_arrival()) else {
+            return self.link.recv_next(buf);
+        };
+        loop {
+            if let Some((from, datagram)) = faults.pop_arrived() {
+                let len = datagram.len().min(buf.len());
+                buf[..len].copy_from_slice(&datagram[..len]);
+                return Some(Arrival::InBuffer { len, from });
+            }
+            let (n, from) = self.link.recv(buf)?;
+            faults.receive(from, &buf[..n]);
         }
     }
 }
@@ -385,6 +451,7 @@ fn send_faulted<'a>(
 fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
     let mut sent = 0;
     let mut waited = false;
+    let gso_was_on = socket.gso_supported();
     while sent < gather.messages().len() {
         match socket.send_gather(gather, sent) {
             Ok(n) => sent += n.max(1),
@@ -393,8 +460,15 @@ fn send_gather_fully(socket: &mut UdpSocket, gather: &Gather<'_>) {
                 wait_writable(socket);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // Refused (ICMP from an earlier send), full, or gone: lost, resent later.
-            Err(_) => sent += 1,
+            // Refused (ICMP from an earlier send), full, or gone: lost, resent later. A
+            // refused GSO send turned GSO off on the socket: the resends leave as plain
+            // datagrams.
+            Err(e) => {
+                if !socket.gso_supported() && socket.gso_refusals() == 1 && gso_was_on {
+                    tracing::warn!(target: ENDPOINT_LOG, local = %socket.local_address(), error = %e, "the kernel refused a segmentation offload (GSO) send: GSO is off on this socket from now on");
+                }
+                sent += 1;
+            }
         }
     }
 }

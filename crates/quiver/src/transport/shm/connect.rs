@@ -26,6 +26,9 @@ pub(crate) struct NewOutbound {
     pub(crate) pidfd: OwnedFd,
     pub(crate) ring: Producer,
     pub(crate) bell: RemoteDoorbell,
+    /// Whether the receiver can read this process's memory (else every message goes
+    /// through the ring).
+    pub(crate) cross_memory: bool,
 }
 
 /// Connects endpoint `src` of this process to `dst`, retrying while the peer is not (yet)
@@ -89,6 +92,7 @@ pub(crate) fn handshake(
         }
         Err(e) => return Err(io_fail("connecting to", e)),
     };
+    check_same_user(&sock, dst)?;
     sys::set_socket_timeouts(&sock, HANDSHAKE_STEP_TIMEOUT)
         .map_err(|e| io_fail("configuring the socket to", e))?;
     let request = ConnectRequest {
@@ -103,12 +107,18 @@ pub(crate) fn handshake(
     let refused = |reason: String| refused_by(dst, reason);
     let transmit = |hs: &mut Initiator, out: &mut [u8]| -> std::result::Result<(), Attempt> {
         while let Some(n) = hs.poll_transmit(out).map_err(|e| refused(e.to_string()))? {
-            sys::send_datagram(&sock, &out[..n]).map_err(|e| io_fail("handshaking with", e))?;
+            sys::send_datagram(&sock, &out[..n]).map_err(|e| {
+                if cut_off(&e) {
+                    retry_cut_off(dst, &e)
+                } else {
+                    io_fail("handshaking with", e)
+                }
+            })?;
         }
         Ok(())
     };
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     let failed = |e| Attempt::Fail(Error::handshake(dst, "shm", e));
     match hs.handle_challenge(&buf[..n], params) {
         Ok(_) => {}
@@ -118,9 +128,70 @@ pub(crate) fn handshake(
         Err(e) => return Err(failed(e)),
     }
     transmit(&mut hs, &mut out)?;
-    let (n, _) = sys::recv_with_fds(&sock, &mut buf).map_err(|e| io_fail("handshaking with", e))?;
+    let n = recv_answer(&sock, &mut buf, dst)?;
     hs.handle_verdict(&buf[..n]).map_err(failed)?;
     Ok(sock)
+}
+
+/// The listener refuses a process of another user before any handshake (its
+/// SO_PEERCRED check); the kernel tells this side the listener's user too, so a rank of
+/// another user is a clear, final error here instead of a connection closed without a
+/// word.
+fn check_same_user(sock: &OwnedFd, dst: Addr) -> std::result::Result<(), Attempt> {
+    let (pid, uid) = sys::peer_credentials(sock)
+        .map_err(|e| Attempt::Fail(Error::io(format!("reading the credentials of {dst}"), e)))?;
+    let own = sys::getuid();
+    if uid == own {
+        return Ok(());
+    }
+    Err(Attempt::Fail(Error::PermissionDenied {
+        what: format!(
+            "for shared memory and cross-memory attach: rank {} (pid {pid}) runs as uid {uid}, \
+             this rank as uid {own}",
+            dst.rank
+        ),
+        detail: "a rank's shared-memory listener takes only processes of its own user".into(),
+        fix: OTHER_USER_FIX,
+    }))
+}
+
+/// What to do when two ranks on one node run as different users.
+const OTHER_USER_FIX: &str = "run every rank as the same user (CAP_SYS_PTRACE does not \
+    help: the listener refuses other users before any handshake), or \
+    QUIVER_TRANSPORTS=tcp or udp to avoid shared memory altogether";
+
+/// Receives the listener's next handshake message into `buf`; its length. A handshake cut
+/// off (the listener closed it, as it does with a random pending one when strangers crowd
+/// it, or with one past its deadline) is tried again.
+fn recv_answer(sock: &OwnedFd, buf: &mut [u8], dst: Addr) -> std::result::Result<usize, Attempt> {
+    match sys::recv_with_fds(sock, buf) {
+        Ok((0, _)) => Err(retry_cut_off(
+            dst,
+            &std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+        )),
+        Ok((n, _)) => Ok(n),
+        Err(e) if cut_off(&e) => Err(retry_cut_off(dst, &e)),
+        Err(e) => Err(Attempt::Fail(Error::io(
+            format!("handshaking with {dst}"),
+            e,
+        ))),
+    }
+}
+
+/// Whether a handshake error means the listener closed or stopped answering the socket.
+fn cut_off(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPIPE | libc::ECONNRESET | libc::EAGAIN | libc::ETIMEDOUT)
+    ) || e.kind() == std::io::ErrorKind::UnexpectedEof
+}
+
+fn retry_cut_off(dst: Addr, e: &std::io::Error) -> Attempt {
+    Attempt::Retry(format!(
+        "the handshake with rank {} was cut off ({e}); its listener drops handshakes when \
+         strangers crowd it",
+        dst.rank
+    ))
 }
 
 /// The responder's verdict in the setup message: ready, or why it could not set up the
@@ -132,7 +203,7 @@ fn check_status(
     dst: Addr,
 ) -> std::result::Result<(), Attempt> {
     match setup.status {
-        SetupStatus::Ready => Ok(()),
+        SetupStatus::Ready | SetupStatus::ReadyWithoutCrossMemory => Ok(()),
         SetupStatus::CrossMemoryDenied => Err(Attempt::Fail(Error::PermissionDenied {
             what: format!(
                 "for cross-memory attach: rank {} cannot read this process's memory",
@@ -195,6 +266,7 @@ fn attach(
         pidfd,
         ring,
         bell,
+        cross_memory: setup.status == SetupStatus::Ready,
     })
 }
 
@@ -272,6 +344,27 @@ mod tests {
             Err(Attempt::Fail(error)) => Err(error),
             Err(_) => panic!("attach neither succeeds nor fails"),
         }
+    }
+
+    /// A listener that closes the socket before answering (it dropped the handshake, as
+    /// it does when strangers crowd it) makes the attempt one to try again, not a failure;
+    /// so does one that stops answering.
+    #[test]
+    fn a_handshake_cut_off_is_tried_again() {
+        let mut buf = [0u8; MAX_MESSAGE_LEN];
+        let dst = Addr::new(1, 1);
+        let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let ours = OwnedFd::from(ours);
+        sys::set_socket_timeouts(&ours, std::time::Duration::from_millis(20)).unwrap();
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
+        drop(theirs);
+        assert!(matches!(
+            recv_answer(&ours, &mut buf, dst),
+            Err(Attempt::Retry(why)) if why.contains("cut off")
+        ));
     }
 
     /// A setup message whose ring or doorbell is not sealed against resizing is refused

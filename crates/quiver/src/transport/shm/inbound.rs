@@ -33,6 +33,20 @@ pub(crate) struct ShmIn {
     freeze: FreezeWatch,
     ring: Consumer,
     pub(crate) state: InboundState,
+    /// Whether we can read the sender's memory. Without it the sender puts messages of
+    /// every size into the ring, larger ones than it holds included.
+    cross_memory: bool,
+    /// A message larger than `shm_eager_max` on an edge without cross-memory attach, begun
+    /// by a call that could not wait for its end: the fragments so far (its last fragment
+    /// stays in the ring until it is delivered).
+    partial: Option<Partial>,
+}
+
+/// The fragments of a message taken so far ([`ShmIn::partial`]).
+#[derive(Debug)]
+struct Partial {
+    buf: Vec<u8>,
+    filled: usize,
 }
 
 /// A ring error of the edge from `peer`.
@@ -53,6 +67,8 @@ impl ShmIn {
             freeze: FreezeWatch::default(),
             ring: accepted.ring,
             state: InboundState::Open,
+            cross_memory: accepted.cross_memory,
+            partial: None,
         }
     }
 
@@ -187,6 +203,9 @@ impl ShmIn {
                 self.state = InboundState::Done;
                 Ok(None)
             }
+            Kind::Cont if self.partial.is_some() => {
+                self.continue_partial(rec, dest, wait, config, detection)
+            }
             Kind::Cont | Kind::Pad => Err(corrupt_detail(
                 self.peer,
                 "fragment without a message start",
@@ -203,6 +222,13 @@ impl ShmIn {
         detection: &mut Looks,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
+        if self.ring.producer_closed() {
+            // The sender closed or failed its side with this message outstanding (an
+            // endpoint dropped with a posted send in flight, a send that timed out or found
+            // a send-send deadlock): its buffer may be gone. The edge ends here.
+            self.state = InboundState::Done;
+            return Ok(None);
+        }
         let (addr, len) = self.ring.rndv_target(&rec);
         if len != rec.total_len {
             return Err(corrupt_detail(
@@ -254,14 +280,23 @@ impl ShmIn {
         let total = first.total_len;
         // One compare per message (its first record), before anything is sized by it.
         Error::check_announced(peer, "shm", total, config.max_message_bytes)?;
-        if total > self.ring.capacity() {
+        if self.partial.is_some() {
+            return Err(corrupt_detail(
+                peer,
+                "message interrupted by another record",
+            ));
+        }
+        if total > self.ring.capacity() && self.cross_memory {
             return Err(corrupt_detail(peer, "eager message larger than its ring"));
         }
-        if first.frag_len < total
-            && !wait
-            && !all_fragments_present(&self.ring, &first).map_err(|e| ring_error(peer, e))?
-        {
-            return Ok(None);
+        if first.frag_len < total && !wait {
+            if !self.cross_memory && total > config.shm_eager_max {
+                // It may not fit in the ring at once: take what is there, the rest later.
+                return self.start_partial(first, dest, config, detection);
+            }
+            if !all_fragments_present(&self.ring, &first).map_err(|e| ring_error(peer, e))? {
+                return Ok(None);
+            }
         }
         let buf = dest.prepare(total)?;
         let mut filled = first.frag_len as usize;
@@ -295,6 +330,101 @@ impl ShmIn {
             }
         }
         Ok(Some(total as usize))
+    }
+
+    /// Begins taking a message that may not fit in the ring at once, `first` being its first
+    /// record, when the caller cannot wait for its end (edge without cross-memory attach):
+    /// the fragments there now go into a buffer of the edge; the rest comes with later
+    /// calls ([`ShmIn::continue_partial`]). `total` was checked against
+    /// `max_message_bytes` already.
+    #[cold]
+    fn start_partial(
+        &mut self,
+        first: Record,
+        dest: &mut Dest<'_>,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        let mut buf = vec![0u8; first.total_len as usize];
+        let filled = first.frag_len as usize;
+        self.ring.copy_payload(&first, &mut buf[..filled]);
+        self.ring.consume(&first);
+        self.partial = Some(Partial { buf, filled });
+        match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
+            Some(rec) if rec.kind == Kind::Cont => {
+                self.continue_partial(rec, dest, false, config, detection)
+            }
+            Some(_) => Err(corrupt_detail(
+                self.peer,
+                "message interrupted by another record",
+            )),
+            None => {
+                self.ring.flush();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes further fragments of the partial message, `rec` (a `Cont`) first, waiting for
+    /// the rest with `wait`. Its last fragment is consumed only once `dest` has taken the
+    /// message, so a `BufferTooSmall` leaves it in place for a later receive.
+    #[cold]
+    fn continue_partial(
+        &mut self,
+        mut rec: Record,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        let peer = self.peer;
+        let mut waited = Wait::new(config);
+        loop {
+            let Some(partial) = self.partial.as_mut() else {
+                return Err(corrupt_detail(peer, "fragment without a message start"));
+            };
+            let total = partial.buf.len();
+            let end = partial.filled + rec.frag_len as usize;
+            if rec.kind != Kind::Cont || end > total {
+                return Err(corrupt_detail(
+                    peer,
+                    "message interrupted by another record",
+                ));
+            }
+            if end == total {
+                let buf = dest.prepare(total as u64)?;
+                buf[..partial.filled].copy_from_slice(&partial.buf[..partial.filled]);
+                self.ring.copy_payload(&rec, &mut buf[partial.filled..]);
+                self.ring.consume(&rec);
+                self.partial = None;
+                return Ok(Some(total));
+            }
+            self.ring
+                .copy_payload(&rec, &mut partial.buf[partial.filled..end]);
+            partial.filled = end;
+            self.ring.consume(&rec);
+            loop {
+                match self.ring.peek().map_err(|e| ring_error(peer, e))? {
+                    Some(next) => {
+                        rec = next;
+                        break;
+                    }
+                    None if wait => {
+                        self.ring.flush();
+                        self.wait_on_sender(
+                            &mut waited,
+                            (config.detect, &mut *detection),
+                            "in the middle of a message",
+                            "waiting for the rest of a message",
+                        )?;
+                    }
+                    None => {
+                        self.ring.flush();
+                        return Ok(None);
+                    }
+                }
+            }
+        }
     }
 
     /// Waits for the sender to finish its part of split request `seq`; `Ok(false)` if it
@@ -403,6 +533,12 @@ impl ShmIn {
     /// Whether a receive would find something here now (a record, or the edge's end).
     pub(crate) fn has_pending(&mut self) -> bool {
         self.state != InboundState::Done && !matches!(self.ring.peek(), Ok(None))
+    }
+
+    /// Whether the peer sleeps in a blocking send on this edge, waiting for this side to
+    /// take what it wrote (its ring's waiting flag).
+    pub(crate) fn sender_waiting(&self) -> bool {
+        self.state == InboundState::Open && self.ring.producer_waiting()
     }
 
     /// Whether the edge still delivers or has an error to report.

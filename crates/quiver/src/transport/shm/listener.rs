@@ -6,28 +6,34 @@
 //! of a probe word so this side can check that cross-memory attach works between the two
 //! processes. This side then creates the ring for the directed edge and sends it, with its
 //! endpoint's doorbell, in a setup message ([`quiver_wire::shm_setup`]). The kernel vouches
-//! for the peer's pid (SO_PEERCRED), which becomes a pidfd for death detection.
+//! for the peer's user and pid (SO_PEERCRED): a process of another user is refused before
+//! any handshake work, and the pid becomes a pidfd for death detection. Every handshake in
+//! progress is answered at once, with a deadline and a bound
+//! ([`crate::transport::handshakes`]).
 
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use quiver_proto::handshake::{RejectReason, Responder};
+use quiver_proto::handshake::{ConnectRequest, RejectReason, Responder};
 use quiver_transport::ring::Consumer;
 use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
-use super::rma_grant::{serve_key, RMA_PORT};
+use super::rma_grant::{answer_key, RMA_PORT};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
+use crate::transport::handshakes::{serve, Accepted, Handshake, Outcome, Step};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::{not_open_reason, Inbox, NewInbound};
 
-/// Time a single handshake step may take before the socket gives up.
+/// Time a single handshake step may take on the connecting side before it gives up (the
+/// listener allows [`HANDSHAKE_DEADLINE`] for the whole handshake).
+///
+/// [`HANDSHAKE_DEADLINE`]: crate::transport::handshakes::HANDSHAKE_DEADLINE
 pub(crate) const HANDSHAKE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Abstract socket name of a rank's listener.
@@ -84,155 +90,183 @@ impl ShmListener {
     }
 }
 
+/// The listener thread: accepts, refuses other users at once, and answers every handshake
+/// in progress at once ([`handshakes::serve`](crate::transport::handshakes::serve)).
 pub(crate) fn listen(local: &LocalRank, listener: &OwnedFd) {
-    accept_loop(
-        local,
-        || sys::accept(listener),
-        |sock| {
-            // `respond` counts the acceptance itself, before the peer can start sending.
-            match respond(local, &sock) {
-                Ok(Answered::Accepted | Answered::KeyRequest) => {}
-                Ok(Answered::NotOpen(why)) => local.registry.not_open(why),
-                Err(why) => local.registry.refused(why),
-            }
-        },
-    );
-}
-
-/// First pause of a listener after a failed accept; it doubles with each failure in a row.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// Longest pause (it also bounds how long a stopping context waits for the thread).
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
-
-/// Takes connections from `accept` and hands each to `serve` until the rank stops. A
-/// failed accept never ends the listener: an interrupted call or a connection the peer
-/// abandoned is simply retried; anything else (out of descriptors or memory, or an error
-/// nobody expected) is counted and logged ([`Registry::accept_failed`]) and retried after
-/// a pause that doubles while failures follow each other, from [`ACCEPT_BACKOFF_MIN`] to
-/// [`ACCEPT_BACKOFF_MAX`].
-///
-/// [`Registry::accept_failed`]: crate::transport::registry::Registry::accept_failed
-fn accept_loop(
-    local: &LocalRank,
-    mut accept: impl FnMut() -> std::io::Result<OwnedFd>,
-    mut serve: impl FnMut(OwnedFd),
-) {
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    loop {
-        let accepted = accept();
-        if local.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        match accepted {
-            Ok(sock) => {
-                backoff = ACCEPT_BACKOFF_MIN;
-                serve(sock);
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ECONNABORTED)) => {}
-            Err(e) => {
-                local.registry.accept_failed("shm", &e, backoff);
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-            }
-        }
+    if let Err(e) = sys::set_nonblocking(listener, true) {
+        local.registry.accept_failed("shm", &e, Duration::ZERO);
+        return;
     }
+    let own_uid = sys::getuid();
+    serve(local, "shm", listener.as_raw_fd(), || {
+        let sock = sys::accept(listener)?;
+        Ok(admit(local, sock, own_uid))
+    })
 }
 
-/// How a handshake the listener answered ended, when nothing failed.
-enum Answered {
-    /// The new inbound edge was registered with its endpoint.
-    Accepted,
-    /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
-    /// initiator retries. Why, for the log.
-    NotOpen(String),
-    /// A peer asked for a region (the key's outcome is counted by the region table).
-    KeyRequest,
-}
-
-/// Runs one responder handshake on `sock`; on success the new inbound edge is registered
-/// with its endpoint.
-fn respond(local: &LocalRank, sock: &OwnedFd) -> std::result::Result<Answered, String> {
-    sys::set_socket_timeouts(sock, HANDSHAKE_STEP_TIMEOUT).map_err(|e| e.to_string())?;
-    let pid = sys::peer_pid(sock).map_err(|e| format!("reading the peer's credentials: {e}"))?;
-    let mut hs = Responder::new(local.job_key(), local.job_id, random());
-    let mut buf = [0u8; MAX_MESSAGE_LEN];
-    let mut out = [0u8; MAX_MESSAGE_LEN];
-    let flush = |hs: &mut Responder, out: &mut [u8]| -> std::result::Result<(), String> {
-        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
-            sys::send_datagram(sock, &out[..n]).map_err(|e| format!("sending: {e}"))?;
-        }
-        Ok(())
+/// Looks at who connected before any handshake work: the kernel's record of the peer
+/// (SO_PEERCRED) must name a process of this user, the only one whose memory this rank
+/// can read and who can read its own; anyone else is refused and counted.
+fn admit(local: &LocalRank, sock: OwnedFd, own_uid: libc::uid_t) -> Accepted<PendingShm> {
+    let refuse = |why: String| {
+        local.registry.refused(format!("shm: {why}"));
+        Accepted::Refused
     };
-    let n = recv_message(sock, &mut buf)?;
-    let request = match hs.handle_hello(&buf[..n]) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = flush(&mut hs, &mut out);
-            return Err(format!("hello from pid {pid}: {e}"));
-        }
+    let (pid, uid) = match sys::peer_credentials(&sock) {
+        Ok(cred) => cred,
+        Err(e) => return refuse(format!("reading the peer's credentials: {e}")),
     };
-    let valid_src = request.src_rank < local.size;
-    if request.dst_port == RMA_PORT && valid_src {
-        return answer_key_request(local, sock, hs, request.src_rank, pid);
+    if uid != own_uid {
+        return refuse(format!(
+            "a process of another user (pid {pid}, uid {uid}; this rank runs as uid {own_uid})"
+        ));
     }
-    let endpoint = local.registry.inbox(request.dst_port);
-    let Some(endpoint) = endpoint.filter(|_| valid_src) else {
-        hs.reject(RejectReason::NoSuchEndpoint)
-            .map_err(|e| e.to_string())?;
-        let _ = flush(&mut hs, &mut out);
-        let why = not_open_reason(request.src_rank, request.dst_port);
-        return if valid_src {
-            Ok(Answered::NotOpen(why))
-        } else {
-            Err(format!(
-                "{why} (and rank {} is not in this job)",
-                request.src_rank
-            ))
-        };
-    };
-    hs.accept(&[]).map_err(|e| e.to_string())?;
-    flush(&mut hs, &mut out)?;
-    let n = recv_message(sock, &mut buf)?;
-    let probe = match hs.handle_proof(&buf[..n]) {
-        Ok(params) => parse_probe(params),
-        Err(e) => {
-            let _ = flush(&mut hs, &mut out);
-            return Err(format!("rank {} (pid {pid}): {e}", request.src_rank));
-        }
-    };
-    flush(&mut hs, &mut out)?;
-    let peer = Addr::new(request.src_rank, request.src_port);
-    set_up_edge(local, sock, &endpoint, (peer, request.dst_port), pid, probe)?;
-    Ok(Answered::Accepted)
+    if let Err(e) = sys::set_nonblocking(&sock, true) {
+        return refuse(format!("configuring the socket of pid {pid}: {e}"));
+    }
+    Accepted::New(PendingShm {
+        sock,
+        pid,
+        handshake: Responder::new(local.job_key(), local.job_id, random()),
+        request: None,
+        awaiting_key: false,
+    })
 }
 
-/// The rest of a handshake asking for [`RMA_PORT`]: accepted (the peer proves the job's
-/// key), then one key request answered ([`serve_key`]).
-fn answer_key_request(
-    local: &LocalRank,
-    sock: &OwnedFd,
-    mut hs: Responder,
-    peer: u32,
+/// One shared-memory handshake in progress on the listener (its socket non-blocking).
+struct PendingShm {
+    sock: OwnedFd,
+    /// The peer's process, as the kernel recorded it when it connected.
     pid: libc::pid_t,
-) -> std::result::Result<Answered, String> {
-    let mut buf = [0u8; MAX_MESSAGE_LEN];
-    let mut out = [0u8; MAX_MESSAGE_LEN];
-    let flush = |hs: &mut Responder, out: &mut [u8]| -> std::result::Result<(), String> {
-        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
-            sys::send_datagram(sock, &out[..n]).map_err(|e| format!("sending: {e}"))?;
+    handshake: Responder,
+    /// The hello's request, once it arrived (the proof is next).
+    request: Option<ConnectRequest>,
+    /// A handshake for [`RMA_PORT`] is done: the next message is a remote key.
+    awaiting_key: bool,
+}
+
+impl PendingShm {
+    /// Sends what the responder has to say.
+    fn flush(&mut self) -> std::result::Result<(), String> {
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        while let Some(n) = self
+            .handshake
+            .poll_transmit(&mut out)
+            .map_err(|e| e.to_string())?
+        {
+            sys::send_datagram(&self.sock, &out[..n]).map_err(|e| format!("sending: {e}"))?;
         }
         Ok(())
-    };
-    hs.accept(&[]).map_err(|e| e.to_string())?;
-    flush(&mut hs, &mut out)?;
-    let n = recv_message(sock, &mut buf)?;
-    if let Err(e) = hs.handle_proof(&buf[..n]) {
-        let _ = flush(&mut hs, &mut out);
-        return Err(format!("rank {peer} (pid {pid}), asking for a region: {e}"));
     }
-    flush(&mut hs, &mut out)?;
-    serve_key(local, sock, peer)?;
-    Ok(Answered::KeyRequest)
+
+    /// The hello arrived: refuse it, or answer with the challenge.
+    fn on_hello(&mut self, local: &LocalRank, hello: &[u8]) -> Step {
+        let pid = self.pid;
+        let request = match self.handshake.handle_hello(hello) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.flush();
+                return Step::Finished(Err(format!("hello: {e}")));
+            }
+        };
+        let valid_src = request.src_rank < local.size;
+        let key_request = request.dst_port == RMA_PORT && valid_src;
+        if !key_request && (local.registry.inbox(request.dst_port).is_none() || !valid_src) {
+            let _ = self.handshake.reject(RejectReason::NoSuchEndpoint);
+            let _ = self.flush();
+            let why = not_open_reason(request.src_rank, request.dst_port);
+            return Step::Finished(if valid_src {
+                Ok(Outcome::NotOpen(why))
+            } else {
+                Err(format!(
+                    "{why} (and rank {} is not in this job)",
+                    request.src_rank
+                ))
+            });
+        }
+        let answered = self
+            .handshake
+            .accept(&[])
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.flush());
+        if let Err(why) = answered {
+            return Step::Finished(Err(format!("rank {} (pid {pid}): {why}", request.src_rank)));
+        }
+        self.request = Some(request);
+        Step::Waiting
+    }
+
+    /// The proof arrived: refuse it, or send the verdict and set up the edge.
+    fn on_proof(&mut self, local: &LocalRank, request: ConnectRequest, proof: &[u8]) -> Step {
+        let pid = self.pid;
+        let probe = match self.handshake.handle_proof(proof) {
+            Ok(params) => parse_probe(params),
+            Err(e) => {
+                let _ = self.flush();
+                return Step::Finished(Err(format!("rank {} (pid {pid}): {e}", request.src_rank)));
+            }
+        };
+        if let Err(why) = self.flush() {
+            return Step::Finished(Err(why));
+        }
+        if request.dst_port == RMA_PORT {
+            // Proven: the next message is the key (`answer_key`).
+            self.awaiting_key = true;
+            return Step::Waiting;
+        }
+        // The endpoint may have closed since the hello.
+        let Some(endpoint) = local.registry.inbox(request.dst_port) else {
+            return Step::Finished(Ok(Outcome::NotOpen(not_open_reason(
+                request.src_rank,
+                request.dst_port,
+            ))));
+        };
+        let peer = Addr::new(request.src_rank, request.src_port);
+        let edge = (peer, request.dst_port);
+        Step::Finished(
+            set_up_edge(local, &self.sock, &endpoint, edge, pid, probe).map(|()| Outcome::Accepted),
+        )
+    }
+}
+
+impl Handshake for PendingShm {
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    fn on_readable(&mut self, local: &LocalRank) -> Step {
+        let mut message = [0u8; MAX_MESSAGE_LEN];
+        loop {
+            let n = match sys::recv_with_fds(&self.sock, &mut message) {
+                Ok((0, _)) => {
+                    return Step::Finished(Err(
+                        "the peer closed the connection during the handshake".into(),
+                    ))
+                }
+                Ok((n, _fds)) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Waiting,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Step::Finished(Err(format!("receiving a handshake message: {e}")))
+                }
+            };
+            let step = match self.request {
+                None => self.on_hello(local, &message[..n]),
+                Some(request) if self.awaiting_key => Step::Finished(
+                    answer_key(local, &self.sock, request.src_rank, &message[..n])
+                        .map(|()| Outcome::KeyRequest),
+                ),
+                Some(request) => self.on_proof(local, request, &message[..n]),
+            };
+            if !matches!(step, Step::Waiting) {
+                return step;
+            }
+        }
+    }
+
+    fn peer(&self) -> String {
+        format!("pid {}", self.pid)
+    }
 }
 
 /// After the handshake: checks that cross-memory attach reaches the peer (its `probe`
@@ -246,23 +280,16 @@ fn set_up_edge(
     pid: libc::pid_t,
     probe: Option<(u64, u64)>,
 ) -> std::result::Result<(), String> {
-    // Can we pull large messages out of the sender's memory?
+    // Can we pull large messages out of the sender's memory? If not (a seccomp profile,
+    // ptrace scope, another user), the edge carries messages of every size through the
+    // ring: copied twice, pipelined, slower for large ones but working.
     let cma_ok = probe.is_some_and(|(addr, value)| {
         let mut word = [0u8; 8];
         matches!(sys::process_vm_read(pid, &mut word, addr), Ok(8))
             && u64::from_ne_bytes(word) == value
     });
     if !cma_ok {
-        let body = SetupRepr {
-            status: SetupStatus::CrossMemoryDenied,
-            ring_bytes: 0,
-        }
-        .emit();
-        let _ = sys::send_datagram(sock, &body);
-        return Err(format!(
-            "cannot read the memory of rank {} (pid {pid}) with process_vm_readv",
-            peer.rank
-        ));
+        tracing::info!(rank = local.registry.rank, peer = %peer, pid, "cross-memory attach to the peer is refused: its messages to this rank go through the ring at every size (quiver info says why)");
     }
     let ring_bytes = local.config.shm_ring_bytes;
     let created = Consumer::create(ring_bytes, u64::from_ne_bytes(random()))
@@ -290,15 +317,20 @@ fn set_up_edge(
         pid,
         pidfd,
         ring,
+        cross_memory: cma_ok,
     });
     let body = SetupRepr {
-        status: SetupStatus::Ready,
+        status: if cma_ok {
+            SetupStatus::Ready
+        } else {
+            SetupStatus::ReadyWithoutCrossMemory
+        },
         ring_bytes,
     }
     .emit();
     // Counted before the setup message leaves: once the peer has it, it may send everything
     // and this rank may finish (and read its stats) before this thread runs again.
-    let count = |delta: i64| local.registry.count_shm_accepted(delta);
+    let count = |delta: i64| local.registry.count_shm_accepted(delta, !cma_ok);
     count(1);
     sys::send_with_fds(
         sock,
@@ -316,12 +348,6 @@ fn set_up_edge(
     Ok(())
 }
 
-fn recv_message(sock: &OwnedFd, buf: &mut [u8]) -> std::result::Result<usize, String> {
-    sys::recv_with_fds(sock, buf)
-        .map(|(n, _fds)| n)
-        .map_err(|e| format!("receiving a handshake message: {e}"))
-}
-
 fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
     let p: &[u8; 16] = params.try_into().ok()?;
     let mut a = [0u8; 8];
@@ -329,45 +355,4 @@ fn parse_probe(params: &[u8]) -> Option<(u64, u64)> {
     a.copy_from_slice(&p[..8]);
     v.copy_from_slice(&p[8..]);
     Some((u64::from_be_bytes(a), u64::from_be_bytes(v)))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io;
-
-    use super::*;
-    use crate::config::Config;
-    use crate::job::JobInfo;
-
-    /// Unexpected accept errors (here EPERM, then out of descriptors) no longer end the
-    /// listener: each is counted, and the connection after them is still served.
-    #[test]
-    fn the_listener_keeps_listening_after_failed_accepts() {
-        let local = LocalRank::new(JobInfo::by_hand(), Config::default(), None);
-        let mut outcomes: Vec<io::Result<OwnedFd>> = vec![
-            Err(io::Error::from_raw_os_error(libc::EPERM)),
-            Err(io::Error::from_raw_os_error(libc::EINTR)),
-            Err(io::Error::from_raw_os_error(libc::EMFILE)),
-            Err(io::Error::from_raw_os_error(libc::EPROTO)),
-            Ok(std::fs::File::open("/dev/null").unwrap().into()),
-        ];
-        outcomes.reverse();
-        let mut served = 0;
-        let started = std::time::Instant::now();
-        accept_loop(
-            &local,
-            || {
-                outcomes.pop().unwrap_or_else(|| {
-                    local.stopping.store(true, Ordering::Release);
-                    Err(io::Error::from_raw_os_error(libc::EINVAL))
-                })
-            },
-            |_| served += 1,
-        );
-        assert_eq!(served, 1, "the connection after the errors is served");
-        // EINTR is retried at once; the three others are counted, with pauses of 10, 20
-        // and 40 ms.
-        assert_eq!(local.registry.counts_now().accept_errors, 3);
-        assert!(started.elapsed() >= Duration::from_millis(70));
-    }
 }

@@ -34,10 +34,12 @@ use crate::transport::liveness::FreezeWatch;
 use crate::transport::requests::{Requests, SendState};
 use crate::transport::wait::{Wait, SLEEP_SLICE};
 
-/// A posted send waiting for ring space (eager: the fragments written so far).
+/// A posted send waiting for ring space (eager: the fragments written so far), or (`key`
+/// `None`) a non-blocking send's internal copy of a message larger than the ring takes at
+/// once, on an edge without cross-memory attach.
 #[derive(Debug)]
 struct Queued {
-    key: Key,
+    key: Option<Key>,
     data: Vec<u8>,
     written: usize,
     started: bool,
@@ -68,6 +70,22 @@ pub(crate) struct ShmOut {
     freeze: FreezeWatch,
     /// The peer's regions this edge mapped for one-sided operations.
     pub(crate) rma: ShmRma,
+    /// Whether the receiver can read our memory (rendezvous); without it every message
+    /// goes through the ring ([`ShmOut::eager_max`]).
+    cross_memory: bool,
+    /// Since when the blocking send in progress has seen the peer asleep in a blocking send
+    /// to this endpoint at every look (a send-send deadlock, once it lasts).
+    peer_waiting_since: Option<Instant>,
+    /// Whether the blocking send in progress raised the ring's waiting flag (it slept).
+    flag_raised: bool,
+}
+
+/// The owner of a queued send's buffer once it is announced by rendezvous.
+fn owner_of(key: Option<Key>, data: Vec<u8>) -> InflightOwner {
+    match key {
+        Some(key) => InflightOwner::Request(key, data),
+        None => InflightOwner::Buffered(data),
+    }
 }
 
 /// A ring error on this edge: the peer broke the ring protocol.
@@ -89,6 +107,24 @@ impl ShmOut {
             failure: None,
             freeze: FreezeWatch::default(),
             rma: ShmRma::default(),
+            cross_memory: new.cross_memory,
+            peer_waiting_since: None,
+            flag_raised: false,
+        }
+    }
+
+    /// Whether the receiver can read our memory (large messages by rendezvous).
+    pub(crate) fn cross_memory(&self) -> bool {
+        self.cross_memory
+    }
+
+    /// The largest message sent through the ring: `shm_eager_max`, or every size when the
+    /// receiver cannot read our memory (cross-memory attach refused).
+    fn eager_max(&self, config: &Config) -> u64 {
+        if self.cross_memory {
+            config.shm_eager_max
+        } else {
+            u64::MAX
         }
     }
 
@@ -104,14 +140,18 @@ impl ShmOut {
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
-    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it).
+    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it)
+    /// and says whether the peer named is itself asleep in a blocking send to this endpoint:
+    /// seen so for a quarter of the detection time while this send waits, the send returns
+    /// [`Error::SendDeadlock`] (neither side would ever receive).
     pub(crate) fn send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let mut wait = Wait::new(cx.config);
+        self.peer_waiting_since = None;
         while !self.queue.is_empty() {
             self.progress(cx.config, cx.requests)?;
             if self.queue.is_empty() {
@@ -119,13 +159,14 @@ impl ShmOut {
             }
             self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
         }
-        let result = if data.len() as u64 <= cx.config.shm_eager_max {
+        let result = if data.len() as u64 <= self.eager_max(cx.config) {
             self.send_eager_blocking(data, &mut wait, cx, flush)
         } else {
             self.send_rndv_blocking(data, &mut wait, cx, flush)
         };
-        if wait.seen.is_some() {
-            // We announced a wait the condition then made unnecessary.
+        if self.flag_raised {
+            // The wait announced since the send first slept ends with the send.
+            self.flag_raised = false;
             self.ring.end_wait();
         }
         result
@@ -136,7 +177,7 @@ impl ShmOut {
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let frag = cx.config.shm_frag_bytes as usize;
         let (mut written, mut started) = (0, false);
@@ -162,7 +203,7 @@ impl ShmOut {
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let seq = loop {
             match self
@@ -237,6 +278,9 @@ impl ShmOut {
             }
         }
         let len = data.len() as u64;
+        if !self.cross_memory && len > config.shm_eager_max {
+            return self.queue_copy(data, config, requests);
+        }
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
             match self.ring.fits(frag_lens(len, frag)) {
@@ -303,7 +347,7 @@ impl ShmOut {
         }
         let key = requests.sends.insert(SendState::Pending);
         self.queue.push_back(Queued {
-            key,
+            key: Some(key),
             data,
             written: 0,
             started: false,
@@ -311,6 +355,26 @@ impl ShmOut {
         requests.pending_sends += 1;
         self.progress(config, requests)?;
         Ok(key)
+    }
+
+    /// `try_send` of a message above `shm_eager_max` on an edge without cross-memory attach:
+    /// copied into an internal buffer (bounded by `max_buffered_bytes`) and queued; the
+    /// fragments go into the ring as it makes room (progress, later sends and receives).
+    fn queue_copy(&mut self, data: &[u8], config: &Config, requests: &mut Requests) -> Result<()> {
+        if requests.buffered_bytes + data.len() > config.max_buffered_bytes {
+            return Err(Error::WouldBlock);
+        }
+        let mut copy = requests.pool.take(data.len());
+        copy.copy_from_slice(data);
+        requests.buffered_bytes += copy.len();
+        requests.pending_sends += 1;
+        self.queue.push_back(Queued {
+            key: None,
+            data: copy,
+            written: 0,
+            started: false,
+        });
+        self.progress(config, requests)
     }
 
     /// Pushes queued sends into the ring and completes finished rendezvous requests.
@@ -379,7 +443,7 @@ impl ShmOut {
         config: &Config,
         requests: &mut Requests,
     ) -> std::result::Result<bool, RingError> {
-        let eager_max = config.shm_eager_max as usize;
+        let eager_max = usize::try_from(self.eager_max(config)).unwrap_or(usize::MAX);
         let frag = config.shm_frag_bytes as usize;
         let mut wrote = false;
         while let Some(q) = self.queue.front_mut() {
@@ -397,7 +461,13 @@ impl ShmOut {
                 }
                 if let Some(q) = self.queue.pop_front() {
                     requests.pending_sends -= 1;
-                    requests.complete_send(q.key, Ok(q.data));
+                    match q.key {
+                        Some(key) => requests.complete_send(key, Ok(q.data)),
+                        None => {
+                            requests.buffered_bytes -= q.data.len();
+                            requests.pool.give(q.data);
+                        }
+                    }
                 }
             } else {
                 match self
@@ -407,8 +477,7 @@ impl ShmOut {
                     Some(seq) => {
                         wrote = true;
                         if let Some(q) = self.queue.pop_front() {
-                            self.inflight
-                                .push_back((seq, InflightOwner::Request(q.key, q.data)));
+                            self.inflight.push_back((seq, owner_of(q.key, q.data)));
                         }
                     }
                     None => break,
@@ -430,7 +499,10 @@ impl ShmOut {
             self.failure = Some(failure.clone());
             while let Some(q) = self.queue.pop_front() {
                 requests.pending_sends -= 1;
-                requests.complete_send(q.key, Err(failure.to_error(peer, during)));
+                match q.key {
+                    Some(key) => requests.complete_send(key, Err(failure.to_error(peer, during))),
+                    None => requests.buffered_bytes -= q.data.len(),
+                }
             }
             while let Some((_, owner)) = self.inflight.pop_front() {
                 requests.pending_sends -= 1;
@@ -454,11 +526,12 @@ impl ShmOut {
         wait: &mut Wait,
         what: &'static str,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(),
+        flush: &mut dyn FnMut(Addr) -> bool,
     ) -> Result<()> {
         let (spinning, periodic) = wait.spinning();
         if periodic {
-            flush();
+            let peer_waiting = flush(self.peer);
+            self.look_for_deadlock(peer_waiting, cx)?;
             let detect = cx.config.detect;
             if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
                 self.look_alive(what, cx)?;
@@ -471,15 +544,43 @@ impl ShmOut {
         }
         match wait.seen.take() {
             // First call after the spin: announce the wait; the caller re-checks once.
-            None => wait.seen = Some(self.ring.prepare_wait()),
+            None => {
+                wait.seen = Some(self.ring.prepare_wait());
+                self.flag_raised = true;
+            }
             Some(seen) => {
+                // The flag stays raised until the send ends (`send`), so that a peer blocked
+                // sending to us sees it at any time (`look_for_deadlock`).
                 self.ring.wait(seen, SLEEP_SLICE);
-                self.ring.end_wait();
+                let peer_waiting = flush(self.peer);
+                self.look_for_deadlock(peer_waiting, cx)?;
                 self.look_alive(what, cx)?;
                 wait.check_deadline(what)?;
             }
         }
         Ok(())
+    }
+
+    /// A look, while a blocking send waits, at whether the peer is asleep in a blocking send
+    /// to this endpoint (`peer_waiting`). Neither can then ever take the other's message:
+    /// seen so at every look for a quarter of the detection time (a flag of the peer's that
+    /// was stale when first read would have cleared by then), the connection fails with
+    /// [`Error::SendDeadlock`]. Off when detection is (`QUIVER_DETECT_MS=0`).
+    fn look_for_deadlock(&mut self, peer_waiting: bool, cx: &mut EdgeContext<'_>) -> Result<()> {
+        let Some(detect) = cx.config.detect else {
+            return Ok(());
+        };
+        if !peer_waiting {
+            self.peer_waiting_since = None;
+            return Ok(());
+        }
+        let now = Instant::now();
+        let since = *self.peer_waiting_since.get_or_insert(now);
+        if now.duration_since(since) < detect / 4 {
+            return Ok(());
+        }
+        tracing::warn!(target: "quiver::endpoint", peer = %self.peer, "send-send deadlock: the peer is blocked sending to this endpoint while this endpoint is blocked sending to it");
+        Err(self.fail(Failure::SendDeadlock("shm"), "while sending", cx.requests))
     }
 
     /// [`ShmOut::check_alive`], counted as a liveness look.

@@ -58,9 +58,43 @@ pub(crate) fn ranges(config: &Config) -> Vec<ProtocolRange> {
     ])
 }
 
+/// The ranges of a shm connection whose receiver cannot read the sender's memory
+/// (cross-memory attach refused): every size through the ring.
+pub(crate) fn ranges_without_cross_memory(config: &Config) -> Vec<ProtocolRange> {
+    let inline_max = INLINE_BYTES.min(config.shm_eager_max);
+    consecutive(vec![
+        (
+            0,
+            "short",
+            format!("inline with its record header in one cache line of the ring (up to {INLINE_BYTES} B)"),
+        ),
+        (
+            inline_max + 1,
+            "eager",
+            format!(
+                "copied into the ring and out again in fragments of up to {} \
+                 (QUIVER_SHM_FRAG_BYTES), copy-in overlapping copy-out, at every size: \
+                 cross-memory attach to the sender is refused (no rendezvous; quiver info \
+                 says why)",
+                size_text(config.shm_frag_bytes)
+            ),
+        ),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_cross_memory_every_size_is_eager() {
+        let ranges = ranges_without_cross_memory(&Config::default());
+        let names: Vec<_> = ranges.iter().map(|r| r.protocol).collect();
+        assert_eq!(names, ["short", "eager"]);
+        assert_eq!(ranges[1].first, INLINE_BYTES + 1);
+        assert_eq!(ranges[1].last, None);
+        assert!(ranges[1].why.contains("cross-memory attach"));
+    }
 
     #[test]
     fn default_ranges_follow_the_settings() {

@@ -7,29 +7,27 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use quiver_transport::sys;
-use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, Rights, KEY_LEN};
+use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, Rights};
 
 use crate::transport::local::LocalRank;
 
 /// The port a key request asks for in the handshake: no endpoint can open it.
 pub(crate) const RMA_PORT: u16 = u16::MAX;
 
-/// Answers one key request on `sock` (after the handshake) from rank `peer`: the grant
-/// and, when granted, the region's descriptor.
-pub(crate) fn serve_key(
+/// Answers the key request `message` that rank `peer` sent on `sock` after the handshake:
+/// the grant and, when granted, the region's descriptor.
+pub(crate) fn answer_key(
     local: &LocalRank,
     sock: &OwnedFd,
     peer: u32,
+    message: &[u8],
 ) -> std::result::Result<(), String> {
-    let mut buf = [0u8; KEY_LEN + 1];
-    let (n, _) = sys::recv_with_fds(sock, &mut buf)
-        .map_err(|e| format!("receiving rank {peer}'s key: {e}"))?;
     let refusal = |status| GrantRepr {
         status,
         rights: Rights::Read,
         len: 0,
     };
-    let key = match KeyRepr::parse(&buf[..n]) {
+    let key = match KeyRepr::parse(message) {
         Ok(key) => key,
         Err(e) => {
             local

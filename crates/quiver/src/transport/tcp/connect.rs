@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quiver_proto::handshake::{ConnectRequest, HandshakeError, Initiator};
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
@@ -47,20 +47,35 @@ pub(crate) fn connect<T>(
         if let Some(found) = reuse().map_err(Attempt::Retry)? {
             return Ok(Connected::Reused(found));
         }
-        let (stream, pid) = try_connect(local, src, dst, to)?;
+        let (stream, pid) = try_connect(local, (src, dst), to, deadline)?;
         Ok(Connected::New(stream, pid))
     })
 }
 
+/// One attempt: a new stream and the handshake on it, each step waiting at most
+/// [`STEP_TIMEOUT`] and never past `deadline`. A handshake cut off (the peer's listener
+/// closed it, as it does with the oldest or a random pending one when strangers crowd it)
+/// is tried again.
 fn try_connect(
     local: &LocalRank,
-    src: Addr,
-    dst: Addr,
+    (src, dst): (Addr, Addr),
     to: SocketAddr,
+    deadline: Instant,
 ) -> std::result::Result<(TcpStream, Option<libc::pid_t>), Attempt> {
-    let io_fail =
-        |what: &str, e: io::Error| Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e));
-    let mut stream = match TcpStream::connect_timeout(&to, STEP_TIMEOUT) {
+    let io_fail = |what: &str, e: io::Error| {
+        if cut_off(&e) {
+            Attempt::Retry(format!(
+                "the handshake with {dst} (tcp {to}) was cut off ({e}); the peer's listener \
+                 drops handshakes when strangers crowd it"
+            ))
+        } else {
+            Attempt::Fail(Error::io(format!("{what} {dst} (tcp {to})"), e))
+        }
+    };
+    let step = STEP_TIMEOUT
+        .min(deadline.saturating_duration_since(Instant::now()))
+        .max(Duration::from_millis(1));
+    let mut stream = match TcpStream::connect_timeout(&to, step) {
         Ok(s) => s,
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             return Err(Attempt::Retry(format!(
@@ -73,7 +88,7 @@ fn try_connect(
                 "tcp",
                 format!(
                     "connecting to {to}: no answer within {} ms",
-                    STEP_TIMEOUT.as_millis()
+                    step.as_millis()
                 ),
             ))
         }
@@ -97,8 +112,8 @@ fn try_connect(
         }
     };
     stream
-        .set_read_timeout(Some(STEP_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
+        .set_read_timeout(Some(step))
+        .and_then(|()| stream.set_write_timeout(Some(step)))
         .and_then(|()| stream.set_nodelay(true))
         .map_err(|e| io_fail("configuring the stream to", e))?;
     let request = ConnectRequest {
@@ -140,4 +155,79 @@ fn try_connect(
         .set_nonblocking(true)
         .map_err(|e| io_fail("configuring the stream to", e))?;
     Ok((stream, pid))
+}
+
+/// Whether a handshake error means the other end closed or stopped answering the stream (a
+/// listener dropping the handshake), rather than a local failure.
+fn cut_off(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::TimedOut
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use quiver_proto::handshake::Responder;
+    use quiver_wire::handshake::NONCE_LEN;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    /// Sends everything `handshake` has to say on `stream`.
+    fn flush(handshake: &mut Responder, stream: &mut TcpStream) {
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        while let Some(n) = handshake.poll_transmit(&mut out).unwrap() {
+            stream.write_all(&out[..n]).unwrap();
+        }
+    }
+
+    /// A listener that drops the first handshake after its hello (as one crowded by
+    /// strangers does) and answers the second: the connect tries again and gets through
+    /// well within its deadline.
+    #[test]
+    fn a_dropped_handshake_is_tried_again() {
+        let mut job = JobInfo::by_hand();
+        job.size = 2;
+        job.key = [5; 32];
+        let local = LocalRank::new(job, Config::default(), None);
+        let (key, job_id) = (local.job_key(), local.job_id);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut buf = [0u8; MAX_MESSAGE_LEN];
+            let (mut first, _) = listener.accept().unwrap();
+            read_message(&mut first, &mut buf).unwrap();
+            drop(first);
+            let (mut second, _) = listener.accept().unwrap();
+            let mut handshake = Responder::new(key, job_id, [1; NONCE_LEN]);
+            let n = read_message(&mut second, &mut buf).unwrap();
+            handshake.handle_hello(&buf[..n]).unwrap();
+            handshake.accept(&[]).unwrap();
+            flush(&mut handshake, &mut second);
+            let n = read_message(&mut second, &mut buf).unwrap();
+            handshake.handle_proof(&buf[..n]).unwrap();
+            flush(&mut handshake, &mut second);
+            second
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(5);
+        let (src, dst) = (Addr::new(0, 0), Addr::new(1, 1));
+        match connect(&local, src, dst, to, deadline, || Ok(None::<()>)) {
+            Ok(Connected::New(..)) => {}
+            Ok(Connected::Reused(())) => panic!("nothing to reuse"),
+            Err(e) => panic!("the second attempt should get through: {e}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        peer.join().unwrap();
+    }
 }

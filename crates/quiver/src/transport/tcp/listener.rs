@@ -1,29 +1,25 @@
 //! The accepting side of tcp connections: the listener thread of a rank. It accepts,
-//! runs the job-key handshake of [`quiver_proto::handshake`] on the stream, resolves
-//! crossed connects ([`super::crossing`]) and hands each stream to its endpoint's inbox.
+//! runs the job-key handshake of [`quiver_proto::handshake`] on each stream (every
+//! handshake in progress at once, with a deadline and a bound: [`crate::transport::handshakes`]),
+//! resolves crossed connects ([`super::crossing`]) and hands each stream to its endpoint's
+//! inbox.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use quiver_proto::handshake::{RejectReason, Responder};
-use quiver_transport::sys;
-use quiver_wire::handshake::MAX_MESSAGE_LEN;
+use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
 
-use super::handshake::{read_message, STEP_TIMEOUT};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
+use crate::transport::handshakes::{serve, Accepted, Handshake, Outcome, Step};
 use crate::transport::liveness::{identity_params, local_peer_pid};
 use crate::transport::local::LocalRank;
-use crate::transport::registry::{not_open_reason, NetInbound};
-
-/// How often the listener looks at the stop flag.
-const ACCEPT_SLICE: Duration = Duration::from_millis(100);
+use crate::transport::registry::{not_open_reason, Inbox, NetInbound};
 
 /// A rank's tcp listener thread.
 #[derive(Debug)]
@@ -46,7 +42,7 @@ impl TcpListening {
         })
     }
 
-    /// Waits for the thread, which ends within [`ACCEPT_SLICE`] of
+    /// Waits for the thread, which ends within a poll slice (100 ms) of
     /// [`LocalRank::stopping`] being set.
     pub(crate) fn stop(&mut self) {
         if let Some(t) = self.thread.take() {
@@ -64,120 +60,221 @@ pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(listener)
 }
 
-/// The listener thread: accepts, handshakes, hands each stream to its endpoint.
+/// The listener thread: accepts, and answers every handshake in progress at once
+/// ([`handshakes::serve`]), handing each stream to its endpoint.
 pub(crate) fn listen(local: &LocalRank, listener: &TcpListener) {
-    while !local.stopping.load(Ordering::Acquire) {
-        match listener.accept() {
-            Ok((stream, from)) => match respond(local, stream) {
-                // Counted by `respond` before the stream reaches the endpoint.
-                Ok(Responded::Accepted) => {}
-                // Not a refusal: the peer uses the connection we opened to it.
-                Ok(Responded::Crossed) => {}
-                Ok(Responded::NotOpen(why)) => {
-                    local.registry.not_open(format!("tcp from {from}: {why}"))
-                }
-                Err(why) => local.registry.refused(format!("tcp from {from}: {why}")),
-            },
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut fds = [libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
-                let _ = sys::poll(&mut fds, Some(ACCEPT_SLICE));
+    serve(local, "tcp", listener.as_raw_fd(), || {
+        let (stream, from) = listener.accept()?;
+        match PendingTcp::new(local, stream, from) {
+            Ok(pending) => Ok(Accepted::New(pending)),
+            Err(why) => {
+                local.registry.refused(format!("tcp from {from}: {why}"));
+                Ok(Accepted::Refused)
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    });
+}
+
+/// Where a tcp handshake stands: the message it waits for next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Hello,
+    Proof,
+}
+
+/// One tcp handshake in progress on the listener: the stream (non-blocking), the
+/// responder's state and the bytes of the message being read.
+struct PendingTcp {
+    /// Taken when the stream is handed to its endpoint.
+    stream: Option<TcpStream>,
+    from: SocketAddr,
+    handshake: Responder,
+    stage: Stage,
+    message: [u8; MAX_MESSAGE_LEN],
+    /// Bytes of `message` read so far.
+    filled: usize,
+    /// The endpoint and peer of an accept recorded with [`Crossings::begin_accept`]
+    /// (released when this handshake ends, however it ends).
+    ///
+    /// [`Crossings::begin_accept`]: super::crossing::Crossings::begin_accept
+    claim: Option<(Arc<Inbox>, Addr)>,
+}
+
+impl PendingTcp {
+    fn new(
+        local: &LocalRank,
+        stream: TcpStream,
+        from: SocketAddr,
+    ) -> std::result::Result<PendingTcp, String> {
+        stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(|e| format!("configuring the stream: {e}"))?;
+        Ok(PendingTcp {
+            stream: Some(stream),
+            from,
+            handshake: Responder::new(local.job_key(), local.job_id, random()),
+            stage: Stage::Hello,
+            message: [0; MAX_MESSAGE_LEN],
+            filled: 0,
+            claim: None,
+        })
+    }
+
+    /// Reads what the stream has towards the current message; true once it is complete. A
+    /// prefix that declares an impossible length completes the message alone, for the
+    /// handshake parser to name the problem.
+    fn read_some(&mut self) -> std::result::Result<bool, String> {
+        let stream = self.stream.as_mut().ok_or("no stream")?;
+        loop {
+            let wanted = if self.filled < PREFIX_LEN {
+                PREFIX_LEN
+            } else {
+                let declared = u16::from_be_bytes([self.message[6], self.message[7]]) as usize;
+                if !(PREFIX_LEN..=MAX_MESSAGE_LEN).contains(&declared) {
+                    return Ok(true);
+                }
+                declared
+            };
+            if self.filled == wanted {
+                return Ok(true);
+            }
+            match stream.read(&mut self.message[self.filled..wanted]) {
+                Ok(0) => return Err("the peer closed the connection during the handshake".into()),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading the handshake: {e}")),
+            }
         }
     }
-}
 
-/// How a handshake the listener answered ended (other than in an error).
-enum Responded {
-    /// The stream was handed to its endpoint.
-    Accepted,
-    /// A crossed connect (see [`Crossings::begin_accept`](super::crossing::Crossings::begin_accept)):
-    /// refused with `Busy`, the peer uses the connection this endpoint opened to it.
-    Crossed,
-    /// The endpoint asked for is not open (yet): refused with `NoSuchEndpoint`, the
-    /// initiator retries. Why, for the log.
-    NotOpen(String),
-}
-
-fn respond(local: &LocalRank, mut stream: TcpStream) -> std::result::Result<Responded, String> {
-    stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(STEP_TIMEOUT)))
-        .and_then(|()| stream.set_write_timeout(Some(STEP_TIMEOUT)))
-        .and_then(|()| stream.set_nodelay(true))
-        .map_err(|e| e.to_string())?;
-    let mut hs = Responder::new(local.job_key(), local.job_id, random());
-    let mut buf = [0u8; MAX_MESSAGE_LEN];
-    let mut out = [0u8; MAX_MESSAGE_LEN];
-    let flush = |hs: &mut Responder, out: &mut [u8], stream: &mut TcpStream| {
-        while let Some(n) = hs.poll_transmit(out).map_err(|e| e.to_string())? {
+    /// Sends what the responder has to say. The stream is new and its messages small, so
+    /// a full send buffer means a peer that does not read: a failure.
+    fn flush(&mut self) -> std::result::Result<(), String> {
+        let stream = self.stream.as_mut().ok_or("no stream")?;
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        while let Some(n) = self
+            .handshake
+            .poll_transmit(&mut out)
+            .map_err(|e| e.to_string())?
+        {
             stream
                 .write_all(&out[..n])
                 .map_err(|e| format!("sending: {e}"))?;
         }
-        Ok::<(), String>(())
-    };
-    let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading hello: {e}"))?;
-    let request = match hs.handle_hello(&buf[..n]) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = flush(&mut hs, &mut out, &mut stream);
-            return Err(format!("hello: {e}"));
-        }
-    };
-    let endpoint = local.registry.inbox(request.dst_port);
-    let Some(endpoint) = endpoint.filter(|_| request.src_rank < local.size) else {
-        hs.reject(RejectReason::NoSuchEndpoint)
-            .map_err(|e| e.to_string())?;
-        let _ = flush(&mut hs, &mut out, &mut stream);
-        let why = not_open_reason(request.src_rank, request.dst_port);
-        return if request.src_rank < local.size {
-            Ok(Responded::NotOpen(why))
-        } else {
-            Err(format!(
-                "{why} (and rank {} is not in this job)",
-                request.src_rank
-            ))
-        };
-    };
-    let peer = Addr::new(request.src_rank, request.src_port);
-    if !endpoint
-        .tcp_crossings()
-        .begin_accept(Addr::new(local.rank, request.dst_port), peer)
-    {
-        hs.reject(RejectReason::Busy).map_err(|e| e.to_string())?;
-        let _ = flush(&mut hs, &mut out, &mut stream);
-        tracing::debug!(%peer, "crossed tcp connect: the peer uses ours");
-        return Ok(Responded::Crossed);
+        Ok(())
     }
-    // Until the stream is handed over (or this fails), a connect to `peer` waits for it.
-    let accepted = (|| {
-        hs.accept(&identity_params()).map_err(|e| e.to_string())?;
-        flush(&mut hs, &mut out, &mut stream)?;
-        let n = read_message(&mut stream, &mut buf).map_err(|e| format!("reading proof: {e}"))?;
-        let pid = match hs.handle_proof(&buf[..n]) {
-            Ok(params) => local_peer_pid(params),
+
+    /// The hello arrived: refuse it, or answer with the challenge.
+    fn on_hello(&mut self, local: &LocalRank, len: usize) -> Step {
+        let request = match self.handshake.handle_hello(&self.message[..len]) {
+            Ok(r) => r,
             Err(e) => {
-                let _ = flush(&mut hs, &mut out, &mut stream);
-                return Err(format!("rank {}: {e}", request.src_rank));
+                let _ = self.flush();
+                return Step::Finished(Err(format!("hello: {e}")));
             }
         };
-        flush(&mut hs, &mut out, &mut stream)?;
-        stream
-            .set_nonblocking(true)
-            .map_err(|e| format!("configuring the stream: {e}"))?;
+        let endpoint = local.registry.inbox(request.dst_port);
+        let valid_src = request.src_rank < local.size;
+        let Some(endpoint) = endpoint.filter(|_| valid_src) else {
+            let _ = self.handshake.reject(RejectReason::NoSuchEndpoint);
+            let _ = self.flush();
+            let why = not_open_reason(request.src_rank, request.dst_port);
+            return Step::Finished(if valid_src {
+                Ok(Outcome::NotOpen(why))
+            } else {
+                Err(format!(
+                    "{why} (and rank {} is not in this job)",
+                    request.src_rank
+                ))
+            });
+        };
+        let peer = Addr::new(request.src_rank, request.src_port);
+        if !endpoint
+            .tcp_crossings()
+            .begin_accept(Addr::new(local.rank, request.dst_port), peer)
+        {
+            let _ = self.handshake.reject(RejectReason::Busy);
+            let _ = self.flush();
+            tracing::debug!(%peer, "crossed tcp connect: the peer uses ours");
+            return Step::Finished(Ok(Outcome::Crossed));
+        }
+        // Until the stream is handed over (or this fails), a connect to `peer` waits for it.
+        self.claim = Some((endpoint, peer));
+        let answered = self
+            .handshake
+            .accept(&identity_params())
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.flush());
+        match answered {
+            Ok(()) => {
+                self.stage = Stage::Proof;
+                Step::Waiting
+            }
+            Err(why) => Step::Finished(Err(why)),
+        }
+    }
+
+    /// The proof arrived: refuse it, or send the verdict and hand the stream over.
+    fn on_proof(&mut self, local: &LocalRank, len: usize) -> Step {
+        let Some((endpoint, peer)) = self.claim.clone() else {
+            return Step::Finished(Err("a proof before the hello".into()));
+        };
+        let pid = match self.handshake.handle_proof(&self.message[..len]) {
+            Ok(params) => local_peer_pid(params),
+            Err(e) => {
+                let _ = self.flush();
+                return Step::Finished(Err(format!("rank {}: {e}", peer.rank)));
+            }
+        };
+        if let Err(why) = self.flush() {
+            return Step::Finished(Err(why));
+        }
+        let Some(stream) = self.stream.take() else {
+            return Step::Finished(Err("no stream".into()));
+        };
         tracing::debug!(%peer, local_pid = ?pid, "accepted a tcp connection");
         // Count first: once delivered, this rank may receive everything and read its stats
         // before this thread runs again.
         local.registry.accepted();
         endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
-        Ok(Responded::Accepted)
-    })();
-    endpoint.tcp_crossings().end_accept(peer);
-    accepted
+        Step::Finished(Ok(Outcome::Accepted))
+    }
+}
+
+impl Handshake for PendingTcp {
+    fn fd(&self) -> RawFd {
+        self.stream.as_ref().map_or(-1, |s| s.as_raw_fd())
+    }
+
+    fn on_readable(&mut self, local: &LocalRank) -> Step {
+        loop {
+            match self.read_some() {
+                Ok(true) => {}
+                Ok(false) => return Step::Waiting,
+                Err(why) => return Step::Finished(Err(why)),
+            }
+            let len = std::mem::take(&mut self.filled);
+            let step = match self.stage {
+                Stage::Hello => self.on_hello(local, len),
+                Stage::Proof => self.on_proof(local, len),
+            };
+            if !matches!(step, Step::Waiting) {
+                return step;
+            }
+        }
+    }
+
+    fn peer(&self) -> String {
+        self.from.to_string()
+    }
+}
+
+impl Drop for PendingTcp {
+    fn drop(&mut self) {
+        if let Some((endpoint, peer)) = self.claim.take() {
+            endpoint.tcp_crossings().end_accept(peer);
+        }
+    }
 }
