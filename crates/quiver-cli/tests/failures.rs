@@ -145,9 +145,12 @@ fn signal_name(sig: i32) -> &'static str {
 fn lose_one_of_four(transport: &str, sig: i32, expected_kind: &str) {
     let _serial = serial();
     let seed = format!("{}", std::process::id());
+    // Enough rounds that the job still runs when the signal lands: four ranks that yield
+    // on two CPUs do about 40,000 rounds a second here.
+    const ROUNDS: &str = "200000";
     let mut job = Launcher::start(
         &["-n", "4", "--keep-going"],
-        &["survive", "4000", "64K", &seed],
+        &["survive", ROUNDS, "64K", &seed],
         &[("QUIVER_TRANSPORTS", transport)],
     );
     let ready = job.expect("[2] ready pid", Duration::from_secs(60)).2;
@@ -197,7 +200,7 @@ fn lose_one_of_four(transport: &str, sig: i32, expected_kind: &str) {
     for rank in [0, 1, 3] {
         let done = lines
             .iter()
-            .find(|(_, _, l)| l.starts_with(&format!("[{rank}] ok rank {rank} finished 4000")))
+            .find(|(_, _, l)| l.starts_with(&format!("[{rank}] ok rank {rank} finished {ROUNDS}")))
             .unwrap_or_else(|| panic!("{transport}: rank {rank} did not finish"));
         let after: u64 = done
             .2
