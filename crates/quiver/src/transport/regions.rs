@@ -26,7 +26,7 @@ struct Entry {
     len: u64,
 }
 
-/// Counters of one-sided communication at a rank (see [`RegionTable`]).
+/// Counters of one-sided communication at a rank (`Context::rma_stats`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RmaStats {
     /// Regions this rank registered (allocated) so far.
