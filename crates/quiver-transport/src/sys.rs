@@ -506,20 +506,7 @@ pub fn set_socket_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
 
 /// The process id of the peer of a connected unix socket, as vouched for by the kernel.
 pub fn peer_pid(fd: &OwnedFd) -> io::Result<libc::pid_t> {
-    // SAFETY: ucred is plain old data.
-    let mut cred: libc::ucred = unsafe { zeroed() };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred`/`len` are valid out-pointers of the stated size.
-    check(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut c_void,
-            &mut len,
-        )
-    })?;
-    Ok(cred.pid)
+    peer_credentials(fd).map(|(pid, _)| pid)
 }
 
 /// The credentials of the peer of a connected unix socket, as the kernel recorded them when
