@@ -98,6 +98,11 @@ pub enum Kind {
     Pad = 4,
     /// The sender closed this edge; nothing follows.
     Close = 5,
+    /// The tag of the messages that follow on this ring (sticky until the next `Tag`):
+    /// the payload is the tag (u64, native order), `total_len` is 0. Written only right
+    /// before a message whose tag differs from the last one announced; a ring that never
+    /// carries one carries tag 0.
+    Tag = 6,
 }
 
 impl Kind {
@@ -108,6 +113,7 @@ impl Kind {
             3 => Kind::Rndv,
             4 => Kind::Pad,
             5 => Kind::Close,
+            6 => Kind::Tag,
             _ => return None,
         })
     }
@@ -387,6 +393,11 @@ impl Consumer {
                 value: frag_len,
                 reason: "rendezvous request must carry 16 bytes",
             }),
+            Kind::Tag if frag_len != 8 || total_len != 0 => Err(RingError::Corrupt {
+                field: "frag_len",
+                value: frag_len,
+                reason: "tag record must carry 8 bytes and no message length",
+            }),
             _ => Ok(Some(Record {
                 kind,
                 frag_len,
@@ -415,6 +426,13 @@ impl Consumer {
                 dst.len(),
             )
         };
+    }
+
+    /// The tag a `Tag` record carries.
+    pub fn tag_of(&self, rec: &Record) -> u64 {
+        debug_assert_eq!(rec.kind, Kind::Tag);
+        let off = (rec.pos & (self.capacity - 1)) + HEADER_BYTES;
+        self.shared.read_u64(off)
     }
 
     /// The (address, length) a rendezvous record carries.
@@ -645,6 +663,11 @@ pub struct Producer {
     cached_head: u64,
     /// Rendezvous requests written so far.
     rndv_posted: u64,
+    /// The tag of the next message started (`Msg` or `Rndv`), set by the caller.
+    next_tag: u64,
+    /// The tag the consumer applies to the next message: the last `Tag` record written
+    /// (0 before any).
+    wire_tag: u64,
 }
 
 impl Producer {
@@ -679,6 +702,8 @@ impl Producer {
             tail: 0,
             cached_head: 0,
             rndv_posted: 0,
+            next_tag: 0,
+            wire_tag: 0,
         })
     }
 
@@ -734,10 +759,58 @@ impl Producer {
         Ok(self.capacity - (self.tail - self.cached_head) >= needed)
     }
 
-    /// Writes one record if it fits now; `Ok(false)` if the ring is too full.
-    /// `payload` is gathered from up to two slices (e.g. a header and data).
+    /// Sets the tag of the messages started from now on (`Msg` and `Rndv` records): a
+    /// message whose tag differs from the last one announced is preceded by a `Tag` record,
+    /// written with it or not at all.
+    #[inline]
+    pub fn set_tag(&mut self, tag: u64) {
+        self.next_tag = tag;
+    }
+
+    /// Records a message start needs before it: 1 when a `Tag` record must precede it.
+    #[inline]
+    pub fn tag_records_needed(&self) -> usize {
+        usize::from(self.next_tag != self.wire_tag)
+    }
+
+    /// Writes one record if it fits now; `Ok(false)` if the ring is too full. A message
+    /// start (`Msg`, `Rndv`) whose tag ([`Producer::set_tag`]) differs from the last one
+    /// announced is preceded by a `Tag` record, both written or neither.
     #[inline]
     pub fn try_write(
+        &mut self,
+        kind: Kind,
+        total_len: u64,
+        payload: &[u8],
+    ) -> Result<bool, RingError> {
+        if self.next_tag != self.wire_tag && matches!(kind, Kind::Msg | Kind::Rndv) {
+            return self.try_write_tagged(kind, total_len, payload);
+        }
+        self.try_write_record(kind, total_len, payload)
+    }
+
+    /// [`Producer::try_write`] of a message start that needs a `Tag` record first.
+    #[cold]
+    #[inline(never)]
+    fn try_write_tagged(
+        &mut self,
+        kind: Kind,
+        total_len: u64,
+        payload: &[u8],
+    ) -> Result<bool, RingError> {
+        if !self.fits([8, payload.len() as u64].into_iter())? {
+            return Ok(false);
+        }
+        let tag = self.next_tag.to_ne_bytes();
+        let wrote = self.try_write_record(Kind::Tag, 0, &tag)?;
+        debug_assert!(wrote, "space was checked just above");
+        self.wire_tag = self.next_tag;
+        self.try_write_record(kind, total_len, payload)
+    }
+
+    /// Writes one record (no tag) if it fits now.
+    #[inline]
+    fn try_write_record(
         &mut self,
         kind: Kind,
         total_len: u64,

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Error, TransportKind};
 
+mod tagged;
 mod xdp_net;
 use xdp_net::XdpNet;
 
@@ -1097,6 +1098,11 @@ macro_rules! conformance {
             #[test] fn reply_without_connecting_back() { if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
             #[test] fn close_one_connection() { if !super::skip($kind) { super::close_one_connection($kind) } }
             #[test] fn send_send() { if !super::skip($kind) { super::send_send($kind) } }
+            #[test] fn tagged_wildcards_and_masks() { if !super::skip($kind) { tagged::wildcards_and_masks($kind) } }
+            #[test] fn tagged_non_overtaking_many_tags() { if !super::skip($kind) { tagged::non_overtaking_many_tags($kind) } }
+            #[test] fn tagged_posted_in_posting_order() { if !super::skip($kind) { tagged::posted_in_posting_order($kind) } }
+            #[test] fn tagged_probe_then_receive() { if !super::skip($kind) { tagged::probe_then_receive($kind) } }
+            #[test] fn tagged_large_behind_unmatched() { if !super::skip($kind) { tagged::large_tagged_behind_unmatched($kind) } }
         }
     )*};
 }

@@ -24,6 +24,7 @@ impl Endpoint {
             // This `recv` is in the middle of a large tcp message: nothing else goes in.
             self.poll_engine_for_look(wait);
             let got = self.look_at(i, dest, wait, false)?;
+            self.last_tag = self.inbound[i].tag();
             return Ok(got.map(|len| (len, self.inbound[i].peer())));
         }
         if self.inbox.has_incoming.load(Ordering::Relaxed) {
@@ -54,6 +55,7 @@ impl Endpoint {
                 self.dgram.seen = None;
             }
             if let Some(len) = got? {
+                self.last_tag = self.inbound[i].tag();
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
                 return Ok(Some((len, self.inbound[i].peer())));
             }

@@ -37,10 +37,11 @@ use crate::transport::requests::Requests;
 
 mod connect;
 mod look;
-mod matching;
+pub(crate) mod matching;
 mod receive;
 mod rma;
 mod send;
+mod tagged;
 #[cfg(test)]
 mod tests;
 mod waiting;
@@ -118,6 +119,10 @@ pub struct Endpoint {
     /// The tcp edge whose large message the blocking `recv` in progress is reading
     /// straight into its buffer (only ever set inside `recv`; see `TcpIn::take`).
     committed: Option<usize>,
+    /// Posted matching receives and the messages no receive wanted yet (`tagged.rs`).
+    matcher: tagged::EndpointMatcher,
+    /// The tag of the message the last look delivered.
+    last_tag: u64,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
     /// time, so its internals may use cells without breaking programs later.
     _not_sync: PhantomData<Cell<()>>,
@@ -165,6 +170,8 @@ impl Endpoint {
             idle_polls: 0,
             dgram: DgramSide::default(),
             committed: None,
+            matcher: matching::Matcher::new(u64::MAX),
+            last_tag: 0,
             _not_sync: PhantomData,
         }
     }

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::matching::MatchSpec;
 use super::{Endpoint, RecvRequest};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
@@ -19,6 +20,9 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
     /// connection (reported once; the others keep working), [`Error::Timeout`].
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        if !self.matcher.is_idle() {
+            return self.recv_any_matched(buf);
+        }
         let mut wait = Wait::new(&self.config);
         loop {
             if self.requests.posted_recvs.is_empty() {
@@ -46,6 +50,10 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if none is waiting (to sleep until one arrives, see
     /// [`Endpoint::arm`]); otherwise as [`Endpoint::recv`].
     pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        if !self.matcher.is_idle() {
+            let got = self.try_recv_matching(MatchSpec::ANY, buf)?;
+            return Ok((got.len as usize, got.source));
+        }
         self.progress()?;
         if self.requests.posted_recvs.is_empty() {
             if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
@@ -64,7 +72,11 @@ impl Endpoint {
         let mut wait = Wait::new(&self.config);
         let mut buf = self.requests.pool.take(0);
         loop {
-            if self.requests.posted_recvs.is_empty() {
+            if !self.matcher.is_idle() {
+                if let Some(got) = self.take_any_pooled(true)? {
+                    return Ok(got);
+                }
+            } else if self.requests.posted_recvs.is_empty() {
                 if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
                     return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
                 }
@@ -80,7 +92,11 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if no complete message is waiting.
     pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
         self.progress()?;
-        if self.requests.posted_recvs.is_empty() {
+        if !self.matcher.is_idle() {
+            if let Some(got) = self.take_any_pooled(false)? {
+                return Ok(got);
+            }
+        } else if self.requests.posted_recvs.is_empty() {
             let mut buf = self.requests.pool.take(0);
             if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), false)? {
                 return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
@@ -90,7 +106,7 @@ impl Endpoint {
         self.would_block()
     }
 
-    fn would_block<T>(&mut self) -> Result<T> {
+    pub(super) fn would_block<T>(&mut self) -> Result<T> {
         self.idle_polls = self.idle_polls.wrapping_add(1);
         if self.idle_polls.is_multiple_of(256) {
             // Nothing is arriving: let senders see the space we freed, and notice dead peers.
@@ -114,7 +130,7 @@ impl Endpoint {
         self.flush_inbound();
         self.doorbell.drain();
         self.doorbell.arm();
-        if self.inbox.has_incoming.load(Ordering::Relaxed) {
+        if self.inbox.has_incoming.load(Ordering::Relaxed) || self.matcher.unexpected_len() > 0 {
             return Ok(false);
         }
         if let Some(engine) = &self.local.dgram {
@@ -133,6 +149,10 @@ impl Endpoint {
     /// # Errors
     /// None today; reserved.
     pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
+        if !self.matcher.is_idle() {
+            // Behind the matching receives posted before it, or for a message waiting.
+            return self.post_recv_matching(MatchSpec::ANY, buf);
+        }
         let key = self.requests.recvs.insert(RecvState::Pending(buf));
         self.requests.posted_recvs.push_back(key);
         self.progress_recvs();
@@ -208,7 +228,12 @@ impl Endpoint {
                     }
                     return;
                 }
-                Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion { buf, len, src })),
+                Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion {
+                    buf,
+                    len,
+                    src,
+                    tag: self.last_tag,
+                })),
                 Err(e) => RecvState::Done(Err(e)),
             };
             self.requests.set_recv(key, state);
@@ -228,5 +253,16 @@ impl Endpoint {
                 self.requests.set_recv(key, RecvState::Done(outcome));
             }
         }
+    }
+}
+
+impl Endpoint {
+    /// A blocking plain `recv` on an endpoint whose matcher holds messages or receives:
+    /// any source, any tag, in arrival order behind the receives posted before it.
+    #[cold]
+    #[inline(never)]
+    fn recv_any_matched(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        let got = self.recv_matching(MatchSpec::ANY, buf)?;
+        Ok((got.len as usize, got.source))
     }
 }

@@ -149,6 +149,9 @@ impl Endpoint {
         if !self.requests.posted_recvs.is_empty() {
             self.progress_recvs();
         }
+        if self.matcher.posted_len() > 0 {
+            self.progress_matched();
+        }
         Ok(())
     }
 

@@ -199,6 +199,23 @@ impl OutEdge {
         }
     }
 
+    /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
+    /// tagged send and back to 0 after it). A transport that carries no tags refuses a tag
+    /// other than 0.
+    pub(crate) fn set_tag(&mut self, tag: u64) -> Result<()> {
+        match self {
+            OutEdge::Shm(e) => e.set_tag(tag),
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) if tag != 0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "tagged messages are not carried over {} yet",
+                    self.kind().map_or("this transport", TransportKind::name)
+                )))
+            }
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {}
+        }
+        Ok(())
+    }
+
     /// Sends `data` only if that needs no waiting (`WouldBlock` otherwise).
     #[inline]
     pub(crate) fn try_send(&mut self, data: &[u8], cx: &mut EdgeContext<'_>) -> Result<()> {
@@ -411,6 +428,15 @@ impl InEdge {
             InEdge::Shm(e) => e.peer,
             InEdge::Tcp(e) => e.net.peer,
             InEdge::Dgram(e) => e.net.peer,
+        }
+    }
+
+    /// The tag of the message this edge delivered last (0 for untagged messages).
+    #[inline]
+    pub(crate) fn tag(&self) -> u64 {
+        match self {
+            InEdge::Shm(e) => e.tag,
+            InEdge::Tcp(_) | InEdge::Dgram(_) => 0,
         }
     }
 

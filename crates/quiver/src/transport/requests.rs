@@ -21,6 +21,8 @@ pub struct RecvCompletion {
     pub len: usize,
     /// The sender.
     pub src: Addr,
+    /// The message's tag (0 for a plain `send`).
+    pub tag: u64,
 }
 
 /// Where a posted send stands.

@@ -156,6 +156,7 @@ impl DgramSide {
                     buf,
                     len,
                     src: peer,
+                    tag: 0,
                 })),
                 RecvDone::TooSmall { buf, len, .. } => {
                     RecvState::Done(Err(Error::BufferTooSmall {

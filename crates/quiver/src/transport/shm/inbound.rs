@@ -40,6 +40,8 @@ pub(crate) struct ShmIn {
     /// by a call that could not wait for its end: the fragments so far (its last fragment
     /// stays in the ring until it is delivered).
     partial: Option<Partial>,
+    /// The tag of the messages taken now: the last `Tag` record's (0 before any).
+    pub(crate) tag: u64,
 }
 
 /// The fragments of a message taken so far ([`ShmIn::partial`]).
@@ -69,6 +71,7 @@ impl ShmIn {
             state: InboundState::Open,
             cross_memory: accepted.cross_memory,
             partial: None,
+            tag: 0,
         }
     }
 
@@ -203,6 +206,7 @@ impl ShmIn {
                 self.state = InboundState::Done;
                 Ok(None)
             }
+            Kind::Tag => self.take_tag(rec, dest, wait, config, detection),
             Kind::Cont if self.partial.is_some() => {
                 self.continue_partial(rec, dest, wait, config, detection)
             }
@@ -210,6 +214,35 @@ impl ShmIn {
                 self.peer,
                 "fragment without a message start",
             )),
+        }
+    }
+
+    /// Takes the `Tag` record `rec` (the tag of the messages that follow), then the message
+    /// after it if it is there.
+    #[cold]
+    #[inline(never)]
+    fn take_tag(
+        &mut self,
+        mut rec: Record,
+        dest: &mut Dest<'_>,
+        wait: bool,
+        config: &Config,
+        detection: &mut Looks,
+    ) -> Result<Option<usize>> {
+        loop {
+            if self.partial.is_some() {
+                return Err(corrupt_detail(
+                    self.peer,
+                    "message interrupted by another record",
+                ));
+            }
+            self.tag = self.ring.tag_of(&rec);
+            self.ring.consume(&rec);
+            match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
+                Some(next) if next.kind == Kind::Tag => rec = next,
+                Some(next) => return self.take_record(next, dest, wait, config, detection),
+                None => return Ok(None),
+            }
         }
     }
 

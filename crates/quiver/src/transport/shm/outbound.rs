@@ -40,6 +40,8 @@ use crate::transport::wait::{Wait, SLEEP_SLICE};
 #[derive(Debug)]
 struct Queued {
     key: Option<Key>,
+    /// The message's tag.
+    tag: u64,
     data: Vec<u8>,
     written: usize,
     started: bool,
@@ -78,6 +80,8 @@ pub(crate) struct ShmOut {
     peer_waiting_since: Option<Instant>,
     /// Whether the blocking send in progress raised the ring's waiting flag (it slept).
     flag_raised: bool,
+    /// The tag of the sends made now ([`ShmOut::set_tag`]; 0 outside a tagged send).
+    tag: u64,
 }
 
 /// The owner of a queued send's buffer once it is announced by rendezvous.
@@ -110,7 +114,15 @@ impl ShmOut {
             cross_memory: new.cross_memory,
             peer_waiting_since: None,
             flag_raised: false,
+            tag: 0,
         }
+    }
+
+    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
+    /// and back to 0 after it).
+    #[inline]
+    pub(crate) fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 
     /// Whether the receiver can read our memory (large messages by rendezvous).
@@ -159,6 +171,7 @@ impl ShmOut {
             }
             self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
         }
+        self.ring.set_tag(self.tag);
         let result = if data.len() as u64 <= self.eager_max(cx.config) {
             self.send_eager_blocking(data, &mut wait, cx, flush)
         } else {
@@ -281,9 +294,12 @@ impl ShmOut {
         if !self.cross_memory && len > config.shm_eager_max {
             return self.queue_copy(data, config, requests);
         }
+        self.ring.set_tag(self.tag);
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
-            match self.ring.fits(frag_lens(len, frag)) {
+            // A message whose tag changes is preceded by its tag record (8 bytes).
+            let tag_record = std::iter::repeat_n(8, self.ring.tag_records_needed());
+            match self.ring.fits(tag_record.chain(frag_lens(len, frag))) {
                 Ok(true) => {}
                 Ok(false) => return Err(Error::WouldBlock),
                 Err(e) => return Err(self.fail(corrupt(e), "while sending", requests)),
@@ -336,6 +352,7 @@ impl ShmOut {
     ) -> Result<Key> {
         if self.queue.is_empty() && data.len() as u64 <= config.shm_frag_bytes {
             // One record on an idle connection: write it now, no queueing.
+            self.ring.set_tag(self.tag);
             match self.ring.try_write(Kind::Msg, data.len() as u64, &data) {
                 Ok(true) => {
                     self.bell.ring();
@@ -348,6 +365,7 @@ impl ShmOut {
         let key = requests.sends.insert(SendState::Pending);
         self.queue.push_back(Queued {
             key: Some(key),
+            tag: self.tag,
             data,
             written: 0,
             started: false,
@@ -370,6 +388,7 @@ impl ShmOut {
         requests.pending_sends += 1;
         self.queue.push_back(Queued {
             key: None,
+            tag: self.tag,
             data: copy,
             written: 0,
             started: false,
@@ -447,6 +466,7 @@ impl ShmOut {
         let frag = config.shm_frag_bytes as usize;
         let mut wrote = false;
         while let Some(q) = self.queue.front_mut() {
+            self.ring.set_tag(q.tag);
             if q.data.len() <= eager_max {
                 let complete = write_eager_raw(
                     &mut self.ring,

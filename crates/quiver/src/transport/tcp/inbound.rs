@@ -451,6 +451,7 @@ impl TcpIn {
                     buf,
                     len,
                     src: peer,
+                    tag: 0,
                 })
             }
             Ok(false) if self.net.state == InboundState::Open => return None,

@@ -1,0 +1,287 @@
+//! Tagged messages: sends that carry a 64-bit tag, and receives, probes and posted
+//! receives that name a source, a tag and a mask ([`MatchSpec`]), under MPI's rules
+//! (`matching.rs`: messages of one sender matched in the order they were sent, posted
+//! receives in the order they were posted).
+//!
+//! A message nobody wants yet waits in the endpoint's matcher (unexpected), in a buffer of
+//! the pool; while the matcher holds nothing and has no receive posted, every plain call
+//! takes today's path (one test, [`Matcher::is_idle`]), and a tagged call takes the next
+//! message straight from the transports.
+
+use super::matching::{Arrival, Envelope, Held, MatchSpec, Matcher};
+use super::{Connection, Endpoint, RecvRequest, SendRequest};
+use crate::error::Result;
+use crate::pool::PooledBuf;
+use crate::slab::Key;
+use crate::transport::dest::Dest;
+use crate::transport::requests::{RecvCompletion, RecvState};
+use crate::transport::wait::Wait;
+
+/// The matcher of an endpoint: posted receives by request key, unexpected payloads in
+/// pool buffers (exactly their length).
+pub(super) type EndpointMatcher = Matcher<Key, Vec<u8>>;
+
+impl Endpoint {
+    /// Sends `data` as one message with `tag`, blocking as [`Endpoint::send`] does. A plain
+    /// `send` is tag 0; messages of one connection arrive in order whatever their tags.
+    ///
+    /// # Errors
+    /// As [`Endpoint::send`].
+    pub fn send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        self.outbound[idx].set_tag(tag)?;
+        let result = self.send(conn, data);
+        self.untag(idx);
+        result
+    }
+
+    /// [`Endpoint::try_send`] with a tag.
+    ///
+    /// # Errors
+    /// As [`Endpoint::try_send`].
+    pub fn try_send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
+        let idx = self.outbound_index(conn)?;
+        self.outbound[idx].set_tag(tag)?;
+        let result = self.try_send(conn, data);
+        self.untag(idx);
+        result
+    }
+
+    /// [`Endpoint::post_send`] with a tag.
+    ///
+    /// # Errors
+    /// As [`Endpoint::post_send`].
+    pub fn post_send_tagged(
+        &mut self,
+        conn: Connection,
+        tag: u64,
+        data: Vec<u8>,
+    ) -> Result<SendRequest> {
+        let idx = self.outbound_index(conn)?;
+        self.outbound[idx].set_tag(tag)?;
+        let result = self.post_send(conn, data);
+        self.untag(idx);
+        result
+    }
+
+    /// The sends after a tagged one are untagged again.
+    fn untag(&mut self, idx: usize) {
+        if let Some(out) = self.outbound.get_mut(idx) {
+            // Setting tag 0 cannot fail.
+            let _ = out.set_tag(0);
+        }
+    }
+
+    /// Receives the earliest message `spec` matches into `buf`, blocking until one
+    /// arrives; returns its sender, tag and length. Receives posted earlier take the
+    /// messages they match first; messages that match neither wait for a later receive.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
+    /// connection, [`Error::Timeout`].
+    pub fn recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            self.progress()?;
+            if let Some(got) = self.take_matching(spec, buf, true)? {
+                return Ok(got);
+            }
+            self.idle(&mut wait, "waiting for a matching message")?;
+        }
+    }
+
+    /// [`Endpoint::recv_matching`] if a matching message is complete now.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if none is; otherwise as [`Endpoint::recv_matching`].
+    pub fn try_recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
+        self.progress()?;
+        match self.take_matching(spec, buf, false)? {
+            Some(got) => Ok(got),
+            None => self.would_block(),
+        }
+    }
+
+    /// Waits for the earliest message `spec` matches and reports its sender, tag and length
+    /// without taking it: a receive with the same `spec` then takes that message.
+    ///
+    /// # Errors
+    /// A peer error of one inbound connection, [`Error::Timeout`].
+    pub fn probe(&mut self, spec: MatchSpec) -> Result<Envelope> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            self.progress()?;
+            if let Some(got) = self.probe_now(spec, true)? {
+                return Ok(got);
+            }
+            self.idle(&mut wait, "probing for a matching message")?;
+        }
+    }
+
+    /// [`Endpoint::probe`] without waiting.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if no matching message is complete now.
+    pub fn try_probe(&mut self, spec: MatchSpec) -> Result<Envelope> {
+        self.progress()?;
+        match self.probe_now(spec, false)? {
+            Some(got) => Ok(got),
+            None => self.would_block(),
+        }
+    }
+
+    /// Posts a receive of the earliest message `spec` matches (not claimed by a receive
+    /// posted earlier) into `buf`; complete it with [`Endpoint::wait_recv`], whose
+    /// [`RecvCompletion`] gives the sender, tag and length.
+    ///
+    /// # Errors
+    /// None today; reserved.
+    pub fn post_recv_matching(&mut self, spec: MatchSpec, buf: Vec<u8>) -> Result<RecvRequest> {
+        let key = self.requests.recvs.insert(RecvState::Pending(buf));
+        if let Some((key, envelope, held)) = self.matcher.post(spec, key) {
+            self.complete_matched(key, envelope, held);
+        }
+        self.progress_matched();
+        Ok(RecvRequest { key })
+    }
+
+    /// Takes the earliest message `spec` matches: the unexpected ones first, then the
+    /// transports' next messages (queued unexpected when they do not match).
+    fn take_matching(
+        &mut self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+        wait: bool,
+    ) -> Result<Option<Envelope>> {
+        loop {
+            if let Some(&envelope) = self.matcher.probe(spec) {
+                Dest::Slice(buf).fits(envelope.len)?;
+                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
+                    buf[..payload.len()].copy_from_slice(&payload);
+                    self.requests.pool.give(payload);
+                    return Ok(Some(envelope));
+                }
+            }
+            if !self.pull(wait)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The earliest message `spec` matches, taking in what the transports have until one
+    /// matches.
+    fn probe_now(&mut self, spec: MatchSpec, wait: bool) -> Result<Option<Envelope>> {
+        loop {
+            if let Some(&envelope) = self.matcher.probe(spec) {
+                return Ok(Some(envelope));
+            }
+            if !self.pull(wait)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// A plain receive on an endpoint whose matcher is busy: the earliest message of any
+    /// source and tag, as [`Endpoint::recv_pooled`] gives it.
+    pub(super) fn take_any_pooled(&mut self, wait: bool) -> Result<Option<PooledBuf>> {
+        loop {
+            if let Some((envelope, Held::Here(payload))) = self.matcher.take(MatchSpec::ANY) {
+                let pool = self.requests.pool.clone();
+                return Ok(Some(PooledBuf::new(payload, envelope.source, pool)));
+            }
+            if !self.pull(wait)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Takes one message from the transports into a pool buffer and gives it to the
+    /// matcher (a posted receive it matches, or the unexpected queue). False when none is
+    /// there, or while plain posted receives (which take any message) are waiting.
+    fn pull(&mut self, wait: bool) -> Result<bool> {
+        if !self.requests.posted_recvs.is_empty() {
+            return Ok(false);
+        }
+        let mut payload = self.requests.pool.take(0);
+        let got = match self.poll_once(&mut Dest::Owned(&mut payload), wait) {
+            Ok(got) => got,
+            Err(e) => {
+                self.requests.pool.give(payload);
+                return Err(e);
+            }
+        };
+        let Some((len, source)) = got else {
+            self.requests.pool.give(payload);
+            return Ok(false);
+        };
+        payload.truncate(len);
+        let envelope = Envelope {
+            source,
+            tag: self.last_tag,
+            len: len as u64,
+        };
+        self.arrive(envelope, payload);
+        Ok(true)
+    }
+
+    /// A message arrives at the matcher.
+    fn arrive(&mut self, envelope: Envelope, payload: Vec<u8>) {
+        let mut payload = Some(payload);
+        let arrival = self.matcher.arrive(envelope, || {
+            payload.take().expect("the matcher fetches a payload once")
+        });
+        match arrival {
+            Arrival::Posted(key) => {
+                let payload = payload.take().expect("not fetched: it went to a receive");
+                self.complete_matched(key, envelope, Held::Here(payload));
+            }
+            // The matcher's bound is unlimited: every payload is taken in.
+            Arrival::Queued | Arrival::Announced => {}
+        }
+    }
+
+    /// Completes posted receive `key` with the message it matched (a message longer than
+    /// its buffer fails it with `BufferTooSmall` and waits, unexpected, for another).
+    fn complete_matched(&mut self, key: Key, envelope: Envelope, held: Held<Vec<u8>>) {
+        let Held::Here(payload) = held else {
+            unreachable!("the matcher's bound is unlimited: every payload is taken in")
+        };
+        let Some(RecvState::Pending(buf)) = self.requests.recvs.get_mut(key) else {
+            return;
+        };
+        let mut buf = std::mem::take(buf);
+        let state = match Dest::Slice(&mut buf).fits(envelope.len) {
+            Ok(()) => {
+                buf[..payload.len()].copy_from_slice(&payload);
+                self.requests.pool.give(payload);
+                RecvState::Done(Ok(RecvCompletion {
+                    buf,
+                    len: envelope.len as usize,
+                    src: envelope.source,
+                    tag: envelope.tag,
+                }))
+            }
+            Err(e) => {
+                self.arrive(envelope, payload);
+                RecvState::Done(Err(e))
+            }
+        };
+        self.requests.set_recv(key, state);
+    }
+
+    /// Gives the posted matching receives what the transports have now; a peer error goes
+    /// to the earliest-posted one.
+    pub(super) fn progress_matched(&mut self) {
+        while self.matcher.posted_len() > 0 {
+            match self.pull(false) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    if let Some(key) = self.matcher.pop_posted() {
+                        self.requests.set_recv(key, RecvState::Done(Err(e)));
+                    }
+                }
+            }
+        }
+    }
+}

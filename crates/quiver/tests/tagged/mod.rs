@@ -1,0 +1,234 @@
+//! The tagged part of the conformance suite: wildcards and masks, non-overtaking with many
+//! tags interleaved, posted receives matched in posting order, probe then receive, tagged
+//! large messages byte-verified, plain calls beside tagged ones.
+
+use quiver::{Addr, Error, MatchSpec, TransportKind};
+
+use super::{pattern, run};
+
+/// Tags chosen so that a mask on the high 16 bits tells two families apart.
+const FAMILY_A: u64 = 0xA000 << 48;
+const FAMILY_B: u64 = 0xB000 << 48;
+const HIGH: u64 = 0xFFFF << 48;
+
+pub(crate) fn wildcards_and_masks(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        let sent: [(u64, usize); 5] = [
+            (5, 10),
+            (FAMILY_A | 1, 20),
+            (FAMILY_B | 2, 30),
+            (FAMILY_A | 3, 40),
+            (9, 50),
+        ];
+        if rank == 0 {
+            for (i, &(tag, len)) in sent.iter().enumerate() {
+                ep.send_tagged(conn, tag, &pattern(len, i as u32)).unwrap();
+            }
+            ep.send(conn, b"plain").unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = vec![0u8; 100];
+            let check = |got: quiver::Envelope, buf: &[u8], i: usize| {
+                assert_eq!(got.source, peer);
+                assert_eq!((got.tag, got.len as usize), sent[i], "message {i}");
+                assert!(
+                    buf[..sent[i].1] == pattern(sent[i].1, i as u32)[..],
+                    "{i} differs"
+                );
+            };
+            // The last tagged one first: the others wait.
+            let got = ep.recv_matching(MatchSpec::tag(9), &mut buf).unwrap();
+            check(got, &buf, 4);
+            // A family by its mask, in the order sent.
+            let family = MatchSpec::masked(FAMILY_A, HIGH).from(peer);
+            let got = ep.recv_matching(family, &mut buf).unwrap();
+            check(got, &buf, 1);
+            let got = ep.recv_matching(family, &mut buf).unwrap();
+            check(got, &buf, 3);
+            // Nothing else of that family, nothing from another source.
+            assert!(matches!(
+                ep.try_recv_matching(family, &mut buf),
+                Err(Error::WouldBlock)
+            ));
+            let stranger = MatchSpec::ANY.from(Addr::new(7, 0));
+            assert!(matches!(
+                ep.try_recv_matching(stranger, &mut buf),
+                Err(Error::WouldBlock)
+            ));
+            // Any tag from the peer: the earliest left.
+            let got = ep
+                .recv_matching(MatchSpec::ANY.from(peer), &mut buf)
+                .unwrap();
+            check(got, &buf, 0);
+            // A plain receive takes what is left in arrival order: tagged, then plain.
+            let (n, src) = ep.recv(&mut buf).unwrap();
+            assert_eq!((n, src), (30, peer));
+            assert!(buf[..30] == pattern(30, 2)[..]);
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"plain");
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+pub(crate) fn non_overtaking_many_tags(t: TransportKind) {
+    const COUNT: u32 = 3000;
+    const TAGS: u32 = 7;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1 - rank, 0)).unwrap();
+        if rank == 0 {
+            for i in 0..COUNT {
+                let tag = u64::from(i % TAGS);
+                let msg = i.to_le_bytes();
+                if i % 3 == 0 {
+                    ep.send_tagged(conn, tag, &msg).unwrap();
+                } else {
+                    loop {
+                        match ep.try_send_tagged(conn, tag, &msg) {
+                            Ok(()) => break,
+                            Err(Error::WouldBlock) => ep.progress().unwrap(),
+                            Err(e) => panic!("try_send_tagged: {e}"),
+                        }
+                    }
+                }
+            }
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = [0u8; 4];
+            // The tags in reverse order: each one's messages in the order sent.
+            for tag in (0..TAGS).rev() {
+                let mut expect = tag;
+                while expect < COUNT {
+                    let got = ep
+                        .recv_matching(MatchSpec::tag(u64::from(tag)), &mut buf)
+                        .unwrap();
+                    assert_eq!((got.tag, got.len), (u64::from(tag), 4));
+                    assert_eq!(u32::from_le_bytes(buf), expect, "tag {tag} overtaken");
+                    expect += TAGS;
+                }
+            }
+            assert!(matches!(ep.try_recv(&mut buf), Err(Error::WouldBlock)));
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+pub(crate) fn posted_in_posting_order(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            let mut go = [0u8; 1];
+            ep.recv(&mut go).unwrap();
+            for (tag, byte) in [(3u64, b'x'), (3, b'y'), (4, b'z'), (3, b'w')] {
+                ep.send_tagged(conn, tag, &[byte]).unwrap();
+            }
+            let done = ep.post_send_tagged(conn, 8, vec![b'p'; 5000]).unwrap();
+            ep.wait_send(done).unwrap();
+            ep.recv(&mut go).unwrap();
+        } else {
+            let a = ep
+                .post_recv_matching(MatchSpec::tag(3), vec![0; 8])
+                .unwrap();
+            let b = ep.post_recv_matching(MatchSpec::ANY, vec![0; 8]).unwrap();
+            let c = ep
+                .post_recv_matching(MatchSpec::tag(3), vec![0; 8])
+                .unwrap();
+            let d = ep.post_recv(vec![0; 8]).unwrap();
+            let e = ep
+                .post_recv_matching(MatchSpec::tag(8).from(peer), vec![0; 5000])
+                .unwrap();
+            ep.send(conn, &[1]).unwrap();
+            let got = |r: quiver::RecvCompletion| (r.tag, r.src, r.buf[..r.len].to_vec());
+            // x: the earliest receive of tag 3; y: the earliest of any; z (tag 4): the
+            // first receive left that takes it, the plain one; w: the second of tag 3.
+            assert_eq!(got(ep.wait_recv(a).unwrap()), (3, peer, b"x".to_vec()));
+            assert_eq!(got(ep.wait_recv(b).unwrap()), (3, peer, b"y".to_vec()));
+            assert_eq!(got(ep.wait_recv(c).unwrap()), (3, peer, b"w".to_vec()));
+            assert_eq!(got(ep.wait_recv(d).unwrap()), (4, peer, b"z".to_vec()));
+            assert_eq!(got(ep.wait_recv(e).unwrap()), (8, peer, vec![b'p'; 5000]));
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+pub(crate) fn probe_then_receive(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            ep.send_tagged(conn, 1, &pattern(100, 1)).unwrap();
+            ep.send_tagged(conn, 11, &pattern(5000, 11)).unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            assert!(matches!(
+                ep.try_probe(MatchSpec::tag(12)),
+                Err(Error::WouldBlock)
+            ));
+            let seen = ep.probe(MatchSpec::tag(11)).unwrap();
+            assert_eq!((seen.source, seen.tag, seen.len), (peer, 11, 5000));
+            // The probe left it in place; it sizes the buffer.
+            let again = ep.try_probe(MatchSpec::ANY).unwrap();
+            assert_eq!((again.tag, again.len), (1, 100));
+            let mut buf = vec![0u8; seen.len as usize];
+            let mut short = [0u8; 10];
+            assert!(matches!(
+                ep.recv_matching(MatchSpec::tag(11), &mut short),
+                Err(Error::BufferTooSmall {
+                    message: 5000,
+                    buffer: 10
+                })
+            ));
+            let got = ep.recv_matching(MatchSpec::tag(11), &mut buf).unwrap();
+            assert_eq!(got, seen);
+            assert!(buf == pattern(5000, 11));
+            let pooled = ep.recv_pooled().unwrap();
+            assert!(pooled[..] == pattern(100, 1)[..]);
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+pub(crate) fn large_tagged_behind_unmatched(t: TransportKind) {
+    const LARGE: usize = (3 << 20) + 5;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            for i in 0..20 {
+                ep.send_tagged(conn, 1, &pattern(1000, i)).unwrap();
+            }
+            ep.send_tagged(conn, 2, &pattern(LARGE, 99)).unwrap();
+            ep.send_tagged(conn, 1, &pattern(LARGE, 100)).unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = vec![0u8; LARGE];
+            let got = ep.recv_matching(MatchSpec::tag(2), &mut buf).unwrap();
+            assert_eq!((got.source, got.tag, got.len), (peer, 2, LARGE as u64));
+            assert!(buf == pattern(LARGE, 99), "the large message differs");
+            for i in 0..20 {
+                let got = ep.recv_matching(MatchSpec::tag(1), &mut buf).unwrap();
+                assert_eq!(got.len, 1000);
+                assert!(buf[..1000] == pattern(1000, i)[..], "message {i} differs");
+            }
+            let got = ep.recv_matching(MatchSpec::tag(1), &mut buf).unwrap();
+            assert_eq!(got.len, LARGE as u64);
+            assert!(
+                buf == pattern(LARGE, 100),
+                "the second large message differs"
+            );
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
