@@ -10,8 +10,11 @@
 //! +-------+-------+-------+-------+---------------+-------------------------------+
 //! ```
 //!
-//! `kind` is [`StreamKind`]: a message (`length` payload bytes follow) or a graceful close
-//! (`length` is 0, nothing follows; the sender sends nothing after it). Integers are
+//! `kind` is [`StreamKind`]: a message (`length` payload bytes follow), a graceful close
+//! (`length` is 0, nothing follows; the sender sends nothing after it), or a tag (`length`
+//! is the tag of the messages that follow, until the next tag frame; nothing follows; a
+//! stream without one carries tag 0, and a sender writes one only before a message whose
+//! tag differs from the last one it announced). Integers are
 //! little-endian. A header that fails any check means the peer does not speak this
 //! protocol: the connection is closed with an error.
 //!
@@ -59,6 +62,8 @@ pub enum StreamKind {
     Message,
     /// The sender closes the connection gracefully.
     Close,
+    /// The messages that follow carry the tag in `length`.
+    Tag,
 }
 
 impl StreamKind {
@@ -67,6 +72,7 @@ impl StreamKind {
         match self {
             StreamKind::Message => 1,
             StreamKind::Close => 2,
+            StreamKind::Tag => 3,
         }
     }
 
@@ -75,6 +81,7 @@ impl StreamKind {
         match code {
             1 => Some(StreamKind::Message),
             2 => Some(StreamKind::Close),
+            3 => Some(StreamKind::Tag),
             _ => None,
         }
     }
@@ -85,7 +92,8 @@ impl StreamKind {
 pub struct StreamHeader {
     /// What follows.
     pub kind: StreamKind,
-    /// Payload bytes that follow (0 for [`StreamKind::Close`]).
+    /// Payload bytes that follow (0 for [`StreamKind::Close`]); the tag for
+    /// [`StreamKind::Tag`] (no payload follows).
     pub length: u64,
 }
 
@@ -103,6 +111,14 @@ impl StreamHeader {
         StreamHeader {
             kind: StreamKind::Close,
             length: 0,
+        }
+    }
+
+    /// A tag header: the messages that follow carry `tag`.
+    pub const fn tag(tag: u64) -> Self {
+        StreamHeader {
+            kind: StreamKind::Tag,
+            length: tag,
         }
     }
 
@@ -167,6 +183,10 @@ mod tests {
             StreamHeader::close().emit(),
             [b'Q', b'S', 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         );
+        assert_eq!(
+            StreamHeader::tag(u64::MAX - 1).emit(),
+            [b'Q', b'S', 1, 3, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
+        );
     }
 
     #[test]
@@ -201,6 +221,8 @@ mod tests {
         fn round_trip(length in any::<u64>()) {
             let h = StreamHeader::message(length);
             prop_assert_eq!(StreamHeader::parse(&h.emit()), Ok(h));
+            let t = StreamHeader::tag(length);
+            prop_assert_eq!(StreamHeader::parse(&t.emit()), Ok(t));
         }
 
         #[test]

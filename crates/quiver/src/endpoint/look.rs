@@ -139,6 +139,7 @@ impl Endpoint {
             InEdge::Tcp(tcp) if self.local.dgram.is_none() => {
                 let peer = tcp.net.peer;
                 let looked = tcp.look_lone(buf)?;
+                self.last_tag = tcp.reader.delivered_tag;
                 if looked.is_err() && tcp.net.reverse {
                     // Our connection to the peer ended: a new one from the peer is no
                     // crossing.

@@ -205,13 +205,14 @@ impl OutEdge {
     pub(crate) fn set_tag(&mut self, tag: u64) -> Result<()> {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) if tag != 0 => {
+            OutEdge::Tcp(e) => e.set_tag(tag),
+            OutEdge::Dgram(_) if tag != 0 => {
                 return Err(Error::InvalidArgument(format!(
                     "tagged messages are not carried over {} yet",
                     self.kind().map_or("this transport", TransportKind::name)
                 )))
             }
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {}
+            OutEdge::Dgram(_) | OutEdge::Busy => {}
         }
         Ok(())
     }
@@ -436,7 +437,8 @@ impl InEdge {
     pub(crate) fn tag(&self) -> u64 {
         match self {
             InEdge::Shm(e) => e.tag,
-            InEdge::Tcp(_) | InEdge::Dgram(_) => 0,
+            InEdge::Tcp(e) => e.reader.delivered_tag,
+            InEdge::Dgram(_) => 0,
         }
     }
 

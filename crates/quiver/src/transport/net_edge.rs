@@ -32,6 +32,8 @@ use crate::transport::requests::Requests;
 pub(crate) struct NetQueued {
     /// The posted request, or None for internal leftovers.
     pub(crate) key: Option<Key>,
+    /// The message's tag.
+    pub(crate) tag: u64,
     pub(crate) data: Vec<u8>,
     /// Bytes taken by the transport so far (tcp: header included).
     pub(crate) written: usize,
@@ -94,8 +96,7 @@ impl NetOut {
     pub(crate) fn queue_rest(
         &mut self,
         data: &[u8],
-        written: usize,
-        started: bool,
+        (written, started, tag): (usize, bool, u64),
         requests: &mut Requests,
     ) {
         let mut copy = requests.pool.take(data.len());
@@ -104,6 +105,7 @@ impl NetOut {
         requests.pending_sends += 1;
         self.queue.push_back(NetQueued {
             key: None,
+            tag,
             data: copy,
             written,
             started,

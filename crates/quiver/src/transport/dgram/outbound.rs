@@ -162,7 +162,8 @@ impl DgramOut {
             Ok(false) if written == 0 && !started => Err(Error::WouldBlock),
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
-                self.net.queue_rest(data, written, started, cx.requests);
+                self.net
+                    .queue_rest(data, (written, started, 0), cx.requests);
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -185,6 +186,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
+            tag: 0,
             data,
             written: 0,
             started: false,

@@ -108,15 +108,17 @@ impl TcpIn {
         };
         loop {
             // Whole messages read ahead come first.
-            if let Some(front) = tcp.ready.front() {
+            if let Some((_, front)) = tcp.ready.front() {
                 dest.fits(front.len() as u64)?;
-                let msg = tcp.ready.pop_front().expect("looked at just above");
+                let (tag, msg) = tcp.ready.pop_front().expect("looked at just above");
                 tcp.held_bytes -= msg.len();
+                tcp.delivered_tag = tag;
                 return deliver_held(dest, msg, &requests.pool).map(Some);
             }
             // Then the large message in progress.
             if let Some(p) = &mut tcp.partial {
                 let len = p.len;
+                tcp.delivered_tag = p.tag;
                 match &mut p.into {
                     // Its posted receive gets it (progress reads it).
                     PartialInto::Posted(..) => return Ok(None),
@@ -158,6 +160,7 @@ impl TcpIn {
                         }
                         let Some(Partial {
                             filled,
+                            tag,
                             into: PartialInto::Held(held),
                             ..
                         }) = tcp.partial.take()
@@ -176,7 +179,12 @@ impl TcpIn {
                             };
                         tcp.held_bytes -= len;
                         requests.pool.give(held);
-                        tcp.partial = Some(Partial { len, filled, into });
+                        tcp.partial = Some(Partial {
+                            len,
+                            filled,
+                            tag,
+                            into,
+                        });
                         continue;
                     }
                 }
@@ -193,6 +201,11 @@ impl TcpIn {
                     net.state = InboundState::Done;
                     return Ok(None);
                 }
+                if header.kind == StreamKind::Tag {
+                    tcp.start += HEADER_LEN;
+                    tcp.tag = header.length;
+                    continue;
+                }
                 let len = header.length;
                 // Before anything is sized by it (the edge ends with the error).
                 Error::check_announced(peer, "tcp", len, config.max_message_bytes)?;
@@ -202,6 +215,7 @@ impl TcpIn {
                     let from = tcp.start + HEADER_LEN;
                     dst.copy_from_slice(&tcp.buf[from..from + len as usize]);
                     tcp.start += whole as usize;
+                    tcp.delivered_tag = tcp.tag;
                     return Ok(Some(len as usize));
                 }
                 if whole > tcp.buf.len() as u64 {
@@ -236,6 +250,7 @@ impl TcpIn {
                     tcp.partial = Some(Partial {
                         len: len as usize,
                         filled: staged,
+                        tag: tcp.tag,
                         into,
                     });
                     continue;
@@ -282,6 +297,11 @@ impl TcpIn {
             if avail >= HEADER_LEN {
                 let header =
                     StreamHeader::parse(&tcp.buf[tcp.start..tcp.start + HEADER_LEN]).ok()?;
+                if header.kind == StreamKind::Tag {
+                    tcp.start += HEADER_LEN;
+                    tcp.tag = header.length;
+                    continue;
+                }
                 let len = header.length;
                 let whole = HEADER_LEN as u64 + len;
                 if header.kind == StreamKind::Close
@@ -295,6 +315,7 @@ impl TcpIn {
                     let from = tcp.start + HEADER_LEN;
                     buf[..len].copy_from_slice(&tcp.buf[from..from + len]);
                     tcp.start = from + len;
+                    tcp.delivered_tag = tcp.tag;
                     return Some(Ok(Some(len)));
                 }
             }
@@ -343,14 +364,16 @@ impl TcpIn {
                     len,
                     filled,
                     into: PartialInto::Held(held),
+                    ..
                 }) => match read_held(&mut tcp.stream, held, *len, filled) {
                     Ok(true) => {
                         if let Some(Partial {
+                            tag,
                             into: PartialInto::Held(msg),
                             ..
                         }) = tcp.partial.take()
                         {
-                            tcp.ready.push_back(msg);
+                            tcp.ready.push_back((tag, msg));
                         }
                         continue;
                     }
@@ -369,6 +392,11 @@ impl TcpIn {
                 };
                 if header.kind == StreamKind::Close {
                     break None;
+                }
+                if header.kind == StreamKind::Tag {
+                    tcp.start += HEADER_LEN;
+                    tcp.tag = header.length;
+                    continue;
                 }
                 let len = header.length;
                 let whole = HEADER_LEN as u64 + len;
@@ -398,12 +426,13 @@ impl TcpIn {
                         tcp.partial = Some(Partial {
                             len: len as usize,
                             filled: staged,
+                            tag: tcp.tag,
                             into: PartialInto::Held(msg),
                         });
                     } else {
                         msg.copy_from_slice(&tcp.buf[from..from + len as usize]);
                         tcp.start += whole as usize;
-                        tcp.ready.push_back(msg);
+                        tcp.ready.push_back((tcp.tag, msg));
                     }
                     continue;
                 }
@@ -432,6 +461,7 @@ impl TcpIn {
             len,
             filled,
             into: PartialInto::Posted(key, buf),
+            ..
         }) = &mut self.reader.partial
         else {
             return None;
@@ -441,6 +471,7 @@ impl TcpIn {
             Ok(true) => {
                 let Some(Partial {
                     len,
+                    tag,
                     into: PartialInto::Posted(_, buf),
                     ..
                 }) = self.reader.partial.take()
@@ -451,7 +482,7 @@ impl TcpIn {
                     buf,
                     len,
                     src: peer,
-                    tag: 0,
+                    tag,
                 })
             }
             Ok(false) if self.net.state == InboundState::Open => return None,

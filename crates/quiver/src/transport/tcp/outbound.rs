@@ -31,6 +31,14 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// The tag of the sends made now ([`TcpOut::set_tag`]; 0 outside a tagged send).
+    tag: u64,
+    /// The tag the receiver applies to the next message: the last tag frame's.
+    wire_tag: u64,
+    /// A tag frame not yet wholly written: its bytes from `HEADER_LEN - tag_left` on go
+    /// before any byte of the next message.
+    tag_frame: [u8; HEADER_LEN],
+    tag_left: usize,
 }
 
 impl TcpOut {
@@ -41,12 +49,67 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            tag: 0,
+            wire_tag: 0,
+            tag_frame: [0; HEADER_LEN],
+            tag_left: 0,
+        }
+    }
+
+    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
+    /// and back to 0 after it).
+    #[inline]
+    pub(crate) fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
+    }
+
+    /// Whether a message with `tag` may start now: true once the tag frame it needs (if
+    /// its tag differs from the last one announced) is wholly written.
+    #[inline]
+    fn tag_ready(&mut self, tag: u64) -> std::io::Result<bool> {
+        if self.tag_left == 0 && tag == self.wire_tag {
+            return Ok(true);
+        }
+        self.write_tag_frame(tag)
+    }
+
+    /// [`TcpOut::tag_ready`] with a tag frame to write.
+    #[cold]
+    #[inline(never)]
+    fn write_tag_frame(&mut self, tag: u64) -> std::io::Result<bool> {
+        loop {
+            if self.tag_left > 0 {
+                match self
+                    .stream
+                    .write(&self.tag_frame[HEADER_LEN - self.tag_left..])
+                {
+                    Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                    Ok(n) => self.tag_left -= n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            if tag == self.wire_tag {
+                return Ok(true);
+            }
+            self.tag_frame = StreamHeader::tag(tag).emit();
+            self.tag_left = HEADER_LEN;
+            self.wire_tag = tag;
         }
     }
 
     /// Writes what the socket takes of `data`'s frame from `written` on; true when all of
     /// it is written.
     fn write(&mut self, data: &[u8], written: &mut usize) -> std::result::Result<bool, Failure> {
+        if *written == 0
+            && !self
+                .tag_ready(self.tag)
+                .map_err(|e| io_failure(TransportKind::Tcp, &e))?
+        {
+            return Ok(false);
+        }
         let header = StreamHeader::message(data.len() as u64).emit();
         tcp_write(&mut self.stream, &header, data, written)
             .map_err(|e| io_failure(TransportKind::Tcp, &e))
@@ -111,7 +174,8 @@ impl TcpOut {
             Ok(false) if written == 0 => Err(Error::WouldBlock),
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
-                self.net.queue_rest(data, written, false, cx.requests);
+                self.net
+                    .queue_rest(data, (written, false, self.tag), cx.requests);
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -123,6 +187,7 @@ impl TcpOut {
         let key = cx.requests.sends.insert(SendState::Pending);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
+            tag: self.tag,
             data,
             written: 0,
             started: false,
@@ -138,6 +203,19 @@ impl TcpOut {
     pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
         self.net.check("while sending")?;
         loop {
+            let Some(q) = self.net.queue.front() else {
+                return Ok(());
+            };
+            if q.written == 0 {
+                match self.tag_ready(q.tag) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(e) => {
+                        let failure = io_failure(TransportKind::Tcp, &e);
+                        return Err(self.fail(failure, "while sending", cx));
+                    }
+                }
+            }
             let Some(q) = self.net.queue.front_mut() else {
                 return Ok(());
             };
@@ -237,17 +315,27 @@ impl TcpOut {
         if self.net.failure.is_some() {
             return;
         }
-        let stream = &mut self.stream;
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-        for q in self.net.queue.drain(..) {
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self
+            .stream
+            .set_write_timeout(Some(Duration::from_millis(100)));
+        let queue = std::mem::take(&mut self.net.queue);
+        for q in queue {
+            if q.written == 0 && !matches!(self.tag_ready(q.tag), Ok(true)) {
+                break;
+            }
+            let stream = &mut self.stream;
             let header = StreamHeader::message(q.data.len() as u64).emit();
             let mut written = q.written;
             if !matches!(tcp_write(stream, &header, &q.data, &mut written), Ok(true)) {
                 break;
             }
         }
-        let _ = stream.write_all(&StreamHeader::close().emit());
-        let _ = stream.shutdown(std::net::Shutdown::Write);
+        // A tag frame begun goes out whole before the close header.
+        if self.tag_left > 0 && !matches!(self.tag_ready(self.wire_tag), Ok(true)) {
+            return;
+        }
+        let _ = self.stream.write_all(&StreamHeader::close().emit());
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
     }
 }

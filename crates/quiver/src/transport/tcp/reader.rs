@@ -25,8 +25,9 @@ pub(crate) struct TcpReader {
     pub(crate) buf: Box<[u8]>,
     pub(crate) start: usize,
     pub(crate) end: usize,
-    /// Whole messages read ahead of any receive (while this endpoint waited for a send).
-    pub(crate) ready: VecDeque<Vec<u8>>,
+    /// Whole messages read ahead of any receive (while this endpoint waited for a send),
+    /// with their tags.
+    pub(crate) ready: VecDeque<(u64, Vec<u8>)>,
     /// The large message being read, once it has started.
     pub(crate) partial: Option<Partial>,
     /// Bytes of `ready` plus a `Held` partial's length: internal copies, bounded by
@@ -36,6 +37,11 @@ pub(crate) struct TcpReader {
     pub(crate) stalled: bool,
     /// Some bytes arrived (a reverse edge becomes active).
     pub(crate) received_any: bool,
+    /// The tag of the messages read from the stream now: the last tag frame's (0 before
+    /// any).
+    pub(crate) tag: u64,
+    /// The tag of the message delivered last.
+    pub(crate) delivered_tag: u64,
 }
 
 /// A large tcp message (more than the staging buffer) being read over several calls.
@@ -45,6 +51,8 @@ pub(crate) struct Partial {
     pub(crate) len: usize,
     /// Payload bytes received so far.
     pub(crate) filled: usize,
+    /// The message's tag.
+    pub(crate) tag: u64,
     pub(crate) into: PartialInto,
 }
 
@@ -198,6 +206,8 @@ impl TcpReader {
             held_bytes: 0,
             stalled: false,
             received_any: false,
+            tag: 0,
+            delivered_tag: 0,
         }
     }
 
