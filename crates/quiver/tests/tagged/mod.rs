@@ -232,3 +232,32 @@ pub(crate) fn large_tagged_behind_unmatched(t: TransportKind) {
         }
     });
 }
+
+/// Over a transport that carries no tags, a tagged send is refused (typed, nothing sent)
+/// and the connection keeps working: tag 0 and plain receives by tag 0 still go.
+pub(crate) fn tagged_send_refused(t: TransportKind) {
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            assert!(matches!(
+                ep.send_tagged(conn, 5, b"tagged"),
+                Err(Error::InvalidArgument(_))
+            ));
+            ep.send_tagged(conn, 0, b"zero").unwrap();
+            ep.send(conn, b"plain").unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = [0u8; 16];
+            let got = ep
+                .recv_matching(MatchSpec::tag(0).from(peer), &mut buf)
+                .unwrap();
+            assert_eq!(&buf[..got.len as usize], b"zero");
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"plain");
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
