@@ -1081,6 +1081,35 @@ mod tests {
         Some((rec.kind, rec.total_len, v))
     }
 
+    /// A `Tag` record goes before a message start only when the tag changes and carries
+    /// the tag whole; `Cont` fragments never get one.
+    #[test]
+    fn tag_records_only_where_the_tag_changes() {
+        let (mut p, mut c) = pair(4096);
+        p.set_tag(u64::MAX - 3);
+        assert_eq!(p.tag_records_needed(), 1);
+        assert!(p.try_write(Kind::Msg, 10, &[1; 5]).unwrap());
+        assert!(p.try_write(Kind::Cont, 10, &[2; 5]).unwrap());
+        assert_eq!(p.tag_records_needed(), 0);
+        assert!(p.try_write(Kind::Msg, 1, &[3]).unwrap());
+        p.set_tag(0);
+        assert!(p.try_write(Kind::Msg, 1, &[4]).unwrap());
+        let rec = c.peek().unwrap().unwrap();
+        assert_eq!(
+            (rec.kind, rec.frag_len, c.tag_of(&rec)),
+            (Kind::Tag, 8, u64::MAX - 3)
+        );
+        c.consume(&rec);
+        assert_eq!(take(&mut c).unwrap().0, Kind::Msg);
+        assert_eq!(take(&mut c).unwrap().0, Kind::Cont);
+        assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 1, vec![3]));
+        let rec = c.peek().unwrap().unwrap();
+        assert_eq!((rec.kind, c.tag_of(&rec)), (Kind::Tag, 0));
+        c.consume(&rec);
+        assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 1, vec![4]));
+        assert!(c.peek().unwrap().is_none());
+    }
+
     #[test]
     fn round_trip_and_wrap() {
         let (mut p, mut c) = pair(4096);
