@@ -129,6 +129,12 @@ pub struct BenchOptions {
     #[arg(long)]
     pub progress: bool,
 
+    /// pingpong also measures a tagged receive (a receive naming the source and the tag,
+    /// after a tagged send) beside the plain one, interleaved: each size plain, then
+    /// tagged (records labelled `untagged` and `tagged`). Over shm and tcp.
+    #[arg(long)]
+    pub tagged: bool,
+
     /// Internal: default iteration counts scaled to this percentage.
     #[arg(long, hide = true, default_value_t = 100)]
     pub effort: u64,
@@ -214,6 +220,7 @@ impl BenchOptions {
             settings: parse_settings(&self.settings)?,
             effort_percent: self.effort,
             blocks_per_point: 1,
+            tagged: self.tagged,
         };
         if plan.tests.contains(&TestName::Bw) || plan.tests.contains(&TestName::Bibw) {
             check_window_bytes(&plan)?;

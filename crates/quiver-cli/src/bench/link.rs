@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use quiver::{
-    Addr, Connection, Context, DetectionStats, Endpoint, Error, RecvRequest, SendRequest,
+    Addr, Connection, Context, DetectionStats, Endpoint, Error, MatchSpec, RecvRequest, SendRequest,
 };
 
 use super::generic::BenchLink;
@@ -51,6 +51,8 @@ use super::stats;
 const BENCH_PORT: u16 = 0;
 /// Size of the acknowledgement and synchronisation messages, in bytes.
 pub const ACK_BYTES: usize = 1;
+/// The tag of a tagged pingpong's messages.
+pub const PINGPONG_TAG: u64 = 0x5147_0000_0000_0001;
 /// Size of the message carrying rank 1's detection cost: the four counters of
 /// [`DetectionStats`], u64 each.
 const DETECTION_BYTES: usize = 32;
@@ -69,6 +71,8 @@ pub struct Link {
     exchange_receives: Vec<Vec<u8>>,
     send_requests: Vec<SendRequest>,
     receive_requests: Vec<RecvRequest>,
+    /// pingpong sends tagged messages and receives naming the source and the tag.
+    tagged: bool,
 }
 
 /// Buffers reused by every test, sized once for the largest message.
@@ -117,6 +121,7 @@ impl Link {
             exchange_receives: Vec::new(),
             send_requests: Vec::new(),
             receive_requests: Vec::new(),
+            tagged: false,
         };
         link.synchronise()
             .map_err(|error| format!("first exchange with rank {}{over}: {error}", peer.rank))?;
@@ -126,6 +131,12 @@ impl Link {
     /// This rank's number (0 drives and reports, 1 answers).
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// Makes pingpong send tagged messages ([`PINGPONG_TAG`]) and receive them by source
+    /// and tag (`--tagged`), or plain ones again.
+    pub fn set_tagged(&mut self, tagged: bool) {
+        self.tagged = tagged;
     }
 
     /// The transport the connection runs over.
@@ -190,29 +201,29 @@ impl Link {
         let message = &send[..length];
         if self.rank != 0 {
             for _ in 0..warmup {
-                self.receive_exact(receive, length)?;
-                self.send(message)?;
+                self.ping_receive(receive, length)?;
+                self.ping_send(message)?;
             }
             let before = self.endpoint.detection_stats();
             for _ in 0..iters {
-                self.receive_exact(receive, length)?;
-                self.send(message)?;
+                self.ping_receive(receive, length)?;
+                self.ping_send(message)?;
             }
             let own = self.endpoint.detection_stats().since(&before);
             self.total_detection(own)?;
             return Ok(None);
         }
         for _ in 0..warmup {
-            self.send(message)?;
-            self.receive_exact(receive, length)?;
+            self.ping_send(message)?;
+            self.ping_receive(receive, length)?;
         }
         stamps.clear();
         stamps.reserve(iters as usize + 1);
         let before = self.endpoint.detection_stats();
         stamps.push(Instant::now());
         for _ in 0..iters {
-            self.send(message)?;
-            self.receive_exact(receive, length)?;
+            self.ping_send(message)?;
+            self.ping_receive(receive, length)?;
             stamps.push(Instant::now());
         }
         let own = self.endpoint.detection_stats().since(&before);
@@ -437,6 +448,36 @@ impl Link {
     /// A quiver error.
     pub fn send(&mut self, message: &[u8]) -> StepResult<()> {
         Ok(self.endpoint.send(self.connection, message)?)
+    }
+
+    /// pingpong's send: plain, or tagged with [`PINGPONG_TAG`].
+    #[inline]
+    fn ping_send(&mut self, message: &[u8]) -> StepResult<()> {
+        if self.tagged {
+            return Ok(self
+                .endpoint
+                .send_tagged(self.connection, PINGPONG_TAG, message)?);
+        }
+        self.send(message)
+    }
+
+    /// pingpong's receive: plain, or one naming the peer and [`PINGPONG_TAG`].
+    #[inline]
+    fn ping_receive(&mut self, buffer: &mut [u8], length: usize) -> StepResult<()> {
+        if !self.tagged {
+            return self.receive_exact(buffer, length);
+        }
+        let peer = self.connection.peer();
+        let spec = MatchSpec::tag(PINGPONG_TAG).from(peer);
+        let got = self.endpoint.recv_matching(spec, buffer)?;
+        if got.len as usize == length {
+            return Ok(());
+        }
+        Err(StepError::UnexpectedLength {
+            expected: length,
+            received: got.len as usize,
+            source: got.source,
+        })
     }
 
     /// Receives one message and checks it is `length` bytes long.

@@ -208,6 +208,8 @@ pub struct Plan {
     /// launch (1 unless a paired run of the lab splits each point into blocks of two
     /// sides); the default iterations of a point are shared among its blocks.
     pub blocks_per_point: u32,
+    /// pingpong measures each point twice, plain then tagged (`--tagged`).
+    pub tagged: bool,
 }
 
 /// One launch of the two ranks: the command line that makes this executable a rank, what
@@ -304,6 +306,7 @@ impl Plan {
         let blocks = self.blocks_per_point.max(1) as usize;
         self.rank_tests()
             .map(|test| match test {
+                TestName::Pingpong if self.tagged => 2 * blocks * self.sizes.len(),
                 TestName::Pingpong | TestName::Bw => blocks * self.sizes.len(),
                 TestName::Rate => blocks,
                 TestName::Bibw => self.sizes.len(),
@@ -339,6 +342,9 @@ impl Plan {
         if self.effort_percent != 100 {
             args.push("--effort".to_string());
             args.push(self.effort_percent.to_string());
+        }
+        if self.tagged {
+            args.push("--tagged".to_string());
         }
         for (name, value) in &self.settings {
             args.push("--set".to_string());
@@ -397,6 +403,7 @@ mod tests {
             settings: Vec::new(),
             effort_percent: 100,
             blocks_per_point: 1,
+            tagged: false,
         }
     }
 
@@ -449,6 +456,21 @@ mod tests {
         let floor_only = super::tests::plan(vec![TestName::Floor], None);
         assert!(!floor_only.needs_ranks());
         assert_eq!(floor_only.rank_record_count(), 0);
+    }
+
+    #[test]
+    fn tagged_pingpong_doubles_its_points_and_reaches_the_ranks() {
+        let plain = plan(vec![TestName::Pingpong, TestName::Rate], None);
+        let tagged = Plan {
+            tagged: true,
+            ..plain.clone()
+        };
+        assert_eq!(
+            tagged.rank_record_count(),
+            plain.rank_record_count() + plain.sizes.len()
+        );
+        assert!(tagged.worker_args().contains(&"--tagged".to_string()));
+        assert!(!plain.worker_args().contains(&"--tagged".to_string()));
     }
 
     #[test]

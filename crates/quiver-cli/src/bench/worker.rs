@@ -56,6 +56,18 @@ pub fn run_quiver_tests(plan: &Plan, link: &mut Link, buffers: &mut Buffers) -> 
                             .map_err(|error| {
                                 format!("{} over {}: {error}", point.name(), plan.transport)
                             })?;
+                    if plan.tagged && test == TestName::Pingpong {
+                        // The same point again with tagged messages, right after.
+                        emit(&mut output, labelled(record, "untagged"))?;
+                        link.set_tagged(true);
+                        let tagged = point.over_quiver(link, buffers, plan.window);
+                        link.set_tagged(false);
+                        let tagged = tagged.map_err(|error| {
+                            format!("tagged {} over {}: {error}", point.name(), plan.transport)
+                        })?;
+                        emit(&mut output, labelled(tagged, "tagged"))?;
+                        continue;
+                    }
                     emit(&mut output, record)?;
                 }
             }
@@ -68,6 +80,16 @@ pub fn run_quiver_tests(plan: &Plan, link: &mut Link, buffers: &mut Buffers) -> 
         }
     }
     Ok(())
+}
+
+/// A pingpong record labelled with its variant (`--tagged` runs).
+fn labelled(record: Option<Record>, variant: &str) -> Option<Record> {
+    record.map(|mut record| {
+        if let Record::Pingpong(point) = &mut record {
+            point.labels.variant = Some(variant.to_string());
+        }
+        record
+    })
 }
 
 /// One bibw point over quiver's connection, with what failure detection cost both ranks

@@ -10,7 +10,7 @@
 
 use super::matching::{Arrival, Envelope, Held, MatchSpec, Matcher};
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pool::PooledBuf;
 use crate::slab::Key;
 use crate::transport::dest::Dest;
@@ -86,7 +86,9 @@ impl Endpoint {
             if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
-            self.idle(&mut wait, "waiting for a matching message")?;
+            if let Err(e) = self.idle(&mut wait, "waiting for a matching message") {
+                return Err(self.uncommit(buf, e));
+            }
         }
     }
 
@@ -154,6 +156,31 @@ impl Endpoint {
         wait: bool,
     ) -> Result<Option<Envelope>> {
         loop {
+            if self.matcher.is_idle() && self.requests.posted_recvs.is_empty() {
+                // Nothing waits: the next message goes straight into `buf` (no copy when
+                // it matches, the common case); one that does not is copied out to wait.
+                match self.poll_once(&mut Dest::Slice(buf), wait) {
+                    Ok(Some((len, source))) => {
+                        let envelope = Envelope {
+                            source,
+                            tag: self.last_tag,
+                            len: len as u64,
+                        };
+                        if spec.matches(source, envelope.tag) {
+                            return Ok(Some(envelope));
+                        }
+                        let mut payload = self.requests.pool.take(len);
+                        payload.copy_from_slice(&buf[..len]);
+                        self.arrive(envelope, payload);
+                        continue;
+                    }
+                    Ok(None) => return Ok(None),
+                    // Too long for `buf`: taken into a pool buffer below.
+                    Err(Error::BufferTooSmall { .. }) => {}
+                    // A large tcp message begun into `buf` stays whole for a later receive.
+                    Err(e) => return Err(self.uncommit(buf, e)),
+                }
+            }
             if let Some(&envelope) = self.matcher.probe(spec) {
                 Dest::Slice(buf).fits(envelope.len)?;
                 if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
