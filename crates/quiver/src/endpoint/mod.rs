@@ -120,7 +120,9 @@ pub struct Endpoint {
     /// straight into its buffer (only ever set inside `recv`; see `TcpIn::take`).
     committed: Option<usize>,
     /// Posted matching receives and the messages no receive wanted yet (`tagged.rs`).
-    matcher: tagged::EndpointMatcher,
+    /// Receives by request key; unexpected payloads in pool buffers of exactly their
+    /// length.
+    matcher: matching::Matcher<Key, Vec<u8>>,
     /// The tag of the message the last look delivered.
     last_tag: u64,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a

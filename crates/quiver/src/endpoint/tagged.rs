@@ -5,10 +5,10 @@
 //!
 //! A message nobody wants yet waits in the endpoint's matcher (unexpected), in a buffer of
 //! the pool; while the matcher holds nothing and has no receive posted, every plain call
-//! takes today's path (one test, [`Matcher::is_idle`]), and a tagged call takes the next
+//! takes today's path (one test, `Matcher::is_idle`), and a tagged call takes the next
 //! message straight from the transports.
 
-use super::matching::{Arrival, Envelope, Held, MatchSpec, Matcher};
+use super::matching::{Arrival, Envelope, Held, MatchSpec};
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
 use crate::error::{Error, Result};
 use crate::pool::PooledBuf;
@@ -16,10 +16,6 @@ use crate::slab::Key;
 use crate::transport::dest::Dest;
 use crate::transport::requests::{RecvCompletion, RecvState};
 use crate::transport::wait::Wait;
-
-/// The matcher of an endpoint: posted receives by request key, unexpected payloads in
-/// pool buffers (exactly their length).
-pub(super) type EndpointMatcher = Matcher<Key, Vec<u8>>;
 
 impl Endpoint {
     /// Sends `data` as one message with `tag`, blocking as [`Endpoint::send`] does. A plain

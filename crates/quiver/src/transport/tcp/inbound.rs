@@ -343,6 +343,9 @@ impl TcpIn {
     /// `max_held` (`held_total`: what the endpoint's tcp edges hold so far, this one's
     /// included; updated). `readable`: the stream had something at the endpoint's poll.
     /// Stops (marking the edge `stalled`) where the bound stops it.
+    // Long function: one loop over the stream's states (a held large message, a staged
+    // header or tag frame, the socket), as in `take`; split, each piece would need the
+    // whole borrow set of the reader and the budget.
     pub(crate) fn read_ahead(
         &mut self,
         readable: bool,
