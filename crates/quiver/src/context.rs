@@ -3,10 +3,12 @@
 //! transports' listeners ([`crate::transport`]), and opens endpoints.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use quiver_transport::notify::{Doorbell, RemoteDoorbell};
+use quiver_transport::readiness::Readiness;
 use quiver_transport::sys;
 use quiver_wire::rma::Rights;
 
@@ -359,6 +361,10 @@ impl Context {
         let (own_memfd, own_eventfd) = clone()?;
         let own_bell = RemoteDoorbell::attach(&own_memfd, own_eventfd)
             .map_err(|e| Error::io("mapping the endpoint's doorbell", e))?;
+        let mut fixed = vec![doorbell.as_raw_fd()];
+        fixed.extend(self.local.dgram.as_ref().map(|engine| engine.raw_fd()));
+        let ready = Readiness::new(&fixed)
+            .map_err(|e| Error::io("creating the endpoint's descriptor (an epoll set)", e))?;
         let inbox = Arc::new(Inbox::new(bell_memfd, bell_eventfd, own_bell));
         if !self.local.registry.register(port, inbox.clone()) {
             return Err(Error::InvalidArgument(format!(
@@ -372,6 +378,7 @@ impl Context {
             self.local.clone(),
             inbox,
             doorbell,
+            ready,
         ))
     }
 }

@@ -277,6 +277,17 @@ impl OutEdge {
         }
     }
 
+    /// Whether sends are on their way out of this edge whose completion rings none of the
+    /// endpoint's descriptors (shm: the receiver frees ring space and finishes a
+    /// rendezvous without a doorbell of ours), so that an endpoint asleep on its
+    /// descriptor must look again on a timer.
+    pub(crate) fn busy_unsignalled(&self) -> bool {
+        match self {
+            OutEdge::Shm(e) => e.failure.is_none() && e.busy(),
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => false,
+        }
+    }
+
     /// Closes this one connection while the endpoint stays open (`Endpoint::close`, its
     /// sends finished): the peer gets what was sent, then the end; every later call on
     /// the edge fails with [`Failure::ClosedHere`]. A datagram connection closes both
