@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::fd_wait::WaitMode;
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
 use super::plan::{
     Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES,
@@ -133,6 +134,12 @@ pub struct BenchOptions {
     #[arg(long, hide = true, default_value_t = 100)]
     pub effort: u64,
 
+    /// How the ranks wait in pingpong: busy (busy-poll, every test) or fd (also an 8 B
+    /// ping-pong where both ranks sleep in poll(2) on their endpoint's descriptor between
+    /// messages, reported beside the busy one as variant fd-wait: what sleeping costs).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "busy")]
+    pub wait: WaitMode,
+
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     pub worker: bool,
@@ -200,6 +207,9 @@ impl BenchOptions {
                 "bibw is not measured over raw-udp (its flow control is one-way)".to_string(),
             );
         }
+        if self.wait == WaitMode::Fd && transport.is_raw() {
+            return Err("--wait fd measures quiver's endpoints, not a raw baseline".to_string());
+        }
         if !(1..=1000).contains(&self.effort) {
             return Err("--effort must be between 1 and 1000".to_string());
         }
@@ -214,6 +224,7 @@ impl BenchOptions {
             settings: parse_settings(&self.settings)?,
             effort_percent: self.effort,
             blocks_per_point: 1,
+            wait_fd: self.wait == WaitMode::Fd,
         };
         if plan.tests.contains(&TestName::Bw) || plan.tests.contains(&TestName::Bibw) {
             check_window_bytes(&plan)?;
@@ -509,6 +520,8 @@ mod tests {
         assert!(super::tests::plan(&["bw", "--sizes", "1G", "--window", "64"]).is_err());
         assert!(super::tests::plan(&["pingpong", "--sizes", "1G"]).is_ok());
         assert!(parse(&["--iters", "-1"]).is_err());
+        assert!(super::tests::plan(&["--wait", "fd", "--transport", "raw-tcp"]).is_err());
+        assert!(parse(&["--wait", "sometimes"]).is_err());
     }
 
     #[test]
@@ -522,10 +535,13 @@ mod tests {
             "QUIVER_SPIN_US=100",
             "--effort",
             "20",
+            "--wait",
+            "fd",
             "bw",
             "pingpong",
         ])
         .expect("valid");
+        assert!(original.wait_fd);
         let worker_args = original.worker_args();
         assert_eq!(worker_args[0], "bench");
         let arguments: Vec<&str> = worker_args[1..].iter().map(String::as_str).collect();

@@ -7,8 +7,8 @@
 //!   copy and zero-copy paths cross: `quiver tune`'s measurement);
 //! - `parent` (CPUs, report, floors, plot of a run), `ranks` (starting and watching the
 //!   two ranks), `worker` (what a rank runs);
-//! - `point` (one measured pingpong, bw or rate run), `link` (quiver's connection between
-//!   the ranks), `raw/` (the raw-socket baselines), `generic` (tests written once for
+//! - `fd_wait` (the sleeping ping-pong of `--wait fd`), `point` (one measured pingpong,
+//!   bw or rate run), `link` (quiver's connection between the ranks), `raw/` (the raw-socket baselines), `generic` (tests written once for
 //!   both), `rendezvous` (how the ranks find each other);
 //! - `report` (where results go), `table` (how the bench's records look), `plot`,
 //!   `progress`;
@@ -17,6 +17,7 @@
 
 pub mod args;
 pub mod crossover;
+pub mod fd_wait;
 pub mod floor;
 pub mod generic;
 pub mod link;

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::fd_wait;
 use super::generic::bibw_point;
 use super::link::{Buffers, Link};
 use super::plan::{Plan, TestName};
@@ -56,6 +57,12 @@ pub fn run_quiver_tests(plan: &Plan, link: &mut Link, buffers: &mut Buffers) -> 
                             .map_err(|error| {
                                 format!("{} over {}: {error}", point.name(), plan.transport)
                             })?;
+                    emit(&mut output, record)?;
+                }
+                if test == TestName::Pingpong && plan.wait_fd {
+                    let record = fd_wait::pingpong(link, buffers, plan).map_err(|error| {
+                        format!("the sleeping pingpong over {}: {error}", plan.transport)
+                    })?;
                     emit(&mut output, record)?;
                 }
             }
