@@ -9,8 +9,8 @@
 //! peers' pidfds and the transports' descriptors), liveness looks, and closing.
 //!
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
-//! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look at the inbound edges), `waiting.rs`
-//! (idling and liveness).
+//! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look
+//! at the inbound edges), `waiting.rs` (idling and liveness).
 
 use std::cell::Cell;
 use std::collections::HashMap;
