@@ -6,7 +6,8 @@
 //! - `args` (the `quiver bench` command line and run), `crossover` (where each transport's
 //!   copy and zero-copy paths cross: `quiver tune`'s measurement);
 //! - `parent` (CPUs, report, floors, plot of a run), `ranks` (starting and watching the
-//!   two ranks), `worker` (what a rank runs);
+//!   two ranks), `launched` (a rank started by a launcher, measuring and reporting
+//!   itself), `worker` (what a rank runs);
 //! - `point` (one measured pingpong, bw or rate run), `link` (quiver's connection between
 //!   the ranks), `raw/` (the raw-socket baselines), `generic` (tests written once for
 //!   both), `rendezvous` (how the ranks find each other);
@@ -19,6 +20,7 @@ pub mod args;
 pub mod crossover;
 pub mod floor;
 pub mod generic;
+pub mod launched;
 pub mod link;
 pub mod parent;
 pub mod plan;
