@@ -7,10 +7,12 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
 use crate::config::TransportKind;
@@ -31,16 +33,25 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// The stream's place in the tcp counters (shared with the stream's inbound edge),
+    /// held for its drop.
+    _open: Arc<OpenStream>,
 }
 
 impl TcpOut {
     /// The edge to `peer` over `stream` (non-blocking); `process`: the peer's, when it runs
     /// on this node.
-    pub(crate) fn new(peer: Addr, stream: TcpStream, process: Option<PeerProcess>) -> TcpOut {
+    pub(crate) fn new(
+        peer: Addr,
+        stream: TcpStream,
+        process: Option<PeerProcess>,
+        open: Arc<OpenStream>,
+    ) -> TcpOut {
         TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            _open: open,
         }
     }
 
