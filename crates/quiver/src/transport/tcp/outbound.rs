@@ -34,6 +34,9 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// The socket refused the rest of the queue's front at the last progress: the next
+    /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
+    full: bool,
     /// The stream's place in the tcp counters (shared with the stream's inbound edge),
     /// held for its drop.
     _open: Arc<OpenStream>,
@@ -52,6 +55,7 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            full: false,
             _open: open,
         }
     }
@@ -151,6 +155,9 @@ impl TcpOut {
     /// Pushes the queue as far as the socket takes it now.
     pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
         self.net.check("while sending")?;
+        if self.still_full() {
+            return Ok(());
+        }
         loop {
             let Some(q) = self.net.queue.front_mut() else {
                 return Ok(());
@@ -164,10 +171,22 @@ impl TcpOut {
                 }
             };
             if !complete {
+                self.full = true;
                 return Ok(());
             }
             self.net.complete_front(cx.requests);
         }
+    }
+
+    /// Whether the socket that refused the last progress's write is still full: progress
+    /// (called at every turn of a waiting loop) then asks `poll`, which takes no lock,
+    /// instead of retrying the write (see [`TcpOut::wait_writable`]).
+    fn still_full(&mut self) -> bool {
+        if self.full && !self.writable() {
+            return true;
+        }
+        self.full = false;
+        false
     }
 
     /// Marks the edge failed, fails its queued requests, returns the error.
