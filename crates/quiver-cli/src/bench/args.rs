@@ -367,7 +367,16 @@ pub fn worker_exit(command: &str, result: Result<(), String>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(message) => {
-            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+            // The bench's own ranks have QUIVER_RANK; a launcher's, one of its variables.
+            let rank = [
+                "QUIVER_RANK",
+                "PMIX_RANK",
+                "OMPI_COMM_WORLD_RANK",
+                "PMI_RANK",
+            ]
+            .iter()
+            .find_map(|name| std::env::var(name).ok())
+            .unwrap_or_else(|| "?".to_string());
             eprintln!("{command}: rank {rank}: {message}");
             EXIT_FAILURE
         }
