@@ -13,7 +13,7 @@ use quiver_transport::sys;
 use quiver_wire::rma::Rights;
 
 use crate::addr::Addr;
-use crate::config::Config;
+use crate::config::{Config, TransportKind};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::job::{Bootstrap, JobInfo};
@@ -25,6 +25,7 @@ use crate::transport::regions::RmaStats;
 use crate::transport::registry::Inbox;
 use crate::transport::shm::listener::ShmListener;
 use crate::transport::tcp::listener::TcpListening;
+use crate::transport::tcp::stats::TcpStats;
 
 /// One process's membership of a job: its rank, the job's identity and key, its
 /// configuration, and the endpoints it opened. Create one per process, with
@@ -77,6 +78,9 @@ pub struct ContextStats {
     pub pending_handshakes_peak: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
+    /// The tcp streams, counted at both ends (the rank that connected and the rank that
+    /// accepted), if this context runs tcp.
+    pub tcp: Option<TcpStats>,
 }
 
 /// Explicit construction of a [`Context`] (tests, custom launchers).
@@ -303,6 +307,12 @@ impl Context {
             handshakes_dropped: counts.handshakes_dropped,
             pending_handshakes_peak: counts.pending_handshakes_peak,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
+            tcp: self
+                .local
+                .config
+                .transports
+                .contains(&TransportKind::Tcp)
+                .then(|| self.local.tcp.snapshot()),
         }
     }
 

@@ -11,7 +11,8 @@
 //! The floors are always measured first (every result is printed as a ratio to its floor);
 //! naming only `floor` skips the ranks. The bench starts its two ranks itself (this
 //! executable, `quiver bench --worker`), pins them to two different CPUs, and both
-//! busy-poll. Output: a table by default (or `--format osu`); `--json FILE|-` writes one
+//! busy-poll; started by a launcher (or `--rendezvous`), each process is one of the two
+//! ranks instead (`launched`). Output: a table by default (or `--format osu`); `--json FILE|-` writes one
 //! JSON object per measured point (JSON Lines), and with `-` only JSON goes to stdout;
 //! `--plot FILE.svg|.png` draws latency and bandwidth against size; a progress bar goes to
 //! stderr when it is a terminal.
@@ -25,6 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::fd_wait::WaitMode;
+use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
 use super::plan::{
     Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES,
@@ -63,6 +65,10 @@ pub struct BenchArgs {
     /// Everything else.
     #[command(flatten)]
     pub options: BenchOptions,
+
+    /// Ranks started by a launcher or by hand.
+    #[command(flatten)]
+    pub launch: LaunchArgs,
 }
 
 /// Options of `quiver bench` (and of the lab's `quiver-bench bench`).
@@ -333,6 +339,24 @@ pub fn main(args: BenchArgs) -> i32 {
     if args.options.worker {
         return worker_exit("quiver bench", worker::run(&plan));
     }
+    match launched::is_launched(&args.launch) {
+        Ok(false) => {}
+        Ok(true) => {
+            let options = &args.options;
+            let output = launched::Output {
+                json: options.json.as_deref(),
+                format: options.format,
+                progress: options.progress,
+                plot: options.plot.as_deref(),
+                cpus: options.cpus.as_deref(),
+            };
+            return worker_exit("quiver bench", launched::run(&output, &args.launch, &plan));
+        }
+        Err(message) => {
+            eprintln!("quiver bench: {message}");
+            return EXIT_USAGE;
+        }
+    }
     let cpus = match choose_cpus(args.options.cpus.as_deref()) {
         Ok(cpus) => cpus,
         Err(message) => {
@@ -354,7 +378,16 @@ pub fn worker_exit(command: &str, result: Result<(), String>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(message) => {
-            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+            // The bench's own ranks have QUIVER_RANK; a launcher's, one of its variables.
+            let rank = [
+                "QUIVER_RANK",
+                "PMIX_RANK",
+                "OMPI_COMM_WORLD_RANK",
+                "PMI_RANK",
+            ]
+            .iter()
+            .find_map(|name| std::env::var(name).ok())
+            .unwrap_or_else(|| "?".to_string());
             eprintln!("{command}: rank {rank}: {message}");
             EXIT_FAILURE
         }
