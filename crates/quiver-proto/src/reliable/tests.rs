@@ -394,7 +394,16 @@ impl Pair {
         } else {
             self.a.local_id()
         };
-        let header = *Frame::parse_for(&datagram, to_id).unwrap().header();
+        let sender_keys = if from_a {
+            self.a.send_keys()
+        } else {
+            self.b
+                .as_ref()
+                .map_or_else(|| self.a.send_keys(), ReliableConnection::send_keys)
+        };
+        let header = *Frame::parse_for(&datagram, to_id, sender_keys)
+            .unwrap()
+            .header();
         let fate = (self.filter)(index, from_a, &header);
         let queue = if from_a {
             &mut self.to_b
@@ -1492,10 +1501,13 @@ fn reset_answers_unknown_ids() {
     let mut datagram = header[..transmit.header_len].to_vec();
     datagram.extend_from_slice(transmit.payload);
     let mut reset = [0u8; frame::MAX_HEADER_LEN];
-    let len = reset_for(&datagram, &mut reset).unwrap();
+    let job = pair.a.frame_job_key.clone();
+    let len = reset_for(&datagram, &mut reset, &job).unwrap();
     assert_eq!(frame::dest_id(&reset[..len]), Some(0xa));
+    // The Reset verifies under the job's key.
+    assert!(Frame::parse(&reset[..len], frame::FrameKeys::job_only(&job)).is_ok());
     assert_eq!(
-        reset_for(&reset[..len], &mut header),
+        reset_for(&reset[..len], &mut header, &job),
         None,
         "no reset for a reset"
     );
@@ -1860,7 +1872,7 @@ fn an_answer_goes_out_before_the_ack_of_its_request_is_processed() {
     }
     let answer = send_one_message(b, sent_at + 2_000, b"answer!!", &mut header);
     assert!(b.poll_transmit(sent_at + 2_000, &mut header).is_none());
-    let frame = Frame::parse(&answer).unwrap();
+    let frame = Frame::parse(&answer, b.send_keys()).unwrap();
     assert_eq!(frame.header().frame_type, FrameType::Data);
     assert_ne!(frame.header().flags & flags::ACK, 0);
     // It reaches a: its ack waits; a timer at its arrival stands for it.
@@ -2362,7 +2374,8 @@ fn lending_rules_are_enforced() {
     );
     let mut header = [0u8; frame::MAX_HEADER_LEN];
     while let Some(transmit) = pair.a.poll_transmit(pair.now, &mut header) {
-        let parsed = Frame::parse(&header[..transmit.header_len]).map(|f| f.header().frame_type);
+        let parsed = Frame::parse_unauthenticated(&header[..transmit.header_len])
+            .map(|f| f.header().frame_type);
         assert!(
             !matches!(parsed, Ok(FrameType::Data | FrameType::Stream)),
             "a data frame without the lender's bytes"

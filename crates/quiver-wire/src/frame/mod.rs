@@ -128,6 +128,7 @@
 //! - `frame_type.rs`, `error.rs`: what a frame carries, and why bytes are not a frame.
 //! - `more_sack_ranges.rs`: the further SACK ranges in the payload of an Ack.
 
+mod auth;
 mod codec;
 mod error;
 pub mod field;
@@ -136,6 +137,7 @@ mod frame_type;
 mod layout;
 mod more_sack_ranges;
 
+pub use auth::{FrameKey, FrameKeys, FRAME_SECRET_LEN};
 pub use codec::{
     dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameHeader, SackRange,
     SackRanges,
