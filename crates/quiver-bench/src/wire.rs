@@ -935,7 +935,7 @@ fn write_table(
     if window > 0 {
         writeln!(
             table,
-            "  checked: each datagram's 16-byte Stream header and check (XXH3 of the header, CRC32C of the payload);"
+            "  checked: each datagram's 16-byte Stream header and tag (AES over a keyed CRC-64 of header and payload);"
         )?;
         writeln!(
             table,
