@@ -224,8 +224,10 @@ fn folding_keys(poly: u64) -> [u64; 23] {
     keys
 }
 
-/// The first irreducible `x^64 + c` (constant term 1) among AES encryptions of a counter
-/// under `drawer`.
+/// The first irreducible `x^64 + c` among AES encryptions of a counter under `drawer`:
+/// `c` is the block's low 64 bits with bit 0 set and bit 1 flipped when needed to make the
+/// number of terms odd (a polynomial with constant term 0 has the root 0, one with an even
+/// number of terms the root 1: neither is irreducible).
 fn draw_irreducible(drawer: &Aes128) -> u64 {
     for counter in 0..MAX_DRAWS {
         let mut block = [0u8; 16];
@@ -234,7 +236,11 @@ fn draw_irreducible(drawer: &Aes128) -> u64 {
         drawer.encrypt_block(&mut block);
         let mut low = [0u8; 8];
         low.copy_from_slice(&block[..8]);
-        let candidate = u64::from_le_bytes(low) | 1;
+        let mut candidate = u64::from_le_bytes(low) | 1;
+        if candidate.count_ones() % 2 == 1 {
+            // With x^64, an even count here is an odd number of terms.
+            candidate ^= 0b10;
+        }
         if is_irreducible(candidate) {
             return candidate;
         }
@@ -243,6 +249,7 @@ fn draw_irreducible(drawer: &Aes128) -> u64 {
 }
 
 /// Carry-less product of two polynomials of degree below 64.
+#[cfg(test)]
 fn clmul(a: u64, b: u64) -> u128 {
     let mut product = 0u128;
     for bit in 0..64 {
@@ -276,21 +283,39 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
-/// Ben-Or's test for `x^64 + poly`: irreducible if and only if `gcd(x^(2^i) - x, P) = 1`
-/// for every `i` from 1 to 32 (a reducible polynomial of degree 64 has a factor of degree at
-/// most 32, and `x^(2^i) - x` is the product of the irreducibles of degrees dividing `i`).
-/// Most reducible polynomials have a small factor and fail within a few steps.
+/// Steps of Ben-Or's test run before Rabin's: factors of degree up to this are found early
+/// (most reducible candidates have one), each step costing a gcd.
+const EARLY_DEGREES: u32 = 8;
+
+/// Whether `x^64 + poly` is irreducible. Rabin's test (64's only prime factor is 2): it is if
+/// and only if `x^(2^64) = x` and `gcd(x^(2^32) - x, P) = 1`, both mod P. Before it, Ben-Or's
+/// first steps (`gcd(x^(2^i) - x, P) = 1` for `i` up to [`EARLY_DEGREES`]; `x^(2^i) - x` is
+/// the product of the irreducibles of degrees dividing `i`) turn most reducible candidates
+/// away after a few squarings.
 pub(super) fn is_irreducible(poly: u64) -> bool {
     let x = 2u64;
     let modulus = (1u128 << 64) | u128::from(poly);
     let mut power = x;
-    for _ in 0..32 {
-        power = reduce(clmul(power, power), poly);
-        if gcd(modulus, u128::from(power ^ x)) != 1 {
+    for step in 1..=64 {
+        power = reduce(square(power), poly);
+        let checked = step <= EARLY_DEGREES || step == 32;
+        if checked && gcd(modulus, u128::from(power ^ x)) != 1 {
             return false;
         }
     }
-    true
+    power == x
+}
+
+/// The square of a polynomial of degree below 64 over GF(2): its bits spread to the even
+/// positions.
+fn square(a: u64) -> u128 {
+    let mut value = u128::from(a);
+    value = (value | (value << 32)) & 0x0000_0000_FFFF_FFFF_0000_0000_FFFF_FFFF;
+    value = (value | (value << 16)) & 0x0000_FFFF_0000_FFFF_0000_FFFF_0000_FFFF;
+    value = (value | (value << 8)) & 0x00FF_00FF_00FF_00FF_00FF_00FF_00FF_00FF;
+    value = (value | (value << 4)) & 0x0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F;
+    value = (value | (value << 2)) & 0x3333_3333_3333_3333_3333_3333_3333_3333;
+    (value | (value << 1)) & 0x5555_5555_5555_5555_5555_5555_5555_5555
 }
 
 #[cfg(test)]
@@ -312,6 +337,35 @@ mod tests {
             }
         }
         register
+    }
+
+    #[test]
+    fn squaring_is_the_carry_less_product() {
+        for a in [0, 1, 2, 0xdead_beef, u64::MAX, 0x8000_0000_0000_0001] {
+            assert_eq!(square(a), clmul(a, a), "{a:#x}");
+        }
+    }
+
+    /// Ben-Or's test in full (every gcd up to degree 32), as a reference.
+    fn ben_or(poly: u64) -> bool {
+        let x = 2u64;
+        let modulus = (1u128 << 64) | u128::from(poly);
+        let mut power = x;
+        for _ in 0..32 {
+            power = reduce(clmul(power, power), poly);
+            if gcd(modulus, u128::from(power ^ x)) != 1 {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn the_irreducibility_test_agrees_with_ben_or() {
+        for index in 0..3000u64 {
+            let poly = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            assert_eq!(is_irreducible(poly), ben_or(poly), "{poly:#x}");
+        }
     }
 
     #[test]

@@ -125,7 +125,7 @@ fn fixture_header() -> FrameHeader {
 
 /// The fixture's tag under the tests' key (checked against the documented formula
 /// written out with a bit-at-a-time CRC: `fixture_checks_follow_the_documented_formula`).
-const FIXTURE_CHECKSUM: u32 = 0x95b7_6ce9;
+const FIXTURE_CHECKSUM: u32 = 0xb449_61cd;
 
 fn fixture_bytes() -> Vec<u8> {
     let mut bytes = vec![b'Q', b'D', 6, 2, 0x01, 1, 5, 0];
@@ -147,7 +147,12 @@ fn fixture_bytes() -> Vec<u8> {
 #[test]
 fn fixture_checks_follow_the_documented_formula() {
     let bytes = fixture_bytes();
-    assert_eq!(formula(&bytes, 92), FIXTURE_CHECKSUM);
+    assert_eq!(
+        formula(&bytes, 92),
+        FIXTURE_CHECKSUM,
+        "{:#x}",
+        formula(&bytes, 92)
+    );
     let mut header = bytes[..92].to_vec();
     header[8..12].fill(0xEE); // the field itself does not enter the tag
     assert_eq!(full_tag(&TEST_KEY, &header, b"hello"), FIXTURE_CHECKSUM);
@@ -246,7 +251,7 @@ fn fixture_parses_and_emits() {
 const STREAM_DEST: u64 = 0x0102_0304_0506_0708;
 
 /// The Stream fixture's tag under the tests' key, checked as [`FIXTURE_CHECKSUM`].
-const STREAM_FIXTURE_CHECKSUM: u32 = 0x7265_1a7a;
+const STREAM_FIXTURE_CHECKSUM: u32 = 0x1c88_1b93;
 
 fn stream_fixture() -> Vec<u8> {
     // Tag 0xC6 (version 6), short id 0x060708, then the tag.
