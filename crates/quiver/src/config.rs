@@ -708,6 +708,21 @@ fn readable_dir(path: &std::path::Path) -> bool {
 mod tests {
     use super::*;
 
+    /// The read-ahead bound of a waiting send is a setting of its own, shown by `describe`.
+    #[test]
+    fn read_ahead_bound_is_a_setting() {
+        assert_eq!(Config::default().read_ahead_bytes, 64 << 20);
+        let c =
+            Config::from_lookup(|k| (k == "QUIVER_READ_AHEAD_BYTES").then(|| "1M".into())).unwrap();
+        assert_eq!(c.read_ahead_bytes, 1 << 20);
+        assert!(c
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_READ_AHEAD_BYTES" && s.value == "1048576 B"));
+        let e = Config::from_lookup(|k| (k == "QUIVER_READ_AHEAD_BYTES").then(|| "lots".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_READ_AHEAD_BYTES")));
+    }
+
     #[test]
     fn sizes_parse() {
         assert_eq!(parse_size("8"), Ok(8));

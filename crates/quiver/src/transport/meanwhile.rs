@@ -81,3 +81,45 @@ impl DeadlockWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stuck only while the read-ahead stays full and the send's mark stands still, for
+    /// half the detection time on the lower address and the whole of it on the other;
+    /// never without detection.
+    #[test]
+    fn a_send_is_stuck_only_without_progress_while_the_read_ahead_is_full() {
+        let detect = Some(Duration::from_millis(40));
+        let (low, high) = (Addr::new(0, 0), Addr::new(1, 0));
+        let mut watch = DeadlockWatch::default();
+        assert!(!watch.stuck(true, 7, detect, (low, high)));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(watch.stuck(true, 7, detect, (low, high)));
+        // Progress (a new mark) or a read-ahead with room starts over.
+        assert!(!watch.stuck(true, 8, detect, (low, high)));
+        assert!(!watch.stuck(false, 8, detect, (low, high)));
+        assert!(!watch.stuck(true, 8, detect, (low, high)));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(watch.stuck(true, 8, detect, (low, high)));
+        // The higher address waits the whole detection time.
+        let mut other = DeadlockWatch::default();
+        let started = Instant::now();
+        assert!(!other.stuck(true, 1, detect, (high, low)));
+        std::thread::sleep(Duration::from_millis(25));
+        let stuck = other.stuck(true, 1, detect, (high, low));
+        if started.elapsed() < Duration::from_millis(40) {
+            assert!(
+                !stuck,
+                "the higher address waited only half the detection time"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(other.stuck(true, 1, detect, (high, low)));
+        let mut off = DeadlockWatch::default();
+        assert!(!off.stuck(true, 1, None, (low, high)));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(!off.stuck(true, 1, None, (low, high)));
+    }
+}
