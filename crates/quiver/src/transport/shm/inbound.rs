@@ -155,11 +155,7 @@ impl ShmIn {
             return AheadOutcome::Free;
         }
         let bound = config.read_ahead_bytes as u64;
-        loop {
-            let rec = match self.ring.peek() {
-                Ok(Some(rec)) => rec,
-                Ok(None) | Err(_) => break,
-            };
+        while let Ok(Some(rec)) = self.ring.peek() {
             let room = bound.saturating_sub(self.ahead_bytes as u64);
             let len = match rec.kind {
                 Kind::Msg | Kind::Rndv => rec.total_len,
