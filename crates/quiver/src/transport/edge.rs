@@ -23,7 +23,7 @@ use super::dgram::outbound::DgramOut;
 use super::edge_context::EdgeContext;
 use super::meanwhile::Meanwhile;
 use super::protocols::TransportInfo;
-use super::shm::inbound::ShmIn;
+use super::shm::inbound::{AheadOutcome, ShmIn};
 use super::shm::outbound::ShmOut;
 use super::tcp::inbound::TcpIn;
 use super::tcp::outbound::TcpOut;
@@ -159,8 +159,9 @@ impl OutEdge {
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
-    /// meanwhile and says whether the peer named sleeps in a blocking send to the endpoint,
-    /// [`InEdge::sender_waiting`]), tcp's latency path (one `send` of a small frame), nothing for
+    /// meanwhile, reads ahead what senders asleep on the endpoint wrote and says whether
+    /// the peer named stays blocked sending to the endpoint beyond the read-ahead bound,
+    /// [`InEdge::read_ahead`]), tcp's latency path (one `send` of a small frame), nothing for
     /// datagrams.
     #[inline]
     pub(crate) fn start_send(
@@ -496,12 +497,33 @@ impl InEdge {
         }
     }
 
-    /// Whether `peer` sleeps in a blocking send on this edge, waiting for this endpoint to
-    /// take what it wrote (shm: its ring's flag; the network transports read ahead instead).
-    pub(crate) fn sender_waiting(&self, peer: Addr) -> bool {
+    /// While a blocking send of this endpoint waits: takes ahead what a sender asleep in a
+    /// blocking send on this edge wrote, within `read_ahead_bytes` (shm; the network
+    /// transports read ahead through [`Meanwhile`]). Whether this edge's sender is `peer`
+    /// and stays blocked with a message beyond the bound (a send-send deadlock once the
+    /// caller's send cannot finish either).
+    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config) -> bool {
         match self {
-            InEdge::Shm(e) => e.peer == peer && e.sender_waiting(),
+            InEdge::Shm(e) => e.read_ahead(config) == AheadOutcome::Blocked && e.peer == peer,
             _ => false,
+        }
+    }
+
+    /// Whether this is a network edge from `peer` whose read-ahead is full: a tcp stream
+    /// whose next message the read-ahead bound stopped, a datagram connection whose
+    /// receive window cannot take more ([`Meanwhile::read_ahead_full`]).
+    pub(crate) fn read_ahead_full(&self, peer: Addr, local: &LocalRank) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.peer == peer && e.read_ahead_stalled(),
+            InEdge::Dgram(e) => {
+                e.net.peer == peer
+                    && e.net.state == InboundState::Open
+                    && local
+                        .dgram
+                        .as_deref()
+                        .is_some_and(|d| d.read_ahead_full(e.id).0)
+            }
         }
     }
 
