@@ -248,6 +248,7 @@ mod tests {
                 effort_percent: 100,
                 blocks_per_point: 1,
                 tagged: false,
+                wait_fd: false,
             },
             tests,
             interleave: None,

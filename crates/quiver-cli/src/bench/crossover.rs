@@ -139,6 +139,7 @@ impl<R: RankResult> SuiteRun<'_, R> {
             effort_percent: self.effort_percent,
             blocks_per_point: 1,
             tagged: false,
+            wait_fd: false,
         }
     }
 

@@ -23,7 +23,7 @@ use super::dgram::outbound::DgramOut;
 use super::edge_context::EdgeContext;
 use super::meanwhile::Meanwhile;
 use super::protocols::TransportInfo;
-use super::shm::inbound::ShmIn;
+use super::shm::inbound::{AheadOutcome, ShmIn};
 use super::shm::outbound::ShmOut;
 use super::tcp::inbound::TcpIn;
 use super::tcp::outbound::TcpOut;
@@ -159,8 +159,9 @@ impl OutEdge {
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
-    /// meanwhile and says whether the peer named sleeps in a blocking send to the endpoint,
-    /// [`InEdge::sender_waiting`]), tcp's latency path (one `send` of a small frame), nothing for
+    /// meanwhile, reads ahead what senders asleep on the endpoint wrote and says whether
+    /// the peer named stays blocked sending to the endpoint beyond the read-ahead bound,
+    /// [`InEdge::read_ahead`]), tcp's latency path (one `send` of a small frame), nothing for
     /// datagrams.
     #[inline]
     pub(crate) fn start_send(
@@ -295,6 +296,17 @@ impl OutEdge {
         }
     }
 
+    /// Whether sends are on their way out of this edge whose completion rings none of the
+    /// endpoint's descriptors (shm: the receiver frees ring space and finishes a
+    /// rendezvous without a doorbell of ours), so that an endpoint asleep on its
+    /// descriptor must look again on a timer.
+    pub(crate) fn busy_unsignalled(&self) -> bool {
+        match self {
+            OutEdge::Shm(e) => e.failure.is_none() && e.busy(),
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => false,
+        }
+    }
+
     /// Closes this one connection while the endpoint stays open (`Endpoint::close`, its
     /// sends finished): the peer gets what was sent, then the end; every later call on
     /// the edge fails with [`Failure::ClosedHere`]. A datagram connection closes both
@@ -414,9 +426,12 @@ impl InEdge {
     /// `staging_bytes`).
     pub(crate) fn from_network(accepted: NetInbound, staging_bytes: usize) -> InEdge {
         match accepted {
-            NetInbound::Tcp { peer, stream, pid } => {
-                InEdge::Tcp(TcpIn::accepted(peer, stream, pid, staging_bytes))
-            }
+            NetInbound::Tcp {
+                peer,
+                stream,
+                pid,
+                open,
+            } => InEdge::Tcp(TcpIn::accepted(peer, stream, pid, staging_bytes, open)),
             NetInbound::Dgram { peer, kind, id } => {
                 InEdge::Dgram(DgramIn::accepted(peer, kind, id))
             }
@@ -436,7 +451,7 @@ impl InEdge {
     #[inline]
     pub(crate) fn tag(&self) -> u64 {
         match self {
-            InEdge::Shm(e) => e.tag,
+            InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
             InEdge::Dgram(_) => 0,
         }
@@ -510,12 +525,33 @@ impl InEdge {
         }
     }
 
-    /// Whether `peer` sleeps in a blocking send on this edge, waiting for this endpoint to
-    /// take what it wrote (shm: its ring's flag; the network transports read ahead instead).
-    pub(crate) fn sender_waiting(&self, peer: Addr) -> bool {
+    /// While a blocking send of this endpoint waits: takes ahead what a sender asleep in a
+    /// blocking send on this edge wrote, within `read_ahead_bytes` (shm; the network
+    /// transports read ahead through [`Meanwhile`]). Whether this edge's sender is `peer`
+    /// and stays blocked with a message beyond the bound (a send-send deadlock once the
+    /// caller's send cannot finish either).
+    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config) -> bool {
         match self {
-            InEdge::Shm(e) => e.peer == peer && e.sender_waiting(),
+            InEdge::Shm(e) => e.read_ahead(config) == AheadOutcome::Blocked && e.peer == peer,
             _ => false,
+        }
+    }
+
+    /// Whether this is a network edge from `peer` whose read-ahead is full: a tcp stream
+    /// whose next message the read-ahead bound stopped, a datagram connection whose
+    /// receive window cannot take more ([`Meanwhile::read_ahead_full`]).
+    pub(crate) fn read_ahead_full(&self, peer: Addr, local: &LocalRank) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.peer == peer && e.read_ahead_stalled(),
+            InEdge::Dgram(e) => {
+                e.net.peer == peer
+                    && e.net.state == InboundState::Open
+                    && local
+                        .dgram
+                        .as_deref()
+                        .is_some_and(|d| d.read_ahead_full(e.id).0)
+            }
         }
     }
 
@@ -635,7 +671,12 @@ impl InEdge {
                     .process
                     .as_ref()
                     .and_then(|p| crate::transport::liveness::PeerProcess::open(p.pid));
-                Ok(OutEdge::Tcp(TcpOut::new(e.net.peer, stream, process)))
+                Ok(OutEdge::Tcp(TcpOut::new(
+                    e.net.peer,
+                    stream,
+                    process,
+                    std::sync::Arc::clone(&e.open),
+                )))
             }
             InEdge::Dgram(e) => {
                 e.net.carries_out = true;
@@ -747,9 +788,15 @@ pub(crate) fn open_network(
             let process = |pid: Option<libc::pid_t>| {
                 pid.and_then(crate::transport::liveness::PeerProcess::open)
             };
+            let open = local.tcp.connected();
             Ok(Opened::New(Box::new((
-                OutEdge::Tcp(TcpOut::new(peer, stream, process(pid))),
-                InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging)),
+                OutEdge::Tcp(TcpOut::new(
+                    peer,
+                    stream,
+                    process(pid),
+                    std::sync::Arc::clone(&open),
+                )),
+                InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging, open)),
             ))))
         }
         TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {

@@ -187,6 +187,8 @@ pub(crate) enum NetInbound {
         stream: std::net::TcpStream,
         /// The peer's pid, when it runs on this node (for freeze detection).
         pid: Option<libc::pid_t>,
+        /// The stream's place in the tcp counters.
+        open: std::sync::Arc<crate::transport::tcp::stats::OpenStream>,
     },
     /// A datagram connection accepted by the engine (its handshake completed).
     Dgram {
@@ -220,18 +222,14 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// Whether `peer`'s shm edge to this endpoint, accepted and not adopted yet, has its
-    /// sender asleep in a blocking send (its ring's waiting flag). Takes the lock: for
-    /// waiting paths only.
-    pub(crate) fn shm_sender_waiting(&self, peer: Addr) -> bool {
+    /// The shm edges accepted and not adopted yet, taken out of the inbox (a blocking send
+    /// adopts them to read ahead what their senders wrote; the network ones stay). Takes
+    /// the lock: for waiting paths only.
+    pub(crate) fn take_shm(&self) -> Vec<NewInbound> {
         if !self.has_incoming.load(Ordering::Acquire) {
-            return false;
+            return Vec::new();
         }
-        self.incoming
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|new| new.peer == peer && new.ring.producer_waiting())
+        std::mem::take(&mut *self.incoming.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// An empty inbox whose doorbell is the one `bell_memfd`/`bell_eventfd` describe.

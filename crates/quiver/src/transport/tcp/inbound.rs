@@ -7,6 +7,7 @@
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 
@@ -14,6 +15,7 @@ use super::reader::{
     bind_posted, deliver_held, held_buffer, read_held, read_into, tcp_read_detail, Partial,
     PartialInto, TcpReader,
 };
+use super::stats::OpenStream;
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -29,6 +31,8 @@ use crate::transport::requests::{RecvCompletion, Requests};
 pub(crate) struct TcpIn {
     pub(crate) net: NetIn,
     pub(crate) reader: TcpReader,
+    /// The stream's place in the tcp counters (shared with the stream's outbound edge).
+    pub(crate) open: Arc<OpenStream>,
 }
 
 impl TcpIn {
@@ -39,10 +43,12 @@ impl TcpIn {
         stream: TcpStream,
         pid: Option<libc::pid_t>,
         staging_bytes: usize,
+        open: Arc<OpenStream>,
     ) -> TcpIn {
         TcpIn {
             net: NetIn::accepted(peer, "tcp", pid.and_then(PeerProcess::open)),
             reader: TcpReader::new(stream, staging_bytes),
+            open,
         }
     }
 
@@ -52,10 +58,12 @@ impl TcpIn {
         stream: TcpStream,
         pid: Option<libc::pid_t>,
         staging_bytes: usize,
+        open: Arc<OpenStream>,
     ) -> TcpIn {
         TcpIn {
             net: NetIn::reverse(peer, "tcp", pid.and_then(PeerProcess::open)),
             reader: TcpReader::new(stream, staging_bytes),
+            open,
         }
     }
 
@@ -97,7 +105,9 @@ impl TcpIn {
     ) -> Result<Option<usize>> {
         let peer = self.net.peer;
         let max_held = config.max_buffered_bytes as u64;
-        let TcpIn { net, reader: tcp } = self;
+        let TcpIn {
+            net, reader: tcp, ..
+        } = self;
         tcp.stalled = false;
         // What the peer wrote is still read once it stopped; not after the stream failed.
         let readable = matches!(net.state, InboundState::Open | InboundState::Stopped(_));
@@ -329,7 +339,7 @@ impl TcpIn {
                         transport: "tcp",
                         detail: tcp_read_detail(&e, avail > 0),
                     };
-                    let TcpIn { net, reader } = self;
+                    let TcpIn { net, reader, .. } = self;
                     net.state = InboundState::Done;
                     reader.release();
                     return Some(Err(err));
@@ -338,11 +348,17 @@ impl TcpIn {
         }
     }
 
+    /// Whether read-ahead stopped at this open edge's next message (beyond a bound).
+    pub(crate) fn read_ahead_stalled(&self) -> bool {
+        self.net.state == InboundState::Open && self.reader.stalled
+    }
+
     /// While the endpoint waits for a send, takes what the peer sent into internal buffers:
     /// whole messages, and a large one as it arrives, while all held buffers stay within
     /// `max_held` (`held_total`: what the endpoint's tcp edges hold so far, this one's
-    /// included; updated). `readable`: the stream had something at the endpoint's poll.
-    /// Stops (marking the edge `stalled`) where the bound stops it.
+    /// included; updated) and this edge's within `per_edge` (`read_ahead_bytes`).
+    /// `readable`: the stream had something at the endpoint's poll. Stops (marking the
+    /// edge `stalled`) where a bound stops it.
     // Long function: one loop over the stream's states (a held large message, a staged
     // header or tag frame, the socket), as in `take`; split, each piece would need the
     // whole borrow set of the reader and the budget.
@@ -350,7 +366,7 @@ impl TcpIn {
         &mut self,
         readable: bool,
         held_total: &mut u64,
-        max_held: u64,
+        (max_held, per_edge): (u64, u64),
         pool: &Pool,
     ) {
         if self.net.state != InboundState::Open {
@@ -405,7 +421,7 @@ impl TcpIn {
                 let whole = HEADER_LEN as u64 + len;
                 let large = whole > tcp.buf.len() as u64;
                 if whole <= avail as u64 || large {
-                    if *held_total + len > max_held {
+                    if *held_total + len > max_held || tcp.held_bytes as u64 + len > per_edge {
                         tcp.stalled = true;
                         break None;
                     }

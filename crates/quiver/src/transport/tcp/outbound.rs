@@ -7,10 +7,13 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
 use crate::config::TransportKind;
@@ -19,7 +22,7 @@ use crate::slab::Key;
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::failure::{io_failure, Failure};
 use crate::transport::liveness::PeerProcess;
-use crate::transport::meanwhile::Meanwhile;
+use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{stopped_for, NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
@@ -39,12 +42,23 @@ pub(crate) struct TcpOut {
     /// before any byte of the next message.
     tag_frame: [u8; HEADER_LEN],
     tag_left: usize,
+    /// The socket refused the rest of the queue's front at the last progress: the next
+    /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
+    full: bool,
+    /// The stream's place in the tcp counters (shared with the stream's inbound edge),
+    /// held for its drop.
+    _open: Arc<OpenStream>,
 }
 
 impl TcpOut {
     /// The edge to `peer` over `stream` (non-blocking); `process`: the peer's, when it runs
     /// on this node.
-    pub(crate) fn new(peer: Addr, stream: TcpStream, process: Option<PeerProcess>) -> TcpOut {
+    pub(crate) fn new(
+        peer: Addr,
+        stream: TcpStream,
+        process: Option<PeerProcess>,
+        open: Arc<OpenStream>,
+    ) -> TcpOut {
         TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
@@ -53,6 +67,8 @@ impl TcpOut {
             wire_tag: 0,
             tag_frame: [0; HEADER_LEN],
             tag_left: 0,
+            full: false,
+            _open: open,
         }
     }
 
@@ -143,17 +159,30 @@ impl TcpOut {
         endpoint: &mut dyn Meanwhile,
     ) -> Result<()> {
         let mut wait = Wait::new(endpoint.context().config);
+        let mut watch = DeadlockWatch::default();
         while !self.net.queue.is_empty() {
             self.progress(&mut endpoint.context())?;
             if self.net.queue.is_empty() {
                 break;
             }
-            self.wait(&mut wait, "flushing earlier sends", endpoint)?;
+            let mark = self.net.queue.front().map_or(0, |q| q.written) as u64
+                + ((self.net.queue.len() as u64) << 48);
+            self.wait_writable(
+                &mut wait,
+                "flushing earlier sends",
+                endpoint,
+                (&mut watch, mark),
+            )?;
         }
         loop {
             match self.write(data, &mut written) {
                 Ok(true) => return Ok(()),
-                Ok(false) => self.wait(&mut wait, "waiting for the peer to take data", endpoint)?,
+                Ok(false) => self.wait_writable(
+                    &mut wait,
+                    "waiting for the peer to take data",
+                    endpoint,
+                    (&mut watch, written as u64),
+                )?,
                 Err(f) => return Err(self.fail(f, "while sending", &mut endpoint.context())),
             }
         }
@@ -202,6 +231,9 @@ impl TcpOut {
     /// Pushes the queue as far as the socket takes it now.
     pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
         self.net.check("while sending")?;
+        if self.still_full() {
+            return Ok(());
+        }
         loop {
             let Some(q) = self.net.queue.front() else {
                 return Ok(());
@@ -228,10 +260,22 @@ impl TcpOut {
                 }
             };
             if !complete {
+                self.full = true;
                 return Ok(());
             }
             self.net.complete_front(cx.requests);
         }
+    }
+
+    /// Whether the socket that refused the last progress's write is still full: progress
+    /// (called at every turn of a waiting loop) then asks `poll`, which takes no lock,
+    /// instead of retrying the write (see [`TcpOut::wait_writable`]).
+    fn still_full(&mut self) -> bool {
+        if self.full && !self.writable() {
+            return true;
+        }
+        self.full = false;
+        false
     }
 
     /// Marks the edge failed, fails its queued requests, returns the error.
@@ -247,18 +291,67 @@ impl TcpOut {
         self.net.fail(failure, during, cx.requests, cx.addr)
     }
 
+    /// Waits (as [`TcpOut::wait`] does, receiving meanwhile) until the socket has room
+    /// again. A write the full socket refuses costs a system call that takes the socket's
+    /// lock, which the acknowledgements that would free room need too; `poll` takes no
+    /// lock, and says the socket is writable only once a good part of its buffer is free
+    /// (the kernel's `sk_stream_min_wspace`), so the next write hands over a large piece
+    /// (decision 0080).
+    fn wait_writable(
+        &mut self,
+        wait: &mut Wait,
+        what: &'static str,
+        endpoint: &mut dyn Meanwhile,
+        (watch, mark): (&mut DeadlockWatch, u64),
+    ) -> Result<()> {
+        loop {
+            self.wait(wait, what, endpoint, (&mut *watch, mark))?;
+            if self.writable() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the socket takes more now (or has an error the next write reports).
+    fn writable(&self) -> bool {
+        let mut fds = [libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        // A failed poll says nothing: let the write find out.
+        sys::poll(&mut fds, Some(Duration::ZERO)).map_or(true, |ready| ready > 0)
+    }
+
     /// One step of waiting for the socket to take more. Meanwhile the endpoint receives
-    /// what it can (the peer may be blocked sending to us).
+    /// what it can (the peer may be blocked sending to us). `mark` changes whenever the
+    /// send progresses: stuck while the peer's next message to us is beyond the read-ahead
+    /// bound ([`DeadlockWatch`]), the connection fails with [`Error::SendDeadlock`].
     fn wait(
         &mut self,
         wait: &mut Wait,
         what: &'static str,
         endpoint: &mut dyn Meanwhile,
+        (watch, mark): (&mut DeadlockWatch, u64),
     ) -> Result<()> {
         // Acknowledgements (and credit) of datagram connections arrive through the
         // engine: take them every round.
         endpoint.poll_engine();
         endpoint.receive()?;
+        let full = endpoint.read_ahead_full(self.net.peer);
+        let (detect, me) = {
+            let cx = endpoint.context();
+            (cx.config.detect, cx.addr)
+        };
+        if watch.stuck(full, mark, detect, (me, self.net.peer)) {
+            let peer = self.net.peer;
+            tracing::warn!(target: "quiver::endpoint", peer = %peer, transport = "tcp", "send-send deadlock: the peer is blocked sending to this endpoint beyond the read-ahead bound while this endpoint is blocked sending to it");
+            let err = self.fail(Failure::SendDeadlock("tcp"), what, &mut endpoint.context());
+            // The peer reads the end of the stream where our message stopped (an error for
+            // its receive of it, not a wait); its own message to us is still read.
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            return Err(err);
+        }
         self.pollfds.clear();
         self.pollfds.push(libc::pollfd {
             fd: self.stream.as_raw_fd(),
@@ -337,5 +430,47 @@ impl TcpOut {
         }
         let _ = self.stream.write_all(&StreamHeader::close().emit());
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{self, Read};
+    use std::sync::Arc;
+
+    use super::super::stats::TcpCounts;
+    use super::super::writer::tests::pair;
+    use super::*;
+
+    /// A full socket is not writable (a blocking send then waits in `poll` instead of
+    /// retrying its write); once the peer has read, it is again.
+    #[test]
+    fn writable_only_with_room() {
+        let (client, mut server) = pair();
+        client.set_nonblocking(true).unwrap();
+        let counts = Arc::new(TcpCounts::default());
+        let mut edge = TcpOut::new(Addr::new(1, 0), client, None, counts.connected());
+        assert!(edge.writable(), "an empty socket has room");
+        let filler = vec![0x5Au8; 256 << 10];
+        let mut sent = 0usize;
+        loop {
+            match edge.stream.write(&filler) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling: {e}"),
+            }
+        }
+        assert!(!edge.writable(), "full after {sent} bytes");
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut drained = 0usize;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !edge.writable() {
+            assert!(Instant::now() < deadline, "still full after the peer read");
+            if drained < sent {
+                drained += server.read(&mut chunk).unwrap();
+            }
+        }
+        drop(edge);
+        assert_eq!(counts.snapshot().connections, 0);
     }
 }
