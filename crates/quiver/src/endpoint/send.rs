@@ -127,6 +127,9 @@ impl Endpoint {
     /// # Errors
     /// None today beyond those recorded in the requests themselves; reserved.
     pub fn progress(&mut self) -> Result<()> {
+        // One-sided requests peers sent this rank over a network transport.
+        let local = &self.local;
+        local.rma.serve(&local.regions, (local.job_id, local.rank));
         if let Some(engine) = &self.local.dgram {
             // Acknowledgements, retransmissions and keepalives run whenever the API is used
             // (once per round of a polling loop: a receive that just polled is enough).
@@ -259,6 +262,7 @@ impl Meanwhile for Endpoint {
     }
 
     fn wake_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        self.local.rma.wake_fds(fds);
         let streams = self.inbound.iter().filter_map(InEdge::as_tcp);
         for fd in streams.filter_map(|tcp| tcp.wake_fd()) {
             fds.push(libc::pollfd {

@@ -66,6 +66,7 @@ impl Endpoint {
         }
         self.pollfds
             .extend(self.outbound.iter().filter_map(|out| out.wake_fd()));
+        self.local.rma.wake_fds(&mut self.pollfds);
         let mut slice = SLEEP_SLICE;
         if let Some(engine) = &self.local.dgram {
             self.pollfds.push(libc::pollfd {

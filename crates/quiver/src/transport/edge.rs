@@ -329,9 +329,11 @@ impl OutEdge {
     ) -> Result<u64> {
         match self {
             OutEdge::Shm(e) => e.rma.apply(local, (src, peer), key, op),
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
-                Err(self.rma_unsupported(local, peer))
+            OutEdge::Tcp(e) => {
+                e.net.check("before a one-sided operation")?;
+                e.rma.apply(local, (src, peer), key, op)
             }
+            OutEdge::Dgram(_) | OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
         }
     }
 
@@ -354,9 +356,8 @@ impl OutEdge {
                 }
                 Ok(())
             }
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
-                Err(self.rma_unsupported(local, peer))
-            }
+            OutEdge::Tcp(e) => e.rma.flush(local, peer),
+            OutEdge::Dgram(_) | OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::rma::TcpRma;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
 use crate::config::TransportKind;
@@ -31,6 +32,8 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// One-sided operations to the peer (their own stream, opened at the first).
+    pub(crate) rma: TcpRma,
 }
 
 impl TcpOut {
@@ -41,6 +44,7 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            rma: TcpRma::default(),
         }
     }
 
