@@ -41,6 +41,11 @@ fn job(kind: TransportKind, size: u32) -> Vec<Context> {
     let config = Config {
         transports: vec![kind],
         connect_timeout: Duration::from_secs(20),
+        // A hang fails the test instead of stalling the suite.
+        op_timeout: Some(Duration::from_secs(120)),
+        // The targets verify up to 64 MiB between two calls (seconds on a loaded machine,
+        // with the datagram engine unpolled meanwhile): not a dead peer.
+        net_idle_timeout: Duration::from_secs(20),
         ..Config::default()
     };
     let addrs: Vec<SocketAddr> = if kind == TransportKind::Shm {
@@ -443,4 +448,5 @@ macro_rules! conformance {
 conformance! {
     shm: TransportKind::Shm,
     tcp: TransportKind::Tcp,
+    udp: TransportKind::Udp,
 }

@@ -11,14 +11,18 @@ use crate::rma::key::RemoteKey;
 use crate::transport::rma_ops::{self, RmaOp};
 
 impl Endpoint {
-    /// Writes `data` into the region `key` names at byte `offset`, without the peer's
-    /// involvement. Over shm it is done when this returns; [`flush`](Self::flush) orders it
-    /// before what follows and reports a peer that died (docs/rma.md).
+    /// Writes `data` into the region `key` names at byte `offset`, without a receive call
+    /// of the peer. It is done (the bytes are in the region) when this returns; over shm
+    /// the peer's CPU does nothing, over tcp and udp the peer's progress engine applies it
+    /// the next time the peer is in a quiver call (docs/rma.md). [`flush`](Self::flush)
+    /// orders it before what follows and reports a peer that died.
     ///
     /// # Errors
     /// [`Error::RmaOutOfBounds`], [`Error::RmaRights`] (a read-only key),
-    /// [`Error::RmaKeyRefused`], [`Error::RmaRevoked`], [`Error::RmaUnsupported`] (not over
-    /// shm), [`Error::InvalidArgument`] for a connection of another endpoint.
+    /// [`Error::RmaKeyRefused`], [`Error::RmaRevoked`], [`Error::InvalidArgument`] for a
+    /// connection of another endpoint; the peer's end ([`Error::PeerDead`],
+    /// [`Error::PeerClosed`], [`Error::Unreachable`]) and [`Error::Timeout`] over the
+    /// network transports.
     pub fn put(
         &mut self,
         conn: Connection,
@@ -47,7 +51,8 @@ impl Endpoint {
     /// does next, and checks that the peer still lives.
     ///
     /// # Errors
-    /// [`Error::PeerDead`], [`Error::RmaUnsupported`], [`Error::InvalidArgument`].
+    /// [`Error::PeerDead`], [`Error::InvalidArgument`]; as [`put`](Self::put) over the
+    /// network transports.
     pub fn flush(&mut self, conn: Connection) -> Result<()> {
         let index = self.outbound_index(conn)?;
         self.outbound[index].rma_flush(&self.local, conn.peer)

@@ -127,9 +127,6 @@ impl Endpoint {
     /// # Errors
     /// None today beyond those recorded in the requests themselves; reserved.
     pub fn progress(&mut self) -> Result<()> {
-        // One-sided requests peers sent this rank over a network transport.
-        let local = &self.local;
-        local.rma.serve(&local.regions, (local.job_id, local.rank));
         if let Some(engine) = &self.local.dgram {
             // Acknowledgements, retransmissions and keepalives run whenever the API is used
             // (once per round of a polling loop: a receive that just polled is enough).
@@ -137,6 +134,9 @@ impl Endpoint {
                 engine.poll_io(&self.local);
             }
         }
+        // One-sided requests peers sent this rank over a network transport.
+        let local = &self.local;
+        local.rma.serve(&local.regions, (local.job_id, local.rank));
         if self.requests.pending_sends > 0 {
             for idx in 0..self.outbound.len() {
                 // Failures are recorded in the requests of that connection.

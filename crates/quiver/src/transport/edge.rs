@@ -315,11 +315,12 @@ impl OutEdge {
 
     /// Applies one-sided operation `op` (checked by the caller against `key`) to the
     /// region of `peer` that `key` names; the word before, for an atomic. Over shm the
-    /// initiator maps the region once and uses plain copies and CPU atomics; the network
-    /// transports have no one-sided operations yet.
+    /// initiator maps the region once and uses plain copies and CPU atomics; over tcp and
+    /// the datagram transports a request on a connection of its own, applied by the
+    /// target's progress engine (`tcp::rma`, `dgram::rma`).
     ///
     /// # Errors
-    /// [`Error::RmaUnsupported`] over tcp and the datagram transports; the transport's.
+    /// The edge's failure; the transport's.
     pub(crate) fn rma(
         &mut self,
         local: &LocalRank,
@@ -333,17 +334,21 @@ impl OutEdge {
                 e.net.check("before a one-sided operation")?;
                 e.rma.apply(local, (src, peer), key, op)
             }
-            OutEdge::Dgram(_) | OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
+            OutEdge::Dgram(e) => {
+                e.net.check("before a one-sided operation")?;
+                e.rma.apply(local, (src, peer), key, op)
+            }
+            OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
         }
     }
 
     /// Makes every earlier one-sided operation on this edge visible to the peer; over shm
     /// a fence, then the peer's liveness: a put to a target that died may have landed in
-    /// memory nobody will read.
+    /// memory nobody will read. Over the network transports a flush request answered once
+    /// everything before it is applied.
     ///
     /// # Errors
-    /// [`Error::PeerDead`] when the peer's process has exited; [`Error::RmaUnsupported`]
-    /// over the network transports.
+    /// [`Error::PeerDead`] when the peer's process has exited; the transport's.
     pub(crate) fn rma_flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
         match self {
             OutEdge::Shm(e) => {
@@ -357,7 +362,8 @@ impl OutEdge {
                 Ok(())
             }
             OutEdge::Tcp(e) => e.rma.flush(local, peer),
-            OutEdge::Dgram(_) | OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
+            OutEdge::Dgram(e) => e.rma.flush(local, peer),
+            OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
         }
     }
 

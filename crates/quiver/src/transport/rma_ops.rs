@@ -1,7 +1,9 @@
-//! The one-sided operations a transport applies for the endpoint ([`RmaOp`]), and the
-//! errors every transport reports the same way when one is refused before it touches its
-//! target. A transport without one-sided operations answers
-//! [`Error::RmaUnsupported`](crate::error::Error::RmaUnsupported) (see `edge.rs`).
+//! The one-sided operations a transport applies for the endpoint ([`RmaOp`]), the errors
+//! every transport reports the same way when one is refused (before it touches its
+//! target, or by the target: [`reply_error`]), what the network transports' software path
+//! shares on the initiator's side (the request of an operation, [`request_for`]; waiting
+//! while serving this rank's own requests, [`Patience`]), and the reserved port
+//! [`RMA_PORT`] their connections ask for.
 
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};

@@ -43,16 +43,21 @@ pub(crate) trait Served: Send + Debug {
 #[derive(Debug, Default)]
 pub(crate) struct RmaService {
     served: Mutex<Vec<Box<dyn Served>>>,
-    /// How many `served` holds: the endpoints' one relaxed load when there are none.
+    /// Connections adopted and not yet moved to `served`: a leaf lock, never held while
+    /// another is taken (the datagram engine adopts with its own lock held, and serving
+    /// takes the engine's lock with `served` held).
+    incoming: Mutex<Vec<Box<dyn Served>>>,
+    /// How many connections `served` and `incoming` hold: the endpoints' one relaxed load
+    /// when there are none.
     count: AtomicUsize,
 }
 
 impl RmaService {
     /// Takes a new connection to serve.
     pub(crate) fn adopt(&self, served: Box<dyn Served>) {
-        let mut list = self.lock();
-        list.push(served);
-        self.count.store(list.len(), Ordering::Release);
+        let mut incoming = self.incoming.lock().unwrap_or_else(|p| p.into_inner());
+        incoming.push(served);
+        self.count.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether any connection is served (one relaxed load).
@@ -74,6 +79,8 @@ impl RmaService {
         let Ok(mut list) = self.served.try_lock() else {
             return;
         };
+        self.take_incoming(&mut list);
+        let before = list.len();
         list.retain_mut(|served| match served.serve(regions, me) {
             Ok(()) => true,
             Err(why) => {
@@ -81,20 +88,31 @@ impl RmaService {
                 false
             }
         });
-        self.count.store(list.len(), Ordering::Release);
+        self.count.fetch_sub(before - list.len(), Ordering::AcqRel);
+    }
+
+    /// Moves the adopted connections into `list`.
+    fn take_incoming(&self, list: &mut Vec<Box<dyn Served>>) {
+        let mut incoming = self.incoming.lock().unwrap_or_else(|p| p.into_inner());
+        list.append(&mut incoming);
     }
 
     /// Adds the descriptors a sleeping call should also wake up for.
     pub(crate) fn wake_fds(&self, fds: &mut Vec<libc::pollfd>) {
         if self.active() {
-            fds.extend(self.lock().iter().filter_map(|s| s.wake()));
+            let mut list = self.lock();
+            self.take_incoming(&mut list);
+            fds.extend(list.iter().filter_map(|s| s.wake()));
         }
     }
 
     /// Drops every connection (the context closes).
     pub(crate) fn clear(&self) {
-        self.lock().clear();
-        self.count.store(0, Ordering::Release);
+        let mut list = self.lock();
+        self.take_incoming(&mut list);
+        let dropped = list.len();
+        list.clear();
+        self.count.fetch_sub(dropped, Ordering::AcqRel);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Box<dyn Served>>> {
@@ -112,6 +130,23 @@ pub(crate) enum Checked {
     Bytes(Arc<SharedRegion>, usize),
     /// Applied (an atomic, or a flush): the reply's value.
     Word(u64),
+}
+
+/// Parses the request header `head` from rank `peer` and checks it ([`check_request`]).
+/// `Err(why)`: not a request (counted): the connection is dropped.
+pub(crate) fn take_request(
+    regions: &RegionTable,
+    me: Identity,
+    peer: u32,
+    head: &[u8],
+) -> Result<(RequestRepr, Checked), String> {
+    let request = RequestRepr::parse(head).map_err(|e| {
+        let why = format!("not a request ({e})");
+        regions.request_refused(peer, 0, &why);
+        why
+    })?;
+    let checked = check_request(regions, me, peer, &request);
+    Ok((request, checked))
 }
 
 /// Checks `request` from rank `peer` against this rank's live regions and applies it if

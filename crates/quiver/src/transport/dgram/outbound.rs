@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::engine::DgramShared;
 use super::in_place::InPlace;
+use super::rma::DgramRma;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
@@ -33,6 +34,8 @@ pub(crate) struct DgramOut {
     in_place: Vec<(u64, Key)>,
     /// The token the next posted send in place gets.
     next_token: u64,
+    /// One-sided operations to the peer (their own connection, opened at the first).
+    pub(crate) rma: DgramRma,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -49,6 +52,7 @@ impl DgramOut {
             kind,
             in_place: Vec::new(),
             next_token: 0,
+            rma: DgramRma::default(),
         }
     }
 

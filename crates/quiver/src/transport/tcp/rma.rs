@@ -34,7 +34,7 @@ use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, Patience, RmaOp, RMA_PORT};
-use crate::transport::rma_serve::{check_request, Checked, Identity, Served};
+use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
 
 /// What a tcp edge keeps for its one-sided operations: the request stream to the peer,
 /// opened at the first operation (module docs).
@@ -322,18 +322,13 @@ impl TcpServed {
         regions: &RegionTable,
         me: Identity,
     ) -> std::result::Result<Stage, String> {
-        let request = RequestRepr::parse(&self.head).map_err(|e| {
-            let why = format!("not a request ({e})");
-            regions.request_refused(self.peer, 0, &why);
-            why
-        })?;
+        let (request, checked) = take_request(regions, me, self.peer, &self.head)?;
         let mut reply = ReplyRepr {
             status: ReplyStatus::Done,
             seq: request.seq,
             value: 0,
             len: 0,
         };
-        let checked = check_request(regions, me, self.peer, &request);
         Ok(match (request.op, checked) {
             (RequestOp::Put, Checked::Bytes(region, at)) => Stage::Data {
                 region: Some(region),
