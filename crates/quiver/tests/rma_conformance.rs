@@ -450,3 +450,26 @@ conformance! {
     tcp: TransportKind::Tcp,
     udp: TransportKind::Udp,
 }
+
+/// The number of operations each of 8 ranks applies in the large atomics test: 100,000
+/// (and a quarter as many compare-and-swap increments and swaps), fewer under debug builds.
+fn large_atomic_ops() -> u64 {
+    if cfg!(debug_assertions) {
+        2_000
+    } else {
+        100_000
+    }
+}
+
+/// 8 ranks x 100,000 fetch_adds on one word at once over shm (CPU atomics in each
+/// initiator): a serial order explains every fetched value and the final one.
+#[test]
+fn eight_ranks_of_atomics_on_one_word_over_shm_are_serializable() {
+    atomics_from_many_ranks_are_serializable(TransportKind::Shm, 8, large_atomic_ops());
+}
+
+/// The same over tcp, where the owner's progress engine applies every operation.
+#[test]
+fn eight_ranks_of_atomics_on_one_word_over_tcp_are_serializable() {
+    atomics_from_many_ranks_are_serializable(TransportKind::Tcp, 8, large_atomic_ops());
+}

@@ -30,6 +30,7 @@ use quiver_wire::rma_request::{
 use super::connect::{connect, Connected};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
+use crate::transport::failure::Failure;
 use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
@@ -42,6 +43,8 @@ use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
 pub(crate) struct TcpRma {
     stream: Option<RequestStream>,
     seq: u32,
+    /// The target died or closed its context: every later operation fails at once.
+    ended: Option<Failure>,
 }
 
 /// An open request stream and the target's process, when it runs on this node.
@@ -69,6 +72,7 @@ impl TcpRma {
         self.seq = self.seq.wrapping_add(1);
         let mut op = op;
         let request = request_for(&op, key, self.seq);
+        self.check(peer)?;
         self.open(local, src, peer)?;
         let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
             RmaOp::Put { data, .. } => (data, None),
@@ -77,10 +81,7 @@ impl TcpRma {
         };
         let reply = match self.exchange(local, peer, &request, data, buf) {
             Ok(reply) => reply,
-            Err(e) => {
-                self.stream = None;
-                return Err(e);
-            }
+            Err(e) => return Err(self.forget(e)),
         };
         match reply.status {
             ReplyStatus::Done => Ok(reply.value),
@@ -94,6 +95,7 @@ impl TcpRma {
     /// # Errors
     /// As [`TcpRma::apply`].
     pub(crate) fn flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        self.check(peer)?;
         if self.stream.is_none() {
             // Nothing was ever sent: nothing to make visible.
             return Ok(());
@@ -110,11 +112,27 @@ impl TcpRma {
         };
         match self.exchange(local, peer, &request, &[], None) {
             Ok(_) => Ok(()),
-            Err(e) => {
-                self.stream = None;
-                Err(e)
-            }
+            Err(e) => Err(self.forget(e)),
         }
+    }
+
+    /// The error of a target that ended, if it did.
+    fn check(&self, peer: Addr) -> Result<()> {
+        match &self.ended {
+            Some(failure) => Err(failure.to_error(peer, "during a one-sided operation")),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the stream after `e`, remembering a target that died or closed; returns `e`.
+    fn forget(&mut self, e: Error) -> Error {
+        self.stream = None;
+        match e {
+            Error::PeerDead { .. } => self.ended = Some(Failure::Dead),
+            Error::PeerClosed { .. } => self.ended = Some(Failure::Closed),
+            _ => {}
+        }
+        e
     }
 
     /// Opens the request stream to `peer` if this edge has none yet.
