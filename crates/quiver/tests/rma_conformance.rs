@@ -224,6 +224,50 @@ fn flush_orders_puts_before_what_follows(kind: TransportKind) {
     target.join().unwrap();
 }
 
+/// Puts with notification, each into bytes of its own: every message the target receives
+/// finds its put's data in the region, and the notifications arrive in order.
+fn notification_arrives_after_its_data(kind: TransportKind) {
+    let mut contexts = job(kind, 2);
+    let c1 = contexts.pop().unwrap();
+    let c0 = contexts.pop().unwrap();
+    const ROUNDS: u64 = 64;
+    const DATA: usize = 65536 + 5;
+    let target = std::thread::spawn(move || {
+        let region = c1
+            .alloc_region(DATA * ROUNDS as usize, Rights::ReadWrite)
+            .unwrap();
+        let mut ep = c1.endpoint(0).unwrap();
+        let back = ep.connect(Addr::new(0, 0)).unwrap();
+        ep.send(back, region.key().as_bytes()).unwrap();
+        let mut data = vec![0u8; DATA];
+        for round in 1..=ROUNDS {
+            let mut note = [0u8; 8];
+            let (n, _) = ep.recv(&mut note).unwrap();
+            assert_eq!((n, u64::from_le_bytes(note)), (8, round), "in order");
+            let at = (round - 1) as usize * DATA;
+            region.read(at, &mut data).unwrap();
+            assert!(
+                data == pattern(DATA, round),
+                "round {round}: the data first"
+            );
+        }
+    });
+    let mut ep = c0.endpoint(0).unwrap();
+    let conn = ep.connect(Addr::new(1, 0)).unwrap();
+    let key = recv_key(&mut ep);
+    for round in 1..=ROUNDS {
+        let data = pattern(DATA, round);
+        let at = (round - 1) * DATA as u64;
+        ep.put_notify(conn, &data, &key, at, &round.to_le_bytes())
+            .unwrap();
+        if round % 8 == 0 {
+            // Now and then the target is slower than the puts: the next put waits.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    target.join().unwrap();
+}
+
 /// `initiators` ranks add 1 to one word `ops` times each at once, then increment another
 /// with compare-and-swap loops and swap unique values through a third, while the owner
 /// serves in `recv`: the fetched values are exactly those of some serial order.
@@ -429,6 +473,11 @@ macro_rules! conformance {
             #[test]
             fn flush_orders_puts_before_a_later_message() {
                 flush_orders_puts_before_what_follows($kind);
+            }
+
+            #[test]
+            fn a_notification_arrives_after_its_data() {
+                notification_arrives_after_its_data($kind);
             }
 
             #[test]

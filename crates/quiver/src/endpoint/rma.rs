@@ -33,6 +33,27 @@ impl Endpoint {
         self.rma(conn, key, RmaOp::Put { data, offset }).map(|_| ())
     }
 
+    /// Writes `data` into the region `key` names at byte `offset`, then sends `message` to
+    /// the peer on `conn`: VMMC's deposit with notification. The peer's receive of
+    /// `message` happens after the data is visible in its region, on every transport (the
+    /// put is done when it returns, and a message sent after it on the same connection
+    /// arrives after it; docs/rma.md), so the target learns that the data arrived without
+    /// polling its memory.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put) (nothing is sent then), then as [`send`](Self::send).
+    pub fn put_notify(
+        &mut self,
+        conn: Connection,
+        data: &[u8],
+        key: &RemoteKey,
+        offset: u64,
+        message: &[u8],
+    ) -> Result<()> {
+        self.put(conn, data, key, offset)?;
+        self.send(conn, message)
+    }
+
     /// Reads the region `key` names at byte `offset` into `buf`.
     ///
     /// # Errors
