@@ -1,6 +1,7 @@
 //! One-sided communication, the same tests over every transport (shm: the initiator's
-//! own copies and atomics; tcp and udp: the target's software path), with the ranks of a
-//! job as contexts in one process (threads). The target serves requests while it is in a
+//! own copies and atomics; tcp, udp and xdp: the target's software path), with the ranks
+//! of a job as contexts in one process (threads; xdp: each in a network namespace of its
+//! own, root only). The target serves requests while it is in a
 //! quiver call, so every target here waits in `recv` (docs/rma.md).
 //!
 //! - put and get of 0 B..64 MiB at random offsets, verified, interleaved with messages;
@@ -18,6 +19,9 @@ use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Endpoint, Error, RemoteKey, Rights, TransportKind};
 
+mod xdp_net;
+use xdp_net::XdpNet;
+
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
 /// A free port for both tcp and udp on loopback.
@@ -31,8 +35,9 @@ fn free_port() -> u16 {
     }
 }
 
-/// The contexts of a job of `size` ranks over `kind`, by rank.
-fn job(kind: TransportKind, size: u32) -> Vec<Context> {
+/// The contexts of a job of `size` ranks over `kind`, by rank, and for xdp the network
+/// namespaces they live in (each rank in its own; dropped after the contexts).
+fn job(kind: TransportKind, size: u32) -> (Vec<Context>, Option<XdpNet>) {
     let id = (u64::from(std::process::id()) << 32)
         | 0x5100_0000
         | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
@@ -48,27 +53,44 @@ fn job(kind: TransportKind, size: u32) -> Vec<Context> {
         net_idle_timeout: Duration::from_secs(20),
         ..Config::default()
     };
-    let addrs: Vec<SocketAddr> = if kind == TransportKind::Shm {
-        Vec::new()
-    } else {
-        (0..size)
+    let net = (kind == TransportKind::Xdp).then(|| XdpNet::up(size as usize).expect("namespaces"));
+    let addrs: Vec<SocketAddr> = match (&net, kind) {
+        (_, TransportKind::Shm) => Vec::new(),
+        (Some(net), _) => (0..size as usize).map(|r| net.address(r, 7100)).collect(),
+        (None, _) => (0..size)
             .map(|_| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), free_port()))
-            .collect()
+            .collect(),
     };
-    (0..size)
+    let contexts = (0..size)
         .map(|rank| {
-            let mut builder = Context::builder()
-                .rank(rank)
-                .size(size)
-                .job_id(id)
-                .job_key(key)
-                .config(config.clone());
-            if !addrs.is_empty() {
-                builder = builder.addrs(addrs.clone());
+            let build = || {
+                let mut builder = Context::builder()
+                    .rank(rank)
+                    .size(size)
+                    .job_id(id)
+                    .job_key(key)
+                    .config(config.clone());
+                if !addrs.is_empty() {
+                    builder = builder.addrs(addrs.clone());
+                }
+                builder.build().unwrap()
+            };
+            match &net {
+                Some(net) => net.in_host(rank as usize, build),
+                None => build(),
             }
-            builder.build().unwrap()
         })
-        .collect()
+        .collect();
+    (contexts, net)
+}
+
+/// Whether a test over `kind` cannot run here (said on stderr): xdp needs root.
+fn skip(kind: TransportKind) -> bool {
+    let skipped = kind == TransportKind::Xdp && !xdp_net::is_root();
+    if skipped {
+        eprintln!("skipped: the xdp transport and its network namespaces need root");
+    }
+    skipped
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -119,7 +141,7 @@ fn sizes() -> Vec<usize> {
 /// Puts of every size at random offsets, each followed by a message the target answers
 /// after checking the bytes in its region, then a get of the same bytes back.
 fn put_and_get_interleaved_with_messages(kind: TransportKind) {
-    let mut contexts = job(kind, 2);
+    let (mut contexts, _net) = job(kind, 2);
     let c1 = contexts.pop().unwrap();
     let c0 = contexts.pop().unwrap();
     let sizes = sizes();
@@ -182,7 +204,7 @@ fn put_and_get_interleaved_with_messages(kind: TransportKind) {
 /// Puts, a flush, a flag put, then a message: when the message arrives, the target finds
 /// the data and the flag in its region, every round.
 fn flush_orders_puts_before_what_follows(kind: TransportKind) {
-    let mut contexts = job(kind, 2);
+    let (mut contexts, _net) = job(kind, 2);
     let c1 = contexts.pop().unwrap();
     let c0 = contexts.pop().unwrap();
     const ROUNDS: u64 = 100;
@@ -227,7 +249,7 @@ fn flush_orders_puts_before_what_follows(kind: TransportKind) {
 /// Puts with notification, each into bytes of its own: every message the target receives
 /// finds its put's data in the region, and the notifications arrive in order.
 fn notification_arrives_after_its_data(kind: TransportKind) {
-    let mut contexts = job(kind, 2);
+    let (mut contexts, _net) = job(kind, 2);
     let c1 = contexts.pop().unwrap();
     let c0 = contexts.pop().unwrap();
     const ROUNDS: u64 = 64;
@@ -272,7 +294,7 @@ fn notification_arrives_after_its_data(kind: TransportKind) {
 /// with compare-and-swap loops and swap unique values through a third, while the owner
 /// serves in `recv`: the fetched values are exactly those of some serial order.
 fn atomics_from_many_ranks_are_serializable(kind: TransportKind, initiators: u32, ops: u64) {
-    let mut contexts = job(kind, initiators + 1);
+    let (mut contexts, _net) = job(kind, initiators + 1);
     let owner = contexts.remove(0);
     let region = owner.alloc_region(64, Rights::ReadWrite).unwrap();
     let key = region.key();
@@ -361,10 +383,11 @@ fn atomics_from_many_ranks_are_serializable(kind: TransportKind, initiators: u32
 /// asking for more rights than its region has): typed errors, counted at both ends, the
 /// target's regions unharmed and a valid key still working afterwards.
 fn refusals_are_typed_counted_and_harmless(kind: TransportKind) {
-    let mut contexts = job(kind, 2);
+    let (mut contexts, _net) = job(kind, 2);
     let c1 = contexts.pop().unwrap();
     let c0 = contexts.pop().unwrap();
-    let stranger = job(kind, 2).pop().unwrap();
+    let (mut strangers, _stranger_net) = job(kind, 2);
+    let stranger = strangers.pop().unwrap();
     let foreign = stranger.alloc_region(64, Rights::ReadWrite).unwrap();
     let foreign_key = foreign.key();
     let target = std::thread::spawn(move || {
@@ -467,27 +490,42 @@ macro_rules! conformance {
 
             #[test]
             fn put_and_get_from_0_bytes_interleaved_with_messages() {
+                if skip($kind) {
+                    return;
+                }
                 put_and_get_interleaved_with_messages($kind);
             }
 
             #[test]
             fn flush_orders_puts_before_a_later_message() {
+                if skip($kind) {
+                    return;
+                }
                 flush_orders_puts_before_what_follows($kind);
             }
 
             #[test]
             fn a_notification_arrives_after_its_data() {
+                if skip($kind) {
+                    return;
+                }
                 notification_arrives_after_its_data($kind);
             }
 
             #[test]
             fn atomics_from_four_ranks_are_serializable() {
+                if skip($kind) {
+                    return;
+                }
                 let ops = if cfg!(debug_assertions) { 400 } else { 4000 };
                 atomics_from_many_ranks_are_serializable($kind, 4, ops);
             }
 
             #[test]
             fn refusals_are_typed_counted_and_leave_the_target_unharmed() {
+                if skip($kind) {
+                    return;
+                }
                 refusals_are_typed_counted_and_harmless($kind);
             }
         }
@@ -498,6 +536,7 @@ conformance! {
     shm: TransportKind::Shm,
     tcp: TransportKind::Tcp,
     udp: TransportKind::Udp,
+    xdp: TransportKind::Xdp,
 }
 
 /// The number of operations each of 8 ranks applies in the large atomics test: 100,000
