@@ -290,6 +290,94 @@ fn notification_arrives_after_its_data(kind: TransportKind) {
     target.join().unwrap();
 }
 
+/// Posted operations: many outstanding at once, applied in posting order (a get posted
+/// after a put reads its data, fetch_adds fetch 0, 1, 2, ...), `flush` waits for all of
+/// them, each completion carries its bytes or word, and a refusal comes with its
+/// completion, counted.
+fn posted_operations_complete_in_order(kind: TransportKind) {
+    let (mut contexts, _net) = job(kind, 2);
+    let c1 = contexts.pop().unwrap();
+    let c0 = contexts.pop().unwrap();
+    const CHUNK: usize = 32 * 1024 + 3;
+    const PUTS: usize = 40;
+    let region_len = CHUNK * PUTS + 64;
+    let target = std::thread::spawn(move || {
+        let region = c1.alloc_region(region_len, Rights::ReadWrite).unwrap();
+        let mut ep = c1.endpoint(0).unwrap();
+        let back = ep.connect(Addr::new(0, 0)).unwrap();
+        ep.send(back, region.key().as_bytes()).unwrap();
+        let mut done = [0u8; 4];
+        ep.recv(&mut done).unwrap();
+        let mut chunk = vec![0u8; CHUNK];
+        for i in 0..PUTS {
+            region.read(i * CHUNK, &mut chunk).unwrap();
+            assert!(chunk == pattern(CHUNK, i as u64 + 1), "put {i}");
+        }
+        assert_eq!(region.load(CHUNK * PUTS).unwrap(), 8);
+        c1.rma_stats()
+    });
+    let mut ep = c0.endpoint(0).unwrap();
+    let conn = ep.connect(Addr::new(1, 0)).unwrap();
+    let key = recv_key(&mut ep);
+    let word = (CHUNK * PUTS) as u64;
+    let mut puts = Vec::new();
+    let mut adds = Vec::new();
+    let mut gets = Vec::new();
+    for i in 0..PUTS {
+        let at = (i * CHUNK) as u64;
+        puts.push(
+            ep.post_put(conn, pattern(CHUNK, i as u64 + 1), &key, at)
+                .unwrap(),
+        );
+        if i % 5 == 0 {
+            adds.push(ep.post_fetch_add(conn, &key, word, 1).unwrap());
+            gets.push((i, ep.post_get(conn, CHUNK, &key, at).unwrap()));
+        }
+    }
+    let mut forged = key.as_bytes().to_vec();
+    forged[40] ^= 1;
+    let forged = RemoteKey::from_bytes(&forged).unwrap();
+    let refused = ep.post_swap(conn, &forged, 0, 1).unwrap();
+    let whole = ep.post_get(conn, CHUNK * PUTS, &key, 0).unwrap();
+    ep.flush(conn).unwrap();
+    for req in &puts {
+        assert!(
+            ep.test_rma(req).unwrap(),
+            "flush waited for every posted put"
+        );
+    }
+    for (i, req) in puts.into_iter().enumerate() {
+        let done = ep.wait_rma(req).unwrap();
+        assert!(
+            done.data == pattern(CHUNK, i as u64 + 1),
+            "put {i}'s data back"
+        );
+    }
+    for (n, req) in adds.into_iter().enumerate() {
+        assert_eq!(
+            ep.wait_rma(req).unwrap().value,
+            n as u64,
+            "in posting order"
+        );
+    }
+    for (i, req) in gets {
+        let got = ep.wait_rma(req).unwrap().data;
+        assert!(got == pattern(CHUNK, i as u64 + 1), "the get after put {i}");
+    }
+    let e = ep.wait_rma(refused).unwrap_err();
+    assert!(matches!(e, Error::RmaKeyRefused { rank: 1, .. }), "{e}");
+    let all = ep.wait_rma(whole).unwrap().data;
+    for i in 0..PUTS {
+        assert!(all[i * CHUNK..(i + 1) * CHUNK] == pattern(CHUNK, i as u64 + 1));
+    }
+    // Blocking operations after posted ones keep the order too.
+    assert_eq!(ep.fetch_add(conn, &key, word, 0).unwrap(), 8);
+    ep.send(conn, b"done").unwrap();
+    let there = target.join().unwrap();
+    assert_eq!(there.keys_refused, 1, "{there:?}");
+    assert_eq!(c0.rma_stats().accesses_refused, 1);
+}
+
 /// `initiators` ranks add 1 to one word `ops` times each at once, then increment another
 /// with compare-and-swap loops and swap unique values through a third, while the owner
 /// serves in `recv`: the fetched values are exactly those of some serial order.
@@ -510,6 +598,14 @@ macro_rules! conformance {
                     return;
                 }
                 notification_arrives_after_its_data($kind);
+            }
+
+            #[test]
+            fn posted_operations_complete_in_order() {
+                if skip($kind) {
+                    return;
+                }
+                super::posted_operations_complete_in_order($kind);
             }
 
             #[test]

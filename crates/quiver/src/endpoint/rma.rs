@@ -5,10 +5,12 @@
 
 use quiver_wire::rma::KeyRepr;
 
-use super::{Connection, Endpoint};
+use super::{Connection, Endpoint, RmaCompletion, RmaRequest};
 use crate::error::{Error, Result};
 use crate::rma::key::RemoteKey;
-use crate::transport::rma_ops::{self, RmaOp};
+use crate::transport::edge::Posted;
+use crate::transport::rma_ops::{self, PostKind, PostedOp, RmaOp};
+use crate::transport::wait::Wait;
 
 impl Endpoint {
     /// Writes `data` into the region `key` names at byte `offset`, without a receive call
@@ -130,9 +132,173 @@ impl Endpoint {
         self.rma(conn, key, RmaOp::Swap { offset, value })
     }
 
-    /// Checks `op` against `key` and `conn`, then hands it to the connection's transport.
-    fn rma(&mut self, conn: Connection, key: &RemoteKey, op: RmaOp<'_>) -> Result<u64> {
+    /// Posts a put of `data` (handed over, and back with the completion) into the region
+    /// `key` names at byte `offset`, without waiting: several may be outstanding on one
+    /// connection, applied in posting order. Complete it with [`wait_rma`](Self::wait_rma);
+    /// [`flush`](Self::flush) waits for every posted operation on the connection. Over shm
+    /// it is done at once.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put) for what is checked before anything is sent; the target's
+    /// refusals and the peer's end come with the completion.
+    pub fn post_put(
+        &mut self,
+        conn: Connection,
+        data: Vec<u8>,
+        key: &RemoteKey,
+        offset: u64,
+    ) -> Result<RmaRequest> {
+        let op = PostedOp {
+            kind: PostKind::Put,
+            offset,
+            buf: data,
+        };
+        self.post_rma(conn, key, op)
+    }
+
+    /// Posts a get of `len` bytes from the region `key` names at byte `offset`; the bytes
+    /// come with the completion ([`RmaCompletion::data`]).
+    ///
+    /// # Errors
+    /// As [`post_put`](Self::post_put), except that a read-only key is enough.
+    pub fn post_get(
+        &mut self,
+        conn: Connection,
+        len: usize,
+        key: &RemoteKey,
+        offset: u64,
+    ) -> Result<RmaRequest> {
+        let op = PostedOp {
+            kind: PostKind::Get,
+            offset,
+            buf: vec![0; len],
+        };
+        self.post_rma(conn, key, op)
+    }
+
+    /// Posts a fetch-and-add of `value` on the word at `offset`; the word before comes
+    /// with the completion ([`RmaCompletion::value`]).
+    ///
+    /// # Errors
+    /// As [`post_put`](Self::post_put), and [`Error::RmaMisaligned`].
+    pub fn post_fetch_add(
+        &mut self,
+        conn: Connection,
+        key: &RemoteKey,
+        offset: u64,
+        value: u64,
+    ) -> Result<RmaRequest> {
+        let op = PostedOp {
+            kind: PostKind::FetchAdd(value),
+            offset,
+            buf: Vec::new(),
+        };
+        self.post_rma(conn, key, op)
+    }
+
+    /// Posts a compare-and-swap of the word at `offset` (`new` if it holds `expected`); the
+    /// word before comes with the completion.
+    ///
+    /// # Errors
+    /// As [`post_fetch_add`](Self::post_fetch_add).
+    pub fn post_compare_swap(
+        &mut self,
+        conn: Connection,
+        key: &RemoteKey,
+        offset: u64,
+        (expected, new): (u64, u64),
+    ) -> Result<RmaRequest> {
+        let op = PostedOp {
+            kind: PostKind::CompareSwap(expected, new),
+            offset,
+            buf: Vec::new(),
+        };
+        self.post_rma(conn, key, op)
+    }
+
+    /// Posts a swap of the word at `offset` for `value`; the word before comes with the
+    /// completion.
+    ///
+    /// # Errors
+    /// As [`post_fetch_add`](Self::post_fetch_add).
+    pub fn post_swap(
+        &mut self,
+        conn: Connection,
+        key: &RemoteKey,
+        offset: u64,
+        value: u64,
+    ) -> Result<RmaRequest> {
+        let op = PostedOp {
+            kind: PostKind::Swap(value),
+            offset,
+            buf: Vec::new(),
+        };
+        self.post_rma(conn, key, op)
+    }
+
+    /// Whether posted operation `req` is complete (moving posted operations on first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a request of another endpoint.
+    pub fn test_rma(&mut self, req: &RmaRequest) -> Result<bool> {
+        self.progress()?;
+        let outbound = &mut self.outbound;
+        self.rma_posted
+            .test(req.id, |index, seq| outbound[index].rma_take(seq))
+    }
+
+    /// Waits until posted operation `req` is complete: its word (an atomic) and bytes (a
+    /// get's; a put's data back).
+    ///
+    /// # Errors
+    /// The operation's: the target's refusals, the peer's end, [`Error::Timeout`].
+    pub fn wait_rma(&mut self, req: RmaRequest) -> Result<RmaCompletion> {
+        let mut wait = Wait::new(&self.config);
+        loop {
+            let outbound = &mut self.outbound;
+            let polled = self
+                .rma_posted
+                .poll(req.id, |index, seq| outbound[index].rma_take(seq))?;
+            if let Some(outcome) = polled {
+                let (value, data) = outcome?;
+                return Ok(RmaCompletion { value, data });
+            }
+            self.progress()?;
+            self.idle(&mut wait, "waiting for a posted one-sided operation")?;
+        }
+    }
+
+    /// Moves every posted one-sided operation on, never waiting (from `progress`).
+    pub(super) fn progress_rma(&mut self) {
+        if !self.rma_posted.any_pending() {
+            return;
+        }
+        for out in &mut self.outbound {
+            out.rma_progress(&self.local, self.addr);
+        }
+    }
+
+    /// Checks posted operation `op` against `key` and `conn`, then posts it on the
+    /// connection's transport.
+    fn post_rma(
+        &mut self,
+        conn: Connection,
+        key: &RemoteKey,
+        mut op: PostedOp,
+    ) -> Result<RmaRequest> {
         let index = self.outbound_index(conn)?;
+        self.check_key(conn, key, &op.as_op())?;
+        let posted =
+            self.outbound[index].rma_post(&self.local, (self.addr, conn.peer), &key.repr, op)?;
+        let id = match posted {
+            Posted::Done(outcome) => self.rma_posted.done(outcome),
+            Posted::Pending(seq) => self.rma_posted.pending(index, seq),
+        };
+        Ok(RmaRequest { id })
+    }
+
+    /// Checks `op` against `key` and `conn` (module docs), counting a refusal.
+    fn check_key(&self, conn: Connection, key: &RemoteKey, op: &RmaOp<'_>) -> Result<()> {
         let repr: &KeyRepr = &key.repr;
         if repr.rank != conn.peer.rank {
             let error = Error::RmaKeyRefused {
@@ -144,7 +310,13 @@ impl Endpoint {
             };
             return Err(rma_ops::refused(&self.local, error));
         }
-        rma_ops::check(&self.local, repr, &op)?;
-        self.outbound[index].rma(&self.local, (self.addr, conn.peer), repr, op)
+        rma_ops::check(&self.local, repr, op)
+    }
+
+    /// Checks `op` against `key` and `conn`, then hands it to the connection's transport.
+    fn rma(&mut self, conn: Connection, key: &RemoteKey, op: RmaOp<'_>) -> Result<u64> {
+        let index = self.outbound_index(conn)?;
+        self.check_key(conn, key, &op)?;
+        self.outbound[index].rma(&self.local, (self.addr, conn.peer), &key.repr, op)
     }
 }

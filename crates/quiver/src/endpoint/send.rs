@@ -134,9 +134,11 @@ impl Endpoint {
                 engine.poll_io(&self.local);
             }
         }
-        // One-sided requests peers sent this rank over a network transport.
+        // One-sided requests peers sent this rank over a network transport, and this
+        // endpoint's own posted ones.
         let local = &self.local;
         local.rma.serve(&local.regions, (local.job_id, local.rank));
+        self.progress_rma();
         if self.requests.pending_sends > 0 {
             for idx in 0..self.outbound.len() {
                 // Failures are recorded in the requests of that connection.

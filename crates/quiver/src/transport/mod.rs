@@ -38,6 +38,7 @@ pub(crate) mod registry;
 pub(crate) mod requests;
 pub(crate) mod retry;
 pub(crate) mod rma_ops;
+pub(crate) mod rma_pipeline;
 pub(crate) mod rma_serve;
 pub(crate) mod shm;
 pub(crate) mod tcp;

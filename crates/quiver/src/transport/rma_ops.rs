@@ -73,6 +73,49 @@ impl RmaOp<'_> {
     }
 }
 
+/// A posted operation: its kind, offset and buffer (a put's data, a get's buffer; empty
+/// for an atomic), owned until it completes.
+#[derive(Debug)]
+pub(crate) struct PostedOp {
+    pub(crate) kind: PostKind,
+    pub(crate) offset: u64,
+    pub(crate) buf: Vec<u8>,
+}
+
+/// The kind of a [`PostedOp`], with an atomic's operands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PostKind {
+    Put,
+    Get,
+    FetchAdd(u64),
+    CompareSwap(u64, u64),
+    Swap(u64),
+}
+
+impl PostedOp {
+    /// The operation, borrowing the buffer.
+    pub(crate) fn as_op(&mut self) -> RmaOp<'_> {
+        let offset = self.offset;
+        match self.kind {
+            PostKind::Put => RmaOp::Put {
+                data: &self.buf,
+                offset,
+            },
+            PostKind::Get => RmaOp::Get {
+                buf: &mut self.buf,
+                offset,
+            },
+            PostKind::FetchAdd(value) => RmaOp::FetchAdd { offset, value },
+            PostKind::CompareSwap(expected, new) => RmaOp::CompareSwap {
+                offset,
+                expected,
+                new,
+            },
+            PostKind::Swap(value) => RmaOp::Swap { offset, value },
+        }
+    }
+}
+
 /// The request that asks a target's software path for `op` on the region `key` names.
 pub(crate) fn request_for(op: &RmaOp<'_>, key: &KeyRepr, seq: u32) -> RequestRepr {
     let (offset, len) = op.span();
@@ -94,6 +137,30 @@ pub(crate) fn request_for(op: &RmaOp<'_>, key: &KeyRepr, seq: u32) -> RequestRep
     }
 }
 
+/// What the errors of an operation name of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpInfo {
+    pub(crate) name: &'static str,
+    pub(crate) writes: bool,
+    pub(crate) atomic: bool,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl OpInfo {
+    /// What the errors of `op` name of it.
+    pub(crate) fn of(op: &RmaOp<'_>) -> OpInfo {
+        let (offset, len) = op.span();
+        OpInfo {
+            name: op.name(),
+            writes: op.writes(),
+            atomic: op.is_atomic(),
+            offset,
+            len,
+        }
+    }
+}
+
 /// The error of a request the target refused with `status` (counted in `local`'s
 /// statistics): the same errors the initiator's own checks and the shm grants give.
 pub(crate) fn reply_error(
@@ -103,22 +170,33 @@ pub(crate) fn reply_error(
     op: &RmaOp<'_>,
     status: ReplyStatus,
 ) -> Error {
-    let (offset, len) = op.span();
+    reply_error_for(local, peer, key, OpInfo::of(op), status)
+}
+
+/// [`reply_error`] of an operation described by `info`.
+pub(crate) fn reply_error_for(
+    local: &LocalRank,
+    peer: Addr,
+    key: &KeyRepr,
+    info: OpInfo,
+    status: ReplyStatus,
+) -> Error {
+    let (offset, len) = (info.offset, info.len);
     let error = match status {
         ReplyStatus::Revoked => Error::RmaRevoked {
             rank: peer.rank,
             region: key.region,
         },
-        ReplyStatus::WrongRights if !op.writes() || key.rights.writable() => Error::RmaKeyRefused {
+        ReplyStatus::WrongRights if !info.writes || key.rights.writable() => Error::RmaKeyRefused {
             rank: peer.rank,
             reason: "the key asks for writing, the region is read-only".into(),
         },
         ReplyStatus::WrongRights => Error::RmaRights {
-            operation: op.name(),
+            operation: info.name,
             rights: key.rights.name(),
         },
         ReplyStatus::OutOfBounds => Error::RmaOutOfBounds {
-            operation: op.name(),
+            operation: info.name,
             offset,
             len,
             region_len: key.len,

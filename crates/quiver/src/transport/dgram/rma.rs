@@ -34,7 +34,8 @@ use crate::error::{Error, Result};
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
-use crate::transport::rma_ops::{reply_error, request_for, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
 use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
 
 /// The bounce buffer of a served connection (module docs).
@@ -119,6 +120,8 @@ impl DgramShared {
 pub(crate) struct DgramRma {
     conn: Option<(Arc<DgramShared>, u64)>,
     seq: u32,
+    /// Posted operations outstanding on the connection.
+    pipeline: Pipeline,
 }
 
 impl DgramRma {
@@ -138,6 +141,7 @@ impl DgramRma {
         self.seq = self.seq.wrapping_add(1);
         let mut op = op;
         let request = request_for(&op, key, self.seq);
+        self.drain(local, peer)?;
         self.open(local, src, peer)?;
         let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
             RmaOp::Put { data, .. } => (data, None),
@@ -157,6 +161,7 @@ impl DgramRma {
     /// # Errors
     /// As [`DgramRma::apply`].
     pub(crate) fn flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        self.drain(local, peer)?;
         if self.conn.is_none() {
             return Ok(());
         }
@@ -171,6 +176,70 @@ impl DgramRma {
             key: [0; quiver_wire::rma::KEY_LEN],
         };
         self.exchange(local, peer, &request, &[], None).map(|_| ())
+    }
+
+    /// Posts `op` (already checked against `key`; `buf` is a put's data or a get's
+    /// buffer, handed over): its number, to [`DgramRma::take`] its completion later.
+    ///
+    /// # Errors
+    /// The connection could not be opened.
+    pub(crate) fn post(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        (op, buf): (OpInfo, Vec<u8>),
+        request: RequestRepr,
+    ) -> Result<u32> {
+        self.open(local, src, peer)?;
+        self.seq = self.seq.wrapping_add(1);
+        let request = RequestRepr {
+            seq: self.seq,
+            ..request
+        };
+        self.pipeline.post(&request, *key, op, buf);
+        self.progress(local, peer);
+        Ok(request.seq)
+    }
+
+    /// Moves the posted operations on as far as the connection allows now; a connection
+    /// that ended completes them with its error.
+    pub(crate) fn progress(&mut self, local: &LocalRank, peer: Addr) {
+        if self.pipeline.is_idle() {
+            return;
+        }
+        let Some((engine, id)) = self.conn.clone() else {
+            return;
+        };
+        let mut channel = Channel {
+            engine: &engine,
+            id,
+            peer,
+        };
+        if self.pipeline.progress(&mut channel, local, peer).is_err() {
+            engine.close(id);
+            self.conn = None;
+        }
+    }
+
+    /// The completion of posted operation `seq`, once it came.
+    pub(crate) fn take(&mut self, seq: u32) -> Option<Outcome> {
+        self.pipeline.take(seq)
+    }
+
+    /// Waits until every posted operation is complete (a blocking one follows).
+    fn drain(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        let mut patience = Patience::new(local);
+        loop {
+            self.progress(local, peer);
+            if self.pipeline.is_idle() {
+                return Ok(());
+            }
+            if let Some((engine, _)) = &self.conn {
+                engine.poll_io(local);
+            }
+            patience.wait(local, None)?;
+        }
     }
 
     /// Opens the request connection to `peer` if this edge has none yet.
@@ -223,6 +292,44 @@ impl Drop for DgramRma {
         if let Some((engine, id)) = self.conn.take() {
             engine.close(id);
         }
+    }
+}
+
+/// A request connection as the pipeline of posted operations sees it.
+struct Channel<'a> {
+    engine: &'a DgramShared,
+    id: u64,
+    peer: Addr,
+}
+
+impl RequestChannel for Channel<'_> {
+    fn send(
+        &mut self,
+        _local: &LocalRank,
+        (head, data): (&[u8], &[u8]),
+        skip: usize,
+        started: &mut bool,
+    ) -> Result<usize> {
+        let total = (head.len() + data.len()) as u64;
+        let chunk = if skip < head.len() {
+            &head[skip..]
+        } else {
+            &data[skip - head.len()..]
+        };
+        self.engine
+            .write_chunk(self.id, total, started, chunk)
+            .map_err(|f| f.to_error(self.peer, DURING))
+    }
+
+    fn recv(&mut self, _local: &LocalRank, out: &mut [u8]) -> Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let got = self
+            .engine
+            .read_chunk(self.id, out)
+            .map_err(|f| f.to_error(self.peer, DURING))?;
+        Ok(got.map_or(0, |(n, _, _)| n))
     }
 }
 

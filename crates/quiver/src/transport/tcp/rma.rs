@@ -34,7 +34,8 @@ use crate::transport::failure::Failure;
 use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
-use crate::transport::rma_ops::{reply_error, request_for, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
 use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
 
 /// What a tcp edge keeps for its one-sided operations: the request stream to the peer,
@@ -45,12 +46,15 @@ pub(crate) struct TcpRma {
     seq: u32,
     /// The target died or closed its context: every later operation fails at once.
     ended: Option<Failure>,
+    /// Posted operations outstanding on the stream.
+    pipeline: Pipeline,
 }
 
 /// An open request stream and the target's process, when it runs on this node.
 #[derive(Debug)]
 struct RequestStream {
     stream: TcpStream,
+    peer: Addr,
     process: Option<PeerProcess>,
 }
 
@@ -72,6 +76,7 @@ impl TcpRma {
         self.seq = self.seq.wrapping_add(1);
         let mut op = op;
         let request = request_for(&op, key, self.seq);
+        self.drain(local, peer)?;
         self.check(peer)?;
         self.open(local, src, peer)?;
         let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
@@ -95,6 +100,7 @@ impl TcpRma {
     /// # Errors
     /// As [`TcpRma::apply`].
     pub(crate) fn flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        self.drain(local, peer)?;
         self.check(peer)?;
         if self.stream.is_none() {
             // Nothing was ever sent: nothing to make visible.
@@ -116,6 +122,76 @@ impl TcpRma {
         }
     }
 
+    /// Posts `op` (already checked against `key`; `buf` is a put's data or a get's
+    /// buffer, handed over): its number, to [`TcpRma::take`] its completion later.
+    ///
+    /// # Errors
+    /// The stream could not be opened, or the target ended before.
+    pub(crate) fn post(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        (op, buf): (OpInfo, Vec<u8>),
+        request: RequestRepr,
+    ) -> Result<u32> {
+        self.check(peer)?;
+        self.open(local, src, peer)?;
+        self.seq = self.seq.wrapping_add(1);
+        let request = RequestRepr {
+            seq: self.seq,
+            ..request
+        };
+        self.pipeline.post(&request, *key, op, buf);
+        self.progress(local, peer);
+        Ok(request.seq)
+    }
+
+    /// Moves the posted operations on as far as the stream allows now; a stream that
+    /// ended completes them with its error.
+    pub(crate) fn progress(&mut self, local: &LocalRank, peer: Addr) {
+        if self.pipeline.is_idle() {
+            return;
+        }
+        if let Some(rs) = self.stream.as_mut() {
+            if let Err(e) = self.pipeline.progress(rs, local, peer) {
+                let _ = self.forget(e);
+            }
+        }
+    }
+
+    /// The completion of posted operation `seq`, once it came.
+    pub(crate) fn take(&mut self, seq: u32) -> Option<Outcome> {
+        self.pipeline.take(seq)
+    }
+
+    /// What a sleeping call should wake up for while operations are posted.
+    pub(crate) fn wake(&self) -> Option<libc::pollfd> {
+        let rs = self.stream.as_ref().filter(|_| !self.pipeline.is_idle())?;
+        let mut events = libc::POLLIN;
+        if self.pipeline.wants_to_send() {
+            events |= libc::POLLOUT;
+        }
+        Some(libc::pollfd {
+            fd: rs.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        })
+    }
+
+    /// Waits until every posted operation is complete (a blocking one follows).
+    fn drain(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        let mut patience = Patience::new(local);
+        loop {
+            self.progress(local, peer);
+            if self.pipeline.is_idle() {
+                return Ok(());
+            }
+            let fd = self.wake().map(|p| (p.fd, p.events));
+            patience.wait(local, fd)?;
+        }
+    }
+
     /// The error of a target that ended, if it did.
     fn check(&self, peer: Addr) -> Result<()> {
         match &self.ended {
@@ -127,6 +203,8 @@ impl TcpRma {
     /// Drops the stream after `e`, remembering a target that died or closed; returns `e`.
     fn forget(&mut self, e: Error) -> Error {
         self.stream = None;
+        // Completes whatever was posted with the error.
+        self.pipeline.fail(&e);
         match e {
             Error::PeerDead { .. } => self.ended = Some(Failure::Dead),
             Error::PeerClosed { .. } => self.ended = Some(Failure::Closed),
@@ -155,6 +233,7 @@ impl TcpRma {
             .map_err(|e| Error::io(format!("configuring the request stream to {peer}"), e))?;
         self.stream = Some(RequestStream {
             stream,
+            peer,
             process: pid.and_then(PeerProcess::open),
         });
         Ok(())
@@ -217,6 +296,48 @@ impl TcpRma {
             _ => {}
         }
         Ok(reply)
+    }
+}
+
+impl RequestChannel for RequestStream {
+    fn send(
+        &mut self,
+        _local: &LocalRank,
+        (head, data): (&[u8], &[u8]),
+        skip: usize,
+        _started: &mut bool,
+    ) -> Result<usize> {
+        match write_gathered(&self.stream, &[head, data], skip) {
+            Ok(n) => Ok(n),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(self.ended(self.peer, &e.to_string())),
+        }
+    }
+
+    fn recv(&mut self, _local: &LocalRank, out: &mut [u8]) -> Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        match self.stream.read(out) {
+            Ok(0) => Err(self.ended(self.peer, "the target closed the stream")),
+            Ok(n) => Ok(n),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(self.ended(self.peer, &e.to_string())),
+        }
     }
 }
 
