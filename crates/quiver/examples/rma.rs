@@ -24,16 +24,8 @@ fn free_port() -> u16 {
 /// Operations kept posted at once by `post_put` and `post_get`.
 const WINDOW: usize = 16;
 
-fn main() {
-    quiver::init_logging_from_env();
-    let args: Vec<String> = std::env::args().collect();
-    let kind = TransportKind::from_name(args.get(1).map_or("shm", String::as_str))
-        .expect("transport: shm, tcp or udp");
-    let operation = args.get(2).cloned().unwrap_or_else(|| "put".into());
-    let size: usize = args.get(3).map_or(8, |s| s.parse().expect("size"));
-    let iters: usize = args
-        .get(4)
-        .map_or(10_000, |s| s.parse().expect("operations"));
+/// Ranks 0 and 1 of a job over `kind` on loopback, in this process.
+fn contexts(kind: TransportKind) -> Vec<Context> {
     let addrs: Vec<SocketAddr> = if kind == TransportKind::Shm {
         Vec::new()
     } else {
@@ -46,7 +38,7 @@ fn main() {
         ..Config::default()
     };
     let job = u64::from(std::process::id()) << 16 | 0x4d;
-    let contexts: Vec<Context> = (0..2)
+    (0..2)
         .map(|rank| {
             let mut builder = Context::builder()
                 .rank(rank)
@@ -59,7 +51,20 @@ fn main() {
             }
             builder.build().expect("context")
         })
-        .collect();
+        .collect()
+}
+
+fn main() {
+    quiver::init_logging_from_env();
+    let args: Vec<String> = std::env::args().collect();
+    let kind = TransportKind::from_name(args.get(1).map_or("shm", String::as_str))
+        .expect("transport: shm, tcp or udp");
+    let operation = args.get(2).cloned().unwrap_or_else(|| "put".into());
+    let size: usize = args.get(3).map_or(8, |s| s.parse().expect("size"));
+    let iters: usize = args
+        .get(4)
+        .map_or(10_000, |s| s.parse().expect("operations"));
+    let contexts = contexts(kind);
     let region_len = size.max(8) * WINDOW;
     std::thread::scope(|s| {
         let owner = &contexts[1];

@@ -10,4 +10,5 @@ pub(crate) mod outbound;
 pub(crate) mod protocols;
 pub(crate) mod reader;
 pub(crate) mod rma;
+pub(crate) mod stats;
 pub(crate) mod writer;
