@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::rma::TcpRma;
 use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
@@ -34,6 +35,8 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// One-sided operations to the peer (their own stream, opened at the first).
+    pub(crate) rma: TcpRma,
     /// The socket refused the rest of the queue's front at the last progress: the next
     /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
     full: bool,
@@ -55,6 +58,7 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            rma: TcpRma::default(),
             full: false,
             _open: open,
         }
