@@ -350,9 +350,10 @@ enum quiver_status quiver_try_recv(struct quiver_endpoint ep,
                                    size_t *len,
                                    struct quiver_addr *src);
 
-// A static, one-line description of `status` (never NULL; an unknown number gives
-// "unknown quiver status"). The string lives as long as the program. Any thread.
-const char *quiver_strerror(enum quiver_status status);
+// A static, one-line description of `status`, a quiver_status (never NULL; any other
+// number gives "unknown quiver status"). The string lives as long as the program. Any
+// thread.
+const char *quiver_strerror(int status);
 
 // The message of the last call that failed on this thread: what happened, the peer it
 // is about and what to do. Never NULL. The string belongs to quiver and stays valid until

@@ -2,7 +2,7 @@
 //! the last error (`quiver_strerror`, `quiver_last_error_message`).
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 
 use rust_quiver::Error;
 
@@ -156,12 +156,14 @@ pub(crate) fn record(failure: Failure) -> quiver_status {
     code
 }
 
-/// A static, one-line description of `status` (never NULL; an unknown number gives
-/// "unknown quiver status"). The string lives as long as the program. Any thread.
+/// A static, one-line description of `status`, a quiver_status (never NULL; any other
+/// number gives "unknown quiver status"). The string lives as long as the program. Any
+/// thread.
 #[no_mangle]
-pub extern "C" fn quiver_strerror(status: quiver_status) -> *const c_char {
-    // `status` may hold any int the caller made up: compare it as a number.
-    let text: &'static CStr = match status as i32 {
+pub extern "C" fn quiver_strerror(status: c_int) -> *const c_char {
+    // An int, not the enum: a C caller may pass any number, and an enum value outside its
+    // variants would be undefined behaviour on the Rust side.
+    let text: &'static CStr = match status {
         0 => c"success",
         1 => c"operation would block",
         2 => c"receive buffer too small for the next message (the message is kept)",
