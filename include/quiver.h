@@ -284,13 +284,15 @@ enum quiver_status quiver_conn_peer(struct quiver_endpoint ep,
                                     struct quiver_addr *out);
 
 // Closes connection `conn`, leaving the endpoint's others open: sends on it finish first
-// (bounded by the endpoint's timeout), then the peer receives a clean end
-// (QUIVER_ERR_PEER_CLOSED). Later calls on `conn` fail with QUIVER_ERR_INVALID_ARGUMENT;
+// (bounded by the endpoint's timeout), then the peer receives what was sent and sees the
+// connection end (no error on its side; over udp, whose one connection carries both
+// directions, its sends to this endpoint end too). Later calls on `conn` fail with QUIVER_ERR_INVALID_ARGUMENT;
 // quiver_connect() opens a new one. Blocking (while sends finish).
 //
 // Errors: QUIVER_ERR_INVALID_ARGUMENT (closed already), the connection's peer error if it
 // had failed, QUIVER_ERR_TIMEOUT, QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY.
-enum quiver_status quiver_close(struct quiver_endpoint ep, struct quiver_conn conn);
+enum quiver_status quiver_close(struct quiver_endpoint ep,
+                                struct quiver_conn conn);
 
 // Sends the `len` bytes at `data` as one message on `conn`, blocking until quiver is
 // done with them (in the ring, taken by the transport, or pulled by the receiver): the

@@ -158,4 +158,4 @@ class Context:
         return self._inner.stats()
 
     def __repr__(self):
-        return repr(self._inner).replace("quiver.Context", "quiver.Context", 1)
+        return repr(self._inner)

@@ -73,8 +73,9 @@ pub extern "C" fn quiver_conn_peer(
 }
 
 /// Closes connection `conn`, leaving the endpoint's others open: sends on it finish first
-/// (bounded by the endpoint's timeout), then the peer receives a clean end
-/// (QUIVER_ERR_PEER_CLOSED). Later calls on `conn` fail with QUIVER_ERR_INVALID_ARGUMENT;
+/// (bounded by the endpoint's timeout), then the peer receives what was sent and sees the
+/// connection end (no error on its side; over udp, whose one connection carries both
+/// directions, its sends to this endpoint end too). Later calls on `conn` fail with QUIVER_ERR_INVALID_ARGUMENT;
 /// quiver_connect() opens a new one. Blocking (while sends finish).
 ///
 /// Errors: QUIVER_ERR_INVALID_ARGUMENT (closed already), the connection's peer error if it
