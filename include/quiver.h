@@ -308,8 +308,8 @@ enum quiver_status quiver_send(struct quiver_endpoint ep,
                                size_t len);
 
 // quiver_send() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing sent)
-// otherwise. Over shm a large message may be copied into an internal buffer (bounded by
-// QUIVER_MAX_BUFFERED_BYTES) and finish later. Non-blocking.
+// otherwise. Over shm a large message may be copied into an internal buffer (at most
+// 64 MiB held per endpoint) and finish later. Non-blocking.
 //
 // Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_send().
 enum quiver_status quiver_try_send(struct quiver_endpoint ep,

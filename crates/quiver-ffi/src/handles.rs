@@ -186,3 +186,82 @@ impl<T, const N: usize> Table<T, N> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(r: Result<impl Sized, Failure>) -> quiver_status {
+        match r {
+            Ok(_) => quiver_status::QUIVER_OK,
+            Err(Failure::Boundary(code, _)) => code,
+            Err(Failure::Api(e)) => panic!("unexpected API error {e}"),
+        }
+    }
+
+    #[test]
+    fn handles_are_generation_checked() {
+        let table: Table<u32, 2> = Table::new("thing");
+        let a = table.insert(7).unwrap();
+        let b = table.insert(8).unwrap();
+        assert_ne!(a, 0);
+        assert_ne!(a, b);
+        assert_eq!(*table.take(a).unwrap().value(), 7);
+        // Full: a third value has no slot.
+        assert_eq!(
+            code(table.insert(9)),
+            quiver_status::QUIVER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(table.remove(a).unwrap(), 7);
+        // The freed handle is dead, also once its slot holds a new value.
+        assert_eq!(code(table.take(a)), quiver_status::QUIVER_ERR_BAD_HANDLE);
+        let c = table.insert(10).unwrap();
+        assert_ne!(c, a, "a reused slot gets a new generation");
+        assert_eq!(code(table.take(a)), quiver_status::QUIVER_ERR_BAD_HANDLE);
+        assert_eq!(code(table.remove(a)), quiver_status::QUIVER_ERR_BAD_HANDLE);
+        assert_eq!(*table.take(c).unwrap().value(), 10);
+        // Zero, out-of-range and made-up handles.
+        for bad in [0, 3, u64::MAX, (c & !0xffff_ffff) | 5, c ^ (1 << 40)] {
+            assert_eq!(
+                code(table.take(bad)),
+                quiver_status::QUIVER_ERR_BAD_HANDLE,
+                "{bad:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_taken_slot_is_busy_until_released() {
+        let table: Table<u32, 1> = Table::new("thing");
+        let h = table.insert(1).unwrap();
+        let mut held = table.take(h).unwrap();
+        assert_eq!(code(table.take(h)), quiver_status::QUIVER_ERR_BUSY);
+        assert_eq!(code(table.remove(h)), quiver_status::QUIVER_ERR_BUSY);
+        *held.value() = 2;
+        drop(held);
+        assert_eq!(*table.take(h).unwrap().value(), 2);
+        // A panic while the slot is held releases it (the guard's drop runs on unwind).
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = table.take(h).unwrap();
+            panic!("inside a call");
+        }));
+        assert!(result.is_err());
+        assert_eq!(*table.take(h).unwrap().value(), 2);
+    }
+
+    #[test]
+    fn shared_values_wait_out_a_brief_hold() {
+        let table: Table<std::sync::Arc<u32>, 1> = Table::new("context");
+        let h = table.insert(std::sync::Arc::new(5)).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10_000 {
+                        assert_eq!(*table.share(h).unwrap(), 5);
+                    }
+                });
+            }
+        });
+        assert_eq!(code(table.share(0)), quiver_status::QUIVER_ERR_BAD_HANDLE);
+    }
+}

@@ -217,3 +217,71 @@ pub extern "C" fn quiver_version() -> *const c_char {
         };
     VERSION.as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use rust_quiver::Addr;
+
+    use super::*;
+
+    fn text(p: *const c_char) -> String {
+        // SAFETY: the functions under test return NUL-terminated strings that live at
+        // least until the next failing call on this thread.
+        unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn errors_map_to_codes_and_messages() {
+        let peer = Addr::new(1, 0);
+        let e = Error::PeerClosed { peer };
+        let message = e.to_string();
+        assert_eq!(record(Failure::Api(e)), QUIVER_ERR_PEER_CLOSED);
+        assert_eq!(text(quiver_last_error_message()), message);
+        assert_eq!(
+            record(Failure::Api(Error::WouldBlock)),
+            QUIVER_ERR_WOULD_BLOCK
+        );
+        assert!(text(quiver_last_error_message()).contains("would block"));
+        let code = record(failure(QUIVER_ERR_BAD_HANDLE, "nul\0inside"));
+        assert_eq!(code, QUIVER_ERR_BAD_HANDLE);
+        assert_eq!(text(quiver_last_error_message()), "nul inside");
+        assert_eq!(
+            status_of(&Error::BufferTooSmall {
+                message: 9,
+                buffer: 1
+            }),
+            QUIVER_ERR_BUFFER_TOO_SMALL
+        );
+        assert_eq!(status_of(&Error::Config("x".into())), QUIVER_ERR_CONFIG);
+    }
+
+    #[test]
+    fn every_code_has_its_own_description() {
+        let mut seen = std::collections::HashSet::new();
+        for code in 0..=QUIVER_ERR_INTERNAL as c_int {
+            let t = text(quiver_strerror(code));
+            assert_ne!(t, "unknown quiver status", "code {code}");
+            assert!(seen.insert(t), "code {code} shares its description");
+        }
+        for code in [-1, QUIVER_ERR_INTERNAL as c_int + 1, c_int::MAX, c_int::MIN] {
+            assert_eq!(text(quiver_strerror(code)), "unknown quiver status");
+        }
+        assert_eq!(text(quiver_version()), env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn the_message_is_per_thread() {
+        record(failure(QUIVER_ERR_BUSY, "this thread's"));
+        std::thread::spawn(|| {
+            assert_eq!(
+                text(quiver_last_error_message()),
+                "no error on this thread yet"
+            );
+        })
+        .join()
+        .unwrap();
+        assert_eq!(text(quiver_last_error_message()), "this thread's");
+    }
+}
