@@ -13,7 +13,7 @@
  *   (NULL where one is needed is QUIVER_ERR_INVALID_ARGUMENT).
  * - Buffers are the caller's: quiver reads a send's bytes and writes a receive's bytes
  *   in place during the call and keeps no pointer after it returns.
- * - No panic, exception or signal crosses the boundary: an internal failure is
+ * - No panic crosses the boundary: an internal failure is
  *   QUIVER_ERR_INTERNAL (and that endpoint refuses later calls with the same code).
  * - Threads: a context may be used from any number of threads at once. An endpoint is
  *   used by one thread at a time (any thread, one after another); a call on an endpoint
