@@ -71,6 +71,7 @@
 //! - `send`: flushing what a connection has to send;
 //! - `connect`: opening connections;
 //! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
+//! - `sleepers`: the endpoints asleep on their descriptor, whose doorbells a poll rings;
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
 //! - `posted_reads`: receives posted in place;
@@ -96,5 +97,6 @@ pub(crate) mod protocols;
 mod receive;
 mod router_host;
 mod send;
+mod sleepers;
 pub(crate) mod stats;
 mod udp_io;
