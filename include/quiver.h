@@ -223,13 +223,15 @@ enum quiver_status quiver_endpoint_fd(struct quiver_endpoint ep, int32_t *fd);
 
 // Prepares the endpoint's descriptor for sleeping in poll/epoll. `*ready` is true when
 // something is already waiting (receive it instead of sleeping), false when the
-// descriptor will become readable as soon as a message arrives. The loop: receive with
-// quiver_try_recv() until QUIVER_ERR_WOULD_BLOCK, arm, and poll the descriptor only when
-// `*ready` is false. While armed each arriving message costs its sender a system call:
-// arm only before sleeping. Non-blocking.
+// descriptor will become readable as soon as a message arrives over any transport, a
+// peer connects or ends a connection. The loop: receive with quiver_try_recv() until
+// QUIVER_ERR_WOULD_BLOCK, arm, and poll the descriptor only when `*ready` is false; a
+// readable descriptor may find nothing (call quiver_try_recv() again and re-arm). While
+// armed each arriving shm message costs its sender a system call: arm only before
+// sleeping. Non-blocking.
 //
-// Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY, QUIVER_ERR_INVALID_ARGUMENT (ready is
-// NULL).
+// Errors: QUIVER_ERR_IO (the descriptor's set could not take a connection's socket),
+// QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY, QUIVER_ERR_INVALID_ARGUMENT (ready is NULL).
 enum quiver_status quiver_endpoint_arm(struct quiver_endpoint ep, bool *ready);
 
 // Bounds every later blocking call of this endpoint (send, recv, connect waits...): past

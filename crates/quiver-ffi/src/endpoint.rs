@@ -186,13 +186,15 @@ pub extern "C" fn quiver_endpoint_fd(ep: quiver_endpoint, fd: *mut i32) -> quive
 
 /// Prepares the endpoint's descriptor for sleeping in poll/epoll. `*ready` is true when
 /// something is already waiting (receive it instead of sleeping), false when the
-/// descriptor will become readable as soon as a message arrives. The loop: receive with
-/// quiver_try_recv() until QUIVER_ERR_WOULD_BLOCK, arm, and poll the descriptor only when
-/// `*ready` is false. While armed each arriving message costs its sender a system call:
-/// arm only before sleeping. Non-blocking.
+/// descriptor will become readable as soon as a message arrives over any transport, a
+/// peer connects or ends a connection. The loop: receive with quiver_try_recv() until
+/// QUIVER_ERR_WOULD_BLOCK, arm, and poll the descriptor only when `*ready` is false; a
+/// readable descriptor may find nothing (call quiver_try_recv() again and re-arm). While
+/// armed each arriving shm message costs its sender a system call: arm only before
+/// sleeping. Non-blocking.
 ///
-/// Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY, QUIVER_ERR_INVALID_ARGUMENT (ready is
-/// NULL).
+/// Errors: QUIVER_ERR_IO (the descriptor's set could not take a connection's socket),
+/// QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY, QUIVER_ERR_INVALID_ARGUMENT (ready is NULL).
 #[no_mangle]
 pub extern "C" fn quiver_endpoint_arm(ep: quiver_endpoint, ready: *mut bool) -> quiver_status {
     call(|| {
