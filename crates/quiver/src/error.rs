@@ -189,8 +189,9 @@ pub enum Error {
         millis: u64,
     },
     /// A one-sided operation (put, get, an atomic) on a connection whose transport has
-    /// none: only shared memory offers them so far.
-    #[error("one-sided operations are not available over {transport} (connection to {peer}): only shm offers them so far; connect to a peer on this node with QUIVER_TRANSPORTS listing shm first")]
+    /// none. Every transport quiver ships has them (shm directly, tcp and the datagram
+    /// transports through the target's software path).
+    #[error("one-sided operations are not available over {transport} (connection to {peer})")]
     RmaUnsupported {
         /// The peer's address.
         peer: Addr,

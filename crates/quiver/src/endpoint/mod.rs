@@ -35,6 +35,7 @@ use crate::transport::liveness::{DetectionStats, Looks};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::Inbox;
 use crate::transport::requests::Requests;
+use crate::transport::rma_pipeline::PostedTable;
 
 mod connect;
 mod look;
@@ -78,6 +79,24 @@ pub struct SendRequest {
 #[must_use = "a posted receive must be completed with wait_recv"]
 pub struct RecvRequest {
     key: Key,
+}
+
+/// A one-sided operation posted with [`Endpoint::post_put`], [`Endpoint::post_get`] or
+/// [`Endpoint::post_fetch_add`]; complete it with [`Endpoint::wait_rma`] (or poll with
+/// [`Endpoint::test_rma`]). The endpoint holds the operation's buffer until then.
+#[derive(Debug)]
+#[must_use = "a posted one-sided operation must be completed with wait_rma"]
+pub struct RmaRequest {
+    id: u64,
+}
+
+/// What a posted one-sided operation completed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RmaCompletion {
+    /// The word before, for an atomic (0 for a put or get).
+    pub value: u64,
+    /// A get's bytes; a put's data, handed back.
+    pub data: Vec<u8>,
 }
 
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
@@ -130,6 +149,8 @@ pub struct Endpoint {
     matcher: matching::Matcher<Key, Vec<u8>>,
     /// The tag of the message the last look delivered.
     last_tag: u64,
+    /// One-sided operations posted and not yet completed by `wait_rma`.
+    rma_posted: PostedTable,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
     /// time, so its internals may use cells without breaking programs later.
     _not_sync: PhantomData<Cell<()>>,
@@ -181,6 +202,7 @@ impl Endpoint {
             committed: None,
             matcher: matching::Matcher::new(u64::MAX),
             last_tag: 0,
+            rma_posted: PostedTable::default(),
             _not_sync: PhantomData,
         }
     }

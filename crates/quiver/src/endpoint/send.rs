@@ -140,6 +140,11 @@ impl Endpoint {
                 engine.poll_io(&self.local);
             }
         }
+        // One-sided requests peers sent this rank over a network transport, and this
+        // endpoint's own posted ones.
+        let local = &self.local;
+        local.rma.serve(&local.regions, (local.job_id, local.rank));
+        self.progress_rma();
         if self.requests.pending_sends > 0 {
             for idx in 0..self.outbound.len() {
                 // Failures are recorded in the requests of that connection.
@@ -276,6 +281,7 @@ impl Meanwhile for Endpoint {
     }
 
     fn wake_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        self.local.rma.wake_fds(fds);
         let streams = self.inbound.iter().filter_map(InEdge::as_tcp);
         for fd in streams.filter_map(|tcp| tcp.wake_fd()) {
             fds.push(libc::pollfd {

@@ -82,6 +82,13 @@ impl Registry {
         self.endpoints().get(&port).cloned()
     }
 
+    /// Rings every open endpoint's doorbell (something they all serve arrived).
+    pub(crate) fn wake_all(&self) {
+        for inbox in self.endpoints().values() {
+            inbox.own_bell.ring();
+        }
+    }
+
     /// Counts an accepted connection.
     pub(crate) fn accepted(&self) {
         self.counts().accepted += 1;

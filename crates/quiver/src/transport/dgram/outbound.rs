@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::engine::DgramShared;
 use super::in_place::InPlace;
+use super::rma::DgramRma;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
@@ -35,6 +36,8 @@ pub(crate) struct DgramOut {
     next_token: u64,
     /// The blocking send in progress, watched for a send-send deadlock.
     watch: DeadlockWatch,
+    /// One-sided operations to the peer (their own connection, opened at the first).
+    pub(crate) rma: DgramRma,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -52,6 +55,7 @@ impl DgramOut {
             in_place: Vec::new(),
             next_token: 0,
             watch: DeadlockWatch::default(),
+            rma: DgramRma::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::rma::TcpRma;
 use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
@@ -42,6 +43,8 @@ pub(crate) struct TcpOut {
     /// before any byte of the next message.
     tag_frame: [u8; HEADER_LEN],
     tag_left: usize,
+    /// One-sided operations to the peer (their own stream, opened at the first).
+    pub(crate) rma: TcpRma,
     /// The socket refused the rest of the queue's front at the last progress: the next
     /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
     full: bool,
@@ -67,6 +70,7 @@ impl TcpOut {
             wire_tag: 0,
             tag_frame: [0; HEADER_LEN],
             tag_left: 0,
+            rma: TcpRma::default(),
             full: false,
             _open: open,
         }
