@@ -1,0 +1,149 @@
+//! The io_uring socket over loopback: datagrams both ways through the multishot receive,
+//! large ones through the zero-copy send, a burst past the receive buffers, and a refusal
+//! reported as [`UringUnavailable`].
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn any() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+}
+
+/// Takes `count` datagrams from `socket` (waiting up to 5 s), as (payload, from).
+fn take(socket: &mut UringUdpSocket, count: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < count && Instant::now() < deadline {
+        match socket.recv_next() {
+            Some(d) => {
+                assert!(!d.truncated);
+                got.push((d.buffer[d.payload.clone()].to_vec(), d.from));
+                socket.release(d.buffer);
+            }
+            None => {
+                let mut fds = [libc::pollfd {
+                    fd: socket.wait_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                let _ = crate::sys::poll(&mut fds, Some(Duration::from_millis(20)));
+            }
+        }
+    }
+    got
+}
+
+fn bind(options: UringOptions) -> Option<UringUdpSocket> {
+    match UringUdpSocket::bind(any(), options) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn datagrams_go_both_ways() {
+    for sqpoll in [false, true] {
+        let options = UringOptions {
+            sqpoll,
+            ..UringOptions::default()
+        };
+        let (Some(mut a), Some(mut b)) = (bind(options), bind(options)) else {
+            return;
+        };
+        let sizes = [0usize, 1, 8, 1472, 9000, 16 << 10, 65_000];
+        for (i, &size) in sizes.iter().enumerate() {
+            let payload: Vec<u8> = (0..size).map(|k| (k * 7 + i) as u8).collect();
+            a.send(b.local_address(), &[i as u8; 3], &payload);
+        }
+        a.flush();
+        let got = take(&mut b, sizes.len());
+        assert_eq!(got.len(), sizes.len(), "sqpoll {sqpoll}");
+        for (i, (bytes, from)) in got.iter().enumerate() {
+            assert_eq!(*from, a.local_address());
+            assert_eq!(bytes[..3], [i as u8; 3]);
+            assert_eq!(bytes.len(), 3 + sizes[i]);
+        }
+        b.send(a.local_address(), b"back", &[]);
+        b.flush();
+        assert_eq!(take(&mut a, 1)[0].0, b"back");
+        let stats = a.stats();
+        assert_eq!(stats.sends, sizes.len() as u64);
+        assert_eq!(stats.sqpoll, sqpoll);
+        if stats.registered_buffer {
+            assert_eq!(stats.zero_copy_sends, 2);
+        }
+        assert_eq!(b.stats().received, sizes.len() as u64);
+    }
+}
+
+#[test]
+fn a_burst_past_the_buffers_arrives_whole() {
+    let options = UringOptions {
+        rx_buffers: 8,
+        rx_datagram_bytes: 2048,
+        ..UringOptions::default()
+    };
+    let (Some(mut a), Some(mut b)) = (bind(options), bind(options)) else {
+        return;
+    };
+    // 500 datagrams against 8 buffers: the receive runs out, ends, and is armed again; the
+    // datagrams wait in the socket meanwhile.
+    for i in 0..500u32 {
+        a.send(b.local_address(), &i.to_be_bytes(), &[0; 1000]);
+    }
+    a.flush();
+    let got = take(&mut b, 500);
+    let numbers: Vec<u32> = got
+        .iter()
+        .map(|(bytes, _)| u32::from_be_bytes(bytes[..4].try_into().unwrap()))
+        .collect();
+    assert_eq!(numbers, (0..500).collect::<Vec<_>>());
+    assert!(b.stats().buffer_shortages > 0);
+    assert!(b.stats().receive_arms > 1);
+}
+
+#[test]
+fn a_datagram_longer_than_a_buffer_is_marked_truncated() {
+    let options = UringOptions {
+        rx_buffers: 8,
+        rx_datagram_bytes: 100,
+        ..UringOptions::default()
+    };
+    let (Some(mut a), Some(mut b)) = (bind(options), bind(options)) else {
+        return;
+    };
+    a.send(b.local_address(), &[1; 200], &[]);
+    a.flush();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(d) = b.recv_next() {
+            assert!(d.truncated);
+            assert_eq!(d.payload.len(), 100);
+            b.release(d.buffer);
+            break;
+        }
+        assert!(Instant::now() < deadline);
+    }
+    assert_eq!(b.stats().truncated, 1);
+}
+
+#[test]
+fn a_refused_io_uring_is_a_typed_error() {
+    // A thread under a seccomp filter that refuses io_uring_setup (as Docker's profile
+    // does) gets the refusal with its explanation; the filter stays on that thread.
+    let result = std::thread::spawn(|| {
+        crate::seccomp::deny_io_uring_on_this_thread().expect("seccomp filter");
+        UringUdpSocket::bind(any(), UringOptions::default()).map(|_| ())
+    })
+    .join()
+    .unwrap();
+    let error = result.expect_err("io_uring refused");
+    assert_eq!(error.step, "setup");
+    assert_eq!(error.error.raw_os_error(), Some(libc::EPERM));
+    assert!(error.to_string().contains("seccomp"), "{error}");
+}
