@@ -143,7 +143,10 @@ mod tests {
             assert!(ra.end <= arena.area.len());
             for &b in &live[i + 1..] {
                 let rb = &arena.records[b];
-                assert!(ra.end <= rb.start || rb.end <= ra.start, "{ra:?} overlaps {rb:?}");
+                assert!(
+                    ra.end <= rb.start || rb.end <= ra.start,
+                    "{ra:?} overlaps {rb:?}"
+                );
             }
         }
     }
@@ -154,9 +157,11 @@ mod tests {
         let mut live: Vec<usize> = Vec::new();
         let mut seed = 12345u64;
         for _ in 0..20_000 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let len = (seed >> 33) as usize % 400 + 1;
-            if seed % 3 != 0 {
+            if !seed.is_multiple_of(3) {
                 if let Some(index) = arena.alloc(len) {
                     live.push(index);
                 }
