@@ -132,6 +132,8 @@ pub struct UringStats {
     pub receive_arms: u64,
     /// Of its ends, those for want of a buffer.
     pub buffer_shortages: u64,
+    /// Times a look entered the kernel to run the completions pending for this task.
+    pub task_runs: u64,
     /// SQPOLL is on.
     pub sqpoll: bool,
     /// Large sends use the registered buffer (its registration succeeded).
@@ -182,6 +184,21 @@ impl std::fmt::Debug for UringUdpSocket {
     }
 }
 
+impl Drop for UringUdpSocket {
+    /// Cancels what is in flight (the receive, sends not done yet; at most 100 ms) and lets
+    /// go of the registered socket, so that the socket closes (and its port is free) when this
+    /// returns: a ring is torn down asynchronously, and a request or a registration still
+    /// holding the socket would keep the port bound past the process for a while.
+    fn drop(&mut self) {
+        let submitter = self.ring.submitter();
+        let _ = submitter.register_sync_cancel(
+            Some(types::Timespec::from(Duration::from_millis(100))),
+            types::CancelBuilder::any().all(),
+        );
+        let _ = submitter.unregister_files();
+    }
+}
+
 // SAFETY: the raw pointers in `recv_msg` are null (only its lengths are used); everything
 // else is owned by the socket and used through `&mut self`.
 unsafe impl Send for UringUdpSocket {}
@@ -200,6 +217,14 @@ impl UringUdpSocket {
         builder.setup_cqsize(CQ_ENTRIES).setup_clamp();
         if options.sqpoll {
             builder.setup_sqpoll(SQPOLL_IDLE_MS);
+        } else {
+            // Completions that need this task to run (a datagram the multishot receive takes
+            // from the socket) wait until it enters the kernel, without an interrupt to make
+            // it; the kernel raises a flag in the shared submission ring meanwhile, which
+            // `recv_next` looks at: a busy poll enters the kernel only when there is something
+            // to complete (without this, a busy poll that never enters saw its datagrams
+            // hundreds of microseconds late). A task asleep on the ring is woken as usual.
+            builder.setup_coop_taskrun().setup_taskrun_flag();
         }
         let ring = builder.build(SQ_ENTRIES).map_err(unavailable("setup"))?;
         ring.submitter()
@@ -342,6 +367,12 @@ impl UringUdpSocket {
         loop {
             let Some((result, flags)) = self.arrived.pop_front() else {
                 self.reap();
+                if self.arrived.is_empty() && self.ring.submission().taskrun() {
+                    // Work is pending for this task (see `bind`): run it, then look again.
+                    let _ = self.ring.submit();
+                    self.stats.task_runs += 1;
+                    self.reap();
+                }
                 if self.arrived.is_empty() {
                     if !self.armed {
                         self.arm();

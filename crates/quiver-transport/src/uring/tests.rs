@@ -147,3 +147,53 @@ fn a_refused_io_uring_is_a_typed_error() {
     assert_eq!(error.error.raw_os_error(), Some(libc::EPERM));
     assert!(error.to_string().contains("seccomp"), "{error}");
 }
+
+#[test]
+fn a_sleeper_on_the_ring_wakes_when_a_datagram_arrives() {
+    // Asleep in poll on the ring's descriptor (the engine's way to wait), the receiver is
+    // woken by the datagram, not by the timeout.
+    for sqpoll in [false, true] {
+        let options = UringOptions {
+            sqpoll,
+            ..UringOptions::default()
+        };
+        let (Some(mut a), Some(mut b)) = (bind(options), bind(options)) else {
+            return;
+        };
+        let to = b.local_address();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            a.send(to, b"wake", &[]);
+            a.flush();
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        assert!(b.recv_next().is_none());
+        let start = Instant::now();
+        let mut fds = [libc::pollfd {
+            fd: b.wait_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ready = crate::sys::poll(&mut fds, Some(Duration::from_secs(10))).unwrap();
+        let waited = start.elapsed();
+        assert!(ready > 0, "sqpoll {sqpoll}: woken by the timeout");
+        assert!(
+            waited < Duration::from_secs(5),
+            "sqpoll {sqpoll}: {waited:?}"
+        );
+        let got = take(&mut b, 1);
+        assert_eq!(got[0].0, b"wake");
+        sender.join().unwrap();
+    }
+}
+
+#[test]
+fn the_port_is_free_once_the_socket_is_dropped() {
+    let Some(socket) = bind(UringOptions::default()) else {
+        return;
+    };
+    let address = socket.local_address();
+    drop(socket);
+    // At once, not after the ring's asynchronous teardown.
+    std::net::UdpSocket::bind(address).expect("the port is free again");
+}
