@@ -18,12 +18,16 @@
 //! work (veth, softirq) is charged to whichever process the kernel runs it in, so the CPU
 //! figures are indicative; the AF_XDP copy mode of veth copies each frame once each way.
 //!
-//! Layout: this file (the run and its table), `worker` (one side of a case), `raw_xdp`
-//! (the AF_XDP baseline), `report` (rows, JSON and the plot).
+//! Layout: this file (the run), `plan` (the command line and the cases), `worker` (one
+//! side of a case), `raw_xdp` (the AF_XDP baseline), `report` (rows, the table, JSON and
+//! the plot).
 
+mod plan;
 mod raw_xdp;
 mod report;
 mod worker;
+
+pub(crate) use plan::BypassArgs;
 
 use std::time::{Duration, Instant};
 
@@ -32,130 +36,9 @@ use quiver_cli::launch::JobIdentity;
 use crate::stripe::launch::Worker;
 use crate::stripe::plan::link_address;
 use crate::testbed;
+use plan::{Case, QUIVER_PORT};
 use report::{print_table, rows, write_json, write_plot, Row};
 use worker::{run_worker, RankReport};
-
-/// The port of quiver's ranks and of the raw-udp baseline.
-const QUIVER_PORT: u16 = 7600;
-pub(crate) const RAW_PORT: u16 = 7601;
-
-/// One case of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-pub(crate) enum Case {
-    /// quiver over udp, plain sockets.
-    QuiverUdpSockets,
-    /// quiver over udp, io_uring.
-    QuiverUdpUring,
-    /// quiver over AF_XDP.
-    QuiverXdp,
-    /// Plain UDP sockets, no protocol.
-    RawUdp,
-    /// AF_XDP ping-pong, no protocol.
-    RawXdp,
-}
-
-impl Case {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Case::QuiverUdpSockets => "quiver-udp-sockets",
-            Case::QuiverUdpUring => "quiver-udp-uring",
-            Case::QuiverXdp => "quiver-xdp",
-            Case::RawUdp => "raw-udp",
-            Case::RawXdp => "raw-xdp",
-        }
-    }
-}
-
-/// Command line of `quiver-bench bypass`.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct BypassArgs {
-    /// Cases to run, in order (default: all five).
-    #[arg(long, value_delimiter = ',', value_enum)]
-    cases: Vec<Case>,
-    /// Latency message sizes (bytes).
-    #[arg(long, value_delimiter = ',', default_value = "8,1024")]
-    lat_sizes: Vec<usize>,
-    /// Round trips per latency size.
-    #[arg(long, default_value_t = 20_000)]
-    lat_iters: u64,
-    /// Message size of the rate test.
-    #[arg(long, default_value_t = 8)]
-    rate_size: usize,
-    /// Messages of the rate test.
-    #[arg(long, default_value_t = 200_000)]
-    rate_count: u64,
-    /// Bandwidth message sizes (bytes).
-    #[arg(long, value_delimiter = ',', default_value = "65536,1048576")]
-    bw_sizes: Vec<usize>,
-    /// Bytes streamed per bandwidth size.
-    #[arg(long, default_value_t = 256 << 20)]
-    bw_bytes: u64,
-    /// A short run (for tests): few iterations of everything.
-    #[arg(long)]
-    quick: bool,
-    /// The veth pair's MTU.
-    #[arg(long, default_value_t = 1500)]
-    mtu: u32,
-    /// CPUs of rank 0 and rank 1.
-    #[arg(long, value_delimiter = ',', default_value = "0,1")]
-    cpus: Vec<usize>,
-    /// Testbed name (namespaces NAME-a and NAME-b).
-    #[arg(long, default_value = "qbypass")]
-    name: String,
-    /// Write one JSON object per case and test to FILE (`-`: stdout).
-    #[arg(long, value_name = "FILE")]
-    json: Option<String>,
-    /// Draw the headline figures into FILE.svg.
-    #[arg(long, value_name = "FILE")]
-    plot: Option<std::path::PathBuf>,
-    /// Internal: run one side of a case.
-    #[arg(long, value_enum, hide = true)]
-    worker: Option<Case>,
-    /// Internal: the side's rank.
-    #[arg(long, hide = true, default_value_t = 0)]
-    rank: u32,
-}
-
-impl BypassArgs {
-    /// The arguments after `--quick` shrinks them.
-    fn effective(&self) -> BypassArgs {
-        let mut args = self.clone();
-        if args.quick {
-            args.lat_iters = args.lat_iters.min(300);
-            args.rate_count = args.rate_count.min(5_000);
-            args.bw_bytes = args.bw_bytes.min(8 << 20);
-        }
-        if args.cases.is_empty() {
-            args.cases = vec![
-                Case::QuiverUdpSockets,
-                Case::QuiverUdpUring,
-                Case::QuiverXdp,
-                Case::RawUdp,
-                Case::RawXdp,
-            ];
-        }
-        args
-    }
-
-    /// The options a worker needs to run the same tests.
-    fn worker_options(&self) -> Vec<String> {
-        let list = |v: &[usize]| {
-            v.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        vec![
-            format!("--lat-sizes={}", list(&self.lat_sizes)),
-            format!("--lat-iters={}", self.lat_iters),
-            format!("--rate-size={}", self.rate_size),
-            format!("--rate-count={}", self.rate_count),
-            format!("--bw-sizes={}", list(&self.bw_sizes)),
-            format!("--bw-bytes={}", self.bw_bytes),
-            format!("--mtu={}", self.mtu),
-        ]
-    }
-}
 
 /// Runs `quiver-bench bypass`; returns the exit code.
 pub(crate) fn main(args: &BypassArgs) -> i32 {

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::plan::Case;
 use super::worker::{Measure, RankReport};
-use super::Case;
 
 /// One case and test, both sides.
 #[derive(Debug, Clone, Serialize)]

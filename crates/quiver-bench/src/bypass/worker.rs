@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use quiver::{Addr, Connection, Context, Endpoint};
 use serde::{Deserialize, Serialize};
 
+use super::plan::{BypassArgs, Case, RAW_PORT};
 use super::raw_xdp::RawXdp;
-use super::{BypassArgs, Case, RAW_PORT};
 use crate::stripe::plan::link_address;
 use crate::stripe::worker::{cpu_seconds, monotonic_ns};
 
@@ -243,11 +243,8 @@ fn spin_recv(socket: &UdpSocket, buf: &mut [u8], deadline: Instant) -> Result<us
     }
 }
 
-/// The end of a raw-udp stream: a datagram of this many bytes (no data datagram is).
-const END_MARKER: usize = 7;
-
-/// The tests over plain udp sockets.
-fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
+/// Rank `rank`'s raw-udp socket, connected to the other's, once both are there.
+fn open_raw_udp(rank: u32) -> Result<UdpSocket, String> {
     let local = link_address(0, rank, RAW_PORT);
     let peer: SocketAddr = link_address(0, 1 - rank, RAW_PORT);
     let socket = UdpSocket::bind(local).map_err(|e| format!("raw-udp bind {local}: {e}"))?;
@@ -260,8 +257,7 @@ fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
         8 << 20,
         8 << 20,
     );
-    let max_datagram = (args.mtu as usize).saturating_sub(28).max(64);
-    let mut buf = vec![0u8; 65_536];
+    let mut buf = vec![0u8; 64];
     let long = || Instant::now() + Duration::from_secs(10);
     // Both sides are up: rank 0 knocks until rank 1 answers.
     if rank == 0 {
@@ -285,6 +281,52 @@ fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
     // (which waits longer) sends its first ping.
     std::thread::sleep(Duration::from_millis(if rank == 0 { 120 } else { 30 }));
     while socket.recv(&mut buf).is_ok() {}
+    Ok(socket)
+}
+
+/// Sends `datagrams` datagrams of `datagram` bytes, then end markers until the receiver
+/// answers; returns the datagrams it counted.
+fn raw_stream_send(socket: &UdpSocket, datagram: usize, datagrams: u64, buf: &mut [u8]) -> u64 {
+    let message = vec![0x5au8; datagram];
+    for _ in 0..datagrams {
+        while let Err(e) = socket.send(&message) {
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                break;
+            }
+        }
+    }
+    loop {
+        let _ = socket.send(&[0u8; END_MARKER]);
+        let deadline = Instant::now() + Duration::from_millis(5);
+        if let Ok(8) = spin_recv(socket, buf, deadline) {
+            break u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
+        }
+    }
+}
+
+/// Counts datagrams until an end marker, and answers it with the count.
+fn raw_stream_receive(socket: &UdpSocket, buf: &mut [u8]) -> Result<u64, String> {
+    let mut datagrams = 0u64;
+    loop {
+        let n = spin_recv(socket, buf, Instant::now() + Duration::from_secs(10))?;
+        if n == END_MARKER {
+            break;
+        }
+        datagrams += 1;
+    }
+    let _ = socket.send(&datagrams.to_be_bytes());
+    Ok(datagrams)
+}
+
+/// The end of a raw-udp stream: a datagram of this many bytes (no data datagram is).
+const END_MARKER: usize = 7;
+
+/// The tests over plain udp sockets.
+fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
+    let socket = open_raw_udp(rank)?;
+    let max_datagram = (args.mtu as usize).saturating_sub(28).max(64);
+    let mut buf = vec![0u8; 65_536];
+    let long = || Instant::now() + Duration::from_secs(10);
     let mut measures = Vec::new();
     for test in tests(args) {
         let count = count_of(test, args);
@@ -322,41 +364,20 @@ fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
                     let _ = socket.send(&buf[..n]);
                 }
             }
+            // A message larger than a datagram goes as several (each `send` one).
             (_, 0) => {
-                // A message larger than a datagram goes as several (each `send` one).
-                let datagram = size.min(max_datagram).max(8);
-                let per_message = size.div_ceil(datagram).max(1) as u64;
-                let message = vec![0x5au8; datagram];
-                for _ in 0..count * per_message {
-                    while let Err(e) = socket.send(&message) {
-                        if e.kind() != std::io::ErrorKind::WouldBlock {
-                            break;
-                        }
-                    }
-                }
-                // The end, until the receiver answers with what it counted.
-                let received = loop {
-                    let _ = socket.send(&[0u8; END_MARKER]);
-                    let deadline = Instant::now() + Duration::from_millis(5);
-                    if let Ok(8) = spin_recv(&socket, &mut buf, deadline) {
-                        break u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
-                    }
-                };
-                counted = received / per_message;
+                let per_message = size.div_ceil(size.min(max_datagram).max(8)).max(1) as u64;
+                counted = raw_stream_send(
+                    &socket,
+                    size.min(max_datagram).max(8),
+                    count * per_message,
+                    &mut buf,
+                ) / per_message;
             }
             (_, _) => {
-                let mut datagrams = 0u64;
-                loop {
-                    let n = spin_recv(&socket, &mut buf, long())?;
-                    if n == END_MARKER {
-                        break;
-                    }
-                    datagrams += 1;
-                }
-                let _ = socket.send(&datagrams.to_be_bytes());
+                let datagrams = raw_stream_receive(&socket, &mut buf)?;
                 answer = Some(datagrams);
-                let datagram = size.min(max_datagram).max(8);
-                counted = datagrams / size.div_ceil(datagram).max(1) as u64;
+                counted = datagrams / size.div_ceil(size.min(max_datagram).max(8)).max(1) as u64;
             }
         }
         measures.push(Measure {
