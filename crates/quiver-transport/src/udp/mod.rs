@@ -47,7 +47,7 @@ mod control;
 mod errno;
 mod gather;
 mod limits;
-mod options;
+pub(crate) mod options;
 mod readiness;
 mod receive;
 mod receive_batch;

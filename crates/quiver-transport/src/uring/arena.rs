@@ -20,13 +20,20 @@ pub(super) enum SendState {
     Done,
 }
 
-/// One send in flight: its bytes in the area and its destination.
+/// One send in flight: its bytes in the area and its destination; for a GSO run (several
+/// datagrams of one size, one send), the message header, its iovec and the control
+/// message carrying the segment size, which the kernel reads when the send goes out.
 pub(super) struct SendRecord {
     pub(super) start: usize,
     pub(super) end: usize,
     pub(super) address: libc::sockaddr_storage,
     pub(super) address_len: libc::socklen_t,
     pub(super) state: SendState,
+    /// Datagrams in the send: 1, or a GSO run's.
+    pub(super) segments: usize,
+    pub(super) msg: libc::msghdr,
+    pub(super) iov: libc::iovec,
+    pub(super) control: [u64; 4],
 }
 
 impl std::fmt::Debug for SendRecord {
@@ -62,6 +69,12 @@ impl TxArena {
                     address: unsafe { zeroed() },
                     address_len: 0,
                     state: SendState::Done,
+                    segments: 1,
+                    // SAFETY: msghdr and iovec are plain old data; all-zero is valid.
+                    msg: unsafe { zeroed() },
+                    // SAFETY: as above.
+                    iov: unsafe { zeroed() },
+                    control: [0; 4],
                 })
                 .collect(),
             first: 0,
@@ -108,8 +121,31 @@ impl TxArena {
         record.start = start;
         record.end = start + len;
         record.state = SendState::InFlight;
+        record.segments = 1;
         self.count += 1;
         Some(index)
+    }
+
+    /// Grows record `index`, the newest, by `len` bytes right after its end (a GSO run
+    /// taking one more datagram); returns where they go. None when it is not the newest or
+    /// the room after it is short.
+    pub(super) fn extend_newest(&mut self, index: usize, len: usize) -> Option<usize> {
+        if self.count == 0 || index != (self.first + self.count - 1) % self.records.len() {
+            return None;
+        }
+        let head = self.records[self.first].start;
+        let record = &mut self.records[index];
+        let limit = if self.count == 1 || record.start >= head {
+            self.area.len()
+        } else {
+            head
+        };
+        if limit - record.end < len {
+            return None;
+        }
+        let offset = record.end;
+        record.end += len;
+        Some(offset)
     }
 
     /// Marks record `index` as being in `state`, then frees the done records at the front.
@@ -178,6 +214,23 @@ mod tests {
             check(&arena, &still);
             assert!(arena.in_flight() <= 8);
         }
+    }
+
+    #[test]
+    fn only_the_newest_record_grows_and_never_over_another() {
+        let mut arena = TxArena::new(100, 4);
+        let a = arena.alloc(30).unwrap();
+        assert_eq!(arena.extend_newest(a, 20), Some(30));
+        let b = arena.alloc(30).unwrap();
+        assert_eq!(arena.extend_newest(a, 1), None, "a is not the newest");
+        assert_eq!(arena.extend_newest(b, 20), Some(80));
+        assert_eq!(arena.extend_newest(b, 1), None, "the area ends");
+        arena.set_state(a, SendState::Done);
+        // b lives at 50..100; c wraps to 0..40; it may grow up to b's start only.
+        let c = arena.alloc(40).unwrap();
+        assert_eq!(arena.records[c].start, 0);
+        assert_eq!(arena.extend_newest(c, 10), Some(40));
+        assert_eq!(arena.extend_newest(c, 1), None);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! [`UringUdpSocket`]: a bound UDP socket whose sends and receives go through one io_uring.
 //!
 //! - Sends: [`UringUdpSocket::send`] copies the datagram into the transmit arena (a
-//!   registered buffer) and queues one submission entry (`IORING_OP_SEND` with the
-//!   destination address; `IORING_OP_SEND_ZC` from the registered buffer for datagrams of
-//!   at least [`ZERO_COPY_MIN_BYTES`]); [`UringUdpSocket::flush`] submits everything queued
+//!   registered buffer); consecutive datagrams of one size to one peer form a GSO run
+//!   (`UDP_SEGMENT`), sent with one `IORING_OP_SENDMSG`, as the socket path's `sendmmsg`
+//!   does; a lone datagram is one `IORING_OP_SEND` with the destination address
+//!   (`IORING_OP_SEND_ZC` from the registered buffer at [`ZERO_COPY_MIN_BYTES`] or more); [`UringUdpSocket::flush`] submits everything queued
 //!   with one `io_uring_enter` (with SQPOLL, none unless the kernel's thread went idle).
 //! - Receives: one multishot `IORING_OP_RECVMSG` takes every datagram into a buffer of the
 //!   provided ring and posts a completion; [`UringUdpSocket::recv_next`] reads completions
@@ -27,7 +28,8 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use super::arena::{SendState, TxArena};
 use super::buffers::{ProvidedBuffers, RxBuffer};
 use crate::udp::address::{read_socket_address, write_socket_address};
-use crate::udp::UdpSocket;
+use crate::udp::options::UDP_SEGMENT;
+use crate::udp::{max_gso_bytes, UdpSocket, MAX_GSO_SEGMENTS};
 
 /// The user data of the multishot receive's completions (sends carry their record index).
 const RECV_TAG: u64 = u64::MAX;
@@ -118,6 +120,10 @@ pub struct UringStats {
     pub sends: u64,
     /// Of them, sent with `IORING_OP_SEND_ZC` from the registered buffer.
     pub zero_copy_sends: u64,
+    /// GSO sends (`IORING_OP_SENDMSG` with `UDP_SEGMENT`: several datagrams in one).
+    pub gso_sends: u64,
+    /// GSO sends the kernel refused (the first turns GSO off on this socket).
+    pub gso_refusals: u64,
     /// Zero-copy sends the kernel copied after all (loopback, veth, most virtual NICs).
     pub zero_copy_copied: u64,
     /// Sends the kernel refused (the datagram is lost, as on a plain socket).
@@ -153,6 +159,19 @@ pub struct RxDatagram {
     pub truncated: bool,
 }
 
+/// The send being built (see [`UringUdpSocket::send`]).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// Its record in the arena.
+    index: usize,
+    to: SocketAddr,
+    /// Its first datagram's size: later ones are as long, the last may be shorter.
+    segment: usize,
+    datagrams: usize,
+    /// Another datagram may join (the last one was a whole segment).
+    open: bool,
+}
+
 /// A UDP socket driven by io_uring (see the module doc).
 ///
 /// Field order matters: the ring goes first, so that it is torn down (and the kernel stops
@@ -169,6 +188,10 @@ pub struct UringUdpSocket {
     tx: TxArena,
     /// Entries pushed since the last submission.
     queued: u32,
+    /// The send being built: datagrams joining it go out as one GSO send at the flush.
+    run: Option<Run>,
+    /// GSO sends are to be used: the kernel takes `UDP_SEGMENT` and refused none yet.
+    gso: bool,
     stats: UringStats,
 }
 
@@ -252,6 +275,7 @@ impl UringUdpSocket {
         // SAFETY: msghdr is plain old data; all-zero is valid (null pointers, no iovecs).
         let mut recv_msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         recv_msg.msg_namelen = NAME_BYTES as libc::socklen_t;
+        let gso = socket.gso_supported();
         let mut socket = UringUdpSocket {
             ring,
             socket,
@@ -261,12 +285,15 @@ impl UringUdpSocket {
             arrived: VecDeque::with_capacity(usize::from(options.rx_buffers)),
             tx,
             queued: 0,
+            run: None,
+            gso: false,
             stats: UringStats {
                 sqpoll: options.sqpoll,
                 registered_buffer,
                 ..UringStats::default()
             },
         };
+        socket.gso = gso;
         socket.arm();
         // A kernel without multishot recvmsg refuses it at once.
         socket.reap();
@@ -297,48 +324,122 @@ impl UringUdpSocket {
     }
 
     /// Queues one datagram (`header` then `payload`) to `to`; it leaves with the next
-    /// [`UringUdpSocket::flush`]. When the arena stays full (sends not completing) the
-    /// datagram is dropped and counted.
+    /// [`UringUdpSocket::flush`]. A datagram as long as the one before it (to the same peer)
+    /// joins that one's GSO run when the kernel supports it. When the arena stays full (sends
+    /// not completing) the datagram is dropped and counted.
     pub fn send(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
         let len = header.len() + payload.len();
-        let index = match self.tx.alloc(len) {
-            Some(index) => index,
-            None => match self.wait_for_room(len) {
-                Some(index) => index,
-                None => {
-                    self.stats.send_dropped += 1;
-                    return;
-                }
-            },
+        self.stats.sends += 1;
+        let start = match self.join_run(to, len) {
+            Some(offset) => offset,
+            None => {
+                self.close_run();
+                let index = match self.tx.alloc(len) {
+                    Some(index) => index,
+                    None => match self.wait_for_room(len) {
+                        Some(index) => index,
+                        None => {
+                            self.stats.send_dropped += 1;
+                            return;
+                        }
+                    },
+                };
+                let record = &mut self.tx.records[index];
+                record.address_len = write_socket_address(&to, &mut record.address);
+                self.run = Some(Run {
+                    index,
+                    to,
+                    segment: len,
+                    datagrams: 1,
+                    open: len > 0,
+                });
+                record.start
+            }
         };
-        let record = &mut self.tx.records[index];
-        let start = record.start;
-        record.address_len = write_socket_address(&to, &mut record.address);
-        let address = &record.address as *const libc::sockaddr_storage as *const libc::sockaddr;
-        let address_len = record.address_len;
         self.tx.area[start..start + header.len()].copy_from_slice(header);
         self.tx.area[start + header.len()..start + len].copy_from_slice(payload);
-        let bytes = self.tx.area[start..].as_ptr();
+    }
+
+    /// Where a datagram of `len` bytes to `to` goes when it joins the open run: as long as
+    /// the run's segments (or shorter, which ends the run), within the kernel's limits of
+    /// a GSO send, right after the run's bytes in the arena.
+    fn join_run(&mut self, to: SocketAddr, len: usize) -> Option<usize> {
+        let run = self.run.as_mut()?;
+        if !self.gso
+            || run.to != to
+            || !run.open
+            || len > run.segment
+            || run.datagrams >= MAX_GSO_SEGMENTS
+            || u16::try_from(run.segment).is_err()
+        {
+            return None;
+        }
+        let record = &self.tx.records[run.index];
+        if record.end - record.start + len > max_gso_bytes(run.segment, to.is_ipv6()) {
+            return None;
+        }
+        let offset = self.tx.extend_newest(run.index, len)?;
+        run.datagrams += 1;
+        run.open = len == run.segment;
+        Some(offset)
+    }
+
+    /// Queues the open run's submission entry: one datagram as a send (zero-copy from the
+    /// registered buffer when large), several as one GSO `sendmsg`.
+    fn close_run(&mut self) {
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        let record = &mut self.tx.records[run.index];
+        let len = record.end - record.start;
+        // SAFETY: `record.start + len` lies inside the arena (the allocation's bounds).
+        let bytes = unsafe { self.tx.area.as_ptr().add(record.start) };
+        let address = &record.address as *const libc::sockaddr_storage as *const libc::sockaddr;
         let target = types::Fixed(0);
-        let entry = if self.stats.registered_buffer && len >= ZERO_COPY_MIN_BYTES {
+        let entry = if run.datagrams > 1 {
+            record.segments = run.datagrams;
+            record.iov = libc::iovec {
+                iov_base: bytes as *mut libc::c_void,
+                iov_len: len,
+            };
+            record.msg.msg_name = &mut record.address as *mut _ as *mut libc::c_void;
+            record.msg.msg_namelen = record.address_len;
+            record.msg.msg_iov = &mut record.iov;
+            record.msg.msg_iovlen = 1;
+            record.msg.msg_control = record.control.as_mut_ptr() as *mut libc::c_void;
+            // SAFETY: CMSG_SPACE is a pure computation.
+            record.msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+            record.msg.msg_flags = 0;
+            // SAFETY: msg_control points at the record's 32-byte, u64-aligned control
+            // buffer, larger than CMSG_SPACE(2) = 24, so the first header and its u16 fit.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&record.msg);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, run.segment as u16);
+            }
+            self.stats.gso_sends += 1;
+            opcode::SendMsg::new(target, &record.msg).build()
+        } else if self.stats.registered_buffer && len >= ZERO_COPY_MIN_BYTES {
             self.stats.zero_copy_sends += 1;
             opcode::SendZc::new(target, bytes, len as u32)
                 .buf_index(Some(0))
                 .dest_addr(address)
-                .dest_addr_len(address_len)
+                .dest_addr_len(record.address_len)
                 .build()
         } else {
             opcode::Send::new(target, bytes, len as u32)
                 .dest_addr(address)
-                .dest_addr_len(address_len)
+                .dest_addr_len(record.address_len)
                 .build()
         };
-        self.stats.sends += 1;
-        self.push(entry.user_data(index as u64));
+        self.push(entry.user_data(run.index as u64));
     }
 
     /// Submits what was queued.
     pub fn flush(&mut self) {
+        self.close_run();
         if self.queued == 0 {
             return;
         }
@@ -453,6 +554,7 @@ impl UringUdpSocket {
             tx,
             arrived,
             stats,
+            gso,
             ..
         } = self;
         for cqe in ring.completion() {
@@ -468,6 +570,14 @@ impl UringUdpSocket {
                 continue;
             }
             stats.send_errors += u64::from(result < 0);
+            // A refused GSO send (a device or route that cannot segment): GSO goes off,
+            // the datagrams are lost like any other and resent as single ones.
+            if result == -libc::EIO || result == -libc::EINVAL {
+                if tx.is_live(index) && tx.records[index].segments > 1 && *gso {
+                    *gso = false;
+                    stats.gso_refusals += 1;
+                }
+            }
             let state = if cqueue::more(flags) {
                 SendState::AwaitingNotification
             } else {

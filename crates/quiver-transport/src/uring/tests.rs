@@ -105,6 +105,43 @@ fn a_burst_past_the_buffers_arrives_whole() {
     assert_eq!(numbers, (0..500).collect::<Vec<_>>());
     assert!(b.stats().buffer_shortages > 0);
     assert!(b.stats().receive_arms > 1);
+    // Equal datagrams to one peer left as GSO runs of up to 64: 8 sends, not 500.
+    let stats = a.stats();
+    assert_eq!(stats.sends, 500);
+    assert_eq!(stats.gso_sends, 8, "{stats:?}");
+}
+
+#[test]
+fn runs_end_at_a_shorter_datagram_or_another_peer() {
+    let options = UringOptions::default();
+    let (Some(mut a), Some(mut b), Some(mut c)) = (bind(options), bind(options), bind(options))
+    else {
+        return;
+    };
+    // 3 x 1000 and a shorter 10 to b (one run), 2 x 1000 to c (another), 5 to b (alone).
+    let plan: [(usize, &str); 7] = [
+        (1000, "b"),
+        (1000, "b"),
+        (1000, "b"),
+        (10, "b"),
+        (1000, "c"),
+        (1000, "c"),
+        (5, "b"),
+    ];
+    for (i, &(len, to)) in plan.iter().enumerate() {
+        let to = if to == "b" {
+            b.local_address()
+        } else {
+            c.local_address()
+        };
+        a.send(to, &[i as u8], &vec![7u8; len - 1]);
+    }
+    a.flush();
+    let to_b: Vec<usize> = take(&mut b, 5).iter().map(|(d, _)| d.len()).collect();
+    let to_c: Vec<usize> = take(&mut c, 2).iter().map(|(d, _)| d.len()).collect();
+    assert_eq!(to_b, [1000, 1000, 1000, 10, 5]);
+    assert_eq!(to_c, [1000, 1000]);
+    assert_eq!(a.stats().gso_sends, 2);
 }
 
 #[test]
