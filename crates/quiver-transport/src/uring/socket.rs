@@ -572,11 +572,13 @@ impl UringUdpSocket {
             stats.send_errors += u64::from(result < 0);
             // A refused GSO send (a device or route that cannot segment): GSO goes off,
             // the datagrams are lost like any other and resent as single ones.
-            if result == -libc::EIO || result == -libc::EINVAL {
-                if tx.is_live(index) && tx.records[index].segments > 1 && *gso {
-                    *gso = false;
-                    stats.gso_refusals += 1;
-                }
+            if (result == -libc::EIO || result == -libc::EINVAL)
+                && tx.is_live(index)
+                && tx.records[index].segments > 1
+                && *gso
+            {
+                *gso = false;
+                stats.gso_refusals += 1;
             }
             let state = if cqueue::more(flags) {
                 SendState::AwaitingNotification
