@@ -461,3 +461,35 @@ fn table_reports_the_detection_cost() {
         "{stdout}"
     );
 }
+
+/// `--wait fd`: beside the busy-polling pingpong, an 8 B ping-pong whose ranks sleep in
+/// poll(2) on their endpoint's descriptor, over each transport (variant `fd-wait`).
+#[test]
+fn wait_fd_adds_a_sleeping_pingpong_beside_the_busy_one() {
+    for transport in ["shm", "tcp", "udp"] {
+        let output = quiver_bench(&[
+            "pingpong",
+            "--transport",
+            transport,
+            "--sizes",
+            "8,1K",
+            "--iters",
+            "100",
+            "--wait",
+            "fd",
+            "--json",
+            "-",
+        ]);
+        let records = json_lines(&output);
+        let pingpong = of_test(&records, "pingpong");
+        assert_eq!(pingpong.len(), 3, "{transport}: {records:?}");
+        let sleeping: Vec<_> = pingpong
+            .iter()
+            .filter(|record| record["variant"] == "fd-wait")
+            .collect();
+        assert_eq!(sleeping.len(), 1, "{transport}: {records:?}");
+        assert_eq!(sleeping[0]["size"], 8);
+        assert_eq!(sleeping[0]["transport"], transport);
+        positive(sleeping[0], "latency_us");
+    }
+}

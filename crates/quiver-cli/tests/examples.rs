@@ -5,6 +5,9 @@
 //! assertion: ranks that busy-poll while the rank they wait for cannot run take
 //! milliseconds per message (a scheduler time slice) and overrun it many times over.
 //!
+//! The event-loop example (a server that sleeps in mio on its endpoint's descriptor) runs
+//! over each transport too.
+//!
 //! And a waiting rank yields: two ranks pinned to one CPU ping-pong 5000 times within a
 //! bound that 2 ms stalls per message would exceed twice over.
 //!
@@ -239,4 +242,18 @@ fn quiver_info_shows_the_waiting_policy_of_a_job() {
         alone.contains("busy-poll 2000 us") && !alone.contains("oversubscribed"),
         "{alone}"
     );
+}
+
+/// The event-loop example: rank 0 serves two clients from a mio event loop on its
+/// endpoint's descriptor, never blocking inside quiver, over each transport.
+#[test]
+fn the_event_loop_example_serves_from_mio_over_every_transport() {
+    let cpus = two_cpus();
+    for transport in ["shm", "tcp", "udp"] {
+        let stdout = run("event_loop", &["500"], 3, transport, &cpus, RUN_LIMIT);
+        assert!(
+            stdout.contains("served 1000 requests"),
+            "{transport}: {stdout}"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Layer: below the public `quiver` crate, above `quiver-wire`/`quiver-proto`. This crate
 //! owns the operating-system side of the shared-memory transport: shared rings ([`ring`]),
-//! wake-ups ([`notify`]) and the system calls behind them ([`sys`]), plus the
+//! wake-ups ([`notify`]), the pollable descriptor of an endpoint ([`readiness`]) and the system calls behind them ([`sys`]), plus the
 //! socket layer of the network transports: batched UDP with GSO/GRO ([`udp`]) and TCP
 //! helpers ([`tcp`]), and the node's interface addresses and network namespaces ([`netif`],
 //! for bootstraps). It is one of the few
@@ -12,6 +12,7 @@
 
 pub mod netif;
 pub mod notify;
+pub mod readiness;
 pub mod region;
 pub mod ring;
 pub mod seccomp;

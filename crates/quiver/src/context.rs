@@ -3,15 +3,17 @@
 //! transports' listeners ([`crate::transport`]), and opens endpoints.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use quiver_transport::notify::{Doorbell, RemoteDoorbell};
+use quiver_transport::readiness::Readiness;
 use quiver_transport::sys;
 use quiver_wire::rma::Rights;
 
 use crate::addr::Addr;
-use crate::config::Config;
+use crate::config::{Config, TransportKind};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::job::{Bootstrap, JobInfo};
@@ -23,6 +25,7 @@ use crate::transport::regions::RmaStats;
 use crate::transport::registry::Inbox;
 use crate::transport::shm::listener::ShmListener;
 use crate::transport::tcp::listener::TcpListening;
+use crate::transport::tcp::stats::TcpStats;
 
 /// One process's membership of a job: its rank, the job's identity and key, its
 /// configuration, and the endpoints it opened. Create one per process, with
@@ -75,6 +78,9 @@ pub struct ContextStats {
     pub pending_handshakes_peak: u64,
     /// The reliable datagram protocol's counters (udp or mem), if this context runs it.
     pub datagram: Option<DatagramStats>,
+    /// The tcp streams, counted at both ends (the rank that connected and the rank that
+    /// accepted), if this context runs tcp.
+    pub tcp: Option<TcpStats>,
 }
 
 /// Explicit construction of a [`Context`] (tests, custom launchers).
@@ -301,6 +307,12 @@ impl Context {
             handshakes_dropped: counts.handshakes_dropped,
             pending_handshakes_peak: counts.pending_handshakes_peak,
             datagram: self.local.dgram.as_ref().map(|d| d.stats()),
+            tcp: self
+                .local
+                .config
+                .transports
+                .contains(&TransportKind::Tcp)
+                .then(|| self.local.tcp.snapshot()),
         }
     }
 
@@ -359,6 +371,10 @@ impl Context {
         let (own_memfd, own_eventfd) = clone()?;
         let own_bell = RemoteDoorbell::attach(&own_memfd, own_eventfd)
             .map_err(|e| Error::io("mapping the endpoint's doorbell", e))?;
+        let mut fixed = vec![doorbell.as_raw_fd()];
+        fixed.extend(self.local.dgram.as_ref().map(|engine| engine.raw_fd()));
+        let ready = Readiness::new(&fixed)
+            .map_err(|e| Error::io("creating the endpoint's descriptor (an epoll set)", e))?;
         let inbox = Arc::new(Inbox::new(bell_memfd, bell_eventfd, own_bell));
         if !self.local.registry.register(port, inbox.clone()) {
             return Err(Error::InvalidArgument(format!(
@@ -372,6 +388,7 @@ impl Context {
             self.local.clone(),
             inbox,
             doorbell,
+            ready,
         ))
     }
 }

@@ -63,6 +63,7 @@ pub use transport::liveness::DetectionStats;
 pub use transport::protocols::{ProtocolRange, TransportInfo};
 pub use transport::regions::RmaStats;
 pub use transport::requests::RecvCompletion;
+pub use transport::tcp::stats::TcpStats;
 pub use transport::wait_policy::{
     NodeCount, NodeLoad, WaitPolicy, YieldMode, Yielding, DEFAULT_YIELD_SPIN,
 };

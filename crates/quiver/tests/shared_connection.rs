@@ -148,6 +148,12 @@ fn ping_pong(transport: TransportKind, crossed: bool) {
                 // edge counts once the peer sent on it).
                 assert_eq!(stats.connections_accepted, 1, "rank {rank}");
                 assert_eq!(stats.connections_refused, 0, "rank {rank}");
+                assert_eq!(stats.tcp.is_some(), transport == TransportKind::Tcp);
+                if let Some(tcp) = stats.tcp {
+                    // The one stream, open at both ends; one of them connected it.
+                    assert_eq!(tcp.connections, 1, "rank {rank}: {tcp:?}");
+                    assert_eq!(tcp.connected + tcp.accepted, 1, "rank {rank}: {tcp:?}");
+                }
                 if let Some(datagrams) = stats.datagram {
                     // One connection: each message is one datagram with the ack of the
                     // previous one riding on it (two connections cost 1.5 per message; the
@@ -179,7 +185,18 @@ fn one_way_then_close(transport: TransportKind) {
                     let mut buf = [0u8; 8];
                     ep.recv(&mut buf).unwrap();
                     assert_eq!(ep.inbound_count(), 1);
+                    if let Some(tcp) = ctx.stats().tcp {
+                        let accepted = quiver::TcpStats {
+                            connections: 1,
+                            connected: 0,
+                            accepted: 1,
+                        };
+                        assert_eq!(tcp, accepted);
+                    }
                     drop(ep);
+                    if let Some(tcp) = ctx.stats().tcp {
+                        assert_eq!(tcp.connections, 0, "closed with its endpoint: {tcp:?}");
+                    }
                     barrier.wait();
                     return;
                 }
@@ -187,6 +204,18 @@ fn one_way_then_close(transport: TransportKind) {
                 ep.send(conn, b"one").unwrap();
                 // Nobody sent to rank 0: the reverse edge is not an inbound connection.
                 assert_eq!(ep.inbound_count(), 0);
+                let stats = ctx.stats();
+                assert_eq!(stats.connections_accepted, 0);
+                // ... but the stream it opened counts at its end too.
+                assert_eq!(stats.tcp.is_some(), transport == TransportKind::Tcp);
+                if let Some(tcp) = stats.tcp {
+                    let connected = quiver::TcpStats {
+                        connections: 1,
+                        connected: 1,
+                        accepted: 0,
+                    };
+                    assert_eq!(tcp, connected);
+                }
                 barrier.wait();
                 let msg = vec![0u8; 64 << 10];
                 let mut result = Ok(());

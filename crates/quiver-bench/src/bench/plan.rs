@@ -247,6 +247,7 @@ mod tests {
                 settings: Vec::new(),
                 effort_percent: 100,
                 blocks_per_point: 1,
+                wait_fd: false,
             },
             tests,
             interleave: None,

@@ -11,7 +11,8 @@
 //! The floors are always measured first (every result is printed as a ratio to its floor);
 //! naming only `floor` skips the ranks. The bench starts its two ranks itself (this
 //! executable, `quiver bench --worker`), pins them to two different CPUs, and both
-//! busy-poll. Output: a table by default (or `--format osu`); `--json FILE|-` writes one
+//! busy-poll; started by a launcher (or `--rendezvous`), each process is one of the two
+//! ranks instead (`launched`). Output: a table by default (or `--format osu`); `--json FILE|-` writes one
 //! JSON object per measured point (JSON Lines), and with `-` only JSON goes to stdout;
 //! `--plot FILE.svg|.png` draws latency and bandwidth against size; a progress bar goes to
 //! stderr when it is a terminal.
@@ -24,6 +25,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::fd_wait::WaitMode;
+use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
 use super::plan::{
     Plan, TestName, Transport, DEFAULT_SIZES_BYTES, DEFAULT_WINDOW, MAX_WINDOW, MAX_WINDOW_BYTES,
@@ -62,6 +65,10 @@ pub struct BenchArgs {
     /// Everything else.
     #[command(flatten)]
     pub options: BenchOptions,
+
+    /// Ranks started by a launcher or by hand.
+    #[command(flatten)]
+    pub launch: LaunchArgs,
 }
 
 /// Options of `quiver bench` (and of the lab's `quiver-bench bench`).
@@ -133,6 +140,12 @@ pub struct BenchOptions {
     #[arg(long, hide = true, default_value_t = 100)]
     pub effort: u64,
 
+    /// How the ranks wait in pingpong: busy (busy-poll, every test) or fd (also an 8 B
+    /// ping-pong where both ranks sleep in poll(2) on their endpoint's descriptor between
+    /// messages, reported beside the busy one as variant fd-wait: what sleeping costs).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "busy")]
+    pub wait: WaitMode,
+
     /// Internal: run as one of the bench's ranks (started by the bench itself).
     #[arg(long, hide = true)]
     pub worker: bool,
@@ -200,6 +213,9 @@ impl BenchOptions {
                 "bibw is not measured over raw-udp (its flow control is one-way)".to_string(),
             );
         }
+        if self.wait == WaitMode::Fd && transport.is_raw() {
+            return Err("--wait fd measures quiver's endpoints, not a raw baseline".to_string());
+        }
         if !(1..=1000).contains(&self.effort) {
             return Err("--effort must be between 1 and 1000".to_string());
         }
@@ -214,6 +230,7 @@ impl BenchOptions {
             settings: parse_settings(&self.settings)?,
             effort_percent: self.effort,
             blocks_per_point: 1,
+            wait_fd: self.wait == WaitMode::Fd,
         };
         if plan.tests.contains(&TestName::Bw) || plan.tests.contains(&TestName::Bibw) {
             check_window_bytes(&plan)?;
@@ -322,6 +339,24 @@ pub fn main(args: BenchArgs) -> i32 {
     if args.options.worker {
         return worker_exit("quiver bench", worker::run(&plan));
     }
+    match launched::is_launched(&args.launch) {
+        Ok(false) => {}
+        Ok(true) => {
+            let options = &args.options;
+            let output = launched::Output {
+                json: options.json.as_deref(),
+                format: options.format,
+                progress: options.progress,
+                plot: options.plot.as_deref(),
+                cpus: options.cpus.as_deref(),
+            };
+            return worker_exit("quiver bench", launched::run(&output, &args.launch, &plan));
+        }
+        Err(message) => {
+            eprintln!("quiver bench: {message}");
+            return EXIT_USAGE;
+        }
+    }
     let cpus = match choose_cpus(args.options.cpus.as_deref()) {
         Ok(cpus) => cpus,
         Err(message) => {
@@ -343,7 +378,16 @@ pub fn worker_exit(command: &str, result: Result<(), String>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(message) => {
-            let rank = std::env::var("QUIVER_RANK").unwrap_or_else(|_| "?".to_string());
+            // The bench's own ranks have QUIVER_RANK; a launcher's, one of its variables.
+            let rank = [
+                "QUIVER_RANK",
+                "PMIX_RANK",
+                "OMPI_COMM_WORLD_RANK",
+                "PMI_RANK",
+            ]
+            .iter()
+            .find_map(|name| std::env::var(name).ok())
+            .unwrap_or_else(|| "?".to_string());
             eprintln!("{command}: rank {rank}: {message}");
             EXIT_FAILURE
         }
@@ -509,6 +553,8 @@ mod tests {
         assert!(super::tests::plan(&["bw", "--sizes", "1G", "--window", "64"]).is_err());
         assert!(super::tests::plan(&["pingpong", "--sizes", "1G"]).is_ok());
         assert!(parse(&["--iters", "-1"]).is_err());
+        assert!(super::tests::plan(&["--wait", "fd", "--transport", "raw-tcp"]).is_err());
+        assert!(parse(&["--wait", "sometimes"]).is_err());
     }
 
     #[test]
@@ -522,10 +568,13 @@ mod tests {
             "QUIVER_SPIN_US=100",
             "--effort",
             "20",
+            "--wait",
+            "fd",
             "bw",
             "pingpong",
         ])
         .expect("valid");
+        assert!(original.wait_fd);
         let worker_args = original.worker_args();
         assert_eq!(worker_args[0], "bench");
         let arguments: Vec<&str> = worker_args[1..].iter().map(String::as_str).collect();

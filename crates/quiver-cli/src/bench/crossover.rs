@@ -138,6 +138,7 @@ impl<R: RankResult> SuiteRun<'_, R> {
             settings: all_settings,
             effort_percent: self.effort_percent,
             blocks_per_point: 1,
+            wait_fd: false,
         }
     }
 

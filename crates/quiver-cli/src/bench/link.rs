@@ -133,6 +133,11 @@ impl Link {
         self.transport
     }
 
+    /// The connection to the other rank.
+    pub fn connection(&self) -> Connection {
+        self.connection
+    }
+
     /// The endpoint, for tests measured by the lab over this connection.
     pub fn endpoint_mut(&mut self) -> &mut Endpoint {
         &mut self.endpoint

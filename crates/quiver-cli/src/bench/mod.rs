@@ -6,9 +6,11 @@
 //! - `args` (the `quiver bench` command line and run), `crossover` (where each transport's
 //!   copy and zero-copy paths cross: `quiver tune`'s measurement);
 //! - `parent` (CPUs, report, floors, plot of a run), `ranks` (starting and watching the
-//!   two ranks), `worker` (what a rank runs);
-//! - `point` (one measured pingpong, bw or rate run), `link` (quiver's connection between
-//!   the ranks), `raw/` (the raw-socket baselines), `generic` (tests written once for
+//!   two ranks), `launched` (a rank started by a launcher, measuring and reporting
+//!   itself), `worker` (what a rank runs);
+//! - `fd_wait` (the sleeping ping-pong of `--wait fd`), `point` (one measured pingpong,
+//!   bw or rate run), `link` (quiver's connection between the ranks), `raw/` (the
+//!   raw-socket baselines), `generic` (tests written once for
 //!   both), `rendezvous` (how the ranks find each other);
 //! - `report` (where results go), `table` (how the bench's records look), `plot`,
 //!   `progress`;
@@ -17,8 +19,10 @@
 
 pub mod args;
 pub mod crossover;
+pub mod fd_wait;
 pub mod floor;
 pub mod generic;
+pub mod launched;
 pub mod link;
 pub mod parent;
 pub mod plan;

@@ -208,6 +208,8 @@ pub struct Plan {
     /// launch (1 unless a paired run of the lab splits each point into blocks of two
     /// sides); the default iterations of a point are shared among its blocks.
     pub blocks_per_point: u32,
+    /// pingpong also measures the sleeping 8 B ping-pong (`--wait fd`, `fd_wait.rs`).
+    pub wait_fd: bool,
 }
 
 /// One launch of the two ranks: the command line that makes this executable a rank, what
@@ -304,7 +306,8 @@ impl Plan {
         let blocks = self.blocks_per_point.max(1) as usize;
         self.rank_tests()
             .map(|test| match test {
-                TestName::Pingpong | TestName::Bw => blocks * self.sizes.len(),
+                TestName::Pingpong => blocks * self.sizes.len() + usize::from(self.wait_fd),
+                TestName::Bw => blocks * self.sizes.len(),
                 TestName::Rate => blocks,
                 TestName::Bibw => self.sizes.len(),
                 TestName::Floor => 0,
@@ -335,6 +338,10 @@ impl Plan {
         if let Some(iters) = self.iters {
             args.push("--iters".to_string());
             args.push(iters.to_string());
+        }
+        if self.wait_fd {
+            args.push("--wait".to_string());
+            args.push("fd".to_string());
         }
         if self.effort_percent != 100 {
             args.push("--effort".to_string());
@@ -397,6 +404,7 @@ mod tests {
             settings: Vec::new(),
             effort_percent: 100,
             blocks_per_point: 1,
+            wait_fd: false,
         }
     }
 
@@ -455,6 +463,7 @@ mod tests {
     fn blocks_share_a_points_default_iterations() {
         let plan = Plan {
             blocks_per_point: 6,
+            wait_fd: false,
             ..plan(vec![TestName::Pingpong, TestName::Bw, TestName::Rate], None)
         };
         // Six blocks share a point's default iterations (at least the minimum each).

@@ -197,6 +197,28 @@ impl<R: RankResult> Report<R> {
         table.flush()
     }
 
+    /// Prints `lines` in the table as they are (as `# ` comments in the OSU layout): what a
+    /// run started by a launcher says instead of the preamble and the floors.
+    ///
+    /// # Errors
+    /// If writing the table fails.
+    pub fn lines(&mut self, lines: &[String]) -> io::Result<()> {
+        if self.style == Style::Osu {
+            return self.as_comments(|report| report.lines_table(lines));
+        }
+        self.lines_table(lines)
+    }
+
+    fn lines_table(&mut self, lines: &[String]) -> io::Result<()> {
+        let Some(table) = self.table.as_mut() else {
+            return Ok(());
+        };
+        for line in lines {
+            writeln!(table, "{line}")?;
+        }
+        table.flush()
+    }
+
     /// Prints the floor section and the floor JSON records.
     ///
     /// # Errors

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::fd_wait;
 use super::generic::bibw_point;
 use super::link::{Buffers, Link};
 use super::plan::{Plan, TestName};
@@ -46,6 +47,24 @@ pub fn run(plan: &Plan) -> Result<(), String> {
 /// The point that failed and why.
 pub fn run_quiver_tests(plan: &Plan, link: &mut Link, buffers: &mut Buffers) -> Result<(), String> {
     let mut output = io::stdout().lock();
+    run_quiver_tests_into(plan, link, buffers, &mut |record| {
+        emit(&mut output, Some(record))
+    })
+}
+
+/// Runs every everyday rank test of the plan over quiver's connection and hands rank 0's
+/// records to `sink` as they are measured (rank 1 has none): a rank started by the bench
+/// prints them for its parent, a rank started by a launcher reports them itself.
+///
+/// # Errors
+/// The point that failed and why, or the sink's error.
+pub fn run_quiver_tests_into(
+    plan: &Plan,
+    link: &mut Link,
+    buffers: &mut Buffers,
+    sink: &mut dyn FnMut(Record) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut deliver = |record: Option<Record>| record.map_or(Ok(()), &mut *sink);
     for test in plan.rank_tests() {
         match test {
             TestName::Pingpong | TestName::Bw | TestName::Rate => {
@@ -56,12 +75,18 @@ pub fn run_quiver_tests(plan: &Plan, link: &mut Link, buffers: &mut Buffers) -> 
                             .map_err(|error| {
                                 format!("{} over {}: {error}", point.name(), plan.transport)
                             })?;
-                    emit(&mut output, record)?;
+                    deliver(record)?;
+                }
+                if test == TestName::Pingpong && plan.wait_fd {
+                    let record = fd_wait::pingpong(link, buffers, plan).map_err(|error| {
+                        format!("the sleeping pingpong over {}: {error}", plan.transport)
+                    })?;
+                    deliver(record)?;
                 }
             }
             TestName::Bibw => {
                 for &size in &plan.sizes {
-                    emit(&mut output, bibw_over_quiver(link, plan, size)?)?;
+                    deliver(bibw_over_quiver(link, plan, size)?)?;
                 }
             }
             TestName::Floor => {}

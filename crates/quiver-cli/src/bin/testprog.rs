@@ -37,6 +37,14 @@
 //!   each protocol, powers of two and their neighbours) goes from rank 0 to rank 1 and back,
 //!   verified; sends rotate through `send`, `post_send` and `try_send`, receives through
 //!   `recv` and `try_recv`. Prints `ok sizes N largest L shm_without_cross_memory C`.
+//! - `wait-fd ROUNDS` (two ranks): rank 1 never blocks in quiver: it sleeps in poll(2) on
+//!   its endpoint's descriptor (`arm`, then poll) whenever `try_recv` or `test_*` finds
+//!   nothing. Rank 0 sends ROUNDS messages (after a pause long enough for rank 1 to be
+//!   asleep for the first ones, then none, a yield or 1 ms: the arm/sleep races), each
+//!   answered and verified; then a posted receive of 1 MiB and a posted send of 16 MiB on
+//!   rank 1, each completed while it sleeps (rank 0 waits 100 ms before acting). A sleep
+//!   of 10 s without a wake-up is an error (a lost wake-up). Prints `ok rank R wait-fd
+//!   ROUNDS rounds, S sleeps`.
 //! - `deny-cma PROGRAM [ARGS...]` (no job needed): run PROGRAM under a seccomp filter that
 //!   makes cross-memory attach fail with EPERM, as Docker's default profile does.
 
@@ -167,8 +175,105 @@ fn run(args: &[String]) -> AnyResult {
             &mut ep,
             args.get(1).map(String::as_str).unwrap_or("garbage"),
         ),
+        "wait-fd" => wait_fd(&mut ep, num(1, 1000)),
         _ => Err(format!("unknown mode {mode:?}").into()),
     }
+}
+
+/// `wait-fd ROUNDS` (module docs).
+fn wait_fd(ep: &mut Endpoint, rounds: u64) -> AnyResult {
+    let rank = ep.addr().rank;
+    let conn = ep.connect(Addr::new(1 - rank, 0))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut sleeps = 0u64;
+    for round in 0..rounds {
+        let msg = pattern(round, 8 + (round % 57) as usize);
+        if rank == 0 {
+            match round {
+                0..=2 => std::thread::sleep(Duration::from_millis(100)),
+                _ if round % 3 == 0 => {}
+                _ if round % 3 == 1 => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_millis(1)),
+            }
+            ep.send(conn, &msg)?;
+            let (len, _) = ep.recv(&mut buf)?;
+            if buf[..len] != msg[..] {
+                return Err(format!("round {round}: the answer differs").into());
+            }
+        } else {
+            let mut got = None;
+            sleep_on_fd(ep, &mut sleeps, |ep| match ep.try_recv(&mut buf) {
+                Ok((len, _)) => {
+                    got = Some(len);
+                    Ok(true)
+                }
+                Err(Error::WouldBlock) => Ok(false),
+                Err(e) => Err(e),
+            })?;
+            let len = got.unwrap_or(0);
+            if buf[..len] != msg[..] {
+                return Err(format!("round {round}: the message differs").into());
+            }
+            ep.send(conn, &buf[..len])?;
+        }
+    }
+    let (big, huge) = (pattern(7, 1 << 20), pattern(9, 16 << 20));
+    if rank == 0 {
+        // The posted receive: announced by rank 1, filled after a pause.
+        ep.recv(&mut buf)?;
+        std::thread::sleep(Duration::from_millis(100));
+        ep.send(conn, &big)?;
+        // The posted send: taken after a pause.
+        std::thread::sleep(Duration::from_millis(100));
+        let got = ep.recv_pooled()?;
+        if got[..] != huge[..] {
+            return Err("the posted send's message differs".into());
+        }
+    } else {
+        let request = ep.post_recv(vec![0u8; 1 << 20])?;
+        ep.send(conn, b"posted")?;
+        sleep_on_fd(ep, &mut sleeps, |ep| ep.test_recv(&request))?;
+        let done = ep.wait_recv(request)?;
+        if done.buf[..done.len] != big[..] {
+            return Err("the posted receive's message differs".into());
+        }
+        let request = ep.post_send(conn, huge)?;
+        sleep_on_fd(ep, &mut sleeps, |ep| ep.test_send(&request))?;
+        ep.wait_send(request)?;
+    }
+    say(&format!(
+        "ok rank {rank} wait-fd {rounds} rounds, {sleeps} sleeps"
+    ));
+    Ok(())
+}
+
+/// Calls `ready` until it says yes; between calls, arms the endpoint and sleeps in poll(2)
+/// on its descriptor (counted in `sleeps`). A sleep of 10 s that nothing ends is an error.
+fn sleep_on_fd(
+    ep: &mut Endpoint,
+    sleeps: &mut u64,
+    mut ready: impl FnMut(&mut Endpoint) -> Result<bool, Error>,
+) -> AnyResult {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready(ep)? {
+        if Instant::now() > deadline {
+            return Err("not done within 60 s of waking and looking".into());
+        }
+        if !ep.arm()? {
+            continue;
+        }
+        let mut fds = [libc::pollfd {
+            fd: ep.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if quiver_transport::sys::poll(&mut fds, Some(Duration::from_secs(10)))? == 0 {
+            return Err("a lost wake-up: 10 s asleep on the endpoint's descriptor".into());
+        }
+        *sleeps += 1;
+    }
+    Ok(())
 }
 
 fn say(line: &str) {

@@ -9,7 +9,7 @@
 //! peers' pidfds and the transports' descriptors), liveness looks, and closing.
 //!
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
-//! (receives and readiness), `look.rs` (one look at the inbound edges), `waiting.rs`
+//! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look at the inbound edges), `waiting.rs`
 //! (idling and liveness).
 
 use std::cell::Cell;
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver_transport::notify::Doorbell;
+use quiver_transport::readiness::Readiness;
 
 use crate::addr::Addr;
 use crate::config::{Config, DETECTION_MIN};
@@ -38,6 +39,7 @@ use crate::transport::requests::Requests;
 mod connect;
 mod look;
 mod matching;
+mod readiness;
 mod receive;
 mod rma;
 mod send;
@@ -98,6 +100,9 @@ pub struct Endpoint {
     local: Arc<LocalRank>,
     inbox: Arc<Inbox>,
     doorbell: Doorbell,
+    /// The descriptor a program polls: the doorbell, the engine's socket and, from `arm`,
+    /// the connections' descriptors and a timer (`readiness.rs`).
+    ready: Readiness,
     /// Outbound edges, indexed by [`Connection::index`].
     outbound: Vec<OutEdge>,
     by_peer: HashMap<Addr, u32>,
@@ -140,6 +145,7 @@ impl Endpoint {
         local: Arc<LocalRank>,
         inbox: Arc<Inbox>,
         doorbell: Doorbell,
+        ready: Readiness,
     ) -> Endpoint {
         let config = local.config.clone();
         let pool = Pool::new(
@@ -154,6 +160,7 @@ impl Endpoint {
             local,
             inbox,
             doorbell,
+            ready,
             outbound: Vec::new(),
             by_peer: HashMap::new(),
             inbound: Vec::new(),
@@ -279,11 +286,13 @@ struct Parts<'a> {
 }
 
 impl AsRawFd for Endpoint {
-    /// The endpoint's doorbell (an eventfd): once [`Endpoint::arm`] returned `Ok(true)`, it
-    /// becomes readable when a message arrives. Use with poll/epoll or an async runtime:
-    /// drain with `try_recv*` until `WouldBlock`, `arm`, then wait on the descriptor.
+    /// The endpoint's descriptor (an epoll set of its doorbell and its connections'
+    /// descriptors): once [`Endpoint::arm`] returned `Ok(true)`, it becomes readable when a
+    /// message arrives or a posted operation can progress, over any transport. Use with
+    /// poll/epoll or an async runtime: drain with `try_recv*` until `WouldBlock`, `arm`,
+    /// then wait on the descriptor.
     fn as_raw_fd(&self) -> RawFd {
-        self.doorbell.as_raw_fd()
+        self.ready_fd()
     }
 }
 
@@ -302,6 +311,9 @@ impl Drop for Endpoint {
             .filter_map(|out| out.as_dgram_mut().map(|d| d.id))
             .chain(self.inbound.iter().filter_map(InEdge::dgram_id))
             .collect();
+        if let Some(engine) = &self.local.dgram {
+            engine.forget_sleeper(self.addr.port);
+        }
         if self.local.dgram.is_some() {
             let Parts {
                 outbound, mut cx, ..

@@ -1,7 +1,5 @@
-//! Receiving: blocking, non-blocking, pooled and posted receives from any peer, and
-//! readiness for poll/epoll (`arm`).
-
-use std::sync::atomic::Ordering;
+//! Receiving: blocking, non-blocking, pooled and posted receives from any peer (readiness
+//! for poll/epoll, `arm`, is `readiness.rs`'s).
 
 use super::{Endpoint, RecvRequest};
 use crate::addr::Addr;
@@ -100,31 +98,6 @@ impl Endpoint {
             }
         }
         Err(Error::WouldBlock)
-    }
-
-    /// Prepares the endpoint's descriptor ([`AsRawFd`](std::os::fd::AsRawFd)) for
-    /// poll/epoll: after `arm` returns `Ok(true)`, the descriptor becomes readable as soon
-    /// as a message arrives (or a peer connects). `Ok(false)` means something is already
-    /// waiting: receive it instead of sleeping. While the endpoint is armed each arriving
-    /// message costs its sender one system call, so arm only before sleeping.
-    ///
-    /// # Errors
-    /// None today; reserved.
-    pub fn arm(&mut self) -> Result<bool> {
-        self.flush_inbound();
-        self.doorbell.drain();
-        self.doorbell.arm();
-        if self.inbox.has_incoming.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        if let Some(engine) = &self.local.dgram {
-            engine.poll_io(&self.local);
-        }
-        let local = &self.local;
-        if self.inbound.iter_mut().any(|inb| inb.has_pending(local)) {
-            return Ok(false);
-        }
-        Ok(true)
     }
 
     /// Posts a receive: the next message (from any peer) not claimed by an earlier posted

@@ -277,6 +277,17 @@ impl OutEdge {
         }
     }
 
+    /// Whether sends are on their way out of this edge whose completion rings none of the
+    /// endpoint's descriptors (shm: the receiver frees ring space and finishes a
+    /// rendezvous without a doorbell of ours), so that an endpoint asleep on its
+    /// descriptor must look again on a timer.
+    pub(crate) fn busy_unsignalled(&self) -> bool {
+        match self {
+            OutEdge::Shm(e) => e.failure.is_none() && e.busy(),
+            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => false,
+        }
+    }
+
     /// Closes this one connection while the endpoint stays open (`Endpoint::close`, its
     /// sends finished): the peer gets what was sent, then the end; every later call on
     /// the edge fails with [`Failure::ClosedHere`]. A datagram connection closes both
@@ -396,9 +407,12 @@ impl InEdge {
     /// `staging_bytes`).
     pub(crate) fn from_network(accepted: NetInbound, staging_bytes: usize) -> InEdge {
         match accepted {
-            NetInbound::Tcp { peer, stream, pid } => {
-                InEdge::Tcp(TcpIn::accepted(peer, stream, pid, staging_bytes))
-            }
+            NetInbound::Tcp {
+                peer,
+                stream,
+                pid,
+                open,
+            } => InEdge::Tcp(TcpIn::accepted(peer, stream, pid, staging_bytes, open)),
             NetInbound::Dgram { peer, kind, id } => {
                 InEdge::Dgram(DgramIn::accepted(peer, kind, id))
             }
@@ -607,7 +621,12 @@ impl InEdge {
                     .process
                     .as_ref()
                     .and_then(|p| crate::transport::liveness::PeerProcess::open(p.pid));
-                Ok(OutEdge::Tcp(TcpOut::new(e.net.peer, stream, process)))
+                Ok(OutEdge::Tcp(TcpOut::new(
+                    e.net.peer,
+                    stream,
+                    process,
+                    std::sync::Arc::clone(&e.open),
+                )))
             }
             InEdge::Dgram(e) => {
                 e.net.carries_out = true;
@@ -719,9 +738,15 @@ pub(crate) fn open_network(
             let process = |pid: Option<libc::pid_t>| {
                 pid.and_then(crate::transport::liveness::PeerProcess::open)
             };
+            let open = local.tcp.connected();
             Ok(Opened::New(Box::new((
-                OutEdge::Tcp(TcpOut::new(peer, stream, process(pid))),
-                InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging)),
+                OutEdge::Tcp(TcpOut::new(
+                    peer,
+                    stream,
+                    process(pid),
+                    std::sync::Arc::clone(&open),
+                )),
+                InEdge::Tcp(TcpIn::reverse(peer, reverse, pid, staging, open)),
             ))))
         }
         TransportKind::Udp | TransportKind::Mem | TransportKind::Xdp => {

@@ -14,6 +14,7 @@ use super::registry::Registry;
 use crate::config::{Config, TransportKind};
 use crate::job::{Bootstrap, JobInfo};
 use crate::transport::dgram::engine::DgramShared;
+use crate::transport::tcp::stats::TcpCounts;
 
 /// This rank's shared transport state (see the module docs).
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct LocalRank {
     pub(crate) regions: RegionTable,
     /// The datagram engine (udp or mem), when one of them is configured.
     pub(crate) dgram: Option<Arc<DgramShared>>,
+    /// The tcp streams' counters.
+    pub(crate) tcp: Arc<TcpCounts>,
     /// Set when the context closes: the listener threads end.
     pub(crate) stopping: AtomicBool,
     /// The id the next endpoint opened gets (a connection names its endpoint by it).
@@ -53,6 +56,7 @@ impl LocalRank {
             registry: Registry::new(job.rank),
             regions: RegionTable::default(),
             dgram,
+            tcp: Arc::default(),
             stopping: AtomicBool::new(false),
             next_endpoint_id: AtomicU64::new(1),
         }

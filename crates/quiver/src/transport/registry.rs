@@ -187,6 +187,8 @@ pub(crate) enum NetInbound {
         stream: std::net::TcpStream,
         /// The peer's pid, when it runs on this node (for freeze detection).
         pid: Option<libc::pid_t>,
+        /// The stream's place in the tcp counters.
+        open: std::sync::Arc<crate::transport::tcp::stats::OpenStream>,
     },
     /// A datagram connection accepted by the engine (its handshake completed).
     Dgram {

@@ -141,6 +141,7 @@ impl DgramShared {
                 sent_in_place_bytes: 0,
                 adopted_bytes: 0,
                 posted_in_place_bytes: 0,
+                sleepers: Vec::new(),
             }),
         })
     }
@@ -315,6 +316,9 @@ pub(super) struct Engine {
     pub(super) adopted_bytes: u64,
     /// Bytes of posted messages lent to the protocol (never copied).
     pub(super) posted_in_place_bytes: u64,
+    /// Endpoints asleep on their descriptor, by port, with the inbox whose doorbell wakes
+    /// them (`sleepers.rs`).
+    pub(super) sleepers: Vec<(u16, std::sync::Arc<crate::transport::registry::Inbox>)>,
 }
 
 impl Engine {

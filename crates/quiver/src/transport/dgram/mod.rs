@@ -73,6 +73,7 @@
 //! - `send`: flushing what a connection has to send;
 //! - `connect`: opening connections;
 //! - `poll`: the poll loop (receive, hand over, housekeeping) and connection events;
+//! - `sleepers`: the endpoints asleep on their descriptor, whose doorbells a poll rings;
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
 //! - `posted_reads`: receives posted in place;
@@ -99,6 +100,7 @@ mod receive;
 mod receive_uring;
 mod router_host;
 mod send;
+mod sleepers;
 pub(crate) mod stats;
 mod udp_io;
 mod uring_io;

@@ -143,6 +143,9 @@ impl Engine {
                 }
                 self.settle(id, ctx, shared);
             }
+            if !self.sleepers.is_empty() {
+                self.wake_sleepers(&touched);
+            }
             // Their timers moved.
             self.timers_dirty = true;
         }
@@ -201,6 +204,9 @@ impl Engine {
         for &id in &expired {
             self.flush_lent(id, lent_of(lender, id));
             self.settle(id, ctx, shared);
+        }
+        if !self.sleepers.is_empty() {
+            self.wake_sleepers(&expired);
         }
         self.touched = expired;
         self.next_timer = self.earliest_timer();

@@ -532,7 +532,12 @@ impl ShmIn {
 
     /// Whether a receive would find something here now (a record, or the edge's end).
     pub(crate) fn has_pending(&mut self) -> bool {
-        self.state != InboundState::Done && !matches!(self.ring.peek(), Ok(None))
+        match self.state {
+            InboundState::Done => false,
+            InboundState::Open => !matches!(self.ring.peek(), Ok(None)),
+            // An end to report (after what the peer wrote).
+            InboundState::Dying | InboundState::Stopped(_) | InboundState::Broken(_) => true,
+        }
     }
 
     /// Whether the peer sleeps in a blocking send on this edge, waiting for this side to

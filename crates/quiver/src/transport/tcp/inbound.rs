@@ -7,6 +7,7 @@
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use quiver_wire::stream::{StreamHeader, StreamKind, HEADER_LEN};
 
@@ -14,6 +15,7 @@ use super::reader::{
     bind_posted, deliver_held, held_buffer, read_held, read_into, tcp_read_detail, Partial,
     PartialInto, TcpReader,
 };
+use super::stats::OpenStream;
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -29,6 +31,8 @@ use crate::transport::requests::{RecvCompletion, Requests};
 pub(crate) struct TcpIn {
     pub(crate) net: NetIn,
     pub(crate) reader: TcpReader,
+    /// The stream's place in the tcp counters (shared with the stream's outbound edge).
+    pub(crate) open: Arc<OpenStream>,
 }
 
 impl TcpIn {
@@ -39,10 +43,12 @@ impl TcpIn {
         stream: TcpStream,
         pid: Option<libc::pid_t>,
         staging_bytes: usize,
+        open: Arc<OpenStream>,
     ) -> TcpIn {
         TcpIn {
             net: NetIn::accepted(peer, "tcp", pid.and_then(PeerProcess::open)),
             reader: TcpReader::new(stream, staging_bytes),
+            open,
         }
     }
 
@@ -52,10 +58,12 @@ impl TcpIn {
         stream: TcpStream,
         pid: Option<libc::pid_t>,
         staging_bytes: usize,
+        open: Arc<OpenStream>,
     ) -> TcpIn {
         TcpIn {
             net: NetIn::reverse(peer, "tcp", pid.and_then(PeerProcess::open)),
             reader: TcpReader::new(stream, staging_bytes),
+            open,
         }
     }
 
@@ -97,7 +105,9 @@ impl TcpIn {
     ) -> Result<Option<usize>> {
         let peer = self.net.peer;
         let max_held = config.max_buffered_bytes as u64;
-        let TcpIn { net, reader: tcp } = self;
+        let TcpIn {
+            net, reader: tcp, ..
+        } = self;
         tcp.stalled = false;
         // What the peer wrote is still read once it stopped; not after the stream failed.
         let readable = matches!(net.state, InboundState::Open | InboundState::Stopped(_));
@@ -308,7 +318,7 @@ impl TcpIn {
                         transport: "tcp",
                         detail: tcp_read_detail(&e, avail > 0),
                     };
-                    let TcpIn { net, reader } = self;
+                    let TcpIn { net, reader, .. } = self;
                     net.state = InboundState::Done;
                     reader.release();
                     return Some(Err(err));

@@ -238,7 +238,13 @@ impl PendingTcp {
         // Count first: once delivered, this rank may receive everything and read its stats
         // before this thread runs again.
         local.registry.accepted();
-        endpoint.deliver_inbound(NetInbound::Tcp { peer, stream, pid });
+        let open = local.tcp.accepted();
+        endpoint.deliver_inbound(NetInbound::Tcp {
+            peer,
+            stream,
+            pid,
+            open,
+        });
         Step::Finished(Ok(Outcome::Accepted))
     }
 }

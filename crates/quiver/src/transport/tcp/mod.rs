@@ -9,4 +9,5 @@ pub(crate) mod listener;
 pub(crate) mod outbound;
 pub(crate) mod protocols;
 pub(crate) mod reader;
+pub(crate) mod stats;
 pub(crate) mod writer;

@@ -7,10 +7,13 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
 use crate::config::TransportKind;
@@ -31,16 +34,29 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// The socket refused the rest of the queue's front at the last progress: the next
+    /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
+    full: bool,
+    /// The stream's place in the tcp counters (shared with the stream's inbound edge),
+    /// held for its drop.
+    _open: Arc<OpenStream>,
 }
 
 impl TcpOut {
     /// The edge to `peer` over `stream` (non-blocking); `process`: the peer's, when it runs
     /// on this node.
-    pub(crate) fn new(peer: Addr, stream: TcpStream, process: Option<PeerProcess>) -> TcpOut {
+    pub(crate) fn new(
+        peer: Addr,
+        stream: TcpStream,
+        process: Option<PeerProcess>,
+        open: Arc<OpenStream>,
+    ) -> TcpOut {
         TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            full: false,
+            _open: open,
         }
     }
 
@@ -85,12 +101,14 @@ impl TcpOut {
             if self.net.queue.is_empty() {
                 break;
             }
-            self.wait(&mut wait, "flushing earlier sends", endpoint)?;
+            self.wait_writable(&mut wait, "flushing earlier sends", endpoint)?;
         }
         loop {
             match self.write(data, &mut written) {
                 Ok(true) => return Ok(()),
-                Ok(false) => self.wait(&mut wait, "waiting for the peer to take data", endpoint)?,
+                Ok(false) => {
+                    self.wait_writable(&mut wait, "waiting for the peer to take data", endpoint)?
+                }
                 Err(f) => return Err(self.fail(f, "while sending", &mut endpoint.context())),
             }
         }
@@ -137,6 +155,9 @@ impl TcpOut {
     /// Pushes the queue as far as the socket takes it now.
     pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
         self.net.check("while sending")?;
+        if self.still_full() {
+            return Ok(());
+        }
         loop {
             let Some(q) = self.net.queue.front_mut() else {
                 return Ok(());
@@ -150,10 +171,22 @@ impl TcpOut {
                 }
             };
             if !complete {
+                self.full = true;
                 return Ok(());
             }
             self.net.complete_front(cx.requests);
         }
+    }
+
+    /// Whether the socket that refused the last progress's write is still full: progress
+    /// (called at every turn of a waiting loop) then asks `poll`, which takes no lock,
+    /// instead of retrying the write (see [`TcpOut::wait_writable`]).
+    fn still_full(&mut self) -> bool {
+        if self.full && !self.writable() {
+            return true;
+        }
+        self.full = false;
+        false
     }
 
     /// Marks the edge failed, fails its queued requests, returns the error.
@@ -167,6 +200,37 @@ impl TcpOut {
             cx.inbox.tcp_crossings().release_connect(self.net.peer);
         }
         self.net.fail(failure, during, cx.requests, cx.addr)
+    }
+
+    /// Waits (as [`TcpOut::wait`] does, receiving meanwhile) until the socket has room
+    /// again. A write the full socket refuses costs a system call that takes the socket's
+    /// lock, which the acknowledgements that would free room need too; `poll` takes no
+    /// lock, and says the socket is writable only once a good part of its buffer is free
+    /// (the kernel's `sk_stream_min_wspace`), so the next write hands over a large piece
+    /// (decision 0080).
+    fn wait_writable(
+        &mut self,
+        wait: &mut Wait,
+        what: &'static str,
+        endpoint: &mut dyn Meanwhile,
+    ) -> Result<()> {
+        loop {
+            self.wait(wait, what, endpoint)?;
+            if self.writable() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the socket takes more now (or has an error the next write reports).
+    fn writable(&self) -> bool {
+        let mut fds = [libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        // A failed poll says nothing: let the write find out.
+        sys::poll(&mut fds, Some(Duration::ZERO)).map_or(true, |ready| ready > 0)
     }
 
     /// One step of waiting for the socket to take more. Meanwhile the endpoint receives
@@ -249,5 +313,47 @@ impl TcpOut {
         }
         let _ = stream.write_all(&StreamHeader::close().emit());
         let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{self, Read};
+    use std::sync::Arc;
+
+    use super::super::stats::TcpCounts;
+    use super::super::writer::tests::pair;
+    use super::*;
+
+    /// A full socket is not writable (a blocking send then waits in `poll` instead of
+    /// retrying its write); once the peer has read, it is again.
+    #[test]
+    fn writable_only_with_room() {
+        let (client, mut server) = pair();
+        client.set_nonblocking(true).unwrap();
+        let counts = Arc::new(TcpCounts::default());
+        let mut edge = TcpOut::new(Addr::new(1, 0), client, None, counts.connected());
+        assert!(edge.writable(), "an empty socket has room");
+        let filler = vec![0x5Au8; 256 << 10];
+        let mut sent = 0usize;
+        loop {
+            match edge.stream.write(&filler) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling: {e}"),
+            }
+        }
+        assert!(!edge.writable(), "full after {sent} bytes");
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut drained = 0usize;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !edge.writable() {
+            assert!(Instant::now() < deadline, "still full after the peer read");
+            if drained < sent {
+                drained += server.read(&mut chunk).unwrap();
+            }
+        }
+        drop(edge);
+        assert_eq!(counts.snapshot().connections, 0);
     }
 }
