@@ -2,13 +2,14 @@
 //! (`quiver_proto::reliable`) and into `accept`: no panic, memory within
 //! `ReliableConfig::memory_bound_bytes`, and what the application reads is always a prefix
 //! of what the genuine peer wrote, until the `forge` op injects a frame with valid ids and
-//! checksum (the protocol does not authenticate data frames).
+//! tag (the forger holds b's frame key, as the peer's own process would: without it every
+//! frame fails the authenticator, decision 0067, and the fuzzer would reach nothing).
 //!
 //! Input: a sequence of ops, each one byte followed by its arguments:
 //! - 0 raw: `[len u8][bytes]` handed to `a.handle_datagram` on path `(op >> 3) & 3` (the
 //!   connections have 3 paths, so path 3 is out of range);
-//! - 1 forge: header fields from the input (any frame type, Stream included), emitted with
-//!   a valid checksum and a's / b's ids;
+//! - 1 forge: header fields from the input (any frame type, Stream included), emitted under
+//!   b's keys with a's / b's ids;
 //! - 2 time: `[u16]` microseconds forward, then `handle_timeout` on both sides if due;
 //! - 3 write: `[u16 len]` b starts a message of that length and writes a pattern;
 //! - 4 read: a reads up to `[u16]` bytes;
@@ -20,9 +21,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_proto::handshake::{ConnectRequest, JobKey};
+use quiver_proto::handshake::{job_frame_key, ConnectRequest, JobKey};
 use quiver_proto::reliable::{Nanos, ReliableConfig, ReliableConnection};
-use quiver_wire::frame::{FrameHeader, FrameType, SackRange, SackRanges, MAX_HEADER_LEN};
+use quiver_wire::frame::{
+    FrameHeader, FrameKeys, FrameType, SackRange, SackRanges, MAX_HEADER_LEN,
+};
 
 const JOB_ID: u64 = 0x77;
 const A_ID: u64 = 0xaaaa;
@@ -105,7 +108,7 @@ fn establish() -> (ReliableConnection, ReliableConnection) {
     (a, b)
 }
 
-fn forge(input: &mut Input<'_>, a: &ReliableConnection) -> Vec<u8> {
+fn forge(input: &mut Input<'_>, a: &ReliableConnection, b: &ReliableConnection) -> Vec<u8> {
     let type_byte = input.byte().unwrap_or(0);
     let mut header = FrameHeader::new(
         FrameType::from_code(type_byte % 7 + 1).unwrap_or(FrameType::Data),
@@ -141,9 +144,15 @@ fn forge(input: &mut Input<'_>, a: &ReliableConnection) -> Vec<u8> {
     let payload_len = usize::from(input.byte().unwrap_or(0)) * 3;
     let payload = input.bytes(payload_len).to_vec();
     let mut out = [0u8; MAX_HEADER_LEN];
-    let len = header
-        .emit(&mut out, &payload)
-        .expect("valid forged header");
+    let job = job_frame_key(&JobKey::from_bytes([9; 32]));
+    let keys = FrameKeys {
+        job: &job,
+        connection: b.frame_send_key(),
+    };
+    let Ok(len) = header.emit(keys, &mut out, &payload) else {
+        // Only when b has no key (closed and failed connections keep theirs).
+        return Vec::new();
+    };
     let mut datagram = out[..len].to_vec();
     datagram.extend_from_slice(&payload);
     datagram
@@ -168,7 +177,7 @@ fuzz_target!(|data: &[u8]| {
                 a.handle_datagram(now, usize::from((op >> 3) & 3), &datagram);
             }
             1 => {
-                let datagram = forge(&mut input, &a);
+                let datagram = forge(&mut input, &a, &b);
                 a.handle_datagram(now, usize::from((op >> 3) % 3), &datagram);
                 // Forged data with valid ids may change what a reads from here on.
                 forged = true;

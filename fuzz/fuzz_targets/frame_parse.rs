@@ -4,19 +4,40 @@
 //! payload again, and a Stream frame parsed in two pieces (`parse_stream_split`) gives what
 //! it gives whole.
 //!
-//! A Stream frame's checksum covers its receiver's full connection id, of which the frame
+//! A Stream frame's tag covers its receiver's full connection id, of which the frame
 //! carries the low 24 bits: it is parsed for the id made of those bits and
 //! [`STREAM_ID_HIGH`] (the seed `corpus/frame_parse/seed-stream` is sent to such an id).
+//! Frames are verified under the key of [`FUZZ_SECRET`] (job and connection alike; the
+//! seeds are made under it); a frame that parses fails under any other key, and no frame
+//! of a connection type parses without a connection key (the authenticator, decision 0067).
+//! Every frame also parses without its tag checked ([`Frame::parse_unauthenticated`]) to the
+//! same header.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::sync::LazyLock;
+
 use quiver_wire::frame::{
     dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameError,
-    MoreSackRanges, SackRange, MAX_HEADER_LEN, STREAM_HEADER_LEN, STREAM_TAG,
+    FrameKey, FrameKeys, FrameType, MoreSackRanges, SackRange, FRAME_SECRET_LEN,
+    MAX_HEADER_LEN, STREAM_HEADER_LEN, STREAM_TAG,
 };
 
 /// The high 40 bits of the connection id a Stream frame is parsed for.
 const STREAM_ID_HIGH: u64 = 0x0102_0304_0500_0000;
+/// The secret of the key frames are verified under (quiver-wire's frame tests and
+/// `fuzz/seedgen` use the same).
+const FUZZ_SECRET: [u8; FRAME_SECRET_LEN] = [0x5A; FRAME_SECRET_LEN];
+
+static KEY: LazyLock<FrameKey> = LazyLock::new(|| FrameKey::new(&FUZZ_SECRET));
+static OTHER: LazyLock<FrameKey> = LazyLock::new(|| FrameKey::new(&[0xA5; FRAME_SECRET_LEN]));
+
+fn keys() -> FrameKeys<'static> {
+    FrameKeys {
+        job: &KEY,
+        connection: Some(&KEY),
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let peeked = destination(data);
@@ -25,10 +46,28 @@ fuzz_target!(|data: &[u8]| {
         Some(Destination::Short(short)) => STREAM_ID_HIGH | u64::from(short),
         _ => STREAM_ID_HIGH,
     };
-    let parsed = Frame::parse(data);
+    let parsed = Frame::parse(data, keys());
     if let Ok(frame) = &parsed {
         assert_eq!(peeked, Some(Destination::Id(frame.header().dest_id)));
         assert_eq!(full_peek, Some(frame.header().dest_id));
+        let unchecked = Frame::parse_unauthenticated(data).expect("a frame parses unchecked");
+        assert_eq!(unchecked.header(), frame.header());
+        let frame_type = frame.header().frame_type;
+        let other = FrameKeys {
+            job: &OTHER,
+            connection: Some(&OTHER),
+        };
+        // Under another key only a Handshake frame (public key) verifies.
+        assert_eq!(
+            Frame::parse(data, other).is_ok(),
+            frame_type == FrameType::Handshake
+        );
+        if !matches!(frame_type, FrameType::Handshake | FrameType::Reset) {
+            assert_eq!(
+                Frame::parse(data, FrameKeys::job_only(&KEY)),
+                Err(FrameError::NoKey { frame_type })
+            );
+        }
     }
     if parsed == Err(FrameError::NeedsConnectionId) {
         assert!(matches!(peeked, Some(Destination::Short(_)) | None));
@@ -36,15 +75,15 @@ fuzz_target!(|data: &[u8]| {
     // The same bytes in two pieces (a scattering receive): what parses whole parses split.
     if data.len() >= STREAM_HEADER_LEN {
         let (head, payload) = data.split_at(STREAM_HEADER_LEN);
-        let split = parse_stream_split(head, payload, local_id);
+        let split = parse_stream_split(head, payload, local_id, keys());
         if data[0] == STREAM_TAG {
-            let whole = Frame::parse_for(data, local_id);
+            let whole = Frame::parse_for(data, local_id, keys());
             assert_eq!(split.ok(), whole.ok().map(|frame| *frame.header()));
         } else {
             assert!(split.is_err());
         }
     }
-    if let Ok(frame) = Frame::parse_for(data, local_id) {
+    if let Ok(frame) = Frame::parse_for(data, local_id, keys()) {
         if let Some(Destination::Short(short)) = peeked {
             assert_eq!(short, short_id(frame.header().dest_id));
             assert_eq!(frame.header().dest_id, local_id);
@@ -52,7 +91,7 @@ fuzz_target!(|data: &[u8]| {
         let mut out = [0u8; MAX_HEADER_LEN];
         let len = frame
             .header()
-            .emit(&mut out, frame.payload())
+            .emit(keys(), &mut out, frame.payload())
             .expect("a parsed header emits");
         assert_eq!(len, frame.header_len());
         assert_eq!(&out[..len], &data[..len]);

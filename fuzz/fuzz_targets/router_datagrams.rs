@@ -14,20 +14,24 @@
 //! - 4 forget: `[index u8]`, the node forgets a connection (datagrams for it get a Reset);
 //! - 5 time: `[u16]` microseconds forward, then the due timers;
 //! - 6 pump: `[rounds u8]`, genuine datagrams between the nodes, through their routers;
-//! - 7 forge: `[type u8][index u8][src u8]`, a frame with a valid checksum to one of the
-//!   node's connections (or, index 255, to an unknown id);
+//! - 7 forge: `[type u8][index u8][src u8]`, a well-formed frame (Resets under the job's
+//!   key, connection frames under a key no connection has: routed by their ids, refused by
+//!   the connection's authenticator) to one of the node's connections (or, index 255, to an
+//!   unknown id);
 //! - 8 stream: `[index u8]`, a Stream frame to one of the node's connections (or unknown);
 //! - 9 host: `[open ports u8][path count u8]`, what the node's host answers from now on.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quiver_proto::handshake::{ConnectRequest, JobKey};
+use quiver_proto::handshake::{job_frame_key, ConnectRequest, JobKey};
 use quiver_proto::reliable::{Nanos, ReliableConfig, ReliableConnection, State};
 use quiver_proto::router::{
     Accepted, Direction, DropReason, EndpointAddress, Handshake, InboundPath, Routed, Router,
     RouterHost,
 };
-use quiver_wire::frame::{self, Destination, Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::frame::{
+    self, Destination, Frame, FrameHeader, FrameKey, FrameKeys, FrameType, MAX_HEADER_LEN,
+};
 
 const JOB_ID: u64 = 0x77;
 const KEY: [u8; 32] = [9; 32];
@@ -186,8 +190,11 @@ impl Node {
             }
             Routed::Accepted(boxed) => accepted = Some(*boxed),
             Routed::Reset(bytes) => {
-                let asked = Frame::parse(datagram).expect("a Reset answers a valid frame");
-                let answer = Frame::parse(bytes).expect("a valid Reset");
+                let asked = Frame::parse_unauthenticated(datagram)
+                    .expect("a Reset answers a well-formed frame");
+                let job = job_frame_key(&JobKey::from_bytes(KEY));
+                let answer =
+                    Frame::parse(bytes, FrameKeys::job_only(&job)).expect("a valid Reset");
                 assert_eq!(answer.header().frame_type, FrameType::Reset);
                 assert_eq!(answer.header().dest_id, asked.header().src_id);
                 assert_eq!(answer.header().src_id, asked.header().dest_id);
@@ -322,7 +329,15 @@ fn forged(frame_type: FrameType, dest_id: u64, src_id: u64) -> Vec<u8> {
         &[]
     };
     let mut out = [0u8; MAX_HEADER_LEN];
-    let len = header.emit(&mut out, payload).expect("a valid header");
+    // Under the job's key, and a connection key no connection has: the router routes by
+    // ids, the connection refuses the tag (a Reset verifies).
+    let job = job_frame_key(&JobKey::from_bytes(KEY));
+    let connection = FrameKey::new(&[0x42; 32]);
+    let keys = FrameKeys {
+        job: &job,
+        connection: Some(&connection),
+    };
+    let len = header.emit(keys, &mut out, payload).expect("a valid header");
     let mut datagram = out[..len].to_vec();
     datagram.extend_from_slice(payload);
     datagram

@@ -39,7 +39,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use quiver_wire::frame::{self, Frame, FrameHeader, FrameType};
+use quiver_wire::frame::{self, Frame, FrameHeader, FrameKey, FrameKeys, FrameType};
 
 use quiver_cli::bench::floor::pin_current_thread;
 use quiver_cli::bench::parent::{choose_cpus, open_report};
@@ -52,6 +52,19 @@ use serde::Serialize;
 use crate::bench::paired::CONFIDENCE;
 use crate::bench::MAX_INTERLEAVE_PAIRS;
 use crate::stats::median_interval;
+
+/// The frame key of both sides (quiver's connections have one per direction: the same
+/// work per frame).
+static BENCH_KEY: std::sync::LazyLock<FrameKey> =
+    std::sync::LazyLock::new(|| FrameKey::new(&[0x51; frame::FRAME_SECRET_LEN]));
+
+/// The keys the floors emit and verify frames under.
+fn bench_keys() -> FrameKeys<'static> {
+    FrameKeys {
+        job: &BENCH_KEY,
+        connection: Some(&BENCH_KEY),
+    }
+}
 
 /// Round trips per latency block unless `--iters` says otherwise.
 const DEFAULT_ROUND_TRIPS: u64 = 3000;
@@ -250,7 +263,7 @@ impl Side {
         self.staging[header_len..end].copy_from_slice(message);
         let (head, rest) = self.staging.split_at_mut(header_len);
         header
-            .emit(head, &rest[..message.len()])
+            .emit(bench_keys(), head, &rest[..message.len()])
             .map_err(|error| invalid(error.to_string()))?;
         Ok(end)
     }
@@ -267,7 +280,7 @@ impl Side {
         }
         let staging = &mut self.staging;
         let received = spin("receiving", || would_block(data.recv(staging)))?;
-        let parsed = Frame::parse_for(&self.staging[..received], self.id)
+        let parsed = Frame::parse_for(&self.staging[..received], self.id, bench_keys())
             .map_err(|error| invalid(format!("a frame that does not verify: {error}")))?;
         let expected = match variant {
             Latency::Stream => FrameType::Stream,
@@ -300,7 +313,7 @@ impl Side {
                 header.packet_number = self.sent;
                 header.stream_offset = offset;
                 header
-                    .emit(head, chunk)
+                    .emit(bench_keys(), head, chunk)
                     .map_err(|error| invalid(error.to_string()))?;
                 self.sent += 1;
                 offset += chunk.len() as u64;
@@ -381,7 +394,7 @@ impl Side {
                 )));
             }
             if variant == Bulk::Checked {
-                frame::parse_stream_split(head, slot, self.id)
+                frame::parse_stream_split(head, slot, self.id, bench_keys())
                     .map_err(|error| invalid(format!("a frame that does not verify: {error}")))?;
             }
             self.received += 1;
@@ -922,7 +935,7 @@ fn write_table(
     if window > 0 {
         writeln!(
             table,
-            "  checked: each datagram's 16-byte Stream header and check (XXH3 of the header, CRC32C of the payload);"
+            "  checked: each datagram's 16-byte Stream header and tag (AES over a keyed CRC-64 of header and payload);"
         )?;
         writeln!(
             table,

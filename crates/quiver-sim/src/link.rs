@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use quiver_wire::frame::{Frame, FrameType};
+use quiver_wire::frame::{Frame, FrameKey, FrameKeys, FrameType};
 
 use crate::event::Nanos;
 use crate::rng::SimRng;
@@ -60,7 +60,8 @@ pub struct LinkConfig {
     /// Probability that a datagram has 1 to 3 random bytes changed.
     pub corrupt_probability: f64,
     /// Self-test of the simulator only: probability that a Data frame's payload gets a
-    /// byte changed *and its checksum recomputed*, i.e. corruption the protocol cannot see.
+    /// byte changed *and its tag recomputed* under the sender's key (the simulator hands it
+    /// over), i.e. corruption the protocol cannot see.
     /// Runs with this set must fail the delivery invariant; never use it in a scenario
     /// that should pass.
     pub undetectable_corrupt_probability: f64,
@@ -160,6 +161,8 @@ pub struct Link {
     stats: LinkStats,
     /// Tail-drop rule: times each (message id, fragment offset) has been dropped.
     tail_drops: BTreeMap<(u64, u64), u32>,
+    /// The key the current sender emits under (`undetectable_corrupt_probability` only).
+    forger: Option<FrameKey>,
 }
 
 impl Link {
@@ -174,7 +177,19 @@ impl Link {
             last_departure_ns: 0,
             stats: LinkStats::default(),
             tail_drops: BTreeMap::new(),
+            forger: None,
         }
+    }
+
+    /// Whether this link forges frames (`undetectable_corrupt_probability` above 0): its
+    /// sender's key must then be handed over ([`Link::set_forger_key`]).
+    pub fn forges(&self) -> bool {
+        self.config.undetectable_corrupt_probability > 0.0
+    }
+
+    /// The key of the sender of the datagrams offered next (see [`Link::forges`]).
+    pub fn set_forger_key(&mut self, key: Option<FrameKey>) {
+        self.forger = key;
     }
 
     /// The configuration.
@@ -276,10 +291,13 @@ impl Link {
         Some(departure)
     }
 
-    /// Changes one payload byte of a Data frame and re-emits the header so that the
-    /// checksum matches again.
+    /// Changes one payload byte of a Data frame and re-emits the header under the sender's
+    /// key (`forger`) so that the tag matches again.
     fn corrupt_undetectably(&mut self, datagram: Vec<u8>) -> Vec<u8> {
-        let Ok(frame) = Frame::parse(&datagram) else {
+        let Some(key) = self.forger.clone() else {
+            return datagram;
+        };
+        let Ok(frame) = Frame::parse_unauthenticated(&datagram) else {
             return datagram;
         };
         if frame.header().frame_type != FrameType::Data || frame.payload().is_empty() {
@@ -290,7 +308,11 @@ impl Link {
         let index = self.rng.below(payload.len() as u64) as usize;
         payload[index] ^= self.rng.range_inclusive(1, 255) as u8;
         let mut out = vec![0u8; quiver_wire::frame::MAX_HEADER_LEN];
-        let Ok(length) = header.emit(&mut out, &payload) else {
+        let keys = FrameKeys {
+            job: &key,
+            connection: Some(&key),
+        };
+        let Ok(length) = header.emit(keys, &mut out, &payload) else {
             return datagram;
         };
         out.truncate(length);
@@ -303,7 +325,7 @@ impl Link {
         let Some(rule) = self.config.tail_drop else {
             return false;
         };
-        let Ok(frame) = Frame::parse(datagram) else {
+        let Ok(frame) = Frame::parse_unauthenticated(datagram) else {
             return false;
         };
         let header = frame.header();
@@ -444,7 +466,12 @@ mod tests {
         header.message_len = message_len;
         header.fragment_offset = offset;
         let mut out = vec![0u8; MAX_HEADER_LEN];
-        let length = header.emit(&mut out, payload).expect("valid header");
+        let key = quiver_wire::frame::FrameKey::new(&[1; 32]);
+        let keys = quiver_wire::frame::FrameKeys {
+            job: &key,
+            connection: Some(&key),
+        };
+        let length = header.emit(keys, &mut out, payload).expect("valid header");
         out.truncate(length);
         out.extend_from_slice(payload);
         out

@@ -435,6 +435,8 @@ pub struct Sim {
     queue: EventQueue<SimEvent>,
     nodes: Vec<Node>,
     links: Vec<Link>,
+    /// Some link forges frames (a self-check): senders' keys are handed to it.
+    forging: bool,
     /// (from, to) -> links, in creation order: link i is path i of multi-path connections;
     /// single-path connections take the first one that is up.
     routes: BTreeMap<(NodeId, NodeId), Vec<LinkId>>,
@@ -472,6 +474,7 @@ impl Sim {
             queue: EventQueue::new(),
             nodes: Vec::new(),
             links: Vec::new(),
+            forging: false,
             routes: BTreeMap::new(),
             link_ends: Vec::new(),
             link_paths: Vec::new(),
@@ -529,6 +532,7 @@ impl Sim {
     pub fn add_link(&mut self, from: NodeId, to: NodeId, config: LinkConfig) -> LinkId {
         let id = LinkId(self.links.len());
         let rng = self.rng.fork(0x4C49_4E4B ^ id.0 as u64);
+        self.forging |= config.undetectable_corrupt_probability > 0.0;
         self.links.push(Link::new(config, rng));
         self.link_ends.push((from, to));
         let route = self.routes.entry((from, to)).or_default();
@@ -1220,6 +1224,12 @@ impl Sim {
                 max_datagram
             );
             let path = multi_path.then_some(transmit.path);
+            if self.forging {
+                let forger = entry.connection.frame_send_key().cloned();
+                for link in self.links.iter_mut().filter(|link| link.forges()) {
+                    link.set_forger_key(forger.clone());
+                }
+            }
             self.send(now, node, peer, path, datagram);
         }
         panic!("connection {slot}: poll_transmit did not return None after 1e6 datagrams");

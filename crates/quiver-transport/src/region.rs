@@ -23,8 +23,9 @@
 //! Layer: quiver-transport (memory shared with other processes, `unsafe` with a `SAFETY:`
 //! comment on each block). No policy: who may map a region is the caller's business.
 
+use std::ffi::c_void;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sys::{self, Mapping};
@@ -217,6 +218,96 @@ impl SharedRegion {
         Ok(())
     }
 
+    /// Receives at most `len` bytes from socket `fd` straight into the region at `offset`
+    /// (one `recv`, never waiting): the software path of a put, with no staging copy.
+    /// Returns the bytes received (0: the peer closed).
+    ///
+    /// # Errors
+    /// `InvalidInput` for bytes outside the region or a read-only view; the socket's
+    /// (`WouldBlock` when nothing is there).
+    pub fn recv_into(&self, fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<usize> {
+        if !self.writable || self.check(offset, len).is_err() {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: `offset + len <= self.len` (checked), so the kernel writes only inside the
+        // read-write mapping, past the header. Bytes other processes write concurrently
+        // are plain bytes: any mix is a valid value.
+        let got = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                self.map
+                    .as_ptr()
+                    .add(HEADER_BYTES + offset)
+                    .cast::<c_void>(),
+                len,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(got as usize)
+    }
+
+    /// Sends `head` then the region's `len` bytes at `offset` on socket `fd` in one
+    /// gathered `sendmsg`, skipping the first `skip` bytes of the two (the rest of a send
+    /// the socket took in part), never waiting: the software path of a get's reply, with
+    /// no staging copy. Returns the bytes the socket took.
+    ///
+    /// # Errors
+    /// `InvalidInput` for bytes outside the region; the socket's (`WouldBlock` when full).
+    pub fn send_from(
+        &self,
+        fd: BorrowedFd<'_>,
+        head: &[u8],
+        (offset, len): (usize, usize),
+        skip: usize,
+    ) -> io::Result<usize> {
+        self.check(offset, len)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `offset + len <= self.len` (checked): the range lies inside the mapping,
+        // which lives as long as `&self`; the kernel only reads it.
+        let data = unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().add(HEADER_BYTES + offset), len)
+        };
+        let (head_part, data_part) = if skip < head.len() {
+            (&head[skip..], data)
+        } else {
+            (
+                &head[head.len()..],
+                data.get(skip - head.len()..).unwrap_or(&[]),
+            )
+        };
+        let mut iovecs = [
+            libc::iovec {
+                // The kernel only reads through these pointers (sendmsg).
+                iov_base: head_part.as_ptr() as *mut c_void,
+                iov_len: head_part.len(),
+            },
+            libc::iovec {
+                iov_base: data_part.as_ptr() as *mut c_void,
+                iov_len: data_part.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = iovecs.as_mut_ptr();
+        message.msg_iovlen = iovecs.len();
+        // SAFETY: `message` points at two iovecs describing live slices the kernel only
+        // reads.
+        let sent = unsafe {
+            libc::sendmsg(
+                fd.as_raw_fd(),
+                &message,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sent as usize)
+    }
+
     /// The region's 64-bit word at `offset` for an atomic operation.
     #[inline]
     fn data_word(&self, offset: usize, write: bool) -> Result<&AtomicU64, AccessError> {
@@ -329,6 +420,41 @@ mod tests {
         assert_eq!(ro.swap(0, 1), Err(AccessError::ReadOnly));
         assert_eq!(ro.revoke(), Err(AccessError::ReadOnly));
         assert_eq!(ro.load(0), Ok(0));
+    }
+
+    #[test]
+    fn bytes_move_between_a_socket_and_the_region_without_leaving_it() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        use std::os::unix::net::UnixStream;
+
+        let (owner, fd) = SharedRegion::create(64).unwrap();
+        let (mut a, b) = UnixStream::pair().unwrap();
+        a.write_all(b"abcdef").unwrap();
+        assert_eq!(owner.recv_into(b.as_fd(), 10, 4).unwrap(), 4);
+        let mut buf = [0u8; 4];
+        owner.read(10, &mut buf).unwrap();
+        assert_eq!(&buf, b"abcd");
+        assert_eq!(
+            owner.recv_into(b.as_fd(), 62, 4).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput,
+            "past the end"
+        );
+        let ro = SharedRegion::attach(&sys::reopen_read_only(&fd).unwrap(), 64, false).unwrap();
+        assert_eq!(
+            ro.recv_into(b.as_fd(), 0, 1).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput,
+            "a read-only view"
+        );
+        // A header, then the region's bytes, resumed after 3 bytes.
+        assert_eq!(owner.send_from(b.as_fd(), b"HEAD", (10, 4), 3).unwrap(), 5);
+        let mut out = [0u8; 5];
+        a.read_exact(&mut out).unwrap();
+        assert_eq!(&out, b"Dabcd");
+        assert_eq!(owner.send_from(b.as_fd(), b"H", (11, 2), 2).unwrap(), 1);
+        a.read_exact(&mut out[..1]).unwrap();
+        assert_eq!(out[0], b'c');
+        assert!(owner.send_from(b.as_fd(), b"", (63, 2), 0).is_err());
     }
 
     #[test]

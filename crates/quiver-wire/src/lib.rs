@@ -9,5 +9,6 @@
 pub mod frame;
 pub mod handshake;
 pub mod rma;
+pub mod rma_request;
 pub mod shm_setup;
 pub mod stream;

@@ -46,6 +46,12 @@ pub struct Config {
     /// separately, most bytes tcp receives hold in internal buffers (messages read ahead
     /// while a send waits, large messages begun by a non-blocking receive).
     pub max_buffered_bytes: usize,
+    /// Most bytes a blocking `send` takes ahead from one incoming connection while it waits
+    /// (`QUIVER_READ_AHEAD_BYTES`, shm and tcp; a udp connection reads ahead within its
+    /// receive window, `net_window_bytes`): a peer blocked sending to this endpoint can then
+    /// finish. A message beyond the bound is not taken, and when the peer then stays
+    /// blocked sending to us the send fails with [`Error::SendDeadlock`] (docs/failures.md).
+    pub read_ahead_bytes: usize,
     /// Largest message a peer may announce to an endpoint (`QUIVER_MAX_MESSAGE_BYTES`):
     /// a shm, tcp or udp header announcing more ends that connection with
     /// [`Error::MessageTooLarge`] before anything is allocated for it. Default: half this
@@ -344,6 +350,7 @@ impl Default for Config {
             pool_buffer_bytes: 64 << 10,
             pool_max_bytes: 64 << 20,
             max_buffered_bytes: 64 << 20,
+            read_ahead_bytes: 64 << 20,
             max_message_bytes: default_max_message_bytes(),
             transports: vec![TransportKind::Shm, TransportKind::Udp, TransportKind::Tcp],
             udp_datagram_bytes: 0,
@@ -446,6 +453,7 @@ impl Config {
         size("QUIVER_MAX_MESSAGE_BYTES", &mut c.max_message_bytes)?;
         usize_size("QUIVER_POOL_BUFFERS", &mut c.pool_buffers)?;
         usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
+        usize_size("QUIVER_READ_AHEAD_BYTES", &mut c.read_ahead_bytes)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
             c.transports = parse_transports(&t)?;
         }
@@ -652,6 +660,7 @@ impl Config {
             s("QUIVER_MAX_MESSAGE_BYTES", format!("{} B", self.max_message_bytes), "largest message a peer may announce to an endpoint; a larger announcement ends that connection with MessageTooLarge, before anything is allocated (default: half this machine's memory)"),
             s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
             s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
+            s("QUIVER_READ_AHEAD_BYTES", format!("{} B", self.read_ahead_bytes), "most bytes a blocking send takes ahead from one incoming shm or tcp connection while it waits (udp: its window); a peer's message beyond it, while that peer is blocked sending to us, is a send-send deadlock (SendDeadlock)"),
             s("QUIVER_TRANSPORTS", self.transports.iter().map(|t| t.name()).collect::<Vec<_>>().join(","), "transports tried in order for each peer (shm only for peers on this node)"),
             s("QUIVER_UDP_DATAGRAM_BYTES", if self.udp_datagram_bytes == 0 { "auto (65000 on loopback, 1472 otherwise)".into() } else { format!("{} B", self.udp_datagram_bytes) }, "largest UDP datagram of the reliable protocol"),
             s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
@@ -746,6 +755,21 @@ fn readable_dir(path: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The read-ahead bound of a waiting send is a setting of its own, shown by `describe`.
+    #[test]
+    fn read_ahead_bound_is_a_setting() {
+        assert_eq!(Config::default().read_ahead_bytes, 64 << 20);
+        let c =
+            Config::from_lookup(|k| (k == "QUIVER_READ_AHEAD_BYTES").then(|| "1M".into())).unwrap();
+        assert_eq!(c.read_ahead_bytes, 1 << 20);
+        assert!(c
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_READ_AHEAD_BYTES" && s.value == "1048576 B"));
+        let e = Config::from_lookup(|k| (k == "QUIVER_READ_AHEAD_BYTES").then(|| "lots".into()));
+        assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_READ_AHEAD_BYTES")));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -400,5 +400,7 @@ impl Drop for Context {
         if let Some(tcp) = &mut self.tcp {
             tcp.stop();
         }
+        // Peers waiting on a one-sided request see the stream end (`PeerClosed`).
+        self.local.rma.clear();
     }
 }

@@ -54,15 +54,17 @@ pub enum Error {
         /// How long it was seen stopped.
         stopped_ms: u64,
     },
-    /// A blocking `send` could never finish: the peer is itself blocked in a blocking send
-    /// to this endpoint, and neither receives while it sends (what MPI calls a send-send
-    /// deadlock). Reported within the detection time (`QUIVER_DETECT_MS`) once both sides
-    /// wait; the connection is closed (the message may be half written).
-    #[error("send to {peer} ({transport}) cannot finish: {peer} is itself blocked sending to this endpoint, and neither side receives while it sends (a send-send deadlock); post the receive first (`post_recv`, then `send`), or send with `post_send` and receive before `wait_send`; the connection was closed")]
+    /// A blocking `send` could never finish: the peer is itself blocked sending to this
+    /// endpoint a message beyond the read-ahead bound (`QUIVER_READ_AHEAD_BYTES` per
+    /// connection; udp: its receive window), so neither can take the other's (what MPI
+    /// calls a send-send deadlock). Reported within the detection time
+    /// (`QUIVER_DETECT_MS`) once both sides wait, on every transport; the connection is
+    /// failed on this side (the message may be half written). docs/failures.md.
+    #[error("send to {peer} ({transport}) cannot finish: {peer} is itself blocked sending to this endpoint a message beyond the read-ahead bound (QUIVER_READ_AHEAD_BYTES; udp: its window), so neither can take the other's (a send-send deadlock); post the receive first (`post_recv`, then `send`), or send with `post_send` and receive before `wait_send`; the connection was closed")]
     SendDeadlock {
         /// The peer's address.
         peer: Addr,
-        /// The transport of the connection ("shm").
+        /// The transport of the connection ("shm", "tcp", "udp", "mem", "xdp").
         transport: &'static str,
     },
     /// The peer closed its end of the connection.
@@ -187,8 +189,9 @@ pub enum Error {
         millis: u64,
     },
     /// A one-sided operation (put, get, an atomic) on a connection whose transport has
-    /// none: only shared memory offers them so far.
-    #[error("one-sided operations are not available over {transport} (connection to {peer}): only shm offers them so far; connect to a peer on this node with QUIVER_TRANSPORTS listing shm first")]
+    /// none. Every transport quiver ships has them (shm directly, tcp and the datagram
+    /// transports through the target's software path).
+    #[error("one-sided operations are not available over {transport} (connection to {peer})")]
     RmaUnsupported {
         /// The peer's address.
         peer: Addr,

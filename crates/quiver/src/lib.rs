@@ -44,7 +44,7 @@ pub use config::{
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-pub use endpoint::{Connection, Endpoint, RecvRequest, SendRequest};
+pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};
 pub use error::{Error, Result};
 pub use job::{node_load_from_env, Bootstrap};
 pub use log::{init_logging_from_env, LOG_ENV};

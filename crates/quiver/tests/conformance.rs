@@ -563,85 +563,93 @@ fn exchange_large_posted(t: TransportKind) {
 }
 
 /// Both ranks `send` a message to each other, then `recv` (the send-send pattern). Each
-/// send either finishes or returns [`Error::SendDeadlock`] (never hangs: the job's
-/// `op_timeout` is the bound). A rank whose send failed then takes the other's message
-/// (unless that one failed too), which lets the other's send finish; a message whose send
-/// failed is never delivered. A short message always fits and finishes. Over shm a
-/// blocking send does not receive meanwhile, so 1 MiB and 128 MiB (rendezvous) end in
-/// `SendDeadlock`; the network transports read ahead while a send waits and finish 1 KiB
-/// and 1 MiB. (128 MiB is beyond tcp's read-ahead bound, where they still wait: not run
-/// over them.)
+/// send either finishes or returns [`Error::SendDeadlock`] naming the peer and the
+/// transport (never hangs: the job's `op_timeout` is the bound). Each rank then takes the
+/// other's message (unless that send failed), which lets the other's send finish if it
+/// still waits (over shm, a send whose message the peer read ahead may return before the
+/// peer's); a message whose send failed is never delivered. A blocking send reads
+/// ahead while it waits, up to `read_ahead_bytes` per connection (64 MiB; udp: its 8 MiB
+/// window): 1 KiB and 1 MiB finish on every transport, 128 MiB is beyond the bound and
+/// ends in `SendDeadlock` on at least one side. With the bound set to 256 KiB, 16 MiB is
+/// beyond it over shm and tcp.
 fn send_send(t: TransportKind) {
-    use std::sync::atomic::AtomicU8;
-    const PENDING: u8 = 0;
-    const SENT: u8 = 1;
-    const DEADLOCK: u8 = 2;
-    let sizes: &[usize] = if t == TransportKind::Shm {
-        &[1 << 10, 1 << 20, 128 << 20]
-    } else {
-        &[1 << 10, 1 << 20]
-    };
-    for &len in sizes {
-        let status = [AtomicU8::new(PENDING), AtomicU8::new(PENDING)];
-        let status = &status;
-        let job = job(t, 2);
-        let contexts: Vec<Context> = (0..2).map(|r| job.context(r, 2)).collect();
-        thread::scope(|s| {
-            for (rank, ctx) in contexts.into_iter().enumerate() {
-                s.spawn(move || {
-                    let peer_rank = 1 - rank;
-                    let mut ep = ctx.endpoint(0).unwrap();
-                    let conn = ep.connect(Addr::new(peer_rank as u32, 0)).unwrap();
-                    let mine = pattern(len, rank as u32 + 11);
-                    let mine_status = match ep.send(conn, &mine) {
-                        Ok(()) => SENT,
-                        Err(Error::SendDeadlock { peer, transport }) => {
-                            assert_eq!((peer, transport), (Addr::new(peer_rank as u32, 0), "shm"));
-                            DEADLOCK
-                        }
-                        Err(e) => panic!("rank {rank}, {len} B: send: {e}"),
-                    };
-                    status[rank].store(mine_status, Ordering::Release);
-                    let mut buf = vec![0u8; len];
-                    loop {
-                        let theirs = status[peer_rank].load(Ordering::Acquire);
-                        if theirs == DEADLOCK {
-                            break; // Their message is not coming.
-                        }
-                        if theirs == PENDING && mine_status == SENT {
-                            // Our send finished: theirs will finish or fail on its own.
-                            thread::yield_now();
-                            continue;
-                        }
-                        match ep.try_recv(&mut buf) {
-                            Ok((got, from)) => {
-                                assert_eq!((got, from), (len, Addr::new(peer_rank as u32, 0)));
-                                assert!(
-                                    buf == pattern(len, peer_rank as u32 + 11),
-                                    "{len} B differ"
-                                );
-                                break;
-                            }
-                            Err(Error::WouldBlock) => thread::yield_now(),
-                            Err(e) => panic!("rank {rank}, {len} B: recv: {e}"),
-                        }
-                    }
-                    // Their message may be in a failed connection's ring: it must not be
-                    // delivered (its buffer may be gone).
-                    drop(mine);
-                });
-            }
-        });
-        let deadlocks = status
-            .iter()
-            .filter(|s| s.load(Ordering::Relaxed) == DEADLOCK)
-            .count();
-        if len <= 1 << 10 || t != TransportKind::Shm {
-            assert_eq!(deadlocks, 0, "{t:?} {len} B");
+    for &len in &[1usize << 10, 1 << 20, 128 << 20] {
+        let deadlocks = send_send_once(t, len, None);
+        if len <= 1 << 20 {
+            assert_eq!(deadlocks, 0, "{t:?} {len} B: within the read-ahead bound");
         } else {
             assert!(deadlocks >= 1, "{t:?} {len} B: the sends finished?");
         }
     }
+    if matches!(t, TransportKind::Shm | TransportKind::Tcp) {
+        // (16 MiB: more than a loopback tcp connection holds in its socket buffers.)
+        let deadlocks = send_send_once(t, 16 << 20, Some(256 << 10));
+        assert!(
+            deadlocks >= 1,
+            "{t:?}: 16 MiB beyond a 256 KiB read-ahead bound"
+        );
+    }
+}
+
+/// One send-send of `len` bytes (`send_send`), with the read-ahead bound `bound` if
+/// given: how many of the two sends ended in `SendDeadlock`.
+fn send_send_once(t: TransportKind, len: usize, bound: Option<usize>) -> usize {
+    use std::sync::atomic::AtomicU8;
+    const PENDING: u8 = 0;
+    const SENT: u8 = 1;
+    const DEADLOCK: u8 = 2;
+    let status = [AtomicU8::new(PENDING), AtomicU8::new(PENDING)];
+    let status = &status;
+    let mut job = job(t, 2);
+    if let Some(bound) = bound {
+        job.config.read_ahead_bytes = bound;
+    }
+    let contexts: Vec<Context> = (0..2).map(|r| job.context(r, 2)).collect();
+    thread::scope(|s| {
+        for (rank, ctx) in contexts.into_iter().enumerate() {
+            s.spawn(move || {
+                let peer_rank = 1 - rank;
+                let mut ep = ctx.endpoint(0).unwrap();
+                let conn = ep.connect(Addr::new(peer_rank as u32, 0)).unwrap();
+                let mine = pattern(len, rank as u32 + 11);
+                let mine_status = match ep.send(conn, &mine) {
+                    Ok(()) => SENT,
+                    Err(Error::SendDeadlock { peer, transport }) => {
+                        assert_eq!(
+                            (peer, transport),
+                            (Addr::new(peer_rank as u32, 0), t.name())
+                        );
+                        DEADLOCK
+                    }
+                    Err(e) => panic!("rank {rank}, {len} B: send: {e}"),
+                };
+                status[rank].store(mine_status, Ordering::Release);
+                let mut buf = vec![0u8; len];
+                loop {
+                    let theirs = status[peer_rank].load(Ordering::Acquire);
+                    if theirs == DEADLOCK {
+                        break; // Their message is not coming.
+                    }
+                    match ep.try_recv(&mut buf) {
+                        Ok((got, from)) => {
+                            assert_eq!((got, from), (len, Addr::new(peer_rank as u32, 0)));
+                            assert!(buf == pattern(len, peer_rank as u32 + 11), "{len} B differ");
+                            break;
+                        }
+                        Err(Error::WouldBlock) => thread::yield_now(),
+                        Err(e) => panic!("rank {rank}, {len} B: recv: {e}"),
+                    }
+                }
+                // Their message may be in a failed connection's ring: it must not be
+                // delivered (its buffer may be gone).
+                drop(mine);
+            });
+        }
+    });
+    status
+        .iter()
+        .filter(|s| s.load(Ordering::Relaxed) == DEADLOCK)
+        .count()
 }
 
 /// Both ranks post their large sends, then poll with `try_recv`/`try_recv_pooled` and

@@ -9,17 +9,28 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use quiver::{Config, Context, DatagramRefusals, Endpoint, Error, TransportKind};
-use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
-use quiver_wire::frame::{FrameHeader, FrameType, STREAM_TAG};
+use quiver_proto::handshake::{job_frame_key, ConnectRequest, Initiator, JobKey};
+use quiver_wire::frame::{FrameHeader, FrameKey, FrameKeys, FrameType, STREAM_TAG};
 use quiver_wire::handshake::{Challenge, ChallengeStatus, MAX_MESSAGE_LEN, NONCE_LEN};
 
 const JOB: u64 = 0x5EF0_5ED0_0000_0001;
 
-/// A datagram frame of `frame_type` from `src_id` to `dest_id` with `payload`.
+/// The job's frame key of the context (its job key is `[5; 32]`).
+fn job_key() -> FrameKey {
+    job_frame_key(&JobKey::from_bytes([5; 32]))
+}
+
+/// A datagram frame of `frame_type` from `src_id` to `dest_id` with `payload`; a connection
+/// frame under a key of no connection of the context's (it names no connection either).
 fn frame(frame_type: FrameType, dest_id: u64, src_id: u64, payload: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; 256 + payload.len()];
+    let (job, connection) = (job_key(), FrameKey::new(&[0x42; 32]));
+    let keys = FrameKeys {
+        job: &job,
+        connection: Some(&connection),
+    };
     let len = FrameHeader::new(frame_type, dest_id, src_id)
-        .emit(&mut out, payload)
+        .emit(keys, &mut out, payload)
         .expect("emit");
     out.truncate(len);
     out.extend_from_slice(payload);
@@ -148,7 +159,9 @@ fn every_dropped_datagram_is_counted() {
     let mut reset = [0u8; 256];
     let (len, from) = stranger.recv_from(&mut reset).expect("a reset");
     assert_eq!(from, own[0]);
-    let reset = quiver_wire::frame::Frame::parse(&reset[..len]).expect("a frame");
+    let job = job_key();
+    let reset = quiver_wire::frame::Frame::parse(&reset[..len], FrameKeys::job_only(&job))
+        .expect("a frame");
     assert_eq!(reset.header().frame_type, FrameType::Reset);
     assert_eq!(reset.header().dest_id, 5);
     // The Hellos of another job and without the key were answered with refusals naming why,
@@ -159,7 +172,8 @@ fn every_dropped_datagram_is_counted() {
         let (len, from) = stranger.recv_from(&mut reply).expect("a refusal");
         assert_eq!(from, own[0]);
         assert!(len < hello_len, "{len} bytes answer a Hello of {hello_len}");
-        let frame = quiver_wire::frame::Frame::parse(&reply[..len]).expect("a frame");
+        let frame = quiver_wire::frame::Frame::parse(&reply[..len], FrameKeys::job_only(&job))
+            .expect("a frame");
         assert_eq!(frame.header().frame_type, FrameType::Handshake);
         assert_eq!(frame.header().dest_id, 0x77);
         let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");

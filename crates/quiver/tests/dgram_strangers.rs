@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use quiver::{Addr, Config, Context, TransportKind};
 use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
-use quiver_wire::frame::{FrameHeader, FrameType};
+use quiver_wire::frame::{FrameHeader, FrameKey, FrameKeys, FrameType};
 use quiver_wire::handshake::{field, MAX_MESSAGE_LEN};
 
 const KEY: [u8; 32] = [3; 32];
@@ -54,8 +54,13 @@ fn hello(
         }
     }
     let mut datagram = vec![0u8; 256];
+    // Handshake frames go under the public handshake key: a stranger can make them.
     let header_len = FrameHeader::new(FrameType::Handshake, 0, src_id)
-        .emit(&mut datagram, &payload[..len])
+        .emit(
+            FrameKeys::job_only(FrameKey::handshake()),
+            &mut datagram,
+            &payload[..len],
+        )
         .unwrap();
     datagram.truncate(header_len);
     datagram.extend_from_slice(&payload[..len]);

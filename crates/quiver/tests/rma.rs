@@ -2,16 +2,15 @@
 //! process (threads): registered regions, remote keys sent in messages, put and get of
 //! 0 B..64 MiB interleaved with messages, flush ordering, atomics from several ranks and
 //! threads on one word, and every refusal (bounds, rights, alignment, revoked, forged,
-//! another job's or rank's key, a transport without one-sided operations) a typed error,
-//! counted, with the target unharmed.
+//! another job's or rank's key) a typed error, counted, with the target unharmed. The same
+//! over every transport: `rma_conformance.rs`.
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, Error, RemoteKey, Rights, TransportKind};
+use quiver::{Addr, Config, Context, Error, RemoteKey, Rights};
 
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
@@ -398,54 +397,4 @@ fn refusals_are_typed_counted_and_leave_the_target_unharmed() {
     assert_eq!(there.keys_refused, refused_there, "{there:?}");
     assert!(there.last_refusal.is_some());
     assert_eq!(stranger.rma_stats().keys_refused, 0);
-}
-
-/// Over tcp a one-sided operation is a typed, counted refusal naming the transport.
-#[test]
-fn one_sided_operations_over_tcp_are_refused_as_unsupported() {
-    let free_port = || {
-        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addrs: Vec<SocketAddr> = (0..2)
-        .map(|_| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), free_port()))
-        .collect();
-    let id = (u64::from(std::process::id()) << 32)
-        | 0x7700_0000
-        | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
-    let config = Config {
-        transports: vec![TransportKind::Tcp],
-        connect_timeout: Duration::from_secs(10),
-        ..Config::default()
-    };
-    let make = |rank| {
-        Context::builder()
-            .rank(rank)
-            .size(2)
-            .job_id(id)
-            .job_key([3; 32])
-            .addrs(addrs.clone())
-            .config(config.clone())
-            .build()
-            .unwrap()
-    };
-    let (c0, c1) = (make(0), make(1));
-    let region = c1.alloc_region(64, Rights::ReadWrite).unwrap();
-    let _ep1 = c1.endpoint(0).unwrap();
-    let mut ep = c0.endpoint(0).unwrap();
-    let conn = ep.connect(Addr::new(1, 0)).unwrap();
-    let e = ep.put(conn, &[1; 8], &region.key(), 0).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::RmaUnsupported {
-                transport: "tcp",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    let e = ep.flush(conn).unwrap_err();
-    assert!(matches!(e, Error::RmaUnsupported { .. }), "{e}");
-    assert_eq!(c0.rma_stats().accesses_refused, 2);
 }

@@ -10,10 +10,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use quiver_proto::handshake::{ConnectRequest, JobKey};
+use quiver_proto::handshake::{job_frame_key, ConnectRequest, JobKey};
 use quiver_proto::reliable::{ReliableConfig, ReliableConnection};
 use quiver_wire::frame::{
-    flags, Frame, FrameHeader, FrameType, MoreSackRanges, SackRange, SackRanges, MAX_HEADER_LEN,
+    flags, Frame, FrameHeader, FrameKey, FrameKeys, FrameType, MoreSackRanges, SackRange,
+    SackRanges, FRAME_SECRET_LEN, MAX_HEADER_LEN,
 };
 
 /// The connection ids the `conn_datagrams` target gives its two ends (`A_ID`, `B_ID`).
@@ -40,9 +41,36 @@ fn fuzz_config() -> ReliableConfig {
     }
 }
 
-fn frame(header: &FrameHeader, payload: &[u8]) -> Vec<u8> {
+/// The secret of the key `frame_parse` verifies frames under (quiver-wire's frame tests use
+/// it too).
+const FRAME_PARSE_SECRET: [u8; FRAME_SECRET_LEN] = [0x5A; FRAME_SECRET_LEN];
+
+/// A frame under `key` (job and connection key alike).
+fn frame_under(key: &FrameKey, header: &FrameHeader, payload: &[u8]) -> Vec<u8> {
+    let keys = FrameKeys {
+        job: key,
+        connection: Some(key),
+    };
     let mut out = [0u8; MAX_HEADER_LEN];
-    let len = header.emit(&mut out, payload).expect("a valid seed header");
+    let len = header
+        .emit(keys, &mut out, payload)
+        .expect("a valid seed header");
+    let mut datagram = out[..len].to_vec();
+    datagram.extend_from_slice(payload);
+    datagram
+}
+
+/// A frame from b to a in `conn_datagrams`: under b's key (its Reset under the job's).
+fn frame_from_b(b: &ReliableConnection, header: &FrameHeader, payload: &[u8]) -> Vec<u8> {
+    let job = job_frame_key(&JobKey::from_bytes(KEY));
+    let keys = FrameKeys {
+        job: &job,
+        connection: b.frame_send_key(),
+    };
+    let mut out = [0u8; MAX_HEADER_LEN];
+    let len = header
+        .emit(keys, &mut out, payload)
+        .expect("a valid seed header");
     let mut datagram = out[..len].to_vec();
     datagram.extend_from_slice(payload);
     datagram
@@ -87,6 +115,8 @@ fn hello() -> Vec<u8> {
 }
 
 fn frame_parse_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let key = FrameKey::new(&FRAME_PARSE_SECRET);
+    let frame = |header: &FrameHeader, payload: &[u8]| frame_under(&key, header, payload);
     let mut data = header(FrameType::Data, A_ID, B_ID, flags::ACK);
     data.credit = 0x1000;
     data.message_len = 5;
@@ -160,6 +190,8 @@ fn raw_op(datagram: &[u8]) -> Vec<u8> {
 }
 
 fn conn_datagrams_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let (_, b) = established_pair();
+    let frame = |header: &FrameHeader, payload: &[u8]| frame_from_b(&b, header, payload);
     // Op 6: a genuine Hello handed to ReliableConnection::accept (answered with a Challenge).
     let hello = hello();
     let mut accept = vec![
@@ -181,6 +213,8 @@ fn conn_datagrams_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ping.packet_number = 64;
     ping.credit = 4096;
     let mut ack = header(FrameType::Ack, A_ID, B_ID, flags::ACK);
+    // Plain Acks are numbered; one not above the last b sent is refused as a replay.
+    ack.packet_number = 1000;
     ack.cumulative_ack = 0;
     ack.credit = 8192;
     ack.sack = sack(&[(2, 3), (5, 9)]);
@@ -217,7 +251,9 @@ fn pump(from: &mut ReliableConnection, to: &mut ReliableConnection) -> bool {
 /// Checks that the frames of the `conn_datagrams` seeds get past the integrity check of an
 /// established connection like the target's: a genuine Hello is accepted, and a answers the
 /// raw Ping with a PING_REPLY Ack.
-fn check_conn_datagrams_frames() {
+/// The target's established pair (`conn_datagrams`' `establish`: the same ids, nonces and
+/// key, so the same frame keys).
+fn established_pair() -> (ReliableConnection, ReliableConnection) {
     let key = JobKey::from_bytes(KEY);
     let request = ConnectRequest {
         job_id: JOB_ID,
@@ -231,18 +267,17 @@ fn check_conn_datagrams_frames() {
     let transmit = a.poll_transmit(0, &mut out).expect("a Hello");
     let mut hello = out[..transmit.header_len].to_vec();
     hello.extend_from_slice(transmit.payload);
-    let (mut b, _) = ReliableConnection::accept(
-        fuzz_config(),
-        key.clone(),
-        JOB_ID,
-        &hello,
-        0,
-        B_ID,
-        [2; 16],
-        0,
-    )
-    .expect("our own Hello");
+    let (mut b, _) =
+        ReliableConnection::accept(fuzz_config(), key, JOB_ID, &hello, 0, B_ID, [2; 16], 0)
+            .expect("our own Hello");
     while pump(&mut b, &mut a) | pump(&mut a, &mut b) {}
+    (a, b)
+}
+
+fn check_conn_datagrams_frames() {
+    let key = JobKey::from_bytes(KEY);
+    let (mut a, _) = established_pair();
+    let mut out = [0u8; MAX_HEADER_LEN];
     ReliableConnection::accept(
         fuzz_config(),
         key,
@@ -264,7 +299,8 @@ fn check_conn_datagrams_frames() {
     a.handle_datagram(1, 0, ping);
     let mut answered = false;
     while let Some(transmit) = a.poll_transmit(1, &mut out) {
-        let frame = Frame::parse_for(&out[..transmit.header_len], B_ID).expect("a's own frame");
+        let frame = Frame::parse_unauthenticated(&out[..transmit.header_len])
+            .expect("a's own frame");
         answered |= frame.header().frame_type == FrameType::Ack
             && frame.header().flags & flags::PING_REPLY != 0
             && frame.header().packet_number == 64;
@@ -357,7 +393,12 @@ fn main() {
         } else {
             A_ID
         };
-        Frame::parse_for(bytes, local_id)
+        let key = FrameKey::new(&FRAME_PARSE_SECRET);
+        let keys = FrameKeys {
+            job: &key,
+            connection: Some(&key),
+        };
+        Frame::parse_for(bytes, local_id, keys)
             .unwrap_or_else(|error| panic!("{name} does not parse: {error}"));
     }
     check_conn_datagrams_frames();

@@ -12,7 +12,7 @@ use quiver_wire::handshake::{
 use super::error::{check_params_len, classify_wire_error, HandshakeError};
 use super::key::{
     constant_time_eq, keyed_transcript, mac, JobKey, LABEL_HELLO, LABEL_INITIATOR, LABEL_RESPONDER,
-    LABEL_VERDICT,
+    LABEL_SESSION, LABEL_VERDICT,
 };
 use super::outbox::Outbox;
 use super::request::ConnectRequest;
@@ -40,6 +40,8 @@ pub struct Initiator {
     state: InitiatorState,
     /// MAC state over everything `mac_v` covers up to the Verdict, filled with the Proof.
     verdict_transcript: blake3::Hasher,
+    /// The session secret (over the Hello and the Challenge), once the Challenge verified.
+    session: Option<[u8; MAC_LEN]>,
     outbox: Outbox,
 }
 
@@ -88,6 +90,7 @@ impl Initiator {
             hello,
             state: InitiatorState::AwaitingChallenge,
             verdict_transcript: blake3::Hasher::new(),
+            session: None,
             outbox,
         }
     }
@@ -145,6 +148,14 @@ impl Initiator {
     /// Whether the handshake completed successfully.
     pub fn is_established(&self) -> bool {
         self.state == InitiatorState::Established
+    }
+
+    /// The connection's session secret, once established: a keyed BLAKE3 of the job key
+    /// over the Hello and the Challenge (so over both sides' nonces), the same on both
+    /// sides; the datagram frames' keys come from it
+    /// ([`session_frame_keys`](crate::handshake::session_frame_keys)).
+    pub fn session_secret(&self) -> Option<[u8; MAC_LEN]> {
+        self.session.filter(|_| self.is_established())
     }
 
     /// Whether the handshake failed for good.
@@ -243,6 +254,11 @@ impl Initiator {
             proof_head,
             proof_tail,
         ];
+        self.session = Some(mac(
+            &self.key,
+            LABEL_SESSION,
+            &[&self.hello, challenge_head, challenge_tail],
+        ));
         let mac_i = mac(&self.key, LABEL_INITIATOR, &transcript);
         self.verdict_transcript = keyed_transcript(&self.key, LABEL_VERDICT, &transcript);
         proof_view.set_mac_i(&mac_i);

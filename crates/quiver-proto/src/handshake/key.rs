@@ -4,6 +4,7 @@
 //! that keep each side's MAC from verifying as the other's, and the MAC computations. No
 //! I/O, no randomness.
 
+use quiver_wire::frame::{FrameKey, FRAME_SECRET_LEN};
 use quiver_wire::handshake::MAC_LEN;
 
 /// Length of the job key in bytes.
@@ -17,6 +18,15 @@ pub(super) const LABEL_RESPONDER: &[u8; 14] = b"quiver-hs-resp";
 pub(super) const LABEL_INITIATOR: &[u8; 14] = b"quiver-hs-init";
 /// Label mixed into the responder's Verdict MAC.
 pub(super) const LABEL_VERDICT: &[u8; 14] = b"quiver-hs-verd";
+/// Label of a connection's session secret (over the Hello and the Challenge, which carry
+/// both nonces).
+pub(super) const LABEL_SESSION: &[u8; 14] = b"quiver-fr-sess";
+/// Label of the job's frame key (Resets).
+const LABEL_FRAME_JOB: &[u8; 14] = b"quiver-fr-job_";
+/// Context of the key of the frames the initiator sends.
+const LABEL_INITIATOR_TO_RESPONDER: &[u8; 14] = b"quiver-fr-i2r_";
+/// Context of the key of the frames the responder sends.
+const LABEL_RESPONDER_TO_INITIATOR: &[u8; 14] = b"quiver-fr-r2i_";
 
 /// The job's shared secret key (`QUIVER_JOB_KEY`). `Debug` does not print it.
 /// No `PartialEq`: comparing secrets is not something callers should need.
@@ -34,6 +44,28 @@ impl core::fmt::Debug for JobKey {
     fn fmt(&self, formatter: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         formatter.write_str("JobKey(<redacted>)")
     }
+}
+
+/// The job's frame key: covers Reset frames (every member of the job can make it, nobody
+/// else; decision 0067).
+pub fn job_frame_key(key: &JobKey) -> FrameKey {
+    FrameKey::new(&mac(key, LABEL_FRAME_JOB, &[]))
+}
+
+/// The frame keys of one connection's two directions from its session secret (a
+/// handshake's, [`crate::handshake::Initiator::session_secret`]): `(sent by the
+/// initiator, sent by the responder)`.
+pub fn session_frame_keys(session: &[u8; MAC_LEN]) -> (FrameKey, FrameKey) {
+    let direction = |label: &[u8]| -> FrameKey {
+        let mut hasher = blake3::Hasher::new_keyed(session);
+        hasher.update(label);
+        let bytes: [u8; FRAME_SECRET_LEN] = hasher.finalize().into();
+        FrameKey::new(&bytes)
+    };
+    (
+        direction(LABEL_INITIATOR_TO_RESPONDER),
+        direction(LABEL_RESPONDER_TO_INITIATOR),
+    )
 }
 
 /// Compares two MACs in time independent of where they differ.

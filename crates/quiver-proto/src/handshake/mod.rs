@@ -54,6 +54,6 @@ mod tests;
 
 pub use error::HandshakeError;
 pub use initiator::Initiator;
-pub use key::{constant_time_eq, JobKey, KEY_LEN};
+pub use key::{constant_time_eq, job_frame_key, session_frame_keys, JobKey, KEY_LEN};
 pub use request::{ConnectRequest, RejectReason};
 pub use responder::{hello_refusal, verify_hello, Responder};

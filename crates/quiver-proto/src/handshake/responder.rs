@@ -13,7 +13,7 @@ use quiver_wire::handshake::{
 use super::error::{check_params_len, classify_wire_error, HandshakeError};
 use super::key::{
     constant_time_eq, keyed_transcript, mac, JobKey, LABEL_HELLO, LABEL_INITIATOR, LABEL_RESPONDER,
-    LABEL_VERDICT,
+    LABEL_SESSION, LABEL_VERDICT,
 };
 use super::outbox::Outbox;
 use super::request::{ConnectRequest, RejectReason};
@@ -120,6 +120,8 @@ pub struct Responder {
     proof_transcript: blake3::Hasher,
     /// MAC state over everything `mac_v` covers up to the Proof, filled by `accept`.
     verdict_transcript: blake3::Hasher,
+    /// The session secret (over the Hello and the Challenge), once the Challenge is built.
+    session: Option<[u8; MAC_LEN]>,
     outbox: Outbox,
 }
 
@@ -159,6 +161,7 @@ impl Responder {
             request: None,
             proof_transcript: blake3::Hasher::new(),
             verdict_transcript: blake3::Hasher::new(),
+            session: None,
             outbox: Outbox::new(),
         }
     }
@@ -217,6 +220,7 @@ impl Responder {
         challenge.emit(&mut view);
         let [head, tail] = view.authenticated_parts();
         let mac_r = mac(&self.key, LABEL_RESPONDER, &[&self.hello, head, tail]);
+        self.session = Some(mac(&self.key, LABEL_SESSION, &[&self.hello, head, tail]));
         self.proof_transcript =
             keyed_transcript(&self.key, LABEL_INITIATOR, &[&self.hello, head, tail]);
         self.verdict_transcript =
@@ -283,6 +287,12 @@ impl Responder {
     /// Whether the handshake completed successfully.
     pub fn is_established(&self) -> bool {
         self.state == ResponderState::Established
+    }
+
+    /// The connection's session secret, once established (the initiator's
+    /// [`Initiator::session_secret`](crate::handshake::Initiator::session_secret)).
+    pub fn session_secret(&self) -> Option<[u8; MAC_LEN]> {
+        self.session.filter(|_| self.is_established())
     }
 
     /// Whether the handshake ended without a connection (failed or rejected).

@@ -8,7 +8,9 @@
 
 use std::collections::VecDeque;
 
-use quiver_wire::frame::{Frame, FrameError, FrameType, SackRange, MAX_ACK_RANGES, SACK_RANGE_LEN};
+use quiver_wire::frame::{
+    Frame, FrameError, FrameKey, FrameKeys, FrameType, SackRange, MAX_ACK_RANGES, SACK_RANGE_LEN,
+};
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
 use super::config::{ConfigError, ReliableConfig};
@@ -20,7 +22,8 @@ use super::send::SendState;
 use super::stats::ReliableStats;
 use super::time::Nanos;
 use crate::handshake::{
-    ConnectRequest, HandshakeError, Initiator, JobKey, RejectReason, Responder,
+    job_frame_key, session_frame_keys, ConnectRequest, HandshakeError, Initiator, JobKey,
+    RejectReason, Responder,
 };
 
 /// Widens the caller's 16 random bytes to the handshake's nonce; the connection id makes the
@@ -147,6 +150,19 @@ pub struct ReliableConnection {
     /// `ack_ranges_in`): the frame brought a whole message, and the answer goes first
     /// (the `reliable` module docs, "The answer first").
     pub(super) deferred_ack: Option<DeferredAck>,
+
+    /// The job's frame key (Resets), and this connection's frame keys of each direction
+    /// once established (decision 0067).
+    pub(super) frame_job_key: FrameKey,
+    pub(super) frame_send_key: Option<FrameKey>,
+    pub(super) frame_recv_key: Option<FrameKey>,
+    /// Number carried by the last plain Ack this side sent, and the highest one taken from
+    /// the peer: an Ack not above it is a replay (or overtaken by a newer one) and refused.
+    pub(super) acks_numbered: u64,
+    pub(super) highest_ack_number_in: u64,
+    /// The highest ping counter taken from the peer per path index (a Ping's token is its
+    /// counter times `MAX_PATHS` plus the index): a Ping not above it is refused.
+    pub(super) ping_counters_in: Vec<u64>,
 }
 
 /// The ack fields of a received frame whose processing waits for the answer's first frame.
@@ -182,8 +198,17 @@ impl ReliableConnection {
         if local_id == 0 {
             return Err(ConfigError::ZeroConnectionId);
         }
+        let frame_job_key = job_frame_key(&key);
         let mut initiator = Box::new(Initiator::new(key, request, expand_nonce(nonce, local_id)));
-        let mut connection = Self::new(config, request, local_id, None, HandshakeSide::Done, now);
+        let mut connection = Self::new(
+            config,
+            request,
+            local_id,
+            None,
+            HandshakeSide::Done,
+            frame_job_key,
+            now,
+        );
         connection.handshake_out_len = initiator
             .poll_transmit(&mut connection.handshake_out)
             .ok()
@@ -225,7 +250,8 @@ impl ReliableConnection {
         if local_id == 0 {
             return Err(ConfigError::ZeroConnectionId.into());
         }
-        let frame = Frame::parse(datagram)?;
+        let frame_job_key = job_frame_key(&key);
+        let frame = Frame::parse(datagram, FrameKeys::job_only(&frame_job_key))?;
         let header = frame.header();
         if header.frame_type != FrameType::Handshake || header.dest_id != 0 || header.src_id == 0 {
             return Err(AcceptError::NotARequest {
@@ -247,6 +273,7 @@ impl ReliableConnection {
                 responder,
                 deciding: true,
             },
+            frame_job_key,
             now,
         );
         connection.remember_incoming(frame.payload());
@@ -331,6 +358,50 @@ impl ReliableConnection {
         self.request
     }
 
+    /// The key this side's connection frames go out under, once established. Only for a
+    /// simulator's or a test's forger (a party that holds the key): nothing of quiver's
+    /// sends or shows it.
+    pub fn frame_send_key(&self) -> Option<&FrameKey> {
+        self.frame_send_key.as_ref()
+    }
+
+    /// The keys this side emits its frames with (the connection's once established).
+    pub(super) fn send_keys(&self) -> FrameKeys<'_> {
+        FrameKeys {
+            job: &self.frame_job_key,
+            connection: self.frame_send_key.as_ref(),
+        }
+    }
+
+    /// The keys this side verifies received frames with.
+    pub(super) fn recv_keys(&self) -> FrameKeys<'_> {
+        FrameKeys {
+            job: &self.frame_job_key,
+            connection: self.frame_recv_key.as_ref(),
+        }
+    }
+
+    /// Installs the connection's frame keys from the finished handshake (called once, as
+    /// the connection is established, while `handshake` still holds the state machine).
+    pub(super) fn install_frame_keys(&mut self) {
+        let session = match &self.handshake {
+            HandshakeSide::Initiator(initiator) => initiator.session_secret(),
+            HandshakeSide::Responder { responder, .. } => responder.session_secret(),
+            HandshakeSide::Done => None,
+        };
+        let Some(session) = session else {
+            return;
+        };
+        let (by_initiator, by_responder) = session_frame_keys(&session);
+        if self.is_initiator {
+            self.frame_send_key = Some(by_initiator);
+            self.frame_recv_key = Some(by_responder);
+        } else {
+            self.frame_send_key = Some(by_responder);
+            self.frame_recv_key = Some(by_initiator);
+        }
+    }
+
     /// Counters, with the RTT, RTO and buffer gauges brought up to date.
     pub fn stats(&self) -> &ReliableStats {
         &self.stats
@@ -342,6 +413,7 @@ impl ReliableConnection {
         local_id: u64,
         peer_id: Option<u64>,
         handshake: HandshakeSide,
+        frame_job_key: FrameKey,
         now: Nanos,
     ) -> Self {
         let paths = Paths::new(
@@ -396,6 +468,12 @@ impl ReliableConnection {
             ack_ranges_out: Vec::with_capacity(MAX_ACK_RANGES),
             ack_payload: vec![0; MAX_ACK_RANGES * SACK_RANGE_LEN],
             deferred_ack: None,
+            frame_job_key,
+            frame_send_key: None,
+            frame_recv_key: None,
+            acks_numbered: 0,
+            highest_ack_number_in: 0,
+            ping_counters_in: vec![0; config.path_count],
             config,
         }
     }

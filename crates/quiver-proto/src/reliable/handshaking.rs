@@ -62,7 +62,7 @@ impl ReliableConnection {
             self.local_id,
         );
         let payload = &self.handshake_out[..self.handshake_out_len];
-        let header_len = frame_header.emit(header, payload).ok()?;
+        let header_len = frame_header.emit(self.send_keys(), header, payload).ok()?;
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(self.handshake_path);
         Some(Transmit {
@@ -79,7 +79,8 @@ impl ReliableConnection {
         header: &FrameHeader,
         payload: &[u8],
     ) {
-        self.last_received_at = now;
+        // Handshake frames are under a public key (decision 0067): only a message that
+        // advances the handshake (its own MACs verified) counts as hearing from the peer.
         if self.handshake_in_len > 0 && payload == self.incoming_handshake() {
             // The peer repeats itself because our answer was lost. A responder repeats its
             // Challenge (for a Hello) or Verdict (for a Proof); an initiator repeats its Proof
@@ -121,6 +122,7 @@ impl ReliableConnection {
         }
         match step.result {
             Ok(credit) => {
+                self.last_received_at = now;
                 self.remember_incoming(payload);
                 self.send.set_initial_credit(credit);
                 if self.is_initiator && awaiting_challenge {
@@ -146,6 +148,7 @@ impl ReliableConnection {
     }
 
     pub(super) fn establish(&mut self, now: Nanos) {
+        self.install_frame_keys();
         // The state machines are done; a responder keeps its last message (the Verdict) in
         // `handshake_out` to repeat it if the Proof comes again.
         self.handshake = HandshakeSide::Done;

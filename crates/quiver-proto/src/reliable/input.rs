@@ -11,6 +11,7 @@ use quiver_wire::frame::{
 
 use super::connection::{DeferredAck, ReliableConnection};
 use super::events::{Event, FailReason, State};
+use super::paths::MAX_PATHS;
 use super::posted::{NoBuffers, PostedBuffers};
 use super::recv::{Payload, Refusal};
 use super::time::Nanos;
@@ -79,7 +80,7 @@ impl ReliableConnection {
             self.stats.unexpected_dropped += 1;
             return 0;
         }
-        let frame = match Frame::parse_for(datagram, self.local_id) {
+        let frame = match Frame::parse_for(datagram, self.local_id, self.recv_keys()) {
             Ok(frame) => frame,
             Err(FrameError::WrongConnection { .. }) => {
                 self.stats.unexpected_dropped += 1;
@@ -136,7 +137,8 @@ impl ReliableConnection {
         reader: &mut [u8],
     ) -> Option<usize> {
         let payload = reader.get(..payload_len)?;
-        let parsed = frame::parse_stream_split(header, payload, self.local_id).ok()?;
+        let parsed =
+            frame::parse_stream_split(header, payload, self.local_id, self.recv_keys()).ok()?;
         if path >= self.send.paths.len()
             || !self.frame_is_ours(&parsed)
             || !matches!(self.state, State::Established | State::Closing)
@@ -259,6 +261,11 @@ impl ReliableConnection {
             self.stats.unexpected_dropped += 1;
             return 0;
         }
+        if self.is_replay(header) {
+            self.stats.duplicates_dropped += 1;
+            self.check_closed();
+            return 0;
+        }
         self.last_received_at = now;
         // The ack fields of a Data frame may wait for the answer (the `reliable` module
         // docs, "The answer first"): decided once its payload is taken.
@@ -328,6 +335,50 @@ impl ReliableConnection {
         }
         self.check_closed();
         direct
+    }
+
+    /// Whether an authenticated connection frame was taken before (decision 0067): a data
+    /// frame already received (a retransmission the peer did not need, or a replay: our
+    /// ack is repeated, as it may have been lost), a plain Ack not numbered above the last
+    /// taken, a Ping not counted above the last of its path. Such a frame is refused before
+    /// anything in it (acks, credit, liveness) is acted on; this notes what it refused.
+    pub(super) fn is_replay(&mut self, header: &FrameHeader) -> bool {
+        match header.frame_type {
+            FrameType::Data | FrameType::Close | FrameType::Stream => {
+                let packet_number = if header.frame_type == FrameType::Stream {
+                    expand_low32(header.packet_number, self.recv.cumulative())
+                } else {
+                    header.packet_number
+                };
+                if !self.recv.already_received(packet_number) {
+                    return false;
+                }
+                if header.frame_type != FrameType::Close {
+                    self.stats.spurious_retransmits += 1;
+                }
+                self.recv.request_ack();
+                true
+            }
+            FrameType::Ack if header.flags & flags::PING_REPLY == 0 => {
+                if header.packet_number <= self.highest_ack_number_in {
+                    return true;
+                }
+                self.highest_ack_number_in = header.packet_number;
+                false
+            }
+            FrameType::Ping => {
+                let index = (header.packet_number % MAX_PATHS as u64) as usize;
+                let counter = header.packet_number / MAX_PATHS as u64;
+                match self.ping_counters_in.get_mut(index) {
+                    Some(highest) if counter > *highest => {
+                        *highest = counter;
+                        false
+                    }
+                    _ => true,
+                }
+            }
+            _ => false,
+        }
     }
 
     /// Processes the ack fields of a frame (its SACK list in `ack_ranges_in`).

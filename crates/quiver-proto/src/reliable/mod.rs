@@ -29,8 +29,11 @@
 //!
 //! What it does not do: congestion control beyond each path's window (it follows the
 //! measured delivery rate and ignores random loss; there is no fairness between
-//! connections), authentication of frames after the handshake (the XXH3 check catches
-//! corruption, not forgery), I/O, clocks, randomness.
+//! connections), I/O, clocks, randomness. Frames are authenticated (decision 0067): each
+//! direction's key comes from the handshake (installed as the connection is established),
+//! a frame whose tag fails is dropped as corrupt, and a frame taken before (a data frame, a
+//! plain Ack by its number, a Ping by its counter) is refused before anything in it is
+//! used.
 //!
 //! The answer first: the acknowledgement fields of a Data frame that brings the
 //! application a whole message are processed only after the first frame of the answer is

@@ -5,7 +5,9 @@
 //! receive state's acknowledgements (`recv.rs`) and the paths (`paths.rs`); the caller
 //! sends what it returns. No I/O.
 
-use quiver_wire::frame::{self, flags, Frame, FrameHeader, FrameType, MoreSackRanges};
+use quiver_wire::frame::{
+    self, flags, Frame, FrameError, FrameHeader, FrameKey, FrameKeys, FrameType, MoreSackRanges,
+};
 
 use super::connection::ReliableConnection;
 use super::events::State;
@@ -255,7 +257,9 @@ impl ReliableConnection {
         // Invariant: the payload is at most max_data_payload_bytes (<= u16::MAX) and the
         // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit); the SACK
         // ranges come from our own ordered range list.
-        let header_len = frame_header.emit(header, payload).unwrap_or(0);
+        let header_len = frame_header
+            .emit(self.send_keys(), header, payload)
+            .unwrap_or(0);
         debug_assert!(header_len > 0, "emitting our own data frame failed");
         Transmit {
             header_len,
@@ -281,7 +285,9 @@ impl ReliableConnection {
         let payload = self.send.payload(&sent, lent);
         // Invariant: the payload is at most max_stream_payload_bytes (<= u16::MAX) and the
         // header buffer holds MAX_HEADER_LEN bytes (checked by poll_transmit).
-        let header_len = frame_header.emit(header, payload).unwrap_or(0);
+        let header_len = frame_header
+            .emit(self.send_keys(), header, payload)
+            .unwrap_or(0);
         debug_assert!(header_len > 0, "emitting our own stream frame failed");
         Transmit {
             header_len,
@@ -304,6 +310,12 @@ impl ReliableConnection {
             FrameHeader::new(frame_type, self.peer_id.unwrap_or(0), self.local_id);
         frame_header.flags = flags::ACK | extra_flags;
         frame_header.packet_number = packet_number;
+        if frame_type == FrameType::Ack && extra_flags & flags::PING_REPLY == 0 {
+            // A plain Ack is numbered (from 1, one up each): the peer refuses one not above
+            // the last it took, a replay (decision 0067).
+            self.acks_numbered += 1;
+            frame_header.packet_number = self.acks_numbered;
+        }
         let mut payload_len = 0;
         if frame_type == FrameType::Ack {
             self.fill_ack(&mut frame_header, self.config.ack_range_limit());
@@ -321,7 +333,7 @@ impl ReliableConnection {
             self.fill_ack(&mut frame_header, self.config.max_sack_ranges);
         }
         let payload = &self.ack_payload[..payload_len];
-        let header_len = frame_header.emit(header, payload).ok()?;
+        let header_len = frame_header.emit(self.send_keys(), header, payload).ok()?;
         self.stats.datagrams_sent += 1;
         self.send.paths.count_sent(path);
         Some(Transmit {
@@ -350,16 +362,26 @@ impl ReliableConnection {
 }
 
 /// Answers a datagram for an unknown connection id: writes a Reset frame (header only, no
-/// payload) into `header` and returns its length, or `None` if no Reset is due (the datagram
-/// is not a valid frame, is itself a Reset, or is a new-connection Hello with dest id 0).
+/// payload, under the job's frame key `job_key`) into `header` and returns its length, or
+/// `None` if no Reset is due (the datagram is not a well-formed frame, is itself a Reset,
+/// or is a new-connection Hello with dest id 0). A Handshake frame's tag is verified (its
+/// key is public: a corrupted Hello must not reset the initiator that sent it, which takes
+/// a Reset from any id); a connection frame's cannot be (no key of its connection is at
+/// hand), so a corrupted one may be answered, its Reset naming the corrupted ids, which the
+/// sender's connection does not take as its peer's. The Reset, no larger than the frame it
+/// answers, goes to the frame's source id; only a member of the job can make one verify.
 /// `header` needs [`frame::FIXED_HEADER_LEN`] bytes.
-pub fn reset_for(datagram: &[u8], header: &mut [u8]) -> Option<usize> {
-    let frame = Frame::parse(datagram).ok()?;
+pub fn reset_for(datagram: &[u8], header: &mut [u8], job_key: &FrameKey) -> Option<usize> {
+    let frame = match Frame::parse(datagram, FrameKeys::job_only(job_key)) {
+        Ok(frame) => frame,
+        Err(FrameError::NoKey { .. }) => Frame::parse_unauthenticated(datagram).ok()?,
+        Err(_) => return None,
+    };
     let received = frame.header();
     if received.frame_type == FrameType::Reset || received.dest_id == 0 || received.src_id == 0 {
         return None;
     }
     FrameHeader::new(FrameType::Reset, received.src_id, received.dest_id)
-        .emit(header, &[])
+        .emit(FrameKeys::job_only(job_key), header, &[])
         .ok()
 }

@@ -283,6 +283,19 @@ impl RecvState {
     /// Where a frame belongs, or why it is refused (nothing changes either way): its index
     /// among the packets above the cumulative ack, and the stream range it covers, its
     /// message's length prefix included for a first fragment.
+    /// Whether a data frame numbered `packet_number` was received already (below the
+    /// cumulative ack, or held above it): a retransmission the peer did not need, or a
+    /// replay, refused before anything in it is acted on.
+    pub(super) fn already_received(&self, packet_number: u64) -> bool {
+        let Some(index) = packet_number.checked_sub(self.cumulative) else {
+            return true;
+        };
+        usize::try_from(index)
+            .ok()
+            .and_then(|index| self.pending.get(index))
+            .is_some_and(Option::is_some)
+    }
+
     fn locate(
         &self,
         packet_number: u64,

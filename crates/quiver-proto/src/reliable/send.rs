@@ -561,6 +561,10 @@ impl SendState {
         self.acked_offset == self.write_offset
     }
 
+    pub(super) fn acked_offset(&self) -> u64 {
+        self.acked_offset
+    }
+
     pub(super) fn buffered_bytes(&self) -> u64 {
         self.write_offset - self.acked_offset
     }

@@ -25,14 +25,17 @@ pub struct ReliableStats {
     pub acks_sent: u64,
     /// Ping frames sent (keepalive and credit probes).
     pub pings_sent: u64,
-    /// Frames received twice (dropped).
+    /// Frames received twice, or replayed (dropped before anything in them is acted on):
+    /// data frames already received, plain Acks not numbered above the last taken, Pings
+    /// not counted above the last of their path (decision 0067).
     pub duplicates_dropped: u64,
     /// Of those, data frames (Data, Close, compact Stream) whose first copy had arrived: a
     /// retransmission the peer did not need (a timeout that fired while this side was off
     /// its CPU or slow to acknowledge, an ack that was lost). Counted here, at the
     /// receiver, where it is certain; a path that duplicates datagrams counts here too.
     pub spurious_retransmits: u64,
-    /// Datagrams that are not valid frames: bad checksum, truncated, malformed (dropped).
+    /// Datagrams that are not valid frames (dropped): a tag that does not verify (corrupted,
+    /// forged, or under another key: decision 0067), truncated, malformed.
     pub corrupt_dropped: u64,
     /// Frames whose bytes exceed the credit we gave (dropped; the peer broke the rules).
     pub credit_violations: u64,

@@ -394,7 +394,16 @@ impl Pair {
         } else {
             self.a.local_id()
         };
-        let header = *Frame::parse_for(&datagram, to_id).unwrap().header();
+        let sender_keys = if from_a {
+            self.a.send_keys()
+        } else {
+            self.b
+                .as_ref()
+                .map_or_else(|| self.a.send_keys(), ReliableConnection::send_keys)
+        };
+        let header = *Frame::parse_for(&datagram, to_id, sender_keys)
+            .unwrap()
+            .header();
         let fate = (self.filter)(index, from_a, &header);
         let queue = if from_a {
             &mut self.to_b
@@ -1492,10 +1501,13 @@ fn reset_answers_unknown_ids() {
     let mut datagram = header[..transmit.header_len].to_vec();
     datagram.extend_from_slice(transmit.payload);
     let mut reset = [0u8; frame::MAX_HEADER_LEN];
-    let len = reset_for(&datagram, &mut reset).unwrap();
+    let job = pair.a.frame_job_key.clone();
+    let len = reset_for(&datagram, &mut reset, &job).unwrap();
     assert_eq!(frame::dest_id(&reset[..len]), Some(0xa));
+    // The Reset verifies under the job's key.
+    assert!(Frame::parse(&reset[..len], frame::FrameKeys::job_only(&job)).is_ok());
     assert_eq!(
-        reset_for(&reset[..len], &mut header),
+        reset_for(&reset[..len], &mut header, &job),
         None,
         "no reset for a reset"
     );
@@ -1860,7 +1872,7 @@ fn an_answer_goes_out_before_the_ack_of_its_request_is_processed() {
     }
     let answer = send_one_message(b, sent_at + 2_000, b"answer!!", &mut header);
     assert!(b.poll_transmit(sent_at + 2_000, &mut header).is_none());
-    let frame = Frame::parse(&answer).unwrap();
+    let frame = Frame::parse(&answer, b.send_keys()).unwrap();
     assert_eq!(frame.header().frame_type, FrameType::Data);
     assert_ne!(frame.header().flags & flags::ACK, 0);
     // It reaches a: its ack waits; a timer at its arrival stands for it.
@@ -2362,7 +2374,8 @@ fn lending_rules_are_enforced() {
     );
     let mut header = [0u8; frame::MAX_HEADER_LEN];
     while let Some(transmit) = pair.a.poll_transmit(pair.now, &mut header) {
-        let parsed = Frame::parse(&header[..transmit.header_len]).map(|f| f.header().frame_type);
+        let parsed = Frame::parse_unauthenticated(&header[..transmit.header_len])
+            .map(|f| f.header().frame_type);
         assert!(
             !matches!(parsed, Ok(FrameType::Data | FrameType::Stream)),
             "a data frame without the lender's bytes"
@@ -3453,4 +3466,73 @@ proptest! {
             prop_assert!(sides[1].in_place > 0, "nothing was taken in place");
         }
     }
+}
+
+/// Frames of an established connection are authenticated with its own keys (decision
+/// 0067): a frame under any other key (the job's Reset key, another connection's) fails as
+/// a corrupted one does, and nothing in it is used; a frame taken before (a data frame, a
+/// plain Ack, a Ping), sent again byte for byte, is refused before its acks, credit or
+/// liveness are used.
+#[test]
+fn forged_and_replayed_frames_are_refused_before_anything_is_used() {
+    let mut pair = TwoPaths::established();
+    let (a, b) = (&mut pair.a, &mut pair.b);
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut buffer = [0u8; 64];
+    let now = 1_000_000;
+    let data = send_one_message(a, now, b"genuine!", &mut header);
+    // The same frame under the job's key (which every member holds) and another key.
+    let parsed = *Frame::parse_unauthenticated(&data).unwrap().header();
+    let payload = &data[parsed.header_len()..];
+    for key in [b.frame_job_key.clone(), frame::FrameKey::new(&[3; 32])] {
+        let keys = frame::FrameKeys {
+            job: &key,
+            connection: Some(&key),
+        };
+        let mut forged = [0u8; frame::MAX_HEADER_LEN];
+        let len = parsed.emit(keys, &mut forged, payload).unwrap();
+        let mut forged = forged[..len].to_vec();
+        forged.extend_from_slice(payload);
+        let before = b.stats().clone();
+        b.handle_datagram(now + 5, 0, &forged);
+        assert_eq!(b.stats().corrupt_dropped, before.corrupt_dropped + 1);
+        assert_eq!(
+            b.read_message(&mut buffer),
+            (0, false),
+            "a forged frame was read"
+        );
+    }
+    // The genuine frame is taken once; again, it is a duplicate, its ack fields unused.
+    b.handle_datagram(now + 10, 0, &data);
+    assert_eq!(b.read_message(&mut buffer), (8, true));
+    let before = b.stats().clone();
+    b.handle_datagram(now + 20, 0, &data);
+    assert_eq!(b.stats().duplicates_dropped, before.duplicates_dropped + 1);
+    assert_eq!(b.read_message(&mut buffer), (0, false));
+    // b's plain Ack, taken once by a; again, refused (not numbered above the last).
+    let acks = TwoPaths::drain(b, now + 1_000_000);
+    let ack = acks
+        .iter()
+        .map(|(_, datagram)| datagram)
+        .find(|datagram| {
+            Frame::parse_unauthenticated(datagram).is_ok_and(|frame| {
+                frame.header().frame_type == FrameType::Ack
+                    && frame.header().flags & flags::PING_REPLY == 0
+            })
+        })
+        .expect("b acknowledges")
+        .clone();
+    assert_ne!(
+        Frame::parse_unauthenticated(&ack)
+            .unwrap()
+            .header()
+            .packet_number,
+        0
+    );
+    a.handle_datagram(now + 1_000_010, 0, &ack);
+    let before = a.stats().clone();
+    a.handle_datagram(now + 1_000_020, 0, &ack);
+    assert_eq!(a.stats().duplicates_dropped, before.duplicates_dropped + 1);
+    // A replayed frame does not count as hearing from the peer.
+    assert_eq!(a.last_received_at, now + 1_000_010);
 }

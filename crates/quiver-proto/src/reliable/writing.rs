@@ -178,6 +178,12 @@ impl ReliableConnection {
         self.deferred_ack.is_none() && self.send.all_acked()
     }
 
+    /// Bytes of the stream written so far that the peer has acknowledged (grows as the peer
+    /// receives; a blocking send that sees it stand still is not progressing).
+    pub fn acked_bytes(&self) -> u64 {
+        self.send.acked_offset()
+    }
+
     /// Graceful close: data already written is delivered and acknowledged, then Close frames
     /// are exchanged; [`Event::Closed`](crate::reliable::Event::Closed) follows. A message being
     /// written must still be completed with `write_message`. Closing during the handshake closes

@@ -77,10 +77,15 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-use quiver_wire::frame::{self, Destination, Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::frame::{
+    self, Destination, Frame, FrameError, FrameHeader, FrameKey, FrameKeys, FrameType,
+    MAX_HEADER_LEN,
+};
 use quiver_wire::handshake::CHALLENGE_FIXED_LEN;
 
-use crate::handshake::{hello_refusal, verify_hello, HandshakeError, JobKey, RejectReason};
+use crate::handshake::{
+    hello_refusal, job_frame_key, verify_hello, HandshakeError, JobKey, RejectReason,
+};
 use crate::reliable::{reset_for, AcceptError, Nanos, ReliableConnection};
 use hellos::HelloTable;
 pub use hellos::{HELLO_CAPACITY, HELLO_LIFETIME_NS};
@@ -113,6 +118,8 @@ pub const REFUSAL_INTERVAL_NS: Nanos = 1_000_000;
 pub struct Router<C> {
     job_id: u64,
     key: JobKey,
+    /// The job's frame key (the Resets the router sends; decision 0067).
+    frame_job_key: FrameKey,
     connections: ConnectionTable<C>,
     hellos: HelloTable,
     /// Where the Reset for an unknown id is built ([`Routed::Reset`] borrows it).
@@ -129,6 +136,7 @@ impl<C> Router<C> {
     pub fn new(job_id: u64, key: JobKey) -> Self {
         Self {
             job_id,
+            frame_job_key: job_frame_key(&key),
             key,
             connections: ConnectionTable::default(),
             hellos: HelloTable::default(),
@@ -162,7 +170,7 @@ impl<C> Router<C> {
             Some(Destination::Id(id)) => match self.connections.get_mut(id) {
                 Some(connection) => Routed::Connection { id, connection },
                 // A stale connection (forgotten here) or a forged id: tell the sender.
-                None => match reset_for(datagram, &mut self.reset) {
+                None => match reset_for(datagram, &mut self.reset, &self.frame_job_key) {
                     Some(len) => Routed::Reset(&self.reset[..len]),
                     None => Routed::Dropped(DropReason::UnknownId),
                 },
@@ -282,7 +290,11 @@ impl<C> Router<C> {
         let len = hello_refusal(error, &mut challenge)?;
         let payload = &challenge[..len];
         let header_len = FrameHeader::new(FrameType::Handshake, their_id, 0)
-            .emit(&mut self.reply, payload)
+            .emit(
+                FrameKeys::job_only(&self.frame_job_key),
+                &mut self.reply,
+                payload,
+            )
             .ok()?;
         let end = header_len + payload.len();
         self.reply
@@ -303,8 +315,22 @@ impl<C> Router<C> {
         datagram: &[u8],
         host: &mut H,
     ) -> Routed<'a, C> {
-        let Ok(parsed) = Frame::parse(datagram) else {
-            return Routed::Dropped(DropReason::MalformedHello);
+        let parsed = match Frame::parse(datagram, FrameKeys::job_only(&self.frame_job_key)) {
+            Ok(parsed) => parsed,
+            // A connection frame to id 0: no key to verify it with, and no request either.
+            Err(FrameError::NoKey { frame_type }) => {
+                let src_id =
+                    Frame::parse_unauthenticated(datagram).map_or(0, |frame| frame.header().src_id);
+                return Routed::Refused {
+                    error: AcceptError::NotARequest {
+                        frame_type,
+                        dest_id: 0,
+                        src_id,
+                    },
+                    reply: None,
+                };
+            }
+            Err(_) => return Routed::Dropped(DropReason::MalformedHello),
         };
         let header = parsed.header();
         if header.frame_type != FrameType::Handshake || header.src_id == 0 {

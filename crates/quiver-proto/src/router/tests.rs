@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use quiver_wire::frame::{Frame, FrameHeader, FrameType, MAX_HEADER_LEN};
+use quiver_wire::frame::{Frame, FrameHeader, FrameKey, FrameKeys, FrameType, MAX_HEADER_LEN};
 use quiver_wire::handshake::{Challenge, ChallengeStatus};
 
 use super::*;
@@ -285,11 +285,23 @@ fn hello_with_key(
     datagram
 }
 
+/// The keys the tests' frames are emitted under: the job's, and a connection key no
+/// connection of the tests has (a router does not verify connection frames).
+fn test_keys<R>(use_keys: impl FnOnce(FrameKeys<'_>) -> R) -> R {
+    let job = crate::handshake::job_frame_key(&key());
+    let connection = FrameKey::new(&[0x42; 32]);
+    use_keys(FrameKeys {
+        job: &job,
+        connection: Some(&connection),
+    })
+}
+
 fn frame(frame_type: FrameType, dest_id: u64, src_id: u64, payload: &[u8]) -> Vec<u8> {
     let mut out = [0u8; MAX_HEADER_LEN];
-    let len = FrameHeader::new(frame_type, dest_id, src_id)
-        .emit(&mut out, payload)
-        .expect("a valid header");
+    let len = test_keys(|keys| {
+        FrameHeader::new(frame_type, dest_id, src_id).emit(keys, &mut out, payload)
+    })
+    .expect("a valid header");
     let mut datagram = out[..len].to_vec();
     datagram.extend_from_slice(payload);
     datagram
@@ -299,7 +311,7 @@ fn stream_frame(dest_id: u64, payload: &[u8]) -> Vec<u8> {
     let mut header = FrameHeader::new(FrameType::Stream, dest_id, 0);
     header.packet_number = 1;
     let mut out = [0u8; MAX_HEADER_LEN];
-    let len = header.emit(&mut out, payload).expect("a valid header");
+    let len = test_keys(|keys| header.emit(keys, &mut out, payload)).expect("a valid header");
     let mut datagram = out[..len].to_vec();
     datagram.extend_from_slice(payload);
     datagram
@@ -331,18 +343,21 @@ fn unknown_ids_are_answered_with_a_reset_or_dropped() {
     let Verdict::Reset(reset) = node.receive(0, 1, 0, &data) else {
         panic!("no reset");
     };
-    let parsed = Frame::parse(&reset).expect("a valid Reset frame");
+    let parsed = test_keys(|keys| Frame::parse(&reset, keys)).expect("a valid Reset frame");
     assert_eq!(parsed.header().frame_type, FrameType::Reset);
     assert_eq!(
         (parsed.header().dest_id, parsed.header().src_id),
         (0x55, 0x77)
     );
-    // No Reset for a Reset, for a frame from id 0, or for a corrupt frame.
+    // No Reset for a Reset, for a frame from id 0, or for a malformed frame. (A frame to an
+    // unknown id cannot be verified, having no key of its connection: a corrupted one is
+    // answered too, its Reset naming the corrupted ids, which the peer's connection does
+    // not take as its peer's: `frame_is_ours`.)
     let reset_frame = frame(FrameType::Reset, 0x77, 0x55, &[]);
     let from_zero = frame(FrameType::Ping, 0x77, 0, &[]);
-    let mut corrupt = data.clone();
-    corrupt[20] ^= 1;
-    for datagram in [&reset_frame, &from_zero, &corrupt] {
+    let mut malformed = data.clone();
+    malformed[4] = 0x80;
+    for datagram in [&reset_frame, &from_zero, &malformed] {
         assert_eq!(
             node.receive(0, 1, 0, datagram),
             Verdict::Dropped(DropReason::UnknownId)
@@ -505,7 +520,7 @@ fn a_hello_without_the_key_costs_no_draw_and_no_entry_and_gets_a_shorter_refusal
             panic!("{what}: {routed:?}");
         };
         assert!(reply.len() < datagram.len(), "{what}: the reply amplifies");
-        let frame = Frame::parse(reply).expect("a frame");
+        let frame = test_keys(|keys| Frame::parse(reply, keys)).expect("a frame");
         assert_eq!(frame.header().frame_type, FrameType::Handshake);
         assert_eq!((frame.header().dest_id, frame.header().src_id), (9, 0));
         let challenge = Challenge::new_checked(frame.payload()).expect("a Challenge");

@@ -16,15 +16,14 @@
 
 use core::fmt;
 
-use twox_hash::XxHash3_64;
-
+use super::auth::{FrameKey, FrameKeys};
 use super::error::FrameError;
 use super::field;
 use super::flags;
 use super::frame_type::FrameType;
 use super::layout::{
-    FIXED_HEADER_LEN, MAGIC, MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN, SHORT_ID_BITS,
-    STREAM_HEADER_LEN, STREAM_TAG, VERSION,
+    FIXED_HEADER_LEN, MAGIC, MAX_HEADER_LEN, MAX_PAYLOAD_LEN, MAX_SACK_RANGES, SACK_RANGE_LEN,
+    SHORT_ID_BITS, STREAM_HEADER_LEN, STREAM_TAG, VERSION,
 };
 
 /// A selectively acknowledged range of packet numbers, `start..end` (end exclusive).
@@ -160,9 +159,15 @@ impl FrameHeader {
     /// [`FrameError::BufferTooSmall`], [`FrameError::PayloadTooLong`],
     /// [`FrameError::UnknownFlags`], [`FrameError::BadSackRange`] (ranges must ascend, be
     /// non-empty, start above `cumulative_ack`, leave gaps and fit u32 offsets/lengths).
-    pub fn emit(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
+    pub fn emit(
+        &self,
+        keys: FrameKeys<'_>,
+        out: &mut [u8],
+        payload: &[u8],
+    ) -> Result<usize, FrameError> {
+        let key = keys.for_type(self.frame_type)?;
         if self.frame_type == FrameType::Stream {
-            return self.emit_stream(out, payload);
+            return self.emit_stream(key, out, payload);
         }
         let header_len = self.header_len();
         let Some(out) = out.get_mut(..header_len) else {
@@ -205,7 +210,7 @@ impl FrameHeader {
             out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
             out[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
         }
-        let checksum = checksum(out, payload);
+        let checksum = full_tag(key, out, payload);
         out[field::CHECKSUM].copy_from_slice(&checksum.to_le_bytes());
         Ok(header_len)
     }
@@ -215,7 +220,12 @@ impl FrameHeader {
     /// A Stream frame's header: flags must be 0 and there are no SACK ranges; only the low
     /// 24 bits of the destination id and the low 32 bits of the packet number and stream
     /// offset are written (the checksum covers the full id).
-    fn emit_stream(&self, out: &mut [u8], payload: &[u8]) -> Result<usize, FrameError> {
+    fn emit_stream(
+        &self,
+        key: &FrameKey,
+        out: &mut [u8],
+        payload: &[u8],
+    ) -> Result<usize, FrameError> {
         let Some(out) = out.get_mut(..STREAM_HEADER_LEN) else {
             return Err(FrameError::BufferTooSmall {
                 needed: STREAM_HEADER_LEN,
@@ -245,7 +255,7 @@ impl FrameHeader {
             .copy_from_slice(&(self.packet_number as u32).to_le_bytes());
         out[field::stream::STREAM_OFFSET]
             .copy_from_slice(&(self.stream_offset as u32).to_le_bytes());
-        let checksum = stream_checksum(self.dest_id, out, payload);
+        let checksum = stream_tag(key, self.dest_id, out, payload);
         out[field::stream::CHECKSUM].copy_from_slice(&checksum.to_le_bytes());
         Ok(STREAM_HEADER_LEN)
     }
@@ -266,11 +276,25 @@ impl<'a> Frame<'a> {
     /// # Errors
     /// Every [`FrameError`] variant except the emit-only ones and
     /// [`FrameError::WrongConnection`].
-    pub fn parse(datagram: &'a [u8]) -> Result<Self, FrameError> {
+    pub fn parse(datagram: &'a [u8], keys: FrameKeys<'_>) -> Result<Self, FrameError> {
         if datagram.first() == Some(&STREAM_TAG) {
             return Err(FrameError::NeedsConnectionId);
         }
-        Self::parse_full(datagram)
+        Self::parse_full(datagram, Some(keys))
+    }
+
+    /// Parses a whole datagram that is not a Stream frame without verifying its tag: only
+    /// for answering a frame no key is at hand for (a Reset to an unknown connection id,
+    /// which says nothing the sender can be hurt by). Every other check of
+    /// [`Frame::parse`] applies.
+    ///
+    /// # Errors
+    /// Those of [`Frame::parse`] except `ChecksumMismatch` and `NoKey`.
+    pub fn parse_unauthenticated(datagram: &'a [u8]) -> Result<Self, FrameError> {
+        if datagram.first() == Some(&STREAM_TAG) {
+            return Err(FrameError::NeedsConnectionId);
+        }
+        Self::parse_full(datagram, None)
     }
 
     /// Parses and verifies a whole datagram received by the connection whose id is
@@ -280,9 +304,13 @@ impl<'a> Frame<'a> {
     /// # Errors
     /// Every [`FrameError`] variant except the emit-only ones and
     /// [`FrameError::NeedsConnectionId`].
-    pub fn parse_for(datagram: &'a [u8], local_id: u64) -> Result<Self, FrameError> {
+    pub fn parse_for(
+        datagram: &'a [u8],
+        local_id: u64,
+        keys: FrameKeys<'_>,
+    ) -> Result<Self, FrameError> {
         if datagram.first() != Some(&STREAM_TAG) {
-            return Self::parse_full(datagram);
+            return Self::parse_full(datagram, Some(keys));
         }
         if datagram.len() < STREAM_HEADER_LEN {
             return Err(FrameError::Truncated {
@@ -297,11 +325,12 @@ impl<'a> Frame<'a> {
                 actual,
             });
         }
-        Self::parse_stream(datagram, local_id)
+        Self::parse_stream(datagram, local_id, keys.for_type(FrameType::Stream)?)
     }
 
-    /// A full (non-Stream) frame, or a Stream frame of another version.
-    fn parse_full(datagram: &'a [u8]) -> Result<Self, FrameError> {
+    /// A full (non-Stream) frame, or a Stream frame of another version; its tag verified
+    /// under `keys` (unless None: [`Frame::parse_unauthenticated`]).
+    fn parse_full(datagram: &'a [u8], keys: Option<FrameKeys<'_>>) -> Result<Self, FrameError> {
         if let Some(&first) = datagram.first() {
             // 0xC0 | version is a Stream frame of that version (version 3 had one).
             if first & 0xF0 == STREAM_TAG & 0xF0 {
@@ -341,10 +370,12 @@ impl<'a> Frame<'a> {
             });
         }
         let (header_bytes, payload) = datagram.split_at(header_len);
-        let declared = read_u32(header_bytes, field::CHECKSUM.start);
-        let computed = checksum(header_bytes, payload);
-        if declared != computed {
-            return Err(FrameError::ChecksumMismatch { declared, computed });
+        if let Some(keys) = keys {
+            let declared = read_u32(header_bytes, field::CHECKSUM.start);
+            let computed = full_tag(keys.for_type(frame_type)?, header_bytes, payload);
+            if declared != computed {
+                return Err(FrameError::ChecksumMismatch { declared, computed });
+            }
         }
         let cumulative_ack = read_u64(header_bytes, field::CUMULATIVE_ACK.start);
         let mut sack = SackRanges::new();
@@ -384,10 +415,10 @@ impl<'a> Frame<'a> {
 
     /// A Stream frame (tag and short id already checked; at least its header long), sent
     /// to the connection `dest_id`.
-    fn parse_stream(datagram: &'a [u8], dest_id: u64) -> Result<Self, FrameError> {
+    fn parse_stream(datagram: &'a [u8], dest_id: u64, key: &FrameKey) -> Result<Self, FrameError> {
         let (header_bytes, payload) = datagram.split_at(STREAM_HEADER_LEN);
         Ok(Self {
-            header: stream_header_of(header_bytes, payload, dest_id)?,
+            header: stream_header_of(key, header_bytes, payload, dest_id)?,
             header_len: STREAM_HEADER_LEN,
             payload,
         })
@@ -409,6 +440,7 @@ pub fn parse_stream_split(
     header: &[u8],
     payload: &[u8],
     local_id: u64,
+    keys: FrameKeys<'_>,
 ) -> Result<FrameHeader, FrameError> {
     if header.len() != STREAM_HEADER_LEN || header[field::stream::TAG] != STREAM_TAG {
         return Err(FrameError::Truncated {
@@ -423,12 +455,13 @@ pub fn parse_stream_split(
             actual,
         });
     }
-    stream_header_of(header, payload, local_id)
+    stream_header_of(keys.for_type(FrameType::Stream)?, header, payload, local_id)
 }
 
 /// The header of a Stream frame (`header_bytes`, [`STREAM_HEADER_LEN`] of them, short id
 /// already matched) to `dest_id`, once its payload's length and checksum are verified.
 fn stream_header_of(
+    key: &FrameKey,
     header_bytes: &[u8],
     payload: &[u8],
     dest_id: u64,
@@ -440,7 +473,7 @@ fn stream_header_of(
         });
     }
     let declared = read_u32(header_bytes, field::stream::CHECKSUM.start);
-    let computed = stream_checksum(dest_id, header_bytes, payload);
+    let computed = stream_tag(key, dest_id, header_bytes, payload);
     if declared != computed {
         return Err(FrameError::ChecksumMismatch { declared, computed });
     }
@@ -527,55 +560,59 @@ fn read_short_id(datagram: &[u8]) -> u32 {
     ])
 }
 
-/// The integrity check of a Stream frame sent to the connection `dest_id`, whose `header`
-/// is at least [`STREAM_HEADER_LEN`] bytes long:
+/// Layout byte of the authenticator's AES block for a full frame.
+const LAYOUT_FULL: u8 = 1;
+/// Layout byte of the authenticator's AES block for a Stream frame.
+const LAYOUT_STREAM: u8 = 2;
+
+/// The authenticator of a Stream frame sent to the connection `dest_id`, whose `header` is
+/// at least [`STREAM_HEADER_LEN`] bytes long (the `frame` module's docs):
 ///
 /// ```text
-/// seed        = dest_id XOR (u32_le(header[0..4]) << 32)
-/// header_hash = XXH3_64(header[8..16], seed)
-/// checksum    = (header_hash as u32) XOR CRC32C(payload)
+/// h   = CRC-64_P( u64_le(dest_id) || header[0..4] || header[8..16] || payload )
+/// tag = low 32 bits of AES_K( h || header[8..12] || u16_le(payload length) || 7 || 2 )
 /// ```
 ///
-/// `header[0..4]` (tag and short id) goes into the high half of the id, the half that never
-/// travels: for one id the seed is a bijection of those bytes, and for given bytes a
-/// bijection of the id, so a frame for another connection with the same short id gets
-/// another seed. One call over each contiguous piece.
-fn stream_checksum(dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
-    let seed = dest_id ^ (u64::from(read_u32(header, field::stream::TAG)) << 32);
-    let header_hash = XxHash3_64::oneshot_with_seed(
-        seed,
-        &header[field::stream::CHECKSUM.end..STREAM_HEADER_LEN],
-    );
-    // The low 32 bits, by design (the field is a u32).
-    header_hash as u32 ^ payload_check(payload)
+/// The full destination id enters as a pseudo header (it never travels), so a frame that
+/// reaches another connection sharing its short id fails, as a forged one does.
+#[inline]
+fn stream_tag(key: &FrameKey, dest_id: u64, header: &[u8], payload: &[u8]) -> u32 {
+    let mut head = [0u8; 20];
+    head[..8].copy_from_slice(&dest_id.to_le_bytes());
+    head[8..12].copy_from_slice(&header[..field::stream::CHECKSUM.start]);
+    head[12..20].copy_from_slice(&header[field::stream::CHECKSUM.end..STREAM_HEADER_LEN]);
+    let mut nonce = [0u8; 8];
+    nonce[..4].copy_from_slice(&header[field::stream::PACKET_NUMBER]);
+    // At most MAX_PAYLOAD_LEN (checked by both callers).
+    nonce[4..6].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    nonce[6] = FrameType::Stream.code();
+    nonce[7] = LAYOUT_STREAM;
+    key.tag(&head, payload, nonce)
 }
 
-/// CRC32C of a frame's payload (0 for none, without a call: acks and pings).
-fn payload_check(payload: &[u8]) -> u32 {
-    if payload.is_empty() {
-        0
-    } else {
-        crc_fast::crc32_iscsi(payload)
-    }
-}
-
-/// The integrity check of a full frame whose `header` (at least [`FIXED_HEADER_LEN`]
-/// bytes, exactly the header: its length is `header_len`) precedes `payload`:
+/// The authenticator of a full frame whose `header` (at least [`FIXED_HEADER_LEN`] bytes,
+/// exactly the header: its length is `header_len`) precedes `payload`:
 ///
 /// ```text
-/// header_hash = XXH3_64(header[12..], seed = u64_le(header[0..8]))
-/// checksum    = (header_hash as u32) XOR CRC32C(payload)
+/// h   = CRC-64_P( header[0..8] || header[12..header_len] || payload )
+/// tag = low 32 bits of AES_K( h || header[28..32] || header[6..8] || header[3] || 1 )
 /// ```
 ///
-/// The bytes before the checksum field (magic, version, type, flags, SACK count, payload
-/// length) are the hash's seed, the rest of the header its input; the payload's CRC32C
-/// (0 for none) is XORed in. XXH3_64 is the 64-bit XXH3 of the xxHash reference
-/// (`XXH3_64bits_withSeed`), CRC32C the Castagnoli CRC of iSCSI (RFC 3720).
-pub(super) fn checksum(header: &[u8], payload: &[u8]) -> u32 {
-    let seed = read_u64(header, 0);
-    let header_hash = XxHash3_64::oneshot_with_seed(seed, &header[field::CHECKSUM.end..]);
-    // The low 32 bits, by design (the field is a u32).
-    header_hash as u32 ^ payload_check(payload)
+/// Every header byte but the tag itself is hashed; the AES block adds the packet number's
+/// low 32 bits, the payload length and the type (decision 0067).
+#[inline]
+pub(super) fn full_tag(key: &FrameKey, header: &[u8], payload: &[u8]) -> u32 {
+    let mut head = [0u8; MAX_HEADER_LEN - (field::CHECKSUM.end - field::CHECKSUM.start)];
+    let rest = &header[field::CHECKSUM.end..];
+    let head_len = field::CHECKSUM.start + rest.len();
+    head[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
+    head[field::CHECKSUM.start..head_len].copy_from_slice(rest);
+    let mut nonce = [0u8; 8];
+    nonce[..4].copy_from_slice(&header[field::PACKET_NUMBER.start..field::PACKET_NUMBER.start + 4]);
+    nonce[4..6].copy_from_slice(&header[field::PAYLOAD_LEN]);
+    nonce[6] = header[field::TYPE];
+    nonce[7] = LAYOUT_FULL;
+    key.tag(&head[..head_len], payload, nonce)
 }
 
 /// Checks magic and version of a buffer of at least 3 bytes.

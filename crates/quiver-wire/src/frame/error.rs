@@ -3,6 +3,8 @@
 //! Layer: quiver-wire, the bottom. One error type for parsing and emitting frames; each
 //! variant carries the values it found.
 
+use super::frame_type::FrameType;
+
 /// Why bytes are not a valid frame, or why a header cannot be emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -57,9 +59,11 @@ pub enum FrameError {
         /// The datagram's length.
         actual: usize,
     },
-    /// The integrity check does not match: the frame was corrupted (or, for a Stream
-    /// frame, was meant for another connection sharing the short id).
-    #[error("checksum mismatch: frame says {declared:#010x}, computed {computed:#010x}")]
+    /// The authenticator does not match: the frame was corrupted or forged, or was sent
+    /// under another key (or, for a Stream frame, was meant for another connection sharing
+    /// the short id). The message does not show the computed tag (a forger must not learn
+    /// it from a log).
+    #[error("authenticator mismatch: frame says {declared:#010x}")]
     ChecksumMismatch {
         /// The checksum field.
         declared: u32,
@@ -94,6 +98,13 @@ pub enum FrameError {
         expected: u32,
         /// The short id in the frame.
         actual: u32,
+    },
+    /// A connection frame (every type but Handshake and Reset) and no connection key to
+    /// emit or verify it with: the handshake has not finished (decision 0067).
+    #[error("no key for a {frame_type:?} frame: the connection's handshake has not finished")]
+    NoKey {
+        /// The frame's type.
+        frame_type: FrameType,
     },
     /// Emit: the payload is longer than [`MAX_PAYLOAD_LEN`](super::MAX_PAYLOAD_LEN).
     #[error("payload of {actual} bytes, at most {max}")]

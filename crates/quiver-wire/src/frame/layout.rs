@@ -14,8 +14,9 @@ pub const MAGIC: [u8; 2] = *b"QD";
 /// payload of Ack frames (multi-path connections, `docs/striping.md`); version 3 the 16-byte
 /// Stream frame (version 2's had 24 bytes: "QD", version, type and the full destination
 /// id); version 4 the XXH3-64 integrity check (versions 1-3 used CRC32C; same layouts);
-/// version 5 checks the payload with CRC32C instead, the header still with XXH3-64.
-pub const VERSION: u8 = 5;
+/// version 5 checks the payload with CRC32C instead, the header still with XXH3-64; version 6
+/// replaces the check with a keyed authenticator (decision 0067; same layouts).
+pub const VERSION: u8 = 6;
 /// First byte of a Stream frame (a full frame's first byte is `'Q'`).
 pub const STREAM_TAG: u8 = 0xC0 | VERSION;
 /// Bits of the destination connection id a Stream frame carries (the low ones).

@@ -30,24 +30,21 @@
 //! header_len = 84 + 8 * sacks, then payload_len bytes of payload.
 //! ```
 //!
-//! `checksum` is the frame's integrity check (version 5): the header's XXH3-64, seeded,
-//! truncated to its low 32 bits, XORed with the payload's CRC-32C,
+//! `checksum` is the frame's tag (version 6, decision 0067): keyed, it authenticates the
+//! frame. Under a [`FrameKey`] (a secret polynomial `P` of degree 64 and an AES-128 key
+//! `K`; [`FrameKeys`] says which key covers which type),
 //!
 //! ```text
-//! header_hash = XXH3_64(bytes[12..header_len], seed = u64_le(bytes[0..8]))
-//! checksum    = (low 32 bits of header_hash) XOR CRC32C(payload)
+//! h   = CRC-64_P( bytes[0..8] || bytes[12..header_len] || payload )
+//! tag = low 32 bits of AES_K( h || bytes[28..32] || bytes[6..8] || bytes[3] || 1 )
 //! ```
 //!
-//! (CRC32C of no bytes is 0), so every header byte except the field itself and every
-//! payload byte enter it, and the payload stays a separate piece (a sender may keep it
-//! apart from the header, as the udp transport's gathered sends do; a receiver may have
-//! it elsewhere, as the scattering receive does). Any corrupted bit in header or payload
-//! makes [`Frame::parse`] fail with [`FrameError::ChecksumMismatch`]: CRC32C catches
-//! every error burst of up to 32 bits in the payload, and a random corruption passes with
-//! probability about 2^-32. CRC32C (Castagnoli, reflected, init and final XOR all ones:
-//! "123456789" gives 0xE3069283) is the iSCSI/SCTP check; with the carry-less multiply
-//! instructions of current x86 it runs at 2-3 times XXH3's speed over a payload
-//! (docs/PERFORMANCE.md).
+//! so every header byte except the field itself and every payload byte enter it, and the
+//! payload stays a separate piece (a sender may keep it apart from the header, as the udp
+//! transport's gathered sends do; a receiver may have it elsewhere, as the scattering
+//! receive does). A frame corrupted, forged or sent under another key makes
+//! [`Frame::parse`] fail with [`FrameError::ChecksumMismatch`] but with probability 2^-32;
+//! a connection frame with no connection key at hand is [`FrameError::NoKey`].
 //!
 //! SACK ranges are relative to `cumulative_ack` (the next packet number the sender of the
 //! frame expects; every packet below it arrived). Each range starts above the cumulative ack,
@@ -73,19 +70,16 @@
 //! - Only the low 24 bits of the destination connection id travel ([`short_id`]); the
 //!   receiver finds its connection by them (each side chooses its ids so that their low 24
 //!   bits are unique among its connections) and the full 64-bit id is part of the checksum.
-//! - `checksum` covers the full destination id (a pseudo header that does not travel),
-//!   bytes `0..4`, bytes `8..16` and the payload:
+//! - `checksum` (the tag) covers the full destination id (a pseudo header that does not
+//!   travel), bytes `0..4`, bytes `8..16` and the payload:
 //!
 //!   ```text
-//!   seed        = dest_id XOR (u32_le(bytes[0..4]) << 32)
-//!   header_hash = XXH3_64(bytes[8..16], seed)
-//!   checksum    = (low 32 bits of header_hash) XOR CRC32C(payload)
+//!   h   = CRC-64_P( u64_le(dest_id) || bytes[0..4] || bytes[8..16] || payload )
+//!   tag = low 32 bits of AES_K( h || bytes[8..12] || u16_le(payload length) || 7 || 2 )
 //!   ```
 //!
-//!   Bytes `0..4` (the tag and the low 24 bits of the id) land on the high half of the
-//!   id, which never travels, so no byte is XORed with a copy of itself. A frame that
-//!   reaches a connection whose id shares its low 24 bits but is not the one the
-//!   sender meant fails it, as a corrupted frame does. Verifying it therefore needs the
+//!   A frame that reaches a connection whose id shares its low 24 bits but is not the one
+//!   the sender meant fails it, as a forged frame does. Verifying it therefore needs the
 //!   receiving connection's id: [`Frame::parse_for`]; [`Frame::parse`] refuses Stream
 //!   frames ([`FrameError::NeedsConnectionId`]).
 //! - The packet number and the stream offset travel as their low 32 bits; the receiver
@@ -108,7 +102,7 @@
 //! - [`Frame::parse`] checks, in this order: a Stream tag of another version (first byte
 //!   `0xC0 | v`, v not [`VERSION`]: [`FrameError::UnsupportedVersion`]), length of the
 //!   fixed header, magic, version, type, flags, SACK count, total length (`header_len +
-//!   payload_len == datagram length`), checksum, SACK ranges. [`Frame::parse_for`] does
+//!   payload_len == datagram length`), the key of the type, the tag, SACK ranges. [`Frame::parse_for`] does
 //!   the same, and for a Stream frame (tag byte) its 16-byte length, the short destination
 //!   id, then the checksum. On success every accessor of the returned view is infallible.
 //! - [`FrameHeader::emit`] checks its inputs (buffer room, payload length, SACK ranges) and
@@ -122,12 +116,15 @@
 //!
 //! - `codec.rs`: the path every datagram takes, in one module (its docs say why): SACK
 //!   ranges as the header holds them, the header and its emission, checked views of
-//!   received frames, whom a datagram is for before verification, the checksum.
+//!   received frames, whom a datagram is for before verification, the tag.
+//! - `auth.rs`: the frame keys (the secret polynomial, drawn by Ben-Or's irreducibility
+//!   test, its folding keys for `crc-fast`, the AES key) and which key covers which type.
 //! - `layout.rs`: the constants of the layout; `field.rs` and `flags.rs`: field offsets and
 //!   flag bits (public as [`field`] and [`flags`]).
 //! - `frame_type.rs`, `error.rs`: what a frame carries, and why bytes are not a frame.
 //! - `more_sack_ranges.rs`: the further SACK ranges in the payload of an Ack.
 
+mod auth;
 mod codec;
 mod error;
 pub mod field;
@@ -136,6 +133,7 @@ mod frame_type;
 mod layout;
 mod more_sack_ranges;
 
+pub use auth::{FrameKey, FrameKeys, FRAME_SECRET_LEN};
 pub use codec::{
     dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameHeader, SackRange,
     SackRanges,

@@ -9,8 +9,8 @@
 //! peers' pidfds and the transports' descriptors), liveness looks, and closing.
 //!
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
-//! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look at the inbound edges), `waiting.rs`
-//! (idling and liveness).
+//! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look
+//! at the inbound edges), `waiting.rs` (idling and liveness).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -35,6 +35,7 @@ use crate::transport::liveness::{DetectionStats, Looks};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::Inbox;
 use crate::transport::requests::Requests;
+use crate::transport::rma_pipeline::PostedTable;
 
 mod connect;
 mod look;
@@ -77,6 +78,24 @@ pub struct SendRequest {
 #[must_use = "a posted receive must be completed with wait_recv"]
 pub struct RecvRequest {
     key: Key,
+}
+
+/// A one-sided operation posted with [`Endpoint::post_put`], [`Endpoint::post_get`] or
+/// [`Endpoint::post_fetch_add`]; complete it with [`Endpoint::wait_rma`] (or poll with
+/// [`Endpoint::test_rma`]). The endpoint holds the operation's buffer until then.
+#[derive(Debug)]
+#[must_use = "a posted one-sided operation must be completed with wait_rma"]
+pub struct RmaRequest {
+    id: u64,
+}
+
+/// What a posted one-sided operation completed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RmaCompletion {
+    /// The word before, for an atomic (0 for a put or get).
+    pub value: u64,
+    /// A get's bytes; a put's data, handed back.
+    pub data: Vec<u8>,
 }
 
 /// An addressable endpoint `(rank, port)`: sends on its connections and receives from every
@@ -123,6 +142,8 @@ pub struct Endpoint {
     /// The tcp edge whose large message the blocking `recv` in progress is reading
     /// straight into its buffer (only ever set inside `recv`; see `TcpIn::take`).
     committed: Option<usize>,
+    /// One-sided operations posted and not yet completed by `wait_rma`.
+    rma_posted: PostedTable,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
     /// time, so its internals may use cells without breaking programs later.
     _not_sync: PhantomData<Cell<()>>,
@@ -172,6 +193,7 @@ impl Endpoint {
             idle_polls: 0,
             dgram: DgramSide::default(),
             committed: None,
+            rma_posted: PostedTable::default(),
             _not_sync: PhantomData,
         }
     }

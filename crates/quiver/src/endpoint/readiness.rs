@@ -93,10 +93,16 @@ impl Endpoint {
             .iter()
             .filter_map(|inb| inb.wake_fd())
             .map(|fd| (fd, READABLE));
+        // One-sided requests peers send this rank, and replies to this endpoint's posted
+        // ones: served and taken by the next call after the wake-up.
+        let mut rma = Vec::new();
+        self.local.rma.wake_fds(&mut rma);
+        rma.extend(self.outbound.iter().filter_map(|out| out.rma_wake()));
         let outbound = self
             .outbound
             .iter()
             .filter_map(|out| out.wake_fd())
+            .chain(rma)
             .map(|p| {
                 let mut events = 0;
                 if p.events & libc::POLLIN != 0 {

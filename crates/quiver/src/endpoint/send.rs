@@ -20,9 +20,11 @@ impl Endpoint {
     /// internal buffers (at most `max_buffered_bytes`), so two ranks sending each other
     /// large messages do not wait on each other within that bound.
     ///
-    /// Over shm it does not receive meanwhile: when the peer is itself blocked in a
-    /// blocking send to this endpoint, neither can finish, and the send returns
-    /// [`Error::SendDeadlock`] within the detection time instead of waiting forever.
+    /// Over shm it takes ahead what peers asleep in a blocking send to this endpoint wrote
+    /// (at most `read_ahead_bytes` per connection). When the peer is itself blocked
+    /// sending to this endpoint a message beyond the read-ahead bound, neither can finish,
+    /// and the send returns [`Error::SendDeadlock`] within the detection time instead of
+    /// waiting forever (docs/failures.md).
     ///
     /// # Errors
     /// A peer error of this connection ([`Error::PeerDead`], [`Error::PeerClosed`],
@@ -36,15 +38,19 @@ impl Endpoint {
             mut cx,
             ..
         } = self.parts();
-        let inbox = cx.inbox;
+        let (inbox, config) = (cx.inbox, cx.config);
         let mut flush = |peer| {
-            let mut peer_waiting = false;
+            // Edges the listener accepted and no receive adopted yet may hold the peer's
+            // message too.
+            for new in inbox.take_shm() {
+                inbound.push(InEdge::from_shm(new));
+            }
+            let mut blocked = false;
             for inb in inbound.iter_mut() {
                 inb.publish_consumed();
-                peer_waiting |= inb.sender_waiting(peer);
+                blocked |= inb.read_ahead(peer, config);
             }
-            // (An edge the listener accepted and no receive adopted yet counts too.)
-            peer_waiting || inbox.shm_sender_waiting(peer)
+            blocked
         };
         let written = match outbound[idx].start_send(data, &mut cx, &mut flush) {
             Started::Finished(result) => return result,
@@ -134,6 +140,11 @@ impl Endpoint {
                 engine.poll_io(&self.local);
             }
         }
+        // One-sided requests peers sent this rank over a network transport, and this
+        // endpoint's own posted ones.
+        let local = &self.local;
+        local.rma.serve(&local.regions, (local.job_id, local.rank));
+        self.progress_rma();
         if self.requests.pending_sends > 0 {
             for idx in 0..self.outbound.len() {
                 // Failures are recorded in the requests of that connection.
@@ -178,6 +189,7 @@ impl Endpoint {
             self.adopt_new_inbound();
         }
         let max_held = self.config.max_buffered_bytes as u64;
+        let per_edge = self.config.read_ahead_bytes as u64;
         let mut held_total: u64 = self
             .inbound
             .iter()
@@ -215,7 +227,7 @@ impl Endpoint {
                 continue;
             }
             let readable = readiness.next().is_some_and(|fd| fd.revents != 0);
-            tcp.read_ahead(readable, &mut held_total, max_held, pool);
+            tcp.read_ahead(readable, &mut held_total, (max_held, per_edge), pool);
         }
     }
 
@@ -258,7 +270,15 @@ impl Meanwhile for Endpoint {
         Ok(())
     }
 
+    fn read_ahead_full(&mut self, peer: crate::addr::Addr) -> bool {
+        let local = &self.local;
+        self.inbound
+            .iter()
+            .any(|inb| inb.read_ahead_full(peer, local))
+    }
+
     fn wake_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        self.local.rma.wake_fds(fds);
         let streams = self.inbound.iter().filter_map(InEdge::as_tcp);
         for fd in streams.filter_map(|tcp| tcp.wake_fd()) {
             fds.push(libc::pollfd {

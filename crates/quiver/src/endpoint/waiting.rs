@@ -66,6 +66,9 @@ impl Endpoint {
         }
         self.pollfds
             .extend(self.outbound.iter().filter_map(|out| out.wake_fd()));
+        self.local.rma.wake_fds(&mut self.pollfds);
+        self.pollfds
+            .extend(self.outbound.iter().filter_map(|out| out.rma_wake()));
         let mut slice = SLEEP_SLICE;
         if let Some(engine) = &self.local.dgram {
             self.pollfds.push(libc::pollfd {

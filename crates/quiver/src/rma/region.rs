@@ -23,7 +23,7 @@ use crate::transport::local::LocalRank;
 #[derive(Debug)]
 pub struct Region {
     local: Arc<LocalRank>,
-    view: SharedRegion,
+    view: Arc<SharedRegion>,
     key: KeyRepr,
 }
 
@@ -32,8 +32,11 @@ impl Region {
     pub(crate) fn allocate(local: Arc<LocalRank>, len: usize, rights: Rights) -> Result<Region> {
         let (view, fd) = SharedRegion::create(len)
             .map_err(|e| Error::shared_memory("a registered region", len as u64, e))?;
+        let view = Arc::new(view);
         let capability = random();
-        let region = local.regions.insert(fd, capability, rights, len as u64);
+        let region = local
+            .regions
+            .insert((fd, view.clone()), capability, rights, len as u64);
         let key = KeyRepr {
             rights,
             rank: local.rank,

@@ -23,7 +23,7 @@ use super::dgram::outbound::DgramOut;
 use super::edge_context::EdgeContext;
 use super::meanwhile::Meanwhile;
 use super::protocols::TransportInfo;
-use super::shm::inbound::ShmIn;
+use super::shm::inbound::{AheadOutcome, ShmIn};
 use super::shm::outbound::ShmOut;
 use super::tcp::inbound::TcpIn;
 use super::tcp::outbound::TcpOut;
@@ -37,7 +37,8 @@ use crate::transport::inbound_state::InboundState;
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
-use crate::transport::rma_ops::{self, RmaOp};
+use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
+use crate::transport::rma_pipeline::Outcome;
 
 /// What a protocol choice or an API promise needs to know of a transport, asked of the
 /// transport instead of matched on its kind.
@@ -159,8 +160,9 @@ impl OutEdge {
 
     /// The part of a blocking send the edge does by itself: all of it over shm (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
-    /// meanwhile and says whether the peer named sleeps in a blocking send to the endpoint,
-    /// [`InEdge::sender_waiting`]), tcp's latency path (one `send` of a small frame), nothing for
+    /// meanwhile, reads ahead what senders asleep on the endpoint wrote and says whether
+    /// the peer named stays blocked sending to the endpoint beyond the read-ahead bound,
+    /// [`InEdge::read_ahead`]), tcp's latency path (one `send` of a small frame), nothing for
     /// datagrams.
     #[inline]
     pub(crate) fn start_send(
@@ -326,11 +328,12 @@ impl OutEdge {
 
     /// Applies one-sided operation `op` (checked by the caller against `key`) to the
     /// region of `peer` that `key` names; the word before, for an atomic. Over shm the
-    /// initiator maps the region once and uses plain copies and CPU atomics; the network
-    /// transports have no one-sided operations yet.
+    /// initiator maps the region once and uses plain copies and CPU atomics; over tcp and
+    /// the datagram transports a request on a connection of its own, applied by the
+    /// target's progress engine (`tcp::rma`, `dgram::rma`).
     ///
     /// # Errors
-    /// [`Error::RmaUnsupported`] over tcp and the datagram transports; the transport's.
+    /// The edge's failure; the transport's.
     pub(crate) fn rma(
         &mut self,
         local: &LocalRank,
@@ -340,19 +343,92 @@ impl OutEdge {
     ) -> Result<u64> {
         match self {
             OutEdge::Shm(e) => e.rma.apply(local, (src, peer), key, op),
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
-                Err(self.rma_unsupported(local, peer))
+            OutEdge::Tcp(e) => {
+                e.net.check("before a one-sided operation")?;
+                e.rma.apply(local, (src, peer), key, op)
             }
+            OutEdge::Dgram(e) => {
+                e.net.check("before a one-sided operation")?;
+                e.rma.apply(local, (src, peer), key, op)
+            }
+            OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
+        }
+    }
+
+    /// Posts one-sided operation `op` (checked by the caller against `key`): done at once
+    /// over shm (the initiator's own copies and atomics), queued on the request
+    /// connection over the network transports (its number, for [`OutEdge::rma_take`]).
+    ///
+    /// # Errors
+    /// The edge's failure; the request connection could not be opened.
+    pub(crate) fn rma_post(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        mut op: PostedOp,
+    ) -> Result<Posted> {
+        let (info, request) = {
+            let view = op.as_op();
+            (OpInfo::of(&view), rma_ops::request_for(&view, key, 0))
+        };
+        match self {
+            OutEdge::Shm(e) => {
+                let done = e.rma.apply(local, (src, peer), key, op.as_op());
+                Ok(Posted::Done(done.map(|value| (value, op.buf))))
+            }
+            OutEdge::Tcp(e) => {
+                e.net.check("before a one-sided operation")?;
+                let seq = e
+                    .rma
+                    .post(local, (src, peer), key, (info, op.buf), request)?;
+                Ok(Posted::Pending(seq))
+            }
+            OutEdge::Dgram(e) => {
+                e.net.check("before a one-sided operation")?;
+                let seq = e
+                    .rma
+                    .post(local, (src, peer), key, (info, op.buf), request)?;
+                Ok(Posted::Pending(seq))
+            }
+            OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
+        }
+    }
+
+    /// Moves this edge's posted one-sided operations on, never waiting.
+    pub(crate) fn rma_progress(&mut self, local: &LocalRank, peer: Addr) {
+        match self {
+            OutEdge::Tcp(e) => e.rma.progress(local, peer),
+            OutEdge::Dgram(e) => e.rma.progress(local, peer),
+            OutEdge::Shm(_) | OutEdge::Busy => {}
+        }
+    }
+
+    /// The completion of posted one-sided operation `seq`, once it came.
+    pub(crate) fn rma_take(&mut self, seq: u32) -> Option<Outcome> {
+        match self {
+            OutEdge::Tcp(e) => e.rma.take(seq),
+            OutEdge::Dgram(e) => e.rma.take(seq),
+            OutEdge::Shm(_) | OutEdge::Busy => None,
+        }
+    }
+
+    /// The descriptor a sleeping call should also wake up for while one-sided operations
+    /// are posted on this edge (tcp: its request stream).
+    pub(crate) fn rma_wake(&self) -> Option<libc::pollfd> {
+        match self {
+            OutEdge::Tcp(e) => e.rma.wake(),
+            _ => None,
         }
     }
 
     /// Makes every earlier one-sided operation on this edge visible to the peer; over shm
     /// a fence, then the peer's liveness: a put to a target that died may have landed in
-    /// memory nobody will read.
+    /// memory nobody will read. Over the network transports a flush request answered once
+    /// everything before it is applied.
     ///
     /// # Errors
-    /// [`Error::PeerDead`] when the peer's process has exited; [`Error::RmaUnsupported`]
-    /// over the network transports.
+    /// [`Error::PeerDead`] when the peer's process has exited; the transport's.
     pub(crate) fn rma_flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
         match self {
             OutEdge::Shm(e) => {
@@ -365,9 +441,9 @@ impl OutEdge {
                 }
                 Ok(())
             }
-            OutEdge::Tcp(_) | OutEdge::Dgram(_) | OutEdge::Busy => {
-                Err(self.rma_unsupported(local, peer))
-            }
+            OutEdge::Tcp(e) => e.rma.flush(local, peer),
+            OutEdge::Dgram(e) => e.rma.flush(local, peer),
+            OutEdge::Busy => Err(self.rma_unsupported(local, peer)),
         }
     }
 
@@ -376,6 +452,14 @@ impl OutEdge {
         let transport = self.kind().map_or("no transport", TransportKind::name);
         rma_ops::refused(local, Error::RmaUnsupported { peer, transport })
     }
+}
+
+/// Where a posted one-sided operation stands once posted.
+pub(crate) enum Posted {
+    /// Done already (over shm).
+    Done(Outcome),
+    /// Queued on the edge's request connection, by number.
+    Pending(u32),
 }
 
 /// An edge from a peer to this endpoint (module docs).
@@ -496,12 +580,33 @@ impl InEdge {
         }
     }
 
-    /// Whether `peer` sleeps in a blocking send on this edge, waiting for this endpoint to
-    /// take what it wrote (shm: its ring's flag; the network transports read ahead instead).
-    pub(crate) fn sender_waiting(&self, peer: Addr) -> bool {
+    /// While a blocking send of this endpoint waits: takes ahead what a sender asleep in a
+    /// blocking send on this edge wrote, within `read_ahead_bytes` (shm; the network
+    /// transports read ahead through [`Meanwhile`]). Whether this edge's sender is `peer`
+    /// and stays blocked with a message beyond the bound (a send-send deadlock once the
+    /// caller's send cannot finish either).
+    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config) -> bool {
         match self {
-            InEdge::Shm(e) => e.peer == peer && e.sender_waiting(),
+            InEdge::Shm(e) => e.read_ahead(config) == AheadOutcome::Blocked && e.peer == peer,
             _ => false,
+        }
+    }
+
+    /// Whether this is a network edge from `peer` whose read-ahead is full: a tcp stream
+    /// whose next message the read-ahead bound stopped, a datagram connection whose
+    /// receive window cannot take more ([`Meanwhile::read_ahead_full`]).
+    pub(crate) fn read_ahead_full(&self, peer: Addr, local: &LocalRank) -> bool {
+        match self {
+            InEdge::Shm(_) => false,
+            InEdge::Tcp(e) => e.net.peer == peer && e.read_ahead_stalled(),
+            InEdge::Dgram(e) => {
+                e.net.peer == peer
+                    && e.net.state == InboundState::Open
+                    && local
+                        .dgram
+                        .as_deref()
+                        .is_some_and(|d| d.read_ahead_full(e.id).0)
+            }
         }
     }
 

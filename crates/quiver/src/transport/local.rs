@@ -11,6 +11,7 @@ use quiver_proto::handshake::JobKey;
 
 use super::regions::RegionTable;
 use super::registry::Registry;
+use super::rma_serve::RmaService;
 use crate::config::{Config, TransportKind};
 use crate::job::{Bootstrap, JobInfo};
 use crate::transport::dgram::engine::DgramShared;
@@ -32,6 +33,9 @@ pub(crate) struct LocalRank {
     pub(crate) registry: Registry,
     /// The registered memory regions peers may map, and the one-sided counters.
     pub(crate) regions: RegionTable,
+    /// The connections peers opened to apply one-sided requests here (network
+    /// transports), served by this rank's endpoints as they call into quiver.
+    pub(crate) rma: RmaService,
     /// The datagram engine (udp or mem), when one of them is configured.
     pub(crate) dgram: Option<Arc<DgramShared>>,
     /// The tcp streams' counters.
@@ -55,6 +59,7 @@ impl LocalRank {
             bootstrap: job.bootstrap,
             registry: Registry::new(job.rank),
             regions: RegionTable::default(),
+            rma: RmaService::default(),
             dgram,
             tcp: Arc::default(),
             stopping: AtomicBool::new(false),

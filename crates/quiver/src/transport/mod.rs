@@ -38,6 +38,8 @@ pub(crate) mod registry;
 pub(crate) mod requests;
 pub(crate) mod retry;
 pub(crate) mod rma_ops;
+pub(crate) mod rma_pipeline;
+pub(crate) mod rma_serve;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;

@@ -12,18 +12,32 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use quiver_transport::region::SharedRegion;
 use quiver_transport::sys;
 use quiver_wire::rma::{GrantStatus, KeyRepr, Rights, CAPABILITY_LEN};
+use quiver_wire::rma_request::ReplyStatus;
 
 /// A live region, as the table keeps it.
 #[derive(Debug)]
 struct Entry {
     fd: OwnedFd,
+    /// The owner's view, which the network transports' software path applies requests
+    /// to (an operation in progress keeps it mapped past a revocation).
+    view: Arc<SharedRegion>,
     capability: [u8; CAPABILITY_LEN],
     rights: Rights,
     len: u64,
+}
+
+impl Entry {
+    /// Whether `key` names this region of rank `rank` of job `job_id` exactly (the rights
+    /// aside). Every comparison is evaluated: the capability's is constant-time.
+    fn matches(&self, key: &KeyRepr, (job_id, rank): (u64, u32)) -> bool {
+        let same_capability = constant_time_eq(&self.capability, &key.capability);
+        same_capability & (key.job_id == job_id) & (key.rank == rank) & (key.len == self.len)
+    }
 }
 
 /// Counters of one-sided communication at a rank (`Context::rma_stats`).
@@ -40,6 +54,10 @@ pub struct RmaStats {
     /// target: out of bounds, wrong rights, misaligned, a revoked or refused key, a
     /// transport without one-sided operations.
     pub accesses_refused: u64,
+    /// Requests peers sent over a network transport with a valid key that this rank
+    /// refused: out of bounds, a write with a read-only key, a misaligned atomic. quiver's
+    /// own initiators check these first, so a healthy job has none.
+    pub requests_refused: u64,
     /// Why the last refusal (of either kind) happened.
     pub last_refusal: Option<String>,
 }
@@ -56,7 +74,7 @@ impl RegionTable {
     /// Enters a new region (its file, capability, rights and length); returns its number.
     pub(crate) fn insert(
         &self,
-        fd: OwnedFd,
+        (fd, view): (OwnedFd, Arc<SharedRegion>),
         capability: [u8; CAPABILITY_LEN],
         rights: Rights,
         len: u64,
@@ -64,6 +82,7 @@ impl RegionTable {
         let region = self.next_region.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
             fd,
+            view,
             capability,
             rights,
             len,
@@ -89,11 +108,9 @@ impl RegionTable {
     ) -> Result<(OwnedFd, u64), GrantStatus> {
         let found = {
             let live = self.lock_live();
-            let entry = live.get(&key.region).filter(|e| {
-                // Evaluate every comparison: the capability's is constant-time.
-                let same_capability = constant_time_eq(&e.capability, &key.capability);
-                same_capability & (key.job_id == job_id) & (key.rank == rank) & (key.len == e.len)
-            });
+            let entry = live
+                .get(&key.region)
+                .filter(|e| e.matches(key, (job_id, rank)));
             match entry {
                 None => Err(GrantStatus::UnknownKey),
                 Some(e) if key.rights.writable() && !e.rights.writable() => {
@@ -121,6 +138,56 @@ impl RegionTable {
                 Err(status)
             }
         }
+    }
+
+    /// Checks `key` (presented by rank `peer` in a request over a network transport)
+    /// against the live regions of rank `rank` of job `job_id`, as [`grant`](Self::grant)
+    /// does: the region's view, or why not ([`ReplyStatus::Revoked`] for a region of this
+    /// rank that was dropped). Refusals are counted.
+    pub(crate) fn access(
+        &self,
+        key: &KeyRepr,
+        (job_id, rank): (u64, u32),
+        peer: u32,
+    ) -> Result<Arc<SharedRegion>, ReplyStatus> {
+        let found = {
+            let live = self.lock_live();
+            match live
+                .get(&key.region)
+                .filter(|e| e.matches(key, (job_id, rank)))
+            {
+                None => Err(ReplyStatus::UnknownKey),
+                Some(e) if key.rights.writable() && !e.rights.writable() => {
+                    Err(ReplyStatus::WrongRights)
+                }
+                Some(e) => Ok(e.view.clone()),
+            }
+        };
+        found.map_err(|status| {
+            let ours = (key.job_id, key.rank) == (job_id, rank);
+            let issued = key.region != 0 && key.region <= self.next_region.load(Ordering::Relaxed);
+            let (status, why) = match status {
+                ReplyStatus::WrongRights => (status, "a read-write key for a read-only region"),
+                _ if ours && issued && !self.lock_live().contains_key(&key.region) => {
+                    (ReplyStatus::Revoked, "its region was dropped (revoked)")
+                }
+                _ => (
+                    status,
+                    "no live region matches it (forged, revoked, or of another job)",
+                ),
+            };
+            self.key_refused(peer, key.region, why);
+            status
+        })
+    }
+
+    /// Counts a request with a valid key from rank `peer` that this rank refused.
+    pub(crate) fn request_refused(&self, peer: u32, region: u64, why: &str) {
+        let why = format!("refused rank {peer}'s request on region {region}: {why}");
+        tracing::warn!(reason = %why, "refused a one-sided request");
+        let mut stats = self.lock_stats();
+        stats.requests_refused += 1;
+        stats.last_refusal = Some(why);
     }
 
     /// Counts a key rank `peer` presented that this rank refused.
@@ -183,9 +250,9 @@ mod tests {
     #[test]
     fn only_a_matching_live_key_is_granted_and_refusals_are_counted() {
         let table = RegionTable::default();
-        let (_view, fd) = SharedRegion::create(64).unwrap();
+        let (view, fd) = SharedRegion::create(64).unwrap();
         let cap = [7u8; 16];
-        let id = table.insert(fd, cap, Rights::Read, 64);
+        let id = table.insert((fd, Arc::new(view)), cap, Rights::Read, 64);
         let here = (9, 2);
         assert!(table
             .grant(&key_for(id, cap, Rights::Read), here, 1)

@@ -82,6 +82,13 @@ impl Registry {
         self.endpoints().get(&port).cloned()
     }
 
+    /// Rings every open endpoint's doorbell (something they all serve arrived).
+    pub(crate) fn wake_all(&self) {
+        for inbox in self.endpoints().values() {
+            inbox.own_bell.ring();
+        }
+    }
+
     /// Counts an accepted connection.
     pub(crate) fn accepted(&self) {
         self.counts().accepted += 1;
@@ -222,18 +229,14 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// Whether `peer`'s shm edge to this endpoint, accepted and not adopted yet, has its
-    /// sender asleep in a blocking send (its ring's waiting flag). Takes the lock: for
-    /// waiting paths only.
-    pub(crate) fn shm_sender_waiting(&self, peer: Addr) -> bool {
+    /// The shm edges accepted and not adopted yet, taken out of the inbox (a blocking send
+    /// adopts them to read ahead what their senders wrote; the network ones stay). Takes
+    /// the lock: for waiting paths only.
+    pub(crate) fn take_shm(&self) -> Vec<NewInbound> {
         if !self.has_incoming.load(Ordering::Acquire) {
-            return false;
+            return Vec::new();
         }
-        self.incoming
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|new| new.peer == peer && new.ring.producer_waiting())
+        std::mem::take(&mut *self.incoming.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// An empty inbox whose doorbell is the one `bell_memfd`/`bell_eventfd` describe.

@@ -1,12 +1,24 @@
-//! The one-sided operations a transport applies for the endpoint ([`RmaOp`]), and the
-//! errors every transport reports the same way when one is refused before it touches its
-//! target. A transport without one-sided operations answers
-//! [`Error::RmaUnsupported`](crate::error::Error::RmaUnsupported) (see `edge.rs`).
+//! The one-sided operations a transport applies for the endpoint ([`RmaOp`]), the errors
+//! every transport reports the same way when one is refused (before it touches its
+//! target, or by the target: [`reply_error`]), what the network transports' software path
+//! shares on the initiator's side (the request of an operation, [`request_for`]; waiting
+//! while serving this rank's own requests, [`Patience`]), and the reserved port
+//! [`RMA_PORT`] their connections ask for.
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 use quiver_wire::rma::KeyRepr;
+use quiver_wire::rma_request::{ReplyStatus, RequestOp, RequestRepr};
 
+use crate::addr::Addr;
 use crate::error::Error;
 use crate::transport::local::LocalRank;
+
+/// The port a one-sided connection asks for in the job-key handshake (a key request over
+/// shm, a request stream over tcp, a request connection over datagrams): no endpoint can
+/// open it.
+pub(crate) const RMA_PORT: u16 = u16::MAX;
 
 /// One operation on the region a remote key names, at a byte offset of that region.
 #[derive(Debug)]
@@ -61,6 +73,144 @@ impl RmaOp<'_> {
     }
 }
 
+/// A posted operation: its kind, offset and buffer (a put's data, a get's buffer; empty
+/// for an atomic), owned until it completes.
+#[derive(Debug)]
+pub(crate) struct PostedOp {
+    pub(crate) kind: PostKind,
+    pub(crate) offset: u64,
+    pub(crate) buf: Vec<u8>,
+}
+
+/// The kind of a [`PostedOp`], with an atomic's operands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PostKind {
+    Put,
+    Get,
+    FetchAdd(u64),
+    CompareSwap(u64, u64),
+    Swap(u64),
+}
+
+impl PostedOp {
+    /// The operation, borrowing the buffer.
+    pub(crate) fn as_op(&mut self) -> RmaOp<'_> {
+        let offset = self.offset;
+        match self.kind {
+            PostKind::Put => RmaOp::Put {
+                data: &self.buf,
+                offset,
+            },
+            PostKind::Get => RmaOp::Get {
+                buf: &mut self.buf,
+                offset,
+            },
+            PostKind::FetchAdd(value) => RmaOp::FetchAdd { offset, value },
+            PostKind::CompareSwap(expected, new) => RmaOp::CompareSwap {
+                offset,
+                expected,
+                new,
+            },
+            PostKind::Swap(value) => RmaOp::Swap { offset, value },
+        }
+    }
+}
+
+/// The request that asks a target's software path for `op` on the region `key` names.
+pub(crate) fn request_for(op: &RmaOp<'_>, key: &KeyRepr, seq: u32) -> RequestRepr {
+    let (offset, len) = op.span();
+    let (op, a, b) = match op {
+        RmaOp::Put { .. } => (RequestOp::Put, 0, 0),
+        RmaOp::Get { .. } => (RequestOp::Get, 0, 0),
+        RmaOp::FetchAdd { value, .. } => (RequestOp::FetchAdd, *value, 0),
+        RmaOp::CompareSwap { expected, new, .. } => (RequestOp::CompareSwap, *expected, *new),
+        RmaOp::Swap { value, .. } => (RequestOp::Swap, *value, 0),
+    };
+    RequestRepr {
+        op,
+        seq,
+        offset,
+        len,
+        a,
+        b,
+        key: key.emit(),
+    }
+}
+
+/// What the errors of an operation name of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpInfo {
+    pub(crate) name: &'static str,
+    pub(crate) writes: bool,
+    pub(crate) atomic: bool,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl OpInfo {
+    /// What the errors of `op` name of it.
+    pub(crate) fn of(op: &RmaOp<'_>) -> OpInfo {
+        let (offset, len) = op.span();
+        OpInfo {
+            name: op.name(),
+            writes: op.writes(),
+            atomic: op.is_atomic(),
+            offset,
+            len,
+        }
+    }
+}
+
+/// The error of a request the target refused with `status` (counted in `local`'s
+/// statistics): the same errors the initiator's own checks and the shm grants give.
+pub(crate) fn reply_error(
+    local: &LocalRank,
+    peer: Addr,
+    key: &KeyRepr,
+    op: &RmaOp<'_>,
+    status: ReplyStatus,
+) -> Error {
+    reply_error_for(local, peer, key, OpInfo::of(op), status)
+}
+
+/// [`reply_error`] of an operation described by `info`.
+pub(crate) fn reply_error_for(
+    local: &LocalRank,
+    peer: Addr,
+    key: &KeyRepr,
+    info: OpInfo,
+    status: ReplyStatus,
+) -> Error {
+    let (offset, len) = (info.offset, info.len);
+    let error = match status {
+        ReplyStatus::Revoked => Error::RmaRevoked {
+            rank: peer.rank,
+            region: key.region,
+        },
+        ReplyStatus::WrongRights if !info.writes || key.rights.writable() => Error::RmaKeyRefused {
+            rank: peer.rank,
+            reason: "the key asks for writing, the region is read-only".into(),
+        },
+        ReplyStatus::WrongRights => Error::RmaRights {
+            operation: info.name,
+            rights: key.rights.name(),
+        },
+        ReplyStatus::OutOfBounds => Error::RmaOutOfBounds {
+            operation: info.name,
+            offset,
+            len,
+            region_len: key.len,
+        },
+        ReplyStatus::Misaligned => Error::RmaMisaligned { offset },
+        ReplyStatus::UnknownKey | ReplyStatus::Done => Error::RmaKeyRefused {
+            rank: peer.rank,
+            reason: "no live region of it matches the key (forged, revoked, or of another job)"
+                .into(),
+        },
+    };
+    refused(local, error)
+}
+
 /// Checks `op` against what `key` says of its region (bounds, rights, alignment) before
 /// any transport touches the target: the typed error, counted in `local`'s statistics.
 pub(crate) fn check(local: &LocalRank, key: &KeyRepr, op: &RmaOp<'_>) -> Result<(), Error> {
@@ -89,4 +239,83 @@ pub(crate) fn check(local: &LocalRank, key: &KeyRepr, op: &RmaOp<'_>) -> Result<
 pub(crate) fn refused(local: &LocalRank, error: Error) -> Error {
     local.regions.access_refused(error.to_string());
     error
+}
+
+/// Spins this many rounds (each yielding the CPU) before a waiting one-sided operation
+/// sleeps in `poll`.
+const SPIN_ROUNDS: u32 = 64;
+
+/// The longest sleep of a waiting one-sided operation between two looks.
+const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
+/// The waiting of one one-sided operation over a network transport: while it waits for its
+/// socket it serves the requests peers send this rank (two ranks may be waiting on each
+/// other's one-sided operations), spins a little, then sleeps in `poll` on its socket and
+/// the request connections, within the call's timeout (`QUIVER_TIMEOUT_MS`).
+pub(crate) struct Patience {
+    spins: u32,
+    deadline: Option<Instant>,
+    fds: Vec<libc::pollfd>,
+}
+
+impl Patience {
+    /// The waiting of one operation under `local`'s settings.
+    pub(crate) fn new(local: &LocalRank) -> Patience {
+        Patience {
+            spins: 0,
+            deadline: local.config.op_timeout.map(|t| Instant::now() + t),
+            fds: Vec::new(),
+        }
+    }
+
+    /// Waits a little for `fd` to become ready for `events` (none: only for the time, the
+    /// datagram engine's descriptor and the request connections), serving this rank's
+    /// request connections first.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] past the call's timeout.
+    pub(crate) fn wait(
+        &mut self,
+        local: &LocalRank,
+        fd: Option<(RawFd, i16)>,
+    ) -> Result<(), Error> {
+        local.rma.serve(&local.regions, (local.job_id, local.rank));
+        if self.spins < SPIN_ROUNDS {
+            self.spins += 1;
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut slice = SLEEP_SLICE;
+        if let Some(deadline) = self.deadline {
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: "waiting for a one-sided operation",
+                    millis: local.config.op_timeout.map_or(0, |t| t.as_millis() as u64),
+                });
+            }
+            slice = slice.min(deadline - now);
+        }
+        self.fds.clear();
+        if let Some((fd, events)) = fd {
+            self.fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+        if let Some(engine) = &local.dgram {
+            self.fds.push(libc::pollfd {
+                fd: engine.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            slice = slice.min(engine.timeout_within(slice));
+        }
+        local.rma.wake_fds(&mut self.fds);
+        let _ = quiver_transport::sys::poll(&mut self.fds, Some(slice));
+        // Spin again after a wake-up: the answer usually follows.
+        self.spins = SPIN_ROUNDS / 2;
+        Ok(())
+    }
 }

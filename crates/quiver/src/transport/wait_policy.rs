@@ -184,6 +184,14 @@ impl WaitPolicy {
         }
     }
 
+    /// Whether this rank shares its CPUs with the ranks it talks to (it yields at every
+    /// poll: ranks outnumber CPUs, or `QUIVER_YIELD=always`). Then no second core is free
+    /// to copy at the same time: a large shm rendezvous is pulled whole by the receiver
+    /// instead of split with a sender that may not be running.
+    pub fn shares_cpus(&self) -> bool {
+        self.yielding == Yielding::EveryPoll
+    }
+
     /// One line for `quiver info` and the logs: what a waiting call does, and why.
     pub fn describe(&self) -> String {
         let spin = self.spin.as_micros();

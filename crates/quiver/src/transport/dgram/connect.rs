@@ -22,6 +22,7 @@ use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::local::LocalRank;
+use crate::transport::rma_ops::RMA_PORT;
 
 /// Prefix of a failure that `connect` retries (the peer is not there yet).
 pub(super) const RETRY: &str = "retry:";
@@ -109,13 +110,15 @@ impl DgramShared {
     ) -> Result<Option<u64>> {
         let mut engine = self.lock();
         let peer = EndpointAddress::new(dst.rank, dst.port);
-        let accepting = engine
-            .router
-            .inbound_under_way(src.port, peer, Entry::handshake)
-            || ctx
-                .registry
-                .inbox(src.port)
-                .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire));
+        // A request connection for one-sided operations never rides on another.
+        let accepting = dst.port != RMA_PORT
+            && (engine
+                .router
+                .inbound_under_way(src.port, peer, Entry::handshake)
+                || ctx
+                    .registry
+                    .inbox(src.port)
+                    .is_some_and(|ep| ep.has_incoming.load(Ordering::Acquire)));
         if accepting {
             return Ok(None);
         }

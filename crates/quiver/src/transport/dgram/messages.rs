@@ -19,6 +19,10 @@ use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
 
+/// A receive window with less room than this left counts as full for the send-send
+/// deadlock (the peer cannot send a frame of useful size into it).
+const NEARLY_FULL_BYTES: u64 = 64 << 10;
+
 impl DgramShared {
     /// The short receive path of a blocking receive whose endpoint's only inbound edge is
     /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
@@ -196,6 +200,21 @@ impl DgramShared {
             .router
             .get(id)
             .is_some_and(|e| e.core.peek_message_len().is_some() || e.status != Status::Open)
+    }
+
+    /// Whether connection `id`'s read-ahead is full: a message has begun arriving that its
+    /// receive window cannot hold whole, or the window is nearly full of what this endpoint
+    /// has not taken (the peer cannot send more until it does). With the bytes of the
+    /// stream the peer acknowledged (a blocking send's progress).
+    pub(crate) fn read_ahead_full(&self, id: u64) -> (bool, u64) {
+        let engine = self.lock();
+        let window = engine.base.recv_window_bytes as u64;
+        engine.router.get(id).map_or((false, 0), |e| {
+            let full = e.core.peek_message_len().is_some_and(|len| {
+                len + 8 > window || e.core.stats().recv_buffered_bytes + NEARLY_FULL_BYTES >= window
+            });
+            (full, e.core.acked_bytes())
+        })
     }
 
     /// Whether the peer has sent a message on connection `id` (one it did not open).

@@ -77,6 +77,8 @@
 //! - `messages`: the endpoint's message calls (write, take, close);
 //! - `in_place`: sends from the caller's buffer (blocking and posted);
 //! - `posted_reads`: receives posted in place;
+//! - `rma`: one-sided operations, the initiator's request connection and the target's
+//!   serving of it;
 //! - `inbound`, `outbound`: the endpoint's edges over the engine's connections;
 //! - `endpoint_side`: what an endpoint keeps about the engine (posted receives handed to
 //!   it, the lone-edge receive path, closing).
@@ -98,6 +100,7 @@ mod posted_reads;
 pub(crate) mod protocols;
 mod receive;
 mod receive_uring;
+pub(crate) mod rma;
 mod router_host;
 mod send;
 mod sleepers;

@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use super::engine::DgramShared;
 use super::in_place::InPlace;
+use super::rma::DgramRma;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::slab::Key;
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::failure::{lost, Failure};
-use crate::transport::meanwhile::Meanwhile;
+use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fd, Wait, SLEEP_SLICE};
@@ -33,6 +34,10 @@ pub(crate) struct DgramOut {
     in_place: Vec<(u64, Key)>,
     /// The token the next posted send in place gets.
     next_token: u64,
+    /// The blocking send in progress, watched for a send-send deadlock.
+    watch: DeadlockWatch,
+    /// One-sided operations to the peer (their own connection, opened at the first).
+    pub(crate) rma: DgramRma,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -49,6 +54,8 @@ impl DgramOut {
             kind,
             in_place: Vec::new(),
             next_token: 0,
+            watch: DeadlockWatch::default(),
+            rma: DgramRma::default(),
         }
     }
 
@@ -76,6 +83,7 @@ impl DgramOut {
     /// any more. Earlier queued sends go first. The endpoint receives meanwhile.
     pub(crate) fn finish_send(&mut self, data: &[u8], endpoint: &mut dyn Meanwhile) -> Result<()> {
         let mut wait = Wait::new(endpoint.context().config);
+        self.watch = DeadlockWatch::default();
         while !self.net.queue.is_empty() {
             self.progress(&mut endpoint.context())?;
             if self.net.queue.is_empty() {
@@ -307,6 +315,7 @@ impl DgramOut {
             endpoint.poll_engine();
         }
         endpoint.receive()?;
+        let full = endpoint.read_ahead_full(self.net.peer);
         // Posted sends in place of this edge complete meanwhile too (failures are recorded
         // in the requests).
         let mut cx = endpoint.context();
@@ -314,6 +323,20 @@ impl DgramOut {
             let _ = self.progress(&mut cx);
         }
         let engine = engine_of(cx.local).expect("datagram connections need the engine");
+        // The send progresses as long as the peer acknowledges more of the stream.
+        let mark = if full {
+            engine.read_ahead_full(self.id).1
+        } else {
+            0
+        };
+        if self
+            .watch
+            .stuck(full, mark, cx.config.detect, (cx.addr, self.net.peer))
+        {
+            let name = self.kind.name();
+            tracing::warn!(target: "quiver::endpoint", peer = %self.net.peer, transport = name, "send-send deadlock: the peer is blocked sending to this endpoint beyond the read-ahead bound while this endpoint is blocked sending to it");
+            return Err(self.fail(Failure::SendDeadlock(name), what, &mut cx));
+        }
         wait_fd(
             engine.raw_fd(),
             libc::POLLIN,

@@ -14,9 +14,11 @@ use super::connect::{CROSSED, RETRY};
 use super::connection::{lent_of, Lender, Status};
 use super::engine::{DgramShared, Engine};
 use super::receive::{Reader, RECV_BUDGET_BYTES};
+use super::rma::adopt_requests;
 use super::udp_io::Socket;
 use crate::transport::local::LocalRank;
 use crate::transport::registry::NetInbound;
+use crate::transport::rma_ops::RMA_PORT;
 
 /// A connection's ack waits for the next poll (for the application's answer to carry it)
 /// only while it owes the peer at most this many frames.
@@ -229,7 +231,10 @@ impl Engine {
             match event {
                 Event::Established => {
                     entry.status = Status::Open;
-                    if entry.inbound && !entry.abandoned {
+                    let requests = entry.local_port == RMA_PORT && entry.inbound;
+                    if let Some(c) = ctx.filter(|_| requests && !entry.abandoned) {
+                        adopt_requests(c, id, entry.peer.rank);
+                    } else if entry.inbound && !entry.abandoned {
                         match ctx.and_then(|c| c.registry.inbox(entry.local_port)) {
                             Some(ep) => {
                                 if let Some(c) = ctx {

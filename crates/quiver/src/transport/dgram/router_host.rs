@@ -23,6 +23,7 @@ use crate::addr::Addr;
 use crate::random::random;
 use crate::transport::local::LocalRank;
 use crate::transport::registry::not_open_reason;
+use crate::transport::rma_ops::RMA_PORT;
 
 /// What the router asks of the engine while it accepts a Hello: borrowed from the engine's
 /// fields apart from its router, so that the router can be handed it while the engine's
@@ -81,6 +82,10 @@ impl RouterHost<SocketAddr, Entry> for EngineHost<'_> {
         self.ctx.is_some_and(|c| {
             if request.src_rank >= c.size {
                 return false;
+            }
+            if request.dst_port == RMA_PORT {
+                // One-sided requests: the rank serves them, whatever endpoints are open.
+                return true;
             }
             let open = c.registry.inbox(request.dst_port).is_some();
             if !open {

@@ -22,14 +22,13 @@ impl DgramShared {
     /// any of its connections is fed or changes state, then polls once, all under the
     /// engine's lock (so a delivery either is seen by the caller's look after this call or
     /// rings the doorbell).
-    pub(crate) fn arm_sleeper(&self, port: u16, inbox: &Arc<Inbox>, ctx: &LocalRank) -> u64 {
+    pub(crate) fn arm_sleeper(&self, port: u16, inbox: &Arc<Inbox>, ctx: &LocalRank) {
         let mut engine = self.lock();
         match engine.sleepers.iter_mut().find(|(p, _)| *p == port) {
             Some(entry) => entry.1 = inbox.clone(),
             None => engine.sleepers.push((port, inbox.clone())),
         }
         engine.poll(Some(ctx), self);
-        engine.news
     }
 
     /// How long until the protocol's next timer is due (None: no timer runs): a sleeper's

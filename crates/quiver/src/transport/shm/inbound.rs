@@ -4,7 +4,13 @@
 //! message out of the sender's memory ([`super::rendezvous`]). A peer that exits is
 //! noticed through its pidfd: what it wrote is still delivered, then its death is reported
 //! once; a ring that fails a check becomes [`Error::Corrupt`] on this edge only.
+//!
+//! While a blocking send of this endpoint waits, a sender asleep in a blocking send on
+//! this edge has its messages taken ahead ([`ShmIn::read_ahead`]) into buffers of the edge,
+//! at most `read_ahead_bytes`; receives deliver them first, in order. A message beyond
+//! that bound stays in the ring, and the waiting send reports the send-send deadlock.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -40,6 +46,20 @@ pub(crate) struct ShmIn {
     /// by a call that could not wait for its end: the fragments so far (its last fragment
     /// stays in the ring until it is delivered).
     partial: Option<Partial>,
+    /// Messages taken ahead of the receives while a send of this endpoint waited
+    /// ([`ShmIn::read_ahead`]), in order, delivered before anything in the ring.
+    ahead: VecDeque<Vec<u8>>,
+    /// Bytes in `ahead` (at most `read_ahead_bytes`).
+    ahead_bytes: usize,
+}
+
+/// What [`ShmIn::read_ahead`] left of a sender asleep in a blocking send on the edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AheadOutcome {
+    /// No sender waits on this edge, or what it waits for was taken (or is on its way).
+    Free,
+    /// The sender waits and its next message does not fit within the read-ahead bound.
+    Blocked,
 }
 
 /// The fragments of a message taken so far ([`ShmIn::partial`]).
@@ -69,6 +89,8 @@ impl ShmIn {
             state: InboundState::Open,
             cross_memory: accepted.cross_memory,
             partial: None,
+            ahead: VecDeque::new(),
+            ahead_bytes: 0,
         }
     }
 
@@ -88,7 +110,7 @@ impl ShmIn {
         detection: &mut Looks,
         endpoint: Addr,
     ) -> Result<Option<usize>> {
-        if self.state == InboundState::Open {
+        if self.state == InboundState::Open && self.ahead.is_empty() {
             match self.ring.peek() {
                 Ok(None) => return Ok(None),
                 Ok(Some(rec)) => {
@@ -99,7 +121,71 @@ impl ShmIn {
                 Err(_) => {}
             }
         }
+        if !self.ahead.is_empty() {
+            return self.take_ahead(dest);
+        }
         self.poll_ending(dest, wait, config, detection, endpoint)
+    }
+
+    /// Delivers the oldest message taken ahead into `dest` (`BufferTooSmall` leaves it).
+    #[cold]
+    fn take_ahead(&mut self, dest: &mut Dest<'_>) -> Result<Option<usize>> {
+        let Some(front) = self.ahead.front_mut() else {
+            return Ok(None);
+        };
+        let len = front.len();
+        if let Dest::Owned(v) = dest {
+            std::mem::swap(*v, front);
+        } else {
+            dest.prepare(len as u64)?.copy_from_slice(front);
+        }
+        self.ahead.pop_front();
+        self.ahead_bytes -= len;
+        Ok(Some(len))
+    }
+
+    /// While a blocking send of this endpoint waits: if the peer sleeps in a blocking send
+    /// on this edge (its ring's waiting flag), takes its messages out of the ring into
+    /// buffers of the edge, whole messages only, while they stay within `read_ahead_bytes`
+    /// (rendezvous messages pulled whole: the sender is not asked to help, it is waiting).
+    /// Nothing here waits. `Blocked` when the sender waits and its next message is beyond
+    /// the bound; an error leaves the message in the ring for a receive to report.
+    pub(crate) fn read_ahead(&mut self, config: &Config) -> AheadOutcome {
+        if self.state != InboundState::Open || !self.ring.producer_waiting() {
+            return AheadOutcome::Free;
+        }
+        let bound = config.read_ahead_bytes as u64;
+        while let Ok(Some(rec)) = self.ring.peek() {
+            let room = bound.saturating_sub(self.ahead_bytes as u64);
+            let len = match rec.kind {
+                Kind::Msg | Kind::Rndv => rec.total_len,
+                Kind::Cont => self.partial.as_ref().map_or(0, |p| p.buf.len() as u64),
+                Kind::Close | Kind::Pad => break,
+            };
+            if len > room {
+                self.ring.flush();
+                return AheadOutcome::Blocked;
+            }
+            let mut msg = Vec::new();
+            let mut dest = Dest::Owned(&mut msg);
+            let mut looks = Looks::default();
+            let taken = match rec.kind {
+                Kind::Rndv => self.take_rendezvous(rec, &mut dest, config, &mut looks, false),
+                _ => self.take_record(rec, &mut dest, false, config, &mut looks),
+            };
+            match taken {
+                Ok(Some(len)) => {
+                    msg.truncate(len);
+                    self.ahead_bytes += len;
+                    self.ahead.push_back(msg);
+                }
+                // Incomplete (the sender writes the rest once it sees the space), or an
+                // error a receive reports.
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.ring.flush();
+        AheadOutcome::Free
     }
 
     /// [`ShmIn::poll`] for an edge that is not simply open (done, broken, its peer dead or
@@ -196,7 +282,7 @@ impl ShmIn {
     ) -> Result<Option<usize>> {
         match rec.kind {
             Kind::Msg => self.take_eager(rec, dest, wait, config, detection),
-            Kind::Rndv => self.take_rendezvous(rec, dest, config, detection),
+            Kind::Rndv => self.take_rendezvous(rec, dest, config, detection, true),
             Kind::Close => {
                 self.ring.consume(&rec);
                 self.ring.flush();
@@ -213,13 +299,15 @@ impl ShmIn {
         }
     }
 
-    /// Pulls the rendezvous message `rec` announces out of the sender's memory into `dest`.
+    /// Pulls the rendezvous message `rec` announces out of the sender's memory into `dest`;
+    /// with `may_split`, a large one is copied by both processes at once.
     fn take_rendezvous(
         &mut self,
         rec: Record,
         dest: &mut Dest<'_>,
         config: &Config,
         detection: &mut Looks,
+        may_split: bool,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
         if self.ring.producer_closed() {
@@ -245,7 +333,9 @@ impl ShmIn {
         let seq = self.ring.next_rndv_seq();
         // Large copies are shared with the sender: it pushes the second part with
         // process_vm_writev while we pull the first, so both cores copy at once.
-        let split = if len >= SPLIT_MIN_BYTES {
+        // Not when this rank shares its CPUs: the sender may not run before the receiver
+        // could have copied the whole message itself, and it would wait for it.
+        let split = if may_split && len >= SPLIT_MIN_BYTES && !config.wait.shares_cpus() {
             (len / 2) & !(SPLIT_ALIGN - 1)
         } else {
             len
@@ -532,6 +622,9 @@ impl ShmIn {
 
     /// Whether a receive would find something here now (a record, or the edge's end).
     pub(crate) fn has_pending(&mut self) -> bool {
+        if !self.ahead.is_empty() {
+            return true;
+        }
         match self.state {
             InboundState::Done => false,
             InboundState::Open => !matches!(self.ring.peek(), Ok(None)),
@@ -540,15 +633,9 @@ impl ShmIn {
         }
     }
 
-    /// Whether the peer sleeps in a blocking send on this edge, waiting for this side to
-    /// take what it wrote (its ring's waiting flag).
-    pub(crate) fn sender_waiting(&self) -> bool {
-        self.state == InboundState::Open && self.ring.producer_waiting()
-    }
-
     /// Whether the edge still delivers or has an error to report.
     pub(crate) fn is_live(&self) -> bool {
-        self.state != InboundState::Done
+        self.state != InboundState::Done || !self.ahead.is_empty()
     }
 
     /// The peer's pidfd, to sleep on while the edge is open (readable when it exits).

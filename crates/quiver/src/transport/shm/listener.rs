@@ -22,13 +22,14 @@ use quiver_transport::sys;
 use quiver_wire::handshake::MAX_MESSAGE_LEN;
 use quiver_wire::shm_setup::{SetupRepr, SetupStatus};
 
-use super::rma_grant::{answer_key, RMA_PORT};
+use super::rma_grant::answer_key;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::handshakes::{serve, Accepted, Handshake, Outcome, Step};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::{not_open_reason, Inbox, NewInbound};
+use crate::transport::rma_ops::RMA_PORT;
 
 /// Time a single handshake step may take on the connecting side before it gives up (the
 /// listener allows [`HANDSHAKE_DEADLINE`] for the whole handshake).

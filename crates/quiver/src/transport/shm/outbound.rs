@@ -74,7 +74,8 @@ pub(crate) struct ShmOut {
     /// goes through the ring ([`ShmOut::eager_max`]).
     cross_memory: bool,
     /// Since when the blocking send in progress has seen the peer asleep in a blocking send
-    /// to this endpoint at every look (a send-send deadlock, once it lasts).
+    /// to this endpoint, beyond the read-ahead bound, at every look (a send-send deadlock,
+    /// once it lasts).
     peer_waiting_since: Option<Instant>,
     /// Whether the blocking send in progress raised the ring's waiting flag (it slept).
     flag_raised: bool,
@@ -140,9 +141,11 @@ impl ShmOut {
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
-    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it)
-    /// and says whether the peer named is itself asleep in a blocking send to this endpoint:
-    /// seen so for a quarter of the detection time while this send waits, the send returns
+    /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it),
+    /// takes ahead what peers asleep in a blocking send to this endpoint wrote (within
+    /// `read_ahead_bytes` per connection), and says whether the peer named stays asleep in a
+    /// blocking send to this endpoint with a message beyond that bound: seen so for a
+    /// quarter of the detection time while this send waits, the send returns
     /// [`Error::SendDeadlock`] (neither side would ever receive).
     pub(crate) fn send(
         &mut self,
@@ -562,7 +565,8 @@ impl ShmOut {
     }
 
     /// A look, while a blocking send waits, at whether the peer is asleep in a blocking send
-    /// to this endpoint (`peer_waiting`). Neither can then ever take the other's message:
+    /// to this endpoint with a message beyond the read-ahead bound (`peer_waiting`).
+    /// Neither can then ever take the other's message:
     /// seen so at every look for a quarter of the detection time (a flag of the peer's that
     /// was stale when first read would have cleared by then), the connection fails with
     /// [`Error::SendDeadlock`]. Off when detection is (`QUIVER_DETECT_MS=0`).

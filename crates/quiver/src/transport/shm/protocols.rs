@@ -15,7 +15,7 @@ pub(crate) fn ranges(config: &Config) -> Vec<ProtocolRange> {
     // inline bytes needs no fragment.
     let inline_max = INLINE_BYTES.min(eager_max);
     let rendezvous_first = eager_max + 1;
-    consecutive(vec![
+    let mut ranges = vec![
         (
             0,
             "short",
@@ -45,7 +45,9 @@ pub(crate) fn ranges(config: &Config) -> Vec<ProtocolRange> {
                 size_text(eager_max)
             ),
         ),
-        (
+    ];
+    if !config.wait.shares_cpus() {
+        ranges.push((
             rendezvous_first.max(SPLIT_MIN_BYTES),
             "rendezvous-split",
             format!(
@@ -54,8 +56,9 @@ pub(crate) fn ranges(config: &Config) -> Vec<ProtocolRange> {
                  (process_vm_writev); from {} and above QUIVER_SHM_EAGER_MAX",
                 size_text(SPLIT_MIN_BYTES)
             ),
-        ),
-    ])
+        ));
+    }
+    consecutive(ranges)
 }
 
 /// The ranges of a shm connection whose receiver cannot read the sender's memory
@@ -119,6 +122,25 @@ mod tests {
         assert_eq!(ranges[0].last, Some(0));
         assert_eq!(ranges[1].protocol, "rendezvous");
         assert_eq!(ranges[1].first, 1);
+    }
+
+    /// A rank that shares its CPUs (it yields at every poll) never splits a rendezvous: the
+    /// sender it would wait for may not be running.
+    #[test]
+    fn a_rank_sharing_its_cpus_does_not_split() {
+        use crate::transport::wait_policy::{WaitPolicy, YieldMode, DEFAULT_YIELD_SPIN};
+        let shared = Config {
+            wait: WaitPolicy::resolve(
+                std::time::Duration::from_millis(2),
+                YieldMode::Always,
+                DEFAULT_YIELD_SPIN,
+                Default::default(),
+            ),
+            ..Config::default()
+        };
+        assert!(shared.wait.shares_cpus());
+        assert_eq!(ranges_of(&shared), ["short", "eager", "rendezvous"]);
+        assert!(!Config::default().wait.shares_cpus());
     }
 
     fn ranges_of(config: &Config) -> Vec<&'static str> {

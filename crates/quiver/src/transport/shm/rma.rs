@@ -19,12 +19,11 @@ use quiver_transport::sys;
 use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, GRANT_LEN};
 
 use super::connect::handshake;
-use super::rma_grant::RMA_PORT;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::transport::local::LocalRank;
 use crate::transport::retry::Attempt;
-use crate::transport::rma_ops::{refused, RmaOp};
+use crate::transport::rma_ops::{refused, RmaOp, RMA_PORT};
 
 /// The regions of one peer an edge mapped, by key.
 #[derive(Debug, Default)]

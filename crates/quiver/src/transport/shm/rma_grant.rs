@@ -11,9 +11,6 @@ use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, Rights};
 
 use crate::transport::local::LocalRank;
 
-/// The port a key request asks for in the handshake: no endpoint can open it.
-pub(crate) const RMA_PORT: u16 = u16::MAX;
-
 /// Answers the key request `message` that rank `peer` sent on `sock` after the handshake:
 /// the grant and, when granted, the region's descriptor.
 pub(crate) fn answer_key(

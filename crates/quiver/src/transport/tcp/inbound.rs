@@ -327,16 +327,22 @@ impl TcpIn {
         }
     }
 
+    /// Whether read-ahead stopped at this open edge's next message (beyond a bound).
+    pub(crate) fn read_ahead_stalled(&self) -> bool {
+        self.net.state == InboundState::Open && self.reader.stalled
+    }
+
     /// While the endpoint waits for a send, takes what the peer sent into internal buffers:
     /// whole messages, and a large one as it arrives, while all held buffers stay within
     /// `max_held` (`held_total`: what the endpoint's tcp edges hold so far, this one's
-    /// included; updated). `readable`: the stream had something at the endpoint's poll.
-    /// Stops (marking the edge `stalled`) where the bound stops it.
+    /// included; updated) and this edge's within `per_edge` (`read_ahead_bytes`).
+    /// `readable`: the stream had something at the endpoint's poll. Stops (marking the
+    /// edge `stalled`) where a bound stops it.
     pub(crate) fn read_ahead(
         &mut self,
         readable: bool,
         held_total: &mut u64,
-        max_held: u64,
+        (max_held, per_edge): (u64, u64),
         pool: &Pool,
     ) {
         if self.net.state != InboundState::Open {
@@ -384,7 +390,7 @@ impl TcpIn {
                 let whole = HEADER_LEN as u64 + len;
                 let large = whole > tcp.buf.len() as u64;
                 if whole <= avail as u64 || large {
-                    if *held_total + len > max_held {
+                    if *held_total + len > max_held || tcp.held_bytes as u64 + len > per_edge {
                         tcp.stalled = true;
                         break None;
                     }

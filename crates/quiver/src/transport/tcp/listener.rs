@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use quiver_proto::handshake::{RejectReason, Responder};
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
 
+use super::rma::TcpServed;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
@@ -20,6 +21,7 @@ use crate::transport::handshakes::{serve, Accepted, Handshake, Outcome, Step};
 use crate::transport::liveness::{identity_params, local_peer_pid};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::{not_open_reason, Inbox, NetInbound};
+use crate::transport::rma_ops::RMA_PORT;
 
 /// A rank's tcp listener thread.
 #[derive(Debug)]
@@ -98,6 +100,9 @@ struct PendingTcp {
     ///
     /// [`Crossings::begin_accept`]: super::crossing::Crossings::begin_accept
     claim: Option<(Arc<Inbox>, Addr)>,
+    /// A request stream for one-sided operations (the hello asked for [`RMA_PORT`]), of
+    /// this rank: handed to the rank's request service, not to an endpoint.
+    requests_from: Option<u32>,
 }
 
 impl PendingTcp {
@@ -118,6 +123,7 @@ impl PendingTcp {
             message: [0; MAX_MESSAGE_LEN],
             filled: 0,
             claim: None,
+            requests_from: None,
         })
     }
 
@@ -175,8 +181,23 @@ impl PendingTcp {
                 return Step::Finished(Err(format!("hello: {e}")));
             }
         };
-        let endpoint = local.registry.inbox(request.dst_port);
         let valid_src = request.src_rank < local.size;
+        if request.dst_port == RMA_PORT && valid_src {
+            self.requests_from = Some(request.src_rank);
+            let answered = self
+                .handshake
+                .accept(&identity_params())
+                .map_err(|e| e.to_string())
+                .and_then(|()| self.flush());
+            return match answered {
+                Ok(()) => {
+                    self.stage = Stage::Proof;
+                    Step::Waiting
+                }
+                Err(why) => Step::Finished(Err(why)),
+            };
+        }
+        let endpoint = local.registry.inbox(request.dst_port);
         let Some(endpoint) = endpoint.filter(|_| valid_src) else {
             let _ = self.handshake.reject(RejectReason::NoSuchEndpoint);
             let _ = self.flush();
@@ -218,6 +239,9 @@ impl PendingTcp {
 
     /// The proof arrived: refuse it, or send the verdict and hand the stream over.
     fn on_proof(&mut self, local: &LocalRank, len: usize) -> Step {
+        if let Some(rank) = self.requests_from {
+            return self.on_request_stream_proof(local, rank, len);
+        }
         let Some((endpoint, peer)) = self.claim.clone() else {
             return Step::Finished(Err("a proof before the hello".into()));
         };
@@ -245,6 +269,29 @@ impl PendingTcp {
             pid,
             open,
         });
+        Step::Finished(Ok(Outcome::Accepted))
+    }
+}
+
+impl PendingTcp {
+    /// The proof of a request stream's handshake arrived: refuse it, or send the verdict
+    /// and hand the stream to the rank's request service.
+    fn on_request_stream_proof(&mut self, local: &LocalRank, rank: u32, len: usize) -> Step {
+        if let Err(e) = self.handshake.handle_proof(&self.message[..len]) {
+            let _ = self.flush();
+            return Step::Finished(Err(format!("rank {rank}: {e}")));
+        }
+        if let Err(why) = self.flush() {
+            return Step::Finished(Err(why));
+        }
+        let Some(stream) = self.stream.take() else {
+            return Step::Finished(Err("no stream".into()));
+        };
+        tracing::debug!(rank, "accepted a one-sided request stream");
+        local.registry.accepted();
+        local.rma.adopt(Box::new(TcpServed::new(stream, rank)));
+        // A sleeping endpoint watches the request streams it knew of: wake it for this one.
+        local.registry.wake_all();
         Step::Finished(Ok(Outcome::Accepted))
     }
 }

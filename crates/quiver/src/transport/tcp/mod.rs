@@ -9,5 +9,6 @@ pub(crate) mod listener;
 pub(crate) mod outbound;
 pub(crate) mod protocols;
 pub(crate) mod reader;
+pub(crate) mod rma;
 pub(crate) mod stats;
 pub(crate) mod writer;

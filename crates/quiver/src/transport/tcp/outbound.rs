@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
+use super::rma::TcpRma;
 use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
@@ -22,7 +23,7 @@ use crate::slab::Key;
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::failure::{io_failure, Failure};
 use crate::transport::liveness::PeerProcess;
-use crate::transport::meanwhile::Meanwhile;
+use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{stopped_for, NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
@@ -34,6 +35,8 @@ pub(crate) struct TcpOut {
     stream: TcpStream,
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
+    /// One-sided operations to the peer (their own stream, opened at the first).
+    pub(crate) rma: TcpRma,
     /// The socket refused the rest of the queue's front at the last progress: the next
     /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
     full: bool,
@@ -55,6 +58,7 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
+            rma: TcpRma::default(),
             full: false,
             _open: open,
         }
@@ -96,19 +100,30 @@ impl TcpOut {
         endpoint: &mut dyn Meanwhile,
     ) -> Result<()> {
         let mut wait = Wait::new(endpoint.context().config);
+        let mut watch = DeadlockWatch::default();
         while !self.net.queue.is_empty() {
             self.progress(&mut endpoint.context())?;
             if self.net.queue.is_empty() {
                 break;
             }
-            self.wait_writable(&mut wait, "flushing earlier sends", endpoint)?;
+            let mark = self.net.queue.front().map_or(0, |q| q.written) as u64
+                + ((self.net.queue.len() as u64) << 48);
+            self.wait_writable(
+                &mut wait,
+                "flushing earlier sends",
+                endpoint,
+                (&mut watch, mark),
+            )?;
         }
         loop {
             match self.write(data, &mut written) {
                 Ok(true) => return Ok(()),
-                Ok(false) => {
-                    self.wait_writable(&mut wait, "waiting for the peer to take data", endpoint)?
-                }
+                Ok(false) => self.wait_writable(
+                    &mut wait,
+                    "waiting for the peer to take data",
+                    endpoint,
+                    (&mut watch, written as u64),
+                )?,
                 Err(f) => return Err(self.fail(f, "while sending", &mut endpoint.context())),
             }
         }
@@ -213,9 +228,10 @@ impl TcpOut {
         wait: &mut Wait,
         what: &'static str,
         endpoint: &mut dyn Meanwhile,
+        (watch, mark): (&mut DeadlockWatch, u64),
     ) -> Result<()> {
         loop {
-            self.wait(wait, what, endpoint)?;
+            self.wait(wait, what, endpoint, (&mut *watch, mark))?;
             if self.writable() {
                 return Ok(());
             }
@@ -234,17 +250,34 @@ impl TcpOut {
     }
 
     /// One step of waiting for the socket to take more. Meanwhile the endpoint receives
-    /// what it can (the peer may be blocked sending to us).
+    /// what it can (the peer may be blocked sending to us). `mark` changes whenever the
+    /// send progresses: stuck while the peer's next message to us is beyond the read-ahead
+    /// bound ([`DeadlockWatch`]), the connection fails with [`Error::SendDeadlock`].
     fn wait(
         &mut self,
         wait: &mut Wait,
         what: &'static str,
         endpoint: &mut dyn Meanwhile,
+        (watch, mark): (&mut DeadlockWatch, u64),
     ) -> Result<()> {
         // Acknowledgements (and credit) of datagram connections arrive through the
         // engine: take them every round.
         endpoint.poll_engine();
         endpoint.receive()?;
+        let full = endpoint.read_ahead_full(self.net.peer);
+        let (detect, me) = {
+            let cx = endpoint.context();
+            (cx.config.detect, cx.addr)
+        };
+        if watch.stuck(full, mark, detect, (me, self.net.peer)) {
+            let peer = self.net.peer;
+            tracing::warn!(target: "quiver::endpoint", peer = %peer, transport = "tcp", "send-send deadlock: the peer is blocked sending to this endpoint beyond the read-ahead bound while this endpoint is blocked sending to it");
+            let err = self.fail(Failure::SendDeadlock("tcp"), what, &mut endpoint.context());
+            // The peer reads the end of the stream where our message stopped (an error for
+            // its receive of it, not a wait); its own message to us is still read.
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            return Err(err);
+        }
         self.pollfds.clear();
         self.pollfds.push(libc::pollfd {
             fd: self.stream.as_raw_fd(),

@@ -1,0 +1,218 @@
+/* The C API's error paths, each checked for its documented code (scripts/check-c runs
+ * every mode):
+ *
+ *   errors handles                      no job: NULL, zero, made-up and freed handles,
+ *                                       strerror, a context without a job
+ *   quiver run -n 2 -- errors job       a buffer too small (the message kept, its length
+ *                                       told), another endpoint's connection, a second
+ *                                       thread in a busy endpoint, a closed connection,
+ *                                       a dead peer
+ *   errors wrong-key                    by hand, rank 1 of a job whose rank 0 holds
+ *                                       another key (QUIVER_* set by the caller)
+ *
+ * Exits 0 when every check passed; prints each failed one.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <quiver.h>
+
+static int failures = 0;
+
+#define EXPECT(call, code)                                                               \
+    do {                                                                                 \
+        quiver_status got_ = (call);                                                     \
+        if (got_ != (code)) {                                                            \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %s; message: %s\n",     \
+                    __FILE__, __LINE__, #call, (int)got_, quiver_strerror(got_), #code,  \
+                    quiver_last_error_message());                                        \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static int handles(void) {
+    quiver_context zero_ctx = {0};
+    quiver_endpoint zero_ep = {0};
+    quiver_conn zero_conn = {0};
+    quiver_endpoint made_up = {.id = 0x1234567800000007ull};
+    uint32_t rank;
+    char buf[8];
+    size_t len;
+
+    EXPECT(quiver_context_rank(zero_ctx, &rank), QUIVER_ERR_BAD_HANDLE);
+    CHECK(strstr(quiver_last_error_message(), "not an open context handle") != NULL);
+    EXPECT(quiver_context_free(zero_ctx), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_endpoint_free(zero_ep), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_endpoint_free(made_up), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_send(made_up, zero_conn, "x", 1), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_recv(zero_ep, buf, sizeof buf, &len, NULL), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_try_recv(made_up, buf, sizeof buf, NULL, NULL), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_endpoint_open(zero_ctx, 0, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_context_from_env(NULL), QUIVER_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(quiver_last_error_message(), "out is NULL") != NULL);
+    /* A NULL buffer with a length is refused before the handle is looked at. */
+    EXPECT(quiver_send(made_up, zero_conn, NULL, 5), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_recv(made_up, NULL, 5, NULL, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+
+    CHECK(strcmp(quiver_strerror(QUIVER_OK), "success") == 0);
+    CHECK(strcmp(quiver_strerror((quiver_status)9999), "unknown quiver status") == 0);
+    CHECK(strcmp(quiver_strerror((quiver_status)-1), "unknown quiver status") == 0);
+    CHECK(strlen(quiver_version()) > 0);
+
+    /* No launcher, no QUIVER_RANK: the environment describes no job. */
+    quiver_context ctx;
+    quiver_status s = quiver_context_from_env(&ctx);
+    CHECK(s == QUIVER_ERR_CONFIG);
+    if (s != QUIVER_ERR_CONFIG) {
+        fprintf(stderr, "quiver_context_from_env without a job: %s: %s\n", quiver_strerror(s),
+                quiver_last_error_message());
+    }
+    return failures;
+}
+
+struct blocked {
+    quiver_endpoint ep;
+    quiver_status status;
+    size_t len;
+};
+
+static void *receive_one(void *arg) {
+    struct blocked *b = arg;
+    char buf[16];
+    b->status = quiver_recv(b->ep, buf, sizeof buf, &b->len, NULL);
+    return NULL;
+}
+
+static void ok(quiver_status status, const char *what) {
+    if (status != QUIVER_OK) {
+        fprintf(stderr, "%s: %s: %s\n", what, quiver_strerror(status),
+                quiver_last_error_message());
+        exit(1);
+    }
+}
+
+static int job(void) {
+    quiver_context ctx;
+    ok(quiver_context_from_env(&ctx), "quiver_context_from_env");
+    uint32_t rank;
+    ok(quiver_context_rank(ctx, &rank), "quiver_context_rank");
+    quiver_endpoint ep, other;
+    ok(quiver_endpoint_open(ctx, 0, &ep), "quiver_endpoint_open");
+    ok(quiver_endpoint_open(ctx, 1, &other), "quiver_endpoint_open 1");
+    EXPECT(quiver_endpoint_open(ctx, 0, &other), QUIVER_ERR_INVALID_ARGUMENT); /* port open */
+    quiver_conn conn;
+    ok(quiver_connect(ep, (quiver_addr){.rank = 1 - rank, .port = 0}, &conn), "quiver_connect");
+    /* A connection is valid only with its own endpoint. */
+    EXPECT(quiver_send(other, conn, "x", 1), QUIVER_ERR_BAD_HANDLE);
+    quiver_conn forged = {.id = conn.id + 1};
+    EXPECT(quiver_send(ep, forged, "x", 1), QUIVER_ERR_BAD_HANDLE);
+
+    char big[100], small[10], go = 'g';
+    size_t len = 0;
+    quiver_addr src;
+    if (rank == 1) {
+        memset(big, 7, sizeof big);
+        ok(quiver_send(ep, conn, big, sizeof big), "quiver_send");
+        /* Wait for rank 0's "go", then die without closing anything. */
+        ok(quiver_recv(ep, &go, 1, &len, NULL), "quiver_recv go");
+        fflush(stderr);
+        _exit(failures ? 1 : 0);
+    }
+    EXPECT(quiver_recv(ep, small, sizeof small, &len, &src), QUIVER_ERR_BUFFER_TOO_SMALL);
+    CHECK(len == sizeof big);
+    CHECK(strstr(quiver_last_error_message(), "too small") != NULL);
+    EXPECT(quiver_recv(ep, big, sizeof big, &len, &src), QUIVER_OK); /* the message was kept */
+    CHECK(len == sizeof big && big[0] == 7 && big[99] == 7 && src.rank == 1);
+
+    /* A second thread in a busy endpoint is refused, not raced. */
+    struct blocked b = {.ep = other, .status = QUIVER_OK};
+    pthread_t thread;
+    ok(quiver_endpoint_set_timeout(other, 2000), "quiver_endpoint_set_timeout");
+    pthread_create(&thread, NULL, receive_one, &b);
+    usleep(300 * 1000);
+    EXPECT(quiver_try_recv(other, small, sizeof small, NULL, NULL), QUIVER_ERR_BUSY);
+    pthread_join(thread, NULL);
+    CHECK(b.status == QUIVER_ERR_TIMEOUT);
+    int64_t timeout;
+    ok(quiver_endpoint_timeout(other, &timeout), "quiver_endpoint_timeout");
+    CHECK(timeout == 2000);
+
+    /* The peer dies: the receive reports it, with a message naming it. */
+    ok(quiver_send(ep, conn, &go, 1), "quiver_send go");
+    quiver_status dead = quiver_recv(ep, big, sizeof big, &len, &src);
+    CHECK(dead == QUIVER_ERR_PEER_DEAD);
+    if (dead != QUIVER_ERR_PEER_DEAD) {
+        fprintf(stderr, "receive after the peer died: %s: %s\n", quiver_strerror(dead),
+                quiver_last_error_message());
+    } else {
+        CHECK(strstr(quiver_last_error_message(), "died") != NULL);
+    }
+
+    /* Closing: a closed connection is refused afterwards. */
+    quiver_conn to_self;
+    ok(quiver_connect(other, (quiver_addr){.rank = 0, .port = 0}, &to_self), "connect self");
+    ok(quiver_close(other, to_self), "quiver_close");
+    EXPECT(quiver_send(other, to_self, "x", 1), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_close(other, to_self), QUIVER_ERR_INVALID_ARGUMENT);
+
+    ok(quiver_endpoint_free(other), "quiver_endpoint_free other");
+    EXPECT(quiver_endpoint_free(other), QUIVER_ERR_BAD_HANDLE); /* freed twice */
+    EXPECT(quiver_try_recv(other, small, sizeof small, NULL, NULL), QUIVER_ERR_BAD_HANDLE);
+    ok(quiver_endpoint_free(ep), "quiver_endpoint_free");
+    ok(quiver_context_free(ctx), "quiver_context_free");
+    EXPECT(quiver_context_free(ctx), QUIVER_ERR_BAD_HANDLE);
+    return failures;
+}
+
+static int wrong_key(void) {
+    quiver_context ctx;
+    ok(quiver_context_from_env(&ctx), "quiver_context_from_env");
+    uint32_t rank;
+    ok(quiver_context_rank(ctx, &rank), "quiver_context_rank");
+    quiver_endpoint ep;
+    ok(quiver_endpoint_open(ctx, 0, &ep), "quiver_endpoint_open");
+    if (rank == 0) {
+        sleep(4); /* rank 1 (another key) tries to connect meanwhile */
+    } else {
+        quiver_conn conn;
+        quiver_status s = quiver_connect(ep, (quiver_addr){.rank = 0, .port = 0}, &conn);
+        CHECK(s == QUIVER_ERR_WRONG_KEY);
+        if (s != QUIVER_ERR_WRONG_KEY) {
+            fprintf(stderr, "connect with another key: %s: %s\n", quiver_strerror(s),
+                    quiver_last_error_message());
+        }
+    }
+    ok(quiver_endpoint_free(ep), "quiver_endpoint_free");
+    ok(quiver_context_free(ctx), "quiver_context_free");
+    return failures;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    int result;
+    if (strcmp(mode, "handles") == 0) {
+        result = handles();
+    } else if (strcmp(mode, "job") == 0) {
+        result = job();
+    } else if (strcmp(mode, "wrong-key") == 0) {
+        result = wrong_key();
+    } else {
+        fprintf(stderr, "usage: errors handles | job | wrong-key\n");
+        return 2;
+    }
+    if (result == 0) {
+        printf("errors %s: every check passed\n", mode);
+    }
+    return result ? 1 : 0;
+}

@@ -1,0 +1,610 @@
+//! One-sided operations over tcp, in software: the initiator opens one more stream to the
+//! target's listener, asking for the reserved port [`RMA_PORT`] in the job-key handshake,
+//! and sends requests on it ([`TcpRma`]); the listener hands that stream to the rank's
+//! request service, where whichever endpoint of the target calls into quiver next applies
+//! each request to the region ([`TcpServed`]). The layouts are `quiver_wire::rma_request`.
+//!
+//! Bytes move without staging copies: a put's data goes from the caller's buffer into the
+//! socket (one gathered `sendmsg` with the request) and at the target from the socket
+//! straight into the region (`recv` into the mapping); a get's reply leaves the region the
+//! same way and lands straight in the caller's buffer.
+//!
+//! A request stream carries one operation at a time from one initiator's edge: the
+//! initiator writes a request (and a put's data) and reads its reply before the next one.
+//! So a put is done, applied at the target, when `put` returns, and a message sent after
+//! it arrives after its data is visible.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quiver_transport::region::SharedRegion;
+use quiver_transport::tcp::write_gathered;
+use quiver_wire::rma::KeyRepr;
+use quiver_wire::rma_request::{
+    ReplyRepr, ReplyStatus, RequestOp, RequestRepr, REPLY_LEN, REQUEST_LEN,
+};
+
+use super::connect::{connect, Connected};
+use crate::addr::Addr;
+use crate::error::{Error, Result};
+use crate::transport::failure::Failure;
+use crate::transport::liveness::PeerProcess;
+use crate::transport::local::LocalRank;
+use crate::transport::regions::RegionTable;
+use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
+use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
+
+/// What a tcp edge keeps for its one-sided operations: the request stream to the peer,
+/// opened at the first operation (module docs).
+#[derive(Debug, Default)]
+pub(crate) struct TcpRma {
+    stream: Option<RequestStream>,
+    seq: u32,
+    /// The target died or closed its context: every later operation fails at once.
+    ended: Option<Failure>,
+    /// Posted operations outstanding on the stream.
+    pipeline: Pipeline,
+}
+
+/// An open request stream and the target's process, when it runs on this node.
+#[derive(Debug)]
+struct RequestStream {
+    stream: TcpStream,
+    peer: Addr,
+    process: Option<PeerProcess>,
+}
+
+impl TcpRma {
+    /// Applies `op` (already checked against `key`) to the region of `peer` that `key`
+    /// names, through the peer's software path; the word before, for an atomic.
+    ///
+    /// # Errors
+    /// The target's refusals ([`Error::RmaKeyRefused`], [`Error::RmaRevoked`], ...),
+    /// [`Error::PeerDead`] when the target's process ended, [`Error::PeerClosed`] or
+    /// [`Error::Unreachable`] when its stream did, [`Error::Timeout`], the connect's.
+    pub(crate) fn apply(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        op: RmaOp<'_>,
+    ) -> Result<u64> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut op = op;
+        let request = request_for(&op, key, self.seq);
+        self.drain(local, peer)?;
+        self.check(peer)?;
+        self.open(local, src, peer)?;
+        let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
+            RmaOp::Put { data, .. } => (data, None),
+            RmaOp::Get { buf, .. } => (&[], Some(&mut **buf)),
+            _ => (&[], None),
+        };
+        let reply = match self.exchange(local, peer, &request, data, buf) {
+            Ok(reply) => reply,
+            Err(e) => return Err(self.forget(e)),
+        };
+        match reply.status {
+            ReplyStatus::Done => Ok(reply.value),
+            status => Err(reply_error(local, peer, key, &op, status)),
+        }
+    }
+
+    /// Waits until every earlier operation on the stream is applied at `peer` (they are
+    /// by now: each waited for its reply) and the target still answers.
+    ///
+    /// # Errors
+    /// As [`TcpRma::apply`].
+    pub(crate) fn flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        self.drain(local, peer)?;
+        self.check(peer)?;
+        if self.stream.is_none() {
+            // Nothing was ever sent: nothing to make visible.
+            return Ok(());
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let request = RequestRepr {
+            op: RequestOp::Flush,
+            seq: self.seq,
+            offset: 0,
+            len: 0,
+            a: 0,
+            b: 0,
+            key: [0; quiver_wire::rma::KEY_LEN],
+        };
+        match self.exchange(local, peer, &request, &[], None) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.forget(e)),
+        }
+    }
+
+    /// Posts `op` (already checked against `key`; `buf` is a put's data or a get's
+    /// buffer, handed over): its number, to [`TcpRma::take`] its completion later.
+    ///
+    /// # Errors
+    /// The stream could not be opened, or the target ended before.
+    pub(crate) fn post(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        (op, buf): (OpInfo, Vec<u8>),
+        request: RequestRepr,
+    ) -> Result<u32> {
+        self.check(peer)?;
+        self.open(local, src, peer)?;
+        self.seq = self.seq.wrapping_add(1);
+        let request = RequestRepr {
+            seq: self.seq,
+            ..request
+        };
+        self.pipeline.post(&request, *key, op, buf);
+        self.progress(local, peer);
+        Ok(request.seq)
+    }
+
+    /// Moves the posted operations on as far as the stream allows now; a stream that
+    /// ended completes them with its error.
+    pub(crate) fn progress(&mut self, local: &LocalRank, peer: Addr) {
+        if self.pipeline.is_idle() {
+            return;
+        }
+        if let Some(rs) = self.stream.as_mut() {
+            if let Err(e) = self.pipeline.progress(rs, local, peer) {
+                let _ = self.forget(e);
+            }
+        }
+    }
+
+    /// The completion of posted operation `seq`, once it came.
+    pub(crate) fn take(&mut self, seq: u32) -> Option<Outcome> {
+        self.pipeline.take(seq)
+    }
+
+    /// What a sleeping call should wake up for while operations are posted.
+    pub(crate) fn wake(&self) -> Option<libc::pollfd> {
+        let rs = self.stream.as_ref().filter(|_| !self.pipeline.is_idle())?;
+        let mut events = libc::POLLIN;
+        if self.pipeline.wants_to_send() {
+            events |= libc::POLLOUT;
+        }
+        Some(libc::pollfd {
+            fd: rs.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        })
+    }
+
+    /// Waits until every posted operation is complete (a blocking one follows).
+    fn drain(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
+        let mut patience = Patience::new(local);
+        loop {
+            self.progress(local, peer);
+            if self.pipeline.is_idle() {
+                return Ok(());
+            }
+            let fd = self.wake().map(|p| (p.fd, p.events));
+            patience.wait(local, fd)?;
+        }
+    }
+
+    /// The error of a target that ended, if it did.
+    fn check(&self, peer: Addr) -> Result<()> {
+        match &self.ended {
+            Some(failure) => Err(failure.to_error(peer, "during a one-sided operation")),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the stream after `e`, remembering a target that died or closed; returns `e`.
+    fn forget(&mut self, e: Error) -> Error {
+        self.stream = None;
+        // Completes whatever was posted with the error.
+        self.pipeline.fail(&e);
+        match e {
+            Error::PeerDead { .. } => self.ended = Some(Failure::Dead),
+            Error::PeerClosed { .. } => self.ended = Some(Failure::Closed),
+            _ => {}
+        }
+        e
+    }
+
+    /// Opens the request stream to `peer` if this edge has none yet.
+    fn open(&mut self, local: &LocalRank, src: Addr, peer: Addr) -> Result<()> {
+        if self.stream.is_some() {
+            return Ok(());
+        }
+        let to = *local
+            .addrs
+            .get(peer.rank as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("rank {} has no address", peer.rank)))?;
+        let deadline = Instant::now() + local.config.connect_timeout;
+        let service = Addr::new(peer.rank, RMA_PORT);
+        let (stream, pid) = match connect(local, src, service, to, deadline, || Ok(None::<()>))? {
+            Connected::New(stream, pid) => (stream, pid),
+            Connected::Reused(()) => unreachable!("a request stream is never reused"),
+        };
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::io(format!("configuring the request stream to {peer}"), e))?;
+        self.stream = Some(RequestStream {
+            stream,
+            peer,
+            process: pid.and_then(PeerProcess::open),
+        });
+        Ok(())
+    }
+
+    /// Sends `request` (and a put's `data`) and reads its reply (a get's data into `buf`).
+    fn exchange(
+        &mut self,
+        local: &LocalRank,
+        peer: Addr,
+        request: &RequestRepr,
+        data: &[u8],
+        buf: Option<&mut [u8]>,
+    ) -> Result<ReplyRepr> {
+        let Some(rs) = self.stream.as_mut() else {
+            unreachable!("opened before any exchange")
+        };
+        let mut patience = Patience::new(local);
+        let head = request.emit();
+        let total = REQUEST_LEN + data.len();
+        let mut written = 0;
+        while written < total {
+            match write_gathered(&rs.stream, &[&head, data], written) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let fd = (rs.stream.as_raw_fd(), libc::POLLOUT);
+                    patience.wait(local, Some(fd))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(rs.ended(peer, &e.to_string())),
+            }
+        }
+        let mut head = [0u8; REPLY_LEN];
+        rs.read_exact(local, peer, &mut head, &mut patience)?;
+        let corrupt = |detail: String| Error::Corrupt {
+            peer,
+            detail: format!("one-sided reply: {detail}"),
+        };
+        let reply = ReplyRepr::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+        if reply.seq != request.seq {
+            return Err(corrupt(format!(
+                "answers request {}, not {}",
+                reply.seq, request.seq
+            )));
+        }
+        match buf {
+            Some(buf) if reply.status == ReplyStatus::Done => {
+                if reply.len != buf.len() as u64 {
+                    return Err(corrupt(format!(
+                        "{} bytes for a get of {}",
+                        reply.len,
+                        buf.len()
+                    )));
+                }
+                rs.read_exact(local, peer, buf, &mut patience)?;
+            }
+            _ if reply.len != 0 => {
+                return Err(corrupt(format!("{} bytes of data unasked", reply.len)));
+            }
+            _ => {}
+        }
+        Ok(reply)
+    }
+}
+
+impl RequestChannel for RequestStream {
+    fn send(
+        &mut self,
+        _local: &LocalRank,
+        (head, data): (&[u8], &[u8]),
+        skip: usize,
+        _started: &mut bool,
+    ) -> Result<usize> {
+        match write_gathered(&self.stream, &[head, data], skip) {
+            Ok(n) => Ok(n),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(self.ended(self.peer, &e.to_string())),
+        }
+    }
+
+    fn recv(&mut self, _local: &LocalRank, out: &mut [u8]) -> Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        match self.stream.read(out) {
+            Ok(0) => Err(self.ended(self.peer, "the target closed the stream")),
+            Ok(n) => Ok(n),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(self.ended(self.peer, &e.to_string())),
+        }
+    }
+}
+
+impl RequestStream {
+    /// Reads exactly `buf.len()` bytes, waiting (and serving this rank's requests) between
+    /// reads.
+    fn read_exact(
+        &mut self,
+        local: &LocalRank,
+        peer: Addr,
+        buf: &mut [u8],
+        patience: &mut Patience,
+    ) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(self.ended(peer, "the target closed the stream")),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let fd = (self.stream.as_raw_fd(), libc::POLLIN);
+                    patience.wait(local, Some(fd))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.ended(peer, &e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// The error of a request stream that ended: the target's process died
+    /// ([`Error::PeerDead`], when it runs on this node and its exit shows within a moment),
+    /// closed its context ([`Error::PeerClosed`]), or the network said so.
+    fn ended(&self, peer: Addr, detail: &str) -> Error {
+        if let Some(process) = &self.process {
+            // The stream closes as the process exits, a moment before its pidfd says so.
+            let until = Instant::now() + Duration::from_millis(200);
+            while !process.exited() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return if process.exited() {
+                Error::PeerDead {
+                    peer,
+                    during: "during a one-sided operation",
+                }
+            } else {
+                Error::PeerClosed { peer }
+            };
+        }
+        Error::Unreachable {
+            peer,
+            transport: "tcp",
+            detail: format!("the one-sided request stream ended: {detail}"),
+        }
+    }
+}
+
+/// Steps (a header, a put's data, a reply) one call serves of one stream at most.
+const SERVE_BUDGET: usize = 192;
+
+/// A request stream a peer opened to this rank, as the target serves it (module docs):
+/// one request at a time, read, applied, answered.
+#[derive(Debug)]
+pub(crate) struct TcpServed {
+    stream: TcpStream,
+    peer: u32,
+    head: [u8; REQUEST_LEN],
+    filled: usize,
+    stage: Stage,
+}
+
+/// Where the served stream stands.
+#[derive(Debug)]
+enum Stage {
+    /// Reading a request's header.
+    Header,
+    /// Reading a put's data: into the region at `at`, or (refused) dropped.
+    Data {
+        region: Option<Arc<SharedRegion>>,
+        at: usize,
+        left: u64,
+        reply: ReplyRepr,
+    },
+    /// Writing the reply (and a get's data from the region: `(region, at, len)`).
+    Reply {
+        head: [u8; REPLY_LEN],
+        data: Option<(Arc<SharedRegion>, usize, usize)>,
+        sent: usize,
+    },
+}
+
+impl TcpServed {
+    /// A stream from rank `peer` (its handshake done) to serve.
+    pub(crate) fn new(stream: TcpStream, peer: u32) -> TcpServed {
+        TcpServed {
+            stream,
+            peer,
+            head: [0; REQUEST_LEN],
+            filled: 0,
+            stage: Stage::Header,
+        }
+    }
+
+    /// Reads the rest of a request's header; true once it is whole.
+    fn read_header(&mut self) -> io::Result<bool> {
+        while self.filled < REQUEST_LEN {
+            match self.stream.read(&mut self.head[self.filled..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.filled = 0;
+        Ok(true)
+    }
+
+    /// The stage after a whole request header: checked, applied if it is an atomic.
+    fn on_request(
+        &self,
+        regions: &RegionTable,
+        me: Identity,
+    ) -> std::result::Result<Stage, String> {
+        let (request, checked) = take_request(regions, me, self.peer, &self.head)?;
+        let mut reply = ReplyRepr {
+            status: ReplyStatus::Done,
+            seq: request.seq,
+            value: 0,
+            len: 0,
+        };
+        Ok(match (request.op, checked) {
+            (RequestOp::Put, Checked::Bytes(region, at)) => Stage::Data {
+                region: Some(region),
+                at,
+                left: request.len,
+                reply,
+            },
+            (RequestOp::Put, Checked::Refused(status)) => Stage::Data {
+                region: None,
+                at: 0,
+                left: request.len,
+                reply: ReplyRepr { status, ..reply },
+            },
+            (_, Checked::Bytes(region, at)) => {
+                reply.len = request.len;
+                Stage::Reply {
+                    head: reply.emit(),
+                    data: Some((region, at, request.len as usize)),
+                    sent: 0,
+                }
+            }
+            (_, Checked::Refused(status)) => Stage::Reply {
+                head: ReplyRepr { status, ..reply }.emit(),
+                data: None,
+                sent: 0,
+            },
+            (_, Checked::Word(value)) => Stage::Reply {
+                head: ReplyRepr { value, ..reply }.emit(),
+                data: None,
+                sent: 0,
+            },
+        })
+    }
+
+    /// Moves a put's data from the socket into the region (or drops it); true once all of
+    /// it is in.
+    fn read_data(&mut self) -> io::Result<bool> {
+        let Stage::Data {
+            region, at, left, ..
+        } = &mut self.stage
+        else {
+            return Ok(true);
+        };
+        let mut scratch = [0u8; 4096];
+        while *left > 0 {
+            let want = usize::try_from(*left).unwrap_or(usize::MAX).min(1 << 30);
+            let got = match region {
+                Some(region) => region.recv_into(self.stream.as_fd(), *at, want),
+                None => {
+                    let want = want.min(scratch.len());
+                    self.stream.read(&mut scratch[..want])
+                }
+            };
+            match got {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    *at += n;
+                    *left -= n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes what the socket takes of the reply; true once all of it is out.
+    fn write_reply(&mut self) -> io::Result<bool> {
+        let Stage::Reply { head, data, sent } = &mut self.stage else {
+            return Ok(true);
+        };
+        let total = REPLY_LEN + data.as_ref().map_or(0, |d| d.2);
+        while *sent < total {
+            let wrote = match data {
+                Some((region, at, len)) => {
+                    region.send_from(self.stream.as_fd(), head, (*at, *len), *sent)
+                }
+                None => self.stream.write(&head[*sent..]),
+            };
+            match wrote {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Served for TcpServed {
+    fn serve(&mut self, regions: &RegionTable, me: Identity) -> std::result::Result<(), String> {
+        let peer = self.peer;
+        let io_end = |e: io::Error| format!("rank {peer}'s request stream: {e}");
+        // A bound per call, so that one busy peer cannot keep the call from its own work.
+        for _ in 0..SERVE_BUDGET {
+            match &self.stage {
+                Stage::Header => {
+                    if !self.read_header().map_err(io_end)? {
+                        return Ok(());
+                    }
+                    self.stage = self.on_request(regions, me)?;
+                }
+                Stage::Data { .. } => {
+                    if !self.read_data().map_err(io_end)? {
+                        return Ok(());
+                    }
+                    if let Stage::Data { reply, .. } = &self.stage {
+                        self.stage = Stage::Reply {
+                            head: reply.emit(),
+                            data: None,
+                            sent: 0,
+                        };
+                    }
+                }
+                Stage::Reply { .. } => {
+                    if !self.write_reply().map_err(io_end)? {
+                        return Ok(());
+                    }
+                    self.stage = Stage::Header;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wake(&self) -> Option<libc::pollfd> {
+        let events = match self.stage {
+            Stage::Reply { .. } => libc::POLLOUT,
+            _ => libc::POLLIN,
+        };
+        Some(libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        })
+    }
+}

@@ -1,0 +1,161 @@
+"""quiver for Python: messages between the processes of a job.
+
+    import quiver
+    ctx = quiver.Context.from_env()          # under `quiver run -n 2 -- python prog.py`
+    ep = ctx.endpoint(0)                     # this rank's endpoint (rank, 0)
+    conn = ep.connect((1 - ctx.rank, 0))     # a connection to the peer's endpoint
+    ep.send(conn, b"hello")                  # any buffer: bytes, bytearray, numpy...
+    data, src = ep.recv()                    # bytes and the sender's (rank, port)
+
+Blocking calls release the GIL. Each thread drives its own endpoints (one Context per
+process, shared). `await ep.recv_async()` receives in asyncio through the endpoint's
+descriptor. Errors are exceptions under QuiverError, one class per kind.
+"""
+
+import asyncio
+
+from . import _quiver
+from ._quiver import (
+    BufferTooSmall,
+    ConfigError,
+    Connection,
+    Corrupt,
+    EndpointBusy,
+    InvalidArgument,
+    IoError,
+    MessageTooLarge,
+    OutOfSharedMemory,
+    PeerClosed,
+    PeerDead,
+    PeerStopped,
+    PermissionDenied,
+    QuiverError,
+    Refused,
+    RmaError,
+    SendDeadlock,
+    Timeout,
+    TransportUnavailable,
+    Unreachable,
+    VersionMismatch,
+    WouldBlock,
+    WrongKey,
+)
+
+__version__ = _quiver.__version__
+
+__all__ = [
+    "Context",
+    "Endpoint",
+    "Connection",
+    "QuiverError",
+    "WouldBlock",
+    "BufferTooSmall",
+    "PeerDead",
+    "PeerStopped",
+    "SendDeadlock",
+    "PeerClosed",
+    "Corrupt",
+    "MessageTooLarge",
+    "Unreachable",
+    "Refused",
+    "WrongKey",
+    "VersionMismatch",
+    "PermissionDenied",
+    "TransportUnavailable",
+    "OutOfSharedMemory",
+    "Timeout",
+    "RmaError",
+    "InvalidArgument",
+    "ConfigError",
+    "IoError",
+    "EndpointBusy",
+]
+
+
+class Endpoint(_quiver.Endpoint):
+    """An endpoint (rank, port) of this process; open it with Context.endpoint(port).
+
+    Driven by one thread at a time: give each thread its own. Adds asyncio receives to the
+    methods of quiver._quiver.Endpoint (send, recv, recv_into, try_*, connect, reply,
+    close, arm, fileno, progress, timeout).
+    """
+
+    async def recv_async(self):
+        """Receives the next message in asyncio: (bytes, (rank, port) of the sender).
+
+        Waits on the endpoint's descriptor (loop.add_reader), so the event loop runs
+        other tasks meanwhile and no thread is spent.
+        """
+        return await self._wait_for(self.try_recv)
+
+    async def recv_into_async(self, buf):
+        """Receives the next message into buf in asyncio: (length, sender)."""
+        return await self._wait_for(lambda: self.try_recv_into(buf))
+
+    async def _wait_for(self, attempt):
+        loop = asyncio.get_running_loop()
+        fd = self.fileno()
+        while True:
+            try:
+                return attempt()
+            except WouldBlock:
+                pass
+            if not self.arm():
+                continue  # something arrived meanwhile: take it
+            ready = loop.create_future()
+
+            def wake():
+                if not ready.done():
+                    ready.set_result(None)
+
+            loop.add_reader(fd, wake)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+
+
+class Context:
+    """One process's membership of a job: create it once per process with from_env().
+
+    Shared by every thread of the process; each thread opens its own endpoints.
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    @classmethod
+    def from_env(cls):
+        """The context of whatever launched this process (quiver run, mpirun, srun).
+
+        Raises ConfigError when the environment describes no job.
+        """
+        return cls(_quiver.Context.from_env())
+
+    @property
+    def rank(self):
+        """This process's rank."""
+        return self._inner.rank
+
+    @property
+    def size(self):
+        """The number of ranks in the job."""
+        return self._inner.size
+
+    @property
+    def job_id(self):
+        """The job's identifier."""
+        return self._inner.job_id
+
+    def endpoint(self, port=0):
+        """Opens endpoint `port` of this rank (peers reach it at (rank, port))."""
+        return Endpoint(self._inner, port)
+
+    def stats(self):
+        """The listener's counters, as a dict."""
+        return self._inner.stats()
+
+    def __repr__(self):
+        return repr(self._inner)

@@ -1,0 +1,51 @@
+"""Type stubs of the quiver package."""
+
+from typing import Any, Dict, Tuple
+
+from typing_extensions import Buffer
+
+from . import _quiver
+from ._quiver import (
+    BufferTooSmall as BufferTooSmall,
+    ConfigError as ConfigError,
+    Connection as Connection,
+    Corrupt as Corrupt,
+    EndpointBusy as EndpointBusy,
+    InvalidArgument as InvalidArgument,
+    IoError as IoError,
+    MessageTooLarge as MessageTooLarge,
+    OutOfSharedMemory as OutOfSharedMemory,
+    Peer as Peer,
+    PeerClosed as PeerClosed,
+    PeerDead as PeerDead,
+    PeerStopped as PeerStopped,
+    PermissionDenied as PermissionDenied,
+    QuiverError as QuiverError,
+    Refused as Refused,
+    RmaError as RmaError,
+    SendDeadlock as SendDeadlock,
+    Timeout as Timeout,
+    TransportUnavailable as TransportUnavailable,
+    Unreachable as Unreachable,
+    VersionMismatch as VersionMismatch,
+    WouldBlock as WouldBlock,
+    WrongKey as WrongKey,
+)
+
+__version__: str
+
+class Endpoint(_quiver.Endpoint):
+    async def recv_async(self) -> Tuple[bytes, Peer]: ...
+    async def recv_into_async(self, buf: Buffer) -> Tuple[int, Peer]: ...
+
+class Context:
+    @classmethod
+    def from_env(cls) -> "Context": ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def job_id(self) -> int: ...
+    def endpoint(self, port: int = 0) -> Endpoint: ...
+    def stats(self) -> Dict[str, Any]: ...

@@ -1,0 +1,242 @@
+//! `quiver._quiver.Endpoint` and `Connection`: connect, reply, close, sends from and
+//! receives into buffer-protocol objects, the descriptor and readiness, timeouts.
+//!
+//! Every call that may block runs without the GIL (`Python::detach`), so other Python
+//! threads run meanwhile; the endpoint itself sits behind a mutex taken inside that
+//! closure. Calls that never block (try_*, arm, progress) keep the GIL and only try the
+//! mutex: another thread inside the endpoint is `EndpointBusy`, never a deadlock with a
+//! thread that waits for the GIL.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rust_quiver::{Addr, Error};
+
+use crate::buffer::Exported;
+use crate::context::Context;
+use crate::errors::{to_py, EndpointBusy, QuiverError};
+
+/// A connection of one endpoint to a peer endpoint (`peer` is its (rank, port)).
+#[pyclass(frozen, eq, hash, module = "quiver._quiver")]
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) struct Connection {
+    conn: rust_quiver::Connection,
+}
+
+#[pymethods]
+impl Connection {
+    /// The (rank, port) of the endpoint at the other end.
+    #[getter]
+    fn peer(&self) -> (u32, u16) {
+        let p = self.conn.peer();
+        (p.rank, p.port)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<quiver.Connection to {}>", self.conn.peer())
+    }
+}
+
+/// An endpoint (rank, port) of this process: `Endpoint(ctx, port)` opens it. Driven by
+/// one thread at a time; give each thread its own.
+#[pyclass(subclass, module = "quiver._quiver")]
+pub(crate) struct Endpoint {
+    inner: Mutex<rust_quiver::Endpoint>,
+    fd: i32,
+    addr: Addr,
+    _context: Arc<rust_quiver::Context>,
+}
+
+type Peer = (u32, u16);
+
+fn addr((rank, port): Peer) -> Addr {
+    Addr::new(rank, port)
+}
+
+fn peer(a: Addr) -> Peer {
+    (a.rank, a.port)
+}
+
+impl Endpoint {
+    /// The endpoint, waiting for another thread's call to end (call without the GIL).
+    fn lock(&self) -> Result<MutexGuard<'_, rust_quiver::Endpoint>, Error> {
+        self.inner.lock().map_err(|_| broken())
+    }
+
+    /// The endpoint if no other thread is inside it (call with the GIL).
+    fn try_lock(&self) -> PyResult<MutexGuard<'_, rust_quiver::Endpoint>> {
+        match self.inner.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::WouldBlock) => Err(EndpointBusy::new_err(format!(
+                "endpoint {} is in use by another thread (blocked in a call): an endpoint is \
+                 driven by one thread at a time; give each thread its own",
+                self.addr
+            ))),
+            Err(TryLockError::Poisoned(_)) => Err(QuiverError::new_err(broken().to_string())),
+        }
+    }
+}
+
+fn broken() -> Error {
+    Error::InvalidArgument(
+        "this endpoint failed internally in an earlier call (a bug in quiver: please report \
+         it); open another"
+            .into(),
+    )
+}
+
+#[pymethods]
+impl Endpoint {
+    /// Opens endpoint `port` of this rank; peers reach it at (rank, port).
+    #[new]
+    #[pyo3(signature = (ctx, port = 0))]
+    fn new(py: Python<'_>, ctx: &Context, port: u16) -> PyResult<Endpoint> {
+        let ep = ctx.inner.endpoint(port).map_err(|e| to_py(py, e))?;
+        Ok(Endpoint {
+            fd: ep.as_raw_fd(),
+            addr: ep.addr(),
+            inner: Mutex::new(ep),
+            _context: ctx.inner.clone(),
+        })
+    }
+
+    /// This endpoint's (rank, port).
+    #[getter]
+    fn addr(&self) -> Peer {
+        peer(self.addr)
+    }
+
+    /// The endpoint's descriptor for select/poll/asyncio (see `arm`).
+    fn fileno(&self) -> i32 {
+        self.fd
+    }
+
+    /// Opens (or returns) the connection to the endpoint at `peer` = (rank, port); waits
+    /// up to the connect timeout for it to open. Releases the GIL.
+    fn connect(&self, py: Python<'_>, peer: Peer) -> PyResult<Connection> {
+        py.detach(|| self.lock()?.connect(addr(peer)))
+            .map(|conn| Connection { conn })
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// The connection that answers `src`, a sender whose message this endpoint received
+    /// (no connecting back). Releases the GIL.
+    fn reply_connection(&self, py: Python<'_>, src: Peer) -> PyResult<Connection> {
+        py.detach(|| self.lock()?.reply_connection(addr(src)))
+            .map(|conn| Connection { conn })
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Closes `conn` (its sends finish first; the peer sees a clean end). Releases the GIL.
+    fn close(&self, py: Python<'_>, conn: &Connection) -> PyResult<()> {
+        py.detach(|| self.lock()?.close(conn.conn))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Sends the bytes of `data` (any contiguous buffer: bytes, bytearray, memoryview,
+    /// numpy arrays...) as one message, without copying them; blocks until quiver is done
+    /// with them. Releases the GIL.
+    fn send(&self, py: Python<'_>, conn: &Connection, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        let bytes = view.bytes();
+        py.detach(|| self.lock()?.send(conn.conn, bytes))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `send` only if it needs no waiting; raises WouldBlock otherwise (nothing sent).
+    fn try_send(&self, py: Python<'_>, conn: &Connection, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        self.try_lock()?
+            .try_send(conn.conn, view.bytes())
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Sends `data` to `src`, the sender of a received message, on the connection it came
+    /// in on. Releases the GIL.
+    fn reply(&self, py: Python<'_>, src: Peer, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        let bytes = view.bytes();
+        py.detach(|| self.lock()?.reply(addr(src), bytes))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the next message into `buf` (any writable contiguous buffer), blocking;
+    /// returns (length, (rank, port) of the sender). Raises BufferTooSmall (the message
+    /// stays queued; `.message_len` is its length). Releases the GIL.
+    fn recv_into(&self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(usize, Peer)> {
+        let mut view = Exported::writable(buf)?;
+        let bytes = view.bytes_mut();
+        py.detach(|| self.lock()?.recv(bytes))
+            .map(|(n, src)| (n, peer(src)))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `recv_into` if a message is complete now; raises WouldBlock otherwise.
+    fn try_recv_into(&self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(usize, Peer)> {
+        let mut view = Exported::writable(buf)?;
+        self.try_lock()?
+            .try_recv(view.bytes_mut())
+            .map(|(n, src)| (n, peer(src)))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the next message, blocking; returns (bytes, (rank, port) of the sender).
+    /// The message is copied once, from the endpoint's pool into the bytes object
+    /// (`recv_into` avoids that copy). Releases the GIL.
+    fn recv<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, Peer)> {
+        let got = py
+            .detach(|| self.lock()?.recv_pooled())
+            .map_err(|e| to_py(py, e))?;
+        Ok((PyBytes::new(py, &got), peer(got.src())))
+    }
+
+    /// `recv` if a message is complete now; raises WouldBlock otherwise.
+    fn try_recv<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, Peer)> {
+        let got = self
+            .try_lock()?
+            .try_recv_pooled()
+            .map_err(|e| to_py(py, e))?;
+        Ok((PyBytes::new(py, &got), peer(got.src())))
+    }
+
+    /// Prepares the descriptor (`fileno`) for sleeping in select/poll/asyncio: True when
+    /// the descriptor will become readable as soon as a message arrives; False when one
+    /// is already waiting (receive it instead of sleeping).
+    fn arm(&self, py: Python<'_>) -> PyResult<bool> {
+        self.try_lock()?.arm().map_err(|e| to_py(py, e))
+    }
+
+    /// Advances the work in flight once without waiting.
+    fn progress(&self, py: Python<'_>) -> PyResult<()> {
+        self.try_lock()?.progress().map_err(|e| to_py(py, e))
+    }
+
+    /// The bound of blocking calls in seconds (None: as long as the peers live); raises
+    /// Timeout past it.
+    #[getter]
+    fn timeout(&self) -> PyResult<Option<f64>> {
+        Ok(self.try_lock()?.timeout().map(|t| t.as_secs_f64()))
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: Option<f64>) -> PyResult<()> {
+        let timeout = match seconds {
+            Some(s) if !(s >= 0.0 && s.is_finite()) => {
+                return Err(crate::errors::InvalidArgument::new_err(format!(
+                    "timeout {s}: must be a finite number of seconds >= 0, or None"
+                )))
+            }
+            Some(s) => Some(Duration::from_secs_f64(s)),
+            None => None,
+        };
+        self.try_lock()?.set_timeout(timeout);
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<quiver.Endpoint {}>", self.addr)
+    }
+}
