@@ -158,6 +158,18 @@ impl UdpIoMode {
         }
     }
 
+    /// Parses `QUIVER_UDP_IO`'s value.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the values it takes.
+    pub fn parse(text: &str) -> Result<UdpIoMode> {
+        UdpIoMode::from_name(text).ok_or_else(|| {
+            Error::Config(format!(
+                "QUIVER_UDP_IO={text:?}: expected sockets, uring or uring-sqpoll"
+            ))
+        })
+    }
+
     /// Parses a name as written in `QUIVER_UDP_IO`.
     pub fn from_name(name: &str) -> Option<UdpIoMode> {
         Some(match name.trim().to_ascii_lowercase().as_str() {
@@ -479,11 +491,7 @@ impl Config {
             c.xdp_interfaces = parse_interfaces(&text)?;
         }
         if let Some(text) = get("QUIVER_UDP_IO") {
-            c.udp_io = UdpIoMode::from_name(&text).ok_or_else(|| {
-                Error::Config(format!(
-                    "QUIVER_UDP_IO={text:?}: expected sockets, uring or uring-sqpoll"
-                ))
-            })?;
+            c.udp_io = UdpIoMode::parse(&text)?;
         }
         if let Some(text) = get("QUIVER_FAULTS") {
             c.faults = text
