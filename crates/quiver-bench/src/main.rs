@@ -11,7 +11,9 @@
 //!   machine's profile against the defaults (`--compare-profile`);
 //! - `wire`: what quiver's frames cost by themselves over plain sockets;
 //! - `stripe`: one connection striped over N rate-limited links against N TCP streams;
-//! - `testbed`: two network namespaces joined by N rate-limited, lossy links.
+//! - `testbed`: two network namespaces joined by N rate-limited, lossy links;
+//! - `bypass`: what bypassing the kernel buys: quiver over udp (sockets, io_uring) and xdp
+//!   against raw udp and raw AF_XDP over one veth pair.
 //!
 //! Layer: on top of quiver's public API and the bench machinery of `quiver-cli`'s library
 //! (plans, the two ranks, links, raw baselines, typed records, the report); it adds no
@@ -26,10 +28,11 @@
 //! tools that run `<binary> bench TESTS --json -` work with either binary.
 //!
 //! Layout: `bench/` (the rank tests and paired runs), `compare.rs`, `crossover.rs` and
-//! `suite.rs` (the suites and what they share), `wire.rs`, `stripe/`, `testbed.rs`, and
+//! `suite.rs` (the suites and what they share), `wire.rs`, `stripe/`, `testbed.rs`, `bypass/`, and
 //! `stats.rs` (intervals and line fits).
 
 mod bench;
+mod bypass;
 mod compare;
 mod crossover;
 mod stats;
@@ -76,6 +79,9 @@ enum Command {
     Stripe(stripe::StripeArgs),
     /// Build or remove a two-namespace network testbed (root): N rate-limited, lossy links
     Testbed(testbed::TestbedArgs),
+    /// What bypassing the kernel buys: quiver over udp (sockets, io_uring) and xdp against
+    /// raw udp and raw AF_XDP, over one veth pair (root; builds its own testbed)
+    Bypass(bypass::BypassArgs),
 }
 
 fn main() {
@@ -88,6 +94,7 @@ fn main() {
         Command::Wire(args) => wire::main(&args),
         Command::Stripe(args) => stripe::main(&args),
         Command::Testbed(args) => testbed::main(args),
+        Command::Bypass(args) => bypass::main(&args),
     };
     std::process::exit(exit_status);
 }

@@ -8,6 +8,8 @@
 //! - `kernel.yama.ptrace_scope`, which decides whether ranks may read each other's memory;
 //! - `net.core.rmem_max`/`wmem_max` against the socket buffers quiver asks for;
 //! - UDP segmentation and receive offload (GSO/GRO) on a loopback socket;
+//! - io_uring for the udp transport (`QUIVER_UDP_IO=uring`): a ring with its multishot
+//!   receive set up on a loopback socket;
 //! - the locked-memory limit (`ulimit -l`).
 
 use std::io;
@@ -15,13 +17,14 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use quiver_transport::sys;
 use quiver_transport::udp::{UdpSocket, DEFAULT_SOCKET_BUFFER_BYTES};
+use quiver_transport::uring::{UringOptions, UringUdpSocket, UringUnavailable};
 use serde::Serialize;
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Check {
     /// What was checked: "cross-memory attach", "ptrace scope", "socket buffers",
-    /// "udp offloads", "locked memory".
+    /// "udp offloads", "io_uring", "locked memory".
     pub(crate) name: &'static str,
     /// "ok", "warning" (works, slower or limited) or "problem" (a feature is unavailable).
     pub(crate) status: &'static str,
@@ -69,6 +72,17 @@ pub(crate) fn checks() -> Vec<Check> {
             is_root(),
         ),
         udp_offloads(),
+        io_uring(
+            UringUdpSocket::bind(
+                SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                UringOptions {
+                    rx_buffers: 8,
+                    rx_datagram_bytes: 2048,
+                    ..UringOptions::default()
+                },
+            )
+            .map(|_| ()),
+        ),
         locked_memory(),
     ]
 }
@@ -227,6 +241,29 @@ fn udp_offloads() -> Check {
     }
 }
 
+const IO_URING: &str = "io_uring";
+
+/// The verdict on setting up an io_uring udp socket (ring, registrations, multishot
+/// receive) on loopback.
+fn io_uring(probe: Result<(), UringUnavailable>) -> Check {
+    match probe {
+        Ok(()) => Check::ok(
+            IO_URING,
+            "a ring with a multishot receive into provided buffers works here: \
+             QUIVER_UDP_IO=uring (or uring-sqpoll) may drive the udp transport"
+                .into(),
+        ),
+        Err(e) => Check::not_ok(
+            IO_URING,
+            "warning",
+            format!("{e}: QUIVER_UDP_IO=uring falls back to plain sockets"),
+            "allow io_uring (sysctl kernel.io_uring_disabled=0, a seccomp profile that \
+             permits io_uring_setup/enter/register) on Linux 6.0 or later; or leave \
+             QUIVER_UDP_IO at sockets",
+        ),
+    }
+}
+
 const MEMLOCK: &str = "locked memory";
 
 /// `RLIMIT_MEMLOCK`: quiver locks no memory today; reported for the record.
@@ -246,7 +283,7 @@ fn locked_memory() -> Check {
     };
     let found = if got {
         format!(
-            "ulimit -l: {} (hard {}); quiver's rings and buffers are not locked, so this limit does not constrain it",
+            "ulimit -l: {} (hard {}); quiver's rings and buffers are not locked, so this limit does not constrain it (except QUIVER_UDP_IO=uring's 4 MiB transmit arena per link, registered where the limit allows, else large sends copy)",
             shown(limit.rlim_cur),
             shown(limit.rlim_max)
         )
@@ -289,6 +326,23 @@ mod tests {
         assert_eq!(cross_memory_attach(Ok(8)).status, "ok");
         let missing = cross_memory_attach(Err(io::Error::from_raw_os_error(libc::ENOSYS)));
         assert!(missing.found.contains("CONFIG_CROSS_MEMORY_ATTACH"));
+    }
+
+    #[test]
+    fn io_uring_refused_says_why_and_what_to_change() {
+        let refused = io_uring(Err(UringUnavailable {
+            step: "setup",
+            error: io::Error::from_raw_os_error(libc::EPERM),
+        }));
+        assert_eq!(refused.status, "warning");
+        assert!(
+            refused.found.contains("io_uring_disabled"),
+            "{}",
+            refused.found
+        );
+        assert!(refused.found.contains("falls back"), "{}", refused.found);
+        assert!(refused.fix.unwrap().contains("QUIVER_UDP_IO"));
+        assert_eq!(io_uring(Ok(())).status, "ok");
     }
 
     #[test]

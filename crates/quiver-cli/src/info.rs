@@ -60,7 +60,7 @@ struct Report {
     job: Option<Job>,
     unknown_variables: Vec<Unknown>,
     /// The environment checks: cross-memory attach, ptrace scope, socket buffer limits,
-    /// udp offloads, locked memory; each with its status and fix.
+    /// udp offloads, io_uring, locked memory; each with its status and fix.
     environment: Vec<Check>,
 }
 

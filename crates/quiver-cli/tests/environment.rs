@@ -48,6 +48,7 @@ fn info_checks_the_environment_each_finding_with_its_fix() {
         "ptrace scope",
         "socket buffers",
         "udp offloads",
+        "io_uring",
         "locked memory",
     ] {
         let check = check(&report, name);

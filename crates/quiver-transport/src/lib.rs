@@ -19,4 +19,5 @@ pub mod seccomp;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod uring;
 pub mod xdp;

@@ -1,7 +1,8 @@
 //! For tests and diagnostics only: makes this process behave as it would in a container
 //! whose seccomp profile forbids cross-memory attach (Docker's default profile does, for
-//! processes without `CAP_SYS_PTRACE`). Nothing in quiver's library calls it; test
-//! programs call [`deny_cross_memory_attach`] before they create a context.
+//! processes without `CAP_SYS_PTRACE`), or a thread as it would where io_uring is refused.
+//! Nothing in quiver's library calls it; test programs call [`deny_cross_memory_attach`]
+//! before they create a context (or [`deny_io_uring_on_this_thread`] on a thread of theirs).
 
 use std::io;
 
@@ -45,19 +46,55 @@ fn jump_if_equal(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 /// The kernel refused `prctl(PR_SET_NO_NEW_PRIVS)` or the filter (a kernel without
 /// seccomp filters).
 pub fn deny_cross_memory_attach() -> io::Result<()> {
+    deny(
+        &[
+            libc::SYS_process_vm_readv as u32,
+            libc::SYS_process_vm_writev as u32,
+        ],
+        libc::SECCOMP_FILTER_FLAG_TSYNC,
+    )
+}
+
+/// Installs a seccomp filter on the calling thread only (and the threads and processes it
+/// starts) under which `io_uring_setup`, `io_uring_enter` and `io_uring_register` fail with
+/// `EPERM`, as under Docker's default profile or `kernel.io_uring_disabled=2`. It cannot be
+/// undone: call it on a thread made for it.
+///
+/// For tests of how quiver behaves where io_uring is refused, and for nothing else.
+///
+/// # Errors
+/// As [`deny_cross_memory_attach`].
+pub fn deny_io_uring_on_this_thread() -> io::Result<()> {
+    deny(
+        &[
+            libc::SYS_io_uring_setup as u32,
+            libc::SYS_io_uring_enter as u32,
+            libc::SYS_io_uring_register as u32,
+        ],
+        0,
+    )
+}
+
+/// Installs a filter under which the system calls numbered `calls` (at most 8) fail with
+/// `EPERM`; `flags` as `seccomp(SECCOMP_SET_MODE_FILTER)` takes them.
+fn deny(calls: &[u32], flags: libc::c_ulong) -> io::Result<()> {
+    assert!(calls.len() <= 8);
     let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
     let ret = libc::BPF_RET | libc::BPF_K;
     let deny = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
-    let filter = [
+    let n = calls.len() as u8;
+    let mut filter = vec![
         statement(load, DATA_ARCH),
         // Another architecture's system call numbers mean other calls: allow them.
-        jump_if_equal(AUDIT_ARCH, 0, 3),
+        jump_if_equal(AUDIT_ARCH, 0, n + 1),
         statement(load, DATA_NR),
-        jump_if_equal(libc::SYS_process_vm_readv as u32, 2, 0),
-        jump_if_equal(libc::SYS_process_vm_writev as u32, 1, 0),
-        statement(ret, libc::SECCOMP_RET_ALLOW),
-        statement(ret, deny),
     ];
+    for (i, &call) in calls.iter().enumerate() {
+        // Equal: jump over the remaining compares and the allow, to the deny.
+        filter.push(jump_if_equal(call, n - i as u8, 0));
+    }
+    filter.push(statement(ret, libc::SECCOMP_RET_ALLOW));
+    filter.push(statement(ret, deny));
     let program = libc::sock_fprog {
         len: filter.len() as u16,
         filter: filter.as_ptr() as *mut libc::sock_filter,
@@ -72,7 +109,7 @@ pub fn deny_cross_memory_attach() -> io::Result<()> {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            flags,
             &program as *const libc::sock_fprog,
         )
     };

@@ -123,11 +123,62 @@ pub struct Config {
     /// (`QUIVER_XDP_IFACE`, e.g. `eth0` or `eth0,eth1`); empty (the default): each link's
     /// interface is the one holding its address.
     pub xdp_interfaces: Vec<String>,
+    /// How the udp transport drives its sockets (`QUIVER_UDP_IO`): plain system calls
+    /// (the default) or io_uring, with or without SQPOLL (see [`UdpIoMode`]).
+    pub udp_io: UdpIoMode,
     /// Where the tunable thresholds came from (the settings of
     /// [`profile::TUNABLE_SETTINGS`], in that order): default, profile or environment.
     pub threshold_sources: [(&'static str, SettingSource); 3],
     /// What loading found about the per-machine profile (see [`crate::profile`]).
     pub profile: ProfileState,
+}
+
+/// How the udp transport drives its link sockets (`QUIVER_UDP_IO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpIoMode {
+    /// One system call per send or receive (batched with `sendmmsg`/`recvmmsg`, GSO/GRO).
+    #[default]
+    Sockets,
+    /// io_uring: sends submitted together, one multishot receive into provided buffers
+    /// (docs/decisions/0084-io-uring-udp-engine.md). Where io_uring is refused, the sockets
+    /// are used instead, with a warning saying why.
+    Uring,
+    /// io_uring with a kernel thread polling its submissions (`IORING_SETUP_SQPOLL`): no
+    /// system call per send, one more CPU busy while traffic flows.
+    UringSqpoll,
+}
+
+impl UdpIoMode {
+    /// The name used in `QUIVER_UDP_IO` and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            UdpIoMode::Sockets => "sockets",
+            UdpIoMode::Uring => "uring",
+            UdpIoMode::UringSqpoll => "uring-sqpoll",
+        }
+    }
+
+    /// Parses `QUIVER_UDP_IO`'s value.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the values it takes.
+    pub fn parse(text: &str) -> Result<UdpIoMode> {
+        UdpIoMode::from_name(text).ok_or_else(|| {
+            Error::Config(format!(
+                "QUIVER_UDP_IO={text:?}: expected sockets, uring or uring-sqpoll"
+            ))
+        })
+    }
+
+    /// Parses a name as written in `QUIVER_UDP_IO`.
+    pub fn from_name(name: &str) -> Option<UdpIoMode> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "sockets" => UdpIoMode::Sockets,
+            "uring" | "io_uring" => UdpIoMode::Uring,
+            "uring-sqpoll" => UdpIoMode::UringSqpoll,
+            _ => return None,
+        })
+    }
 }
 
 /// A way to reach a peer.
@@ -326,6 +377,7 @@ impl Default for Config {
             udp_scatter_min: 16 << 10,
             faults: Faults::default(),
             xdp_interfaces: Vec::new(),
+            udp_io: UdpIoMode::Sockets,
             proto_info: false,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
@@ -437,6 +489,9 @@ impl Config {
         )?;
         if let Some(text) = get("QUIVER_XDP_IFACE") {
             c.xdp_interfaces = parse_interfaces(&text)?;
+        }
+        if let Some(text) = get("QUIVER_UDP_IO") {
+            c.udp_io = UdpIoMode::parse(&text)?;
         }
         if let Some(text) = get("QUIVER_FAULTS") {
             c.faults = text
@@ -627,6 +682,7 @@ impl Config {
             s("QUIVER_UDP_SCATTER_MIN", if self.udp_scatter_min == 0 { "off".into() } else { format!("{} B", self.udp_scatter_min) }, "a blocking receive in the middle of a udp message takes each datagram's payload straight into its buffer when at least this many of its next bytes fit there (one link; 0: off)"),
             s("QUIVER_FAULTS", self.faults.to_string(), "faults injected into udp/mem datagrams for tests and chaos runs: seed=N and drop, duplicate, reorder, corrupt rates (fractions or %), for sent datagrams or, prefixed receive., arrived ones; off by default"),
             s("QUIVER_XDP_IFACE", if self.xdp_interfaces.is_empty() { "auto (the interface holding each link's address)".into() } else { self.xdp_interfaces.join(",") }, "network interfaces of the xdp transport, one per own link in order (root; one quiver process per interface)"),
+            s("QUIVER_UDP_IO", self.udp_io.name().into(), "how the udp transport drives its sockets: sockets (system calls, batched), uring (io_uring: submissions batched, one multishot receive into provided buffers; sockets where io_uring is refused, with a warning), uring-sqpoll (and a kernel thread polling the submissions)"),
             s(PROTO_INFO_ENV, if self.proto_info { "1".into() } else { "0".into() }, "1: print the transport and the protocol of each message size range of every connection as it is opened (stderr); `quiver info --protocols` shows them without a job"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
@@ -735,6 +791,32 @@ mod tests {
         assert_eq!(parse_size(""), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("1T"), Err(SizeParseError::Malformed));
         assert_eq!(parse_size("99999999999G"), Err(SizeParseError::Overflow));
+    }
+
+    #[test]
+    fn udp_io_parses() {
+        let get = |value: &'static str| {
+            move |name: &str| (name == "QUIVER_UDP_IO").then(|| value.to_string())
+        };
+        assert_eq!(Config::default().udp_io, UdpIoMode::Sockets);
+        assert_eq!(
+            Config::from_lookup(get("uring")).unwrap().udp_io,
+            UdpIoMode::Uring
+        );
+        assert_eq!(
+            Config::from_lookup(get("uring-sqpoll")).unwrap().udp_io,
+            UdpIoMode::UringSqpoll
+        );
+        assert_eq!(
+            Config::from_lookup(get("Sockets")).unwrap().udp_io,
+            UdpIoMode::Sockets
+        );
+        let error = Config::from_lookup(get("epoll")).unwrap_err().to_string();
+        assert!(error.contains("QUIVER_UDP_IO"), "{error}");
+        assert!(Config::default()
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_UDP_IO" && s.value == "sockets"));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub mod variables;
 pub use addr::Addr;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
-    DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
+    UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::matching::{Envelope, MatchSpec};
@@ -50,6 +50,8 @@ pub use error::{Error, Result};
 pub use job::{node_load_from_env, Bootstrap};
 pub use log::{init_logging_from_env, LOG_ENV};
 pub use pool::PooledBuf;
+/// The counters of a udp link driven by io_uring ([`LinkStats::uring`]).
+pub use quiver_transport::uring::UringStats;
 pub use quiver_wire::rma::Rights;
 pub use rma::key::RemoteKey;
 pub use rma::region::Region;

@@ -7,7 +7,12 @@
 //! every size byte-identical, order per connection, all three ways of sending and
 //! receiving, backpressure, BufferTooSmall keeping the message, a closed peer, a stranger
 //! with the wrong key refused and counted.
+//!
+//! The udp transport runs the suite three times: over loopback with plain sockets, over
+//! loopback with its io_uring engine (`QUIVER_UDP_IO=uring`), and between network
+//! namespaces (as xdp's) with io_uring.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +20,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, Error, TransportKind};
+use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
 mod tagged;
 mod xdp_net;
@@ -68,6 +73,28 @@ fn free_port() -> u16 {
 
 static NEXT_JOB: AtomicU32 = AtomicU32::new(1);
 
+/// A line of the suite besides its transport: how udp drives its sockets, and whether the
+/// ranks sit in network namespaces of their own (as xdp's always do).
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    udp_io: UdpIoMode,
+    netns: bool,
+}
+
+const PLAIN: Variant = Variant {
+    udp_io: UdpIoMode::Sockets,
+    netns: false,
+};
+
+thread_local! {
+    /// The variant of the test running on this thread (set first by the `conformance!` line).
+    static VARIANT: Cell<Variant> = const { Cell::new(PLAIN) };
+}
+
+fn set_variant(variant: Variant) {
+    VARIANT.with(|v| v.set(variant));
+}
+
 struct Job {
     id: u64,
     key: [u8; 32],
@@ -79,9 +106,10 @@ struct Job {
 
 /// Whether a test of transport `t` cannot run here (said on stderr): xdp needs root.
 fn skip(t: TransportKind) -> bool {
-    let skipped = t == TransportKind::Xdp && !xdp_net::is_root();
+    let netns = t == TransportKind::Xdp || VARIANT.with(Cell::get).netns;
+    let skipped = netns && !xdp_net::is_root();
     if skipped {
-        eprintln!("skipped: the xdp transport and its network namespaces need root");
+        eprintln!("skipped: the xdp transport and network namespaces need root");
     }
     skipped
 }
@@ -93,11 +121,12 @@ fn job(transport: TransportKind, size: u32) -> Job {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&id.to_le_bytes());
     key[31] = 0x5a;
-    let net = (transport == TransportKind::Xdp)
+    let variant = VARIANT.with(Cell::get);
+    let net = (transport == TransportKind::Xdp || variant.netns)
         .then(|| XdpNet::up(size as usize).expect("xdp namespaces"));
     let addrs = match transport {
         TransportKind::Shm => Vec::new(),
-        TransportKind::Xdp => (0..size as usize)
+        _ if net.is_some() => (0..size as usize)
             .map(|r| net.as_ref().expect("made above").address(r, 7100))
             .collect(),
         TransportKind::Mem => (0..size)
@@ -119,6 +148,7 @@ fn job(transport: TransportKind, size: u32) -> Job {
         transports: vec![transport],
         connect_timeout: Duration::from_secs(10),
         op_timeout: Some(Duration::from_secs(60)),
+        udp_io: variant.udp_io,
         ..Config::default()
     };
     Job {
@@ -132,7 +162,7 @@ fn job(transport: TransportKind, size: u32) -> Job {
 
 impl Job {
     fn context(&self, rank: u32, size: u32) -> Context {
-        self.build(rank, || {
+        let ctx = self.build(rank, || {
             Context::builder()
                 .rank(rank)
                 .size(size)
@@ -142,7 +172,12 @@ impl Job {
                 .config(self.config.clone())
                 .build()
                 .unwrap()
-        })
+        });
+        if self.config.udp_io != UdpIoMode::Sockets {
+            // The io_uring engine runs (no silent fallback to sockets here).
+            assert!(ctx.link_stats().iter().all(|l| l.uring.is_some()));
+        }
+        ctx
     }
 
     /// Runs `build` where rank `rank`'s sockets belong: in its namespace for xdp.
@@ -1086,26 +1121,26 @@ fn a_message_over_the_limit_is_refused(t: TransportKind) {
 }
 
 macro_rules! conformance {
-    ($($name:ident: $kind:expr;)*) => {$(
+    ($($name:ident: $kind:expr $(, $variant:expr)?;)*) => {$(
         mod $name {
             use super::*;
-            #[test] fn every_size() { if !super::skip($kind) { super::every_size($kind) } }
-            #[test] fn many_small_in_order() { if !super::skip($kind) { super::many_small_in_order($kind) } }
-            #[test] fn posted_operations() { if !super::skip($kind) { super::posted_operations($kind) } }
-            #[test] fn posted_sends_beyond_the_window() { if !super::skip($kind) { super::posted_sends_beyond_the_window($kind) } }
-            #[test] fn buffer_too_small_keeps_message() { if !super::skip($kind) { super::buffer_too_small_keeps_message($kind) } }
-            #[test] fn try_recv_would_block_then_arrives() { if !super::skip($kind) { super::try_recv_would_block_then_arrives($kind) } }
-            #[test] fn three_senders_one_receiver() { if !super::skip($kind) { super::three_senders_one_receiver($kind) } }
-            #[test] fn closed_peer_is_reported() { if !super::skip($kind) { super::closed_peer_is_reported($kind) } }
-            #[test] fn wrong_key_is_refused() { if !super::skip($kind) { super::wrong_key_is_refused($kind) } }
-            #[test] fn exchange_large_posted() { if !super::skip($kind) { super::exchange_large_posted($kind) } }
-            #[test] fn exchange_large_polling() { if !super::skip($kind) { super::exchange_large_polling($kind) } }
-            #[test] fn connect_before_the_endpoint_opens() { if !super::skip($kind) { super::connect_before_the_endpoint_opens($kind) } }
-            #[test] fn transport_is_reported() { if !super::skip($kind) { super::transport_is_reported($kind) } }
-            #[test] fn a_message_over_the_limit_is_refused() { if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
-            #[test] fn reply_without_connecting_back() { if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
-            #[test] fn close_one_connection() { if !super::skip($kind) { super::close_one_connection($kind) } }
-            #[test] fn send_send() { if !super::skip($kind) { super::send_send($kind) } }
+            #[test] fn every_size() { $(super::set_variant($variant);)? if !super::skip($kind) { super::every_size($kind) } }
+            #[test] fn many_small_in_order() { $(super::set_variant($variant);)? if !super::skip($kind) { super::many_small_in_order($kind) } }
+            #[test] fn posted_operations() { $(super::set_variant($variant);)? if !super::skip($kind) { super::posted_operations($kind) } }
+            #[test] fn posted_sends_beyond_the_window() { $(super::set_variant($variant);)? if !super::skip($kind) { super::posted_sends_beyond_the_window($kind) } }
+            #[test] fn buffer_too_small_keeps_message() { $(super::set_variant($variant);)? if !super::skip($kind) { super::buffer_too_small_keeps_message($kind) } }
+            #[test] fn try_recv_would_block_then_arrives() { $(super::set_variant($variant);)? if !super::skip($kind) { super::try_recv_would_block_then_arrives($kind) } }
+            #[test] fn three_senders_one_receiver() { $(super::set_variant($variant);)? if !super::skip($kind) { super::three_senders_one_receiver($kind) } }
+            #[test] fn closed_peer_is_reported() { $(super::set_variant($variant);)? if !super::skip($kind) { super::closed_peer_is_reported($kind) } }
+            #[test] fn wrong_key_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::wrong_key_is_refused($kind) } }
+            #[test] fn exchange_large_posted() { $(super::set_variant($variant);)? if !super::skip($kind) { super::exchange_large_posted($kind) } }
+            #[test] fn exchange_large_polling() { $(super::set_variant($variant);)? if !super::skip($kind) { super::exchange_large_polling($kind) } }
+            #[test] fn connect_before_the_endpoint_opens() { $(super::set_variant($variant);)? if !super::skip($kind) { super::connect_before_the_endpoint_opens($kind) } }
+            #[test] fn transport_is_reported() { $(super::set_variant($variant);)? if !super::skip($kind) { super::transport_is_reported($kind) } }
+            #[test] fn a_message_over_the_limit_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
+            #[test] fn reply_without_connecting_back() { $(super::set_variant($variant);)? if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
+            #[test] fn close_one_connection() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_one_connection($kind) } }
+            #[test] fn send_send() { $(super::set_variant($variant);)? if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};
 }
@@ -1116,6 +1151,8 @@ conformance! {
     udp: TransportKind::Udp;
     mem: TransportKind::Mem;
     xdp: TransportKind::Xdp;
+    udp_uring: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
+    udp_uring_netns: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: true };
 }
 
 /// The tagged part of the suite, over the transports that carry tags (the datagram

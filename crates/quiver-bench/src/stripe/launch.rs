@@ -26,8 +26,9 @@ pub(crate) fn links_variable(links: u32) -> String {
         .join(";")
 }
 
-/// A started worker: its process and its stdout lines.
-struct Worker {
+/// A started worker: its process and its stdout lines (`quiver-bench bypass` starts its
+/// workers the same way).
+pub(crate) struct Worker {
     name: &'static str,
     child: Child,
     stdout: std::sync::mpsc::Receiver<String>,
@@ -39,6 +40,32 @@ impl Worker {
     /// `environment`, as rank `rank` of `identity`, pinned to `cpu`.
     #[allow(clippy::too_many_arguments)] // One call site per role; a struct would only rename them.
     fn start(
+        name: &'static str,
+        namespace: &str,
+        environment: &[(String, String)],
+        identity: &JobIdentity,
+        rank: u32,
+        cpu: usize,
+        role: &str,
+        extra: &[String],
+    ) -> Result<Worker, String> {
+        Self::start_command(
+            "stripe",
+            name,
+            namespace,
+            environment,
+            identity,
+            rank,
+            cpu,
+            role,
+            extra,
+        )
+    }
+
+    /// [`Worker::start`] of `quiver-bench COMMAND --worker ROLE EXTRA...`.
+    #[allow(clippy::too_many_arguments)] // As `start`, and the command.
+    pub(crate) fn start_command(
+        command: &str,
         name: &'static str,
         namespace: &str,
         environment: &[(String, String)],
@@ -60,7 +87,7 @@ impl Worker {
             args.push(format!("{key}={value}").into());
         }
         args.push(exe.into_os_string());
-        for arg in ["stripe", "--worker", role] {
+        for arg in [command, "--worker", role] {
             args.push(arg.into());
         }
         args.extend(extra.iter().map(Into::into));
@@ -101,7 +128,7 @@ impl Worker {
         })
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = self.child.kill();
         }
@@ -109,7 +136,10 @@ impl Worker {
     }
 
     /// Waits for the worker's JSON line and its exit, until `deadline` (or Ctrl-C).
-    fn finish<T: serde::de::DeserializeOwned>(mut self, deadline: Instant) -> Result<T, String> {
+    pub(crate) fn finish<T: serde::de::DeserializeOwned>(
+        mut self,
+        deadline: Instant,
+    ) -> Result<T, String> {
         let mut report: Option<T> = None;
         loop {
             match self.stdout.recv_timeout(Duration::from_millis(50)) {

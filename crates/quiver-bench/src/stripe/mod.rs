@@ -26,11 +26,11 @@
 //! a run measures), `launch` (starting the two sides in their namespaces), `worker` (the
 //! two sides), `record` (what a link count measured), `plot` (the scaling curve).
 
-mod launch;
-mod plan;
+pub(crate) mod launch;
+pub(crate) mod plan;
 mod plot;
 mod record;
-mod worker;
+pub(crate) mod worker;
 
 pub(crate) use plan::StripeArgs;
 

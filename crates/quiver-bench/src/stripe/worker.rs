@@ -426,7 +426,7 @@ fn udp_counters() -> String {
 }
 
 /// CPU time of this process so far (user + system, all threads), in seconds.
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own; RUSAGE_SELF is valid.

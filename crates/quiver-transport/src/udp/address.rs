@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use super::errno::check;
 
 /// Writes `address` into `storage` as a sockaddr_in/sockaddr_in6; returns its length.
-pub(super) fn write_socket_address(
+pub(crate) fn write_socket_address(
     address: &SocketAddr,
     storage: &mut libc::sockaddr_storage,
 ) -> libc::socklen_t {
@@ -48,7 +48,7 @@ pub(super) fn write_socket_address(
 }
 
 /// Reads a sockaddr_in/sockaddr_in6 the kernel wrote; None for other families.
-pub(super) fn read_socket_address(
+pub(crate) fn read_socket_address(
     storage: &libc::sockaddr_storage,
     length: libc::socklen_t,
 ) -> Option<SocketAddr> {

@@ -41,13 +41,13 @@
 //!   `address.rs`: socket addresses to and from the kernel's layout; `control.rs`: control
 //!   messages; `clock.rs`: the monotonic clock; `errno.rs`: system call results.
 
-mod address;
+pub(crate) mod address;
 mod clock;
 mod control;
 mod errno;
 mod gather;
 mod limits;
-mod options;
+pub(crate) mod options;
 mod readiness;
 mod receive;
 mod receive_batch;

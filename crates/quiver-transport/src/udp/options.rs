@@ -17,7 +17,7 @@ use super::errno::check;
 pub(super) const SO_SNDBUFFORCE: libc::c_int = 32;
 pub(super) const SO_RCVBUFFORCE: libc::c_int = 33;
 pub(super) const SO_BUSY_POLL: libc::c_int = 46;
-pub(super) const UDP_SEGMENT: libc::c_int = 103;
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 pub(super) const UDP_GRO: libc::c_int = 104;
 
 /// Sets `SO_SNDBUF`/`SO_RCVBUF` on any socket, trying the `*FORCE` variants first (root can

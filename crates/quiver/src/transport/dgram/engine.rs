@@ -72,7 +72,13 @@ impl DgramShared {
         let mut sockets = Vec::with_capacity(local.len());
         for (index, &addr) in local.iter().enumerate() {
             let interface = config.xdp_interfaces.get(index).map(String::as_str);
-            sockets.push(bind_socket(kind, addr, &config.faults, interface)?);
+            sockets.push(bind_socket(
+                kind,
+                addr,
+                &config.faults,
+                interface,
+                config.udp_io,
+            )?);
         }
         let faults_on = config.faults.is_on();
         // A scattering receive would put payloads in place before the injector saw them.
@@ -156,6 +162,10 @@ impl DgramShared {
                 address: Some(address),
                 xdp: match socket {
                     Socket::Xdp(x) => Some(x.link.stats()),
+                    _ => None,
+                },
+                uring: match socket {
+                    Socket::Uring(u) => Some(u.socket.stats()),
                     _ => None,
                 },
                 ..LinkStats::default()
@@ -448,7 +458,11 @@ pub(super) fn config_for(
     // receiver works through a burst: on loopback too, a 1 ms floor resent about one
     // frame in seven of a 1 MiB stream, all duplicates (2-core development VM). In
     // memory (tests) the protocol's own floor stays.
-    let min_rto_ns = if path_count > 1 || matches!(sockets[0], Socket::Udp(_) | Socket::Xdp(_)) {
+    let min_rto_ns = if path_count > 1
+        || matches!(
+            sockets[0],
+            Socket::Udp(_) | Socket::Xdp(_) | Socket::Uring(_)
+        ) {
         base.min_rto_ns.max(network_min_rto_ns)
     } else {
         base.min_rto_ns
@@ -530,6 +544,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             &config.faults,
             None,
+            config.udp_io,
         )
         .unwrap();
         let to = "127.0.0.1:9".parse().unwrap();

@@ -59,8 +59,10 @@
 //! - `stats`: the counters the engine reports;
 //! - `connection`: one connection's entry (core, paths, status, sending sockets, posted
 //!   buffers; the table of entries by id is the router's);
-//! - `udp_io`: the link sockets (udp with its batches, mem, xdp), their fault injectors
-//!   (`transport::fault`), and the gathered (GSO) sends;
+//! - `udp_io`: the link sockets (udp with its batches, mem, xdp, udp through io_uring),
+//!   their fault injectors (`transport::fault`), and the gathered (GSO) sends;
+//! - `uring_io`: a udp link driven by io_uring (`QUIVER_UDP_IO`), and the fallback to
+//!   plain sockets where io_uring is refused;
 //! - `engine`: the engine's state (its [`quiver_proto::router::Router`] of entries among
 //!   it), [`DgramShared`](engine::DgramShared) and its setup, the per-peer paths and
 //!   settings;
@@ -97,9 +99,11 @@ mod poll;
 mod posted_reads;
 pub(crate) mod protocols;
 mod receive;
+mod receive_uring;
 pub(crate) mod rma;
 mod router_host;
 mod send;
 mod sleepers;
 pub(crate) mod stats;
 mod udp_io;
+mod uring_io;

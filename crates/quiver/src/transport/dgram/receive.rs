@@ -25,7 +25,7 @@ use crate::transport::local::LocalRank;
 use crate::transport::xdp::link::Arrival;
 
 /// Datagrams taken from the socket per poll at most (bounds the time one poll takes).
-const RECV_BATCH: usize = 64;
+pub(super) const RECV_BATCH: usize = 64;
 /// Bytes of datagrams one poll takes from a socket at most (about; a batch is asked for
 /// only while it fits). A poll that took 64 datagrams of 64 KB (4 MiB) before it acked
 /// held the acknowledgements back for milliseconds: streaming 1 MiB messages over loopback,
@@ -124,7 +124,7 @@ impl Engine {
     /// lookup (`Router::handle` is inlined here), then the connection's core. The host is
     /// a few references on the stack, asked only for Hellos.
     #[allow(clippy::too_many_arguments)] // One datagram and where it came from; no grouping helps.
-    fn dispatch(
+    pub(super) fn dispatch(
         &mut self,
         datagram: &[u8],
         from: SocketAddr,
@@ -327,6 +327,7 @@ impl Engine {
                 }
                 bytes
             }
+            Socket::Uring(_) => self.receive_uring(path, now, ctx, shared, touched, reader, budget),
             Socket::Udp(_) => {
                 let mut taken = 0;
                 let mut bytes = 0usize;
@@ -589,6 +590,10 @@ fn send_answer(socket: &mut Socket, to: SocketAddr, reset: &[u8]) {
     match socket {
         Socket::Mem(mem) => mem.send(to, reset, &[]),
         Socket::Xdp(io) => {
+            io.send(to, reset, &[]);
+            io.flush();
+        }
+        Socket::Uring(io) => {
             io.send(to, reset, &[]);
             io.flush();
         }

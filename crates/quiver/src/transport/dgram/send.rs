@@ -103,6 +103,14 @@ impl Engine {
                         }
                         first = false;
                     }
+                    Socket::Uring(io) => {
+                        io.send(to, &self.header[..t.header_len], t.payload);
+                        // As xdp: a lone first datagram leaves at once.
+                        if first {
+                            io.flush();
+                        }
+                        first = false;
+                    }
                     Socket::Udp(io) => {
                         let offset = io.tx.len();
                         io.tx.extend_from_slice(&self.header[..t.header_len]);
@@ -178,6 +186,7 @@ impl Engine {
                         io.send_for(entry, path, to, lent);
                     }
                     Socket::Xdp(io) => io.flush(),
+                    Socket::Uring(io) => io.flush(),
                     _ => {}
                 }
             }

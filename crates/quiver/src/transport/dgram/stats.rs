@@ -10,6 +10,7 @@ use quiver_proto::router::DropReason;
 
 use crate::transport::fault::FaultStats;
 use crate::transport::xdp::link::XdpLinkStats;
+use quiver_transport::uring::UringStats;
 
 /// Counters of a context's reliable datagram protocol (udp or mem), summed over its
 /// connections, for reports and tests.
@@ -180,4 +181,7 @@ pub struct LinkStats {
     pub min_rtt_ns: u64,
     /// The link's AF_XDP counters and modes (an xdp link; None for udp and mem).
     pub xdp: Option<XdpLinkStats>,
+    /// The link's io_uring counters (a udp link driven by io_uring, `QUIVER_UDP_IO`; None
+    /// otherwise, and where io_uring was refused and the link fell back to sockets).
+    pub uring: Option<UringStats>,
 }

@@ -22,7 +22,8 @@ use quiver_transport::udp::{
 
 use super::connection::{lender, sender_for, Entry, Posted, Status};
 use super::mem::MemSocket;
-use crate::config::TransportKind;
+use super::uring_io::{bind_uring, UringIo};
+use crate::config::{TransportKind, UdpIoMode};
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
 use crate::transport::fault::{FaultInjector, FaultStats, Faults};
@@ -39,6 +40,8 @@ pub(super) enum Socket {
     Udp(Box<UdpIo>),
     Mem(MemIo),
     Xdp(Box<XdpIo>),
+    /// A udp socket driven by io_uring (`QUIVER_UDP_IO=uring`).
+    Uring(Box<UringIo>),
 }
 
 impl Socket {
@@ -47,6 +50,7 @@ impl Socket {
             Socket::Udp(u) => u.socket.as_raw_fd(),
             Socket::Mem(m) => m.socket.raw_fd(),
             Socket::Xdp(x) => x.link.raw_fd(),
+            Socket::Uring(u) => u.socket.wait_fd(),
         }
     }
 
@@ -56,6 +60,7 @@ impl Socket {
             Socket::Udp(u) => u.faults.as_deref_mut(),
             Socket::Mem(m) => m.faults.as_deref_mut(),
             Socket::Xdp(x) => x.faults.as_deref_mut(),
+            Socket::Uring(u) => u.faults.as_deref_mut(),
         }
     }
 
@@ -65,6 +70,7 @@ impl Socket {
             Socket::Udp(u) => u.faults.as_deref().map(FaultInjector::stats),
             Socket::Mem(m) => m.faults.as_deref().map(FaultInjector::stats),
             Socket::Xdp(x) => x.faults.as_deref().map(FaultInjector::stats),
+            Socket::Uring(u) => u.faults.as_deref().map(FaultInjector::stats),
         }
     }
 
@@ -74,6 +80,7 @@ impl Socket {
             Socket::Udp(u) => u.faults.as_deref(),
             Socket::Mem(m) => m.faults.as_deref(),
             Socket::Xdp(x) => x.faults.as_deref(),
+            Socket::Uring(u) => u.faults.as_deref(),
         };
         faults.is_some_and(FaultInjector::on_arrival)
     }
@@ -103,19 +110,35 @@ impl Socket {
                     link.flush();
                 }
             }
+            Socket::Uring(u) => {
+                let UringIo { socket, faults } = &mut **u;
+                if let Some(faults) = faults {
+                    faults.release_held(&mut |to, datagram| socket.send(to, datagram, &[]));
+                    socket.flush();
+                }
+            }
         }
     }
 }
 
 /// Binds one link's socket, with an injector of `faults` when they are on; `interface` is
-/// the xdp link's interface (None: the one holding `addr`).
+/// the xdp link's interface (None: the one holding `addr`); `udp_io` how a udp link is
+/// driven (io_uring where asked and allowed, else plain system calls).
 pub(super) fn bind_socket(
     kind: TransportKind,
     addr: SocketAddr,
     faults: &Faults,
     interface: Option<&str>,
+    udp_io: UdpIoMode,
 ) -> Result<Socket> {
     Ok(match kind {
+        TransportKind::Udp if udp_io != UdpIoMode::Sockets => match bind_uring(addr, udp_io)? {
+            Some(socket) => {
+                let faults = FaultInjector::new(faults, socket.local_address());
+                Socket::Uring(Box::new(UringIo { socket, faults }))
+            }
+            None => bind_socket(kind, addr, faults, interface, UdpIoMode::Sockets)?,
+        },
         TransportKind::Udp => {
             let mut socket = UdpSocket::bind(addr).map_err(|e| Error::bind("udp", addr, e))?;
             // Coalesced receives cut the per-datagram cost; best effort.
