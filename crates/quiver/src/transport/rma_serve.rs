@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use quiver_transport::region::SharedRegion;
 use quiver_wire::rma::KeyRepr;
-use quiver_wire::rma_request::{ReplyStatus, RequestOp, RequestRepr};
+use quiver_wire::rma_request::{ReplyRepr, ReplyStatus, RequestOp, RequestRepr};
 
 use super::regions::RegionTable;
 
@@ -130,6 +130,62 @@ pub(crate) enum Checked {
     Bytes(Arc<SharedRegion>, usize),
     /// Applied (an atomic, or a flush): the reply's value.
     Word(u64),
+}
+
+/// What serving a checked request does next: the same decision over every transport,
+/// which then moves the bytes its own way.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Take a put's `len` bytes of data: into the region at its offset, or (refused:
+    /// `None`) read and dropped; then send `reply`.
+    PutData {
+        into: Option<(Arc<SharedRegion>, usize)>,
+        len: u64,
+        reply: ReplyRepr,
+    },
+    /// Send `reply`, followed by a get's bytes (`(region, offset, length)`).
+    Reply {
+        reply: ReplyRepr,
+        data: Option<(Arc<SharedRegion>, usize, usize)>,
+    },
+}
+
+/// The next step for `request`, checked as `checked` ([`take_request`]).
+pub(crate) fn next_step(request: &RequestRepr, checked: Checked) -> Next {
+    let reply = ReplyRepr {
+        status: ReplyStatus::Done,
+        seq: request.seq,
+        value: 0,
+        len: 0,
+    };
+    match (request.op, checked) {
+        (RequestOp::Put, Checked::Bytes(region, at)) => Next::PutData {
+            into: Some((region, at)),
+            len: request.len,
+            reply,
+        },
+        (RequestOp::Put, Checked::Refused(status)) => Next::PutData {
+            into: None,
+            len: request.len,
+            reply: ReplyRepr { status, ..reply },
+        },
+        // In bounds of the region once checked: the length fits a usize.
+        (_, Checked::Bytes(region, at)) => Next::Reply {
+            reply: ReplyRepr {
+                len: request.len,
+                ..reply
+            },
+            data: Some((region, at, request.len as usize)),
+        },
+        (_, Checked::Refused(status)) => Next::Reply {
+            reply: ReplyRepr { status, ..reply },
+            data: None,
+        },
+        (_, Checked::Word(value)) => Next::Reply {
+            reply: ReplyRepr { value, ..reply },
+            data: None,
+        },
+    }
 }
 
 /// Parses the request header `head` from rank `peer` and checks it ([`check_request`]).

@@ -36,7 +36,7 @@ use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
-use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
+use crate::transport::rma_serve::{next_step, take_request, Identity, Next, Served};
 
 /// The bounce buffer of a served connection (module docs).
 pub(crate) const BOUNCE_BYTES: usize = 64 * 1024;
@@ -515,42 +515,24 @@ impl DgramServed {
             regions.request_refused(peer, 0, "a request message of the wrong length");
             return Err(format!("rank {peer}'s request message is {len} bytes"));
         }
-        let reply = ReplyRepr {
-            status: ReplyStatus::Done,
-            seq: request.seq,
-            value: 0,
-            len: 0,
-        };
         // In bounds of a region (or refused): the length fits a usize once checked.
         let data = usize::try_from(data).map_err(|_| "a request too large".to_string())?;
-        self.stage = match checked {
-            Checked::Bytes(region, at) if request.op == RequestOp::Put => Stage::Data {
-                region: Some(region),
-                at,
-                left: data,
-                reply,
-            },
-            Checked::Refused(status) if request.op == RequestOp::Put => Stage::Data {
-                region: None,
-                at: 0,
-                left: data,
-                reply: ReplyRepr { status, ..reply },
-            },
-            Checked::Bytes(region, at) => {
-                let len = request.len as usize;
-                Stage::Reply {
-                    head: ReplyRepr {
-                        len: len as u64,
-                        ..reply
-                    }
-                    .emit(),
-                    data: Some((region, at, len)),
-                    sent: 0,
-                    started: false,
+        self.stage = match next_step(&request, checked) {
+            Next::PutData { into, reply, .. } => {
+                let (region, at) = into.map_or((None, 0), |(region, at)| (Some(region), at));
+                Stage::Data {
+                    region,
+                    at,
+                    left: data,
+                    reply,
                 }
             }
-            Checked::Refused(status) => Stage::reply(ReplyRepr { status, ..reply }),
-            Checked::Word(value) => Stage::reply(ReplyRepr { value, ..reply }),
+            Next::Reply { reply, data } => Stage::Reply {
+                head: reply.emit(),
+                data,
+                sent: 0,
+                started: false,
+            },
         };
         Ok(true)
     }

@@ -36,7 +36,7 @@ use crate::transport::local::LocalRank;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
-use crate::transport::rma_serve::{take_request, Checked, Identity, Served};
+use crate::transport::rma_serve::{next_step, take_request, Identity, Next, Served};
 
 /// What a tcp edge keeps for its one-sided operations: the request stream to the peer,
 /// opened at the first operation (module docs).
@@ -462,41 +462,19 @@ impl TcpServed {
         me: Identity,
     ) -> std::result::Result<Stage, String> {
         let (request, checked) = take_request(regions, me, self.peer, &self.head)?;
-        let mut reply = ReplyRepr {
-            status: ReplyStatus::Done,
-            seq: request.seq,
-            value: 0,
-            len: 0,
-        };
-        Ok(match (request.op, checked) {
-            (RequestOp::Put, Checked::Bytes(region, at)) => Stage::Data {
-                region: Some(region),
-                at,
-                left: request.len,
-                reply,
-            },
-            (RequestOp::Put, Checked::Refused(status)) => Stage::Data {
-                region: None,
-                at: 0,
-                left: request.len,
-                reply: ReplyRepr { status, ..reply },
-            },
-            (_, Checked::Bytes(region, at)) => {
-                reply.len = request.len;
-                Stage::Reply {
-                    head: reply.emit(),
-                    data: Some((region, at, request.len as usize)),
-                    sent: 0,
+        Ok(match next_step(&request, checked) {
+            Next::PutData { into, len, reply } => {
+                let (region, at) = into.map_or((None, 0), |(region, at)| (Some(region), at));
+                Stage::Data {
+                    region,
+                    at,
+                    left: len,
+                    reply,
                 }
             }
-            (_, Checked::Refused(status)) => Stage::Reply {
-                head: ReplyRepr { status, ..reply }.emit(),
-                data: None,
-                sent: 0,
-            },
-            (_, Checked::Word(value)) => Stage::Reply {
-                head: ReplyRepr { value, ..reply }.emit(),
-                data: None,
+            Next::Reply { reply, data } => Stage::Reply {
+                head: reply.emit(),
+                data,
                 sent: 0,
             },
         })
