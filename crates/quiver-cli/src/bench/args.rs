@@ -331,6 +331,13 @@ fn parse_two_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
 pub fn main(args: BenchArgs) -> i32 {
+    if args.tests.contains(&TestName::Am) {
+        if args.tests.len() > 1 {
+            eprintln!("quiver bench: am runs alone (quiver bench am)");
+            return EXIT_USAGE;
+        }
+        return super::am::main(&args.options);
+    }
     let tests = if args.tests.is_empty() {
         DEFAULT_TESTS.to_vec()
     } else {
