@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use quiver::{ActiveMessage, Addr, Config, Context, Endpoint, TransportKind};
 
-use super::args::{BenchOptions, EXIT_FAILURE, EXIT_USAGE};
 use super::floor::pin_current_thread;
 use super::parent::choose_cpus;
 use crate::provenance::Provenance;
@@ -52,35 +51,50 @@ struct Figure {
     target: (f64, bool),
 }
 
-/// Runs `quiver bench am` with `options` (transport, iterations, CPUs, JSON).
-pub fn main(options: &BenchOptions) -> i32 {
-    let (kind, ucx_tl) = match options.transport.as_str() {
+/// What `quiver bench am` takes of the bench's command line.
+#[derive(Debug, Clone, Copy)]
+pub struct AmOptions<'a> {
+    /// `--transport`: shm or tcp.
+    pub transport: &'a str,
+    /// `--iters`: round trips timed (the rate test sends 20 times as many messages).
+    pub iters: Option<u64>,
+    /// `--cpus`.
+    pub cpus: Option<&'a str>,
+    /// `--json`.
+    pub json: Option<&'a str>,
+}
+
+/// Why `quiver bench am` did not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AmFailure {
+    /// A bad command line.
+    Usage(String),
+    /// The run failed.
+    Run(String),
+}
+
+/// Runs `quiver bench am` with `options`; prints the table or the JSON lines.
+///
+/// # Errors
+/// A transport other than shm and tcp or bad CPUs ([`AmFailure::Usage`]); a failed rank
+/// ([`AmFailure::Run`]).
+pub fn run(options: &AmOptions<'_>) -> Result<(), AmFailure> {
+    let (kind, ucx_tl) = match options.transport {
         "shm" => (TransportKind::Shm, ["-x", "posix", "-d", "memory"]),
         "tcp" => (TransportKind::Tcp, ["-x", "tcp", "-d", "lo"]),
         other => {
-            eprintln!("quiver bench am: active messages run over shm and tcp, not {other}");
-            return EXIT_USAGE;
+            return Err(AmFailure::Usage(format!(
+                "active messages run over shm and tcp, not {other}"
+            )))
         }
     };
-    let cpus = match choose_cpus(options.cpus.as_deref()) {
-        Ok(cpus) => cpus,
-        Err(message) => {
-            eprintln!("quiver bench am: {message}");
-            return EXIT_USAGE;
-        }
-    };
+    let cpus = choose_cpus(options.cpus).map_err(AmFailure::Usage)?;
     let lat_iters = options.iters.unwrap_or(DEFAULT_LAT_ITERS).max(1);
     let messages = options
         .iters
         .map_or(DEFAULT_RATE_MESSAGES, |n| n.saturating_mul(20))
         .max(1);
-    let quiver = match measure(kind, cpus, lat_iters, messages) {
-        Ok(figures) => figures,
-        Err(message) => {
-            eprintln!("quiver bench am: {message}");
-            return EXIT_FAILURE;
-        }
-    };
+    let quiver = measure(kind, cpus, lat_iters, messages).map_err(AmFailure::Run)?;
     let ucx_lat = ucx(&ucx_tl, cpus, "am_lat", lat_iters);
     let ucx_rate = ucx(&ucx_tl, cpus, "am_bw", messages);
     let figures = [
@@ -99,8 +113,8 @@ pub fn main(options: &BenchOptions) -> i32 {
             target: (1.2, false),
         },
     ];
-    print_figures(options, kind, cpus, &figures);
-    0
+    print_figures(options.json, kind, cpus, &figures);
+    Ok(())
 }
 
 /// The figures `ucx_perftest` printed (its last line with `-f`).
@@ -314,12 +328,7 @@ fn initiate(
 }
 
 /// The table (or JSON lines with `--json -`; both with `--json FILE`).
-fn print_figures(
-    options: &BenchOptions,
-    kind: TransportKind,
-    cpus: [usize; 2],
-    figures: &[Figure],
-) {
+fn print_figures(json: Option<&str>, kind: TransportKind, cpus: [usize; 2], figures: &[Figure]) {
     let provenance = Provenance::current();
     let lines: Vec<String> = figures
         .iter()
@@ -341,8 +350,8 @@ fn print_figures(
             .to_string()
         })
         .collect();
-    let json_only = options.json.as_deref() == Some("-");
-    if let Some(path) = options.json.as_deref().filter(|p| *p != "-") {
+    let json_only = json == Some("-");
+    if let Some(path) = json.filter(|p| *p != "-") {
         if let Err(e) = std::fs::write(path, lines.join("\n") + "\n") {
             eprintln!("quiver bench am: writing {path}: {e}");
         }

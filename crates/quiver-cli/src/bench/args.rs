@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::am::{self, AmFailure, AmOptions};
 use super::fd_wait::WaitMode;
 use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
@@ -336,7 +337,24 @@ pub fn main(args: BenchArgs) -> i32 {
             eprintln!("quiver bench: am runs alone (quiver bench am)");
             return EXIT_USAGE;
         }
-        return super::am::main(&args.options);
+        let options = &args.options;
+        let am = AmOptions {
+            transport: &options.transport,
+            iters: options.iters,
+            cpus: options.cpus.as_deref(),
+            json: options.json.as_deref(),
+        };
+        return match am::run(&am) {
+            Ok(()) => 0,
+            Err(AmFailure::Usage(message)) => {
+                eprintln!("quiver bench am: {message}");
+                EXIT_USAGE
+            }
+            Err(AmFailure::Run(message)) => {
+                eprintln!("quiver bench am: {message}");
+                EXIT_FAILURE
+            }
+        };
     }
     let tests = if args.tests.is_empty() {
         DEFAULT_TESTS.to_vec()

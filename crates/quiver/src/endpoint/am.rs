@@ -15,94 +15,13 @@
 //! itself; replies (`reply`, `reply_am`) never wait there (a reply the connection cannot
 //! take now is queued and sent by progress).
 
+use super::handlers::{ActiveMessage, AmStats};
 use super::{Connection, Endpoint, SendRequest};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
-use crate::slab::Key;
 use crate::transport::requests::SendState;
 use crate::transport::wire_tag::WireTag;
-
-/// An active message as its handler sees it: the sender, the handler id, the header and
-/// the payload, views of the buffer it arrived in (valid for the handler's call).
-#[derive(Debug, Clone, Copy)]
-pub struct ActiveMessage<'a> {
-    source: Addr,
-    id: u16,
-    header: &'a [u8],
-    payload: &'a [u8],
-}
-
-impl<'a> ActiveMessage<'a> {
-    /// The sender (answer it with [`Endpoint::reply`] or [`Endpoint::reply_am`]).
-    pub fn source(&self) -> Addr {
-        self.source
-    }
-
-    /// The handler id the sender named.
-    pub fn id(&self) -> u16 {
-        self.id
-    }
-
-    /// The header the sender gave [`Endpoint::send_am`].
-    pub fn header(&self) -> &'a [u8] {
-        self.header
-    }
-
-    /// The payload the sender gave [`Endpoint::send_am`].
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
-    }
-}
-
-/// A registered handler.
-type Handler = Box<dyn FnMut(&mut Endpoint, &ActiveMessage<'_>) -> Result<()> + Send>;
-
-/// Counters of an endpoint's active messages ([`Endpoint::am_stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AmStats {
-    /// Handlers run (one per active message received).
-    pub handled: u64,
-    /// Active messages dropped because no handler was registered for their id (each one
-    /// [`Error::UnknownHandler`] from the call that took it in).
-    pub unknown_handler: u64,
-    /// Active messages whose header was longer than the message (a peer that does not
-    /// speak the protocol: its connection was failed).
-    pub malformed: u64,
-    /// Calls a handler made that a handler may not ([`Error::InHandler`]).
-    pub refused_calls: u64,
-    /// Replies a handler made that the connection could not take at once: queued, sent by
-    /// progress.
-    pub replies_queued: u64,
-    /// Of those, the ones that failed (logged; the connection's error also comes from its
-    /// next send).
-    pub replies_failed: u64,
-}
-
-/// An endpoint's handlers and what runs them.
-#[derive(Default)]
-pub(crate) struct AmState {
-    /// By handler id; a running handler's slot is empty while it runs.
-    handlers: Vec<Option<Handler>>,
-    /// Whether a handler is running now (calls that may not run in one are refused).
-    pub(super) in_handler: bool,
-    stats: AmStats,
-    /// Replies queued by handlers (posted sends), reaped by progress.
-    replies: Vec<Key>,
-    /// The header and payload of a send joined into one message.
-    scratch: Vec<u8>,
-}
-
-impl std::fmt::Debug for AmState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmState")
-            .field("handlers", &self.handlers.iter().flatten().count())
-            .field("in_handler", &self.in_handler)
-            .field("stats", &self.stats)
-            .finish()
-    }
-}
 
 /// A joined message larger than this is not kept as scratch after its send.
 const SCRATCH_KEEP_BYTES: usize = 1 << 20;
@@ -376,12 +295,7 @@ impl Endpoint {
             return Err(Error::UnknownHandler { peer: source, id });
         };
         let (header, payload) = bytes.split_at(header_len);
-        let message = ActiveMessage {
-            source,
-            id: id16,
-            header,
-            payload,
-        };
+        let message = ActiveMessage::new(source, id16, header, payload);
         self.am.stats.handled += 1;
         self.am.in_handler = true;
         let result = handler(self, &message);

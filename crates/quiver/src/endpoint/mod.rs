@@ -39,8 +39,9 @@ use crate::transport::requests::Requests;
 use crate::transport::rma_pipeline::PostedTable;
 use crate::transport::wire_tag::WireTag;
 
-pub(crate) mod am;
+mod am;
 mod connect;
+pub(crate) mod handlers;
 mod look;
 pub(crate) mod matching;
 mod readiness;
@@ -155,7 +156,7 @@ pub struct Endpoint {
     /// One-sided operations posted and not yet completed by `wait_rma`.
     rma_posted: PostedTable,
     /// Active-message handlers and their counters (`am.rs`).
-    am: am::AmState,
+    am: handlers::AmState<Endpoint>,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
     /// time, so its internals may use cells without breaking programs later.
     _not_sync: PhantomData<Cell<()>>,
@@ -208,7 +209,7 @@ impl Endpoint {
             matcher: matching::Matcher::new(u64::MAX),
             last_tag: WireTag::default(),
             rma_posted: PostedTable::default(),
-            am: am::AmState::default(),
+            am: handlers::AmState::default(),
             _not_sync: PhantomData,
         }
     }
