@@ -209,6 +209,7 @@ impl TcpIn {
                 if header.kind == StreamKind::Close {
                     tcp.start += HEADER_LEN;
                     net.state = InboundState::Done;
+                    net.end.closed = true;
                     return Ok(None);
                 }
                 if header.kind == StreamKind::Tag {

@@ -406,6 +406,12 @@ impl TcpOut {
         })
     }
 
+    /// Whether this edge writes the stream whose counters' handle is `open` (the two edges
+    /// of one stream share it).
+    pub(crate) fn same_stream(&self, open: &Arc<OpenStream>) -> bool {
+        Arc::ptr_eq(&self._open, open)
+    }
+
     /// Closes the edge (the endpoint closes), best effort: the queued sends, the close
     /// header, then the end of the stream.
     pub(crate) fn close(&mut self) {
