@@ -5,8 +5,9 @@
 //! only, skipped with a reason otherwise) with `QUIVER_TRANSPORTS` narrowed to the
 //! transport under test, and checks the same behaviour of the public API:
 //! every size byte-identical, order per connection, all three ways of sending and
-//! receiving, backpressure, BufferTooSmall keeping the message, a closed peer, a stranger
-//! with the wrong key refused and counted.
+//! receiving, backpressure, BufferTooSmall keeping the message, a closed peer and closing
+//! one connection, a stranger with the wrong key refused and counted, posted operations on
+//! the caller's memory (`scoped/`).
 //!
 //! The udp transport runs the suite three times: over loopback with plain sockets, over
 //! loopback with its io_uring engine (`QUIVER_UDP_IO=uring`), and between network
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
+mod scoped;
 mod tagged;
 mod xdp_net;
 use xdp_net::XdpNet;
@@ -1230,6 +1232,8 @@ macro_rules! conformance {
             #[test] fn reply_without_connecting_back() { $(super::set_variant($variant);)? if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
             #[test] fn close_one_connection() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_one_connection($kind) } }
             #[test] fn close_ends_both_directions() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_ends_both_directions($kind) } }
+            #[test] fn scoped_slices_of_caller_arrays() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::slices_of_caller_arrays($kind) } }
+            #[test] fn scoped_early_return_and_panic() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::early_return_and_panic($kind) } }
             #[test] fn send_send() { $(super::set_variant($variant);)? if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};

@@ -10,7 +10,8 @@
 //!
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
 //! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look
-//! at the inbound edges), `waiting.rs` (idling and liveness).
+//! at the inbound edges), `waiting.rs` (idling and liveness), `scope.rs` (posted
+//! operations on the caller's memory, typed data).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -43,6 +44,7 @@ pub(crate) mod matching;
 mod readiness;
 mod receive;
 mod rma;
+pub(crate) mod scope;
 mod send;
 mod tagged;
 #[cfg(test)]
