@@ -613,6 +613,49 @@ fn close_ends_both_directions(t: TransportKind) {
     });
 }
 
+/// A peer that only sends (it never receives, so never reads the close) learns of the
+/// close from its sends: rank 0 closes its connection to rank 1 while rank 1 sends to it
+/// in a loop; rank 1's send fails with `PeerClosed` (tcp: once the socket is full and the
+/// peer has shut the stream; shm: once the ring back is full), not after its timeout.
+fn close_stops_a_sender(t: TransportKind) {
+    let done = std::sync::Barrier::new(2);
+    let done = &done;
+    run(t, 2, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(60)));
+        let peer = Addr::new(1 - rank, 0);
+        if rank == 0 {
+            let mut buf = [0u8; 8];
+            assert_eq!(ep.recv(&mut buf).unwrap(), (5, peer), "hello");
+            let conn = ep.connect(peer).unwrap();
+            ep.close(conn).unwrap();
+            done.wait();
+        } else {
+            let conn = ep.connect(peer).unwrap();
+            ep.send(conn, b"hello").unwrap();
+            let msg = vec![3u8; 64 << 10];
+            let started = std::time::Instant::now();
+            let mut result = Ok(());
+            for _ in 0..100_000 {
+                result = ep.send(conn, &msg);
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
+                other => panic!("expected PeerClosed, got {other:?}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the end took {:?}",
+                started.elapsed()
+            );
+            done.wait();
+        }
+    });
+}
+
 /// Large messages exchanged by both ranks at once, each far larger than any staging
 /// buffer, ring or socket buffer.
 const EXCHANGE_SIZES: [usize; 4] = [1 << 20, 3 << 20, (1 << 20) + 3, (3 << 20) - 1];
@@ -1231,6 +1274,7 @@ macro_rules! conformance {
             #[test] fn a_message_over_the_limit_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
             #[test] fn reply_without_connecting_back() { $(super::set_variant($variant);)? if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
             #[test] fn close_one_connection() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_one_connection($kind) } }
+            #[test] fn close_stops_a_sender() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_stops_a_sender($kind) } }
             #[test] fn close_ends_both_directions() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_ends_both_directions($kind) } }
             #[test] fn scoped_slices_of_caller_arrays() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::slices_of_caller_arrays($kind) } }
             #[test] fn scoped_early_return_and_panic() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::early_return_and_panic($kind) } }
