@@ -81,6 +81,9 @@ impl Endpoint {
                 if let Some(got) = self.take_any_pooled(true)? {
                     return Ok(got);
                 }
+                if let Some(end) = self.end_of(None) {
+                    return Err(end);
+                }
             } else if self.requests.posted_recvs.is_empty() {
                 if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
                     return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
@@ -104,6 +107,9 @@ impl Endpoint {
         if !self.matcher.is_idle() {
             if let Some(got) = self.take_any_pooled(false)? {
                 return Ok(got);
+            }
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
             }
         } else if self.requests.posted_recvs.is_empty() {
             let mut buf = self.requests.pool.take(0);

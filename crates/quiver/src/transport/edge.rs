@@ -37,6 +37,7 @@ use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
+use crate::transport::requests::RecvState;
 use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
 use crate::transport::rma_pipeline::Outcome;
 
@@ -328,7 +329,12 @@ impl OutEdge {
                 _ => false,
             };
             if same && !inb.is_done() {
-                inb.close_here();
+                if let Some(key) = inb.close_here() {
+                    // A posted receive bound to a message the close cut off.
+                    cx.requests.bound_recvs -= 1;
+                    let closed = Error::ConnectionClosed { peer };
+                    cx.requests.set_recv(key, RecvState::Done(Err(closed)));
+                }
             }
         }
         let failure = match self {
@@ -610,13 +616,15 @@ impl InEdge {
     }
 
     /// Ends the edge because this endpoint closed the connection it belongs to
-    /// ([`OutEdge::close_connection`]): no report, nothing more taken from it.
-    pub(crate) fn close_here(&mut self) {
+    /// ([`OutEdge::close_connection`]): no report, nothing more taken from it. The key of
+    /// a posted receive bound to a message in progress on it (tcp), which the caller fails.
+    pub(crate) fn close_here(&mut self) -> Option<Key> {
         match self {
             InEdge::Shm(e) => e.close_here(),
-            InEdge::Tcp(e) => e.finish(),
+            InEdge::Tcp(e) => return e.close_here(),
             InEdge::Dgram(e) => e.finish(),
         }
+        None
     }
 
     /// Whether the edge is a network edge (the datagram engine is polled before its look).

@@ -222,17 +222,22 @@ impl Engine {
         });
     }
 
-    /// Turns the protocol's events of connection `id` into its status (what arrives on a
-    /// connection this side closed is dropped: [`drop_arrivals`]).
-    fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
+    /// What arrived on connection `id`, when this side closed it, is dropped
+    /// ([`drop_arrivals`]); the freed window lets the peer's data, then its Close, come.
+    fn drop_abandoned_arrivals(&mut self, id: u64) {
         let Some(entry) = self.router.get_mut(id) else {
             return;
         };
         if entry.abandoned && drop_arrivals(&mut entry.core) {
-            // The freed window lets the peer's data, and then its Close, come.
             self.timers_dirty = true;
             self.defer(id);
         }
+    }
+
+    /// Turns the protocol's events of connection `id` into its status (what arrives on a
+    /// connection this side closed is dropped: [`drop_arrivals`]).
+    fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
+        self.drop_abandoned_arrivals(id);
         let Some(entry) = self.router.get_mut(id) else {
             return;
         };

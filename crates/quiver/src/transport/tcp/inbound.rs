@@ -559,6 +559,21 @@ impl TcpIn {
             && (tcp.end > tcp.start || !tcp.ready.is_empty() || tcp.holds_partial())
     }
 
+    /// Ends the edge because this endpoint closed the connection (`Endpoint::close`): what
+    /// it held is dropped; a posted receive bound to a message in progress on it is handed
+    /// back by key, for the caller to fail.
+    pub(crate) fn close_here(&mut self) -> Option<crate::slab::Key> {
+        let bound = match self.reader.partial.take() {
+            Some(Partial {
+                into: PartialInto::Posted(key, _),
+                ..
+            }) => Some(key),
+            _ => None,
+        };
+        self.finish();
+        bound
+    }
+
     /// The stream, when the edge is open: read-ahead polls it.
     pub(crate) fn open_fd(&self) -> Option<RawFd> {
         (self.net.state == InboundState::Open).then(|| self.reader.stream.as_raw_fd())
