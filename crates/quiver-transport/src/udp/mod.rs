@@ -38,6 +38,7 @@
 //!   hold ([`RecvMessage`], [`Datagrams`]).
 //! - `readiness.rs`: one descriptor for several sockets ([`ReadinessSet`]).
 //! - `options.rs`: socket options for any socket; `limits.rs`: sizes and limits;
+//!   `path_mtu.rs`: the path MTU the kernel knows for a destination;
 //!   `address.rs`: socket addresses to and from the kernel's layout; `control.rs`: control
 //!   messages; `clock.rs`: the monotonic clock; `errno.rs`: system call results.
 
@@ -47,6 +48,7 @@ mod control;
 mod errno;
 mod gather;
 mod limits;
+mod path_mtu;
 pub(crate) mod options;
 mod readiness;
 mod receive;
@@ -60,6 +62,7 @@ pub use limits::{
     MAX_DATAGRAM_BYTES_V4, MAX_DATAGRAM_BYTES_V6, MAX_GATHER_PARTS, MAX_GSO_SEGMENTS,
 };
 pub(crate) use options::set_int_option;
+pub use path_mtu::ip_udp_header_bytes;
 pub use options::{set_buffer_sizes, set_busy_poll, set_nonblocking};
 pub use readiness::ReadinessSet;
 pub use receive::SplitRecv;
