@@ -34,7 +34,7 @@ pub fn ip_udp_header_bytes(destination: SocketAddr) -> usize {
 ///
 /// # Errors
 /// No route to `destination`, or the kernel refused the query.
-pub fn datagram_room(
+pub(super) fn datagram_room(
     connected: Option<BorrowedFd<'_>>,
     destination: SocketAddr,
 ) -> io::Result<usize> {
