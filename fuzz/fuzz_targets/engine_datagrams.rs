@@ -137,7 +137,10 @@ impl Job {
 
     fn check(&self) {
         let stats = self._contexts[0].stats().datagram.expect("datagram stats");
-        assert!(stats.hellos_remembered <= HELLO_CAPACITY as u64, "{stats:?}");
+        assert!(
+            stats.hellos_remembered <= HELLO_CAPACITY as u64,
+            "{stats:?}"
+        );
         // The genuine connection and at most one per (source port, id) of the Hellos.
         assert!(stats.connections <= 1 + 4 * 4 * 8, "{stats:?}");
     }

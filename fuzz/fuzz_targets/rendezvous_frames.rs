@@ -112,11 +112,15 @@ impl Rank {
 /// Reads one handshake message (its length is in its prefix).
 fn read_message(stream: &mut TcpStream) -> Vec<u8> {
     let mut message = vec![0u8; PREFIX_LEN];
-    stream.read_exact(&mut message).expect("a handshake message");
+    stream
+        .read_exact(&mut message)
+        .expect("a handshake message");
     let declared = usize::from(u16::from_be_bytes([message[6], message[7]]));
     if (PREFIX_LEN..=MAX_MESSAGE_LEN).contains(&declared) {
         message.resize(declared, 0);
-        stream.read_exact(&mut message[PREFIX_LEN..]).expect("its body");
+        stream
+            .read_exact(&mut message[PREFIX_LEN..])
+            .expect("its body");
     }
     message
 }

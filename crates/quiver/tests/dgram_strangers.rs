@@ -252,7 +252,10 @@ fn attacker() {
     let job: u64 = words.next().and_then(|w| w.parse().ok()).expect("JOB");
     let count: u64 = words.next().and_then(|w| w.parse().ok()).expect("COUNT");
     let targets: Vec<SocketAddr> = words.map(|w| w.parse().expect("TARGET")).collect();
-    let (stop, progress) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (stop, progress) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let reporting = {
         let (stop, progress) = (stop.clone(), progress.clone());
         std::thread::spawn(move || {
@@ -262,7 +265,13 @@ fn attacker() {
             }
         })
     };
-    let sent = flood(job, targets, count, Arc::new(AtomicBool::new(false)), progress);
+    let sent = flood(
+        job,
+        targets,
+        count,
+        Arc::new(AtomicBool::new(false)),
+        progress,
+    );
     stop.store(true, Ordering::Relaxed);
     reporting.join().expect("reporter");
     attacker::report(&format!("sent {sent}"));

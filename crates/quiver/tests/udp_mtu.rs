@@ -139,5 +139,8 @@ fn an_mtu_that_falls_mid_transfer_lowers_the_datagram_size_and_the_transfer_comp
     // Only the frames cut before the MTU fell went fragmented (at most a window's worth,
     // each in two fragments), not the 190 MiB after.
     let fragments = fragments_made(&net, 0);
-    assert!(fragments < 20_000, "{fragments} fragments: datagrams still too large");
+    assert!(
+        fragments < 20_000,
+        "{fragments} fragments: datagrams still too large"
+    );
 }

@@ -48,8 +48,8 @@ mod control;
 mod errno;
 mod gather;
 mod limits;
-mod path_mtu;
 pub(crate) mod options;
+mod path_mtu;
 mod readiness;
 mod receive;
 mod receive_batch;
@@ -62,8 +62,8 @@ pub use limits::{
     MAX_DATAGRAM_BYTES_V4, MAX_DATAGRAM_BYTES_V6, MAX_GATHER_PARTS, MAX_GSO_SEGMENTS,
 };
 pub(crate) use options::set_int_option;
-pub use path_mtu::ip_udp_header_bytes;
 pub use options::{set_buffer_sizes, set_busy_poll, set_nonblocking};
+pub use path_mtu::ip_udp_header_bytes;
 pub use readiness::ReadinessSet;
 pub use receive::SplitRecv;
 pub use receive_batch::{Datagrams, RecvBatch, RecvMessage};

@@ -691,7 +691,10 @@ fn a_gso_send_over_a_smaller_mtu_lowers_the_segment_limit_and_keeps_gso() {
             set_mtu(1400);
             let refused = a.send_batch(&run(1472)).unwrap_err();
             assert!(
-                matches!(refused.raw_os_error(), Some(libc::EMSGSIZE) | Some(libc::EINVAL)),
+                matches!(
+                    refused.raw_os_error(),
+                    Some(libc::EMSGSIZE) | Some(libc::EINVAL)
+                ),
                 "{refused}"
             );
             assert!(a.gso_supported(), "a size refusal must not turn GSO off");
@@ -706,7 +709,11 @@ fn a_gso_send_over_a_smaller_mtu_lowers_the_segment_limit_and_keeps_gso() {
             assert_eq!(a.send_batch(&plain).unwrap(), 1);
             let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 5);
             let sizes: Vec<usize> = datagrams.iter().map(Vec::len).collect();
-            assert_eq!(sizes, vec![1372, 1372, 1372, 1372, 1472], "connect {connect}");
+            assert_eq!(
+                sizes,
+                vec![1372, 1372, 1372, 1372, 1472],
+                "connect {connect}"
+            );
             set_mtu(1500);
         }
     });

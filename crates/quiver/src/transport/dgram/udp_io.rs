@@ -396,9 +396,16 @@ impl UdpIo {
             // GSO runs of segments the path still carries (datagrams cut before its MTU
             // fell go one per send, and the kernel fragments them).
             let gso_limit = socket.gso_supported().then(|| socket.gso_max_segment());
-            gather_runs(&mut gather, tx, tx_out, to, gso_limit, |stream_offset, len| {
-                core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
-            });
+            gather_runs(
+                &mut gather,
+                tx,
+                tx_out,
+                to,
+                gso_limit,
+                |stream_offset, len| {
+                    core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
+                },
+            );
             send_gather_fully(socket, &gather);
         }
         if (socket.gso_refusals(), socket.size_refusals()) == refusals_before {
