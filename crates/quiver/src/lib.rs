@@ -28,6 +28,9 @@ mod config;
 mod context;
 mod endpoint;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod job;
 mod log;
 mod pool;

@@ -168,12 +168,17 @@ impl DgramShared {
                     Socket::Uring(u) => Some(u.socket.stats()),
                     _ => None,
                 },
-                ..LinkStats::default()
+                ..offload_stats(socket)
             })
             .collect();
         for entry in engine.router.connections().values() {
             for (path, link) in links.iter_mut().enumerate() {
                 if let Some(stats) = entry.core.path_stats(path) {
+                    let datagram = entry.core.max_datagram_bytes() as u64;
+                    link.max_datagram_bytes = match link.max_datagram_bytes {
+                        0 => datagram,
+                        smallest => smallest.min(datagram),
+                    };
                     link.datagrams_sent += stats.datagrams_sent;
                     link.datagrams_received += stats.datagrams_received;
                     link.payload_bytes_sent += stats.payload_bytes_sent;
@@ -396,6 +401,19 @@ impl Engine {
             to,
             path_count,
         )
+    }
+}
+
+/// A link's refused sends and lowered datagram sizes (a udp link's; zero for the others).
+fn offload_stats(socket: &Socket) -> LinkStats {
+    match socket {
+        Socket::Udp(io) => LinkStats {
+            gso_refusals: io.offload.gso_refusals,
+            mtu_refusals: io.offload.size_refusals,
+            datagram_size_lowered: io.offload.datagram_size_lowered,
+            ..LinkStats::default()
+        },
+        _ => LinkStats::default(),
     }
 }
 
