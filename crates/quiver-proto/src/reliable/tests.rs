@@ -3536,3 +3536,5 @@ fn forged_and_replayed_frames_are_refused_before_anything_is_used() {
     // A replayed frame does not count as hearing from the peer.
     assert_eq!(a.last_received_at, now + 1_000_010);
 }
+
+mod packing;
