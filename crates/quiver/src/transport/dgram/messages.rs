@@ -86,6 +86,31 @@ impl DgramShared {
         Some(Some(len))
     }
 
+    /// The general receive path's [`DgramShared::take_whole`] rule: the engine's news count
+    /// when the look that follows may skip the poll of the sockets, because one of `ids`
+    /// (the receiving endpoint's connections) has a whole message in its receive window
+    /// and fewer than [`BUFFERED_TAKES_MAX`] receives in a row skipped it (this one
+    /// counted); None: poll first.
+    pub(crate) fn news_if_buffered(&self, mut ids: impl Iterator<Item = u64>) -> Option<u64> {
+        let mut engine = self.lock();
+        if engine.takes_since_poll >= BUFFERED_TAKES_MAX {
+            return None;
+        }
+        let router = &engine.router;
+        let ready = ids.any(|id| {
+            router.get(id).is_some_and(|entry| {
+                entry.status == Status::Open
+                    && entry.core.peek_message().is_some_and(|(_, ready)| ready)
+            })
+        });
+        if !ready {
+            return None;
+        }
+        engine.takes_since_poll += 1;
+        engine.buffered_takes += 1;
+        Some(engine.news)
+    }
+
     /// Whether connection `id` could take `len` more bytes as a new message right now.
     pub(crate) fn can_take(&self, id: u64, len: usize) -> bool {
         let engine = self.lock();
