@@ -6,6 +6,7 @@
 //! The xdp twin of the stream is `small_messages_share_frames` in `tests/xdp.rs`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quiver::{Addr, Config, Context, TransportKind};
@@ -18,6 +19,9 @@ const MESSAGES: usize = 20_000;
 /// Their size.
 const SIZE: usize = 8;
 
+/// Each test's job id differs (the shm listener is named after it).
+static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
+
 fn contexts() -> (Context, Context) {
     let config = Config {
         transports: vec![TransportKind::Udp],
@@ -28,7 +32,9 @@ fn contexts() -> (Context, Context) {
         .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port(1))))
         .collect();
     let links = vec![vec![addrs[0]], vec![addrs[1]]];
-    let job = 0x5a11_0000_0000 | u64::from(std::process::id());
+    let job = 0x5a11_0000_0000
+        | u64::from(std::process::id()) << 8
+        | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
     (
         two_rank_context(0, job, 3, links.clone(), &config),
         two_rank_context(1, job, 3, links, &config),
@@ -106,6 +112,77 @@ fn small_messages_share_datagrams_and_a_lone_one_leaves_at_once() {
         assert!(
             buffered >= MESSAGES as u64 / 4,
             "only {buffered} of {MESSAGES} messages were taken from the receive window without a poll"
+        );
+    });
+}
+
+/// The general receive path (an endpoint with more than one inbound connection) takes the
+/// messages that shared a frame without a poll of the socket each too: two endpoints of
+/// rank 0 stream to one of rank 1, which gets every message of each in order.
+#[test]
+fn two_senders_into_one_endpoint_take_shared_frames_without_a_poll_each() {
+    const EACH: usize = MESSAGES / 2;
+    let (sender, receiver) = contexts();
+    std::thread::scope(|s| {
+        let receive = s.spawn(|| {
+            let mut ep = receiver.endpoint(1).unwrap();
+            let mut buf = vec![0u8; 64];
+            let mut backs = Vec::new();
+            for _ in 0..2 {
+                let (n, from) = ep.recv(&mut buf).unwrap();
+                assert_eq!(&buf[..n], b"ready");
+                backs.push(ep.connect(from).unwrap());
+            }
+            for &back in &backs {
+                ep.send(back, b"go").unwrap();
+            }
+            let before = receiver.stats().datagram.unwrap().buffered_takes;
+            let mut next = [0usize; 2];
+            for _ in 0..2 * EACH {
+                let (n, from) = ep.recv(&mut buf).unwrap();
+                let source = from.port as usize - 1;
+                let index = next[source];
+                let seed = (source * EACH + index) as u32;
+                assert!(
+                    buf[..n] == pattern(SIZE, seed)[..],
+                    "message {index} of {from}"
+                );
+                next[source] += 1;
+            }
+            for &back in &backs {
+                ep.send(back, b"done").unwrap();
+            }
+            receiver.stats().datagram.unwrap().buffered_takes - before
+        });
+        let mut endpoints: Vec<_> = (1..=2).map(|port| sender.endpoint(port).unwrap()).collect();
+        let connections: Vec<_> = endpoints
+            .iter_mut()
+            .map(|ep| {
+                let conn = ep.connect(Addr::new(1, 1)).unwrap();
+                ep.send(conn, b"ready").unwrap();
+                conn
+            })
+            .collect();
+        let mut buf = [0u8; 16];
+        for ep in &mut endpoints {
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"go");
+        }
+        for (source, (ep, &conn)) in endpoints.iter_mut().zip(&connections).enumerate() {
+            for index in 0..EACH {
+                ep.send(conn, &pattern(SIZE, (source * EACH + index) as u32))
+                    .unwrap();
+            }
+        }
+        for ep in &mut endpoints {
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"done");
+        }
+        let buffered = receive.join().unwrap();
+        eprintln!("{buffered} of {} taken without a poll", 2 * EACH);
+        assert!(
+            buffered >= MESSAGES as u64 / 4,
+            "only {buffered} messages were taken from the receive windows without a poll"
         );
     });
 }
