@@ -3592,3 +3592,4 @@ fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
         ReliableConfig::MIN_DATAGRAM_BYTES.max(pair.a.config.data_header_len() + 1)
     );
 }
+mod packing;

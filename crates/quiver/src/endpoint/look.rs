@@ -185,9 +185,19 @@ impl Endpoint {
 
     /// Polls the datagram engine before looking at network edges, if one runs: a blocking
     /// receive takes the rest of a large message straight into its buffer once it has
-    /// begun it, so it brings in only the message's start here. The engine's news count.
+    /// begun it, so it brings in only the message's start here; no poll while a whole
+    /// message waits in a connection's window (`DgramShared::news_if_buffered`). The
+    /// engine's news count.
     fn poll_engine_for_look(&mut self, wait: bool) -> Option<u64> {
         let engine = self.local.dgram.as_ref()?;
+        // A whole message already in one of its connections' windows (small messages share
+        // frames) is looked for without a poll, a bounded number of times in a row; every
+        // datagram edge is looked at then.
+        let ids = self.inbound.iter().filter_map(InEdge::dgram_id);
+        if let Some(news) = engine.news_if_buffered(ids) {
+            self.dgram.seen = None;
+            return Some(news);
+        }
         let news = if wait {
             engine.poll_io_before_receive(&self.local)
         } else {

@@ -142,6 +142,8 @@ impl DgramShared {
                 adopted_bytes: 0,
                 posted_in_place_bytes: 0,
                 sleepers: Vec::new(),
+                takes_since_poll: 0,
+                buffered_takes: 0,
             }),
         })
     }
@@ -205,6 +207,7 @@ impl DgramShared {
         total.sent_in_place_bytes = engine.sent_in_place_bytes;
         total.adopted_bytes = engine.adopted_bytes;
         total.posted_in_place_bytes = engine.posted_in_place_bytes;
+        total.buffered_takes = engine.buffered_takes;
         total.refused = engine.refused;
         total.hellos_remembered = engine.router.hello_count() as u64;
         total.hellos_evicted = engine.router.hellos_evicted();
@@ -324,6 +327,11 @@ pub(super) struct Engine {
     /// Endpoints asleep on their descriptor, by port, with the inbox whose doorbell wakes
     /// them (`sleepers.rs`).
     pub(super) sleepers: Vec<(u16, std::sync::Arc<crate::transport::registry::Inbox>)>,
+    /// Receives since the last poll that took a message already whole in its connection's
+    /// receive window without polling the sockets (`DgramShared::take_whole`).
+    pub(super) takes_since_poll: u32,
+    /// Such receives in all (`DatagramStats::buffered_takes`).
+    pub(super) buffered_takes: u64,
 }
 
 impl Engine {

@@ -57,6 +57,10 @@ pub struct DatagramStats {
     /// Message bytes of posted sends sent in place (`Config::udp_post_in_place_min`):
     /// lent from the posted buffer, never copied.
     pub posted_in_place_bytes: u64,
+    /// Receives that took a message already whole in a connection's receive window without
+    /// polling the sockets first: small messages that shared a frame
+    /// (docs/decisions/0079-small-messages-share-frames.md).
+    pub buffered_takes: u64,
     /// Faults injected into the datagrams of this context's sockets
     /// ([`Config::faults`](crate::Config::faults), `QUIVER_FAULTS`); all zero when off.
     pub faults: FaultStats,
