@@ -418,6 +418,41 @@ fn three_senders_one_receiver(t: TransportKind) {
     });
 }
 
+/// A receive posted while one peer's connection is the endpoint's only inbound edge is
+/// completed by a message from a peer that connects afterwards (over a datagram transport
+/// the posted receive was first handed to the lone connection's engine).
+fn posted_recv_taken_by_a_later_peer(t: TransportKind) {
+    run(t, 3, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let mut buf = [0u8; 16];
+        match rank {
+            0 => {
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((&buf[..n], src.rank), (&b"first"[..], 1));
+                let posted = ep.post_recv(vec![0u8; 16]).unwrap();
+                let go = ep.connect(Addr::new(2, 0)).unwrap();
+                ep.send(go, b"go").unwrap();
+                let done = ep.wait_recv(posted).unwrap();
+                assert_eq!((&done.buf[..done.len], done.src.rank), (&b"later"[..], 2));
+                let one = ep.connect(Addr::new(1, 0)).unwrap();
+                ep.send(one, b"done").unwrap();
+            }
+            1 => {
+                let conn = ep.connect(Addr::new(0, 0)).unwrap();
+                ep.send(conn, b"first").unwrap();
+                ep.recv(&mut buf).unwrap();
+            }
+            _ => {
+                ep.recv(&mut buf).unwrap();
+                let conn = ep.connect(Addr::new(0, 0)).unwrap();
+                ep.send(conn, b"later").unwrap();
+                // Stay until rank 0 has it.
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+}
+
 fn closed_peer_is_reported(t: TransportKind) {
     run(t, 2, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
@@ -1131,6 +1166,7 @@ macro_rules! conformance {
             #[test] fn buffer_too_small_keeps_message() { $(super::set_variant($variant);)? if !super::skip($kind) { super::buffer_too_small_keeps_message($kind) } }
             #[test] fn try_recv_would_block_then_arrives() { $(super::set_variant($variant);)? if !super::skip($kind) { super::try_recv_would_block_then_arrives($kind) } }
             #[test] fn three_senders_one_receiver() { $(super::set_variant($variant);)? if !super::skip($kind) { super::three_senders_one_receiver($kind) } }
+            #[test] fn posted_recv_taken_by_a_later_peer() { $(super::set_variant($variant);)? if !super::skip($kind) { super::posted_recv_taken_by_a_later_peer($kind) } }
             #[test] fn closed_peer_is_reported() { $(super::set_variant($variant);)? if !super::skip($kind) { super::closed_peer_is_reported($kind) } }
             #[test] fn wrong_key_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::wrong_key_is_refused($kind) } }
             #[test] fn exchange_large_posted() { $(super::set_variant($variant);)? if !super::skip($kind) { super::exchange_large_posted($kind) } }

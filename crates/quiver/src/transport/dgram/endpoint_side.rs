@@ -127,8 +127,15 @@ impl DgramSide {
     /// whole message, a message too long for the buffer (`BufferTooSmall`, the message
     /// stays for the next receive), or the connection's failure in the middle of the
     /// receive's message. Receives whose message had not begun when the connection ended
-    /// come back to the front of the line, for the general path.
-    pub(crate) fn progress_recvs(&mut self, requests: &mut Requests, local: &LocalRank) {
+    /// come back to the front of the line, for the general path; so do those whose
+    /// message has not begun once the connection is no longer the endpoint's `lone` edge
+    /// (another peer connected: its messages may come first).
+    pub(crate) fn progress_recvs(
+        &mut self,
+        lone: Option<LoneEdge>,
+        requests: &mut Requests,
+        local: &LocalRank,
+    ) {
         let Some((id, peer, transport)) = self.recvs_on else {
             return;
         };
@@ -136,7 +143,8 @@ impl DgramSide {
             return;
         };
         let mut done = Vec::new();
-        let held = engine.collect_recvs(id, &mut done);
+        let still_lone = lone.is_some_and(|(lone_id, ..)| lone_id == id);
+        let held = engine.collect_recvs(id, !still_lone, &mut done);
         let mut returned = Vec::new();
         for finished in done {
             let token = match &finished {
