@@ -18,6 +18,7 @@
 //!   `floor` (the machine's floors), `plan` (what a run measures), `sizes` and `stats`.
 
 pub mod args;
+pub mod busy;
 pub mod crossover;
 pub mod fd_wait;
 pub mod floor;
