@@ -9,7 +9,7 @@ use super::jobs::{build_mpi_program, run_openmpi, run_quiver};
 use super::plan::{
     check_size, points, Algorithm, BusyPlan, MpiMode, Point, DEFAULT_SIZES_BYTES, MAX_RANKS,
 };
-use super::report::{records, write_table, Series, System};
+use super::report::{openmpi_counterpart, records, write_table, Series, System};
 use super::worker;
 use crate::bench::sizes::parse_size_list;
 use crate::launch::allowed_cpus;
@@ -213,9 +213,21 @@ fn run(args: &BusyArgs, plan: &BusyPlan) -> Result<(), String> {
             }
         },
     };
+    // quiver runs one job per point: a point that fails (reported with its rank's
+    // message) costs that point only. Open MPI runs one job per BTL.
+    let mut failures = Vec::new();
     let mut series = Vec::new();
     for transport in &plan.transports {
-        let points = run_quiver(plan, transport, timeout)?;
+        let mut points = Vec::new();
+        for point in &plan.points {
+            match run_quiver(plan, transport, std::slice::from_ref(point), timeout) {
+                Ok(measured) => points.extend(measured),
+                Err(message) => {
+                    eprintln!("quiver bench busy: {point}: {message}");
+                    failures.push(format!("quiver over {transport}, {point}"));
+                }
+            }
+        }
         series.push(Series {
             system: System::Quiver,
             transport: transport.clone(),
@@ -225,18 +237,23 @@ fn run(args: &BusyArgs, plan: &BusyPlan) -> Result<(), String> {
     if let Some(program) = &mpi_program {
         let mut btls: Vec<&str> = Vec::new();
         for t in &plan.transports {
-            let btl = super::report::openmpi_counterpart(t);
+            let btl = openmpi_counterpart(t);
             if !btls.contains(&btl) {
                 btls.push(btl);
             }
         }
         for btl in btls {
-            let points = run_openmpi(plan, program, btl, timeout)?;
-            series.push(Series {
-                system: System::Openmpi,
-                transport: btl.to_string(),
-                points,
-            });
+            match run_openmpi(plan, program, btl, timeout) {
+                Ok(points) => series.push(Series {
+                    system: System::Openmpi,
+                    transport: btl.to_string(),
+                    points,
+                }),
+                Err(message) => {
+                    eprintln!("quiver bench busy: {message}");
+                    failures.push(format!("Open MPI over {btl}"));
+                }
+            }
         }
     }
     let records = records(plan, &series);
@@ -257,7 +274,11 @@ fn run(args: &BusyArgs, plan: &BusyPlan) -> Result<(), String> {
         write_table(&mut std::io::stdout().lock(), plan, &records)
             .map_err(|e| format!("writing the table: {e}"))?;
     }
-    Ok(())
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed: {}", failures.join("; ")))
+    }
 }
 
 /// Whether `program` is on the PATH.

@@ -26,13 +26,14 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// `mpi_busy.c`, built by [`build_mpi_program`].
 const MPI_SOURCE: &str = include_str!("mpi_busy.c");
 
-/// Runs quiver's ranks over `transport` through every point of the plan.
+/// Runs quiver's ranks over `transport` through `points` (one job).
 ///
 /// # Errors
 /// What failed: starting a rank, a rank's exit status, the deadline, missing results.
 pub fn run_quiver(
     plan: &BusyPlan,
     transport: &str,
+    points: &[Point],
     timeout: Duration,
 ) -> Result<Vec<Measured>, String> {
     let mut identity =
@@ -45,7 +46,7 @@ pub fn run_quiver(
     }
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
     let mut args: Vec<OsString> = vec!["-c".into(), plan.cpu_list().into(), exe.into()];
-    args.extend(worker_args(plan).into_iter().map(OsString::from));
+    args.extend(worker_args(plan, points).into_iter().map(OsString::from));
     let mut children = Vec::new();
     for rank in 0..plan.ranks {
         let stdout = if rank == 0 {
@@ -73,19 +74,19 @@ pub fn run_quiver(
     supervise(
         children,
         &format!("quiver over {transport}"),
-        &plan.points,
+        points,
         timeout,
     )
 }
 
 /// The arguments of one of quiver's ranks: `bench busy --worker --point ... [--set ...]`.
-pub fn worker_args(plan: &BusyPlan) -> Vec<String> {
+pub fn worker_args(plan: &BusyPlan, points: &[Point]) -> Vec<String> {
     let mut args = vec![
         "bench".to_string(),
         "busy".to_string(),
         "--worker".to_string(),
     ];
-    for point in &plan.points {
+    for point in points {
         args.push("--point".to_string());
         args.push(point.to_string());
     }

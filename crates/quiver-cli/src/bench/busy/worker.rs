@@ -258,11 +258,15 @@ impl Rank {
                     let request = (u64::from(self.rank) << 48) ^ i;
                     buffer[..8].copy_from_slice(&request.to_le_bytes());
                     self.data.send(server, &buffer).map_err(failed)?;
-                    let (len, _) = self.data.recv(&mut buffer).map_err(failed)?;
+                    let (len, from) = self.data.recv(&mut buffer).map_err(failed)?;
                     if phase == 0
                         && (len != point.size || read_word(&buffer[..8]) != answer(request))
                     {
-                        return Err(format!("request {i}: wrong reply"));
+                        return Err(format!(
+                            "request {i}: wrong reply from {from:?} ({len} B, first word {:#x}, expected {:#x})",
+                            read_word(&buffer[..8]),
+                            answer(request)
+                        ));
                     }
                 }
             }
