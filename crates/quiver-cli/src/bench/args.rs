@@ -25,8 +25,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::busy::args::{self as busy, BusyArgs};
 use super::am::{self, AmFailure, AmOptions};
+use super::busy::args::{self as busy, BusyArgs};
 use super::fd_wait::WaitMode;
 use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
