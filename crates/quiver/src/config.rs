@@ -131,6 +131,9 @@ pub struct Config {
     pub threshold_sources: [(&'static str, SettingSource); 3],
     /// What loading found about the per-machine profile (see [`crate::profile`]).
     pub profile: ProfileState,
+    /// The shm eager limit and its source before the waiting policy raised it
+    /// ([`Config::resolve_wait`]); `None` while the policy has not.
+    pub shm_eager_max_before_policy: Option<(u64, SettingSource)>,
 }
 
 /// How the udp transport drives its link sockets (`QUIVER_UDP_IO`).
@@ -381,6 +384,7 @@ impl Default for Config {
             proto_info: false,
             threshold_sources: profile::TUNABLE_SETTINGS.map(|name| (name, SettingSource::Default)),
             profile: ProfileState::Disabled,
+            shm_eager_max_before_policy: None,
         }
     }
 }
@@ -455,7 +459,6 @@ impl Config {
         let mut micros = c.yield_spin.as_micros() as u64;
         size("QUIVER_YIELD_SPIN_US", &mut micros)?;
         c.yield_spin = Duration::from_micros(micros);
-        c.resolve_wait(NodeLoad::default());
         let mut ms = c.connect_timeout.as_millis() as u64;
         size("QUIVER_CONNECT_TIMEOUT_MS", &mut ms)?;
         c.connect_timeout = Duration::from_millis(ms);
@@ -510,13 +513,43 @@ impl Config {
                 *source = SettingSource::Environment;
             }
         }
+        // After the sources: the policy leaves a limit the environment set alone.
+        c.resolve_wait(NodeLoad::default());
         c.validate()?;
         Ok(c)
     }
 
-    /// Resolves [`Config::wait`] from the waiting settings and `load`.
+    /// Resolves [`Config::wait`] from the waiting settings and `load`, and with it the shm
+    /// eager limit the policy chooses when ranks share their CPUs
+    /// ([`WaitPolicy::shm_eager_max`]), unless `QUIVER_SHM_EAGER_MAX` is set; resolved
+    /// again for CPUs of their own, the default or profile value comes back.
     pub fn resolve_wait(&mut self, load: NodeLoad) {
         self.wait = WaitPolicy::resolve(self.spin, self.yield_mode, self.yield_spin, load);
+        let Some(slot) = self
+            .threshold_sources
+            .iter_mut()
+            .find(|(name, _)| *name == "QUIVER_SHM_EAGER_MAX")
+        else {
+            return;
+        };
+        if slot.1 == SettingSource::Environment {
+            return;
+        }
+        match self.wait.shm_eager_max(self.shm_ring_bytes) {
+            Some(eager) => {
+                if self.shm_eager_max_before_policy.is_none() {
+                    self.shm_eager_max_before_policy = Some((self.shm_eager_max, slot.1));
+                }
+                self.shm_eager_max = eager;
+                slot.1 = SettingSource::WaitPolicy;
+            }
+            None => {
+                if let Some((eager, source)) = self.shm_eager_max_before_policy.take() {
+                    self.shm_eager_max = eager;
+                    slot.1 = source;
+                }
+            }
+        }
     }
 
     /// Takes this machine's thresholds from the profile (see [`crate::profile`]), if there
@@ -1001,6 +1034,56 @@ mod tests {
         assert_eq!(c.udp_scatter_min, 0);
         let e = Config::from_lookup(|k| (k == "QUIVER_TCP_STAGING_BYTES").then(|| "100".into()));
         assert!(matches!(e, Err(Error::Config(m)) if m.contains("QUIVER_TCP_STAGING_BYTES")));
+    }
+
+    #[test]
+    fn shared_cpus_raise_the_shm_eager_limit_unless_the_environment_set_it() {
+        use crate::transport::wait_policy::NodeCount;
+        let count = |count| {
+            Some(NodeCount {
+                count,
+                source: "test",
+            })
+        };
+        let busy = NodeLoad {
+            ranks: count(4),
+            cpus: count(2),
+        };
+        let owned = NodeLoad {
+            ranks: count(2),
+            cpus: count(2),
+        };
+        let source = |c: &Config| c.threshold_source("QUIVER_SHM_EAGER_MAX");
+        // A smaller limit (as a profile measured with a core per rank may give) is raised
+        // to 256 KiB (at most a quarter of the ring) while ranks share CPUs, and comes back
+        // when they do not.
+        let mut c =
+            Config::from_lookup(|k| (k == "QUIVER_SHM_RING_BYTES").then(|| "4M".into())).unwrap();
+        c.shm_eager_max = 8 << 10;
+        c.resolve_wait(busy);
+        assert_eq!(c.shm_eager_max, 256 << 10);
+        assert_eq!(source(&c), Some(SettingSource::WaitPolicy));
+        c.resolve_wait(busy);
+        assert_eq!(c.shm_eager_max, 256 << 10);
+        c.resolve_wait(owned);
+        assert_eq!(c.shm_eager_max, 8 << 10);
+        assert_eq!(source(&c), Some(SettingSource::Default));
+        // QUIVER_YIELD=always shares CPUs whatever the load says.
+        let always = Config::from_lookup(|k| (k == "QUIVER_YIELD").then(|| "always".into()));
+        assert_eq!(always.unwrap().shm_eager_max, 256 << 10);
+        // The environment's limit stays.
+        let mut c = Config::from_lookup(|k| match k {
+            "QUIVER_SHM_EAGER_MAX" => Some("16K".into()),
+            "QUIVER_YIELD" => Some("always".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.shm_eager_max, 16 << 10);
+        c.resolve_wait(busy);
+        assert_eq!(
+            (c.shm_eager_max, source(&c)),
+            (16 << 10, Some(SettingSource::Environment))
+        );
     }
 
     #[test]

@@ -118,15 +118,19 @@ pub enum SettingSource {
     Profile,
     /// An environment variable.
     Environment,
+    /// The waiting policy, because this node's ranks share their CPUs
+    /// (`WaitPolicy::shm_eager_max`); the default or profile value applies otherwise.
+    WaitPolicy,
 }
 
 impl SettingSource {
-    /// A word for reports: "default", "profile" or "environment".
+    /// A word for reports: "default", "profile", "environment" or the wait policy's.
     pub fn name(self) -> &'static str {
         match self {
             SettingSource::Default => "default",
             SettingSource::Profile => "profile",
             SettingSource::Environment => "environment",
+            SettingSource::WaitPolicy => "wait policy (ranks share their CPUs)",
         }
     }
 }

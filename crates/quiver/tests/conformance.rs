@@ -421,6 +421,86 @@ fn three_senders_one_receiver(t: TransportKind) {
     });
 }
 
+/// A receive posted while one peer's connection is the endpoint's only inbound edge is
+/// completed by a message from a peer that connects afterwards (over a datagram transport
+/// the posted receive was first handed to the lone connection's engine).
+fn posted_recv_taken_by_a_later_peer(t: TransportKind) {
+    run(t, 3, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let mut buf = [0u8; 16];
+        match rank {
+            0 => {
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                assert_eq!((&buf[..n], src.rank), (&b"first"[..], 1));
+                let posted = ep.post_recv(vec![0u8; 16]).unwrap();
+                let go = ep.connect(Addr::new(2, 0)).unwrap();
+                ep.send(go, b"go").unwrap();
+                let done = ep.wait_recv(posted).unwrap();
+                assert_eq!((&done.buf[..done.len], done.src.rank), (&b"later"[..], 2));
+                let one = ep.connect(Addr::new(1, 0)).unwrap();
+                ep.send(one, b"done").unwrap();
+            }
+            1 => {
+                let conn = ep.connect(Addr::new(0, 0)).unwrap();
+                ep.send(conn, b"first").unwrap();
+                ep.recv(&mut buf).unwrap();
+            }
+            _ => {
+                ep.recv(&mut buf).unwrap();
+                let conn = ep.connect(Addr::new(0, 0)).unwrap();
+                ep.send(conn, b"later").unwrap();
+                // Stay until rank 0 has it.
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+}
+
+/// Large messages from two peers and small ones from a third, received by blocking
+/// `recv`s into one reused buffer: each arrives whole and byte-identical (a receive that
+/// began a large tcp message straight into its buffer once delivered another peer's
+/// message into it, and the next receive finished the large one over that).
+fn large_and_small_from_three_peers_into_one_buffer(t: TransportKind) {
+    const EACH: u32 = 30;
+    const LARGE: usize = 1 << 20;
+    let len = |rank: u32, i: u32| {
+        if rank == 3 {
+            8 + i as usize
+        } else {
+            LARGE - i as usize
+        }
+    };
+    run(t, 4, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        if rank == 0 {
+            let mut buf = vec![0u8; LARGE];
+            let mut next = [0u32; 4];
+            for _ in 0..3 * EACH {
+                let (n, src) = ep.recv(&mut buf).unwrap();
+                let (r, i) = (src.rank, next[src.rank as usize]);
+                assert_eq!(n, len(r, i), "length of message {i} from {r}");
+                assert!(
+                    buf[..n] == pattern(n, r * 1000 + i)[..],
+                    "message {i} from {r}"
+                );
+                next[r as usize] += 1;
+            }
+            for r in 1..4 {
+                let c = ep.connect(Addr::new(r, 0)).unwrap();
+                ep.send(c, b"done").unwrap();
+            }
+        } else {
+            let conn = ep.connect(Addr::new(0, 0)).unwrap();
+            for i in 0..EACH {
+                ep.send(conn, &pattern(len(rank, i), rank * 1000 + i))
+                    .unwrap();
+            }
+            let mut buf = [0u8; 8];
+            ep.recv(&mut buf).unwrap();
+        }
+    });
+}
+
 fn closed_peer_is_reported(t: TransportKind) {
     run(t, 2, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
@@ -1263,6 +1343,8 @@ macro_rules! conformance {
             #[test] fn buffer_too_small_keeps_message() { $(super::set_variant($variant);)? if !super::skip($kind) { super::buffer_too_small_keeps_message($kind) } }
             #[test] fn try_recv_would_block_then_arrives() { $(super::set_variant($variant);)? if !super::skip($kind) { super::try_recv_would_block_then_arrives($kind) } }
             #[test] fn three_senders_one_receiver() { $(super::set_variant($variant);)? if !super::skip($kind) { super::three_senders_one_receiver($kind) } }
+            #[test] fn large_and_small_from_three_peers_into_one_buffer() { $(super::set_variant($variant);)? if !super::skip($kind) { super::large_and_small_from_three_peers_into_one_buffer($kind) } }
+            #[test] fn posted_recv_taken_by_a_later_peer() { $(super::set_variant($variant);)? if !super::skip($kind) { super::posted_recv_taken_by_a_later_peer($kind) } }
             #[test] fn closed_peer_is_reported() { $(super::set_variant($variant);)? if !super::skip($kind) { super::closed_peer_is_reported($kind) } }
             #[test] fn wrong_key_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::wrong_key_is_refused($kind) } }
             #[test] fn exchange_large_posted() { $(super::set_variant($variant);)? if !super::skip($kind) { super::exchange_large_posted($kind) } }

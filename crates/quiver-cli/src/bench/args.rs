@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::am::{self, AmFailure, AmOptions};
+use super::busy::args::{self as busy, BusyArgs};
 use super::fd_wait::WaitMode;
 use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
@@ -70,6 +71,18 @@ pub struct BenchArgs {
     /// Ranks started by a launcher or by hand.
     #[command(flatten)]
     pub launch: LaunchArgs,
+
+    /// A bench mode of its own (`quiver bench busy`).
+    #[command(subcommand)]
+    pub mode: Option<BenchMode>,
+}
+
+/// The bench modes with a command line of their own.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BenchMode {
+    /// More ranks than CPUs: ping-pong pairs, a ring allreduce and request/reply over
+    /// shm, tcp and udp, against the same algorithms under Open MPI on the same CPUs
+    Busy(Box<BusyArgs>),
 }
 
 /// Options of `quiver bench` (and of the lab's `quiver-bench bench`).
@@ -332,6 +345,9 @@ fn parse_two_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
 pub fn main(args: BenchArgs) -> i32 {
+    if let Some(BenchMode::Busy(busy)) = &args.mode {
+        return busy::main(busy);
+    }
     if args.tests.contains(&TestName::Am) {
         if args.tests.len() > 1 {
             eprintln!("quiver bench: am runs alone (quiver bench am)");

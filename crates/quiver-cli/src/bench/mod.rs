@@ -20,6 +20,7 @@
 
 pub mod am;
 pub mod args;
+pub mod busy;
 pub mod crossover;
 pub mod fd_wait;
 pub mod floor;

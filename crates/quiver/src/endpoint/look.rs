@@ -81,6 +81,13 @@ impl Endpoint {
                 }
                 return Ok(Some((len, self.inbound[i].peer())));
             }
+            if self.committed.is_some() {
+                // This look began a large tcp message straight into the caller's buffer:
+                // no other edge's message may go into that buffer now (the next look goes
+                // on with this edge only).
+                self.dgram.seen = None;
+                return Ok(None);
+            }
             if let Dest::Posted { bound: true, .. } = dest {
                 // The posted receive took a large message that is still arriving.
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };

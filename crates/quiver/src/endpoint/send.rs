@@ -190,7 +190,11 @@ impl Endpoint {
             self.progress_bound_recvs();
         }
         if self.dgram.holds_recvs() {
-            self.dgram.progress_recvs(&mut self.requests, &self.local);
+            // Another edge (or a connection not adopted yet) may deliver now: the engine
+            // hands back the receives whose message has not begun.
+            let lone = self.lone_dgram();
+            self.dgram
+                .progress_recvs(lone, &mut self.requests, &self.local);
         }
         if !self.requests.posted_recvs.is_empty() {
             self.progress_recvs();

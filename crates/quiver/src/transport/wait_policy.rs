@@ -158,6 +158,14 @@ impl Default for WaitPolicy {
 /// answers within it, short enough that an idle rank of an oversubscribed node soon sleeps.
 pub const DEFAULT_YIELD_SPIN: Duration = Duration::from_micros(200);
 
+/// The shm eager limit when ranks share their CPUs (measured with `quiver bench busy`, 4
+/// ranks on 2 CPUs, docs/decisions/0071-eager-limit-on-a-busy-node.md): a rendezvous
+/// sender waits until its receiver is scheduled and pulls, an eager one copies into the
+/// ring and goes on, so up to 256 KiB eager was 2-5x faster than rendezvous from 16 or
+/// 64 KiB for ping-pong and request/reply; above it a whole pull beat eager through a
+/// larger ring (4 MiB ring, 1 MiB eager: slower for the ring allreduce and request/reply).
+pub(crate) const BUSY_SHM_EAGER_MAX: u64 = 256 << 10;
+
 /// How long a `sched_yield` takes when it gave the CPU to another task (returning at once
 /// takes well under a microsecond; a switch there and back takes a few).
 pub(crate) const CONTENDED_YIELD: Duration = Duration::from_micros(20);
@@ -190,6 +198,16 @@ impl WaitPolicy {
     /// instead of split with a sender that may not be running.
     pub fn shares_cpus(&self) -> bool {
         self.yielding == Yielding::EveryPoll
+    }
+
+    /// The shm eager limit (`QUIVER_SHM_EAGER_MAX`) this policy chooses, when it chooses
+    /// one: with shared CPUs 256 KiB (`BUSY_SHM_EAGER_MAX`; at most a quarter of the ring,
+    /// `ring_bytes`); otherwise none (the default or this machine's profile, measured with a
+    /// core per rank, applies). An environment setting wins
+    /// ([`Config::resolve_wait`](crate::config::Config::resolve_wait)).
+    pub fn shm_eager_max(&self, ring_bytes: u64) -> Option<u64> {
+        self.shares_cpus()
+            .then_some(BUSY_SHM_EAGER_MAX.min(ring_bytes / 4))
     }
 
     /// One line for `quiver info` and the logs: what a waiting call does, and why.

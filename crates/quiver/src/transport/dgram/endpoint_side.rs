@@ -127,9 +127,16 @@ impl DgramSide {
     /// whole message, a message too long for the buffer (`BufferTooSmall`, the message
     /// stays for the next receive), or the connection's failure in the middle of the
     /// receive's message. Receives whose message had not begun when the connection ended
-    /// come back to the front of the line, for the general path.
-    pub(crate) fn progress_recvs(&mut self, requests: &mut Requests, local: &LocalRank) {
-        self.finish_recvs(requests, local, false);
+    /// come back to the front of the line, for the general path; so do those whose
+    /// message has not begun once the connection is no longer the endpoint's `lone` edge
+    /// (another peer connected: its messages may come first).
+    pub(crate) fn progress_recvs(
+        &mut self,
+        lone: Option<LoneEdge>,
+        requests: &mut Requests,
+        local: &LocalRank,
+    ) {
+        self.finish_recvs(lone, requests, local, false);
     }
 
     /// [`DgramSide::progress_recvs`], then takes back from the engine every receive whose
@@ -137,12 +144,19 @@ impl DgramSide {
     /// receive is being cancelled; the others are handed to the engine again by the next
     /// progress).
     pub(crate) fn withdraw_recvs(&mut self, requests: &mut Requests, local: &LocalRank) {
-        self.finish_recvs(requests, local, true);
+        self.finish_recvs(None, requests, local, true);
     }
 
-    /// What became of the receives the engine holds (and, with `withdraw`, those whose
-    /// message has not begun taken back).
-    fn finish_recvs(&mut self, requests: &mut Requests, local: &LocalRank, withdraw: bool) {
+    /// What became of the receives the engine holds (and, with `withdraw` or once the
+    /// connection is no longer the `lone` edge, those whose message has not begun taken
+    /// back).
+    fn finish_recvs(
+        &mut self,
+        lone: Option<LoneEdge>,
+        requests: &mut Requests,
+        local: &LocalRank,
+        withdraw: bool,
+    ) {
         let Some((id, peer, transport)) = self.recvs_on else {
             return;
         };
@@ -150,7 +164,8 @@ impl DgramSide {
             return;
         };
         let mut done = Vec::new();
-        let held = engine.collect_recvs(id, &mut done);
+        let still_lone = lone.is_some_and(|(lone_id, ..)| lone_id == id);
+        let held = engine.collect_recvs(id, !still_lone, &mut done);
         if withdraw {
             engine.withdraw_recvs(id, &mut done);
         }

@@ -97,9 +97,15 @@ impl DgramShared {
     /// Hands back what became of connection `id`'s receives posted in place, into `done`:
     /// completed or too small, in the order they finished; once the connection failed or
     /// was closed, every other one (its message not begun: returned as it was; begun: with
-    /// the failure). Returns how many receives the engine still holds; None when the
-    /// connection is gone (with the receives it held).
-    pub(crate) fn collect_recvs(&self, id: u64, done: &mut Vec<RecvDone>) -> Option<usize> {
+    /// the failure); with `withdraw` (the endpoint has other edges now), every receive
+    /// whose message has not begun, returned as it was. Returns how many receives the
+    /// engine still holds; None when the connection is gone (with the receives it held).
+    pub(crate) fn collect_recvs(
+        &self,
+        id: u64,
+        withdraw: bool,
+        done: &mut Vec<RecvDone>,
+    ) -> Option<usize> {
         let mut engine = self.lock();
         let entry = engine.router.get_mut(id)?;
         let Entry {
@@ -144,6 +150,12 @@ impl DgramShared {
                     token,
                     why: format!("{why} (in the middle of a message)"),
                 });
+            }
+        } else if withdraw {
+            for token in core.withdraw_readers(reads) {
+                if let Some(buf) = reads.take(token) {
+                    done.push(RecvDone::Returned { token, buf });
+                }
             }
         }
         let held = reads.0.len();
