@@ -591,7 +591,11 @@ fn handshake_establishes_both_sides() {
 #[test]
 fn handshake_params_carry_each_sides_identity_when_it_has_one() {
     let pair = Pair::established();
-    assert_eq!(pair.a.peer_identity(), None, "no identity configured, none sent");
+    assert_eq!(
+        pair.a.peer_identity(),
+        None,
+        "no identity configured, none sent"
+    );
     let with = |byte: u8| ReliableConfig {
         identity: Some([byte; IDENTITY_LEN]),
         ..small_config()

@@ -20,7 +20,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use quiver_transport::region::SharedRegion;
 use quiver_wire::rma::KeyRepr;
 use quiver_wire::rma_request::{
     ReplyRepr, ReplyStatus, RequestOp, RequestRepr, REPLY_LEN, REQUEST_LEN,
@@ -34,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::transport::failure::Failure;
 use crate::transport::liveness::{local_peer_pid, PeerProcess};
 use crate::transport::local::LocalRank;
+use crate::transport::region_view::RegionView;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
@@ -546,7 +546,7 @@ enum Stage {
     Header,
     /// Reading a put's data: into the region at `at`, or (refused) dropped.
     Data {
-        region: Option<Arc<SharedRegion>>,
+        region: Option<RegionView>,
         at: usize,
         left: usize,
         reply: ReplyRepr,
@@ -554,7 +554,7 @@ enum Stage {
     /// Writing the reply message (and a get's data from the region: `(region, at, len)`).
     Reply {
         head: [u8; REPLY_LEN],
-        data: Option<(Arc<SharedRegion>, usize, usize)>,
+        data: Option<(RegionView, usize, usize)>,
         sent: usize,
         started: bool,
     },
