@@ -55,7 +55,12 @@ const TESTBED_ADDRS: &str = "10.77.0.1:7300,10.77.0.2:7300";
 
 /// Command line of `quiver bench`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// One-sided operations instead (`quiver bench rma`, or `put`, `get`, `atomic`).
+    #[command(subcommand)]
+    pub one_sided: Option<super::rma::OneSided>,
+
     /// Tests to run, in this order: floor, pingpong, bw, bibw, rate (default: floor,
     /// pingpong, bw, rate). The floors are measured in every run; `floor` alone measures
     /// only them.
@@ -331,6 +336,9 @@ fn parse_two_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
 pub fn main(args: BenchArgs) -> i32 {
+    if let Some(one_sided) = args.one_sided {
+        return super::rma::main(one_sided);
+    }
     let tests = if args.tests.is_empty() {
         DEFAULT_TESTS.to_vec()
     } else {
