@@ -10,10 +10,10 @@
 //! - accesses in this process (the owner's, and the target's software path applying a
 //!   peer's request) take the `live` lock and find it cleared once the scope has ended;
 //! - accesses of peer processes (cross-memory attach) go through a control file both map:
-//!   a header word `revoked` and one in-use count per peer process (a slot). A peer adds 1
-//!   to its slot, fences, reads `revoked`, and only if it is clear copies, then subtracts
-//!   1. At the end of the scope the owner sets `revoked`, fences, and waits for every slot
-//!   to be 0 or its process to have exited (its pidfd). With both fences sequentially
+//!   a header word `revoked` and one in-use count per peer process (a slot). A peer adds
+//!   one to its slot, fences, reads `revoked`, and only if it is clear copies, then
+//!   subtracts one. At the end of the scope the owner sets `revoked`, fences, and waits for
+//!   every slot to be 0 or its process to have exited (its pidfd). With both fences sequentially
 //!   consistent, either the peer sees `revoked` or the owner sees the peer's count: no
 //!   copy starts after the owner stopped waiting. A peer process stopped mid-copy delays
 //!   the end of the scope until it runs again or dies.

@@ -193,7 +193,7 @@ fn lent_memory_over_udp_is_served_by_the_target() {
 #[test]
 fn the_owner_reads_and_writes_lent_memory_through_checked_copies() {
     let (_c0, c1) = job(TransportKind::Shm);
-    let mut backing = vec![0u8; 72];
+    let mut backing = [0u8; 72];
     let skew = (8 - backing.as_ptr() as usize % 8) % 8;
     c1.register(&mut backing[skew..skew + 64], Rights::Read, |region| {
         region.write(8, b"lent").unwrap();

@@ -130,14 +130,12 @@ impl ReliableConnection {
             self.handshake_send_pending = true;
         }
         match step.result {
-            Ok((credit, identity)) => {
+            Ok(params) => {
                 self.last_received_at = now;
                 self.remember_incoming(payload);
                 // A Verdict carries no params: keep what the Challenge said.
-                if let Some(credit) = credit {
+                if let Some((credit, identity)) = params {
                     self.send.set_initial_credit(credit);
-                }
-                if let Some(identity) = identity {
                     self.peer_identity = identity;
                 }
                 if self.is_initiator && awaiting_challenge {
@@ -218,7 +216,7 @@ pub(super) fn parse_params(params: &[u8]) -> Option<PeerParams> {
 /// error), and whether the handshake finished.
 pub(super) struct HandshakeStep {
     out_len: usize,
-    result: Result<(Option<u64>, Option<Option<[u8; IDENTITY_LEN]>>), HandshakeError>,
+    result: Result<Option<PeerParams>, HandshakeError>,
     established: bool,
 }
 
@@ -233,7 +231,7 @@ pub(super) fn initiator_step(
     if !awaiting_challenge {
         return HandshakeStep {
             out_len: 0,
-            result: initiator.handle_verdict(payload).map(|()| (None, None)),
+            result: initiator.handle_verdict(payload).map(|()| None),
             established: initiator.is_established(),
         };
     }
@@ -241,7 +239,7 @@ pub(super) fn initiator_step(
         .handle_challenge(payload, params_i)
         .and_then(|params_r| {
             parse_params(params_r)
-                .map(|(window, identity)| (Some(window), Some(identity)))
+                .map(Some)
                 .ok_or(HandshakeError::ParamsTooLong {
                     len: params_r.len(),
                     max: PARAMS_MAX,
@@ -267,7 +265,7 @@ pub(super) fn responder_step(
 ) -> HandshakeStep {
     let result = responder.handle_proof(payload).and_then(|params_i| {
         parse_params(params_i)
-            .map(|(window, identity)| (Some(window), Some(identity)))
+            .map(Some)
             .ok_or(HandshakeError::ParamsTooLong {
                 len: params_i.len(),
                 max: PARAMS_MAX,
