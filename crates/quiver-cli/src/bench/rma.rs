@@ -12,6 +12,9 @@
 //! - `msg_bw`: quiver's own message bandwidth at 1 MiB on the same transport (blocking
 //!   sends, the receiver answering once at the end), the reference for `put_bw` over tcp.
 //!
+//! Each figure's first operation is untimed (it maps the region or opens the request
+//! connection).
+//!
 //! The targets (docs/rma.md, "Performance") are printed with each ratio: over shm `put_lat`
 //! at most 0.5x UCX's (`ucp_put_lat` over posix), `put_bw` and `get_bw` at least 1.0x UCX's
 //! (`ucp_put_bw`, `ucp_get` with cma), `fetch_add` at least 10 M/s; over tcp `put_bw` at
@@ -301,7 +304,8 @@ fn be_target(ctx: &Context, network: bool, counts: Counts) -> quiver::Result<()>
                 }
             }
             Some(b"M") => {
-                for _ in 0..counts.bw {
+                // One message to warm up, then the timed ones.
+                for _ in 0..=counts.bw {
                     ep.recv(&mut buf)?;
                 }
                 ep.send(conn, b"m")?;
@@ -363,6 +367,7 @@ fn initiate(
         figures.push(figure("get_bw", BW_BYTES, bw, "MB/s", counts.bw));
     }
     if ops.atomic {
+        ep.fetch_add(conn, &key, 8, 1)?;
         let started = Instant::now();
         for _ in 0..counts.atomic {
             ep.fetch_add(conn, &key, 8, 1)?;
@@ -384,6 +389,8 @@ fn put_bandwidth(
 ) -> quiver::Result<f64> {
     let mut spare: Vec<Vec<u8>> = (0..PUT_WINDOW).map(|_| vec![1u8; BW_BYTES]).collect();
     let mut posted = std::collections::VecDeque::new();
+    // One put to warm up (the first maps the region, or opens the request connection).
+    ep.put(conn, &spare[0], key, 0)?;
     let started = Instant::now();
     for _ in 0..count {
         let data = if let Some(data) = spare.pop() {
@@ -411,6 +418,7 @@ fn message_bandwidth(
 ) -> quiver::Result<f64> {
     let data = vec![2u8; BW_BYTES];
     ep.send(conn, b"M")?;
+    ep.send(conn, &data)?;
     let started = Instant::now();
     for _ in 0..count {
         ep.send(conn, &data)?;
