@@ -95,14 +95,18 @@ const CMA: &str = "cross-memory attach";
 /// What shm does where cross-memory attach is refused.
 const FALLBACK: &str = "shm still works, but messages above QUIVER_SHM_EAGER_MAX go \
     through the ring (copied twice, pipelined) instead of one copy by rendezvous \
-    (ContextStats::shm_without_cross_memory counts such connections)";
+    (ContextStats::shm_without_cross_memory counts such connections), and puts and gets \
+    on memory a peer lent (Context::register) are applied by that peer's progress engine \
+    instead of one copy with no work of its CPU (RmaStats::cross_memory_refused)";
 
 /// The verdict on a `process_vm_readv` of this process's own memory.
 fn cross_memory_attach(probe: io::Result<usize>) -> Check {
     match probe {
         Ok(8) => Check::ok(
             CMA,
-            "process_vm_readv works: shm sends messages above QUIVER_SHM_EAGER_MAX with one copy".into(),
+            "process_vm_readv works: shm sends messages above QUIVER_SHM_EAGER_MAX with one copy, \
+             and puts and gets on memory a peer lent (Context::register) are one copy too"
+                .into(),
         ),
         Ok(n) => Check::not_ok(
             CMA,
@@ -322,6 +326,7 @@ mod tests {
         assert_eq!(check.status, "warning");
         assert!(check.found.contains("seccomp"), "{}", check.found);
         assert!(check.found.contains("through the ring"), "{}", check.found);
+        assert!(check.found.contains("progress engine"), "{}", check.found);
         assert!(check.fix.unwrap().contains("SYS_PTRACE"));
         assert_eq!(cross_memory_attach(Ok(8)).status, "ok");
         let missing = cross_memory_attach(Err(io::Error::from_raw_os_error(libc::ENOSYS)));

@@ -40,7 +40,7 @@ enum Command {
     /// Start N ranks of a program on this machine and supervise them
     Run(run::RunArgs),
     /// Measure quiver's latency and bandwidth end to end, next to the machine's floors
-    Bench(bench::args::BenchArgs),
+    Bench(Box<bench::args::BenchArgs>),
     /// Show what this machine and quiver build support
     Info(info::InfoArgs),
     /// Measure this machine's protocol switch points and write them to its profile
@@ -52,7 +52,7 @@ fn main() {
     let cli = Cli::parse();
     let exit_status = match cli.command {
         Command::Run(args) => run::main(args),
-        Command::Bench(args) => bench::args::main(args),
+        Command::Bench(args) => bench::args::main(*args),
         Command::Info(args) => info::main(args),
         Command::Tune(args) => tune::main(args),
     };

@@ -528,3 +528,54 @@ fn wait_fd_adds_a_sleeping_pingpong_beside_the_busy_one() {
         positive(sleeping[0], "latency_us");
     }
 }
+
+/// `quiver bench rma` with tiny counts and no UCX: every one-sided figure over shm, tcp and
+/// udp, end to end, as JSON with its provenance; `put`, `get` and `atomic` make their part.
+#[test]
+fn one_sided_operations_run_end_to_end_over_every_transport() {
+    let run = |arguments: &[&str]| {
+        let _guard = ONE_BENCH_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .arg("bench")
+            .args(arguments)
+            .args(["--iters", "100", "--no-ucx", "--json", "-"])
+            .output()
+            .expect("run quiver bench rma")
+    };
+    let records = json_lines(&run(&["rma"]));
+    for transport in ["shm", "tcp", "udp"] {
+        for op in ["put_lat", "put_bw", "msg_bw", "get_bw", "fetch_add"] {
+            let found: Vec<_> = records
+                .iter()
+                .filter(|r| r["transport"] == transport && r["op"] == op)
+                .collect();
+            assert_eq!(found.len(), 1, "{transport} {op}: {records:?}");
+            assert_eq!(found[0]["test"], "rma");
+            assert_eq!(found[0]["system"], "quiver");
+            positive(found[0], "value");
+        }
+    }
+    // The targets are judged where they have a reference.
+    let judged = |transport: &str, op: &str| {
+        records
+            .iter()
+            .find(|r| r["transport"] == transport && r["op"] == op)
+            .map(|r| r["met"].is_boolean())
+    };
+    assert_eq!(judged("shm", "fetch_add"), Some(true));
+    assert_eq!(judged("tcp", "put_bw"), Some(true));
+    for (part, ops) in [
+        ("put", &["put_lat", "put_bw", "msg_bw"][..]),
+        ("get", &["get_bw"][..]),
+        ("atomic", &["fetch_add"][..]),
+    ] {
+        let records = json_lines(&run(&[part, "--transports", "shm"]));
+        let mut made: Vec<&str> = records.iter().filter_map(|r| r["op"].as_str()).collect();
+        made.sort_unstable();
+        let mut expected = ops.to_vec();
+        expected.sort_unstable();
+        assert_eq!(made, expected, "quiver bench {part}");
+    }
+}

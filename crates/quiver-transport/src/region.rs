@@ -48,6 +48,8 @@ pub enum AccessError {
     Misaligned,
     /// A write through a read-only view.
     ReadOnly,
+    /// Memory a caller lent whose scope has ended (`caller::with_caller_memory`).
+    Revoked,
 }
 
 /// Why a received memory file cannot be used as a region.
@@ -270,42 +272,7 @@ impl SharedRegion {
         let data = unsafe {
             std::slice::from_raw_parts(self.map.as_ptr().add(HEADER_BYTES + offset), len)
         };
-        let (head_part, data_part) = if skip < head.len() {
-            (&head[skip..], data)
-        } else {
-            (
-                &head[head.len()..],
-                data.get(skip - head.len()..).unwrap_or(&[]),
-            )
-        };
-        let mut iovecs = [
-            libc::iovec {
-                // The kernel only reads through these pointers (sendmsg).
-                iov_base: head_part.as_ptr() as *mut c_void,
-                iov_len: head_part.len(),
-            },
-            libc::iovec {
-                iov_base: data_part.as_ptr() as *mut c_void,
-                iov_len: data_part.len(),
-            },
-        ];
-        // SAFETY: msghdr is plain old data; all-zero is valid.
-        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-        message.msg_iov = iovecs.as_mut_ptr();
-        message.msg_iovlen = iovecs.len();
-        // SAFETY: `message` points at two iovecs describing live slices the kernel only
-        // reads.
-        let sent = unsafe {
-            libc::sendmsg(
-                fd.as_raw_fd(),
-                &message,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(sent as usize)
+        send_gathered(fd, head, data, skip)
     }
 
     /// The region's 64-bit word at `offset` for an atomic operation.
@@ -374,6 +341,52 @@ impl SharedRegion {
     pub fn swap(&self, offset: usize, value: u64) -> Result<u64, AccessError> {
         Ok(self.data_word(offset, true)?.swap(value, Ordering::SeqCst))
     }
+}
+
+/// Sends `head` then `data` on socket `fd` in one gathered `sendmsg`, skipping the first
+/// `skip` bytes of the two, never waiting; the bytes the socket took.
+pub(crate) fn send_gathered(
+    fd: BorrowedFd<'_>,
+    head: &[u8],
+    data: &[u8],
+    skip: usize,
+) -> io::Result<usize> {
+    let (head_part, data_part) = if skip < head.len() {
+        (&head[skip..], data)
+    } else {
+        (
+            &head[head.len()..],
+            data.get(skip - head.len()..).unwrap_or(&[]),
+        )
+    };
+    let mut iovecs = [
+        libc::iovec {
+            // The kernel only reads through these pointers (sendmsg).
+            iov_base: head_part.as_ptr() as *mut c_void,
+            iov_len: head_part.len(),
+        },
+        libc::iovec {
+            iov_base: data_part.as_ptr() as *mut c_void,
+            iov_len: data_part.len(),
+        },
+    ];
+    // SAFETY: msghdr is plain old data; all-zero is valid.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = iovecs.as_mut_ptr();
+    message.msg_iovlen = iovecs.len();
+    // SAFETY: `message` points at two iovecs describing live slices the kernel only
+    // reads.
+    let sent = unsafe {
+        libc::sendmsg(
+            fd.as_raw_fd(),
+            &message,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
 }
 
 #[cfg(test)]

@@ -55,6 +55,22 @@ pub fn deny_cross_memory_attach() -> io::Result<()> {
     )
 }
 
+/// [`deny_cross_memory_attach`] on the calling thread only (and the threads and processes
+/// it starts): for a test whose ranks are threads of one process, one of them in a
+/// "container". It cannot be undone: call it on a thread made for it.
+///
+/// # Errors
+/// As [`deny_cross_memory_attach`].
+pub fn deny_cross_memory_attach_on_this_thread() -> io::Result<()> {
+    deny(
+        &[
+            libc::SYS_process_vm_readv as u32,
+            libc::SYS_process_vm_writev as u32,
+        ],
+        0,
+    )
+}
+
 /// Installs a seccomp filter on the calling thread only (and the threads and processes it
 /// starts) under which `io_uring_setup`, `io_uring_enter` and `io_uring_register` fail with
 /// `EPERM`, as under Docker's default profile or `kernel.io_uring_disabled=2`. It cannot be

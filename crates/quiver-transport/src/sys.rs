@@ -509,6 +509,29 @@ pub fn peer_pid(fd: &OwnedFd) -> io::Result<libc::pid_t> {
     peer_credentials(fd).map(|(pid, _)| pid)
 }
 
+/// A connected pair of unix stream sockets (close-on-exec, non-blocking): one end to keep,
+/// one to pass to another process.
+///
+/// # Errors
+/// The system's (descriptors exhausted).
+pub fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socketpair succeeded: both descriptors are new and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// The credentials of the peer of a connected unix socket, as the kernel recorded them when
 /// the peer connected (SO_PEERCRED): its process id and user id.
 pub fn peer_credentials(fd: &OwnedFd) -> io::Result<(libc::pid_t, libc::uid_t)> {

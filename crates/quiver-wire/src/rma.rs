@@ -20,6 +20,17 @@
 //!  +------+--------+--------+--------+----------+
 //! ```
 //!
+//! A grant of status [`GrantStatus::GrantedCaller`] (memory the owner lent, reached by
+//! cross-memory attach) carries the region's control file instead, and is followed by a
+//! caller grant of 24 bytes:
+//!
+//! ```text
+//!  0      4        5          8          12         16          24
+//!  +------+--------+----------+----------+----------+-----------+
+//!  | QCAL | version| reserved | slot u32 | reserved | addr u64  |
+//!  +------+--------+----------+----------+----------+-----------+
+//! ```
+//!
 //! All integers are big-endian. Parsing never panics on any input.
 //!
 //! Layer: quiver-wire, the bottom. Layouts only: no I/O, no allocation.
@@ -36,6 +47,10 @@ pub const CAPABILITY_LEN: usize = 16;
 pub const GRANT_MAGIC: [u8; 4] = *b"QGNT";
 /// Length of a grant.
 pub const GRANT_LEN: usize = 16;
+/// First bytes of a caller grant.
+pub const CALLER_GRANT_MAGIC: [u8; 4] = *b"QCAL";
+/// Length of a caller grant.
+pub const CALLER_GRANT_LEN: usize = 24;
 
 /// Byte offsets of a key's fields.
 mod key_field {
@@ -226,6 +241,9 @@ pub enum GrantStatus {
     WrongRights,
     /// The region could not be handed over (descriptors exhausted).
     NoResources,
+    /// Memory the owner lent (not a memory file): its control file is attached, and a
+    /// [`CallerGrantRepr`] follows.
+    GrantedCaller,
 }
 
 impl GrantStatus {
@@ -235,6 +253,7 @@ impl GrantStatus {
             GrantStatus::UnknownKey => 1,
             GrantStatus::WrongRights => 2,
             GrantStatus::NoResources => 3,
+            GrantStatus::GrantedCaller => 4,
         }
     }
 
@@ -244,6 +263,7 @@ impl GrantStatus {
             1 => GrantStatus::UnknownKey,
             2 => GrantStatus::WrongRights,
             3 => GrantStatus::NoResources,
+            4 => GrantStatus::GrantedCaller,
             _ => return None,
         })
     }
@@ -318,9 +338,84 @@ impl GrantRepr {
     }
 }
 
+/// What follows a [`GrantStatus::GrantedCaller`] grant: where the lent memory is in the
+/// owner's process, and the initiator's slot in the control file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerGrantRepr {
+    /// The initiator process's in-use slot in the control file.
+    pub slot: u32,
+    /// The memory's first byte in the owner's address space.
+    pub addr: u64,
+}
+
+impl CallerGrantRepr {
+    /// Parses a caller grant (any input: never panics).
+    ///
+    /// # Errors
+    /// [`RmaWireError`] naming what is wrong.
+    pub fn parse(bytes: &[u8]) -> Result<CallerGrantRepr, RmaWireError> {
+        if bytes.len() != CALLER_GRANT_LEN {
+            return Err(RmaWireError::Length {
+                what: "caller grant",
+                actual: bytes.len(),
+                expected: CALLER_GRANT_LEN,
+            });
+        }
+        if bytes[0..4] != CALLER_GRANT_MAGIC {
+            return Err(RmaWireError::Magic("caller grant"));
+        }
+        if bytes[4] != VERSION {
+            return Err(RmaWireError::Version {
+                what: "caller grant",
+                version: bytes[4],
+            });
+        }
+        if let Some(&code) = bytes[5..8].iter().chain(&bytes[12..16]).find(|&&b| b != 0) {
+            return Err(RmaWireError::Code {
+                what: "reserved",
+                code,
+            });
+        }
+        let mut slot = [0u8; 4];
+        slot.copy_from_slice(&bytes[8..12]);
+        Ok(CallerGrantRepr {
+            slot: u32::from_be_bytes(slot),
+            addr: u64_at(bytes, 16..24),
+        })
+    }
+
+    /// The caller grant's bytes.
+    pub fn emit(&self) -> [u8; CALLER_GRANT_LEN] {
+        let mut out = [0u8; CALLER_GRANT_LEN];
+        out[0..4].copy_from_slice(&CALLER_GRANT_MAGIC);
+        out[4] = VERSION;
+        out[8..12].copy_from_slice(&self.slot.to_be_bytes());
+        out[16..24].copy_from_slice(&self.addr.to_be_bytes());
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caller_grants_round_trip_and_bad_ones_are_typed_errors() {
+        let grant = CallerGrantRepr {
+            slot: 3,
+            addr: 0x7fff_1234_5678,
+        };
+        let bytes = grant.emit();
+        assert_eq!(&bytes[..5], &[b'Q', b'C', b'A', b'L', 1]);
+        assert_eq!(&bytes[8..12], &[0, 0, 0, 3]);
+        assert_eq!(CallerGrantRepr::parse(&bytes), Ok(grant));
+        assert!(CallerGrantRepr::parse(&bytes[..23]).is_err());
+        for at in [0, 4, 6, 13] {
+            let mut bad = bytes;
+            bad[at] ^= 0x40;
+            assert!(CallerGrantRepr::parse(&bad).is_err(), "byte {at}");
+        }
+    }
 
     fn key() -> KeyRepr {
         KeyRepr {
@@ -356,6 +451,7 @@ mod tests {
             GrantStatus::UnknownKey,
             GrantStatus::WrongRights,
             GrantStatus::NoResources,
+            GrantStatus::GrantedCaller,
         ] {
             let grant = GrantRepr {
                 status,

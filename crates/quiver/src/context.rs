@@ -17,6 +17,7 @@ use crate::config::{Config, TransportKind};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::job::{Bootstrap, JobInfo};
+use crate::rma::caller::CallerRegion;
 use crate::rma::region::Region;
 use crate::transport::dgram::stats::{DatagramStats, LinkStats};
 use crate::transport::local::LocalRank;
@@ -345,6 +346,26 @@ impl Context {
     /// [`Error::OutOfSharedMemory`] when the memory cannot be reserved.
     pub fn alloc_region(&self, len: usize, rights: Rights) -> Result<Region> {
         Region::allocate(self.local.clone(), len, rights)
+    }
+
+    /// Lends `memory`, which the caller keeps, to one-sided communication for the length
+    /// of `f`: `f` gets the [`CallerRegion`] (its keys allow `rights`), and when `f`
+    /// returns or unwinds the region's keys are revoked and no peer's access is in flight,
+    /// so the memory is the caller's alone again when this returns (docs/rma.md). Over shm
+    /// peers put and get by cross-memory attach (one copy, no work of this process), and
+    /// reach it through this rank's progress engine for atomics, where cross-memory attach
+    /// is refused, and over tcp and udp: so call into quiver during the scope (a receive,
+    /// `progress`) as for any region's peers over the network. `f`'s result is returned.
+    ///
+    /// # Errors
+    /// [`Error::OutOfSharedMemory`] when the region's small control file cannot be made.
+    pub fn register<R>(
+        &self,
+        memory: &mut [u8],
+        rights: Rights,
+        f: impl FnOnce(&CallerRegion) -> R,
+    ) -> Result<R> {
+        CallerRegion::scope(&self.local, memory, rights, f)
     }
 
     /// The counters of one-sided communication: regions, keys granted and refused here,

@@ -61,6 +61,7 @@ pub use pool::PooledBuf;
 /// The counters of a udp link driven by io_uring ([`LinkStats::uring`]).
 pub use quiver_transport::uring::UringStats;
 pub use quiver_wire::rma::Rights;
+pub use rma::caller::CallerRegion;
 pub use rma::key::RemoteKey;
 pub use rma::region::Region;
 pub use transport::dgram::stats::{DatagramRefusals, DatagramStats, LinkStats};

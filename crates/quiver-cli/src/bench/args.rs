@@ -57,6 +57,7 @@ const TESTBED_ADDRS: &str = "10.77.0.1:7300,10.77.0.2:7300";
 
 /// Command line of `quiver bench`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     /// Tests to run, in this order: floor, pingpong, bw, bibw, rate (default: floor,
     /// pingpong, bw, rate). The floors are measured in every run; `floor` alone measures
@@ -72,7 +73,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub launch: LaunchArgs,
 
-    /// A bench mode of its own (`quiver bench busy`).
+    /// A bench mode of its own (`quiver bench busy`, `quiver bench rma|put|get|atomic`).
     #[command(subcommand)]
     pub mode: Option<BenchMode>,
 }
@@ -83,6 +84,9 @@ pub enum BenchMode {
     /// More ranks than CPUs: ping-pong pairs, a ring allreduce and request/reply over
     /// shm, tcp and udp, against the same algorithms under Open MPI on the same CPUs
     Busy(Box<BusyArgs>),
+    /// One-sided operations (`rma`, or `put`, `get`, `atomic` for a part)
+    #[command(flatten)]
+    OneSided(super::rma::OneSided),
 }
 
 /// Options of `quiver bench` (and of the lab's `quiver-bench bench`).
@@ -345,8 +349,10 @@ fn parse_two_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
 pub fn main(args: BenchArgs) -> i32 {
-    if let Some(BenchMode::Busy(busy)) = &args.mode {
-        return busy::main(busy);
+    match args.mode {
+        Some(BenchMode::Busy(busy)) => return busy::main(&busy),
+        Some(BenchMode::OneSided(one_sided)) => return super::rma::main(one_sided),
+        None => {}
     }
     if args.tests.contains(&TestName::Am) {
         if args.tests.len() > 1 {

@@ -12,7 +12,9 @@
 //! - `fd_wait` (the sleeping ping-pong of `--wait fd`), `point` (one measured pingpong,
 //!   bw or rate run), `link` (quiver's connection between the ranks), `raw/` (the
 //!   raw-socket baselines), `generic` (tests written once for
-//!   both), `rendezvous` (how the ranks find each other);
+//!   both), `rendezvous` (how the ranks find each other), `rma` (`quiver bench rma|put|
+//!   get|atomic`: one-sided operations, two contexts on pinned threads, and UCX's
+//!   baselines);
 //! - `report` (where results go), `table` (how the bench's records look), `plot`,
 //!   `progress`;
 //! - `result` (what the parent does with any result), `record` (the typed results),
@@ -38,6 +40,7 @@ pub mod record;
 pub mod rendezvous;
 pub mod report;
 pub mod result;
+pub mod rma;
 pub mod sizes;
 pub mod stats;
 pub mod table;

@@ -72,7 +72,17 @@ pub struct ReliableConfig {
     /// peer's. Both ends must use the same value (compact Stream frames carry 32-bit
     /// offsets; a value just below 2^32 crosses their wrap in a short transfer). Default 0.
     pub initial_stream_offset: u64,
+    /// Opaque bytes naming this end's process, carried in the handshake's params after the
+    /// receive window and handed to the peer
+    /// ([`ReliableConnection::peer_identity`](crate::reliable::ReliableConnection::peer_identity)):
+    /// quiver puts its pid and a node id there, so that a peer on the same node can watch
+    /// the process. The core neither checks nor uses them. Default None (the params are the
+    /// window alone, as before).
+    pub identity: Option<[u8; IDENTITY_LEN]>,
 }
+
+/// Bytes of a [`ReliableConfig::identity`].
+pub const IDENTITY_LEN: usize = 12;
 
 impl Default for ReliableConfig {
     fn default() -> Self {
@@ -94,6 +104,7 @@ impl Default for ReliableConfig {
             compact_data_frames: false,
             initial_packet_number: 0,
             initial_stream_offset: 0,
+            identity: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use quiver_wire::frame::{
 };
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN};
 
-use super::config::{ConfigError, ReliableConfig};
+use super::config::{ConfigError, ReliableConfig, IDENTITY_LEN};
 use super::events::{Event, FailReason, State};
 use super::paths::{PathStats, Paths};
 use super::recv::RecvState;
@@ -120,6 +120,8 @@ pub struct ReliableConnection {
     /// The last handshake message we took from the peer, to recognise its duplicates.
     pub(super) handshake_in: [u8; MAX_MESSAGE_LEN],
     pub(super) handshake_in_len: usize,
+    /// The identity the peer's handshake params carried (`ReliableConfig::identity`).
+    pub(super) peer_identity: Option<[u8; IDENTITY_LEN]>,
     pub(super) handshake_retransmit_at: Option<Nanos>,
     pub(super) handshake_interval_ns: Nanos,
     pub(super) handshake_deadline: Nanos,
@@ -372,6 +374,12 @@ impl ReliableConnection {
         self.peer_id
     }
 
+    /// The identity the peer sent in its handshake params (its `ReliableConfig::identity`),
+    /// once the handshake got that far; None for a peer that sent none. Opaque to the core.
+    pub fn peer_identity(&self) -> Option<&[u8; IDENTITY_LEN]> {
+        self.peer_identity.as_ref()
+    }
+
     /// Who connects to whom.
     pub fn request(&self) -> ConnectRequest {
         self.request
@@ -466,6 +474,7 @@ impl ReliableConnection {
             handshake_send_pending: false,
             handshake_in: [0; MAX_MESSAGE_LEN],
             handshake_in_len: 0,
+            peer_identity: None,
             handshake_retransmit_at: None,
             handshake_interval_ns: config.initial_rto_ns,
             handshake_deadline: now.saturating_add(config.handshake_timeout_ns),

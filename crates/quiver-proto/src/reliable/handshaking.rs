@@ -14,13 +14,23 @@ use super::output::Transmit;
 use super::time::Nanos;
 use crate::handshake::{HandshakeError, Initiator, RejectReason, Responder};
 
+use super::config::IDENTITY_LEN;
+
 /// Bytes of the transport parameters each side sends in the handshake: its receive window
-/// (the initial credit), u64 little-endian.
+/// (the initial credit), u64 little-endian; then, when the side has one, its identity
+/// ([`IDENTITY_LEN`] opaque bytes, `ReliableConfig::identity`).
 pub(super) const PARAMS_LEN: usize = 8;
+
+/// The longest params: the window and an identity.
+const PARAMS_MAX: usize = PARAMS_LEN + IDENTITY_LEN;
+
+/// What a peer's params say: its receive window and its identity, if it sent one.
+pub(super) type PeerParams = (u64, Option<[u8; IDENTITY_LEN]>);
 
 impl ReliableConnection {
     /// Responder: accepts now unless the caller rejected since `accept`.
     pub(super) fn apply_pending_accept(&mut self) {
+        let (params, len) = self.own_params();
         let HandshakeSide::Responder {
             responder,
             deciding,
@@ -32,8 +42,7 @@ impl ReliableConnection {
             return;
         }
         *deciding = false;
-        let params = (self.config.recv_window_bytes as u64).to_le_bytes();
-        if responder.accept(&params).is_ok() {
+        if responder.accept(&params[..len]).is_ok() {
             self.handshake_out_len = responder
                 .poll_transmit(&mut self.handshake_out)
                 .ok()
@@ -92,7 +101,7 @@ impl ReliableConnection {
             return;
         }
         let awaiting_challenge = self.handshake_in_len == 0;
-        let params = (self.config.recv_window_bytes as u64).to_le_bytes();
+        let (params, params_len) = self.own_params();
         let step = match &mut self.handshake {
             HandshakeSide::Initiator(initiator)
                 if !initiator.is_established() && !initiator.is_failed() =>
@@ -101,7 +110,7 @@ impl ReliableConnection {
                     initiator,
                     awaiting_challenge,
                     payload,
-                    &params,
+                    &params[..params_len],
                     &mut self.handshake_out,
                 )
             }
@@ -121,10 +130,14 @@ impl ReliableConnection {
             self.handshake_send_pending = true;
         }
         match step.result {
-            Ok(credit) => {
+            Ok(params) => {
                 self.last_received_at = now;
                 self.remember_incoming(payload);
-                self.send.set_initial_credit(credit);
+                // A Verdict carries no params: keep what the Challenge said.
+                if let Some((credit, identity)) = params {
+                    self.send.set_initial_credit(credit);
+                    self.peer_identity = identity;
+                }
                 if self.is_initiator && awaiting_challenge {
                     self.peer_id = Some(header.src_id);
                     // A new message: restart the retransmission interval.
@@ -163,6 +176,19 @@ impl ReliableConnection {
         self.events.push_back(Event::Established);
     }
 
+    /// This end's params (module docs of [`PARAMS_LEN`]) and their length.
+    fn own_params(&self) -> ([u8; PARAMS_MAX], usize) {
+        let mut params = [0u8; PARAMS_MAX];
+        params[..PARAMS_LEN].copy_from_slice(&(self.config.recv_window_bytes as u64).to_le_bytes());
+        match &self.config.identity {
+            Some(identity) => {
+                params[PARAMS_LEN..].copy_from_slice(identity);
+                (params, PARAMS_MAX)
+            }
+            None => (params, PARAMS_LEN),
+        }
+    }
+
     pub(super) fn remember_incoming(&mut self, payload: &[u8]) {
         let len = payload.len().min(MAX_MESSAGE_LEN);
         self.handshake_in[..len].copy_from_slice(&payload[..len]);
@@ -174,17 +200,23 @@ impl ReliableConnection {
     }
 }
 
-/// The peer's receive window from its handshake params.
-pub(super) fn parse_params(params: &[u8]) -> Option<u64> {
-    let bytes: [u8; PARAMS_LEN] = params.try_into().ok()?;
-    Some(u64::from_le_bytes(bytes))
+/// The peer's receive window and identity from its handshake params: the window alone, or
+/// the window and an identity.
+pub(super) fn parse_params(params: &[u8]) -> Option<PeerParams> {
+    if params.len() != PARAMS_LEN && params.len() != PARAMS_MAX {
+        return None;
+    }
+    let (window, identity) = params.split_at(PARAMS_LEN);
+    let window = u64::from_le_bytes(window.try_into().ok()?);
+    Some((window, identity.try_into().ok()))
 }
 
 /// What one handshake message did: the length of a new message to send (0: none), the
-/// peer's credit from its params (or the error), and whether the handshake finished.
+/// peer's credit and identity from its params when the message carried them (or the
+/// error), and whether the handshake finished.
 pub(super) struct HandshakeStep {
     out_len: usize,
-    result: Result<u64, HandshakeError>,
+    result: Result<Option<PeerParams>, HandshakeError>,
     established: bool,
 }
 
@@ -199,17 +231,19 @@ pub(super) fn initiator_step(
     if !awaiting_challenge {
         return HandshakeStep {
             out_len: 0,
-            result: initiator.handle_verdict(payload).map(|()| 0),
+            result: initiator.handle_verdict(payload).map(|()| None),
             established: initiator.is_established(),
         };
     }
     let result = initiator
         .handle_challenge(payload, params_i)
         .and_then(|params_r| {
-            parse_params(params_r).ok_or(HandshakeError::ParamsTooLong {
-                len: params_r.len(),
-                max: PARAMS_LEN,
-            })
+            parse_params(params_r)
+                .map(Some)
+                .ok_or(HandshakeError::ParamsTooLong {
+                    len: params_r.len(),
+                    max: PARAMS_MAX,
+                })
         });
     let out_len = if result.is_ok() {
         initiator.poll_transmit(out).ok().flatten().unwrap_or(0)
@@ -230,10 +264,12 @@ pub(super) fn responder_step(
     out: &mut [u8; MAX_MESSAGE_LEN],
 ) -> HandshakeStep {
     let result = responder.handle_proof(payload).and_then(|params_i| {
-        parse_params(params_i).ok_or(HandshakeError::ParamsTooLong {
-            len: params_i.len(),
-            max: PARAMS_LEN,
-        })
+        parse_params(params_i)
+            .map(Some)
+            .ok_or(HandshakeError::ParamsTooLong {
+                len: params_i.len(),
+                max: PARAMS_MAX,
+            })
     });
     let out_len = responder.poll_transmit(out).ok().flatten().unwrap_or(0);
     HandshakeStep {

@@ -94,7 +94,7 @@ mod time;
 mod timers;
 mod writing;
 
-pub use config::{ConfigError, ReliableConfig};
+pub use config::{ConfigError, ReliableConfig, IDENTITY_LEN};
 pub use connection::{AcceptError, ReliableConnection};
 pub use events::{Event, FailReason, State};
 pub use output::{reset_for, Transmit};

@@ -595,6 +595,44 @@ fn handshake_establishes_both_sides() {
 }
 
 #[test]
+fn handshake_params_carry_each_sides_identity_when_it_has_one() {
+    let pair = Pair::established();
+    assert_eq!(
+        pair.a.peer_identity(),
+        None,
+        "no identity configured, none sent"
+    );
+    let with = |byte: u8| ReliableConfig {
+        identity: Some([byte; IDENTITY_LEN]),
+        ..small_config()
+    };
+    let mut pair = Pair::new(with(0xa1), with(0xb2), 7, 7);
+    pair.run_until(|pair| {
+        pair.a.state() == State::Established
+            && pair
+                .b
+                .as_ref()
+                .is_some_and(|b| b.state() == State::Established)
+    });
+    assert_eq!(pair.a.peer_identity(), Some(&[0xb2; IDENTITY_LEN]));
+    assert_eq!(pair.b().peer_identity(), Some(&[0xa1; IDENTITY_LEN]));
+    // One side without an identity talks to one with: each learns what the other sent.
+    let mut pair = Pair::new(with(0xa1), small_config(), 7, 7);
+    pair.run_until(|pair| {
+        pair.a.state() == State::Established
+            && pair
+                .b
+                .as_ref()
+                .is_some_and(|b| b.state() == State::Established)
+    });
+    assert_eq!(pair.a.peer_identity(), None);
+    assert_eq!(pair.b().peer_identity(), Some(&[0xa1; IDENTITY_LEN]));
+    // Data still flows with the longer params (the window was read from their start).
+    let sent = some_messages();
+    assert_eq!(transfer(&mut pair, &sent, 1 << 20), sent);
+}
+
+#[test]
 fn data_waiting_says_whether_more_data_frames_follow() {
     let mut pair = Pair::established();
     let mut header = [0u8; frame::MAX_HEADER_LEN];

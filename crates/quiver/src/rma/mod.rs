@@ -4,5 +4,6 @@
 //! memory (the operations are `Endpoint` methods, in `endpoint/rma.rs`). The memory model
 //! is docs/rma.md.
 
+pub(crate) mod caller;
 pub(crate) mod key;
 pub(crate) mod region;

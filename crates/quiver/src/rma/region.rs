@@ -125,12 +125,14 @@ impl Region {
             AccessError::Misaligned => Error::RmaMisaligned {
                 offset: offset as u64,
             },
-            AccessError::OutOfBounds | AccessError::ReadOnly => Error::RmaOutOfBounds {
-                operation,
-                offset: offset as u64,
-                len: len as u64,
-                region_len: self.view.len() as u64,
-            },
+            AccessError::OutOfBounds | AccessError::ReadOnly | AccessError::Revoked => {
+                Error::RmaOutOfBounds {
+                    operation,
+                    offset: offset as u64,
+                    len: len as u64,
+                    region_len: self.view.len() as u64,
+                }
+            }
         }
     }
 }

@@ -182,6 +182,11 @@ impl PeerProcess {
         sys::pidfd_exited(&self.pidfd)
     }
 
+    /// The pidfd, to sleep on (readable once the process exits).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.pidfd)
+    }
+
     /// See [`FreezeWatch::stopped`]; never for an exited process (its pid may be reused).
     pub(crate) fn stopped(&mut self, detect: Duration, now: Instant) -> Option<u64> {
         if self.exited() {

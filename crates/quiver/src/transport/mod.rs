@@ -33,6 +33,7 @@ pub(crate) mod meanwhile;
 pub(crate) mod net_edge;
 pub(crate) mod network;
 pub(crate) mod protocols;
+pub(crate) mod region_view;
 pub(crate) mod regions;
 pub(crate) mod registry;
 pub(crate) mod requests;

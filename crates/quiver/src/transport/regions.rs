@@ -14,21 +14,60 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use quiver_transport::caller::CallerMemory;
 use quiver_transport::region::SharedRegion;
 use quiver_transport::sys;
 use quiver_wire::rma::{GrantStatus, KeyRepr, Rights, CAPABILITY_LEN};
 use quiver_wire::rma_request::ReplyStatus;
 
+use super::region_view::RegionView;
+
 /// A live region, as the table keeps it.
 #[derive(Debug)]
 struct Entry {
-    fd: OwnedFd,
-    /// The owner's view, which the network transports' software path applies requests
-    /// to (an operation in progress keeps it mapped past a revocation).
-    view: Arc<SharedRegion>,
+    memory: Memory,
     capability: [u8; CAPABILITY_LEN],
     rights: Rights,
     len: u64,
+}
+
+/// Where a region's bytes are.
+#[derive(Debug)]
+enum Memory {
+    /// In a memory file quiver allocated: the file, to hand to peers on this node, and the
+    /// owner's view, which the software path applies requests to (an operation in progress
+    /// keeps it mapped past a revocation).
+    File {
+        fd: OwnedFd,
+        view: Arc<SharedRegion>,
+    },
+    /// Lent by the caller for a scope: peers on this node copy by cross-memory attach
+    /// (through its control file), the software path through the handle.
+    Caller(Arc<CallerMemory>),
+}
+
+impl Memory {
+    fn view(&self) -> RegionView {
+        match self {
+            Memory::File { view, .. } => RegionView::Shared(Arc::clone(view)),
+            Memory::Caller(memory) => RegionView::Caller(Arc::clone(memory)),
+        }
+    }
+}
+
+/// What a granted key request hands the peer.
+#[derive(Debug)]
+pub(crate) enum Granted {
+    /// The region's memory file (reopened read-only for a read-only key) and length.
+    File { fd: OwnedFd, len: u64 },
+    /// Memory the caller lent: its control file, length, address in this process, and the
+    /// peer process's slot in the control file.
+    Caller {
+        control: OwnedFd,
+        len: u64,
+        addr: u64,
+        slot: u32,
+    },
 }
 
 impl Entry {
@@ -43,7 +82,7 @@ impl Entry {
 /// Counters of one-sided communication at a rank (`Context::rma_stats`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RmaStats {
-    /// Regions this rank registered (allocated) so far.
+    /// Regions this rank registered (allocated, or lent by the caller) so far.
     pub regions_registered: u64,
     /// Regions of this rank peers mapped (a key granted).
     pub keys_granted: u64,
@@ -58,6 +97,11 @@ pub struct RmaStats {
     /// refused: out of bounds, a write with a read-only key, a misaligned atomic. quiver's
     /// own initiators check these first, so a healthy job has none.
     pub requests_refused: u64,
+    /// Memory a peer's caller lent over shm that this rank, as an initiator, found it
+    /// could not reach by cross-memory attach (refused by a seccomp profile or the ptrace
+    /// scope), so reaches through the peer's progress engine: once per region and
+    /// connection.
+    pub cross_memory_refused: u64,
     /// Why the last refusal (of either kind) happened.
     pub last_refusal: Option<String>,
 }
@@ -79,10 +123,31 @@ impl RegionTable {
         rights: Rights,
         len: u64,
     ) -> u64 {
+        self.enter(Memory::File { fd, view }, capability, rights, len)
+    }
+
+    /// Enters memory a caller lent (its handle, capability, rights and length); returns
+    /// its number.
+    pub(crate) fn insert_caller(
+        &self,
+        memory: Arc<CallerMemory>,
+        capability: [u8; CAPABILITY_LEN],
+        rights: Rights,
+        len: u64,
+    ) -> u64 {
+        self.enter(Memory::Caller(memory), capability, rights, len)
+    }
+
+    fn enter(
+        &self,
+        memory: Memory,
+        capability: [u8; CAPABILITY_LEN],
+        rights: Rights,
+        len: u64,
+    ) -> u64 {
         let region = self.next_region.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
-            fd,
-            view,
+            memory,
             capability,
             rights,
             len,
@@ -97,15 +162,16 @@ impl RegionTable {
         self.lock_live().remove(&region);
     }
 
-    /// Checks `key` (presented by rank `peer`) against the live regions of rank `rank` of
-    /// job `job_id`: a descriptor of the region's file with the key's rights, and the
-    /// region's length; otherwise why not. Refusals are counted.
+    /// Checks `key` (presented by rank `peer`, process `pid`) against the live regions of
+    /// rank `rank` of job `job_id`: what to hand the peer (a descriptor of the region's file
+    /// with the key's rights, or a caller region's control file and address); otherwise
+    /// why not. Refusals are counted.
     pub(crate) fn grant(
         &self,
         key: &KeyRepr,
         (job_id, rank): (u64, u32),
-        peer: u32,
-    ) -> Result<(OwnedFd, u64), GrantStatus> {
+        (peer, pid): (u32, libc::pid_t),
+    ) -> Result<Granted, GrantStatus> {
         let found = {
             let live = self.lock_live();
             let entry = live
@@ -116,8 +182,7 @@ impl RegionTable {
                 Some(e) if key.rights.writable() && !e.rights.writable() => {
                     Err(GrantStatus::WrongRights)
                 }
-                Some(e) if key.rights.writable() => Ok(e.fd.try_clone().map(|fd| (fd, e.len))),
-                Some(e) => Ok(sys::reopen_read_only(&e.fd).map(|fd| (fd, e.len))),
+                Some(e) => Ok(hand_over(e, key.rights, pid)),
             }
         };
         match found {
@@ -126,7 +191,11 @@ impl RegionTable {
                 Ok(granted)
             }
             Ok(Err(_)) => {
-                self.key_refused(peer, key.region, "no descriptor left to hand it over");
+                self.key_refused(
+                    peer,
+                    key.region,
+                    "no descriptor (or slot) left to hand it over",
+                );
                 Err(GrantStatus::NoResources)
             }
             Err(status) => {
@@ -149,7 +218,7 @@ impl RegionTable {
         key: &KeyRepr,
         (job_id, rank): (u64, u32),
         peer: u32,
-    ) -> Result<Arc<SharedRegion>, ReplyStatus> {
+    ) -> Result<RegionView, ReplyStatus> {
         let found = {
             let live = self.lock_live();
             match live
@@ -160,7 +229,7 @@ impl RegionTable {
                 Some(e) if key.rights.writable() && !e.rights.writable() => {
                     Err(ReplyStatus::WrongRights)
                 }
-                Some(e) => Ok(e.view.clone()),
+                Some(e) => Ok(e.memory.view()),
             }
         };
         found.map_err(|status| {
@@ -199,6 +268,15 @@ impl RegionTable {
         stats.last_refusal = Some(why);
     }
 
+    /// Counts lent memory of rank `peer` that cross-memory attach cannot reach from here.
+    pub(crate) fn cross_memory_refused(&self, peer: u32) {
+        tracing::info!(
+            peer,
+            "cross-memory attach refused: a peer's lent memory is reached through its progress engine"
+        );
+        self.lock_stats().cross_memory_refused += 1;
+    }
+
     /// Counts a one-sided operation of this rank refused before it touched its target.
     pub(crate) fn access_refused(&self, why: String) {
         tracing::debug!(reason = %why, "refused a one-sided operation");
@@ -221,6 +299,29 @@ impl RegionTable {
     fn lock_stats(&self) -> std::sync::MutexGuard<'_, RmaStats> {
         // Counters only: usable after a panic elsewhere.
         self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a granted key hands over of entry `e` to process `pid`: `Err` when no descriptor
+/// is left (or, for lent memory, no slot).
+fn hand_over(e: &Entry, rights: Rights, pid: libc::pid_t) -> std::io::Result<Granted> {
+    let len = e.len;
+    match &e.memory {
+        Memory::File { fd, .. } if rights.writable() => {
+            fd.try_clone().map(|fd| Granted::File { fd, len })
+        }
+        Memory::File { fd, .. } => sys::reopen_read_only(fd).map(|fd| Granted::File { fd, len }),
+        Memory::Caller(memory) => {
+            let slot = memory
+                .slot_for(pid)
+                .ok_or(std::io::ErrorKind::OutOfMemory)?;
+            Ok(Granted::Caller {
+                control: memory.control_fd().try_clone()?,
+                len,
+                addr: memory.addr(),
+                slot,
+            })
+        }
     }
 }
 
@@ -255,7 +356,7 @@ mod tests {
         let id = table.insert((fd, Arc::new(view)), cap, Rights::Read, 64);
         let here = (9, 2);
         assert!(table
-            .grant(&key_for(id, cap, Rights::Read), here, 1)
+            .grant(&key_for(id, cap, Rights::Read), here, (1, 1))
             .is_ok());
         let mut forged = cap;
         forged[15] ^= 1;
@@ -282,11 +383,17 @@ mod tests {
             ),
         ];
         for (key, status) in refusals {
-            assert_eq!(table.grant(&key, here, 1).err(), Some(status), "{key:?}");
+            assert_eq!(
+                table.grant(&key, here, (1, 1)).err(),
+                Some(status),
+                "{key:?}"
+            );
         }
         table.remove(id);
         assert_eq!(
-            table.grant(&key_for(id, cap, Rights::Read), here, 1).err(),
+            table
+                .grant(&key_for(id, cap, Rights::Read), here, (1, 1))
+                .err(),
             Some(GrantStatus::UnknownKey),
             "a revoked region is no longer granted"
         );

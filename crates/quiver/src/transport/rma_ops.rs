@@ -268,6 +268,12 @@ impl Patience {
         }
     }
 
+    /// Whether the next [`wait`](Self::wait) sleeps (the spinning is over): the moment for
+    /// a look that costs a system call, such as a peer's liveness.
+    pub(crate) fn will_sleep(&self) -> bool {
+        self.spins >= SPIN_ROUNDS
+    }
+
     /// Waits a little for `fd` to become ready for `events` (none: only for the time, the
     /// datagram engine's descriptor and the request connections), serving this rank's
     /// request connections first.

@@ -16,12 +16,13 @@
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use quiver_transport::region::SharedRegion;
+use quiver_transport::region::AccessError;
 use quiver_wire::rma::KeyRepr;
 use quiver_wire::rma_request::{ReplyRepr, ReplyStatus, RequestOp, RequestRepr};
 
+use super::region_view::RegionView;
 use super::regions::RegionTable;
 
 /// Who this rank is, for checking keys: its job id and rank.
@@ -127,7 +128,7 @@ pub(crate) enum Checked {
     /// Refused (counted): the reply's status. A put's data is read and dropped.
     Refused(ReplyStatus),
     /// A put or get: move the bytes between the socket and `region` at this offset.
-    Bytes(Arc<SharedRegion>, usize),
+    Bytes(RegionView, usize),
     /// Applied (an atomic, or a flush): the reply's value.
     Word(u64),
 }
@@ -139,14 +140,14 @@ pub(crate) enum Next {
     /// Take a put's `len` bytes of data: into the region at its offset, or (refused:
     /// `None`) read and dropped; then send `reply`.
     PutData {
-        into: Option<(Arc<SharedRegion>, usize)>,
+        into: Option<(RegionView, usize)>,
         len: u64,
         reply: ReplyRepr,
     },
     /// Send `reply`, followed by a get's bytes (`(region, offset, length)`).
     Reply {
         reply: ReplyRepr,
-        data: Option<(Arc<SharedRegion>, usize, usize)>,
+        data: Option<(RegionView, usize, usize)>,
     },
 }
 
@@ -253,13 +254,20 @@ pub(crate) fn check_request(
     };
     match applied {
         Ok(word) => Checked::Word(word),
-        // The checks above exclude every refusal of the region's own.
+        // Lent memory whose scope ended between the table's check and the access.
+        Err(AccessError::Revoked) => Checked::Refused(ReplyStatus::Revoked),
+        // Lent memory may sit at an address that is not 8-aligned.
+        Err(AccessError::Misaligned) => refuse(ReplyStatus::Misaligned, "a misaligned atomic"),
+        // The checks above exclude every other refusal of the region's own.
         Err(_) => refuse(ReplyStatus::OutOfBounds, "refused by the region"),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use quiver_transport::region::SharedRegion;
     use quiver_wire::rma::{Rights, KEY_LEN};
 
     use super::*;

@@ -24,6 +24,7 @@ use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::failure::Failure;
+use crate::transport::liveness::identity_params;
 
 /// Largest datagram on loopback (and the mem transport) when not configured.
 const LOOPBACK_DATAGRAM: usize = 65000;
@@ -517,6 +518,9 @@ fn reliable_config(config: &Config) -> ReliableConfig {
         // windows of at most 1 GiB).
         compact_data_frames: config.net_window_bytes <= ReliableConfig::MAX_COMPACT_BUFFER_BYTES,
         max_in_flight_datagrams: max_in_flight_for(config.net_window_bytes),
+        // Our pid and node, so that a peer on this node can watch our process (a one-sided
+        // operation's target that dies is then `PeerDead` at once).
+        identity: Some(identity_params()),
         ..ReliableConfig::default()
     }
 }

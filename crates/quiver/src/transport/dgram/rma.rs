@@ -20,7 +20,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use quiver_transport::region::SharedRegion;
 use quiver_wire::rma::KeyRepr;
 use quiver_wire::rma_request::{
     ReplyRepr, ReplyStatus, RequestOp, RequestRepr, REPLY_LEN, REQUEST_LEN,
@@ -32,7 +31,9 @@ use super::engine::DgramShared;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::transport::failure::Failure;
+use crate::transport::liveness::{local_peer_pid, PeerProcess};
 use crate::transport::local::LocalRank;
+use crate::transport::region_view::RegionView;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
@@ -107,6 +108,16 @@ impl DgramShared {
         Ok(Some((n, len, complete)))
     }
 
+    /// The identity connection `id`'s peer sent in its handshake (a pid and a node id),
+    /// if it sent one.
+    fn peer_identity(&self, id: u64) -> Option<[u8; quiver_proto::reliable::IDENTITY_LEN]> {
+        let engine = self.lock();
+        engine
+            .router
+            .get(id)
+            .and_then(|e| e.core.peer_identity().copied())
+    }
+
     /// Bytes connection `id`'s send window can take now (0 for a connection gone).
     fn send_room(&self, id: u64) -> usize {
         let engine = self.lock();
@@ -119,6 +130,11 @@ impl DgramShared {
 #[derive(Debug, Default)]
 pub(crate) struct DgramRma {
     conn: Option<(Arc<DgramShared>, u64)>,
+    /// The target's process, when it runs on this node (its handshake said so): its exit
+    /// ends a wait with [`Error::PeerDead`] at once rather than at the idle timeout.
+    process: Option<PeerProcess>,
+    /// The target died (seen by its pidfd): every later operation fails so, at once.
+    dead: bool,
     seq: u32,
     /// Posted operations outstanding on the connection.
     pipeline: Pipeline,
@@ -129,7 +145,8 @@ impl DgramRma {
     /// names, through the peer's software path; the word before, for an atomic.
     ///
     /// # Errors
-    /// The target's refusals, [`Error::Unreachable`] or [`Error::PeerClosed`] when the
+    /// The target's refusals, [`Error::PeerDead`] when the target ran on this node and
+    /// its process ended, [`Error::Unreachable`] or [`Error::PeerClosed`] when the
     /// connection ended, [`Error::Timeout`], the connect's.
     pub(crate) fn apply(
         &mut self,
@@ -142,6 +159,7 @@ impl DgramRma {
         let mut op = op;
         let request = request_for(&op, key, self.seq);
         self.drain(local, peer)?;
+        self.check(peer)?;
         self.open(local, src, peer)?;
         let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
             RmaOp::Put { data, .. } => (data, None),
@@ -162,6 +180,7 @@ impl DgramRma {
     /// As [`DgramRma::apply`].
     pub(crate) fn flush(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
         self.drain(local, peer)?;
+        self.check(peer)?;
         if self.conn.is_none() {
             return Ok(());
         }
@@ -191,6 +210,7 @@ impl DgramRma {
         (op, buf): (OpInfo, Vec<u8>),
         request: RequestRepr,
     ) -> Result<u32> {
+        self.check(peer)?;
         self.open(local, src, peer)?;
         self.seq = self.seq.wrapping_add(1);
         let request = RequestRepr {
@@ -214,12 +234,24 @@ impl DgramRma {
         let mut channel = Channel {
             engine: &engine,
             id,
-            peer,
+            watch: Watch {
+                process: self.process.as_ref(),
+                peer,
+            },
         };
         if self.pipeline.progress(&mut channel, local, peer).is_err() {
             engine.close(id);
             self.conn = None;
+            self.dead |= self.process.as_ref().is_some_and(PeerProcess::exited);
         }
+    }
+
+    /// [`Error::PeerDead`] once the target was seen dead.
+    fn check(&self, peer: Addr) -> Result<()> {
+        if self.dead {
+            return Err(Failure::Dead.to_error(peer, DURING));
+        }
+        Ok(())
     }
 
     /// The completion of posted operation `seq`, once it came.
@@ -238,7 +270,18 @@ impl DgramRma {
             if let Some((engine, _)) = &self.conn {
                 engine.poll_io(local);
             }
-            patience.wait(local, None)?;
+            let watch = Watch {
+                process: self.process.as_ref(),
+                peer,
+            };
+            let fd = watch.fd();
+            if let Err(e) = watch.check(&patience) {
+                // Completes whatever was posted with the error.
+                self.pipeline.fail(&e);
+                self.dead = true;
+                return Err(e);
+            }
+            patience.wait(local, fd)?;
         }
     }
 
@@ -261,6 +304,8 @@ impl DgramRma {
             Connected::New(id) => id,
             Connected::Reused(()) => unreachable!("a request connection is never reused"),
         };
+        let pid = engine.peer_identity(id).and_then(|p| local_peer_pid(&p));
+        self.process = pid.and_then(PeerProcess::open);
         self.conn = Some((engine, id));
         Ok(())
     }
@@ -278,10 +323,15 @@ impl DgramRma {
         let Some((engine, id)) = self.conn.clone() else {
             unreachable!("opened before any exchange")
         };
-        let result = exchange(local, (&engine, id), peer, request, data, buf);
-        if result.is_err() {
+        let watch = Watch {
+            process: self.process.as_ref(),
+            peer,
+        };
+        let result = exchange(local, (&engine, id), watch, request, data, buf);
+        if let Err(e) = &result {
             engine.close(id);
             self.conn = None;
+            self.dead |= matches!(e, Error::PeerDead { .. });
         }
         result
     }
@@ -299,7 +349,41 @@ impl Drop for DgramRma {
 struct Channel<'a> {
     engine: &'a DgramShared,
     id: u64,
+    watch: Watch<'a>,
+}
+
+/// The target of a request connection: its address, and its process when it runs on this
+/// node.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    process: Option<&'a PeerProcess>,
     peer: Addr,
+}
+
+impl Watch<'_> {
+    /// The error of a connection that ended with `failure`: [`Error::PeerDead`] when the
+    /// target's process is known to have exited.
+    fn ended(&self, failure: &Failure) -> Error {
+        if self.process.is_some_and(PeerProcess::exited) {
+            return Failure::Dead.to_error(self.peer, DURING);
+        }
+        failure.to_error(self.peer, DURING)
+    }
+
+    /// Before a wait that sleeps: [`Error::PeerDead`] once the target's process exited.
+    fn check(&self, patience: &Patience) -> Result<()> {
+        match self.process {
+            Some(process) if patience.will_sleep() && process.exited() => {
+                Err(Failure::Dead.to_error(self.peer, DURING))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The descriptor a sleep also waits on: the target's pidfd.
+    fn fd(&self) -> Option<(std::os::fd::RawFd, i16)> {
+        self.process.map(|p| (p.raw_fd(), libc::POLLIN))
+    }
 }
 
 impl RequestChannel for Channel<'_> {
@@ -318,7 +402,7 @@ impl RequestChannel for Channel<'_> {
         };
         self.engine
             .write_chunk(self.id, total, started, chunk)
-            .map_err(|f| f.to_error(self.peer, DURING))
+            .map_err(|f| self.watch.ended(&f))
     }
 
     fn recv(&mut self, _local: &LocalRank, out: &mut [u8]) -> Result<usize> {
@@ -328,28 +412,36 @@ impl RequestChannel for Channel<'_> {
         let got = self
             .engine
             .read_chunk(self.id, out)
-            .map_err(|f| f.to_error(self.peer, DURING))?;
+            .map_err(|f| self.watch.ended(&f))?;
         Ok(got.map_or(0, |(n, _, _)| n))
     }
 }
 
 /// One step of waiting for connection news: the engine polled, this rank's requests
-/// served, then a little patience.
-fn idle(local: &LocalRank, engine: &DgramShared, patience: &mut Patience) -> Result<()> {
+/// served, then a little patience (a sleep also wakes at the target's exit, and a target
+/// seen dead ends the wait).
+fn idle(
+    local: &LocalRank,
+    engine: &DgramShared,
+    patience: &mut Patience,
+    watch: Watch<'_>,
+) -> Result<()> {
     engine.poll_io(local);
-    patience.wait(local, None)
+    watch.check(patience)?;
+    patience.wait(local, watch.fd())
 }
 
 /// [`DgramRma::exchange`] on connection `id` of `engine`.
 fn exchange(
     local: &LocalRank,
     (engine, id): (&DgramShared, u64),
-    peer: Addr,
+    watch: Watch<'_>,
     request: &RequestRepr,
     data: &[u8],
     buf: Option<&mut [u8]>,
 ) -> Result<ReplyRepr> {
-    let ended = |f: Failure| f.to_error(peer, DURING);
+    let peer = watch.peer;
+    let ended = |f: Failure| watch.ended(&f);
     let mut patience = Patience::new(local);
     let head = request.emit();
     let total = REQUEST_LEN + data.len();
@@ -365,7 +457,7 @@ fn exchange(
             .map_err(ended)?;
         written += n;
         if n == 0 {
-            idle(local, engine, &mut patience)?;
+            idle(local, engine, &mut patience, watch)?;
         }
     }
     let corrupt = |detail: String| Error::Corrupt {
@@ -384,10 +476,10 @@ fn exchange(
                     return Err(corrupt(format!("a message of {len} bytes")));
                 }
                 if n == 0 {
-                    idle(local, engine, &mut patience)?;
+                    idle(local, engine, &mut patience, watch)?;
                 }
             }
-            None => idle(local, engine, &mut patience)?,
+            None => idle(local, engine, &mut patience, watch)?,
         }
     }
     let reply = ReplyRepr::parse(&head).map_err(|e| corrupt(e.to_string()))?;
@@ -410,7 +502,7 @@ fn exchange(
             while filled < buf.len() {
                 match engine.read_chunk(id, &mut buf[filled..]).map_err(ended)? {
                     Some((n, _, _)) if n > 0 => filled += n,
-                    _ => idle(local, engine, &mut patience)?,
+                    _ => idle(local, engine, &mut patience, watch)?,
                 }
             }
         }
@@ -454,7 +546,7 @@ enum Stage {
     Header,
     /// Reading a put's data: into the region at `at`, or (refused) dropped.
     Data {
-        region: Option<Arc<SharedRegion>>,
+        region: Option<RegionView>,
         at: usize,
         left: usize,
         reply: ReplyRepr,
@@ -462,7 +554,7 @@ enum Stage {
     /// Writing the reply message (and a get's data from the region: `(region, at, len)`).
     Reply {
         head: [u8; REPLY_LEN],
-        data: Option<(Arc<SharedRegion>, usize, usize)>,
+        data: Option<(RegionView, usize, usize)>,
         sent: usize,
         started: bool,
     },

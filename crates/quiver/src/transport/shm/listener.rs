@@ -238,13 +238,13 @@ impl Handshake for PendingShm {
     fn on_readable(&mut self, local: &LocalRank) -> Step {
         let mut message = [0u8; MAX_MESSAGE_LEN];
         loop {
-            let n = match sys::recv_with_fds(&self.sock, &mut message) {
+            let (n, fds) = match sys::recv_with_fds(&self.sock, &mut message) {
                 Ok((0, _)) => {
                     return Step::Finished(Err(
                         "the peer closed the connection during the handshake".into(),
                     ))
                 }
-                Ok((n, _fds)) => n,
+                Ok((n, fds)) => (n, fds),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Waiting,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -254,8 +254,14 @@ impl Handshake for PendingShm {
             let step = match self.request {
                 None => self.on_hello(local, &message[..n]),
                 Some(request) if self.awaiting_key => Step::Finished(
-                    answer_key(local, &self.sock, request.src_rank, &message[..n])
-                        .map(|()| Outcome::KeyRequest),
+                    answer_key(
+                        local,
+                        &self.sock,
+                        (request.src_rank, self.pid),
+                        &message[..n],
+                        fds,
+                    )
+                    .map(|()| Outcome::KeyRequest),
                 ),
                 Some(request) => self.on_proof(local, request, &message[..n]),
             };

@@ -9,26 +9,74 @@
 //! target checks the key against its live regions (`transport::regions`). Revocation: the
 //! owner marks the region's header revoked before it unmaps its view, and every operation
 //! here looks at that mark first (docs/rma.md says what a peer can still do after it).
+//!
+//! Memory a caller lent (`Context::register`) is no memory file: its grant carries the
+//! owner's address and a control file instead ([`CallerMapping`]). Puts and gets are one
+//! cross-memory copy each (`process_vm_writev`/`readv`, the target's pidfd looked at
+//! first, the copy counted in the control file's in-use slot so that the owner's
+//! revocation waits for it); atomics, and every operation once cross-memory attach is
+//! refused (a container's seccomp profile, the ptrace scope), go to the target's progress
+//! engine over a unix socket pair whose other end rode with the key request: the request
+//! stream protocol of the tcp transport's software path (`tcp::rma`), served by whichever
+//! endpoint of the target calls into quiver.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd};
 
+use quiver_transport::caller::CallerControl;
 use quiver_transport::region::SharedRegion;
 use quiver_transport::sys;
-use quiver_wire::rma::{GrantRepr, GrantStatus, KeyRepr, GRANT_LEN};
+use quiver_wire::rma::{
+    CallerGrantRepr, GrantRepr, GrantStatus, KeyRepr, CALLER_GRANT_LEN, GRANT_LEN,
+};
 
 use super::connect::handshake;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
+use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::retry::Attempt;
 use crate::transport::rma_ops::{refused, RmaOp, RMA_PORT};
+use crate::transport::tcp::rma::TcpRma;
 
 /// The regions of one peer an edge mapped, by key.
 #[derive(Debug, Default)]
 pub(crate) struct ShmRma {
-    mapped: HashMap<KeyRepr, SharedRegion>,
+    mapped: HashMap<KeyRepr, Mapped>,
+}
+
+/// How an edge reaches one region of its peer.
+#[derive(Debug)]
+enum Mapped {
+    /// A memory file quiver allocated, mapped here.
+    File(SharedRegion),
+    /// Memory the peer's caller lent.
+    Caller(Box<CallerMapping>),
+}
+
+/// Memory a peer's caller lent, as an initiator reaches it (module docs).
+#[derive(Debug)]
+struct CallerMapping {
+    /// The revoked word and this process's in-use slot.
+    control: CallerControl,
+    /// The memory's first byte in the target's address space.
+    addr: u64,
+    /// The target's process (its pid for the copies; its pidfd says it still is that
+    /// process).
+    process: PeerProcess,
+    /// Whether cross-memory copies still work (false once refused: the software path).
+    cross_memory: bool,
+    /// The request stream to the target's progress engine.
+    software: TcpRma,
+}
+
+/// What one cross-memory copy came to.
+enum Copied {
+    Done,
+    /// Refused by the kernel (seccomp, ptrace scope): use the software path.
+    Refused,
 }
 
 impl ShmRma {
@@ -46,9 +94,19 @@ impl ShmRma {
         key: &KeyRepr,
         op: RmaOp<'_>,
     ) -> Result<u64> {
-        let region = match self.mapped.entry(*key) {
+        let mapped = match self.mapped.entry(*key) {
             Entry::Occupied(mapped) => mapped.into_mut(),
             Entry::Vacant(slot) => slot.insert(fetch(local, src, peer, key)?),
+        };
+        let region = match mapped {
+            Mapped::File(region) => region,
+            Mapped::Caller(caller) => {
+                let outcome = caller.apply(local, (src, peer), key, op);
+                if matches!(outcome, Err(Error::RmaRevoked { .. })) {
+                    self.mapped.remove(key);
+                }
+                return outcome;
+            }
         };
         if region.is_revoked() {
             self.mapped.remove(key);
@@ -83,15 +141,113 @@ impl ShmRma {
     }
 }
 
-/// Asks `peer`'s listener for the region `key` names and maps it.
-fn fetch(local: &LocalRank, src: Addr, peer: Addr, key: &KeyRepr) -> Result<SharedRegion> {
+impl CallerMapping {
+    /// Applies `op` (checked against `key` by the caller): a put or get by one
+    /// cross-memory copy while that works, anything else through the software path.
+    fn apply(
+        &mut self,
+        local: &LocalRank,
+        (src, peer): (Addr, Addr),
+        key: &KeyRepr,
+        mut op: RmaOp<'_>,
+    ) -> Result<u64> {
+        let revoked = || {
+            let error = Error::RmaRevoked {
+                rank: peer.rank,
+                region: key.region,
+            };
+            refused(local, error)
+        };
+        if self.control.is_revoked() {
+            return Err(revoked());
+        }
+        if self.cross_memory && matches!(op, RmaOp::Put { .. } | RmaOp::Get { .. }) {
+            match self.copy(peer, &mut op) {
+                Ok(Some(Copied::Done)) => return Ok(0),
+                Ok(Some(Copied::Refused)) => {
+                    self.cross_memory = false;
+                    local.regions.cross_memory_refused(peer.rank);
+                }
+                Ok(None) => return Err(revoked()),
+                Err(e) => return Err(e),
+            }
+        }
+        self.software.apply(local, (src, peer), key, op)
+    }
+
+    /// One cross-memory copy of a put or get, its slot held (None: revoked).
+    fn copy(&self, peer: Addr, op: &mut RmaOp<'_>) -> Result<Option<Copied>> {
+        let dead = || Error::PeerDead {
+            peer,
+            during: "during a one-sided operation",
+        };
+        // The pid names the target only while its pidfd says it lives (a copy to a reused
+        // pid must not happen): looked at before, and for a get after.
+        if self.process.exited() {
+            return Err(dead());
+        }
+        let pid = self.process.pid;
+        let (span, copied) = match op {
+            RmaOp::Put { data, offset } => {
+                let remote = self.addr.wrapping_add(*offset);
+                let local_addr = data.as_ptr() as u64;
+                let len = data.len();
+                let copied = self
+                    .control
+                    .in_use(|| sys::process_vm_write(pid, local_addr, remote, len));
+                (len, copied)
+            }
+            RmaOp::Get { buf, offset } => {
+                let remote = self.addr.wrapping_add(*offset);
+                let len = buf.len();
+                let copied = self
+                    .control
+                    .in_use(|| sys::process_vm_read(pid, buf, remote));
+                (len, copied)
+            }
+            _ => unreachable!("only puts and gets are copied"),
+        };
+        let Some(copied) = copied else {
+            return Ok(None);
+        };
+        if self.process.exited() {
+            return Err(dead());
+        }
+        match copied {
+            Ok(n) if n == span => Ok(Some(Copied::Done)),
+            Ok(n) => Err(Error::Corrupt {
+                peer,
+                detail: format!("a cross-memory copy of {span} bytes into lent memory moved {n}"),
+            }),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPERM | libc::EACCES | libc::ENOSYS)
+                ) =>
+            {
+                Ok(Some(Copied::Refused))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(dead()),
+            Err(e) => Err(Error::io(format!("a cross-memory copy to {peer}"), e)),
+        }
+    }
+}
+
+/// Asks `peer`'s listener for the region `key` names and maps it (or, for memory its
+/// caller lent, maps the control file and keeps the request stream).
+fn fetch(local: &LocalRank, src: Addr, peer: Addr, key: &KeyRepr) -> Result<Mapped> {
     let service = Addr::new(peer.rank, RMA_PORT);
     let sock = handshake(local, src, service, &[0u8; 16]).map_err(|attempt| match attempt {
         Attempt::Fail(error) => error,
         Attempt::Retry(reason) | Attempt::Silent(_, reason) => Error::Refused { peer, reason },
     })?;
-    sys::send_datagram(&sock, &key.emit())
+    // One end of a socket pair rides with the key: the target adopts it as a request
+    // stream if the key names memory its caller lent, and closes it otherwise.
+    let (ours, theirs) =
+        sys::stream_pair().map_err(|e| Error::io("making a one-sided request stream", e))?;
+    sys::send_with_fds(&sock, &key.emit(), &[theirs.as_raw_fd()])
         .map_err(|e| Error::io(format!("sending a key to {peer}"), e))?;
+    drop(theirs);
     let mut buf = [0u8; GRANT_LEN + 1];
     let (n, fds) = sys::recv_with_fds(&sock, &mut buf)
         .map_err(|e| Error::io(format!("receiving the grant of {peer}"), e))?;
@@ -101,7 +257,7 @@ fn fetch(local: &LocalRank, src: Addr, peer: Addr, key: &KeyRepr) -> Result<Shar
     };
     let grant = GrantRepr::parse(&buf[..n]).map_err(|e| corrupt(e.to_string()))?;
     let reason = match grant.status {
-        GrantStatus::Granted => None,
+        GrantStatus::Granted | GrantStatus::GrantedCaller => None,
         GrantStatus::UnknownKey => {
             Some("no live region of it matches the key (forged, revoked, or of another job)")
         }
@@ -121,6 +277,43 @@ fn fetch(local: &LocalRank, src: Addr, peer: Addr, key: &KeyRepr) -> Result<Shar
     let [fd]: [OwnedFd; 1] = fds
         .try_into()
         .map_err(|_| corrupt("a grant without exactly one descriptor".into()))?;
+    if grant.status == GrantStatus::GrantedCaller {
+        return caller_mapping(&sock, (fd, ours), peer).map(|m| Mapped::Caller(Box::new(m)));
+    }
     let len = usize::try_from(key.len).map_err(|_| corrupt("a region too large to map".into()))?;
-    SharedRegion::attach(&fd, len, key.rights.writable()).map_err(|e| corrupt(e.to_string()))
+    SharedRegion::attach(&fd, len, key.rights.writable())
+        .map(Mapped::File)
+        .map_err(|e| corrupt(e.to_string()))
+}
+
+/// The rest of a grant of memory `peer`'s caller lent, on `sock`: its control file
+/// `control` mapped, the request stream `stream` kept.
+fn caller_mapping(
+    sock: &OwnedFd,
+    (control, stream): (OwnedFd, OwnedFd),
+    peer: Addr,
+) -> Result<CallerMapping> {
+    let corrupt = |detail: String| Error::Corrupt {
+        peer,
+        detail: format!("region grant: {detail}"),
+    };
+    let mut buf = [0u8; CALLER_GRANT_LEN + 1];
+    let (n, _) = sys::recv_with_fds(sock, &mut buf)
+        .map_err(|e| Error::io(format!("receiving the grant of {peer}"), e))?;
+    let grant = CallerGrantRepr::parse(&buf[..n]).map_err(|e| corrupt(e.to_string()))?;
+    let control =
+        CallerControl::attach(&control, grant.slot).map_err(|e| corrupt(e.to_string()))?;
+    // The kernel's word for who answered: the target's process.
+    let pid = sys::peer_pid(sock).map_err(|e| Error::io(format!("asking who {peer} is"), e))?;
+    let process = PeerProcess::open(pid).ok_or(Error::PeerDead {
+        peer,
+        during: "while mapping a region",
+    })?;
+    Ok(CallerMapping {
+        control,
+        addr: grant.addr,
+        software: TcpRma::over(TcpStream::from(stream), peer, Some(pid)),
+        process,
+        cross_memory: true,
+    })
 }

@@ -17,10 +17,8 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quiver_transport::region::SharedRegion;
 use quiver_transport::tcp::write_gathered;
 use quiver_wire::rma::KeyRepr;
 use quiver_wire::rma_request::{
@@ -33,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::transport::failure::Failure;
 use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
+use crate::transport::region_view::RegionView;
 use crate::transport::regions::RegionTable;
 use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
@@ -48,6 +47,8 @@ pub(crate) struct TcpRma {
     ended: Option<Failure>,
     /// Posted operations outstanding on the stream.
     pipeline: Pipeline,
+    /// The stream was handed over open ([`TcpRma::over`]): never reconnected over tcp.
+    fixed: bool,
 }
 
 /// An open request stream and the target's process, when it runs on this node.
@@ -59,6 +60,22 @@ struct RequestStream {
 }
 
 impl TcpRma {
+    /// Requests to `peer` on a stream already open to its request service: the shm
+    /// transport's software path for memory a caller lent, over one end of a unix socket
+    /// pair whose other end the target's listener adopted (`shm::rma`). The protocol on
+    /// the stream is this module's; the stream is never reconnected.
+    pub(crate) fn over(stream: TcpStream, peer: Addr, pid: Option<libc::pid_t>) -> TcpRma {
+        TcpRma {
+            stream: Some(RequestStream {
+                stream,
+                peer,
+                process: pid.and_then(PeerProcess::open),
+            }),
+            fixed: true,
+            ..TcpRma::default()
+        }
+    }
+
     /// Applies `op` (already checked against `key`) to the region of `peer` that `key`
     /// names, through the peer's software path; the word before, for an atomic.
     ///
@@ -217,6 +234,9 @@ impl TcpRma {
     fn open(&mut self, local: &LocalRank, src: Addr, peer: Addr) -> Result<()> {
         if self.stream.is_some() {
             return Ok(());
+        }
+        if self.fixed {
+            return Err(Error::PeerClosed { peer });
         }
         let to = *local
             .addrs
@@ -415,7 +435,7 @@ enum Stage {
     Header,
     /// Reading a put's data: into the region at `at`, or (refused) dropped.
     Data {
-        region: Option<Arc<SharedRegion>>,
+        region: Option<RegionView>,
         at: usize,
         left: u64,
         reply: ReplyRepr,
@@ -423,7 +443,7 @@ enum Stage {
     /// Writing the reply (and a get's data from the region: `(region, at, len)`).
     Reply {
         head: [u8; REPLY_LEN],
-        data: Option<(Arc<SharedRegion>, usize, usize)>,
+        data: Option<(RegionView, usize, usize)>,
         sent: usize,
     },
 }
