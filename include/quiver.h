@@ -34,6 +34,12 @@
 // The most contexts a process may have open at once through the C API.
 #define QUIVER_MAX_CONTEXTS 64
 
+// A mask that takes every tag (quiver_recv_matching(), quiver_probe()).
+#define QUIVER_TAG_ANY 0
+
+// A mask under which only the exact tag matches.
+#define QUIVER_TAG_EXACT UINT64_MAX
+
 // What a call of the C API returned. `QUIVER_OK` is 0; every other value is an error,
 // described further by quiver_last_error_message(). The numbers are stable: new codes are
 // only ever added at the end.
@@ -144,6 +150,16 @@ typedef struct quiver_conn {
   // The handle's value (opaque).
   uint64_t id;
 } quiver_conn;
+
+// What a tagged receive or probe reports of a message.
+typedef struct quiver_envelope {
+  // The sender.
+  struct quiver_addr source;
+  // The tag it was sent with (0 for quiver_send()).
+  uint64_t tag;
+  // Its length in bytes.
+  size_t len;
+} quiver_envelope;
 
 #ifdef __cplusplus
 extern "C" {
@@ -367,6 +383,82 @@ const char *quiver_last_error_message(void);
 
 // quiver's version, e.g. "0.1.0" (static, never NULL). Any thread.
 const char *quiver_version(void);
+
+// Sends the `len` bytes at `data` as one message with `tag` on `conn`, blocking as
+// quiver_send() does. Messages of one connection arrive in the order sent, whatever
+// their tags; quiver_send() is tag 0. Tags are carried over shm and tcp: over udp a
+// tag other than 0 is QUIVER_ERR_INVALID_ARGUMENT.
+//
+// Errors: as quiver_send().
+enum quiver_status quiver_send_tagged(struct quiver_endpoint ep,
+                                      struct quiver_conn conn,
+                                      uint64_t tag,
+                                      const void *data,
+                                      size_t len);
+
+// quiver_send_tagged() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing
+// sent) otherwise, as quiver_try_send(). Non-blocking.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_send_tagged().
+enum quiver_status quiver_try_send_tagged(struct quiver_endpoint ep,
+                                          struct quiver_conn conn,
+                                          uint64_t tag,
+                                          const void *data,
+                                          size_t len);
+
+// Receives the earliest message from `*source` (NULL: any sender) whose tag agrees with
+// `tag` on every bit set in `mask` (QUIVER_TAG_EXACT: that tag only; QUIVER_TAG_ANY: any
+// tag) into the `capacity` bytes at `buf`, blocking until one arrives. `*out` (may be
+// NULL) gets its sender, tag and length. Two messages of one sender that both match are
+// taken in the order sent; messages that do not match wait, in order, for a later
+// receive (quiver_recv() takes any of them). `buf` may be NULL when `capacity` is 0.
+//
+// Errors: QUIVER_ERR_BUFFER_TOO_SMALL (the message stays queued; `out->len` alone is set,
+// to its length: quiver_probe() gives the rest), then as quiver_recv().
+enum quiver_status quiver_recv_matching(struct quiver_endpoint ep,
+                                        const struct quiver_addr *source,
+                                        uint64_t tag,
+                                        uint64_t mask,
+                                        void *buf,
+                                        size_t capacity,
+                                        struct quiver_envelope *out);
+
+// quiver_recv_matching() if a matching message is complete now;
+// QUIVER_ERR_WOULD_BLOCK otherwise. Non-blocking. While messages that match no receive
+// wait in the endpoint, quiver_endpoint_arm() reports `*ready` (it does not arm the
+// descriptor): a loop that waits for one tag with the others unreceived polls.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_recv_matching().
+enum quiver_status quiver_try_recv_matching(struct quiver_endpoint ep,
+                                            const struct quiver_addr *source,
+                                            uint64_t tag,
+                                            uint64_t mask,
+                                            void *buf,
+                                            size_t capacity,
+                                            struct quiver_envelope *out);
+
+// Waits for the earliest message that quiver_recv_matching() with the same `source`,
+// `tag` and `mask` would take, and reports its sender, tag and length in `*out` without
+// taking it: size a buffer, then receive it with those arguments (or with its own
+// sender and tag, exactly). Blocking.
+//
+// Errors: QUIVER_ERR_INVALID_ARGUMENT (out is NULL), a peer error of one connection
+// (QUIVER_ERR_PEER_DEAD...), QUIVER_ERR_TIMEOUT, QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY.
+enum quiver_status quiver_probe(struct quiver_endpoint ep,
+                                const struct quiver_addr *source,
+                                uint64_t tag,
+                                uint64_t mask,
+                                struct quiver_envelope *out);
+
+// quiver_probe() without waiting: QUIVER_ERR_WOULD_BLOCK when no matching message is
+// complete now. Non-blocking.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_probe().
+enum quiver_status quiver_try_probe(struct quiver_endpoint ep,
+                                    const struct quiver_addr *source,
+                                    uint64_t tag,
+                                    uint64_t mask,
+                                    struct quiver_envelope *out);
 
 #ifdef __cplusplus
 }  // extern "C"

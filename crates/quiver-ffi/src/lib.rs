@@ -25,3 +25,4 @@ pub mod endpoint;
 pub mod handles;
 pub mod messages;
 pub mod status;
+pub mod tagged;

@@ -4,9 +4,10 @@
  *   errors handles                      no job: NULL, zero, made-up and freed handles,
  *                                       strerror, a context without a job
  *   quiver run -n 2 -- errors job       a buffer too small (the message kept, its length
- *                                       told), another endpoint's connection, a second
- *                                       thread in a busy endpoint, a closed connection,
- *                                       a dead peer
+ *                                       told), another endpoint's connection, tags (exact,
+ *                                       masked, by source, probe, out of order, too small,
+ *                                       NULL arguments), a second thread in a busy
+ *                                       endpoint, a closed connection, a dead peer
  *   errors wrong-key                    by hand, rank 1 of a job whose rank 0 holds
  *                                       another key (QUIVER_* set by the caller)
  *
@@ -65,6 +66,23 @@ static int handles(void) {
     EXPECT(quiver_send(made_up, zero_conn, NULL, 5), QUIVER_ERR_INVALID_ARGUMENT);
     EXPECT(quiver_recv(made_up, NULL, 5, NULL, NULL), QUIVER_ERR_INVALID_ARGUMENT);
 
+    /* The tagged calls: bad handles and NULLs the same way. */
+    quiver_envelope env;
+    quiver_addr anyone = {.rank = 1, .port = 0};
+    EXPECT(quiver_send_tagged(made_up, zero_conn, 7, "x", 1), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_try_send_tagged(zero_ep, zero_conn, 7, "x", 1), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_send_tagged(made_up, zero_conn, 7, NULL, 1), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_recv_matching(zero_ep, NULL, 7, QUIVER_TAG_EXACT, buf, sizeof buf, &env),
+           QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_try_recv_matching(made_up, &anyone, 0, QUIVER_TAG_ANY, buf, sizeof buf, NULL),
+           QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_recv_matching(made_up, NULL, 7, QUIVER_TAG_EXACT, NULL, 5, &env),
+           QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_probe(made_up, NULL, 7, QUIVER_TAG_EXACT, &env), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_try_probe(zero_ep, &anyone, 7, QUIVER_TAG_EXACT, &env), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_probe(made_up, NULL, 7, QUIVER_TAG_EXACT, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_try_probe(made_up, NULL, 7, QUIVER_TAG_EXACT, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+
     CHECK(strcmp(quiver_strerror(QUIVER_OK), "success") == 0);
     CHECK(strcmp(quiver_strerror((quiver_status)9999), "unknown quiver status") == 0);
     CHECK(strcmp(quiver_strerror((quiver_status)-1), "unknown quiver status") == 0);
@@ -79,6 +97,84 @@ static int handles(void) {
                 quiver_last_error_message());
     }
     return failures;
+}
+
+/* The tagged messages rank 1 sends to rank 0 (their tags and texts). */
+#define LIBRARY ((uint64_t)0xab << 56)
+static const struct {
+    uint64_t tag;
+    const char *text;
+} TAGGED[] = {
+    {5, "five"}, {7, "seven"}, {LIBRARY | 1, "library one"}, {7, "seven again"},
+    {LIBRARY | 2, "library two"}, {0, "plain"}, {9, "nine, a long one: thirty bytes"},
+};
+#define TAGGED_COUNT (sizeof TAGGED / sizeof TAGGED[0])
+
+static void send_tagged_set(quiver_endpoint ep, quiver_conn conn) {
+    for (size_t i = 0; i < TAGGED_COUNT; i++) {
+        if (TAGGED[i].tag == 0) {
+            EXPECT(quiver_send(ep, conn, TAGGED[i].text, strlen(TAGGED[i].text)), QUIVER_OK);
+        } else {
+            EXPECT(quiver_send_tagged(ep, conn, TAGGED[i].tag, TAGGED[i].text,
+                                      strlen(TAGGED[i].text)),
+                   QUIVER_OK);
+        }
+    }
+}
+
+/* Takes `want` (a tag and a mask, from `source` or anyone) and checks it got `index`. */
+static void take(quiver_endpoint ep, const quiver_addr *source, uint64_t tag, uint64_t mask,
+                 size_t index, int line) {
+    char got[64];
+    quiver_envelope env = {.len = 0};
+    quiver_status s = quiver_recv_matching(ep, source, tag, mask, got, sizeof got, &env);
+    size_t n = strlen(TAGGED[index].text);
+    if (s != QUIVER_OK || env.tag != TAGGED[index].tag || env.len != n || env.source.rank != 1 ||
+        env.source.port != 0 || memcmp(got, TAGGED[index].text, n) != 0) {
+        fprintf(stderr, "%s:%d: tagged receive: %s (%s); tag %#llx, %zu bytes, expected \"%s\"\n",
+                __FILE__, line, quiver_strerror(s), quiver_last_error_message(),
+                (unsigned long long)env.tag, env.len, TAGGED[index].text);
+        failures++;
+    }
+}
+
+/* Rank 0: receives rank 1's tagged messages out of order, by tag, mask and source. */
+static void receive_tagged_set(quiver_endpoint ep, quiver_endpoint other, uint32_t peer_rank) {
+    quiver_addr from_peer = {.rank = peer_rank, .port = 0};
+    quiver_addr from_nobody = {.rank = peer_rank, .port = 1}; /* no such sender */
+    quiver_envelope env = {.len = 0};
+    char small[4], got[64];
+
+    /* Probe: the last one, sized before it is taken; waits until it is there. */
+    EXPECT(quiver_probe(ep, &from_peer, 9, QUIVER_TAG_EXACT, &env), QUIVER_OK);
+    CHECK(env.tag == 9 && env.len == strlen(TAGGED[6].text) && env.source.rank == peer_rank);
+    /* Everything has arrived now: what matches nothing would block. */
+    EXPECT(quiver_try_probe(ep, NULL, 8, QUIVER_TAG_EXACT, &env), QUIVER_ERR_WOULD_BLOCK);
+    EXPECT(quiver_try_recv_matching(ep, &from_nobody, 0, QUIVER_TAG_ANY, got, sizeof got, &env),
+           QUIVER_ERR_WOULD_BLOCK);
+    EXPECT(quiver_try_recv_matching(other, NULL, 0, QUIVER_TAG_ANY, got, sizeof got, &env),
+           QUIVER_ERR_WOULD_BLOCK); /* another endpoint's messages are not its */
+    /* Too small: the message stays, its length told in env.len only. */
+    env = (quiver_envelope){.source = {.rank = 77, .port = 77}, .tag = 77, .len = 0};
+    EXPECT(quiver_recv_matching(ep, NULL, 9, QUIVER_TAG_EXACT, small, sizeof small, &env),
+           QUIVER_ERR_BUFFER_TOO_SMALL);
+    CHECK(env.len == strlen(TAGGED[6].text) && env.tag == 77 && env.source.rank == 77);
+    CHECK(strstr(quiver_last_error_message(), "too small") != NULL);
+    take(ep, &from_peer, 9, QUIVER_TAG_EXACT, 6, __LINE__);
+    /* Exact tags, out of the order sent; one sender's equal tags in the order sent. */
+    take(ep, NULL, 7, QUIVER_TAG_EXACT, 1, __LINE__);
+    take(ep, &from_peer, 7, QUIVER_TAG_EXACT, 3, __LINE__);
+    /* A mask: the library's messages by their high byte, in the order sent. */
+    take(ep, NULL, LIBRARY, (uint64_t)0xff << 56, 2, __LINE__);
+    EXPECT(quiver_try_probe(ep, NULL, LIBRARY | 0xffff, (uint64_t)0xff << 56, &env), QUIVER_OK);
+    CHECK(env.tag == (LIBRARY | 2));
+    take(ep, NULL, LIBRARY, (uint64_t)0xff << 56, 4, __LINE__);
+    /* A plain receive takes any tag: the earliest left (tag 5), then the plain one. */
+    size_t len = 0;
+    EXPECT(quiver_recv(ep, got, sizeof got, &len, NULL), QUIVER_OK);
+    CHECK(len == 4 && memcmp(got, "five", 4) == 0);
+    take(ep, &from_peer, 0, QUIVER_TAG_ANY, 5, __LINE__);
+    EXPECT(quiver_try_probe(ep, NULL, 0, QUIVER_TAG_ANY, &env), QUIVER_ERR_WOULD_BLOCK);
 }
 
 struct blocked {
@@ -124,6 +220,7 @@ static int job(void) {
     if (rank == 1) {
         memset(big, 7, sizeof big);
         ok(quiver_send(ep, conn, big, sizeof big), "quiver_send");
+        send_tagged_set(ep, conn);
         /* Wait for rank 0's "go", then die without closing anything. */
         ok(quiver_recv(ep, &go, 1, &len, NULL), "quiver_recv go");
         fflush(stderr);
@@ -134,6 +231,7 @@ static int job(void) {
     CHECK(strstr(quiver_last_error_message(), "too small") != NULL);
     EXPECT(quiver_recv(ep, big, sizeof big, &len, &src), QUIVER_OK); /* the message was kept */
     CHECK(len == sizeof big && big[0] == 7 && big[99] == 7 && src.rank == 1);
+    receive_tagged_set(ep, other, 1 - rank);
 
     /* A second thread in a busy endpoint is refused, not raced. */
     struct blocked b = {.ep = other, .status = QUIVER_OK};
