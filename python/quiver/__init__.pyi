@@ -1,6 +1,6 @@
 """Type stubs of the quiver package."""
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from typing_extensions import Buffer
 
@@ -37,6 +37,21 @@ __version__: str
 class Endpoint(_quiver.Endpoint):
     async def recv_async(self) -> Tuple[bytes, Peer]: ...
     async def recv_into_async(self, buf: Buffer) -> Tuple[int, Peer]: ...
+    async def recv_matching_async(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[bytes, Peer, int]: ...
+    async def recv_into_matching_async(
+        self,
+        buf: Buffer,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[int, Peer, int]: ...
 
 class Context:
     @classmethod

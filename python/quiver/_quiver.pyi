@@ -47,6 +47,52 @@ class Endpoint:
     def try_recv(self) -> Tuple[bytes, Peer]: ...
     def recv_into(self, buf: Buffer) -> Tuple[int, Peer]: ...
     def try_recv_into(self, buf: Buffer) -> Tuple[int, Peer]: ...
+    def send_tagged(self, conn: Connection, tag: int, data: Buffer) -> None: ...
+    def try_send_tagged(self, conn: Connection, tag: int, data: Buffer) -> None: ...
+    def recv_matching(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[bytes, Peer, int]: ...
+    def try_recv_matching(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[bytes, Peer, int]: ...
+    def recv_into_matching(
+        self,
+        buf: Buffer,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[int, Peer, int]: ...
+    def try_recv_into_matching(
+        self,
+        buf: Buffer,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[int, Peer, int]: ...
+    def probe(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[Peer, int, int]: ...
+    def try_probe(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[Peer, int, int]: ...
     def arm(self) -> bool: ...
     def progress(self) -> None: ...
     @property

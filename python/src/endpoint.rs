@@ -1,5 +1,6 @@
 //! `quiver._quiver.Endpoint` and `Connection`: connect, reply, close, sends from and
-//! receives into buffer-protocol objects, the descriptor and readiness, timeouts.
+//! receives into buffer-protocol objects, tagged sends, matching receives and probes,
+//! the descriptor and readiness, timeouts.
 //!
 //! Every call that may block runs without the GIL (`Python::detach`), so other Python
 //! threads run meanwhile; the endpoint itself sits behind a mutex taken inside that
@@ -13,11 +14,11 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rust_quiver::{Addr, Error};
+use rust_quiver::{Addr, Envelope, Error, MatchSpec};
 
 use crate::buffer::Exported;
 use crate::context::Context;
-use crate::errors::{to_py, EndpointBusy, QuiverError};
+use crate::errors::{to_py, EndpointBusy, InvalidArgument, QuiverError};
 
 /// A connection of one endpoint to a peer endpoint (`peer` is its (rank, port)).
 #[pyclass(frozen, eq, hash, module = "quiver._quiver")]
@@ -78,6 +79,38 @@ impl Endpoint {
             Err(TryLockError::Poisoned(_)) => Err(QuiverError::new_err(broken().to_string())),
         }
     }
+}
+
+/// What a matching receive or probe takes: `tag` None is any tag (and needs no mask); a
+/// tag alone is that tag exactly; with a mask, the tags that agree with it on the mask's
+/// bits. `source` None is any sender.
+fn match_spec(tag: Option<u64>, mask: Option<u64>, source: Option<Peer>) -> PyResult<MatchSpec> {
+    let (tag, mask) = match (tag, mask) {
+        (None, None) => (0, 0),
+        (Some(tag), None) => (tag, u64::MAX),
+        (Some(tag), Some(mask)) => (tag, mask),
+        (None, Some(mask)) => {
+            return Err(InvalidArgument::new_err(format!(
+                "mask {mask:#x} without a tag: give the tag whose masked bits must match"
+            )))
+        }
+    };
+    Ok(MatchSpec {
+        source: source.map(addr),
+        tag,
+        mask,
+    })
+}
+
+/// The exact match of a probed message: from its sender, with its tag. Without posted
+/// receives (the Python API has none) it takes the message the probe saw: of one sender's
+/// messages with that tag, the probed one is the earliest.
+fn exactly(e: &Envelope) -> MatchSpec {
+    MatchSpec::tag(e.tag).from(e.source)
+}
+
+fn envelope(e: Envelope) -> (Peer, u64, u64) {
+    (peer(e.source), e.tag, e.len)
 }
 
 fn broken() -> Error {
@@ -200,6 +233,154 @@ impl Endpoint {
             .try_recv_pooled()
             .map_err(|e| to_py(py, e))?;
         Ok((PyBytes::new(py, &got), peer(got.src())))
+    }
+
+    /// Sends the bytes of `data` as one message with `tag` (an int, 0 ..= 2**64-1), as
+    /// `send` does; `send` is tag 0. Tags travel over shm and tcp (udp refuses a tag
+    /// other than 0 with InvalidArgument). Releases the GIL.
+    fn send_tagged(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        tag: u64,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        let bytes = view.bytes();
+        py.detach(|| self.lock()?.send_tagged(conn.conn, tag, bytes))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `send_tagged` only if it needs no waiting; raises WouldBlock otherwise.
+    fn try_send_tagged(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        tag: u64,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        self.try_lock()?
+            .try_send_tagged(conn.conn, tag, view.bytes())
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the earliest message that matches into `buf` (any writable contiguous
+    /// buffer), blocking; returns (length, (rank, port) of the sender, tag). Matches: from
+    /// `source` (None: anyone), with `tag` (None: any tag; with `mask`, the tags that agree
+    /// with `tag` on the mask's bits). Messages that do not match wait, in order, for a
+    /// later receive. Raises BufferTooSmall (the message stays queued). Releases the GIL.
+    #[pyo3(signature = (buf, tag = None, *, mask = None, source = None))]
+    fn recv_into_matching(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(usize, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut view = Exported::writable(buf)?;
+        let bytes = view.bytes_mut();
+        py.detach(|| self.lock()?.recv_matching(spec, bytes))
+            .map(|e| (e.len as usize, peer(e.source), e.tag))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `recv_into_matching` if a matching message is complete now; raises WouldBlock
+    /// otherwise.
+    #[pyo3(signature = (buf, tag = None, *, mask = None, source = None))]
+    fn try_recv_into_matching(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(usize, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut view = Exported::writable(buf)?;
+        self.try_lock()?
+            .try_recv_matching(spec, view.bytes_mut())
+            .map(|e| (e.len as usize, peer(e.source), e.tag))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the earliest message that matches (as `recv_into_matching`), blocking;
+    /// returns (bytes, (rank, port) of the sender, tag). The message is probed, then
+    /// received straight into the new bytes object (no copy beyond the Rust API's own).
+    /// Releases the GIL.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn recv_matching<'py>(
+        &self,
+        py: Python<'py>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let seen = py
+            .detach(|| self.lock()?.probe(spec))
+            .map_err(|e| to_py(py, e))?;
+        let data = PyBytes::new_with(py, seen.len as usize, |buf| {
+            py.detach(|| self.lock()?.recv_matching(exactly(&seen), buf))
+                .map(drop)
+                .map_err(|e| to_py(py, e))
+        })?;
+        Ok((data, peer(seen.source), seen.tag))
+    }
+
+    /// `recv_matching` if a matching message is complete now; raises WouldBlock otherwise.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn try_recv_matching<'py>(
+        &self,
+        py: Python<'py>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut ep = self.try_lock()?;
+        let seen = ep.try_probe(spec).map_err(|e| to_py(py, e))?;
+        let data = PyBytes::new_with(py, seen.len as usize, |buf| {
+            ep.try_recv_matching(exactly(&seen), buf)
+                .map(drop)
+                .map_err(|e| to_py(py, e))
+        })?;
+        Ok((data, peer(seen.source), seen.tag))
+    }
+
+    /// Waits for the earliest message that matches (as `recv_into_matching`) and returns
+    /// ((rank, port) of the sender, tag, length) without taking it: size a buffer, then
+    /// receive it. Releases the GIL.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn probe(
+        &self,
+        py: Python<'_>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Peer, u64, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        py.detach(|| self.lock()?.probe(spec))
+            .map(envelope)
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `probe` without waiting: raises WouldBlock when no matching message is complete.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn try_probe(
+        &self,
+        py: Python<'_>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Peer, u64, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        self.try_lock()?
+            .try_probe(spec)
+            .map(envelope)
+            .map_err(|e| to_py(py, e))
     }
 
     /// Prepares the descriptor (`fileno`) for sleeping in select/poll/asyncio: True when
