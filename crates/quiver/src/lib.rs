@@ -44,6 +44,7 @@ pub use config::{
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
+pub use endpoint::handlers::{ActiveMessage, AmStats};
 pub use endpoint::matching::{Envelope, MatchSpec};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};
 pub use error::{Error, Result};

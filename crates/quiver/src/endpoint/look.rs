@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::matching::Envelope;
 use super::Endpoint;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
@@ -25,6 +26,11 @@ impl Endpoint {
             self.poll_engine_for_look(wait);
             let got = self.look_at(i, dest, wait, false)?;
             self.last_tag = self.inbound[i].tag();
+            if let (Some(len), true) = (got, self.last_tag.am) {
+                // It was an active message: its handler has it, the receive goes on.
+                self.run_handler(i, self.last_tag, dest.filled(len))?;
+                return Ok(None);
+            }
             return Ok(got.map(|len| (len, self.inbound[i].peer())));
         }
         if self.inbox.has_incoming.load(Ordering::Relaxed) {
@@ -54,9 +60,21 @@ impl Endpoint {
             if network && !matches!(got, Ok(None)) {
                 self.dgram.seen = None;
             }
-            if let Some(len) = got? {
+            let got = match got {
+                // An active message goes to its handler whatever the receive's buffer.
+                Err(Error::BufferTooSmall { .. }) if self.inbound[i].next_tag().am => {
+                    self.take_am_pooled(i, wait)?
+                }
+                got => got?,
+            };
+            if let Some(len) = got {
                 self.last_tag = self.inbound[i].tag();
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+                if self.last_tag.am {
+                    // Its handler runs now; the look goes on at the next edge.
+                    self.run_handler(i, self.last_tag, dest.filled(len))?;
+                    continue;
+                }
                 return Ok(Some((len, self.inbound[i].peer())));
             }
             if let Dest::Posted { bound: true, .. } = dest {
@@ -73,6 +91,38 @@ impl Endpoint {
             self.dgram.seen = news;
         }
         Ok(None)
+    }
+
+    /// Takes the active message a receive's buffer was too small for into a pool buffer
+    /// and runs its handler (no message for the caller).
+    #[cold]
+    #[inline(never)]
+    fn take_am_pooled(&mut self, i: usize, wait: bool) -> Result<Option<usize>> {
+        let mut buf = self.requests.pool.take(0);
+        let got = self.look_at(i, &mut Dest::Owned(&mut buf), wait, false);
+        let result = match got {
+            Ok(Some(len)) => {
+                let tag = self.inbound[i].tag();
+                if tag.am {
+                    self.run_handler(i, tag, &buf[..len])
+                } else {
+                    // Not reached: the edge said its next message was an active one. Were
+                    // it plain, it would wait for a receive that fits it.
+                    let envelope = Envelope {
+                        source: self.inbound[i].peer(),
+                        tag: tag.value,
+                        len: len as u64,
+                    };
+                    buf.truncate(len);
+                    self.arrive(envelope, std::mem::take(&mut buf));
+                    Ok(())
+                }
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        self.requests.pool.give(buf);
+        result.map(|()| None)
     }
 
     /// Polls the datagram engine before looking at network edges, if one runs: a blocking
@@ -146,6 +196,11 @@ impl Endpoint {
                     self.inbox.tcp_crossings().release_connect(peer);
                 }
                 self.next_inbound = 0;
+                if let (Ok(Some(len)), true) = (&looked, self.last_tag.am) {
+                    // An active message: its handler runs, the receive goes on.
+                    let ran = self.run_handler(0, self.last_tag, &buf[..*len]);
+                    return Some(ran.map(|()| None));
+                }
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             InEdge::Dgram(edge) if edge.open_and_active() => {
