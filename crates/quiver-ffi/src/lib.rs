@@ -19,6 +19,7 @@
 //! become slices and output writes, each block with its `// SAFETY:` reasoning.
 #![allow(non_camel_case_types)]
 
+pub mod am;
 pub mod boundary;
 pub mod context;
 pub mod endpoint;

@@ -6,14 +6,18 @@
  *   quiver run -n 2 -- errors job       a buffer too small (the message kept, its length
  *                                       told), another endpoint's connection, tags (exact,
  *                                       masked, by source, probe, out of order, too small,
- *                                       NULL arguments), a second thread in a busy
- *                                       endpoint, a closed connection, a dead peer
+ *                                       NULL arguments), active messages (an unknown
+ *                                       handler, a handler's failure status, the calls a
+ *                                       handler may and may not make), a second thread
+ *                                       in a busy endpoint, a closed connection, a dead
+ *                                       peer
  *   errors wrong-key                    by hand, rank 1 of a job whose rank 0 holds
  *                                       another key (QUIVER_* set by the caller)
  *
  * Exits 0 when every check passed; prints each failed one.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,51 @@ static int failures = 0;
             failures++;                                                                  \
         }                                                                                \
     } while (0)
+
+static void ok(quiver_status status, const char *what) {
+    if (status != QUIVER_OK) {
+        fprintf(stderr, "%s: %s: %s\n", what, quiver_strerror(status),
+                quiver_last_error_message());
+        exit(1);
+    }
+}
+
+/* Counts the active messages it runs for (user_data: an int counter, or NULL). */
+static int count_one(void *user_data, const quiver_am_message *m) {
+    (void)m;
+    if (user_data != NULL) {
+        (*(int *)user_data)++;
+    }
+    return QUIVER_OK;
+}
+
+/* Fails with a status of its own choosing: the call that ran it returns it. */
+static int fail_stopped(void *user_data, const quiver_am_message *m) {
+    (void)user_data;
+    (void)m;
+    return QUIVER_ERR_PEER_STOPPED;
+}
+
+/* What a handler may and may not do, checked from inside one. */
+struct inside {
+    quiver_endpoint ep;
+    int ran;
+};
+
+static int check_inside(void *user_data, const quiver_am_message *m) {
+    struct inside *in = user_data;
+    int64_t timeout;
+    quiver_am_message copy = *m;
+    in->ran++;
+    /* The endpoint's handle is held by the call that runs the handler. */
+    EXPECT(quiver_endpoint_timeout(in->ep, &timeout), QUIVER_ERR_BUSY);
+    EXPECT(quiver_progress(in->ep), QUIVER_ERR_BUSY);
+    /* A reply names the message the handler was given, not a copy of it. */
+    EXPECT(quiver_am_reply(&copy, "x", 1), QUIVER_ERR_INVALID_ARGUMENT);
+    CHECK(m->id == 6 && m->header_len == 3 && memcmp(m->header, "hdr", 3) == 0);
+    CHECK(m->payload_len == 4 && memcmp(m->payload, "ping", 4) == 0);
+    return quiver_am_reply(m, "pong", 4);
+}
 
 static int handles(void) {
     quiver_context zero_ctx = {0};
@@ -82,6 +131,22 @@ static int handles(void) {
     EXPECT(quiver_try_probe(zero_ep, &anyone, 7, QUIVER_TAG_EXACT, &env), QUIVER_ERR_BAD_HANDLE);
     EXPECT(quiver_probe(made_up, NULL, 7, QUIVER_TAG_EXACT, NULL), QUIVER_ERR_INVALID_ARGUMENT);
     EXPECT(quiver_try_probe(made_up, NULL, 7, QUIVER_TAG_EXACT, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+
+    /* Active messages: bad handles, NULLs, and replies outside a handler. */
+    quiver_am_message fake = {.source = {.rank = 1, .port = 0}, .id = 1};
+    EXPECT(quiver_register_handler(made_up, 1, count_one, NULL), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_register_handler(made_up, 1, NULL, NULL), QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_unregister_handler(zero_ep, 1, NULL), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_send_am(made_up, zero_conn, 1, NULL, 0, "x", 1), QUIVER_ERR_BAD_HANDLE);
+    EXPECT(quiver_try_send_am(made_up, zero_conn, 1, NULL, 3, "x", 1),
+           QUIVER_ERR_INVALID_ARGUMENT);
+    EXPECT(quiver_am_reply(&fake, "x", 1), QUIVER_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(quiver_last_error_message(), "only inside an active-message handler") != NULL);
+    EXPECT(quiver_am_reply_am(NULL, 1, NULL, 0, NULL, 0), QUIVER_ERR_INVALID_ARGUMENT);
+    quiver_am_stats am_stats;
+    EXPECT(quiver_endpoint_am_stats(zero_ep, &am_stats), QUIVER_ERR_BAD_HANDLE);
+    CHECK(strcmp(quiver_strerror(QUIVER_ERR_IN_HANDLER),
+                 "call not allowed inside an active-message handler") == 0);
 
     CHECK(strcmp(quiver_strerror(QUIVER_OK), "success") == 0);
     CHECK(strcmp(quiver_strerror((quiver_status)9999), "unknown quiver status") == 0);
@@ -177,6 +242,38 @@ static void receive_tagged_set(quiver_endpoint ep, quiver_endpoint other, uint32
     EXPECT(quiver_try_probe(ep, NULL, 0, QUIVER_TAG_ANY, &env), QUIVER_ERR_WOULD_BLOCK);
 }
 
+/* Rank 0: runs rank 1's active messages in quiver_progress, checking each outcome. */
+static void serve_active_messages(quiver_endpoint ep, quiver_conn conn) {
+    struct inside in = {.ep = ep, .ran = 0};
+    int failing = 0;
+    bool was = true;
+    EXPECT(quiver_unregister_handler(ep, 5, &was), QUIVER_OK);
+    CHECK(!was);
+    ok(quiver_register_handler(ep, 5, count_one, &failing), "quiver_register_handler 5");
+    ok(quiver_register_handler(ep, 5, fail_stopped, NULL), "replace handler 5");
+    ok(quiver_register_handler(ep, 6, check_inside, &in), "quiver_register_handler 6");
+    ok(quiver_send(ep, conn, "a", 1), "quiver_send a");
+    quiver_status seen[3];
+    int errors = 0;
+    for (int i = 0; i < 100000 && in.ran == 0; i++) {
+        quiver_status s = quiver_progress(ep);
+        if (s != QUIVER_OK && errors < 3) {
+            seen[errors++] = s;
+            if (s == QUIVER_ERR_PEER_STOPPED) {
+                CHECK(strstr(quiver_last_error_message(), "handler 5") != NULL);
+            }
+        }
+    }
+    CHECK(in.ran == 1 && failing == 0);
+    CHECK(errors == 2 && seen[0] == QUIVER_ERR_UNKNOWN_HANDLER &&
+          seen[1] == QUIVER_ERR_PEER_STOPPED);
+    quiver_am_stats stats;
+    ok(quiver_endpoint_am_stats(ep, &stats), "quiver_endpoint_am_stats");
+    CHECK(stats.handled == 2 && stats.unknown_handler == 1);
+    EXPECT(quiver_unregister_handler(ep, 5, &was), QUIVER_OK);
+    CHECK(was);
+}
+
 struct blocked {
     quiver_endpoint ep;
     quiver_status status;
@@ -188,14 +285,6 @@ static void *receive_one(void *arg) {
     char buf[16];
     b->status = quiver_recv(b->ep, buf, sizeof buf, &b->len, NULL);
     return NULL;
-}
-
-static void ok(quiver_status status, const char *what) {
-    if (status != QUIVER_OK) {
-        fprintf(stderr, "%s: %s: %s\n", what, quiver_strerror(status),
-                quiver_last_error_message());
-        exit(1);
-    }
 }
 
 static int job(void) {
@@ -221,6 +310,15 @@ static int job(void) {
         memset(big, 7, sizeof big);
         ok(quiver_send(ep, conn, big, sizeof big), "quiver_send");
         send_tagged_set(ep, conn);
+        /* Active messages once rank 0 has its handlers: an unknown id, a failing
+         * handler, one that checks the rules inside and answers "pong". */
+        ok(quiver_recv(ep, &go, 1, &len, NULL), "quiver_recv am");
+        ok(quiver_send_am(ep, conn, 99, NULL, 0, "lost", 4), "quiver_send_am 99");
+        ok(quiver_send_am(ep, conn, 5, NULL, 0, NULL, 0), "quiver_send_am 5");
+        ok(quiver_send_am(ep, conn, 6, "hdr", 3, "ping", 4), "quiver_send_am 6");
+        char pong[8];
+        EXPECT(quiver_recv(ep, pong, sizeof pong, &len, NULL), QUIVER_OK);
+        CHECK(len == 4 && memcmp(pong, "pong", 4) == 0);
         /* Wait for rank 0's "go", then die without closing anything. */
         ok(quiver_recv(ep, &go, 1, &len, NULL), "quiver_recv go");
         fflush(stderr);
@@ -232,6 +330,7 @@ static int job(void) {
     EXPECT(quiver_recv(ep, big, sizeof big, &len, &src), QUIVER_OK); /* the message was kept */
     CHECK(len == sizeof big && big[0] == 7 && big[99] == 7 && src.rank == 1);
     receive_tagged_set(ep, other, 1 - rank);
+    serve_active_messages(ep, conn);
 
     /* A second thread in a busy endpoint is refused, not raced. */
     struct blocked b = {.ep = other, .status = QUIVER_OK};
