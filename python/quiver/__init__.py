@@ -8,6 +8,8 @@
     data, src = ep.recv()                    # bytes and the sender's (rank, port)
     ep.send_tagged(conn, 42, b"work")        # a 64-bit tag
     data, src, tag = ep.recv_matching(42)    # by tag (mask=, source= narrow or widen it)
+    ep.register_handler(1, lambda m: m.reply(m.payload))  # active messages: run in
+    ep.send_am(conn, 1, b"header", b"payload")            # progress() and receives
 
 Blocking calls release the GIL. Each thread drives its own endpoints (one Context per
 process, shared). `await ep.recv_async()` receives in asyncio through the endpoint's
@@ -18,11 +20,13 @@ import asyncio
 
 from . import _quiver
 from ._quiver import (
+    ActiveMessage,
     BufferTooSmall,
     ConfigError,
     Connection,
     Corrupt,
     EndpointBusy,
+    InHandler,
     InvalidArgument,
     IoError,
     MessageTooLarge,
@@ -37,6 +41,7 @@ from ._quiver import (
     SendDeadlock,
     Timeout,
     TransportUnavailable,
+    UnknownHandler,
     Unreachable,
     VersionMismatch,
     WouldBlock,
@@ -49,6 +54,7 @@ __all__ = [
     "Context",
     "Endpoint",
     "Connection",
+    "ActiveMessage",
     "QuiverError",
     "WouldBlock",
     "BufferTooSmall",
@@ -71,6 +77,8 @@ __all__ = [
     "ConfigError",
     "IoError",
     "EndpointBusy",
+    "UnknownHandler",
+    "InHandler",
 ]
 
 
@@ -79,8 +87,8 @@ class Endpoint(_quiver.Endpoint):
 
     Driven by one thread at a time: give each thread its own. Adds asyncio receives to the
     methods of quiver._quiver.Endpoint (send, recv, recv_into, send_tagged,
-    recv_matching, recv_into_matching, probe, try_*, connect, reply, close, arm, fileno,
-    progress, timeout).
+    recv_matching, recv_into_matching, probe, register_handler, send_am, try_*, connect,
+    reply, close, arm, fileno, progress, timeout, am_stats).
     """
 
     async def recv_async(self):

@@ -6,11 +6,13 @@ from typing_extensions import Buffer
 
 from . import _quiver
 from ._quiver import (
+    ActiveMessage as ActiveMessage,
     BufferTooSmall as BufferTooSmall,
     ConfigError as ConfigError,
     Connection as Connection,
     Corrupt as Corrupt,
     EndpointBusy as EndpointBusy,
+    InHandler as InHandler,
     InvalidArgument as InvalidArgument,
     IoError as IoError,
     MessageTooLarge as MessageTooLarge,
@@ -26,6 +28,7 @@ from ._quiver import (
     SendDeadlock as SendDeadlock,
     Timeout as Timeout,
     TransportUnavailable as TransportUnavailable,
+    UnknownHandler as UnknownHandler,
     Unreachable as Unreachable,
     VersionMismatch as VersionMismatch,
     WouldBlock as WouldBlock,

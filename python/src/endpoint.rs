@@ -62,9 +62,19 @@ fn peer(a: Addr) -> Peer {
 }
 
 impl Endpoint {
-    /// The endpoint, waiting for another thread's call to end (call without the GIL).
+    /// The endpoint, waiting for another thread's call to end (call without the GIL). A
+    /// handler of this endpoint (whose thread holds it) gets InHandler, not a deadlock.
     fn lock(&self) -> Result<MutexGuard<'_, rust_quiver::Endpoint>, Error> {
-        self.inner.lock().map_err(|_| broken())
+        match self.inner.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::WouldBlock) if crate::handlers::running_on(self.addr) => {
+                Err(Error::InHandler {
+                    call: "a blocking call of the endpoint whose handler is running",
+                })
+            }
+            Err(TryLockError::WouldBlock) => self.inner.lock().map_err(|_| broken()),
+            Err(TryLockError::Poisoned(_)) => Err(broken()),
+        }
     }
 
     /// The endpoint if no other thread is inside it (call with the GIL).
@@ -381,6 +391,82 @@ impl Endpoint {
             .try_probe(spec)
             .map(envelope)
             .map_err(|e| to_py(py, e))
+    }
+
+    /// Registers `handler` (a callable taking an ActiveMessage) for active messages with
+    /// `id` (0 ..= 65535), replacing the one registered for it. It runs on the thread
+    /// that drives this endpoint, inside whichever call takes the message in (`progress`,
+    /// a receive, a probe), with the GIL taken for its call. It must not block: inside
+    /// it, this endpoint's calls that block, receive or advance progress raise InHandler
+    /// (or EndpointBusy); it answers with the message's `reply`/`reply_am`. An exception
+    /// it raises is raised by the call that ran it.
+    fn register_handler(&self, py: Python<'_>, id: u16, handler: Py<PyAny>) -> PyResult<()> {
+        if !handler.bind(py).is_callable() {
+            return Err(InvalidArgument::new_err(format!(
+                "handler for id {id} is not callable"
+            )));
+        }
+        self.try_lock()?
+            .register_handler(id, move |ep, m| crate::handlers::run(&handler, ep, m))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Removes the handler of `id`; whether there was one.
+    fn unregister_handler(&self, id: u16) -> PyResult<bool> {
+        Ok(self.try_lock()?.unregister_handler(id))
+    }
+
+    /// Sends an active message for handler `id` of the receiving endpoint: `header` then
+    /// `payload` (any buffers, not copied by the binding), blocking as `send`. Over shm
+    /// and tcp. Releases the GIL.
+    #[pyo3(signature = (conn, id, header, payload = None))]
+    fn send_am(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        id: u16,
+        header: &Bound<'_, PyAny>,
+        payload: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let header = Exported::readable(header)?;
+        let payload = payload.map(Exported::readable).transpose()?;
+        let (h, p) = (
+            header.bytes(),
+            payload.as_ref().map_or(&[][..], Exported::bytes),
+        );
+        py.detach(|| self.lock()?.send_am(conn.conn, id, h, p))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `send_am` only if it needs no waiting; raises WouldBlock otherwise.
+    #[pyo3(signature = (conn, id, header, payload = None))]
+    fn try_send_am(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        id: u16,
+        header: &Bound<'_, PyAny>,
+        payload: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let header = Exported::readable(header)?;
+        let payload = payload.map(Exported::readable).transpose()?;
+        let p = payload.as_ref().map_or(&[][..], Exported::bytes);
+        self.try_lock()?
+            .try_send_am(conn.conn, id, header.bytes(), p)
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// The endpoint's active-message counters, as a dict.
+    fn am_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.try_lock()?.am_stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("handled", s.handled)?;
+        d.set_item("unknown_handler", s.unknown_handler)?;
+        d.set_item("malformed", s.malformed)?;
+        d.set_item("refused_calls", s.refused_calls)?;
+        d.set_item("replies_queued", s.replies_queued)?;
+        d.set_item("replies_failed", s.replies_failed)?;
+        Ok(d)
     }
 
     /// Prepares the descriptor (`fileno`) for sleeping in select/poll/asyncio: True when
