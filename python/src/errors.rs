@@ -220,6 +220,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
             Some(raised) => return raised,
             None => InvalidArgument::new_err(message),
         },
+        Error::ConnectionClosed { .. } => InvalidArgument::new_err(message),
         Error::UnknownHandler { .. } => UnknownHandler::new_err(message),
         Error::InHandler { .. } => InHandler::new_err(message),
         Error::Config(_) => ConfigError::new_err(message),
