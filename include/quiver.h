@@ -34,6 +34,12 @@
 // The most contexts a process may have open at once through the C API.
 #define QUIVER_MAX_CONTEXTS 64
 
+// A mask that takes every tag (quiver_recv_matching(), quiver_probe()).
+#define QUIVER_TAG_ANY 0
+
+// A mask under which only the exact tag matches.
+#define QUIVER_TAG_EXACT UINT64_MAX
+
 // What a call of the C API returned. `QUIVER_OK` is 0; every other value is an error,
 // described further by quiver_last_error_message(). The numbers are stable: new codes are
 // only ever added at the end.
@@ -91,7 +97,75 @@ typedef enum quiver_status {
   // quiver failed internally (a bug: please report it with the message); the endpoint
   // involved refuses every later call but quiver_endpoint_free.
   QUIVER_ERR_INTERNAL = 23,
+  // An active message named a handler id the endpoint has not registered: it was
+  // dropped and counted; the connection keeps working.
+  QUIVER_ERR_UNKNOWN_HANDLER = 24,
+  // A call an active-message handler may not make (it could block or run handlers
+  // inside the handler); nothing was done.
+  QUIVER_ERR_IN_HANDLER = 25,
 } quiver_status;
+
+// An endpoint (a number, not a pointer; 0 is never a live endpoint). Open it with
+// quiver_endpoint_open().
+typedef struct quiver_endpoint {
+  // The handle's value (opaque).
+  uint64_t id;
+} quiver_endpoint;
+
+// The address of an endpoint: a rank of the job and a port (the endpoint's number in
+// that rank).
+typedef struct quiver_addr {
+  // The rank (0 .. job size - 1).
+  uint32_t rank;
+  // The endpoint's port in that rank.
+  uint16_t port;
+} quiver_addr;
+
+// An active message as a handler sees it. Every pointer in it is valid only during the
+// handler's call: copy what you keep.
+typedef struct quiver_am_message {
+  // The sender.
+  struct quiver_addr source;
+  // The handler id the sender named.
+  uint16_t id;
+  // The header the sender gave quiver_send_am() (`header_len` bytes; not NULL).
+  const void *header;
+  // The header's length.
+  size_t header_len;
+  // The payload (`payload_len` bytes; not NULL).
+  const void *payload;
+  // The payload's length.
+  size_t payload_len;
+} quiver_am_message;
+
+// An active-message handler: called with the `user_data` given to
+// quiver_register_handler() and the message (valid for the call only). It returns
+// QUIVER_OK, or a status that the call that ran it returns (with a message naming the
+// handler). It must return normally: no longjmp out of it, no C++ exception through it.
+typedef int (*quiver_am_handler)(void *user_data, const struct quiver_am_message *message);
+
+// A connection of one endpoint (a number, valid only with the endpoint that returned it;
+// 0 is never a live connection).
+typedef struct quiver_conn {
+  // The handle's value (opaque).
+  uint64_t id;
+} quiver_conn;
+
+// An endpoint's active-message counters (quiver_endpoint_am_stats()).
+typedef struct quiver_am_stats {
+  // Handlers run (one per active message received).
+  uint64_t handled;
+  // Active messages dropped because no handler was registered for their id.
+  uint64_t unknown_handler;
+  // Active messages whose header was longer than the message (the connection failed).
+  uint64_t malformed;
+  // Calls a handler made that a handler may not (QUIVER_ERR_IN_HANDLER).
+  uint64_t refused_calls;
+  // Replies a handler made that the connection could not take at once: queued.
+  uint64_t replies_queued;
+  // Of those, the ones that failed.
+  uint64_t replies_failed;
+} quiver_am_stats;
 
 // A context: one process's membership of a job (a number, not a pointer; 0 is never a
 // live context). Create it with quiver_context_from_env().
@@ -122,32 +196,104 @@ typedef struct quiver_listener_stats {
   uint64_t pending_handshakes_peak;
 } quiver_listener_stats;
 
-// An endpoint (a number, not a pointer; 0 is never a live endpoint). Open it with
-// quiver_endpoint_open().
-typedef struct quiver_endpoint {
-  // The handle's value (opaque).
-  uint64_t id;
-} quiver_endpoint;
-
-// The address of an endpoint: a rank of the job and a port (the endpoint's number in
-// that rank).
-typedef struct quiver_addr {
-  // The rank (0 .. job size - 1).
-  uint32_t rank;
-  // The endpoint's port in that rank.
-  uint16_t port;
-} quiver_addr;
-
-// A connection of one endpoint (a number, valid only with the endpoint that returned it;
-// 0 is never a live connection).
-typedef struct quiver_conn {
-  // The handle's value (opaque).
-  uint64_t id;
-} quiver_conn;
+// What a tagged receive or probe reports of a message.
+typedef struct quiver_envelope {
+  // The sender.
+  struct quiver_addr source;
+  // The tag it was sent with (0 for quiver_send()).
+  uint64_t tag;
+  // Its length in bytes.
+  size_t len;
+} quiver_envelope;
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Registers `handler` for active messages with `id` on `ep` (replacing the one
+// registered for it). It runs on the thread that drives `ep`, inside whichever call of
+// `ep` takes the message in: quiver_progress(), a receive, a probe (a program that only
+// serves active messages calls quiver_progress() in a loop, or sleeps on the endpoint's
+// descriptor between calls). Messages of one sender run their handlers in the order
+// sent, once each.
+//
+// A handler must not block. Inside it, `ep`'s handle is held by the call that runs it
+// (any call on `ep` is QUIVER_ERR_BUSY); it answers the sender with quiver_am_reply() or
+// quiver_am_reply_am(); it may use other endpoints, which run their own handlers. It must
+// return normally (a longjmp out of it or a C++ exception through it is undefined
+// behaviour); `user_data` is passed to it as given and must be usable from the thread
+// that drives `ep`.
+//
+// Errors: QUIVER_ERR_INVALID_ARGUMENT (handler is NULL), QUIVER_ERR_BAD_HANDLE,
+// QUIVER_ERR_BUSY.
+enum quiver_status quiver_register_handler(struct quiver_endpoint ep,
+                                           uint16_t id,
+                                           quiver_am_handler handler,
+                                           void *user_data);
+
+// Removes the handler of `id` from `ep`; `*was_registered` (may be NULL) tells whether
+// there was one. Active messages for `id` are then counted and reported as
+// QUIVER_ERR_UNKNOWN_HANDLER.
+//
+// Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY.
+enum quiver_status quiver_unregister_handler(struct quiver_endpoint ep,
+                                             uint16_t id,
+                                             bool *was_registered);
+
+// Sends an active message for handler `id` of the receiving endpoint on `conn`: the
+// `header_len` bytes at `header`, then the `payload_len` bytes at `payload`, one
+// message, blocking as quiver_send() does. Over shm and tcp (udp refuses it with
+// QUIVER_ERR_INVALID_ARGUMENT). Either pointer may be NULL when its length is 0.
+//
+// Errors: as quiver_send(); QUIVER_ERR_IN_HANDLER has no place here (a handler cannot
+// reach its endpoint's handle).
+enum quiver_status quiver_send_am(struct quiver_endpoint ep,
+                                  struct quiver_conn conn,
+                                  uint16_t id,
+                                  const void *header,
+                                  size_t header_len,
+                                  const void *payload,
+                                  size_t payload_len);
+
+// quiver_send_am() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing sent)
+// otherwise. Non-blocking.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_send_am().
+enum quiver_status quiver_try_send_am(struct quiver_endpoint ep,
+                                      struct quiver_conn conn,
+                                      uint16_t id,
+                                      const void *header,
+                                      size_t header_len,
+                                      const void *payload,
+                                      size_t payload_len);
+
+// Inside a handler: answers the sender of `message` (the message the handler was given)
+// with a plain message of the `len` bytes at `data`, on the connection it came in on.
+// Never waits: what the connection cannot take now is copied and sent by a later call.
+//
+// Errors: QUIVER_ERR_INVALID_ARGUMENT (not inside a handler, or another message; data
+// NULL), then as quiver_reply().
+enum quiver_status quiver_am_reply(const struct quiver_am_message *message,
+                                   const void *data,
+                                   size_t len);
+
+// Inside a handler: answers the sender of `message` with an active message for its
+// handler `id` (`header` then `payload`, as quiver_send_am()). Never waits, as
+// quiver_am_reply().
+//
+// Errors: as quiver_am_reply(), then as quiver_send_am().
+enum quiver_status quiver_am_reply_am(const struct quiver_am_message *message,
+                                      uint16_t id,
+                                      const void *header,
+                                      size_t header_len,
+                                      const void *payload,
+                                      size_t payload_len);
+
+// The endpoint's active-message counters, in `*out`.
+//
+// Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY, QUIVER_ERR_INVALID_ARGUMENT (out is
+// NULL).
+enum quiver_status quiver_endpoint_am_stats(struct quiver_endpoint ep, struct quiver_am_stats *out);
 
 // Creates this process's context from whatever launched it (`quiver run`, mpirun or srun
 // through PMIx, or launcher variables with QUIVER_RENDEZVOUS), with the QUIVER_*
@@ -367,6 +513,82 @@ const char *quiver_last_error_message(void);
 
 // quiver's version, e.g. "0.1.0" (static, never NULL). Any thread.
 const char *quiver_version(void);
+
+// Sends the `len` bytes at `data` as one message with `tag` on `conn`, blocking as
+// quiver_send() does. Messages of one connection arrive in the order sent, whatever
+// their tags; quiver_send() is tag 0. Tags are carried over shm and tcp: over udp a
+// tag other than 0 is QUIVER_ERR_INVALID_ARGUMENT.
+//
+// Errors: as quiver_send().
+enum quiver_status quiver_send_tagged(struct quiver_endpoint ep,
+                                      struct quiver_conn conn,
+                                      uint64_t tag,
+                                      const void *data,
+                                      size_t len);
+
+// quiver_send_tagged() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing
+// sent) otherwise, as quiver_try_send(). Non-blocking.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_send_tagged().
+enum quiver_status quiver_try_send_tagged(struct quiver_endpoint ep,
+                                          struct quiver_conn conn,
+                                          uint64_t tag,
+                                          const void *data,
+                                          size_t len);
+
+// Receives the earliest message from `*source` (NULL: any sender) whose tag agrees with
+// `tag` on every bit set in `mask` (QUIVER_TAG_EXACT: that tag only; QUIVER_TAG_ANY: any
+// tag) into the `capacity` bytes at `buf`, blocking until one arrives. `*out` (may be
+// NULL) gets its sender, tag and length. Two messages of one sender that both match are
+// taken in the order sent; messages that do not match wait, in order, for a later
+// receive (quiver_recv() takes any of them). `buf` may be NULL when `capacity` is 0.
+//
+// Errors: QUIVER_ERR_BUFFER_TOO_SMALL (the message stays queued; `out->len` alone is set,
+// to its length: quiver_probe() gives the rest), then as quiver_recv().
+enum quiver_status quiver_recv_matching(struct quiver_endpoint ep,
+                                        const struct quiver_addr *source,
+                                        uint64_t tag,
+                                        uint64_t mask,
+                                        void *buf,
+                                        size_t capacity,
+                                        struct quiver_envelope *out);
+
+// quiver_recv_matching() if a matching message is complete now;
+// QUIVER_ERR_WOULD_BLOCK otherwise. Non-blocking. While messages that match no receive
+// wait in the endpoint, quiver_endpoint_arm() reports `*ready` (it does not arm the
+// descriptor): a loop that waits for one tag with the others unreceived polls.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_recv_matching().
+enum quiver_status quiver_try_recv_matching(struct quiver_endpoint ep,
+                                            const struct quiver_addr *source,
+                                            uint64_t tag,
+                                            uint64_t mask,
+                                            void *buf,
+                                            size_t capacity,
+                                            struct quiver_envelope *out);
+
+// Waits for the earliest message that quiver_recv_matching() with the same `source`,
+// `tag` and `mask` would take, and reports its sender, tag and length in `*out` without
+// taking it: size a buffer, then receive it with those arguments (or with its own
+// sender and tag, exactly). Blocking.
+//
+// Errors: QUIVER_ERR_INVALID_ARGUMENT (out is NULL), a peer error of one connection
+// (QUIVER_ERR_PEER_DEAD...), QUIVER_ERR_TIMEOUT, QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY.
+enum quiver_status quiver_probe(struct quiver_endpoint ep,
+                                const struct quiver_addr *source,
+                                uint64_t tag,
+                                uint64_t mask,
+                                struct quiver_envelope *out);
+
+// quiver_probe() without waiting: QUIVER_ERR_WOULD_BLOCK when no matching message is
+// complete now. Non-blocking.
+//
+// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_probe().
+enum quiver_status quiver_try_probe(struct quiver_endpoint ep,
+                                    const struct quiver_addr *source,
+                                    uint64_t tag,
+                                    uint64_t mask,
+                                    struct quiver_envelope *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,10 +1,19 @@
-/* A request/reply server through quiver's C API: rank 0 serves, every other rank sends
- * REQUESTS requests (two 64-bit numbers) and checks each answer (their sum). The server
- * answers each client with quiver_reply, on the connection the request came in on: it
- * never connects to its clients. A client's last request is a zero-length "done".
+/* A tagged request/reply server through quiver's C API: rank 0 serves, every other rank
+ * sends REQUESTS requests (two 64-bit numbers) and checks each answer (their sum).
+ *
+ * Every message carries a tag: its kind in the high byte (REQUEST, ANSWER, DONE) and the
+ * request's number in the rest. The server probes for the next message of any kind from
+ * any client (quiver_probe), receives exactly that one (quiver_recv_matching with its
+ * sender and tag), and answers on the connection the request came in on
+ * (quiver_reply_connection: it never connects to its clients) with the ANSWER tag of the
+ * same number. A client keeps two requests in flight and takes the second answer first,
+ * by its tag (quiver_recv_matching): the first waits in the endpoint until it is asked for.
+ * A client's last message is a zero-length DONE.
  *
  *   cc -O2 request_reply.c $(pkg-config --cflags --libs quiver) -o request_reply
  *   quiver run -n 2 -- ./request_reply [REQUESTS]           (default 1000)
+ *
+ * Tags travel over shm and tcp (not udp yet): QUIVER_TRANSPORTS=shm,tcp.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +21,11 @@
 #include <string.h>
 
 #include <quiver.h>
+
+#define KIND_MASK ((uint64_t)0xff << 56)
+#define REQUEST ((uint64_t)1 << 56)
+#define ANSWER ((uint64_t)2 << 56)
+#define DONE ((uint64_t)3 << 56)
 
 static void check(quiver_status status, const char *what) {
     if (status != QUIVER_OK) {
@@ -24,41 +38,78 @@ static void check(quiver_status status, const char *what) {
 static int serve(quiver_endpoint ep, uint32_t clients) {
     uint64_t served = 0;
     while (clients > 0) {
+        /* What comes next, from anyone, of any kind: sized and sorted before it is taken. */
+        quiver_envelope next;
+        check(quiver_probe(ep, NULL, 0, QUIVER_TAG_ANY, &next), "quiver_probe");
         uint64_t request[2];
-        size_t len;
-        quiver_addr src;
-        check(quiver_recv(ep, request, sizeof request, &len, &src), "quiver_recv");
-        if (len == 0) {
-            clients--; /* "done" */
+        quiver_envelope got;
+        check(quiver_recv_matching(ep, &next.source, next.tag, QUIVER_TAG_EXACT, request,
+                                   sizeof request, &got),
+              "quiver_recv_matching");
+        if (got.tag != next.tag || got.source.rank != next.source.rank || got.len != next.len) {
+            fprintf(stderr, "server: the probed message and the received one differ\n");
+            return 1;
+        }
+        if ((got.tag & KIND_MASK) == DONE) {
+            clients--;
             continue;
         }
-        if (len != sizeof request) {
-            fprintf(stderr, "server: a request of %zu bytes from rank %u\n", len, src.rank);
+        if ((got.tag & KIND_MASK) != REQUEST || got.len != sizeof request) {
+            fprintf(stderr, "server: tag %#" PRIx64 ", %zu bytes from rank %u\n", got.tag,
+                    got.len, got.source.rank);
             return 1;
         }
         uint64_t sum = request[0] + request[1];
-        check(quiver_reply(ep, src, &sum, sizeof sum), "quiver_reply");
+        quiver_conn back;
+        check(quiver_reply_connection(ep, got.source, &back), "quiver_reply_connection");
+        check(quiver_send_tagged(ep, back, ANSWER | (got.tag & ~KIND_MASK), &sum, sizeof sum),
+              "quiver_send_tagged (answer)");
         served++;
     }
     printf("server: answered %" PRIu64 " requests\n", served);
     return 0;
 }
 
+/* Sends request `i` (two numbers whose sum the server returns). */
+static void ask_one(quiver_endpoint ep, quiver_conn server, uint32_t rank, long i) {
+    uint64_t request[2] = {(uint64_t)i * 1000003u, (uint64_t)rank << 32};
+    check(quiver_send_tagged(ep, server, REQUEST | (uint64_t)i, request, sizeof request),
+          "quiver_send_tagged (request)");
+}
+
+/* Receives the answer to request `i` and only that one, from the server; checks it. */
+static int answer(quiver_endpoint ep, quiver_addr server, uint32_t rank, long i) {
+    uint64_t sum;
+    quiver_envelope got;
+    check(quiver_recv_matching(ep, &server, ANSWER | (uint64_t)i, QUIVER_TAG_EXACT, &sum,
+                               sizeof sum, &got),
+          "quiver_recv_matching (answer)");
+    if (got.tag != (ANSWER | (uint64_t)i) || got.len != sizeof sum ||
+        sum != (uint64_t)i * 1000003u + ((uint64_t)rank << 32)) {
+        fprintf(stderr, "client %u: wrong answer to request %ld\n", rank, i);
+        return 1;
+    }
+    return 0;
+}
+
 static int ask(quiver_endpoint ep, uint32_t rank, long requests) {
+    quiver_addr server_addr = {.rank = 0, .port = 0};
     quiver_conn server;
-    check(quiver_connect(ep, (quiver_addr){.rank = 0, .port = 0}, &server), "quiver_connect");
-    for (long i = 0; i < requests; i++) {
-        uint64_t request[2] = {(uint64_t)i * 1000003u, (uint64_t)rank << 32};
-        check(quiver_send(ep, server, request, sizeof request), "quiver_send");
-        uint64_t sum;
-        size_t len;
-        check(quiver_recv(ep, &sum, sizeof sum, &len, NULL), "quiver_recv");
-        if (len != sizeof sum || sum != request[0] + request[1]) {
-            fprintf(stderr, "client %u: wrong answer to request %ld\n", rank, i);
+    check(quiver_connect(ep, server_addr, &server), "quiver_connect");
+    for (long i = 0; i < requests; i += 2) {
+        ask_one(ep, server, rank, i);
+        if (i + 1 < requests) {
+            ask_one(ep, server, rank, i + 1);
+            /* The later answer first: the earlier one waits for its own receive. */
+            if (answer(ep, server_addr, rank, i + 1)) {
+                return 1;
+            }
+        }
+        if (answer(ep, server_addr, rank, i)) {
             return 1;
         }
     }
-    check(quiver_send(ep, server, NULL, 0), "quiver_send (done)");
+    check(quiver_send_tagged(ep, server, DONE, NULL, 0), "quiver_send_tagged (done)");
     return 0;
 }
 

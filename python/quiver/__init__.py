@@ -6,6 +6,10 @@
     conn = ep.connect((1 - ctx.rank, 0))     # a connection to the peer's endpoint
     ep.send(conn, b"hello")                  # any buffer: bytes, bytearray, numpy...
     data, src = ep.recv()                    # bytes and the sender's (rank, port)
+    ep.send_tagged(conn, 42, b"work")        # a 64-bit tag
+    data, src, tag = ep.recv_matching(42)    # by tag (mask=, source= narrow or widen it)
+    ep.register_handler(1, lambda m: m.reply(m.payload))  # active messages: run in
+    ep.send_am(conn, 1, b"header", b"payload")            # progress() and receives
 
 Blocking calls release the GIL. Each thread drives its own endpoints (one Context per
 process, shared). `await ep.recv_async()` receives in asyncio through the endpoint's
@@ -16,11 +20,13 @@ import asyncio
 
 from . import _quiver
 from ._quiver import (
+    ActiveMessage,
     BufferTooSmall,
     ConfigError,
     Connection,
     Corrupt,
     EndpointBusy,
+    InHandler,
     InvalidArgument,
     IoError,
     MessageTooLarge,
@@ -35,6 +41,7 @@ from ._quiver import (
     SendDeadlock,
     Timeout,
     TransportUnavailable,
+    UnknownHandler,
     Unreachable,
     VersionMismatch,
     WouldBlock,
@@ -47,6 +54,7 @@ __all__ = [
     "Context",
     "Endpoint",
     "Connection",
+    "ActiveMessage",
     "QuiverError",
     "WouldBlock",
     "BufferTooSmall",
@@ -69,6 +77,8 @@ __all__ = [
     "ConfigError",
     "IoError",
     "EndpointBusy",
+    "UnknownHandler",
+    "InHandler",
 ]
 
 
@@ -76,8 +86,9 @@ class Endpoint(_quiver.Endpoint):
     """An endpoint (rank, port) of this process; open it with Context.endpoint(port).
 
     Driven by one thread at a time: give each thread its own. Adds asyncio receives to the
-    methods of quiver._quiver.Endpoint (send, recv, recv_into, try_*, connect, reply,
-    close, arm, fileno, progress, timeout).
+    methods of quiver._quiver.Endpoint (send, recv, recv_into, send_tagged,
+    recv_matching, recv_into_matching, probe, register_handler, send_am, try_*, connect,
+    reply, close, arm, fileno, progress, timeout, am_stats).
     """
 
     async def recv_async(self):
@@ -92,6 +103,18 @@ class Endpoint(_quiver.Endpoint):
         """Receives the next message into buf in asyncio: (length, sender)."""
         return await self._wait_for(lambda: self.try_recv_into(buf))
 
+    async def recv_matching_async(self, tag=None, *, mask=None, source=None):
+        """recv_matching in asyncio: (bytes, sender, tag) of the earliest match."""
+        return await self._wait_for(
+            lambda: self.try_recv_matching(tag, mask=mask, source=source)
+        )
+
+    async def recv_into_matching_async(self, buf, tag=None, *, mask=None, source=None):
+        """recv_into_matching in asyncio: (length, sender, tag) of the earliest match."""
+        return await self._wait_for(
+            lambda: self.try_recv_into_matching(buf, tag, mask=mask, source=source)
+        )
+
     async def _wait_for(self, attempt):
         loop = asyncio.get_running_loop()
         fd = self.fileno()
@@ -101,7 +124,12 @@ class Endpoint(_quiver.Endpoint):
             except WouldBlock:
                 pass
             if not self.arm():
-                continue  # something arrived meanwhile: take it
+                # Something waits in the endpoint: a message that arrived meanwhile (the
+                # next attempt takes it) or, for the matching receives, messages that do
+                # not match, which keep the descriptor from being armed; let the loop run
+                # its other tasks before the next attempt.
+                await asyncio.sleep(0)
+                continue
             ready = loop.create_future()
 
             def wake():

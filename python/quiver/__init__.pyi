@@ -1,16 +1,18 @@
 """Type stubs of the quiver package."""
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from typing_extensions import Buffer
 
 from . import _quiver
 from ._quiver import (
+    ActiveMessage as ActiveMessage,
     BufferTooSmall as BufferTooSmall,
     ConfigError as ConfigError,
     Connection as Connection,
     Corrupt as Corrupt,
     EndpointBusy as EndpointBusy,
+    InHandler as InHandler,
     InvalidArgument as InvalidArgument,
     IoError as IoError,
     MessageTooLarge as MessageTooLarge,
@@ -26,6 +28,7 @@ from ._quiver import (
     SendDeadlock as SendDeadlock,
     Timeout as Timeout,
     TransportUnavailable as TransportUnavailable,
+    UnknownHandler as UnknownHandler,
     Unreachable as Unreachable,
     VersionMismatch as VersionMismatch,
     WouldBlock as WouldBlock,
@@ -37,6 +40,21 @@ __version__: str
 class Endpoint(_quiver.Endpoint):
     async def recv_async(self) -> Tuple[bytes, Peer]: ...
     async def recv_into_async(self, buf: Buffer) -> Tuple[int, Peer]: ...
+    async def recv_matching_async(
+        self,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[bytes, Peer, int]: ...
+    async def recv_into_matching_async(
+        self,
+        buf: Buffer,
+        tag: Optional[int] = None,
+        *,
+        mask: Optional[int] = None,
+        source: Optional[Peer] = None,
+    ) -> Tuple[int, Peer, int]: ...
 
 class Context:
     @classmethod

@@ -1,5 +1,6 @@
 //! `quiver._quiver.Endpoint` and `Connection`: connect, reply, close, sends from and
-//! receives into buffer-protocol objects, the descriptor and readiness, timeouts.
+//! receives into buffer-protocol objects, tagged sends, matching receives and probes,
+//! the descriptor and readiness, timeouts.
 //!
 //! Every call that may block runs without the GIL (`Python::detach`), so other Python
 //! threads run meanwhile; the endpoint itself sits behind a mutex taken inside that
@@ -13,11 +14,11 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rust_quiver::{Addr, Error};
+use rust_quiver::{Addr, Envelope, Error, MatchSpec};
 
 use crate::buffer::Exported;
 use crate::context::Context;
-use crate::errors::{to_py, EndpointBusy, QuiverError};
+use crate::errors::{to_py, EndpointBusy, InvalidArgument, QuiverError};
 
 /// A connection of one endpoint to a peer endpoint (`peer` is its (rank, port)).
 #[pyclass(frozen, eq, hash, module = "quiver._quiver")]
@@ -61,9 +62,19 @@ fn peer(a: Addr) -> Peer {
 }
 
 impl Endpoint {
-    /// The endpoint, waiting for another thread's call to end (call without the GIL).
+    /// The endpoint, waiting for another thread's call to end (call without the GIL). A
+    /// handler of this endpoint (whose thread holds it) gets InHandler, not a deadlock.
     fn lock(&self) -> Result<MutexGuard<'_, rust_quiver::Endpoint>, Error> {
-        self.inner.lock().map_err(|_| broken())
+        match self.inner.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::WouldBlock) if crate::handlers::running_on(self.addr) => {
+                Err(Error::InHandler {
+                    call: "a blocking call of the endpoint whose handler is running",
+                })
+            }
+            Err(TryLockError::WouldBlock) => self.inner.lock().map_err(|_| broken()),
+            Err(TryLockError::Poisoned(_)) => Err(broken()),
+        }
     }
 
     /// The endpoint if no other thread is inside it (call with the GIL).
@@ -78,6 +89,38 @@ impl Endpoint {
             Err(TryLockError::Poisoned(_)) => Err(QuiverError::new_err(broken().to_string())),
         }
     }
+}
+
+/// What a matching receive or probe takes: `tag` None is any tag (and needs no mask); a
+/// tag alone is that tag exactly; with a mask, the tags that agree with it on the mask's
+/// bits. `source` None is any sender.
+fn match_spec(tag: Option<u64>, mask: Option<u64>, source: Option<Peer>) -> PyResult<MatchSpec> {
+    let (tag, mask) = match (tag, mask) {
+        (None, None) => (0, 0),
+        (Some(tag), None) => (tag, u64::MAX),
+        (Some(tag), Some(mask)) => (tag, mask),
+        (None, Some(mask)) => {
+            return Err(InvalidArgument::new_err(format!(
+                "mask {mask:#x} without a tag: give the tag whose masked bits must match"
+            )))
+        }
+    };
+    Ok(MatchSpec {
+        source: source.map(addr),
+        tag,
+        mask,
+    })
+}
+
+/// The exact match of a probed message: from its sender, with its tag. Without posted
+/// receives (the Python API has none) it takes the message the probe saw: of one sender's
+/// messages with that tag, the probed one is the earliest.
+fn exactly(e: &Envelope) -> MatchSpec {
+    MatchSpec::tag(e.tag).from(e.source)
+}
+
+fn envelope(e: Envelope) -> (Peer, u64, u64) {
+    (peer(e.source), e.tag, e.len)
 }
 
 fn broken() -> Error {
@@ -200,6 +243,230 @@ impl Endpoint {
             .try_recv_pooled()
             .map_err(|e| to_py(py, e))?;
         Ok((PyBytes::new(py, &got), peer(got.src())))
+    }
+
+    /// Sends the bytes of `data` as one message with `tag` (an int, 0 ..= 2**64-1), as
+    /// `send` does; `send` is tag 0. Tags travel over shm and tcp (udp refuses a tag
+    /// other than 0 with InvalidArgument). Releases the GIL.
+    fn send_tagged(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        tag: u64,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        let bytes = view.bytes();
+        py.detach(|| self.lock()?.send_tagged(conn.conn, tag, bytes))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `send_tagged` only if it needs no waiting; raises WouldBlock otherwise.
+    fn try_send_tagged(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        tag: u64,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let view = Exported::readable(data)?;
+        self.try_lock()?
+            .try_send_tagged(conn.conn, tag, view.bytes())
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the earliest message that matches into `buf` (any writable contiguous
+    /// buffer), blocking; returns (length, (rank, port) of the sender, tag). Matches: from
+    /// `source` (None: anyone), with `tag` (None: any tag; with `mask`, the tags that agree
+    /// with `tag` on the mask's bits). Messages that do not match wait, in order, for a
+    /// later receive. Raises BufferTooSmall (the message stays queued). Releases the GIL.
+    #[pyo3(signature = (buf, tag = None, *, mask = None, source = None))]
+    fn recv_into_matching(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(usize, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut view = Exported::writable(buf)?;
+        let bytes = view.bytes_mut();
+        py.detach(|| self.lock()?.recv_matching(spec, bytes))
+            .map(|e| (e.len as usize, peer(e.source), e.tag))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `recv_into_matching` if a matching message is complete now; raises WouldBlock
+    /// otherwise.
+    #[pyo3(signature = (buf, tag = None, *, mask = None, source = None))]
+    fn try_recv_into_matching(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(usize, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut view = Exported::writable(buf)?;
+        self.try_lock()?
+            .try_recv_matching(spec, view.bytes_mut())
+            .map(|e| (e.len as usize, peer(e.source), e.tag))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Receives the earliest message that matches (as `recv_into_matching`), blocking;
+    /// returns (bytes, (rank, port) of the sender, tag). The message is probed, then
+    /// received straight into the new bytes object (no copy beyond the Rust API's own).
+    /// Releases the GIL.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn recv_matching<'py>(
+        &self,
+        py: Python<'py>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let seen = py
+            .detach(|| self.lock()?.probe(spec))
+            .map_err(|e| to_py(py, e))?;
+        let data = PyBytes::new_with(py, seen.len as usize, |buf| {
+            py.detach(|| self.lock()?.recv_matching(exactly(&seen), buf))
+                .map(drop)
+                .map_err(|e| to_py(py, e))
+        })?;
+        Ok((data, peer(seen.source), seen.tag))
+    }
+
+    /// `recv_matching` if a matching message is complete now; raises WouldBlock otherwise.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn try_recv_matching<'py>(
+        &self,
+        py: Python<'py>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Peer, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        let mut ep = self.try_lock()?;
+        let seen = ep.try_probe(spec).map_err(|e| to_py(py, e))?;
+        let data = PyBytes::new_with(py, seen.len as usize, |buf| {
+            ep.try_recv_matching(exactly(&seen), buf)
+                .map(drop)
+                .map_err(|e| to_py(py, e))
+        })?;
+        Ok((data, peer(seen.source), seen.tag))
+    }
+
+    /// Waits for the earliest message that matches (as `recv_into_matching`) and returns
+    /// ((rank, port) of the sender, tag, length) without taking it: size a buffer, then
+    /// receive it. Releases the GIL.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn probe(
+        &self,
+        py: Python<'_>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Peer, u64, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        py.detach(|| self.lock()?.probe(spec))
+            .map(envelope)
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `probe` without waiting: raises WouldBlock when no matching message is complete.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn try_probe(
+        &self,
+        py: Python<'_>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<(Peer, u64, u64)> {
+        let spec = match_spec(tag, mask, source)?;
+        self.try_lock()?
+            .try_probe(spec)
+            .map(envelope)
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Registers `handler` (a callable taking an ActiveMessage) for active messages with
+    /// `id` (0 ..= 65535), replacing the one registered for it. It runs on the thread
+    /// that drives this endpoint, inside whichever call takes the message in (`progress`,
+    /// a receive, a probe), with the GIL taken for its call. It must not block: inside
+    /// it, this endpoint's calls that block, receive or advance progress raise InHandler
+    /// (or EndpointBusy); it answers with the message's `reply`/`reply_am`. An exception
+    /// it raises is raised by the call that ran it.
+    fn register_handler(&self, py: Python<'_>, id: u16, handler: Py<PyAny>) -> PyResult<()> {
+        if !handler.bind(py).is_callable() {
+            return Err(InvalidArgument::new_err(format!(
+                "handler for id {id} is not callable"
+            )));
+        }
+        self.try_lock()?
+            .register_handler(id, move |ep, m| crate::handlers::run(&handler, ep, m))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Removes the handler of `id`; whether there was one.
+    fn unregister_handler(&self, id: u16) -> PyResult<bool> {
+        Ok(self.try_lock()?.unregister_handler(id))
+    }
+
+    /// Sends an active message for handler `id` of the receiving endpoint: `header` then
+    /// `payload` (any buffers, not copied by the binding), blocking as `send`. Over shm
+    /// and tcp. Releases the GIL.
+    #[pyo3(signature = (conn, id, header, payload = None))]
+    fn send_am(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        id: u16,
+        header: &Bound<'_, PyAny>,
+        payload: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let header = Exported::readable(header)?;
+        let payload = payload.map(Exported::readable).transpose()?;
+        let (h, p) = (
+            header.bytes(),
+            payload.as_ref().map_or(&[][..], Exported::bytes),
+        );
+        py.detach(|| self.lock()?.send_am(conn.conn, id, h, p))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// `send_am` only if it needs no waiting; raises WouldBlock otherwise.
+    #[pyo3(signature = (conn, id, header, payload = None))]
+    fn try_send_am(
+        &self,
+        py: Python<'_>,
+        conn: &Connection,
+        id: u16,
+        header: &Bound<'_, PyAny>,
+        payload: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let header = Exported::readable(header)?;
+        let payload = payload.map(Exported::readable).transpose()?;
+        let p = payload.as_ref().map_or(&[][..], Exported::bytes);
+        self.try_lock()?
+            .try_send_am(conn.conn, id, header.bytes(), p)
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// The endpoint's active-message counters, as a dict.
+    fn am_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.try_lock()?.am_stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("handled", s.handled)?;
+        d.set_item("unknown_handler", s.unknown_handler)?;
+        d.set_item("malformed", s.malformed)?;
+        d.set_item("refused_calls", s.refused_calls)?;
+        d.set_item("replies_queued", s.replies_queued)?;
+        d.set_item("replies_failed", s.replies_failed)?;
+        Ok(d)
     }
 
     /// Prepares the descriptor (`fileno`) for sleeping in select/poll/asyncio: True when

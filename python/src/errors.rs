@@ -130,6 +130,18 @@ create_exception!(
 );
 create_exception!(
     quiver,
+    UnknownHandler,
+    QuiverError,
+    "An active message named a handler id the endpoint has not registered (dropped, counted)."
+);
+create_exception!(
+    quiver,
+    InHandler,
+    QuiverError,
+    "A call an active-message handler may not make (it could block or run handlers)."
+);
+create_exception!(
+    quiver,
     EndpointBusy,
     QuiverError,
     "Another thread is inside a call on this endpoint."
@@ -163,6 +175,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("IoError", py.get_type::<IoError>())?;
     m.add("EndpointBusy", py.get_type::<EndpointBusy>())?;
+    m.add("UnknownHandler", py.get_type::<UnknownHandler>())?;
+    m.add("InHandler", py.get_type::<InHandler>())?;
     Ok(())
 }
 
@@ -201,9 +215,14 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         | Error::RmaMisaligned { .. }
         | Error::RmaKeyRefused { .. }
         | Error::RmaRevoked { .. } => RmaError::new_err(message),
-        Error::InvalidArgument(_) | Error::ConnectionClosed { .. } => {
-            InvalidArgument::new_err(message)
-        }
+        Error::InvalidArgument(_) => match crate::handlers::raised(&e) {
+            // A handler's exception is raised as itself from the call that ran it.
+            Some(raised) => return raised,
+            None => InvalidArgument::new_err(message),
+        },
+        Error::ConnectionClosed { .. } => InvalidArgument::new_err(message),
+        Error::UnknownHandler { .. } => UnknownHandler::new_err(message),
+        Error::InHandler { .. } => InHandler::new_err(message),
         Error::Config(_) => ConfigError::new_err(message),
         Error::Io { .. } => IoError::new_err(message),
         // A kind the Rust API adds later: still a QuiverError with its message.

@@ -14,6 +14,7 @@ mod buffer;
 mod context;
 mod endpoint;
 mod errors;
+mod handlers;
 
 /// The extension module: Context, Endpoint, Connection and the exception classes.
 #[pymodule]
@@ -21,6 +22,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::Context>()?;
     m.add_class::<endpoint::Endpoint>()?;
     m.add_class::<endpoint::Connection>()?;
+    m.add_class::<handlers::ActiveMessage>()?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -2,10 +2,12 @@
 //! ranks sit in two network namespaces (simulated nodes joined by a veth link), and the
 //! rendezvous fallback with plain processes. Every rank runs `quiver-testprog alltoall`,
 //! which verifies every byte and then prints which bootstrap it used and how many of the
-//! connections it accepted came over shm.
+//! connections it accepted came over shm. Under srun also the C examples, built against
+//! the library `scripts/install-c` installs, each checking its own result.
 //!
 //! Needs: `mpirun` (openmpi-bin) and quiver built with PMIx (libpmix-dev) for the PMIx
-//! tests, root for the namespace tests. Missing ones are skipped with a message, except
+//! tests, root for the namespace tests, Slurm, munge, `cc` and `pkg-config` for the srun
+//! tests. Missing ones are skipped with a message, except
 //! under CI (CI=true), where they fail: CI installs them.
 
 mod support;
@@ -681,4 +683,117 @@ fn srun_alltoall_through_pmix() {
     for (rank, t) in out.transports(3).iter().enumerate() {
         assert_eq!(t["bootstrap"], "rendezvous", "rank {rank}:\n{}", out.text());
     }
+}
+
+// ----- A C program under srun: built against the installed library, as a user builds it ---
+
+/// Whether `program` is on the PATH.
+fn on_path(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs the C library into `dir/prefix` with `scripts/install-c` (which builds it:
+/// `cargo build --release -p quiver-hpc-ffi`), then builds each of `examples/c/NAME.c`
+/// exactly as the README says, `cc NAME.c $(pkg-config --cflags --libs quiver)`; returns
+/// the programs' paths.
+fn build_c_examples(dir: &std::path::Path, names: &[&str]) -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let prefix = dir.join("prefix");
+    let out = Command::new(root.join("scripts/install-c"))
+        .arg(&prefix)
+        .output()
+        .expect("run scripts/install-c");
+    assert!(
+        out.status.success(),
+        "scripts/install-c {}: {}\n{}",
+        prefix.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    names
+        .iter()
+        .map(|name| {
+            let program = dir.join(name);
+            let out = Command::new("sh")
+                .args([
+                    "-c",
+                    "cc -O2 \"$1\" $(pkg-config --cflags --libs quiver) -o \"$2\"",
+                    "sh",
+                ])
+                .arg(root.join(format!("examples/c/{name}.c")))
+                .arg(&program)
+                .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+                .output()
+                .expect("run cc");
+            assert!(
+                out.status.success(),
+                "cc examples/c/{name}.c $(pkg-config --cflags --libs quiver):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            program
+        })
+        .collect()
+}
+
+#[test]
+fn srun_runs_a_c_program_built_with_pkg_config() {
+    if !require(is_root(), "root (the Slurm daemons)")
+        || !require(
+            SlurmCluster::available(),
+            "Slurm and munge (slurmd slurmctld slurm-client munge slurm-wlm-basic-plugins)",
+        )
+        || !require(
+            quiver::Bootstrap::pmix_version().is_some(),
+            "PMIx support in quiver (libpmix-dev and pkg-config at build time)",
+        )
+        || !require(
+            on_path("cc") && on_path("pkg-config"),
+            "a C compiler (cc) and pkg-config",
+        )
+    {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("quiver-srun-c-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the build directory");
+    let programs = build_c_examples(&dir, &["request_reply", "pingpong"]);
+    let (request_reply, pingpong) = (&programs[0], &programs[1]);
+    let cluster = SlurmCluster::start();
+    // Through PMIx: a server and two clients, tagged requests and replies.
+    let mut srun = cluster.command("srun");
+    srun.args(["--mpi=pmix", "-n", "3", "--overcommit", "--time=1"])
+        .arg(request_reply)
+        .arg("300");
+    let out = run_all(vec![srun]);
+    assert!(out.success, "{}\n{}", out.text(), cluster.logs());
+    assert!(
+        out.lines
+            .iter()
+            .any(|l| l == "server: answered 600 requests"),
+        "{}",
+        out.text()
+    );
+    // Without --mpi=pmix: the rendezvous fallback from SLURM_PROCID/SLURM_NTASKS.
+    let mut srun = cluster.command("srun");
+    srun.args(["-n", "2", "--overcommit", "--time=1"])
+        .env("QUIVER_RENDEZVOUS", format!("127.0.0.1:{}", free_port()))
+        .env("QUIVER_JOB_KEY", random_key())
+        .arg(pingpong)
+        .args(["65536", "200"]);
+    let out = run_all(vec![srun]);
+    assert!(out.success, "{}\n{}", out.text(), cluster.logs());
+    assert!(
+        out.lines
+            .iter()
+            .any(|l| l.starts_with("pingpong: 65536 B, 200 round trips")),
+        "{}",
+        out.text()
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
 }

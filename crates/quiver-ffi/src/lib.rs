@@ -19,9 +19,11 @@
 //! become slices and output writes, each block with its `// SAFETY:` reasoning.
 #![allow(non_camel_case_types)]
 
+pub mod am;
 pub mod boundary;
 pub mod context;
 pub mod endpoint;
 pub mod handles;
 pub mod messages;
 pub mod status;
+pub mod tagged;

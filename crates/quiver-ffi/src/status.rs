@@ -65,6 +65,49 @@ pub enum quiver_status {
     /// quiver failed internally (a bug: please report it with the message); the endpoint
     /// involved refuses every later call but quiver_endpoint_free.
     QUIVER_ERR_INTERNAL = 23,
+    /// An active message named a handler id the endpoint has not registered: it was
+    /// dropped and counted; the connection keeps working.
+    QUIVER_ERR_UNKNOWN_HANDLER = 24,
+    /// A call an active-message handler may not make (it could block or run handlers
+    /// inside the handler); nothing was done.
+    QUIVER_ERR_IN_HANDLER = 25,
+}
+
+impl quiver_status {
+    /// The status numbered `code`, if there is one.
+    pub(crate) fn from_code(code: c_int) -> Option<quiver_status> {
+        const ALL: [quiver_status; 26] = [
+            QUIVER_OK,
+            QUIVER_ERR_WOULD_BLOCK,
+            QUIVER_ERR_BUFFER_TOO_SMALL,
+            QUIVER_ERR_PEER_DEAD,
+            QUIVER_ERR_PEER_STOPPED,
+            QUIVER_ERR_SEND_DEADLOCK,
+            QUIVER_ERR_PEER_CLOSED,
+            QUIVER_ERR_CORRUPT,
+            QUIVER_ERR_MESSAGE_TOO_LARGE,
+            QUIVER_ERR_UNREACHABLE,
+            QUIVER_ERR_REFUSED,
+            QUIVER_ERR_WRONG_KEY,
+            QUIVER_ERR_VERSION_MISMATCH,
+            QUIVER_ERR_PERMISSION_DENIED,
+            QUIVER_ERR_TRANSPORT_UNAVAILABLE,
+            QUIVER_ERR_OUT_OF_SHARED_MEMORY,
+            QUIVER_ERR_TIMEOUT,
+            QUIVER_ERR_RMA,
+            QUIVER_ERR_INVALID_ARGUMENT,
+            QUIVER_ERR_CONFIG,
+            QUIVER_ERR_IO,
+            QUIVER_ERR_BAD_HANDLE,
+            QUIVER_ERR_BUSY,
+            QUIVER_ERR_INTERNAL,
+            QUIVER_ERR_UNKNOWN_HANDLER,
+            QUIVER_ERR_IN_HANDLER,
+        ];
+        let status = *ALL.get(usize::try_from(code).ok()?)?;
+        debug_assert_eq!(status as c_int, code);
+        Some(status)
+    }
 }
 
 use quiver_status::*;
@@ -98,6 +141,8 @@ pub(crate) fn status_of(e: &Error) -> quiver_status {
         Error::InvalidArgument(_) | Error::ConnectionClosed { .. } => QUIVER_ERR_INVALID_ARGUMENT,
         Error::Config(_) => QUIVER_ERR_CONFIG,
         Error::Io { .. } => QUIVER_ERR_IO,
+        Error::UnknownHandler { .. } => QUIVER_ERR_UNKNOWN_HANDLER,
+        Error::InHandler { .. } => QUIVER_ERR_IN_HANDLER,
         // A kind added to the Rust API later: its message still says what happened.
         _ => QUIVER_ERR_INTERNAL,
     }
@@ -133,6 +178,31 @@ enum LastError {
 
 thread_local! {
     static LAST_ERROR: RefCell<LastError> = const { RefCell::new(LastError::None) };
+    /// A C active-message handler's failure: the status it returned and the text of the
+    /// error it became, until the call that ran it reports it.
+    static HANDLER_FAILED: RefCell<Option<(c_int, String)>> = const { RefCell::new(None) };
+}
+
+/// Notes that a C handler returned `code`, which became `Error::InvalidArgument(text)`:
+/// the call that ran it returns `code` (`record`).
+pub(crate) fn handler_failed(code: c_int, text: String) -> Error {
+    HANDLER_FAILED.with(|f| *f.borrow_mut() = Some((code, text.clone())));
+    Error::InvalidArgument(text)
+}
+
+/// The status a C handler returned, if `text` is the error its failure became.
+fn handler_status(text: &str) -> Option<c_int> {
+    HANDLER_FAILED.with(|f| {
+        let mut f = f.borrow_mut();
+        match &*f {
+            Some((code, failed)) if failed == text => {
+                let code = *code;
+                *f = None;
+                Some(code)
+            }
+            _ => None,
+        }
+    })
 }
 
 const WOULD_BLOCK_MESSAGE: &CStr =
@@ -146,7 +216,17 @@ pub(crate) fn record(failure: Failure) -> quiver_status {
             LAST_ERROR.with(|last| *last.borrow_mut() = LastError::WouldBlock);
             return QUIVER_ERR_WOULD_BLOCK;
         }
-        Failure::Api(e) => (status_of(&e), e.to_string()),
+        Failure::Api(e) => {
+            // A C handler's failure: the status it returned, not InvalidArgument.
+            let code = match &e {
+                Error::InvalidArgument(text) => handler_status(text)
+                    .and_then(quiver_status::from_code)
+                    .filter(|&c| c != QUIVER_OK)
+                    .unwrap_or(QUIVER_ERR_INVALID_ARGUMENT),
+                _ => status_of(&e),
+            };
+            (code, e.to_string())
+        }
         Failure::Boundary(code, message) => (code, message),
     };
     // An interior NUL cannot come from quiver's messages; replace it rather than lose the
@@ -189,6 +269,8 @@ pub extern "C" fn quiver_strerror(status: c_int) -> *const c_char {
         21 => c"bad handle (zero, freed, made up or another endpoint's)",
         22 => c"endpoint busy in another thread",
         23 => c"internal error in quiver",
+        24 => c"active message for a handler that is not registered",
+        25 => c"call not allowed inside an active-message handler",
         _ => c"unknown quiver status",
     };
     text.as_ptr()
@@ -261,15 +343,46 @@ mod tests {
     #[test]
     fn every_code_has_its_own_description() {
         let mut seen = std::collections::HashSet::new();
-        for code in 0..=QUIVER_ERR_INTERNAL as c_int {
+        for code in 0..=QUIVER_ERR_IN_HANDLER as c_int {
             let t = text(quiver_strerror(code));
             assert_ne!(t, "unknown quiver status", "code {code}");
             assert!(seen.insert(t), "code {code} shares its description");
         }
-        for code in [-1, QUIVER_ERR_INTERNAL as c_int + 1, c_int::MAX, c_int::MIN] {
+        for code in [
+            -1,
+            QUIVER_ERR_IN_HANDLER as c_int + 1,
+            c_int::MAX,
+            c_int::MIN,
+        ] {
             assert_eq!(text(quiver_strerror(code)), "unknown quiver status");
         }
         assert_eq!(text(quiver_version()), env!("CARGO_PKG_VERSION"));
+        for code in 0..=QUIVER_ERR_IN_HANDLER as c_int {
+            assert_eq!(
+                quiver_status::from_code(code).map(|s| s as c_int),
+                Some(code)
+            );
+        }
+        assert_eq!(quiver_status::from_code(-1), None);
+        assert_eq!(
+            quiver_status::from_code(QUIVER_ERR_IN_HANDLER as c_int + 1),
+            None
+        );
+    }
+
+    #[test]
+    fn a_handler_status_is_what_its_call_returns() {
+        let e = handler_failed(QUIVER_ERR_PEER_DEAD as c_int, "handler 1 returned 3".into());
+        // Another InvalidArgument is not the handler's.
+        assert_eq!(
+            record(Failure::Api(Error::InvalidArgument("other".into()))),
+            QUIVER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(record(Failure::Api(e)), QUIVER_ERR_PEER_DEAD);
+        assert!(text(quiver_last_error_message()).ends_with("handler 1 returned 3"));
+        // Reported once; a made-up number is InvalidArgument.
+        let e = handler_failed(9999, "handler 2 returned 9999".into());
+        assert_eq!(record(Failure::Api(e)), QUIVER_ERR_INVALID_ARGUMENT);
     }
 
     #[test]
