@@ -67,10 +67,19 @@ pub enum Error {
         /// The transport of the connection ("shm", "tcp", "udp", "mem", "xdp").
         transport: &'static str,
     },
-    /// The peer closed its end of the connection.
+    /// The peer closed its end of the connection (`Endpoint::close` of that connection, or
+    /// its endpoint dropped): reported after every message it sent before the close, to a
+    /// receive or probe that only that peer could satisfy, and to sends on the connection.
     #[error("peer {peer} closed the connection")]
     PeerClosed {
         /// The peer's address.
+        peer: Addr,
+    },
+    /// This endpoint closed the connection ([`Endpoint::close`](crate::Endpoint::close)):
+    /// every later call on its handle fails so; `connect` opens a new connection.
+    #[error("the connection to {peer} was closed by this endpoint (Endpoint::close); connect again to reach {peer}")]
+    ConnectionClosed {
+        /// The peer of the closed connection.
         peer: Addr,
     },
     /// The peer broke the shared-memory protocol (a crash mid-write or a scribbler): the
@@ -325,6 +334,7 @@ impl Error {
             | Error::PeerStopped { peer, .. }
             | Error::SendDeadlock { peer, .. }
             | Error::PeerClosed { peer }
+            | Error::ConnectionClosed { peer }
             | Error::Corrupt { peer, .. }
             | Error::MessageTooLarge { peer, .. }
             | Error::Unreachable { peer, .. }

@@ -60,6 +60,10 @@ impl Endpoint {
             if network && !matches!(got, Ok(None)) {
                 self.dgram.seen = None;
             }
+            if network && matches!(got, Ok(None)) && self.inbound[i].is_done() {
+                // Ended in this look (done network edges are passed over above).
+                self.network_edge_ended(i);
+            }
             let got = match got {
                 // An active message goes to its handler whatever the receive's buffer.
                 Err(Error::BufferTooSmall { .. }) if self.inbound[i].next_tag().am => {
@@ -123,6 +127,60 @@ impl Endpoint {
         };
         self.requests.pool.give(buf);
         result.map(|()| None)
+    }
+
+    /// Network inbound edge `i` ended in the last look: when its peer closed it cleanly, an
+    /// outbound edge riding on the same connection ends too ([`OutEdge::peer_closed`](crate::transport::edge::OutEdge::peer_closed)).
+    #[cold]
+    fn network_edge_ended(&mut self, i: usize) {
+        if !self.inbound[i].peer_end().closed {
+            return;
+        }
+        let super::Parts {
+            outbound,
+            inbound,
+            mut cx,
+            ..
+        } = self.parts();
+        for out in outbound.iter_mut() {
+            out.peer_closed(&inbound[i], &mut cx);
+        }
+    }
+
+    /// The clean end a receive from `source` (`None`: any) reports now instead of
+    /// waiting: [`Error::PeerClosed`] once every inbound edge that could satisfy it has
+    /// ended, every message taken, and one of them was closed by its peer. A receive
+    /// naming the peer gets it every time (nothing else can satisfy it); an any-source
+    /// receive once per closed edge (after that it waits, as an endpoint nobody connected
+    /// to does, for a new connection). None while an edge may still deliver: one test in
+    /// the common case, made only when a look found nothing.
+    pub(super) fn end_of(&mut self, source: Option<Addr>) -> Option<Error> {
+        let from = |inb: &InEdge| source.is_none_or(|s| inb.peer() == s);
+        if self.inbound.iter().any(|inb| from(inb) && !inb.ended())
+            || self.inbox.has_incoming.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        self.inbound
+            .iter_mut()
+            .filter(|inb| from(inb))
+            .find_map(|inb| {
+                let peer = inb.peer();
+                let end = inb.peer_end();
+                let report = end.closed && (source.is_some() || !end.reported);
+                end.reported |= report;
+                report.then_some(Error::PeerClosed { peer })
+            })
+    }
+
+    /// Whether an any-source receive would report a clean end now ([`Endpoint::end_of`]),
+    /// without reporting it (for `arm`).
+    pub(super) fn end_pending(&mut self) -> bool {
+        !self.inbound.iter().any(|inb| !inb.ended())
+            && self.inbound.iter_mut().any(|inb| {
+                let end = inb.peer_end();
+                end.closed && !end.reported
+            })
     }
 
     /// Polls the datagram engine before looking at network edges, if one runs: a blocking

@@ -11,7 +11,8 @@
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
 //! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look
 //! at the inbound edges), `waiting.rs` (idling and liveness), `am.rs` (active messages:
-//! handlers, `send_am`, running a handler when its message arrives).
+//! handlers, `send_am`, running a handler when its message arrives), `scope.rs` (posted
+//! operations on the caller's memory, typed data).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ pub(crate) mod matching;
 mod readiness;
 mod receive;
 mod rma;
+pub(crate) mod scope;
 mod send;
 mod tagged;
 #[cfg(test)]

@@ -32,7 +32,11 @@ impl Endpoint {
                 };
                 match looked {
                     Ok(Some(got)) => return Ok(got),
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if let Some(end) = self.end_of(None) {
+                            return Err(end);
+                        }
+                    }
                     Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
@@ -59,6 +63,9 @@ impl Endpoint {
             if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
                 return Ok(got);
             }
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
+            }
         }
         self.would_block()
     }
@@ -77,9 +84,16 @@ impl Endpoint {
                 if let Some(got) = self.take_any_pooled(true)? {
                     return Ok(got);
                 }
+                if let Some(end) = self.end_of(None) {
+                    return Err(end);
+                }
             } else if self.requests.posted_recvs.is_empty() {
                 if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
                     return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
+                }
+                if let Some(end) = self.end_of(None) {
+                    self.requests.pool.give(buf);
+                    return Err(end);
                 }
             }
             self.advance()?;
@@ -98,12 +112,18 @@ impl Endpoint {
             if let Some(got) = self.take_any_pooled(false)? {
                 return Ok(got);
             }
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
+            }
         } else if self.requests.posted_recvs.is_empty() {
             let mut buf = self.requests.pool.take(0);
             if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), false)? {
                 return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
             }
             self.requests.pool.give(buf);
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
+            }
         }
         self.would_block()
     }
@@ -202,12 +222,16 @@ impl Endpoint {
                 continue;
             }
             let state = match result {
-                Ok(None) => {
-                    if let Some(RecvState::Pending(b)) = self.requests.recvs.get_mut(key) {
-                        *b = buf;
+                Ok(None) => match self.end_of(None) {
+                    // Nothing more can come: the clean end goes to the first in line.
+                    Some(end) => RecvState::Done(Err(end)),
+                    None => {
+                        if let Some(RecvState::Pending(b)) = self.requests.recvs.get_mut(key) {
+                            *b = buf;
+                        }
+                        return;
                     }
-                    return;
-                }
+                },
                 Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion {
                     buf,
                     len,

@@ -84,6 +84,9 @@ impl Endpoint {
             if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
+            if let Some(end) = self.end_of(spec.source) {
+                return Err(end);
+            }
             if let Err(e) = self.idle(&mut wait, "waiting for a matching message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -99,7 +102,7 @@ impl Endpoint {
         self.advance()?;
         match self.take_matching(spec, buf, false)? {
             Some(got) => Ok(got),
-            None => self.would_block(),
+            None => self.end_or_would_block(spec),
         }
     }
 
@@ -116,6 +119,9 @@ impl Endpoint {
             if let Some(got) = self.probe_now(spec, true)? {
                 return Ok(got);
             }
+            if let Some(end) = self.end_of(spec.source) {
+                return Err(end);
+            }
             self.idle(&mut wait, "probing for a matching message")?;
         }
     }
@@ -129,6 +135,15 @@ impl Endpoint {
         self.advance()?;
         match self.probe_now(spec, false)? {
             Some(got) => Ok(got),
+            None => self.end_or_would_block(spec),
+        }
+    }
+
+    /// Nothing matching `spec` now: the clean end of the peers that could send it, or
+    /// [`Error::WouldBlock`].
+    fn end_or_would_block<T>(&mut self, spec: MatchSpec) -> Result<T> {
+        match self.end_of(spec.source) {
+            Some(end) => Err(end),
             None => self.would_block(),
         }
     }

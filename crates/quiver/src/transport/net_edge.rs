@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::log::ENDPOINT_LOG;
 use crate::slab::Key;
 use crate::transport::failure::Failure;
-use crate::transport::inbound_state::InboundState;
+use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::liveness::{Looks, PeerProcess};
 use crate::transport::requests::Requests;
 use crate::transport::wire_tag::WireTag;
@@ -164,6 +164,8 @@ pub(crate) struct NetIn {
     pub(crate) active: bool,
     /// This endpoint's outbound edge to the peer rides on this (accepted) connection.
     pub(crate) carries_out: bool,
+    /// Whether the peer closed the edge cleanly, and whether that was reported.
+    pub(crate) end: PeerEnd,
 }
 
 impl NetIn {
@@ -181,6 +183,7 @@ impl NetIn {
             reverse: false,
             active: true,
             carries_out: false,
+            end: PeerEnd::default(),
         }
     }
 

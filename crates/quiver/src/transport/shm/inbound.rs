@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
 use crate::transport::dest::Dest;
 use crate::transport::failure::corrupt_detail;
-use crate::transport::inbound_state::InboundState;
+use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::liveness::{FreezeWatch, Looks};
 use crate::transport::registry::NewInbound;
 use crate::transport::wait::Wait;
@@ -57,6 +57,8 @@ pub(crate) struct ShmIn {
     ahead: VecDeque<(WireTag, Vec<u8>)>,
     /// Bytes in `ahead` (at most `read_ahead_bytes`).
     ahead_bytes: usize,
+    /// Whether the peer closed the edge cleanly, and whether that was reported.
+    pub(crate) end: PeerEnd,
 }
 
 /// What [`ShmIn::read_ahead`] left of a sender asleep in a blocking send on the edge.
@@ -99,6 +101,7 @@ impl ShmIn {
             delivered_tag: WireTag::default(),
             ahead: VecDeque::new(),
             ahead_bytes: 0,
+            end: PeerEnd::default(),
         }
     }
 
@@ -308,6 +311,7 @@ impl ShmIn {
                 self.ring.consume(&rec);
                 self.ring.flush();
                 self.state = InboundState::Done;
+                self.end.closed = true;
                 Ok(None)
             }
             Kind::Tag | Kind::Am => self.take_tag(rec, dest, wait, config, detection),
@@ -681,6 +685,15 @@ impl ShmIn {
             if let Err(e) = self.ring.verify() {
                 self.state = InboundState::Broken(e.to_string());
                 self.ring.close();
+            } else if self.ring.producer_closed()
+                && self.ahead.is_empty()
+                && self.partial.is_none()
+                && matches!(self.ring.peek(), Ok(None))
+            {
+                // Closed when its ring had no room for the close record: the flag alone
+                // says so, seen once everything before it was taken.
+                self.state = InboundState::Done;
+                self.end.closed = true;
             }
         }
     }
@@ -717,5 +730,16 @@ impl ShmIn {
     /// Closes the edge (the endpoint closes).
     pub(crate) fn close(&mut self) {
         self.ring.close();
+    }
+
+    /// Ends the edge because this endpoint closed its connection to the peer
+    /// (`Endpoint::close`): the ring is closed from this side, so the peer's sends on it
+    /// fail with `PeerClosed`; what it wrote and nobody took is dropped; no report.
+    pub(crate) fn close_here(&mut self) {
+        self.ring.close();
+        self.state = InboundState::Done;
+        self.ahead.clear();
+        self.ahead_bytes = 0;
+        self.partial = None;
     }
 }

@@ -227,6 +227,7 @@ impl TcpIn {
                 if header.kind == StreamKind::Close {
                     tcp.start += HEADER_LEN;
                     net.state = InboundState::Done;
+                    net.end.closed = true;
                     return Ok(None);
                 }
                 if let Some(tag) = announced(&header) {
@@ -589,6 +590,21 @@ impl TcpIn {
         let tcp = &self.reader;
         self.net.state == InboundState::Open
             && (tcp.end > tcp.start || !tcp.ready.is_empty() || tcp.holds_partial())
+    }
+
+    /// Ends the edge because this endpoint closed the connection (`Endpoint::close`): what
+    /// it held is dropped; a posted receive bound to a message in progress on it is handed
+    /// back by key, for the caller to fail.
+    pub(crate) fn close_here(&mut self) -> Option<crate::slab::Key> {
+        let bound = match self.reader.partial.take() {
+            Some(Partial {
+                into: PartialInto::Posted(key, _),
+                ..
+            }) => Some(key),
+            _ => None,
+        };
+        self.finish();
+        bound
     }
 
     /// The stream, when the edge is open: read-ahead polls it.
