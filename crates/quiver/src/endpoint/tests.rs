@@ -336,3 +336,49 @@ fn a_held_tcp_message_grows_as_it_arrives() {
     assert!(got.iter().all(|&b| b == 5));
     drop(writer.join().unwrap());
 }
+
+/// A hostile peer's active messages: a header longer than its message fails the
+/// connection (reported once, counted), a handler id beyond 16 bits is an unknown handler
+/// (counted; the connection keeps working), and nothing panics.
+#[test]
+fn malformed_active_messages_are_typed_errors() {
+    let (_ctx0, mut ep, _ctx1, _ep1) = tcp_endpoint();
+    let peer = ep.inbound[0].peer();
+    ep.register_handler(
+        1,
+        |_: &mut Endpoint, _: &super::handlers::ActiveMessage<'_>| Ok(()),
+    )
+    .unwrap();
+    let (mut ours, theirs) = pair();
+    lone_edge(&mut ep, theirs);
+    let mut buf = [0u8; 64];
+    // Handler id 1 << 20: no such handler; the plain message after it arrives.
+    let mut bytes = StreamHeader::am(1 << 52 | 2).emit().to_vec();
+    bytes.extend_from_slice(&frame(b"hhpayload"));
+    bytes.extend_from_slice(&StreamHeader::tag(0).emit());
+    bytes.extend_from_slice(&frame(b"plain"));
+    ours.write_all(&bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    match ep.recv(&mut buf) {
+        Err(Error::UnknownHandler { peer: from, id }) => assert_eq!((from, id), (peer, 1 << 20)),
+        other => panic!("expected an unknown handler, got {other:?}"),
+    }
+    assert_eq!(ep.recv(&mut buf).unwrap(), (5, peer));
+    assert_eq!(&buf[..5], b"plain");
+    // Handler 1, a 100-byte header in a 5-byte message: the connection fails.
+    let mut bytes = StreamHeader::am(1 << 32 | 100).emit().to_vec();
+    bytes.extend_from_slice(&frame(b"short"));
+    ours.write_all(&bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    match ep.recv(&mut buf) {
+        Err(Error::Unreachable { detail, .. }) => {
+            assert!(detail.contains("100-byte header"), "{detail}")
+        }
+        other => panic!("expected the connection to fail, got {other:?}"),
+    }
+    let stats = ep.am_stats();
+    assert_eq!(
+        (stats.unknown_handler, stats.malformed, stats.handled),
+        (1, 1, 0)
+    );
+}
