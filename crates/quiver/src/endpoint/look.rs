@@ -151,6 +151,7 @@ impl Endpoint {
             InEdge::Dgram(edge) if edge.open_and_active() => {
                 let peer = edge.net.peer;
                 let looked = self.dgram.look_lone(edge, buf, &self.local)?;
+                self.last_tag = edge.delivered_tag;
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             _ => None,

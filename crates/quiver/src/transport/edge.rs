@@ -202,19 +202,15 @@ impl OutEdge {
     }
 
     /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
-    /// tagged send and back to 0 after it). A transport that carries no tags refuses a tag
-    /// other than 0.
+    /// tagged send and back to 0 after it). Every transport carries tags (udp, mem and xdp
+    /// in each message's header); a transport that could not would refuse a tag other
+    /// than 0 here.
     pub(crate) fn set_tag(&mut self, tag: u64) -> Result<()> {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
             OutEdge::Tcp(e) => e.set_tag(tag),
-            OutEdge::Dgram(_) if tag != 0 => {
-                return Err(Error::InvalidArgument(format!(
-                    "tagged messages are not carried over {} yet",
-                    self.kind().map_or("this transport", TransportKind::name)
-                )))
-            }
-            OutEdge::Dgram(_) | OutEdge::Busy => {}
+            OutEdge::Dgram(e) => e.set_tag(tag),
+            OutEdge::Busy => {}
         }
         Ok(())
     }
@@ -536,7 +532,7 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
-            InEdge::Dgram(_) => 0,
+            InEdge::Dgram(e) => e.delivered_tag,
         }
     }
 

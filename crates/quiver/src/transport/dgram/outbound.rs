@@ -38,6 +38,8 @@ pub(crate) struct DgramOut {
     watch: DeadlockWatch,
     /// One-sided operations to the peer (their own connection, opened at the first).
     pub(crate) rma: DgramRma,
+    /// The tag of the sends made now ([`DgramOut::set_tag`]; 0 outside a tagged send).
+    tag: u64,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -55,6 +57,7 @@ impl DgramOut {
             in_place: Vec::new(),
             next_token: 0,
             watch: DeadlockWatch::default(),
+            tag: 0,
             rma: DgramRma::default(),
         }
     }
@@ -62,6 +65,12 @@ impl DgramOut {
     /// The datagram transport of the edge (udp or mem).
     pub(crate) fn kind(&self) -> TransportKind {
         self.kind
+    }
+
+    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
+    /// and back to 0 after it): each message carries its own in its header.
+    pub(crate) fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 
     /// Hands more of `data` to the protocol's send window; true once all of it is taken.
@@ -73,7 +82,7 @@ impl DgramOut {
         started: &mut bool,
     ) -> std::result::Result<bool, Failure> {
         match engine {
-            Some(engine) => engine.write(self.id, data, written, started),
+            Some(engine) => engine.write(self.id, self.tag, data, written, started),
             None => Err(lost(self.kind, "the datagram engine is gone")),
         }
     }
@@ -132,7 +141,12 @@ impl DgramOut {
     ) -> Result<()> {
         let mut progress = InPlace::default();
         loop {
-            let sent = engine.send_in_place(endpoint.context().local, self.id, data, &mut progress);
+            let sent = engine.send_in_place(
+                endpoint.context().local,
+                (self.id, self.tag),
+                data,
+                &mut progress,
+            );
             let step = match sent {
                 Ok(true) => return Ok(()),
                 // `send_in_place` polled the engine.
@@ -171,7 +185,7 @@ impl DgramOut {
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
                 self.net
-                    .queue_rest(data, (written, started, 0), cx.requests);
+                    .queue_rest(data, (written, started, self.tag), cx.requests);
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -194,7 +208,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
-            tag: 0,
+            tag: self.tag,
             data,
             written: 0,
             started: false,
@@ -220,7 +234,7 @@ impl DgramOut {
             };
             if let (true, Some(engine), Some(key)) = (q.in_place, engine, q.key) {
                 let token = self.next_token;
-                match engine.post_in_place(self.id, token, std::mem::take(&mut q.data)) {
+                match engine.post_in_place(self.id, token, q.tag, std::mem::take(&mut q.data)) {
                     Ok(None) => {
                         self.next_token += 1;
                         self.in_place.push((token, key));
@@ -236,7 +250,7 @@ impl DgramOut {
             }
             let (id, kind) = (self.id, self.kind);
             let written = match engine {
-                Some(engine) => engine.write(id, &q.data, &mut q.written, &mut q.started),
+                Some(engine) => engine.write(id, q.tag, &q.data, &mut q.written, &mut q.started),
                 None => Err(lost(kind, "the datagram engine is gone")),
             };
             match written {
