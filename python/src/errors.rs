@@ -201,7 +201,9 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         | Error::RmaMisaligned { .. }
         | Error::RmaKeyRefused { .. }
         | Error::RmaRevoked { .. } => RmaError::new_err(message),
-        Error::InvalidArgument(_) => InvalidArgument::new_err(message),
+        Error::InvalidArgument(_) | Error::ConnectionClosed { .. } => {
+            InvalidArgument::new_err(message)
+        }
         Error::Config(_) => ConfigError::new_err(message),
         Error::Io { .. } => IoError::new_err(message),
         // A kind the Rust API adds later: still a QuiverError with its message.

@@ -94,7 +94,8 @@ pub(crate) fn status_of(e: &Error) -> quiver_status {
         | Error::RmaMisaligned { .. }
         | Error::RmaKeyRefused { .. }
         | Error::RmaRevoked { .. } => QUIVER_ERR_RMA,
-        Error::InvalidArgument(_) => QUIVER_ERR_INVALID_ARGUMENT,
+        // A closed connection's handle is the caller's misuse, as in C.
+        Error::InvalidArgument(_) | Error::ConnectionClosed { .. } => QUIVER_ERR_INVALID_ARGUMENT,
         Error::Config(_) => QUIVER_ERR_CONFIG,
         Error::Io { .. } => QUIVER_ERR_IO,
         // A kind added to the Rust API later: its message still says what happened.

@@ -67,10 +67,19 @@ pub enum Error {
         /// The transport of the connection ("shm", "tcp", "udp", "mem", "xdp").
         transport: &'static str,
     },
-    /// The peer closed its end of the connection.
+    /// The peer closed its end of the connection (`Endpoint::close` of that connection, or
+    /// its endpoint dropped): reported after every message it sent before the close, to a
+    /// receive or probe that only that peer could satisfy, and to sends on the connection.
     #[error("peer {peer} closed the connection")]
     PeerClosed {
         /// The peer's address.
+        peer: Addr,
+    },
+    /// This endpoint closed the connection ([`Endpoint::close`](crate::Endpoint::close)):
+    /// every later call on its handle fails so; `connect` opens a new connection.
+    #[error("the connection to {peer} was closed by this endpoint (Endpoint::close); connect again to reach {peer}")]
+    ConnectionClosed {
+        /// The peer of the closed connection.
         peer: Addr,
     },
     /// The peer broke the shared-memory protocol (a crash mid-write or a scribbler): the
@@ -247,6 +256,24 @@ pub enum Error {
         /// The region's number at its owner.
         region: u64,
     },
+    /// An active message named a handler id this endpoint has not registered
+    /// ([`Endpoint::register_handler`](crate::Endpoint::register_handler)): the message was
+    /// dropped and counted (`AmStats::unknown_handler`); the connection keeps working.
+    #[error("active message from {peer} for handler {id}, which this endpoint has not registered; the message was dropped (register the handler before peers send to it)")]
+    UnknownHandler {
+        /// The sender.
+        peer: Addr,
+        /// The handler id it named.
+        id: u32,
+    },
+    /// An active-message handler called something a handler may not: a call that blocks,
+    /// receives or advances progress (handlers run inside those calls; docs/active-messages.md
+    /// lists what a handler may call). Nothing was done.
+    #[error("{call} called inside an active-message handler, where it is not allowed (it could block or run handlers re-entrantly); a handler may send without waiting (try_send, post_send, try_send_am, post_send_am, reply, reply_am): do the rest after the call that ran the handler returns")]
+    InHandler {
+        /// The call refused.
+        call: &'static str,
+    },
     /// The caller passed something unusable.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -307,12 +334,14 @@ impl Error {
             | Error::PeerStopped { peer, .. }
             | Error::SendDeadlock { peer, .. }
             | Error::PeerClosed { peer }
+            | Error::ConnectionClosed { peer }
             | Error::Corrupt { peer, .. }
             | Error::MessageTooLarge { peer, .. }
             | Error::Unreachable { peer, .. }
             | Error::Refused { peer, .. }
             | Error::WrongKey { peer, .. }
-            | Error::VersionMismatch { peer, .. } => Some(*peer),
+            | Error::VersionMismatch { peer, .. }
+            | Error::UnknownHandler { peer, .. } => Some(*peer),
             _ => None,
         }
     }

@@ -39,12 +39,17 @@ mod transport;
 pub mod variables;
 
 pub use addr::Addr;
+/// The plain-data traits of typed sends and receives ([`Endpoint::send_typed`],
+/// [`Scope::post_send`]): `#[derive(Pod, Zeroable)]` needs bytemuck's `derive` feature.
+pub use bytemuck;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
+pub use endpoint::handlers::{ActiveMessage, AmStats};
 pub use endpoint::matching::{Envelope, MatchSpec};
+pub use endpoint::scope::{Scope, ScopedRecv, ScopedSend};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};
 pub use error::{Error, Result};
 pub use job::{node_load_from_env, Bootstrap};

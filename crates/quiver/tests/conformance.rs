@@ -5,8 +5,9 @@
 //! only, skipped with a reason otherwise) with `QUIVER_TRANSPORTS` narrowed to the
 //! transport under test, and checks the same behaviour of the public API:
 //! every size byte-identical, order per connection, all three ways of sending and
-//! receiving, backpressure, BufferTooSmall keeping the message, a closed peer, a stranger
-//! with the wrong key refused and counted.
+//! receiving, backpressure, BufferTooSmall keeping the message, a closed peer and closing
+//! one connection, a stranger with the wrong key refused and counted, posted operations on
+//! the caller's memory (`scoped/`).
 //!
 //! The udp transport runs the suite three times: over loopback with plain sockets, over
 //! loopback with its io_uring engine (`QUIVER_UDP_IO=uring`), and between network
@@ -22,6 +23,8 @@ use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
+mod am;
+mod scoped;
 mod tagged;
 mod xdp_net;
 use xdp_net::XdpNet;
@@ -449,9 +452,10 @@ fn closed_peer_is_reported(t: TransportKind) {
 
 /// Rank 0 closes its connection to rank 1 with posted sends still on their way (a large
 /// one among them): rank 1 receives them all, byte-identical, then sees the connection
-/// end cleanly (no error, no longer counted live); rank 0's later calls on the connection
-/// fail with `InvalidArgument`; its connection to rank 2 keeps working, and a new
-/// `connect` reaches rank 1 again.
+/// end cleanly (`PeerClosed` from its blocked receive, at once rather than after its
+/// timeout; no longer counted live); rank 0's later calls on the connection fail with
+/// `ConnectionClosed`; its connection to rank 2 keeps working, and a new `connect`
+/// reaches rank 1 again.
 fn close_one_connection(t: TransportKind) {
     const LENS: [usize; 3] = [8, 70_000, (1 << 20) + 5];
     run(t, 3, |rank, ctx| {
@@ -471,10 +475,11 @@ fn close_one_connection(t: TransportKind) {
                 }
                 for result in [ep.send(one, b"after"), ep.close(one)] {
                     match result {
-                        Err(Error::InvalidArgument(why)) => {
-                            assert!(why.contains("closed"), "{why}")
+                        Err(e @ Error::ConnectionClosed { peer }) => {
+                            assert_eq!(peer, Addr::new(1, 0));
+                            assert!(e.to_string().contains("closed"), "{e}")
                         }
-                        other => panic!("expected InvalidArgument, got {other:?}"),
+                        other => panic!("expected ConnectionClosed, got {other:?}"),
                     }
                 }
                 ep.send(two, b"still here").unwrap();
@@ -497,16 +502,21 @@ fn close_one_connection(t: TransportKind) {
                         "message {i} differs"
                     );
                 }
-                // The end is clean: no error from a receive (as when an endpoint closes),
-                // the connection no longer counts among the live ones.
-                let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                while ep.inbound_count() > 0 {
-                    assert!(std::time::Instant::now() < deadline, "the end never came");
-                    match ep.try_recv(&mut buf) {
-                        Err(Error::WouldBlock) => thread::sleep(Duration::from_millis(1)),
-                        other => panic!("expected nothing more, got {other:?}"),
-                    }
+                // The end is clean and prompt: the blocked receive gets PeerClosed after the
+                // last message (not its timeout), and the connection no longer counts among
+                // the live ones.
+                ep.set_timeout(Some(Duration::from_secs(60)));
+                let started = std::time::Instant::now();
+                match ep.recv(&mut buf) {
+                    Err(Error::PeerClosed { peer }) => assert_eq!(peer, Addr::new(0, 0)),
+                    other => panic!("expected PeerClosed, got {other:?}"),
                 }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "the end took {:?}",
+                    started.elapsed()
+                );
+                assert_eq!(ep.inbound_count(), 0);
                 let zero = ep.connect(Addr::new(0, 0)).unwrap();
                 ep.send(zero, b"seen").unwrap();
                 let (n, _) = ep.recv(&mut buf).unwrap();
@@ -518,6 +528,128 @@ fn close_one_connection(t: TransportKind) {
                 let (n, src) = ep.recv(&mut buf).unwrap();
                 assert_eq!((&buf[..n], src), (&b"still here"[..], Addr::new(0, 0)));
             }
+        }
+    });
+}
+
+/// Closing ends both directions, seen by the peer at once and after everything: rank 1
+/// connects and sends first (so both directions exist, on one connection or, over shm, a
+/// ring each way); rank 0 sends messages of every protocol's size and closes. Rank 1's
+/// probe and receive naming rank 0 get every message, byte-identical, then `PeerClosed`
+/// (promptly, each time it asks); its sends to rank 0 then fail with `PeerClosed` too.
+fn close_ends_both_directions(t: TransportKind) {
+    const LENS: [usize; 5] = [0, 8, 4096, 70_000, (1 << 20) + 5];
+    let done = std::sync::Barrier::new(2);
+    let done = &done;
+    run(t, 2, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(60)));
+        let peer = Addr::new(1 - rank, 0);
+        if rank == 0 {
+            let mut buf = [0u8; 8];
+            assert_eq!(ep.recv(&mut buf).unwrap(), (5, peer), "hello");
+            let conn = ep.connect(peer).unwrap();
+            for (i, &len) in LENS.iter().enumerate() {
+                ep.send(conn, &pattern(len, i as u32 + 50)).unwrap();
+            }
+            ep.close(conn).unwrap();
+            assert!(matches!(
+                ep.send(conn, b"x"),
+                Err(Error::ConnectionClosed { .. })
+            ));
+            done.wait();
+        } else {
+            let back = ep.connect(peer).unwrap();
+            ep.send(back, b"hello").unwrap();
+            let from = quiver::MatchSpec {
+                source: Some(peer),
+                ..quiver::MatchSpec::ANY
+            };
+            let mut buf = vec![0u8; 2 << 20];
+            for (i, &len) in LENS.iter().enumerate() {
+                let seen = ep.probe(from).unwrap();
+                assert_eq!((seen.source, seen.len), (peer, len as u64), "probe {i}");
+                let got = ep.recv_matching(from, &mut buf).unwrap();
+                assert_eq!(got.len, len as u64, "message {i}");
+                assert!(
+                    buf[..len] == pattern(len, i as u32 + 50)[..],
+                    "message {i} differs"
+                );
+            }
+            let started = std::time::Instant::now();
+            for _ in 0..2 {
+                match ep.recv_matching(from, &mut buf) {
+                    Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
+                    other => panic!("expected PeerClosed, got {other:?}"),
+                }
+                match ep.probe(from) {
+                    Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
+                    other => panic!("expected PeerClosed from probe, got {other:?}"),
+                }
+                assert!(matches!(ep.try_probe(from), Err(Error::PeerClosed { .. })));
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the end took {:?}",
+                started.elapsed()
+            );
+            // The direction back is closed too (over shm once the ring back is full).
+            let msg = vec![7u8; 64 << 10];
+            let mut result = Ok(());
+            for _ in 0..10_000 {
+                result = ep.send(back, &msg);
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
+                other => panic!("expected PeerClosed on the way back, got {other:?}"),
+            }
+            done.wait();
+        }
+    });
+}
+
+/// A peer that only sends (it never receives, so never reads the close) learns of the
+/// close from its sends: rank 0 closes its connection to rank 1 while rank 1 sends to it
+/// in a loop; rank 1's send fails with `PeerClosed` (tcp: once the socket is full and the
+/// peer has shut the stream; shm: once the ring back is full), not after its timeout.
+fn close_stops_a_sender(t: TransportKind) {
+    let done = std::sync::Barrier::new(2);
+    let done = &done;
+    run(t, 2, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(60)));
+        let peer = Addr::new(1 - rank, 0);
+        if rank == 0 {
+            let mut buf = [0u8; 8];
+            assert_eq!(ep.recv(&mut buf).unwrap(), (5, peer), "hello");
+            let conn = ep.connect(peer).unwrap();
+            ep.close(conn).unwrap();
+            done.wait();
+        } else {
+            let conn = ep.connect(peer).unwrap();
+            ep.send(conn, b"hello").unwrap();
+            let msg = vec![3u8; 64 << 10];
+            let started = std::time::Instant::now();
+            let mut result = Ok(());
+            for _ in 0..100_000 {
+                result = ep.send(conn, &msg);
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
+                other => panic!("expected PeerClosed, got {other:?}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the end took {:?}",
+                started.elapsed()
+            );
+            done.wait();
         }
     });
 }
@@ -1140,6 +1272,10 @@ macro_rules! conformance {
             #[test] fn a_message_over_the_limit_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { super::a_message_over_the_limit_is_refused($kind) } }
             #[test] fn reply_without_connecting_back() { $(super::set_variant($variant);)? if !super::skip($kind) { super::reply_without_connecting_back($kind) } }
             #[test] fn close_one_connection() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_one_connection($kind) } }
+            #[test] fn close_stops_a_sender() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_stops_a_sender($kind) } }
+            #[test] fn close_ends_both_directions() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_ends_both_directions($kind) } }
+            #[test] fn scoped_slices_of_caller_arrays() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::slices_of_caller_arrays($kind) } }
+            #[test] fn scoped_early_return_and_panic() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::early_return_and_panic($kind) } }
             #[test] fn send_send() { $(super::set_variant($variant);)? if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};
@@ -1177,4 +1313,33 @@ tagged_conformance! {
     mem_tagged: TransportKind::Mem;
     xdp_tagged: TransportKind::Xdp;
     udp_uring_tagged: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
+}
+
+/// The active-message part of the suite, over the transports that carry active messages
+/// (the datagram transports refuse them, below).
+macro_rules! am_conformance {
+    ($($name:ident: $kind:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn handlers_run_once_in_order() { am::handlers_run_once_in_order($kind) }
+            #[test] fn every_size() { am::every_size($kind) }
+            #[test] fn unknown_handler_is_a_counted_error() { am::unknown_handler_is_a_counted_error($kind) }
+            #[test] fn blocking_call_in_handler_is_refused() { am::blocking_call_in_handler_is_refused($kind) }
+        }
+    )*};
+}
+
+am_conformance! {
+    shm_am: TransportKind::Shm;
+    tcp_am: TransportKind::Tcp;
+}
+
+#[test]
+fn udp_refuses_an_active_message() {
+    am::am_refused(TransportKind::Udp);
+}
+
+#[test]
+fn mem_refuses_an_active_message() {
+    am::am_refused(TransportKind::Mem);
 }

@@ -26,6 +26,7 @@ impl Endpoint {
     /// peer rejects us (wrong job key, no such endpoint in time), [`Error::Timeout`],
     /// [`Error::Io`].
     pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
+        self.refuse_in_handler("connect")?;
         if let Some(&index) = self.by_peer.get(&peer) {
             if self.outbound[index as usize].failure().is_none() {
                 return Ok(self.connection(index, peer));
@@ -116,25 +117,33 @@ impl Endpoint {
     /// As [`Endpoint::reply_connection`], then as [`Endpoint::send`].
     pub fn reply(&mut self, src: Addr, data: &[u8]) -> Result<()> {
         let conn = self.reply_connection(src)?;
+        if self.am.in_handler {
+            return self.reply_in_handler(conn, data);
+        }
         self.send(conn, data)
     }
 
-    /// Closes connection `conn` and leaves the endpoint's other connections as they are.
-    /// Posted and queued sends on it are finished first (this waits for them, bounded by
-    /// the endpoint's timeout); then the peer receives what was sent and, after it, a clean
-    /// end ([`Error::PeerClosed`] from its receive). Over udp and mem one reliable
-    /// connection carries both directions, so closing it ends the peer's direction to
-    /// this endpoint too (over tcp only this direction ends).
+    /// Closes connection `conn`, both directions, and leaves the endpoint's other
+    /// connections as they are. Posted and queued sends on it are finished first (this
+    /// waits for them, bounded by the endpoint's timeout); then the peer receives what was
+    /// sent and, after it, a clean end: [`Error::PeerClosed`] from a receive or probe that
+    /// only this endpoint could satisfy (one naming it as the source, or any receive once
+    /// no other connection to the peer's endpoint is left), at once rather than after a
+    /// timeout. The peer's direction to this endpoint ends too, on every transport: what
+    /// it sent that this endpoint has not received is dropped, and its sends on that
+    /// connection fail with [`Error::PeerClosed`] (over shm once its ring is full or it
+    /// waits, over tcp once it has read the close). Decision 0089.
     ///
     /// Every later call on `conn` (and a second `close`) fails with
-    /// [`Error::InvalidArgument`] saying it was closed; `connect` opens a new connection.
+    /// [`Error::ConnectionClosed`]; `connect` opens a new connection.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a connection of another endpoint or one closed
-    /// already; the connection's peer error if it had failed already (there is nothing
-    /// left to close); a peer error or [`Error::Timeout`] while its sends finished (it is
-    /// closed all the same).
+    /// [`Error::InvalidArgument`] for a connection of another endpoint;
+    /// [`Error::ConnectionClosed`] for one closed already; the connection's peer error if
+    /// it had failed already (there is nothing left to close); a peer error or
+    /// [`Error::Timeout`] while its sends finished (it is closed all the same).
     pub fn close(&mut self, conn: Connection) -> Result<()> {
+        self.refuse_in_handler("close")?;
         let idx = self.outbound_index(conn)?;
         let finished = self.finish_sends_of(idx);
         let failed = match (finished, self.outbound[idx].failure()) {
@@ -144,9 +153,12 @@ impl Endpoint {
         };
         tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, peer = %conn.peer, "closing a connection");
         let super::Parts {
-            outbound, mut cx, ..
+            outbound,
+            inbound,
+            mut cx,
+            ..
         } = self.parts();
-        outbound[idx].close_connection(&mut cx);
+        outbound[idx].close_connection(inbound, &mut cx);
         failed.map_or(Ok(()), Err)
     }
 
@@ -154,7 +166,7 @@ impl Endpoint {
     fn finish_sends_of(&mut self, idx: usize) -> Result<()> {
         let mut wait = Wait::new(&self.config);
         loop {
-            self.progress()?;
+            self.advance()?;
             if !self.outbound[idx].busy() {
                 return Ok(());
             }

@@ -4,12 +4,14 @@
 
 use std::sync::atomic::Ordering;
 
+use super::matching::Envelope;
 use super::Endpoint;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::transport::dest::Dest;
 use crate::transport::dgram::endpoint_side::LoneEdge;
 use crate::transport::edge::{InEdge, Look};
+use crate::transport::wire_tag::WireTag;
 
 impl Endpoint {
     /// Looks once at every inbound edge (round robin) for a message to deliver into `dest`.
@@ -25,6 +27,11 @@ impl Endpoint {
             self.poll_engine_for_look(wait);
             let got = self.look_at(i, dest, wait, false)?;
             self.last_tag = self.inbound[i].tag();
+            if let (Some(len), true) = (got, self.last_tag.am) {
+                // It was an active message: its handler has it, the receive goes on.
+                self.run_handler(i, self.last_tag, dest.filled(len))?;
+                return Ok(None);
+            }
             return Ok(got.map(|len| (len, self.inbound[i].peer())));
         }
         if self.inbox.has_incoming.load(Ordering::Relaxed) {
@@ -54,9 +61,25 @@ impl Endpoint {
             if network && !matches!(got, Ok(None)) {
                 self.dgram.seen = None;
             }
-            if let Some(len) = got? {
+            if network && matches!(got, Ok(None)) && self.inbound[i].is_done() {
+                // Ended in this look (done network edges are passed over above).
+                self.network_edge_ended(i);
+            }
+            let got = match got {
+                // An active message goes to its handler whatever the receive's buffer.
+                Err(Error::BufferTooSmall { .. }) if self.inbound[i].next_tag().am => {
+                    self.take_am_pooled(i, wait)?
+                }
+                got => got?,
+            };
+            if let Some(len) = got {
                 self.last_tag = self.inbound[i].tag();
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+                if self.last_tag.am {
+                    // Its handler runs now; the look goes on at the next edge.
+                    self.run_handler(i, self.last_tag, dest.filled(len))?;
+                    continue;
+                }
                 return Ok(Some((len, self.inbound[i].peer())));
             }
             if let Dest::Posted { bound: true, .. } = dest {
@@ -73,6 +96,92 @@ impl Endpoint {
             self.dgram.seen = news;
         }
         Ok(None)
+    }
+
+    /// Takes the active message a receive's buffer was too small for into a pool buffer
+    /// and runs its handler (no message for the caller).
+    #[cold]
+    #[inline(never)]
+    fn take_am_pooled(&mut self, i: usize, wait: bool) -> Result<Option<usize>> {
+        let mut buf = self.requests.pool.take(0);
+        let got = self.look_at(i, &mut Dest::Owned(&mut buf), wait, false);
+        let result = match got {
+            Ok(Some(len)) => {
+                let tag = self.inbound[i].tag();
+                if tag.am {
+                    self.run_handler(i, tag, &buf[..len])
+                } else {
+                    // Not reached: the edge said its next message was an active one. Were
+                    // it plain, it would wait for a receive that fits it.
+                    let envelope = Envelope {
+                        source: self.inbound[i].peer(),
+                        tag: tag.value,
+                        len: len as u64,
+                    };
+                    buf.truncate(len);
+                    self.arrive(envelope, std::mem::take(&mut buf));
+                    Ok(())
+                }
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        self.requests.pool.give(buf);
+        result.map(|()| None)
+    }
+
+    /// Network inbound edge `i` ended in the last look: when its peer closed it cleanly, an
+    /// outbound edge riding on the same connection ends too ([`OutEdge::peer_closed`](crate::transport::edge::OutEdge::peer_closed)).
+    #[cold]
+    fn network_edge_ended(&mut self, i: usize) {
+        if !self.inbound[i].peer_end().closed {
+            return;
+        }
+        let super::Parts {
+            outbound,
+            inbound,
+            mut cx,
+            ..
+        } = self.parts();
+        for out in outbound.iter_mut() {
+            out.peer_closed(&inbound[i], &mut cx);
+        }
+    }
+
+    /// The clean end a receive from `source` (`None`: any) reports now instead of
+    /// waiting: [`Error::PeerClosed`] once every inbound edge that could satisfy it has
+    /// ended, every message taken, and one of them was closed by its peer. A receive
+    /// naming the peer gets it every time (nothing else can satisfy it); an any-source
+    /// receive once per closed edge (after that it waits, as an endpoint nobody connected
+    /// to does, for a new connection). None while an edge may still deliver: one test in
+    /// the common case, made only when a look found nothing.
+    pub(super) fn end_of(&mut self, source: Option<Addr>) -> Option<Error> {
+        let from = |inb: &InEdge| source.is_none_or(|s| inb.peer() == s);
+        if self.inbound.iter().any(|inb| from(inb) && !inb.ended())
+            || self.inbox.has_incoming.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        self.inbound
+            .iter_mut()
+            .filter(|inb| from(inb))
+            .find_map(|inb| {
+                let peer = inb.peer();
+                let end = inb.peer_end();
+                let report = end.closed && (source.is_some() || !end.reported);
+                end.reported |= report;
+                report.then_some(Error::PeerClosed { peer })
+            })
+    }
+
+    /// Whether an any-source receive would report a clean end now ([`Endpoint::end_of`]),
+    /// without reporting it (for `arm`).
+    pub(super) fn end_pending(&mut self) -> bool {
+        !self.inbound.iter().any(|inb| !inb.ended())
+            && self.inbound.iter_mut().any(|inb| {
+                let end = inb.peer_end();
+                end.closed && !end.reported
+            })
     }
 
     /// Polls the datagram engine before looking at network edges, if one runs: a blocking
@@ -146,12 +255,17 @@ impl Endpoint {
                     self.inbox.tcp_crossings().release_connect(peer);
                 }
                 self.next_inbound = 0;
+                if let (Ok(Some(len)), true) = (&looked, self.last_tag.am) {
+                    // An active message: its handler runs, the receive goes on.
+                    let ran = self.run_handler(0, self.last_tag, &buf[..*len]);
+                    return Some(ran.map(|()| None));
+                }
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             InEdge::Dgram(edge) if edge.open_and_active() => {
                 let peer = edge.net.peer;
                 let looked = self.dgram.look_lone(edge, buf, &self.local)?;
-                self.last_tag = edge.delivered_tag;
+                self.last_tag = WireTag::tag(edge.delivered_tag);
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             _ => None,

@@ -248,8 +248,6 @@ impl<R, P> Matcher<R, P> {
 
     /// Withdraws the posted receive `receive` (a cancelled or abandoned receive); false if
     /// it is not posted (it matched already).
-    // Used by the property test; the endpoint has no bound or cancel to drive it yet.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn cancel(&mut self, receive: &R) -> bool
     where
         R: PartialEq,

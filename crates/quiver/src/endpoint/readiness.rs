@@ -65,6 +65,7 @@ impl Endpoint {
     /// [`Error::Io`] when the descriptor's set could not take a connection's socket
     /// (descriptor limits).
     pub fn arm(&mut self) -> Result<bool> {
+        self.refuse_in_handler("arm")?;
         self.flush_inbound();
         self.doorbell.drain();
         self.ready.clear_timer();
@@ -78,7 +79,7 @@ impl Endpoint {
         // A peer that exited while we slept: its pidfd woke us; report it now.
         self.check_liveness_throttled();
         let local = &self.local;
-        if self.inbound.iter_mut().any(|inb| inb.has_pending(local)) {
+        if self.inbound.iter_mut().any(|inb| inb.has_pending(local)) || self.end_pending() {
             return Ok(false);
         }
         self.watch_connections()?;

@@ -18,6 +18,7 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
     /// connection (reported once; the others keep working), [`Error::Timeout`].
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.refuse_in_handler("recv")?;
         if !self.matcher.is_idle() {
             return self.recv_any_matched(buf);
         }
@@ -31,11 +32,15 @@ impl Endpoint {
                 };
                 match looked {
                     Ok(Some(got)) => return Ok(got),
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if let Some(end) = self.end_of(None) {
+                            return Err(end);
+                        }
+                    }
                     Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
-            self.progress()?;
+            self.advance()?;
             if let Err(e) = self.idle(&mut wait, "waiting for a message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -48,14 +53,18 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if none is waiting (to sleep until one arrives, see
     /// [`Endpoint::arm`]); otherwise as [`Endpoint::recv`].
     pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.refuse_in_handler("try_recv")?;
         if !self.matcher.is_idle() {
             let got = self.try_recv_matching(MatchSpec::ANY, buf)?;
             return Ok((got.len as usize, got.source));
         }
-        self.progress()?;
+        self.advance()?;
         if self.requests.posted_recvs.is_empty() {
             if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
                 return Ok(got);
+            }
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
             }
         }
         self.would_block()
@@ -67,6 +76,7 @@ impl Endpoint {
     /// # Errors
     /// As [`Endpoint::recv`], without `BufferTooSmall`.
     pub fn recv_pooled(&mut self) -> Result<PooledBuf> {
+        self.refuse_in_handler("recv_pooled")?;
         let mut wait = Wait::new(&self.config);
         let mut buf = self.requests.pool.take(0);
         loop {
@@ -74,12 +84,19 @@ impl Endpoint {
                 if let Some(got) = self.take_any_pooled(true)? {
                     return Ok(got);
                 }
+                if let Some(end) = self.end_of(None) {
+                    return Err(end);
+                }
             } else if self.requests.posted_recvs.is_empty() {
                 if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), true)? {
                     return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
                 }
+                if let Some(end) = self.end_of(None) {
+                    self.requests.pool.give(buf);
+                    return Err(end);
+                }
             }
-            self.progress()?;
+            self.advance()?;
             self.idle(&mut wait, "waiting for a message")?;
         }
     }
@@ -89,10 +106,14 @@ impl Endpoint {
     /// # Errors
     /// [`Error::WouldBlock`] if no complete message is waiting.
     pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
-        self.progress()?;
+        self.refuse_in_handler("try_recv_pooled")?;
+        self.advance()?;
         if !self.matcher.is_idle() {
             if let Some(got) = self.take_any_pooled(false)? {
                 return Ok(got);
+            }
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
             }
         } else if self.requests.posted_recvs.is_empty() {
             let mut buf = self.requests.pool.take(0);
@@ -100,6 +121,9 @@ impl Endpoint {
                 return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
             }
             self.requests.pool.give(buf);
+            if let Some(end) = self.end_of(None) {
+                return Err(end);
+            }
         }
         self.would_block()
     }
@@ -122,6 +146,7 @@ impl Endpoint {
     /// # Errors
     /// None today; reserved.
     pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
+        self.refuse_in_handler("post_recv")?;
         if !self.matcher.is_idle() {
             // Behind the matching receives posted before it, or for a message waiting.
             return self.post_recv_matching(MatchSpec::ANY, buf);
@@ -137,6 +162,7 @@ impl Endpoint {
     /// # Errors
     /// [`Error::InvalidArgument`] for a request of another endpoint.
     pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.refuse_in_handler("test_recv")?;
         self.progress()?;
         match self.requests.recvs.get_mut(req.key) {
             Some(RecvState::Pending(_) | RecvState::Bound) => Ok(false),
@@ -151,6 +177,7 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the buffer is dropped, the message stays queued) or a
     /// peer error that occurred while this receive was first in line.
     pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
+        self.refuse_in_handler("wait_recv")?;
         let mut wait = Wait::new(&self.config);
         loop {
             self.progress()?;
@@ -195,17 +222,21 @@ impl Endpoint {
                 continue;
             }
             let state = match result {
-                Ok(None) => {
-                    if let Some(RecvState::Pending(b)) = self.requests.recvs.get_mut(key) {
-                        *b = buf;
+                Ok(None) => match self.end_of(None) {
+                    // Nothing more can come: the clean end goes to the first in line.
+                    Some(end) => RecvState::Done(Err(end)),
+                    None => {
+                        if let Some(RecvState::Pending(b)) = self.requests.recvs.get_mut(key) {
+                            *b = buf;
+                        }
+                        return;
                     }
-                    return;
-                }
+                },
                 Ok(Some((len, src))) => RecvState::Done(Ok(RecvCompletion {
                     buf,
                     len,
                     src,
-                    tag: self.last_tag,
+                    tag: self.last_tag.value,
                 })),
                 Err(e) => RecvState::Done(Err(e)),
             };

@@ -33,12 +33,14 @@ use crate::error::{Error, Result};
 use crate::slab::Key;
 use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
-use crate::transport::inbound_state::InboundState;
+use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
+use crate::transport::requests::RecvState;
 use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
 use crate::transport::rma_pipeline::Outcome;
+use crate::transport::wire_tag::WireTag;
 
 /// What a protocol choice or an API promise needs to know of a transport, asked of the
 /// transport instead of matched on its kind.
@@ -203,13 +205,18 @@ impl OutEdge {
 
     /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
     /// tagged send and back to 0 after it). Every transport carries tags (udp, mem and xdp
-    /// in each message's header); a transport that could not would refuse a tag other
-    /// than 0 here.
-    pub(crate) fn set_tag(&mut self, tag: u64) -> Result<()> {
+    /// in each message's header); active messages are refused where they are not carried.
+    pub(crate) fn set_tag(&mut self, tag: WireTag) -> Result<()> {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
             OutEdge::Tcp(e) => e.set_tag(tag),
-            OutEdge::Dgram(e) => e.set_tag(tag),
+            OutEdge::Dgram(_) if tag.am => {
+                return Err(Error::InvalidArgument(format!(
+                    "active messages are not carried over {} yet (shm and tcp carry them)",
+                    self.kind().map_or("this transport", TransportKind::name)
+                )))
+            }
+            OutEdge::Dgram(e) => e.set_tag(tag.value),
             OutEdge::Busy => {}
         }
         Ok(())
@@ -304,11 +311,34 @@ impl OutEdge {
         }
     }
 
-    /// Closes this one connection while the endpoint stays open (`Endpoint::close`, its
-    /// sends finished): the peer gets what was sent, then the end; every later call on
-    /// the edge fails with [`Failure::ClosedHere`]. A datagram connection closes both
-    /// directions and waits until the peer acknowledged the data and the Close.
-    pub(crate) fn close_connection(&mut self, cx: &mut EdgeContext<'_>) {
+    /// Closes this one connection, both directions, while the endpoint stays open
+    /// (`Endpoint::close`, its sends finished): the peer gets what was sent, then the end;
+    /// every later call on the edge fails with [`Failure::ClosedHere`]. The inbound edges of
+    /// the same connection (`inbound`) end too, without a report here: shm closes the
+    /// peer's ring to this endpoint (its sends then fail with `PeerClosed`), tcp stops
+    /// reading the stream (the peer's edge on it fails once the peer reads the close), and
+    /// a datagram connection, one for both directions, waits until the peer acknowledged
+    /// the data and the Close.
+    pub(crate) fn close_connection(&mut self, inbound: &mut [InEdge], cx: &mut EdgeContext<'_>) {
+        let Some(peer) = self.peer() else {
+            return;
+        };
+        for inb in inbound.iter_mut().filter(|inb| inb.peer() == peer) {
+            let same = match (&*self, &*inb) {
+                (OutEdge::Shm(_), InEdge::Shm(_)) => true,
+                (OutEdge::Tcp(out), InEdge::Tcp(i)) => out.same_stream(&i.open),
+                (OutEdge::Dgram(out), InEdge::Dgram(i)) => out.id == i.id,
+                _ => false,
+            };
+            if same && !inb.is_done() {
+                if let Some(key) = inb.close_here() {
+                    // A posted receive bound to a message the close cut off.
+                    cx.requests.bound_recvs -= 1;
+                    let closed = Error::ConnectionClosed { peer };
+                    cx.requests.set_recv(key, RecvState::Done(Err(closed)));
+                }
+            }
+        }
         let failure = match self {
             OutEdge::Shm(e) => {
                 e.close();
@@ -328,6 +358,28 @@ impl OutEdge {
             OutEdge::Busy => return,
         };
         *failure = Some(Failure::ClosedHere);
+    }
+
+    /// The peer closed inbound edge `inb` cleanly: an outbound edge riding on the same
+    /// connection ends too (tcp: the same stream; its queued sends fail with
+    /// `PeerClosed`). Shm rings are one-way (the closer closes its end of the ring back)
+    /// and the datagram engine ends both directions of its connection itself.
+    pub(crate) fn peer_closed(&mut self, inb: &InEdge, cx: &mut EdgeContext<'_>) {
+        if let (OutEdge::Tcp(out), InEdge::Tcp(i)) = (&mut *self, inb) {
+            if out.net.failure.is_none() && out.same_stream(&i.open) {
+                out.fail(Failure::Closed, "after the peer closed the connection", cx);
+            }
+        }
+    }
+
+    /// The peer of the edge (`None` while it is [`OutEdge::Busy`]).
+    fn peer(&self) -> Option<Addr> {
+        match self {
+            OutEdge::Shm(e) => Some(e.peer),
+            OutEdge::Tcp(e) => Some(e.net.peer),
+            OutEdge::Dgram(e) => Some(e.net.peer),
+            OutEdge::Busy => None,
+        }
     }
 
     /// Closes the edge (the endpoint closes): shm and tcp peers see the end at once;
@@ -526,13 +578,26 @@ impl InEdge {
         }
     }
 
-    /// The tag of the message this edge delivered last (0 for untagged messages).
+    /// The tag of the message this edge delivered last (0 for untagged messages), or
+    /// that it was an active message.
     #[inline]
-    pub(crate) fn tag(&self) -> u64 {
+    pub(crate) fn tag(&self) -> WireTag {
         match self {
             InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
-            InEdge::Dgram(e) => e.delivered_tag,
+            InEdge::Dgram(e) => WireTag::tag(e.delivered_tag),
+        }
+    }
+
+    /// The tag of the message the next look would deliver (one a `BufferTooSmall` left in
+    /// place): whether it is an active message, which goes to its handler whatever the
+    /// receive's buffer.
+    pub(crate) fn next_tag(&self) -> WireTag {
+        match self {
+            InEdge::Shm(e) => e.next_tag(),
+            InEdge::Tcp(e) => e.next_tag(),
+            // The datagram transports carry no active messages.
+            InEdge::Dgram(_) => WireTag::default(),
         }
     }
 
@@ -544,6 +609,37 @@ impl InEdge {
             InEdge::Dgram(e) => &e.net.state,
         };
         *state == InboundState::Done
+    }
+
+    /// Whether the edge can deliver nothing more: done, and nothing taken ahead is left.
+    pub(crate) fn ended(&self) -> bool {
+        match self {
+            InEdge::Shm(e) => !e.is_live(),
+            InEdge::Tcp(e) => e.net.state == InboundState::Done,
+            InEdge::Dgram(e) => e.net.state == InboundState::Done,
+        }
+    }
+
+    /// How the edge ended: whether its peer closed it cleanly, and whether an any-source
+    /// receive reported that.
+    pub(crate) fn peer_end(&mut self) -> &mut PeerEnd {
+        match self {
+            InEdge::Shm(e) => &mut e.end,
+            InEdge::Tcp(e) => &mut e.net.end,
+            InEdge::Dgram(e) => &mut e.net.end,
+        }
+    }
+
+    /// Ends the edge because this endpoint closed the connection it belongs to
+    /// ([`OutEdge::close_connection`]): no report, nothing more taken from it. The key of
+    /// a posted receive bound to a message in progress on it (tcp), which the caller fails.
+    pub(crate) fn close_here(&mut self) -> Option<Key> {
+        match self {
+            InEdge::Shm(e) => e.close_here(),
+            InEdge::Tcp(e) => return e.close_here(),
+            InEdge::Dgram(e) => e.finish(),
+        }
+        None
     }
 
     /// Whether the edge is a network edge (the datagram engine is polled before its look).
@@ -698,6 +794,17 @@ impl InEdge {
         match self {
             InEdge::Tcp(e) => Some(e),
             _ => None,
+        }
+    }
+
+    /// Fails the edge for a protocol violation the endpoint found in a message it
+    /// delivered (a malformed active message): its next look reports `detail` once, and it
+    /// delivers nothing more.
+    pub(crate) fn fail(&mut self, detail: String) {
+        match self {
+            InEdge::Shm(e) => e.state = InboundState::Broken(detail),
+            InEdge::Tcp(e) => e.net.state = InboundState::Broken(detail),
+            InEdge::Dgram(e) => e.net.state = InboundState::Broken(detail),
         }
     }
 

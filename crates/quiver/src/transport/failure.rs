@@ -35,10 +35,7 @@ impl Failure {
                 stopped_ms: *stopped_ms,
             },
             Failure::Closed => Error::PeerClosed { peer },
-            Failure::ClosedHere => Error::InvalidArgument(format!(
-                "the connection to {peer} was closed by this endpoint (Endpoint::close); \
-                 connect again to reach {peer}"
-            )),
+            Failure::ClosedHere => Error::ConnectionClosed { peer },
             Failure::Corrupt(detail) => Error::Corrupt {
                 peer,
                 detail: detail.clone(),

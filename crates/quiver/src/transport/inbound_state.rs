@@ -14,3 +14,15 @@ pub(crate) enum InboundState {
     /// Closed gracefully or failed and reported: skipped.
     Done,
 }
+
+/// How an inbound edge ended, for [`Error::PeerClosed`](crate::Error::PeerClosed): the peer
+/// closed it cleanly (a close after its last message, every message taken), and whether a
+/// receive has reported it yet.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerEnd {
+    /// The peer closed the edge; nothing before the close is left to take.
+    pub(crate) closed: bool,
+    /// An any-source receive reported the close (a receive naming the peer reports it
+    /// every time: nothing else can satisfy it).
+    pub(crate) reported: bool,
+}

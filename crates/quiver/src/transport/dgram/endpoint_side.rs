@@ -132,6 +132,20 @@ impl DgramSide {
     /// receive's message. Receives whose message had not begun when the connection ended
     /// come back to the front of the line, for the general path.
     pub(crate) fn progress_recvs(&mut self, requests: &mut Requests, local: &LocalRank) {
+        self.finish_recvs(requests, local, false);
+    }
+
+    /// [`DgramSide::progress_recvs`], then takes back from the engine every receive whose
+    /// message has not begun: they return to the front of the line, pending (a posted
+    /// receive is being cancelled; the others are handed to the engine again by the next
+    /// progress).
+    pub(crate) fn withdraw_recvs(&mut self, requests: &mut Requests, local: &LocalRank) {
+        self.finish_recvs(requests, local, true);
+    }
+
+    /// What became of the receives the engine holds (and, with `withdraw`, those whose
+    /// message has not begun taken back).
+    fn finish_recvs(&mut self, requests: &mut Requests, local: &LocalRank, withdraw: bool) {
         let Some((id, peer, transport)) = self.recvs_on else {
             return;
         };
@@ -140,6 +154,9 @@ impl DgramSide {
         };
         let mut done = Vec::new();
         let held = engine.collect_recvs(id, &mut done);
+        if withdraw {
+            engine.withdraw_recvs(id, &mut done);
+        }
         let mut returned = Vec::new();
         for finished in done {
             let token = match &finished {

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use quiver_proto::handshake::JobKey;
-use quiver_proto::reliable::{Nanos, ReliableConfig};
+use quiver_proto::reliable::{Nanos, ReliableConfig, State};
 use quiver_proto::router::Router;
 use quiver_transport::udp::{monotonic_ns, ReadinessSet};
 use quiver_wire::frame::MAX_HEADER_LEN;
@@ -334,7 +334,9 @@ impl Engine {
     }
 
     /// Connection `id` if it can still send: gone, failed or closed is the failure a send
-    /// on it reports.
+    /// on it reports. Closing is closed for a send: the endpoint that closes its side
+    /// sends nothing more, so a connection closing while this endpoint still sends was
+    /// closed by the peer, which reads nothing more (decision 0089).
     pub(super) fn open_entry(
         &mut self,
         kind: TransportKind,
@@ -344,6 +346,7 @@ impl Engine {
         match &entry.status {
             Status::Failed(why) => Err(Failure::Lost(kind.name(), why.clone())),
             Status::Closed => Err(Failure::Closed),
+            _ if entry.core.state() == State::Closing => Err(Failure::Closed),
             _ => Ok(entry),
         }
     }

@@ -74,6 +74,9 @@ impl DgramIn {
             Ok(None) => Ok(None),
             Err(DgramTake::Closed) => {
                 self.net.state = InboundState::Done;
+                // A connection the peer never sent on (ours, answered by nothing) ends
+                // without a report here: its end is the outbound edge's.
+                self.net.end.closed = self.net.active;
                 Ok(None)
             }
             Err(DgramTake::Failed(detail)) => {

@@ -21,6 +21,7 @@ use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fd, Wait, SLEEP_SLICE};
+use crate::transport::wire_tag::WireTag;
 
 /// The sending side of a datagram edge (module docs).
 #[derive(Debug)]
@@ -184,8 +185,11 @@ impl DgramOut {
             Ok(false) if written == 0 && !started => Err(Error::WouldBlock),
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
-                self.net
-                    .queue_rest(data, (written, started, self.tag), cx.requests);
+                self.net.queue_rest(
+                    data,
+                    (written, started, WireTag::tag(self.tag)),
+                    cx.requests,
+                );
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -208,7 +212,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
-            tag: self.tag,
+            tag: WireTag::tag(self.tag),
             data,
             written: 0,
             started: false,
@@ -234,7 +238,8 @@ impl DgramOut {
             };
             if let (true, Some(engine), Some(key)) = (q.in_place, engine, q.key) {
                 let token = self.next_token;
-                match engine.post_in_place(self.id, token, q.tag, std::mem::take(&mut q.data)) {
+                match engine.post_in_place(self.id, token, q.tag.value, std::mem::take(&mut q.data))
+                {
                     Ok(None) => {
                         self.next_token += 1;
                         self.in_place.push((token, key));
@@ -250,7 +255,9 @@ impl DgramOut {
             }
             let (id, kind) = (self.id, self.kind);
             let written = match engine {
-                Some(engine) => engine.write(id, q.tag, &q.data, &mut q.written, &mut q.started),
+                Some(engine) => {
+                    engine.write(id, q.tag.value, &q.data, &mut q.written, &mut q.started)
+                }
                 None => Err(lost(kind, "the datagram engine is gone")),
             };
             match written {

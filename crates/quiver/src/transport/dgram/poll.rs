@@ -222,8 +222,22 @@ impl Engine {
         });
     }
 
-    /// Turns the protocol's events of connection `id` into its status.
+    /// What arrived on connection `id`, when this side closed it, is dropped
+    /// ([`drop_arrivals`]); the freed window lets the peer's data, then its Close, come.
+    fn drop_abandoned_arrivals(&mut self, id: u64) {
+        let Some(entry) = self.router.get_mut(id) else {
+            return;
+        };
+        if entry.abandoned && drop_arrivals(&mut entry.core) {
+            self.timers_dirty = true;
+            self.defer(id);
+        }
+    }
+
+    /// Turns the protocol's events of connection `id` into its status (what arrives on a
+    /// connection this side closed is dropped: [`drop_arrivals`]).
     fn settle(&mut self, id: u64, ctx: Option<&LocalRank>, shared: &DgramShared) {
+        self.drop_abandoned_arrivals(id);
         let Some(entry) = self.router.get_mut(id) else {
             return;
         };
@@ -319,4 +333,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// Drops what arrived on a connection this side closed (its endpoint closed it or went
+/// away, decision 0089): nobody will read it, and a peer still sending would otherwise
+/// fill the window and never get its own Close through. Whether anything was dropped.
+fn drop_arrivals(core: &mut quiver_proto::reliable::ReliableConnection) -> bool {
+    let mut scratch = [0u8; 4096];
+    let mut dropped = false;
+    while core.peek_message_len().is_some() {
+        let (read, complete) = core.read_message(&mut scratch);
+        if read == 0 && !complete {
+            // The rest of the message has not arrived yet.
+            break;
+        }
+        dropped = true;
+    }
+    dropped
 }

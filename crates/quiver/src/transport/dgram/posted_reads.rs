@@ -72,6 +72,29 @@ impl DgramShared {
         taken
     }
 
+    /// Takes back connection `id`'s receives posted in place whose message has not begun
+    /// (a receive being cancelled; the connection stays open), into `done` as
+    /// [`RecvDone::Returned`], in posting order; bytes already placed in their buffers go
+    /// back to the connection (`ReliableConnection::withdraw_readers`). A receive whose
+    /// message has begun stays and finishes with it.
+    pub(crate) fn withdraw_recvs(&self, id: u64, done: &mut Vec<RecvDone>) {
+        let mut engine = self.lock();
+        let Some(entry) = engine.router.get_mut(id) else {
+            return;
+        };
+        let Entry { core, reads, .. } = entry;
+        let before = done.len();
+        for token in core.withdraw_readers(reads) {
+            if let Some(buf) = reads.take(token) {
+                done.push(RecvDone::Returned { token, buf });
+            }
+        }
+        if done.len() > before {
+            engine.timers_dirty = true;
+            engine.flush(id);
+        }
+    }
+
     /// Hands back what became of connection `id`'s receives posted in place, into `done`:
     /// completed or too small, in the order they finished; once the connection failed or
     /// was closed, every other one (its message not begun: returned as it was; begun: with

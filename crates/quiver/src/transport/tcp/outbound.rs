@@ -27,6 +27,7 @@ use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{stopped_for, NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
+use crate::transport::wire_tag::WireTag;
 
 /// The sending side of a tcp edge (module docs).
 #[derive(Debug)]
@@ -36,9 +37,9 @@ pub(crate) struct TcpOut {
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
     /// The tag of the sends made now ([`TcpOut::set_tag`]; 0 outside a tagged send).
-    tag: u64,
+    tag: WireTag,
     /// The tag the receiver applies to the next message: the last tag frame's.
-    wire_tag: u64,
+    wire_tag: WireTag,
     /// A tag frame not yet wholly written: its bytes from `HEADER_LEN - tag_left` on go
     /// before any byte of the next message.
     tag_frame: [u8; HEADER_LEN],
@@ -66,8 +67,8 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
-            tag: 0,
-            wire_tag: 0,
+            tag: WireTag::default(),
+            wire_tag: WireTag::default(),
             tag_frame: [0; HEADER_LEN],
             tag_left: 0,
             rma: TcpRma::default(),
@@ -79,14 +80,14 @@ impl TcpOut {
     /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
     /// and back to 0 after it).
     #[inline]
-    pub(crate) fn set_tag(&mut self, tag: u64) {
+    pub(crate) fn set_tag(&mut self, tag: WireTag) {
         self.tag = tag;
     }
 
     /// Whether a message with `tag` may start now: true once the tag frame it needs (if
     /// its tag differs from the last one announced) is wholly written.
     #[inline]
-    fn tag_ready(&mut self, tag: u64) -> std::io::Result<bool> {
+    fn tag_ready(&mut self, tag: WireTag) -> std::io::Result<bool> {
         if self.tag_left == 0 && tag == self.wire_tag {
             return Ok(true);
         }
@@ -96,7 +97,7 @@ impl TcpOut {
     /// [`TcpOut::tag_ready`] with a tag frame to write.
     #[cold]
     #[inline(never)]
-    fn write_tag_frame(&mut self, tag: u64) -> std::io::Result<bool> {
+    fn write_tag_frame(&mut self, tag: WireTag) -> std::io::Result<bool> {
         loop {
             if self.tag_left > 0 {
                 match self
@@ -114,7 +115,12 @@ impl TcpOut {
             if tag == self.wire_tag {
                 return Ok(true);
             }
-            self.tag_frame = StreamHeader::tag(tag).emit();
+            let header = if tag.am {
+                StreamHeader::am(tag.value)
+            } else {
+                StreamHeader::tag(tag.value)
+            };
+            self.tag_frame = header.emit();
             self.tag_left = HEADER_LEN;
             self.wire_tag = tag;
         }
@@ -235,8 +241,10 @@ impl TcpOut {
     /// Pushes the queue as far as the socket takes it now.
     pub(crate) fn progress(&mut self, cx: &mut EdgeContext<'_>) -> Result<()> {
         self.net.check("while sending")?;
-        if self.still_full() {
-            return Ok(());
+        match self.still_full() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(failure) => return Err(self.fail(failure, "while sending", cx)),
         }
         loop {
             let Some(q) = self.net.queue.front() else {
@@ -273,13 +281,17 @@ impl TcpOut {
 
     /// Whether the socket that refused the last progress's write is still full: progress
     /// (called at every turn of a waiting loop) then asks `poll`, which takes no lock,
-    /// instead of retrying the write (see [`TcpOut::wait_writable`]).
-    fn still_full(&mut self) -> bool {
-        if self.full && !self.writable() {
-            return true;
+    /// instead of retrying the write (see [`TcpOut::wait_writable`]). A full socket whose
+    /// peer shut its side of the stream never drains: [`Failure::Closed`].
+    fn still_full(&mut self) -> std::result::Result<bool, Failure> {
+        if self.full {
+            let (writable, shut) = self.room();
+            if !writable {
+                return if shut { Err(Failure::Closed) } else { Ok(true) };
+            }
         }
         self.full = false;
-        false
+        Ok(false)
     }
 
     /// Marks the edge failed, fails its queued requests, returns the error.
@@ -310,21 +322,40 @@ impl TcpOut {
     ) -> Result<()> {
         loop {
             self.wait(wait, what, endpoint, (&mut *watch, mark))?;
-            if self.writable() {
-                return Ok(());
+            match self.room() {
+                (true, _) => return Ok(()),
+                // The peer closed the connection (both directions): it reads no more.
+                (false, true) => {
+                    return Err(self.fail(Failure::Closed, what, &mut endpoint.context()))
+                }
+                (false, false) => {}
             }
         }
     }
 
     /// Whether the socket takes more now (or has an error the next write reports).
+    #[cfg(test)]
     fn writable(&self) -> bool {
+        self.room().0
+    }
+
+    /// Whether the socket takes more now (or has an error the next write reports), and
+    /// whether the peer shut its side of the stream (its endpoint closed the connection,
+    /// which ends both directions, or failed it: it reads nothing more).
+    fn room(&self) -> (bool, bool) {
         let mut fds = [libc::pollfd {
             fd: self.stream.as_raw_fd(),
-            events: libc::POLLOUT,
+            events: libc::POLLOUT | libc::POLLRDHUP,
             revents: 0,
         }];
-        // A failed poll says nothing: let the write find out.
-        sys::poll(&mut fds, Some(Duration::ZERO)).map_or(true, |ready| ready > 0)
+        match sys::poll(&mut fds, Some(Duration::ZERO)) {
+            Ok(_) => (
+                fds[0].revents & !libc::POLLRDHUP != 0,
+                fds[0].revents & libc::POLLRDHUP != 0,
+            ),
+            // A failed poll says nothing: let the write find out.
+            Err(_) => (true, false),
+        }
     }
 
     /// One step of waiting for the socket to take more. Meanwhile the endpoint receives
@@ -359,7 +390,8 @@ impl TcpOut {
         self.pollfds.clear();
         self.pollfds.push(libc::pollfd {
             fd: self.stream.as_raw_fd(),
-            events: libc::POLLOUT,
+            // Woken too when the peer shuts its side (closed: the socket never drains).
+            events: libc::POLLOUT | libc::POLLRDHUP,
             revents: 0,
         });
         endpoint.wake_fds(&mut self.pollfds);
@@ -404,6 +436,12 @@ impl TcpOut {
             events: libc::POLLOUT,
             revents: 0,
         })
+    }
+
+    /// Whether this edge writes the stream whose counters' handle is `open` (the two edges
+    /// of one stream share it).
+    pub(crate) fn same_stream(&self, open: &Arc<OpenStream>) -> bool {
+        Arc::ptr_eq(&self._open, open)
     }
 
     /// Closes the edge (the endpoint closes), best effort: the queued sends, the close
