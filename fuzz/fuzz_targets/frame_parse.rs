@@ -12,6 +12,12 @@
 //! of a connection type parses without a connection key (the authenticator, decision 0067).
 //! Every frame also parses without its tag checked ([`Frame::parse_unauthenticated`]) to the
 //! same header.
+//!
+//! Message headers in the stream ([`MessagePrefix`]: the length prefix, bit 63 for a tag
+//! after it): a Data frame's `message_len`, the first 8 payload bytes of a Stream frame and
+//! the first 8 bytes of the input are read as prefixes, which never fails and rebuilds the
+//! same prefix from its length and tagging; the header is 8 or 16 bytes and the body the
+//! payload plus the tag, without overflow.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,7 +26,8 @@ use std::sync::LazyLock;
 use quiver_wire::frame::{
     dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameError,
     FrameKey, FrameKeys, FrameType, MoreSackRanges, SackRange, FRAME_SECRET_LEN,
-    MAX_HEADER_LEN, STREAM_HEADER_LEN, STREAM_TAG,
+    MessagePrefix, MAX_HEADER_LEN, MAX_MESSAGE_PAYLOAD, MESSAGE_PREFIX_LEN, MESSAGE_TAG_LEN,
+    STREAM_HEADER_LEN, STREAM_TAG,
 };
 
 /// The high 40 bits of the connection id a Stream frame is parsed for.
@@ -39,7 +46,28 @@ fn keys() -> FrameKeys<'static> {
     }
 }
 
+/// The invariants of a message's length prefix read from `raw` (module docs).
+fn check_prefix(raw: u64) {
+    let prefix = MessagePrefix::from_raw(raw);
+    assert_eq!(prefix.raw(), raw);
+    assert!(prefix.payload_len() <= MAX_MESSAGE_PAYLOAD);
+    let tag_len = if prefix.tagged() { MESSAGE_TAG_LEN } else { 0 };
+    assert_eq!(prefix.tag_len(), tag_len);
+    assert_eq!(prefix.header_len(), MESSAGE_PREFIX_LEN + tag_len);
+    assert_eq!(prefix.body_len(), prefix.payload_len() + tag_len);
+    let tag = u64::from(prefix.tagged());
+    assert_eq!(MessagePrefix::new(prefix.payload_len(), tag), prefix);
+}
+
+/// The first 8 bytes of `bytes` as a little-endian prefix, if there are 8.
+fn first_prefix(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
+}
+
 fuzz_target!(|data: &[u8]| {
+    if let Some(raw) = first_prefix(data) {
+        check_prefix(raw);
+    }
     let peeked = destination(data);
     let full_peek = dest_id(data);
     let local_id = match peeked {
@@ -96,6 +124,15 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(len, frame.header_len());
         assert_eq!(&out[..len], &data[..len]);
         assert_eq!(frame.payload(), &data[len..]);
+        match frame.header().frame_type {
+            FrameType::Data => check_prefix(frame.header().message_len),
+            FrameType::Stream => {
+                if let Some(raw) = first_prefix(frame.payload()) {
+                    check_prefix(raw);
+                }
+            }
+            _ => {}
+        }
         if let Ok(more) = MoreSackRanges::parse(frame.header(), frame.payload()) {
             let ranges: Vec<SackRange> = more.iter().collect();
             assert_eq!(ranges.len(), more.len());

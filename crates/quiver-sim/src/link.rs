@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use quiver_wire::frame::{Frame, FrameKey, FrameKeys, FrameType};
+use quiver_wire::frame::{Frame, FrameKey, FrameKeys, FrameType, MessagePrefix};
 
 use crate::event::Nanos;
 use crate::rng::SimRng;
@@ -330,8 +330,11 @@ impl Link {
         };
         let header = frame.header();
         let end = header.fragment_offset + frame.payload().len() as u64;
+        // The body after the length prefix (a tagged message's tag included), in which
+        // fragment offsets count.
+        let body_len = MessagePrefix::from_raw(header.message_len).body_len();
         let in_tail = header.frame_type == FrameType::Data
-            && end + rule.tail_bytes > header.message_len
+            && end + rule.tail_bytes > body_len
             && !frame.payload().is_empty();
         if !in_tail {
             return false;

@@ -1411,8 +1411,8 @@ impl RouterHost<NodeId, usize> for SimHost<'_> {
 struct ConnectionApp<'a>(&'a mut ReliableConnection);
 
 impl MessageWriter for ConnectionApp<'_> {
-    fn start_message(&mut self, length_bytes: u64) -> bool {
-        self.0.start_message(length_bytes).is_ok()
+    fn start_message(&mut self, length_bytes: u64, tag: u64) -> bool {
+        self.0.start_message_tagged(length_bytes, tag).is_ok()
     }
     fn write_message(&mut self, data: &[u8]) -> usize {
         self.0.write_message(data)
@@ -1446,6 +1446,9 @@ impl MessageWriter for ConnectionApp<'_> {
 impl MessageReader for ConnectionApp<'_> {
     fn peek_message_len(&self) -> Option<u64> {
         self.0.peek_message_len()
+    }
+    fn message_tag(&self) -> u64 {
+        self.0.message_tag()
     }
     fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
         self.0.read_message(out)

@@ -19,8 +19,9 @@ pub const APP_CHUNK_BYTES: usize = 64 * 1024;
 
 /// The sending half of a connection, as an application sees it.
 pub trait MessageWriter {
-    /// Starts a message of `length_bytes`; false when the connection cannot take one now.
-    fn start_message(&mut self, length_bytes: u64) -> bool;
+    /// Starts a message of `length_bytes` with `tag` (0: untagged); false when the
+    /// connection cannot take one now.
+    fn start_message(&mut self, length_bytes: u64, tag: u64) -> bool;
     /// Writes the next bytes of the current message; returns how many were taken.
     fn write_message(&mut self, data: &[u8]) -> usize;
     /// Bytes the connection can take now.
@@ -83,6 +84,8 @@ struct Posted {
 pub trait MessageReader {
     /// Length of the next in-order message, once it has started to arrive.
     fn peek_message_len(&self) -> Option<u64>;
+    /// The tag of the message being read, or of the last one read.
+    fn message_tag(&self) -> u64;
     /// Reads the next bytes of the current message: (bytes copied, message complete).
     fn read_message(&mut self, out: &mut [u8]) -> (usize, bool);
     /// Posts a reader of `capacity` bytes under `token` (`ReliableConnection::post_reader`);
@@ -123,6 +126,18 @@ impl PostedBuffers for ReaderBuffers {
             .iter_mut()
             .find(|(held, _)| *held == token)
             .map(|(_, buffer)| buffer.as_mut_slice())
+    }
+}
+
+/// The tag message `message_index` is sent with (deterministic; 0 for about a quarter of
+/// the messages: untagged).
+pub fn message_tag(stream_seed: u64, message_index: u64) -> u64 {
+    let tag = mix64(stream_seed ^ 0x7461_6773 ^ mix64(message_index.wrapping_add(7)));
+    // A quarter of the messages untagged, so that tagged and untagged ones interleave.
+    if tag & 3 == 0 {
+        0
+    } else {
+        tag
     }
 }
 
@@ -290,7 +305,8 @@ impl SenderApp {
                 if window > 0 && lends && self.posted_outstanding() >= window as u64 {
                     break;
                 }
-                if !connection.start_message(size) {
+                let tag = message_tag(self.script.stream_seed, self.next_message as u64);
+                if !connection.start_message(size, tag) {
                     break;
                 }
                 if window > 0 && lends {
@@ -597,6 +613,14 @@ impl ReceiverApp {
             self.verify_chunk(count, complete, size)?;
             read_now += count as u64;
             if complete {
+                let expected_tag = message_tag(self.script.stream_seed, self.next_message as u64);
+                let tag = connection.message_tag();
+                if tag != expected_tag {
+                    return Err(format!(
+                        "message {} read with tag {tag:#x}, expected {expected_tag:#x}",
+                        self.next_message
+                    ));
+                }
                 self.next_message += 1;
                 self.offset_bytes = 0;
             } else if count == 0 {
@@ -646,7 +670,7 @@ impl ReceiverApp {
     /// the bytes read.
     fn finished(&mut self, done: PostedRead) -> Result<u64, String> {
         match done {
-            PostedRead::Complete { token, len } => {
+            PostedRead::Complete { token, len, tag } => {
                 if self.buffers.0.first().map(|(held, _)| *held) != Some(token) {
                     return Err(format!(
                         "posted reader {token} completed out of posting order"
@@ -663,6 +687,12 @@ impl ReceiverApp {
                 if len != size {
                     return Err(format!(
                         "message {index} delivered with length {len}, expected {size}"
+                    ));
+                }
+                let expected_tag = message_tag(self.script.stream_seed, index as u64);
+                if tag != expected_tag {
+                    return Err(format!(
+                        "message {index} delivered with tag {tag:#x}, expected {expected_tag:#x}"
                     ));
                 }
                 let mut offset = 0usize;
@@ -762,6 +792,9 @@ mod tests {
         capacity_bytes: usize,
         buffered_bytes: usize,
         messages: VecDeque<(u64, VecDeque<u8>)>,
+        /// The tags of the messages in `messages`, and of the last one read.
+        tags: VecDeque<u64>,
+        last_tag: u64,
         writing: Option<u64>,
         read_so_far: u64,
     }
@@ -772,6 +805,8 @@ mod tests {
                 capacity_bytes,
                 buffered_bytes: 0,
                 messages: VecDeque::new(),
+                tags: VecDeque::new(),
+                last_tag: 0,
                 writing: None,
                 read_so_far: 0,
             }
@@ -779,11 +814,12 @@ mod tests {
     }
 
     impl MessageWriter for Pipe {
-        fn start_message(&mut self, length_bytes: u64) -> bool {
+        fn start_message(&mut self, length_bytes: u64, tag: u64) -> bool {
             if self.writing.is_some() {
                 return false;
             }
             self.messages.push_back((length_bytes, VecDeque::new()));
+            self.tags.push_back(tag);
             if length_bytes > 0 {
                 self.writing = Some(length_bytes);
             }
@@ -812,6 +848,13 @@ mod tests {
             let (length, bytes) = self.messages.front()?;
             (*length == 0 || !bytes.is_empty() || self.read_so_far > 0).then_some(*length)
         }
+        fn message_tag(&self) -> u64 {
+            if self.read_so_far > 0 {
+                self.tags.front().copied().unwrap_or(0)
+            } else {
+                self.last_tag
+            }
+        }
         fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
             let Some((length, bytes)) = self.messages.front_mut() else {
                 return (0, false);
@@ -825,6 +868,7 @@ mod tests {
             let complete = self.read_so_far == *length;
             if complete {
                 self.messages.pop_front();
+                self.last_tag = self.tags.pop_front().unwrap_or(0);
                 self.read_so_far = 0;
             }
             (take, complete)

@@ -1373,17 +1373,17 @@ conformance! {
     udp_uring_netns: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: true };
 }
 
-/// The tagged part of the suite, over the transports that carry tags (the datagram
-/// transports do not yet: a tagged send over them is refused, below).
+/// The tagged part of the suite, over every transport.
 macro_rules! tagged_conformance {
-    ($($name:ident: $kind:expr;)*) => {$(
+    ($($name:ident: $kind:expr $(, $variant:expr)?;)*) => {$(
         mod $name {
             use super::*;
-            #[test] fn wildcards_and_masks() { tagged::wildcards_and_masks($kind) }
-            #[test] fn non_overtaking_many_tags() { tagged::non_overtaking_many_tags($kind) }
-            #[test] fn posted_in_posting_order() { tagged::posted_in_posting_order($kind) }
-            #[test] fn probe_then_receive() { tagged::probe_then_receive($kind) }
-            #[test] fn large_behind_unmatched() { tagged::large_tagged_behind_unmatched($kind) }
+            #[test] fn wildcards_and_masks() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::wildcards_and_masks($kind) } }
+            #[test] fn non_overtaking_many_tags() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::non_overtaking_many_tags($kind) } }
+            #[test] fn posted_in_posting_order() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::posted_in_posting_order($kind) } }
+            #[test] fn probe_then_receive() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::probe_then_receive($kind) } }
+            #[test] fn large_behind_unmatched() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_tagged_behind_unmatched($kind) } }
+            #[test] fn plain_receives_report_tags() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::plain_receives_report_tags($kind) } }
         }
     )*};
 }
@@ -1391,16 +1391,10 @@ macro_rules! tagged_conformance {
 tagged_conformance! {
     shm_tagged: TransportKind::Shm;
     tcp_tagged: TransportKind::Tcp;
-}
-
-#[test]
-fn udp_refuses_a_tagged_send() {
-    tagged::tagged_send_refused(TransportKind::Udp);
-}
-
-#[test]
-fn mem_refuses_a_tagged_send() {
-    tagged::tagged_send_refused(TransportKind::Mem);
+    udp_tagged: TransportKind::Udp;
+    mem_tagged: TransportKind::Mem;
+    xdp_tagged: TransportKind::Xdp;
+    udp_uring_tagged: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
 }
 
 /// The active-message part of the suite, over the transports that carry active messages

@@ -156,7 +156,7 @@ pub struct BenchOptions {
 
     /// pingpong also measures a tagged receive (a receive naming the source and the tag,
     /// after a tagged send) beside the plain one, interleaved: each size plain, then
-    /// tagged (records labelled `untagged` and `tagged`). Over shm and tcp.
+    /// tagged (records labelled `untagged` and `tagged`). Over every transport.
     #[arg(long)]
     pub tagged: bool,
 

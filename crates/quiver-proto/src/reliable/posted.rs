@@ -33,6 +33,8 @@ pub enum PostedRead {
         token: u64,
         /// The message's length.
         len: u64,
+        /// The message's tag (0 for an untagged message).
+        tag: u64,
     },
     /// The next message, of `len` bytes, is longer than the buffer of `token`: nothing of
     /// it went there; it stays for the next posted reader, or for `read_message`.

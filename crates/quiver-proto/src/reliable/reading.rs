@@ -66,11 +66,25 @@ impl ReliableConnection {
         self.recv.withdraw_readers(buffers)
     }
 
-    /// Total length of the next in-order message once its first bytes (or, for length 0,
-    /// its header) have arrived, or of the message being read; `None` otherwise. Does not
+    /// Length (tag not counted) of the next in-order message once its first bytes (or, for
+    /// length 0, its header: prefix and tag) have arrived, or of the message being read; `None` otherwise. Does not
     /// consume.
     pub fn peek_message_len(&self) -> Option<u64> {
         self.recv.peek_message_len()
+    }
+
+    /// The tag of the message being read with `read_message`, or of the last one read
+    /// (0 for an untagged message: [`start_message_tagged`](Self::start_message_tagged)).
+    /// Messages read by posted readers carry theirs in [`PostedRead::Complete`].
+    pub fn message_tag(&self) -> u64 {
+        self.recv.message_tag()
+    }
+
+    /// The length and tag of the next in-order message, before any of it is read: `None`
+    /// while a message is being read, while posted readers come first, or until its whole
+    /// header (length prefix, and tag) has arrived.
+    pub fn peek_header(&self) -> Option<(u64, u64)> {
+        self.recv.peek_header()
     }
 
     /// Whether the rest of the message `peek_message_len` describes has arrived, so that

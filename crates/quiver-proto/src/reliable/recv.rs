@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 
-use quiver_wire::frame::{SackRange, SackRanges};
+use quiver_wire::frame::{MessagePrefix, SackRange, SackRanges, MESSAGE_TAG_LEN};
 
 use super::posted::{PostedBuffers, PostedRead};
 use super::send::MESSAGE_HEADER_LEN;
@@ -37,6 +37,10 @@ pub(super) struct Claimed {
     token: u64,
     /// Stream offset of the message's 8-byte length prefix.
     prefix_at: u64,
+    /// Bytes of its header: the prefix, and the tag of a tagged message.
+    header_len: u64,
+    /// Its tag (0: untagged).
+    tag: u64,
     /// Its length (at most the reader's capacity).
     len: u64,
     /// The read offset has passed its prefix: its bytes are being read in order.
@@ -46,7 +50,7 @@ pub(super) struct Claimed {
 impl Claimed {
     /// Stream offset of the message's first byte.
     fn payload_start(&self) -> u64 {
-        self.prefix_at + MESSAGE_HEADER_LEN
+        self.prefix_at + self.header_len
     }
 
     /// Stream offset just past the message.
@@ -127,6 +131,8 @@ pub(super) struct RecvState {
     in_message: bool,
     message_len: u64,
     message_remaining: u64,
+    /// The tag of the message being read, or of the last one read (0: untagged).
+    message_tag: u64,
     /// Stream ranges of the current message placed ahead in the reader's buffer (see
     /// [`Self::on_frame`]): ascending, disjoint, at or above `read_offset`, at most
     /// `max_in_flight` of them. Their bytes are not in the ring.
@@ -169,6 +175,7 @@ impl RecvState {
             in_message: false,
             message_len: 0,
             message_remaining: 0,
+            message_tag: 0,
             placed: VecDeque::new(),
             placed_bytes: 0,
             posted: VecDeque::new(),
@@ -602,14 +609,50 @@ impl RecvState {
         }
     }
 
-    /// Whether the 8 bytes at `at` (a length prefix) are in the ring: in order, in the
-    /// frame that just arrived (`frame`, its stream range), or with `scan`, in any frame
-    /// that arrived above a gap (a walk over the packets above the cumulative ack).
-    fn prefix_known(&self, at: u64, frame: Option<(u64, u64)>, scan: bool) -> bool {
-        let covers = |(start, end): (u64, u64)| start <= at && at + MESSAGE_HEADER_LEN <= end;
-        at + MESSAGE_HEADER_LEN <= self.readable_end
-            || frame.is_some_and(covers)
-            || (scan && self.pending.iter().flatten().copied().any(covers))
+    /// Whether the `len` bytes at `at` (a length prefix, or a whole message header) are in
+    /// the ring: in order, in the frame that just arrived (`frame`, its stream range), or
+    /// with `scan`, in any frame that arrived above a gap (a walk over the packets above the
+    /// cumulative ack). A tagged message's prefix and tag may come in two frames: each is
+    /// looked for.
+    fn header_known(&self, at: u64, len: u64, frame: Option<(u64, u64)>, scan: bool) -> bool {
+        let known = |from: u64, to: u64| {
+            let covers = |(start, end): (u64, u64)| start <= from && to <= end;
+            to <= self.readable_end
+                || frame.is_some_and(covers)
+                || (scan && self.pending.iter().flatten().copied().any(covers))
+        };
+        let prefix_end = at + MESSAGE_HEADER_LEN;
+        known(at, prefix_end) && (len == MESSAGE_HEADER_LEN || known(prefix_end, at + len))
+    }
+
+    /// The length prefix at `at` (its bytes known to be in the ring).
+    fn header_at(&self, at: u64) -> MessagePrefix {
+        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
+        self.ring.copy_out(at, &mut header);
+        MessagePrefix::from_raw(u64::from_le_bytes(header))
+    }
+
+    /// The tag after the prefix at `at` of a tagged message (its bytes in the ring).
+    fn tag_at(&self, at: u64) -> u64 {
+        let mut tag = [0u8; MESSAGE_TAG_LEN as usize];
+        self.ring.copy_out(at + MESSAGE_HEADER_LEN, &mut tag);
+        u64::from_le_bytes(tag)
+    }
+
+    /// The header of the next message to read (none being read) once all of it (prefix and
+    /// tag) is in order: the prefix and the tag (0 for an untagged message).
+    fn next_header(&self) -> Option<(MessagePrefix, u64)> {
+        if self.readable_end < self.read_offset + MESSAGE_HEADER_LEN {
+            return None;
+        }
+        let prefix = self.header_at(self.read_offset);
+        if !prefix.tagged() {
+            return Some((prefix, 0));
+        }
+        if self.readable_end < self.read_offset + prefix.header_len() {
+            return None;
+        }
+        Some((prefix, self.tag_at(self.read_offset)))
     }
 
     /// Gives the next unclaimed messages whose length prefixes are known to the posted
@@ -621,12 +664,16 @@ impl RecvState {
     fn claim(&mut self, frame: Option<(u64, u64)>, mut scan: bool) {
         while let Some(&(token, capacity)) = self.posted.front() {
             let at = self.next_unclaimed_prefix();
-            if !self.prefix_known(at, frame, scan) {
+            if !self.header_known(at, MESSAGE_HEADER_LEN, frame, scan) {
                 return;
             }
-            let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-            self.ring.copy_out(at, &mut header);
-            let len = u64::from_le_bytes(header);
+            let prefix = self.header_at(at);
+            let header_len = prefix.header_len();
+            if prefix.tagged() && !self.header_known(at, header_len, frame, scan) {
+                return;
+            }
+            let tag = if prefix.tagged() { self.tag_at(at) } else { 0 };
+            let len = prefix.payload_len();
             self.posted.pop_front();
             if len > capacity {
                 self.completions
@@ -636,6 +683,8 @@ impl RecvState {
             self.claimed.push_back(Claimed {
                 token,
                 prefix_at: at,
+                header_len,
+                tag,
                 len,
                 started: false,
             });
@@ -734,12 +783,14 @@ impl RecvState {
             }
             if !front.started {
                 if self.read_offset != front.prefix_at
-                    || self.readable_end < front.prefix_at + MESSAGE_HEADER_LEN
+                    || self.readable_end < front.prefix_at + front.header_len
                 {
                     return;
                 }
                 front.started = true;
-                self.advance_read(MESSAGE_HEADER_LEN);
+                let header_len = front.header_len;
+                self.message_tag = front.tag;
+                self.advance_read(header_len);
             }
             let claimed = self.claimed[0];
             let end = self.readable_end.min(claimed.end());
@@ -779,6 +830,7 @@ impl RecvState {
             self.completions.push_back(PostedRead::Complete {
                 token: claimed.token,
                 len: claimed.len,
+                tag: claimed.tag,
             });
         }
     }
@@ -889,12 +941,22 @@ impl RecvState {
         if self.posted_first() {
             return None;
         }
-        if self.readable_end < self.read_offset + MESSAGE_HEADER_LEN {
+        self.next_header().map(|(prefix, _)| prefix.payload_len())
+    }
+
+    /// The tag of the message being read, or of the last one read (0: untagged).
+    pub(super) fn message_tag(&self) -> u64 {
+        self.message_tag
+    }
+
+    /// The length and tag of the next in-order message to read (none being read, no
+    /// posted reader first) once its whole header has arrived.
+    pub(super) fn peek_header(&self) -> Option<(u64, u64)> {
+        if self.in_message || self.posted_first() {
             return None;
         }
-        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-        self.ring.copy_out(self.read_offset, &mut header);
-        Some(u64::from_le_bytes(header))
+        self.next_header()
+            .map(|(prefix, tag)| (prefix.payload_len(), tag))
     }
 
     /// Whether the rest of the current (or next) message is all in order in the ring.
@@ -908,8 +970,12 @@ impl RecvState {
         let (len, start, remaining) = if self.in_message {
             (self.message_len, self.read_offset, self.message_remaining)
         } else {
-            let len = self.peek_message_len()?;
-            (len, self.read_offset + MESSAGE_HEADER_LEN, len)
+            if self.posted_first() {
+                return None;
+            }
+            let (prefix, _) = self.next_header()?;
+            let len = prefix.payload_len();
+            (len, self.read_offset + prefix.header_len(), len)
         };
         Some((len, self.readable_end - start >= remaining))
     }
@@ -919,13 +985,15 @@ impl RecvState {
             if self.posted_first() {
                 return (0, false);
             }
-            let Some(len) = self.peek_message_len() else {
+            let Some((prefix, tag)) = self.next_header() else {
                 return (0, false);
             };
-            self.read_offset += MESSAGE_HEADER_LEN;
+            let len = prefix.payload_len();
+            self.read_offset += prefix.header_len();
             self.in_message = true;
             self.message_len = len;
             self.message_remaining = len;
+            self.message_tag = tag;
         }
         let available = self.readable_end - self.read_offset;
         let count = (out.len() as u64)

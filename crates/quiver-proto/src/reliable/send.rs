@@ -15,10 +15,12 @@
 //! says nothing about the packets between its last two ranges; those are not judged (and
 //! their paths' timers are not run against them) until a later acknowledgement covers them.
 //!
-//! The byte stream holds, for each message, an 8-byte little-endian length followed by the
-//! message bytes. The length never travels as payload: the first fragment of a message
-//! (`fragment_offset == 0`) also covers those 8 stream bytes and the receiver rebuilds them
-//! from the frame's `message_len`. So a zero-length message costs 8 bytes of buffer and
+//! The byte stream holds, for each message, an 8-byte little-endian length prefix followed
+//! by the message's body: its bytes, after its 8-byte tag if it is tagged (bit 63 of the
+//! prefix, [`MessagePrefix`]). The frames see a body and never look inside it. The prefix
+//! never travels as payload: the first fragment of a message (`fragment_offset == 0`) also
+//! covers those 8 stream bytes and the receiver rebuilds them from the frame's
+//! `message_len` (the raw prefix). So a zero-length message costs 8 bytes of buffer and
 //! credit, which bounds the memory any number of empty messages can take.
 //!
 //! Lent bytes: the application may append bytes of the open message without copying them
@@ -36,13 +38,13 @@
 
 use std::collections::VecDeque;
 
-use quiver_wire::frame::SackRange;
+use quiver_wire::frame::{MessagePrefix, SackRange};
 
 use super::paths::{Paths, NO_FRAME};
 use super::stream_ring::StreamRing;
 use super::time::Nanos;
 
-/// Bytes of stream each message header takes.
+/// Bytes of stream each message's length prefix takes (a tag may follow: [`MessagePrefix`]).
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
 
 /// The token the single-message lend of
@@ -96,7 +98,7 @@ pub(super) struct SentFrame {
     pub(super) payload_len: u32,
     /// Message the payload belongs to.
     pub(super) message_id: u64,
-    /// That message's total length.
+    /// That message's raw length prefix (the receiver writes it back as the prefix).
     pub(super) message_len: u64,
     /// Offset of the payload within the message.
     pub(super) fragment_offset: u64,
@@ -207,9 +209,11 @@ pub(super) struct SendState {
     /// after it: that message lends no more (one contiguous range per message).
     lend_ended_base: Option<u64>,
 
-    /// Message being packetized: id, payload start and end in the stream.
+    /// Message being packetized: id, body length (tag included), raw prefix, body start
+    /// and end in the stream.
     tx_message_id: u64,
     tx_message_len: u64,
+    tx_message_prefix: u64,
     tx_payload_start: u64,
     tx_message_end: u64,
     /// Id the next message to packetize gets.
@@ -290,6 +294,7 @@ impl SendState {
             lend_ended_base: None,
             tx_message_id: 0,
             tx_message_len: 0,
+            tx_message_prefix: 0,
             tx_payload_start: 0,
             tx_message_end: 0,
             tx_next_message_id: 0,
@@ -323,13 +328,19 @@ impl SendState {
         self.write_remaining > 0
     }
 
-    /// Writes a message header; the caller checked that no message is open and that
-    /// [`MESSAGE_HEADER_LEN`] bytes are free.
-    pub(super) fn start_message(&mut self, len: u64) {
-        debug_assert!(!self.message_open() && self.capacity() >= MESSAGE_HEADER_LEN as usize);
+    /// Writes a message header: the prefix, and after it the tag of a tagged message (`tag`
+    /// not 0; written like message bytes, so that frames carry it as the first 8 bytes of
+    /// the body). The caller checked that no message is open and that the header fits.
+    pub(super) fn start_message(&mut self, len: u64, tag: u64) {
+        let prefix = MessagePrefix::new(len, tag);
+        debug_assert!(!self.message_open() && self.capacity() as u64 >= prefix.header_len());
         let at = self.write_offset;
-        self.ring.copy_in(at, &len.to_le_bytes());
-        self.write_offset += MESSAGE_HEADER_LEN;
+        self.ring.copy_in(at, &prefix.raw().to_le_bytes());
+        if tag != 0 {
+            self.ring
+                .copy_in(at + MESSAGE_HEADER_LEN, &tag.to_le_bytes());
+        }
+        self.write_offset += prefix.header_len();
         self.write_remaining = len;
         self.write_message_len = len;
         // The previous message's last lend may have ended meanwhile (acknowledged).
@@ -1133,22 +1144,29 @@ impl SendState {
         Some(frame)
     }
 
-    /// The length in the prefix written at stream offset `at` (in the ring: prefixes are
-    /// written whole and never lent).
-    fn prefix_len(&self, at: u64) -> u64 {
+    /// The prefix written at stream offset `at` (in the ring: headers are written whole and
+    /// never lent).
+    fn prefix_at(&self, at: u64) -> MessagePrefix {
         let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
         self.ring.copy_out(at, &mut header);
-        u64::from_le_bytes(header)
+        MessagePrefix::from_raw(u64::from_le_bytes(header))
+    }
+
+    /// The length of the body (tag included) after the prefix at `at`.
+    fn prefix_len(&self, at: u64) -> u64 {
+        self.prefix_at(at).body_len()
     }
 
     /// Makes the message whose prefix is at `at` the one being cut into frames: the prefix
     /// is read, and the frames that follow belong to it (both frame cutters, whichever
     /// reaches the prefix first).
     fn enter_message(&mut self, at: u64) {
-        let len = self.prefix_len(at);
+        let prefix = self.prefix_at(at);
+        let len = prefix.body_len();
         self.tx_message_id = self.tx_next_message_id;
         self.tx_next_message_id += 1;
         self.tx_message_len = len;
+        self.tx_message_prefix = prefix.raw();
         self.tx_payload_start = at + MESSAGE_HEADER_LEN;
         self.tx_message_end = self.tx_payload_start.saturating_add(len);
     }
@@ -1187,7 +1205,7 @@ impl SendState {
             payload_offset,
             len as u32,
             self.tx_message_id,
-            self.tx_message_len,
+            self.tx_message_prefix,
             payload_offset - self.tx_payload_start,
         ))
     }

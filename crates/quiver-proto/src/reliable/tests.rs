@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
-use quiver_wire::frame::{self, flags, Frame, FrameHeader, FrameType};
+use quiver_wire::frame::{self, flags, Frame, FrameHeader, FrameType, MessagePrefix};
 use quiver_wire::handshake::MessageKind;
 
 use super::input::expand_low32;
@@ -208,7 +208,7 @@ impl PostedApp {
         while let Some(done) = b.poll_posted() {
             any = true;
             match done {
-                PostedRead::Complete { token, len } => {
+                PostedRead::Complete { token, len, .. } => {
                     // Messages complete in posting order (too-small readers left earlier).
                     assert_eq!(self.buffers[0].0, token, "completed out of order");
                     let (_, mut buffer) = self.buffers.remove(0);
@@ -3055,14 +3055,16 @@ fn a_posted_reader_too_small_leaves_its_message_to_the_next() {
         b.poll_posted(),
         Some(PostedRead::Complete {
             token: 0,
-            len: 5_000
+            len: 5_000,
+            tag: 0
         })
     );
     assert_eq!(
         b.poll_posted(),
         Some(PostedRead::Complete {
             token: 2,
-            len: 20_000
+            len: 20_000,
+            tag: 0
         })
     );
     assert_eq!(b.poll_posted(), None);
@@ -3179,8 +3181,9 @@ proptest! {
 /// What a [`SendState`] does next in `frames_never_split_a_prefix_from_its_message`.
 #[derive(Debug, Clone, Copy)]
 enum SendStep {
-    /// Start a message of this length (when none is open and the prefix fits).
-    Start(u64),
+    /// Start a message of this length, tagged or not (when none is open and the header
+    /// fits).
+    Start(u64, bool),
     /// Write up to this many bytes of the open message.
     Write(usize),
     /// Cut the next frame: a compact Stream frame if allowed (nothing waits to be
@@ -3192,7 +3195,7 @@ enum SendStep {
 
 fn send_step() -> impl Strategy<Value = SendStep> {
     prop_oneof![
-        (0u64..40).prop_map(SendStep::Start),
+        (0u64..40, any::<bool>()).prop_map(|(len, tagged)| SendStep::Start(len, tagged)),
         (0usize..60).prop_map(SendStep::Write),
         (any::<bool>(), 1usize..80).prop_map(|(compact, max_payload)| SendStep::Frame {
             compact,
@@ -3225,18 +3228,20 @@ proptest! {
         // inside prefixes too.
         let mut credit = credit_step;
         send.set_initial_credit(credit);
-        // (prefix offset, message length) of every message started; the write offset.
+        // (prefix offset, raw prefix) of every message started; the write offset.
         let (mut prefixes, mut written) = (Vec::<(u64, u64)>::new(), 0u64);
         let mut sent_end = 0u64;
         let mut now = 0;
         for step in steps {
             now += 1_000;
             match step {
-                SendStep::Start(len) => {
-                    if !send.message_open() && send.capacity() >= MESSAGE_HEADER_LEN as usize {
-                        send.start_message(len);
-                        prefixes.push((written, len));
-                        written += MESSAGE_HEADER_LEN;
+                SendStep::Start(len, tagged) => {
+                    let tag = if tagged { 0x5A5A } else { 0 };
+                    let prefix = MessagePrefix::new(len, tag);
+                    if !send.message_open() && send.capacity() as u64 >= prefix.header_len() {
+                        send.start_message(len, tag);
+                        prefixes.push((written, prefix.raw()));
+                        written += prefix.header_len();
                     }
                 }
                 SendStep::Write(count) => {
@@ -3631,3 +3636,123 @@ fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
     );
 }
 mod packing;
+/// Tagged messages (bit 63 of the length prefix, the tag after it) interleaved with
+/// untagged ones, of sizes from empty to many frames, in Data frames and compact Stream
+/// frames: each is read whole with its tag, and untagged messages cost no stream byte
+/// more than before tags.
+#[test]
+fn tagged_messages_arrive_with_their_tags() {
+    const SENT: [(u64, usize); 7] = [
+        (0, 8),
+        (7, 8),
+        (u64::MAX, 0),
+        (0, 0),
+        (1 << 63, 3_000),
+        (0x1234_5678_9ABC_DEF0, 40_000),
+        (0, 20_000),
+    ];
+    for compact in [false, true] {
+        let mut pair = Pair::handshaken(posted_config(compact));
+        let mut next = 0;
+        let mut received: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut current = Vec::new();
+        let mut buffer = vec![0u8; 1000];
+        pair.run_until(|pair| {
+            // The send buffer (256 KiB) takes every message whole.
+            while next < SENT.len() {
+                let (tag, len) = SENT[next];
+                pair.a.start_message_tagged(len as u64, tag).unwrap();
+                assert_eq!(pair.a.write_message(&patterned(len, next as u8)), len);
+                next += 1;
+            }
+            loop {
+                let (count, complete) = pair.b().read_message(&mut buffer);
+                current.extend_from_slice(&buffer[..count]);
+                if complete {
+                    let tag = pair.b().message_tag();
+                    received.push((tag, core::mem::take(&mut current)));
+                } else if count == 0 {
+                    break;
+                }
+            }
+            received.len() == SENT.len()
+        });
+        for (i, ((tag, bytes), &(sent_tag, len))) in received.iter().zip(&SENT).enumerate() {
+            assert_eq!(*tag, sent_tag, "compact {compact}: message {i}'s tag");
+            assert_eq!(
+                *bytes,
+                patterned(len, i as u8),
+                "compact {compact}: message {i}"
+            );
+        }
+        assert_eq!(pair.b().stats().out_of_window_dropped, 0);
+        pair.run_until(|pair| pair.a.all_acked());
+        // Stream bytes: 8 per message, 8 more per tagged one, then the payloads.
+        let tagged = SENT.iter().filter(|(tag, _)| *tag != 0).count() as u64;
+        let payload: u64 = SENT.iter().map(|&(_, len)| len as u64).sum();
+        assert_eq!(
+            pair.a.acked_bytes(),
+            8 * SENT.len() as u64 + 8 * tagged + payload
+        );
+    }
+}
+
+/// Posted readers take tagged messages with their tags (an empty tagged one too).
+#[test]
+fn posted_readers_report_tags() {
+    let config = posted_config(true);
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+    let sent = [(9u64, 5_000usize), (0, 100), (u64::MAX, 0), (3, 20_000)];
+    for (i, &(tag, len)) in sent.iter().enumerate() {
+        pair.a.start_message_tagged(len as u64, tag).unwrap();
+        assert_eq!(pair.a.write_message(&patterned(len, i as u8)), len);
+    }
+    pair.flush();
+    let datagrams: Vec<Vec<u8>> = pair.to_b.drain(..).collect();
+    let now = pair.now;
+    let b = pair.b.as_mut().unwrap();
+    let mut buffers: Vec<(u64, Vec<u8>)> = (0..4).map(|t| (t, vec![0xAB; 20_000])).collect();
+    for (token, buffer) in &buffers {
+        assert!(b.post_reader(*token, buffer.len()));
+    }
+    for datagram in &datagrams {
+        b.handle_datagram_posted(now, 0, datagram, &mut buffers);
+    }
+    for (i, &(tag, len)) in sent.iter().enumerate() {
+        assert_eq!(
+            b.poll_posted(),
+            Some(PostedRead::Complete {
+                token: i as u64,
+                len: len as u64,
+                tag
+            })
+        );
+        assert_eq!(buffers[i].1[..len], patterned(len, i as u8)[..]);
+    }
+    assert_eq!(b.poll_posted(), None);
+    assert_eq!(b.message_tag(), 3, "the last message read");
+}
+
+/// `peek_header` gives the next message's length and tag once its whole header is in,
+/// before any of it is read; `start_message_tagged` with tag 0 is `start_message`.
+#[test]
+fn peek_header_sees_the_tag_before_the_message_is_read() {
+    let mut pair = Pair::handshaken(small_config());
+    pair.a.start_message_tagged(3, 0xFEED).unwrap();
+    assert_eq!(pair.a.write_message(b"abc"), 3);
+    pair.a.start_message_tagged(2, 0).unwrap();
+    assert_eq!(pair.a.write_message(b"de"), 2);
+    pair.flush();
+    pair.deliver();
+    let b = pair.b();
+    assert_eq!(b.peek_header(), Some((3, 0xFEED)));
+    assert_eq!(b.peek_message(), Some((3, true)));
+    let mut out = [0u8; 3];
+    assert_eq!(b.read_message(&mut out), (3, true));
+    assert_eq!((&out, b.message_tag()), (b"abc", 0xFEED));
+    assert_eq!(b.peek_header(), Some((2, 0)));
+    assert_eq!(b.read_message(&mut out), (2, true));
+    assert_eq!((&out[..2], b.message_tag()), (&b"de"[..], 0));
+    assert_eq!(b.peek_header(), None);
+}

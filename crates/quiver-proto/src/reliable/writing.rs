@@ -6,6 +6,8 @@
 
 use super::connection::ReliableConnection;
 use super::events::State;
+use quiver_wire::frame::{MAX_MESSAGE_PAYLOAD, MESSAGE_TAG_LEN};
+
 use super::send::{LEND_MESSAGE_TOKEN, MESSAGE_HEADER_LEN};
 use super::time::Nanos;
 
@@ -25,6 +27,10 @@ pub enum SendError {
     /// ([`ReliableConnection::adopt_lent`]) or wait for their acknowledgement.
     #[error("bytes of the previous message are still lent")]
     Lent,
+    /// A message longer than a length prefix can announce
+    /// ([`MAX_MESSAGE_PAYLOAD`](quiver_wire::frame::MAX_MESSAGE_PAYLOAD)).
+    #[error("a message of {0} bytes is longer than a stream can carry")]
+    TooLong(u64),
     /// The slice given for the lent bytes is shorter than what was lent.
     #[error("lent slice of {given} bytes, {needed} were lent")]
     LentSliceTooShort {
@@ -45,18 +51,47 @@ impl ReliableConnection {
     /// [`SendError::WouldBlock`] if the previous message has not been fully written yet or
     /// the send buffer lacks the 8 bytes a message header takes; [`SendError::Closed`] once
     /// the connection is closing, closed or failed; [`SendError::Lent`] while bytes of the
-    /// previous message are lent.
+    /// previous message are lent; [`SendError::TooLong`] beyond 2^63 - 1 bytes.
     pub fn start_message(&mut self, len: u64) -> Result<(), SendError> {
+        self.check_start(len, 0)?;
+        self.send.start_message(len, 0);
+        Ok(())
+    }
+
+    /// Starts the next message of `len` bytes with `tag`, which the receiver reads with it
+    /// ([`message_tag`](Self::message_tag), [`PostedRead::Complete`](crate::reliable::PostedRead)).
+    /// Tag 0 is [`start_message`](Self::start_message): an untagged message; any other tag
+    /// takes 8 more bytes of the stream (after the length prefix).
+    ///
+    /// # Errors
+    /// As [`start_message`](Self::start_message); `WouldBlock` also when the send buffer
+    /// lacks the 16 bytes a tagged message's header takes.
+    pub fn start_message_tagged(&mut self, len: u64, tag: u64) -> Result<(), SendError> {
+        if tag == 0 {
+            return self.start_message(len);
+        }
+        self.check_start(len, MESSAGE_TAG_LEN)?;
+        self.send.start_message(len, tag);
+        Ok(())
+    }
+
+    /// Whether a message of `len` bytes whose header takes `tag_len` bytes after the prefix
+    /// may start now.
+    fn check_start(&self, len: u64, tag_len: u64) -> Result<(), SendError> {
         if !self.open_for_sending() {
             return Err(SendError::Closed);
         }
         if self.send.lent_bytes() > 0 {
             return Err(SendError::Lent);
         }
-        if self.send.message_open() || self.send.capacity() < MESSAGE_HEADER_LEN as usize {
+        if self.send.message_open()
+            || self.send.capacity() < (MESSAGE_HEADER_LEN + tag_len) as usize
+        {
             return Err(SendError::WouldBlock);
         }
-        self.send.start_message(len);
+        if len > MAX_MESSAGE_PAYLOAD {
+            return Err(SendError::TooLong(len));
+        }
         Ok(())
     }
 

@@ -123,6 +123,8 @@
 //!   flag bits (public as [`field`] and [`flags`]).
 //! - `frame_type.rs`, `error.rs`: what a frame carries, and why bytes are not a frame.
 //! - `more_sack_ranges.rs`: the further SACK ranges in the payload of an Ack.
+//! - `message.rs`: the header of a message in a connection's byte stream (length prefix,
+//!   and the tag of a tagged message), which frames carry without looking inside.
 
 mod auth;
 mod codec;
@@ -131,6 +133,7 @@ pub mod field;
 pub mod flags;
 mod frame_type;
 mod layout;
+mod message;
 mod more_sack_ranges;
 
 pub use auth::{FrameKey, FrameKeys, FRAME_SECRET_LEN};
@@ -143,6 +146,9 @@ pub use frame_type::FrameType;
 pub use layout::{
     FIXED_HEADER_LEN, MAGIC, MAX_ACK_RANGES, MAX_HEADER_LEN, MAX_PAYLOAD_LEN, MAX_SACK_RANGES,
     SACK_RANGE_LEN, SHORT_ID_BITS, STREAM_HEADER_LEN, STREAM_TAG, VERSION,
+};
+pub use message::{
+    MessagePrefix, MAX_MESSAGE_PAYLOAD, MESSAGE_PREFIX_LEN, MESSAGE_TAGGED, MESSAGE_TAG_LEN,
 };
 pub use more_sack_ranges::MoreSackRanges;
 

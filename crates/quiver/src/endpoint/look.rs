@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::transport::dest::Dest;
 use crate::transport::dgram::endpoint_side::LoneEdge;
 use crate::transport::edge::{InEdge, Look};
+use crate::transport::wire_tag::WireTag;
 
 impl Endpoint {
     /// Looks once at every inbound edge (round robin) for a message to deliver into `dest`.
@@ -281,6 +282,7 @@ impl Endpoint {
             InEdge::Dgram(edge) if edge.open_and_active() => {
                 let peer = edge.net.peer;
                 let looked = self.dgram.look_lone(edge, buf, &self.local)?;
+                self.last_tag = WireTag::tag(edge.delivered_tag);
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             _ => None,

@@ -204,8 +204,8 @@ impl OutEdge {
     }
 
     /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
-    /// tagged send and back to 0 after it). A transport that carries no tags refuses a tag
-    /// other than 0.
+    /// tagged send and back to 0 after it). Every transport carries tags (udp, mem and xdp
+    /// in each message's header); active messages are refused where they are not carried.
     pub(crate) fn set_tag(&mut self, tag: WireTag) -> Result<()> {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
@@ -216,13 +216,8 @@ impl OutEdge {
                     self.kind().map_or("this transport", TransportKind::name)
                 )))
             }
-            OutEdge::Dgram(_) if tag.value != 0 => {
-                return Err(Error::InvalidArgument(format!(
-                    "tagged messages are not carried over {} yet",
-                    self.kind().map_or("this transport", TransportKind::name)
-                )))
-            }
-            OutEdge::Dgram(_) | OutEdge::Busy => {}
+            OutEdge::Dgram(e) => e.set_tag(tag.value),
+            OutEdge::Busy => {}
         }
         Ok(())
     }
@@ -590,7 +585,7 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
-            InEdge::Dgram(_) => WireTag::default(),
+            InEdge::Dgram(e) => WireTag::tag(e.delivered_tag),
         }
     }
 
@@ -601,6 +596,7 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.next_tag(),
             InEdge::Tcp(e) => e.next_tag(),
+            // The datagram transports carry no active messages.
             InEdge::Dgram(_) => WireTag::default(),
         }
     }

@@ -233,30 +233,51 @@ pub(crate) fn large_tagged_behind_unmatched(t: TransportKind) {
     });
 }
 
-/// Over a transport that carries no tags, a tagged send is refused (typed, nothing sent)
-/// and the connection keeps working: tag 0 and plain receives by tag 0 still go.
-pub(crate) fn tagged_send_refused(t: TransportKind) {
+/// Plain receives report the tag of what they took: posted ones (over a lone datagram
+/// connection the protocol fills them itself) and pooled ones, with tags of every kind
+/// (0, small, the top bit set) and sizes from empty to several datagrams.
+pub(crate) fn plain_receives_report_tags(t: TransportKind) {
+    const SENT: [(u64, usize); 6] = [
+        (7, 8),
+        (0, 8),
+        (u64::MAX, 0),
+        (1 << 63, 3000),
+        (0, 70_000),
+        (0x1234_5678_9ABC_DEF0, 70_000),
+    ];
     run(t, 2, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
         let peer = Addr::new(1 - rank, 0);
         let conn = ep.connect(peer).unwrap();
         if rank == 0 {
-            assert!(matches!(
-                ep.send_tagged(conn, 5, b"tagged"),
-                Err(Error::InvalidArgument(_))
-            ));
-            ep.send_tagged(conn, 0, b"zero").unwrap();
-            ep.send(conn, b"plain").unwrap();
-            let mut done = [0u8; 1];
-            ep.recv(&mut done).unwrap();
+            let mut go = [0u8; 1];
+            ep.recv(&mut go).unwrap();
+            for round in 0..2u32 {
+                for (i, &(tag, len)) in SENT.iter().enumerate() {
+                    let seed = round * 10 + i as u32;
+                    ep.send_tagged(conn, tag, &pattern(len, seed)).unwrap();
+                }
+            }
+            ep.recv(&mut go).unwrap();
         } else {
-            let mut buf = [0u8; 16];
-            let got = ep
-                .recv_matching(MatchSpec::tag(0).from(peer), &mut buf)
-                .unwrap();
-            assert_eq!(&buf[..got.len as usize], b"zero");
-            let (n, _) = ep.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], b"plain");
+            // Round 0 into posted plain receives, posted before anything arrives.
+            let posted: Vec<_> = SENT
+                .iter()
+                .map(|_| ep.post_recv(vec![0; 70_000]).unwrap())
+                .collect();
+            ep.send(conn, &[1]).unwrap();
+            for (i, (request, &(tag, len))) in posted.into_iter().zip(&SENT).enumerate() {
+                let got = ep.wait_recv(request).unwrap();
+                assert_eq!((got.tag, got.len, got.src), (tag, len, peer), "message {i}");
+                assert!(got.buf[..len] == pattern(len, i as u32)[..], "{i} differs");
+            }
+            // Round 1 by any source and tag: the matcher sees every tag.
+            let mut buf = vec![0u8; 70_000];
+            for (i, &(tag, len)) in SENT.iter().enumerate() {
+                let got = ep.recv_matching(MatchSpec::ANY, &mut buf).unwrap();
+                assert_eq!((got.tag, got.len as usize), (tag, len), "message {i}");
+                assert!(buf[..len] == pattern(len, 10 + i as u32)[..], "{i} differs");
+            }
             ep.send(conn, &[1]).unwrap();
         }
     });

@@ -57,7 +57,7 @@ impl DgramSide {
     #[inline]
     pub(crate) fn look_lone(
         &mut self,
-        edge: &DgramIn,
+        edge: &mut DgramIn,
         buf: &mut [u8],
         local: &LocalRank,
     ) -> Option<Result<Option<usize>>> {
@@ -67,7 +67,10 @@ impl DgramSide {
         // general look at the edge must not skip it.
         self.engine_polled = true;
         self.seen = None;
-        Some(Ok(taken))
+        Some(Ok(taken.map(|(len, tag)| {
+            edge.delivered_tag = tag;
+            len
+        })))
     }
 
     /// Hands the posted receives waiting at the front of the line to the engine when the
@@ -184,11 +187,11 @@ impl DgramSide {
                 continue;
             };
             let state = match finished {
-                RecvDone::Complete { buf, len, .. } => RecvState::Done(Ok(RecvCompletion {
+                RecvDone::Complete { buf, len, tag, .. } => RecvState::Done(Ok(RecvCompletion {
                     buf,
                     len,
                     src: peer,
-                    tag: 0,
+                    tag,
                 })),
                 RecvDone::TooSmall { buf, len, .. } => {
                     RecvState::Done(Err(Error::BufferTooSmall {

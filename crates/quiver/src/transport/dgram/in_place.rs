@@ -39,8 +39,8 @@ const ADOPT_STEP_BYTES: usize = 8 << 10;
 const TAIL_WAIT: Duration = Duration::from_micros(500);
 
 impl DgramShared {
-    /// Sends `data` as the next message of connection `id` from the caller's buffer, in
-    /// place: its bytes are lent to the protocol (`ReliableConnection::lend_message`)
+    /// Sends `data` as the next message of connection `id` (tagged `tag`) from the
+    /// caller's buffer, in place: its bytes are lent to the protocol (`ReliableConnection::lend_message`)
     /// instead of copied into the send window, and datagrams carry them straight from
     /// `data` (checksum and gathered send). Each call polls the sockets (acks), lends what
     /// the window has room for, and sends what the protocol lets go. Once all of `data` is
@@ -56,7 +56,7 @@ impl DgramShared {
     pub(crate) fn send_in_place(
         &self,
         ctx: &LocalRank,
-        id: u64,
+        (id, tag): (u64, u64),
         data: &[u8],
         progress: &mut InPlace,
     ) -> std::result::Result<bool, Failure> {
@@ -65,7 +65,11 @@ impl DgramShared {
         let entry = engine.open_entry(kind, id)?;
         // The first call starts the message and sends; every other polls first:
         // acknowledgements free room and release lent bytes.
-        let fresh = !progress.started && entry.core.start_message(data.len() as u64).is_ok();
+        let fresh = !progress.started
+            && entry
+                .core
+                .start_message_tagged(data.len() as u64, tag)
+                .is_ok();
         if fresh {
             progress.started = true;
         } else {
@@ -160,7 +164,8 @@ impl DgramShared {
         }
     }
 
-    /// Starts `data` as the next message of connection `id`, posted in place under `token`
+    /// Starts `data` as the next message of connection `id` (tagged `tag`), posted in
+    /// place under `token`
     /// (the caller's name for the request): the engine keeps the buffer and lends it to the
     /// protocol (`ReliableConnection::lend_message_as`), all of it or, for a message larger
     /// than the send window, in parts as acknowledgements free room (every flush of the
@@ -172,6 +177,7 @@ impl DgramShared {
         &self,
         id: u64,
         token: u64,
+        tag: u64,
         data: Vec<u8>,
     ) -> std::result::Result<Option<Vec<u8>>, Failure> {
         let mut engine = self.lock();
@@ -181,7 +187,10 @@ impl DgramShared {
             .posted
             .back()
             .is_some_and(|last| last.lent < last.data.len())
-            || entry.core.start_message(data.len() as u64).is_err()
+            || entry
+                .core
+                .start_message_tagged(data.len() as u64, tag)
+                .is_err()
         {
             return Ok(Some(data));
         }

@@ -20,6 +20,8 @@ pub(crate) struct DgramIn {
     pub(crate) id: u64,
     /// udp or mem.
     pub(crate) kind: TransportKind,
+    /// The tag of the message this edge delivered last.
+    pub(crate) delivered_tag: u64,
 }
 
 impl DgramIn {
@@ -29,6 +31,7 @@ impl DgramIn {
             net: NetIn::accepted(peer, kind.name(), None),
             id,
             kind,
+            delivered_tag: 0,
         }
     }
 
@@ -38,6 +41,7 @@ impl DgramIn {
             net: NetIn::reverse(peer, kind.name(), None),
             id,
             kind,
+            delivered_tag: 0,
         }
     }
 
@@ -63,7 +67,10 @@ impl DgramIn {
             self.net.active = matches!(taken, Ok(Some(_))) || engine.peer_sent(self.id);
         }
         match taken {
-            Ok(Some(len)) => Ok(Some(len)),
+            Ok(Some((len, tag))) => {
+                self.delivered_tag = tag;
+                Ok(Some(len))
+            }
             Ok(None) => Ok(None),
             Err(DgramTake::Closed) => {
                 self.net.state = InboundState::Done;

@@ -34,8 +34,9 @@ impl DgramShared {
     /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
     /// [`DgramShared::poll_io_before_receive`] (none when a whole message that fits is
     /// already there, up to [`BUFFERED_TAKES_MAX`] takes in a row), then the next message
-    /// of `id` into `buf` if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
-    /// bytes was taken; `Some(None)`: none has begun to arrive; `None`: anything else (a
+    /// of `id` into `buf` if it is all there and fits, under one lock.
+    /// `Some(Some((len, tag)))`: a message of `len` bytes with `tag` was taken;
+    /// `Some(None)`: none has begun to arrive; `None`: anything else (a
     /// message too large for `buf` or not whole yet, a connection not open, or gone), which
     /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
     pub(crate) fn take_whole(
@@ -43,7 +44,7 @@ impl DgramShared {
         ctx: &LocalRank,
         id: u64,
         buf: &mut [u8],
-    ) -> Option<Option<usize>> {
+    ) -> Option<Option<(usize, u64)>> {
         let mut engine = self.lock();
         // A whole message already in the window (small messages share frames: the rest of
         // a frame that carried several) is taken without a poll of the sockets first, a
@@ -80,10 +81,11 @@ impl DgramShared {
         let (_, complete) = entry.core.read_message(&mut buf[..len]);
         debug_assert!(complete, "a ready message was not read whole");
         entry.peer_sent = true;
+        let tag = entry.core.message_tag();
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         engine.defer(id);
-        Some(Some(len))
+        Some(Some((len, tag)))
     }
 
     /// The general receive path's [`DgramShared::take_whole`] rule: the engine's news count
@@ -120,12 +122,13 @@ impl DgramShared {
             .is_some_and(|e| e.core.send_capacity() >= len)
     }
 
-    /// Writes more of a message into connection `id`'s send window. `written` counts the
-    /// bytes taken so far, `started` whether the message was announced. True once all of
-    /// `data` is taken.
+    /// Writes more of a message (tagged `tag`, 0: untagged) into connection `id`'s send
+    /// window. `written` counts the bytes taken so far, `started` whether the message was
+    /// announced. True once all of `data` is taken.
     pub(crate) fn write(
         &self,
         id: u64,
+        tag: u64,
         data: &[u8],
         written: &mut usize,
         started: &mut bool,
@@ -134,7 +137,11 @@ impl DgramShared {
         let kind = self.kind;
         let entry = engine.open_entry(kind, id)?;
         if !*started {
-            if entry.core.start_message(data.len() as u64).is_err() {
+            if entry
+                .core
+                .start_message_tagged(data.len() as u64, tag)
+                .is_err()
+            {
                 return Ok(false);
             }
             *started = true;
@@ -151,9 +158,9 @@ impl DgramShared {
         Ok(done)
     }
 
-    /// Takes the next message of connection `id` into `dest`. A message that does not fit
-    /// the receive window is read as it arrives (blocking even in a non-blocking call once
-    /// its first bytes are here).
+    /// Takes the next message of connection `id` into `dest`: its length and tag. A
+    /// message that does not fit the receive window is read as it arrives (blocking even
+    /// in a non-blocking call once its first bytes are here).
     pub(crate) fn take(
         &self,
         ctx: &LocalRank,
@@ -161,7 +168,7 @@ impl DgramShared {
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
-    ) -> std::result::Result<Option<usize>, DgramTake> {
+    ) -> std::result::Result<Option<(usize, u64)>, DgramTake> {
         let mut engine = self.lock();
         let Some(entry) = engine.router.get_mut(id) else {
             return Err(DgramTake::Closed);
@@ -196,9 +203,10 @@ impl DgramShared {
             let entry = engine.router.get_mut(id).expect("looked up above");
             let (n, complete) = entry.core.read_message(&mut buf[filled..len]);
             filled += n;
+            let tag = entry.core.message_tag();
             if complete {
                 engine.defer(id);
-                return Ok(Some(len));
+                return Ok(Some((len, tag)));
             }
             if let Status::Failed(why) = &entry.status {
                 let failed = DgramTake::Failed(format!("{why} (in the middle of a message)"));
@@ -225,7 +233,7 @@ impl DgramShared {
             if filled == len {
                 // Completed by those datagrams: the core has ended the message.
                 engine.defer(id);
-                return Ok(Some(len));
+                return Ok(Some((len, tag)));
             }
             if n == 0 && placed == 0 {
                 drop(engine);

@@ -39,6 +39,8 @@ pub(crate) struct DgramOut {
     watch: DeadlockWatch,
     /// One-sided operations to the peer (their own connection, opened at the first).
     pub(crate) rma: DgramRma,
+    /// The tag of the sends made now ([`DgramOut::set_tag`]; 0 outside a tagged send).
+    tag: u64,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -56,6 +58,7 @@ impl DgramOut {
             in_place: Vec::new(),
             next_token: 0,
             watch: DeadlockWatch::default(),
+            tag: 0,
             rma: DgramRma::default(),
         }
     }
@@ -63,6 +66,12 @@ impl DgramOut {
     /// The datagram transport of the edge (udp or mem).
     pub(crate) fn kind(&self) -> TransportKind {
         self.kind
+    }
+
+    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
+    /// and back to 0 after it): each message carries its own in its header.
+    pub(crate) fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 
     /// Hands more of `data` to the protocol's send window; true once all of it is taken.
@@ -74,7 +83,7 @@ impl DgramOut {
         started: &mut bool,
     ) -> std::result::Result<bool, Failure> {
         match engine {
-            Some(engine) => engine.write(self.id, data, written, started),
+            Some(engine) => engine.write(self.id, self.tag, data, written, started),
             None => Err(lost(self.kind, "the datagram engine is gone")),
         }
     }
@@ -133,7 +142,12 @@ impl DgramOut {
     ) -> Result<()> {
         let mut progress = InPlace::default();
         loop {
-            let sent = engine.send_in_place(endpoint.context().local, self.id, data, &mut progress);
+            let sent = engine.send_in_place(
+                endpoint.context().local,
+                (self.id, self.tag),
+                data,
+                &mut progress,
+            );
             let step = match sent {
                 Ok(true) => return Ok(()),
                 // `send_in_place` polled the engine.
@@ -171,8 +185,11 @@ impl DgramOut {
             Ok(false) if written == 0 && !started => Err(Error::WouldBlock),
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
-                self.net
-                    .queue_rest(data, (written, started, WireTag::default()), cx.requests);
+                self.net.queue_rest(
+                    data,
+                    (written, started, WireTag::tag(self.tag)),
+                    cx.requests,
+                );
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -195,7 +212,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
-            tag: WireTag::default(),
+            tag: WireTag::tag(self.tag),
             data,
             written: 0,
             started: false,
@@ -221,7 +238,8 @@ impl DgramOut {
             };
             if let (true, Some(engine), Some(key)) = (q.in_place, engine, q.key) {
                 let token = self.next_token;
-                match engine.post_in_place(self.id, token, std::mem::take(&mut q.data)) {
+                match engine.post_in_place(self.id, token, q.tag.value, std::mem::take(&mut q.data))
+                {
                     Ok(None) => {
                         self.next_token += 1;
                         self.in_place.push((token, key));
@@ -237,7 +255,9 @@ impl DgramOut {
             }
             let (id, kind) = (self.id, self.kind);
             let written = match engine {
-                Some(engine) => engine.write(id, &q.data, &mut q.written, &mut q.started),
+                Some(engine) => {
+                    engine.write(id, q.tag.value, &q.data, &mut q.written, &mut q.started)
+                }
                 None => Err(lost(kind, "the datagram engine is gone")),
             };
             match written {

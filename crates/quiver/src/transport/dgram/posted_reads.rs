@@ -20,6 +20,7 @@ pub(crate) enum RecvDone {
         token: u64,
         buf: Vec<u8>,
         len: usize,
+        tag: u64,
     },
     /// The next message (`len` bytes) is longer than `buf`; it stays for the next receive.
     TooSmall {
@@ -121,17 +122,21 @@ impl DgramShared {
         core.read_posted(reads);
         while let Some(read) = core.poll_posted() {
             let (token, len, complete) = match read {
-                PostedRead::Complete { token, len } => (token, len, true),
-                PostedRead::TooSmall { token, len } => (token, len, false),
+                PostedRead::Complete { token, len, tag } => (token, len, Some(tag)),
+                PostedRead::TooSmall { token, len } => (token, len, None),
             };
             let Some(buf) = reads.take(token) else {
                 continue;
             };
             let len = usize::try_from(len).unwrap_or(usize::MAX);
-            done.push(if complete {
-                RecvDone::Complete { token, buf, len }
-            } else {
-                RecvDone::TooSmall { token, buf, len }
+            done.push(match complete {
+                Some(tag) => RecvDone::Complete {
+                    token,
+                    buf,
+                    len,
+                    tag,
+                },
+                None => RecvDone::TooSmall { token, buf, len },
             });
         }
         let ended = match status {
