@@ -39,14 +39,14 @@ mod transport;
 pub mod variables;
 
 pub use addr::Addr;
+/// The plain-data traits of typed sends and receives ([`Endpoint::send_typed`],
+/// [`Scope::post_send`]): `#[derive(Pod, Zeroable)]` needs bytemuck's `derive` feature.
+pub use bytemuck;
 pub use config::{
     parse_links, parse_size, parse_transports, Config, Setting, SizeParseError, TransportKind,
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-/// The plain-data traits of typed sends and receives ([`Endpoint::send_typed`],
-/// [`Scope::post_send`]): `#[derive(Pod, Zeroable)]` needs bytemuck's `derive` feature.
-pub use bytemuck;
 pub use endpoint::matching::{Envelope, MatchSpec};
 pub use endpoint::scope::{Scope, ScopedRecv, ScopedSend};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};

@@ -585,10 +585,7 @@ fn close_ends_both_directions(t: TransportKind) {
                     Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer),
                     other => panic!("expected PeerClosed from probe, got {other:?}"),
                 }
-                assert!(matches!(
-                    ep.try_probe(from),
-                    Err(Error::PeerClosed { .. })
-                ));
+                assert!(matches!(ep.try_probe(from), Err(Error::PeerClosed { .. })));
             }
             assert!(
                 started.elapsed() < Duration::from_secs(20),

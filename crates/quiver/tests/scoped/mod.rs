@@ -60,7 +60,10 @@ pub(crate) fn slices_of_caller_arrays(t: TransportKind) {
             .collect();
         assert_eq!(lens, want, "lengths in bytes");
         assert!(landing[7..17] == theirs[3..13], "slice 0 differs");
-        assert!(landing[100..20_100] == theirs[1000..21_000], "slice 1 differs");
+        assert!(
+            landing[100..20_100] == theirs[1000..21_000],
+            "slice 1 differs"
+        );
         assert!(
             landing[350_000..650_001] == theirs[50_000..350_001],
             "slice 2 differs"
