@@ -1,5 +1,5 @@
 //! Fuzz target: the tcp stream header parser never panics, and what parses emits the same
-//! bytes again (messages, closes, and tag frames, whose `length` is any 64-bit tag).
+//! bytes again (messages, closes, and tag and am frames, whose `length` is any 64-bit value).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,6 +10,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&header.emit()[..], &data[..HEADER_LEN]);
         if header.kind == StreamKind::Tag {
             assert_eq!(StreamHeader::tag(header.length), header);
+        }
+        if header.kind == StreamKind::Am {
+            assert_eq!(StreamHeader::am(header.length), header);
         }
     }
 });

@@ -246,6 +246,41 @@ fn bad_usage_exits_2_with_a_message() {
     }
 }
 
+/// `quiver bench am`: the latency and rate of active messages over shm and tcp, each with
+/// UCX's figure and the ratio when `ucx_perftest` is installed (read, not judged).
+#[test]
+fn am_reports_latency_and_rate() {
+    let ucx = Command::new("ucx_perftest").arg("-h").output().is_ok();
+    for transport in ["shm", "tcp"] {
+        let output = quiver_bench(&[
+            "am",
+            "--transport",
+            transport,
+            "--iters",
+            "300",
+            "--json",
+            "-",
+        ]);
+        let records = json_lines(&output);
+        let tests: Vec<&str> = records
+            .iter()
+            .map(|r| r["test"].as_str().unwrap())
+            .collect();
+        assert_eq!(tests, ["am_lat", "am_rate"], "{transport}");
+        for record in &records {
+            assert_eq!(record["transport"], transport);
+            positive(record, "quiver");
+            if ucx {
+                positive(record, "ucx");
+                positive(record, "ratio");
+            }
+        }
+    }
+    let output = quiver_bench(&["am", "--transport", "udp"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("shm and tcp"));
+}
+
 /// Runs a short sweep of a raw-socket baseline and checks every point.
 fn raw_baseline_reports_every_point(transport: &str) {
     // 100 KiB is above one UDP datagram (65507 bytes): raw-udp splits it in two.

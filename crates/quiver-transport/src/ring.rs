@@ -103,6 +103,10 @@ pub enum Kind {
     /// before a message whose tag differs from the last one announced; a ring that never
     /// carries one carries tag 0.
     Tag = 6,
+    /// Like `Tag`, but the messages that follow are active messages: the payload (u64,
+    /// native order) is the handler id (high 32 bits) and the length of the header that
+    /// starts each message (low 32 bits). Sticky like `Tag`; a `Tag` record ends it.
+    Am = 7,
 }
 
 impl Kind {
@@ -114,6 +118,7 @@ impl Kind {
             4 => Kind::Pad,
             5 => Kind::Close,
             6 => Kind::Tag,
+            7 => Kind::Am,
             _ => return None,
         })
     }
@@ -393,7 +398,7 @@ impl Consumer {
                 value: frag_len,
                 reason: "rendezvous request must carry 16 bytes",
             }),
-            Kind::Tag if frag_len != 8 || total_len != 0 => Err(RingError::Corrupt {
+            Kind::Tag | Kind::Am if frag_len != 8 || total_len != 0 => Err(RingError::Corrupt {
                 field: "frag_len",
                 value: frag_len,
                 reason: "tag record must carry 8 bytes and no message length",
@@ -428,9 +433,9 @@ impl Consumer {
         };
     }
 
-    /// The tag a `Tag` record carries.
+    /// The tag a `Tag` record carries (an `Am` record's handler id and header length).
     pub fn tag_of(&self, rec: &Record) -> u64 {
-        debug_assert_eq!(rec.kind, Kind::Tag);
+        debug_assert!(matches!(rec.kind, Kind::Tag | Kind::Am));
         let off = (rec.pos & (self.capacity - 1)) + HEADER_BYTES;
         self.shared.read_u64(off)
     }
@@ -665,9 +670,13 @@ pub struct Producer {
     rndv_posted: u64,
     /// The tag of the next message started (`Msg` or `Rndv`), set by the caller.
     next_tag: u64,
+    /// Which record announces `next_tag`: `Tag`, or `Am` for active messages.
+    next_kind: Kind,
     /// The tag the consumer applies to the next message: the last `Tag` record written
     /// (0 before any).
     wire_tag: u64,
+    /// The kind of that record (`Tag` before any).
+    wire_kind: Kind,
 }
 
 impl Producer {
@@ -703,7 +712,9 @@ impl Producer {
             cached_head: 0,
             rndv_posted: 0,
             next_tag: 0,
+            next_kind: Kind::Tag,
             wire_tag: 0,
+            wire_kind: Kind::Tag,
         })
     }
 
@@ -765,12 +776,28 @@ impl Producer {
     #[inline]
     pub fn set_tag(&mut self, tag: u64) {
         self.next_tag = tag;
+        self.next_kind = Kind::Tag;
+    }
+
+    /// Sets the messages started from now on to be active messages with `word` (handler id
+    /// and header length, see [`Kind::Am`]); announced by an `Am` record as
+    /// [`Producer::set_tag`] announces a tag. [`Producer::set_tag`] ends it.
+    #[inline]
+    pub fn set_am(&mut self, word: u64) {
+        self.next_tag = word;
+        self.next_kind = Kind::Am;
+    }
+
+    /// Whether the next message start needs a `Tag` or `Am` record before it.
+    #[inline]
+    fn tag_changes(&self) -> bool {
+        self.next_tag != self.wire_tag || self.next_kind != self.wire_kind
     }
 
     /// Records a message start needs before it: 1 when a `Tag` record must precede it.
     #[inline]
     pub fn tag_records_needed(&self) -> usize {
-        usize::from(self.next_tag != self.wire_tag)
+        usize::from(self.tag_changes())
     }
 
     /// Writes one record if it fits now; `Ok(false)` if the ring is too full. A message
@@ -783,7 +810,7 @@ impl Producer {
         total_len: u64,
         payload: &[u8],
     ) -> Result<bool, RingError> {
-        if self.next_tag != self.wire_tag && matches!(kind, Kind::Msg | Kind::Rndv) {
+        if self.tag_changes() && matches!(kind, Kind::Msg | Kind::Rndv) {
             return self.try_write_tagged(kind, total_len, payload);
         }
         self.try_write_record(kind, total_len, payload)
@@ -802,9 +829,10 @@ impl Producer {
             return Ok(false);
         }
         let tag = self.next_tag.to_ne_bytes();
-        let wrote = self.try_write_record(Kind::Tag, 0, &tag)?;
+        let wrote = self.try_write_record(self.next_kind, 0, &tag)?;
         debug_assert!(wrote, "space was checked just above");
         self.wire_tag = self.next_tag;
+        self.wire_kind = self.next_kind;
         self.try_write_record(kind, total_len, payload)
     }
 
@@ -1108,6 +1136,28 @@ mod tests {
         c.consume(&rec);
         assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 1, vec![4]));
         assert!(c.peek().unwrap().is_none());
+    }
+
+    /// An `Am` record announces active messages as a `Tag` record announces a tag: once
+    /// per change, and an `Am` and a `Tag` with the same value are different announcements.
+    #[test]
+    fn am_records_announce_active_messages() {
+        let (mut p, mut c) = pair(4096);
+        p.set_am(7 << 32 | 3);
+        assert!(p.try_write(Kind::Msg, 4, &[1; 4]).unwrap());
+        assert!(p.try_write(Kind::Msg, 4, &[2; 4]).unwrap());
+        p.set_tag(7 << 32 | 3);
+        assert_eq!(p.tag_records_needed(), 1);
+        assert!(p.try_write(Kind::Msg, 1, &[3]).unwrap());
+        let rec = c.peek().unwrap().unwrap();
+        assert_eq!((rec.kind, c.tag_of(&rec)), (Kind::Am, 7 << 32 | 3));
+        c.consume(&rec);
+        assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 4, vec![1; 4]));
+        assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 4, vec![2; 4]));
+        let rec = c.peek().unwrap().unwrap();
+        assert_eq!((rec.kind, c.tag_of(&rec)), (Kind::Tag, 7 << 32 | 3));
+        c.consume(&rec);
+        assert_eq!(take(&mut c).unwrap(), (Kind::Msg, 1, vec![3]));
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //! (`length` is 0, nothing follows; the sender sends nothing after it), or a tag (`length`
 //! is the tag of the messages that follow, until the next tag frame; nothing follows; a
 //! stream without one carries tag 0, and a sender writes one only before a message whose
-//! tag differs from the last one it announced). Integers are
+//! tag differs from the last one it announced), or an active-message announcement (`am`:
+//! like a tag frame, `length` is the handler id in its high 32 bits and the length of the
+//! header that starts each message in its low 32 bits; the messages that follow are
+//! active messages until the next tag frame). Integers are
 //! little-endian. A header that fails any check means the peer does not speak this
 //! protocol: the connection is closed with an error.
 //!
@@ -64,6 +67,9 @@ pub enum StreamKind {
     Close,
     /// The messages that follow carry the tag in `length`.
     Tag,
+    /// The messages that follow are active messages: `length` is the handler id (high 32
+    /// bits) and header length (low 32 bits). Sticky like [`StreamKind::Tag`], which ends it.
+    Am,
 }
 
 impl StreamKind {
@@ -73,6 +79,7 @@ impl StreamKind {
             StreamKind::Message => 1,
             StreamKind::Close => 2,
             StreamKind::Tag => 3,
+            StreamKind::Am => 4,
         }
     }
 
@@ -82,6 +89,7 @@ impl StreamKind {
             1 => Some(StreamKind::Message),
             2 => Some(StreamKind::Close),
             3 => Some(StreamKind::Tag),
+            4 => Some(StreamKind::Am),
             _ => None,
         }
     }
@@ -119,6 +127,15 @@ impl StreamHeader {
         StreamHeader {
             kind: StreamKind::Tag,
             length: tag,
+        }
+    }
+
+    /// An active-message header: the messages that follow are active messages with `word`
+    /// (handler id and header length, see [`StreamKind::Am`]).
+    pub const fn am(word: u64) -> Self {
+        StreamHeader {
+            kind: StreamKind::Am,
+            length: word,
         }
     }
 
@@ -187,6 +204,12 @@ mod tests {
             StreamHeader::tag(u64::MAX - 1).emit(),
             [b'Q', b'S', 1, 3, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
         );
+        let am = StreamHeader::am(9 << 32 | 8);
+        assert_eq!(
+            am.emit(),
+            [b'Q', b'S', 1, 4, 0, 0, 0, 0, 8, 0, 0, 0, 9, 0, 0, 0]
+        );
+        assert_eq!(StreamHeader::parse(&am.emit()), Ok(am));
     }
 
     #[test]

@@ -256,6 +256,24 @@ pub enum Error {
         /// The region's number at its owner.
         region: u64,
     },
+    /// An active message named a handler id this endpoint has not registered
+    /// ([`Endpoint::register_handler`](crate::Endpoint::register_handler)): the message was
+    /// dropped and counted (`AmStats::unknown_handler`); the connection keeps working.
+    #[error("active message from {peer} for handler {id}, which this endpoint has not registered; the message was dropped (register the handler before peers send to it)")]
+    UnknownHandler {
+        /// The sender.
+        peer: Addr,
+        /// The handler id it named.
+        id: u32,
+    },
+    /// An active-message handler called something a handler may not: a call that blocks,
+    /// receives or advances progress (handlers run inside those calls; docs/active-messages.md
+    /// lists what a handler may call). Nothing was done.
+    #[error("{call} called inside an active-message handler, where it is not allowed (it could block or run handlers re-entrantly); a handler may send without waiting (try_send, post_send, try_send_am, post_send_am, reply, reply_am): do the rest after the call that ran the handler returns")]
+    InHandler {
+        /// The call refused.
+        call: &'static str,
+    },
     /// The caller passed something unusable.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -322,7 +340,8 @@ impl Error {
             | Error::Unreachable { peer, .. }
             | Error::Refused { peer, .. }
             | Error::WrongKey { peer, .. }
-            | Error::VersionMismatch { peer, .. } => Some(*peer),
+            | Error::VersionMismatch { peer, .. }
+            | Error::UnknownHandler { peer, .. } => Some(*peer),
             _ => None,
         }
     }

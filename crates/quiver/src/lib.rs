@@ -28,6 +28,9 @@ mod config;
 mod context;
 mod endpoint;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod job;
 mod log;
 mod pool;
@@ -47,6 +50,7 @@ pub use config::{
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
+pub use endpoint::handlers::{ActiveMessage, AmStats};
 pub use endpoint::matching::{Envelope, MatchSpec};
 pub use endpoint::scope::{Scope, ScopedRecv, ScopedSend};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};

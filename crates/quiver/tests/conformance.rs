@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
+mod am;
 mod scoped;
 mod tagged;
 mod xdp_net;
@@ -1318,4 +1319,33 @@ fn udp_refuses_a_tagged_send() {
 #[test]
 fn mem_refuses_a_tagged_send() {
     tagged::tagged_send_refused(TransportKind::Mem);
+}
+
+/// The active-message part of the suite, over the transports that carry active messages
+/// (the datagram transports refuse them, below).
+macro_rules! am_conformance {
+    ($($name:ident: $kind:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn handlers_run_once_in_order() { am::handlers_run_once_in_order($kind) }
+            #[test] fn every_size() { am::every_size($kind) }
+            #[test] fn unknown_handler_is_a_counted_error() { am::unknown_handler_is_a_counted_error($kind) }
+            #[test] fn blocking_call_in_handler_is_refused() { am::blocking_call_in_handler_is_refused($kind) }
+        }
+    )*};
+}
+
+am_conformance! {
+    shm_am: TransportKind::Shm;
+    tcp_am: TransportKind::Tcp;
+}
+
+#[test]
+fn udp_refuses_an_active_message() {
+    am::am_refused(TransportKind::Udp);
+}
+
+#[test]
+fn mem_refuses_an_active_message() {
+    am::am_refused(TransportKind::Mem);
 }

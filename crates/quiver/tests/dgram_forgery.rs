@@ -1,10 +1,13 @@
-//! Forged and replayed data frames against a running two-rank udp job, sent from a socket
-//! of the test's own (a stranger on the host): frames that name the live connection's id
-//! but carry no valid authenticator, and the job's own frames recorded on the wire and sent
-//! again. Each is refused and counted before anything in it is used (decision 0067), no
-//! byte of them is delivered, and the job's traffic completes.
+//! Forged and replayed data frames against a running two-rank udp job, sent by another
+//! process on the host (a stranger: this test binary run again, `support::attacker`):
+//! frames that name the live connection's id but carry no valid authenticator, and the
+//! job's own frames recorded on the wire and sent again. Each is refused and counted before
+//! anything in it is used (decision 0067), no byte of them is delivered, and the job's
+//! traffic completes.
 
 mod support;
+
+use support::attacker::{self, Attacker};
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +21,8 @@ use quiver_wire::frame::{
 };
 
 const KEY: [u8; 32] = [7; 32];
+/// Set in the attacking process to the address it attacks.
+const ATTACKER_ENV: &str = "QUIVER_FORGERY_ATTACKER";
 /// Forged datagrams of each kind, and replayed ones.
 const ATTACKS: usize = 300;
 
@@ -177,9 +182,10 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
         out.extend_from_slice(b"evil!");
         forged.push(out);
     }
-    let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let mut stranger = Attacker::spawn("attacker", ATTACKER_ENV, &addrs[1].to_string());
+    assert_ne!(stranger.id(), std::process::id());
     let before = stats(&one);
-    send_all(&stranger, addrs[1], &forged);
+    stranger.send(&forged);
     std::thread::sleep(Duration::from_millis(100));
     let after_forgeries = stats(&one);
     let refused = after_forgeries.corrupt_dropped - before.corrupt_dropped;
@@ -196,7 +202,8 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
         .take(ATTACKS)
         .map(|datagram| datagram.to_vec())
         .collect();
-    send_all(&stranger, addrs[1], &replays);
+    stranger.send(&replays);
+    stranger.finish();
     std::thread::sleep(Duration::from_millis(100));
     let after_replays = stats(&one);
     let duplicates = after_replays.duplicates_dropped - after_forgeries.duplicates_dropped;
@@ -225,4 +232,20 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
         "forged or replayed frames were delivered"
     );
     assert_eq!(stats(&zero).corrupt_dropped, 0);
+}
+
+/// The attacking process: sends each batch of datagrams the test hands it to the address in
+/// [`ATTACKER_ENV`], from a socket of its own. Does nothing without the variable (a plain
+/// test run).
+#[test]
+fn attacker() {
+    let Ok(target) = std::env::var(ATTACKER_ENV) else {
+        return;
+    };
+    let target: SocketAddr = target.parse().expect("the address to attack");
+    let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    attacker::batches(|batch| {
+        send_all(&stranger, target, &batch);
+        attacker::report("sent");
+    });
 }

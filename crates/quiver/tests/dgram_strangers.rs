@@ -1,10 +1,13 @@
-//! Strangers attacking a running two-rank udp job from sockets of their own: a flood of
+//! Strangers attacking a running two-rank udp job from another process on the host (this
+//! test binary run again, `support::attacker`), from sockets of their own: a flood of
 //! Hellos that know the job id but not the key, with random initiator ids, random claimed
 //! ranks and many source addresses. The job's traffic completes, every Hello is refused
 //! before anything is kept for it (the router's remembered Hellos stay at the job's own),
 //! and the refusals are counted.
 
 mod support;
+
+use support::attacker::{self, Attacker};
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +22,8 @@ use quiver_wire::handshake::{field, MAX_MESSAGE_LEN};
 const KEY: [u8; 32] = [3; 32];
 /// Hellos in the flood (each sent to both ranks).
 const FLOOD: u64 = 100_000;
+/// Set in the attacking process: `JOB COUNT TARGET...`.
+const ATTACKER_ENV: &str = "QUIVER_STRANGER_ATTACKER";
 
 /// A splitmix64 step: the flood's randomness (seeded, so a failure replays).
 fn next(state: &mut u64) -> u64 {
@@ -140,9 +145,28 @@ fn a_hello_flood_without_the_key_leaves_no_state_and_the_job_carries_on() {
 
     let flood_over = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
+    // The flood comes from another process; a thread here follows what it reports.
+    let arguments = format!("{job} {FLOOD} {} {}", addrs[0], addrs[1]);
+    let mut stranger = Attacker::spawn("attacker", ATTACKER_ENV, &arguments);
+    assert_ne!(stranger.id(), std::process::id());
     let flooding = {
-        let (targets, stop, progress) = (addrs.clone(), flood_over.clone(), progress.clone());
-        std::thread::spawn(move || flood(job, targets, FLOOD, stop, progress))
+        let progress = progress.clone();
+        std::thread::spawn(move || {
+            while let Some(line) = stranger.line() {
+                let (what, count) = line.split_once(' ').expect("a report");
+                let count: u64 = count.parse().expect("a count");
+                match what {
+                    "progress" => progress.store(count, Ordering::Relaxed),
+                    "sent" => {
+                        progress.store(FLOOD, Ordering::Relaxed);
+                        stranger.finish();
+                        return count;
+                    }
+                    _ => panic!("the attacker said {line:?}"),
+                }
+            }
+            panic!("the attacker ended without a count");
+        })
     };
     // The job's traffic starts once the flood is under way, and lasts a good part of it.
     while progress.load(Ordering::Relaxed) < FLOOD / 10 {
@@ -214,4 +238,41 @@ fn drain(endpoint: &mut quiver::Endpoint) {
     while Instant::now() < deadline {
         let _ = endpoint.try_recv(&mut [0u8; 8]);
     }
+}
+
+/// The attacking process: floods the targets in [`ATTACKER_ENV`] (`JOB COUNT TARGET...`)
+/// with Hellos, reporting its progress every 10 ms and what it sent at the end. Does
+/// nothing without the variable (a plain test run).
+#[test]
+fn attacker() {
+    let Ok(arguments) = std::env::var(ATTACKER_ENV) else {
+        return;
+    };
+    let mut words = arguments.split(' ');
+    let job: u64 = words.next().and_then(|w| w.parse().ok()).expect("JOB");
+    let count: u64 = words.next().and_then(|w| w.parse().ok()).expect("COUNT");
+    let targets: Vec<SocketAddr> = words.map(|w| w.parse().expect("TARGET")).collect();
+    let (stop, progress) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let reporting = {
+        let (stop, progress) = (stop.clone(), progress.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                attacker::report(&format!("progress {}", progress.load(Ordering::Relaxed)));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let sent = flood(
+        job,
+        targets,
+        count,
+        Arc::new(AtomicBool::new(false)),
+        progress,
+    );
+    stop.store(true, Ordering::Relaxed);
+    reporting.join().expect("reporter");
+    attacker::report(&format!("sent {sent}"));
 }

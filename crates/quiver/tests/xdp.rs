@@ -230,6 +230,70 @@ fn a_link_taken_down_mid_transfer() {
     }
 }
 
+/// Small messages share frames over AF_XDP as over udp (decision 0079; the udp twin is
+/// `tests/small_messages.rs`): 20,000 messages of 8 bytes streamed faster than the receiver
+/// takes them leave in far fewer frames than messages once the window is full, arrive in
+/// order and byte-identical, and the receiver takes most of them from its receive window
+/// without a poll each; a lone message still leaves when its `send` returns.
+#[test]
+fn small_messages_share_frames() {
+    if skipped() {
+        return;
+    }
+    const MESSAGES: u64 = 20_000;
+    let net = XdpNet::up(2).expect("namespaces");
+    let key = [5u8; 32];
+    let config = config(TransportKind::Xdp);
+    let sender = context(&net, 0, key, &config).expect("rank 0");
+    let receiver = context(&net, 1, key, &config).expect("rank 1");
+    let sent = |context: &Context| context.stats().datagram.expect("stats").datagrams_sent;
+    let (streamed, buffered) = std::thread::scope(|s| {
+        let receive = s.spawn(|| {
+            let mut ep = receiver.endpoint(0).unwrap();
+            let back = ep.connect(Addr::new(0, 0)).unwrap();
+            let (mut buf, mut expected) = ([0u8; 64], [0u8; 8]);
+            let before = receiver.stats().datagram.unwrap().buffered_takes;
+            for index in 0..MESSAGES {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                fill(&mut expected, index);
+                assert_eq!(&buf[..n], &expected[..], "message {index}");
+            }
+            let buffered = receiver.stats().datagram.unwrap().buffered_takes - before;
+            ep.send(back, b"streamed").unwrap();
+            for _ in 0..10 {
+                let (n, _) = ep.recv(&mut buf).unwrap();
+                ep.send(back, &buf[..n]).unwrap();
+            }
+            buffered
+        });
+        let mut ep = sender.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(1, 0)).unwrap();
+        let mut message = [0u8; 8];
+        let before = sent(&sender);
+        for index in 0..MESSAGES {
+            fill(&mut message, index);
+            ep.send(conn, &message).unwrap();
+        }
+        let mut buf = [0u8; 64];
+        let (n, _) = ep.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"streamed");
+        let streamed = sent(&sender) - before;
+        for round in 0..10u32 {
+            let before = sent(&sender);
+            ep.send(conn, &round.to_le_bytes()).unwrap();
+            assert!(sent(&sender) > before, "round {round}: nothing sent");
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], round.to_le_bytes());
+        }
+        (streamed, receive.join().unwrap())
+    });
+    eprintln!("{streamed} frames for {MESSAGES} messages; {buffered} taken without a poll");
+    // One frame per message while the window has room (at most the in-flight cap, 8,192
+    // frames), then up to 91 messages per frame.
+    assert!(streamed <= MESSAGES / 2, "{streamed} frames");
+    assert!(buffered >= MESSAGES / 4, "{buffered} taken without a poll");
+}
+
 /// Interfaces with four receive queues, the switch steering every frame to queue 2:
 /// quiver's socket has queue 0, so the frames go through the kernel to the link's kernel
 /// socket, and every message still arrives.

@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::am::{self, AmFailure, AmOptions};
 use super::fd_wait::WaitMode;
 use super::launched::{self, LaunchArgs};
 use super::parent::{choose_cpus, finish, handoff_again, measure_floors, open_report};
@@ -331,6 +332,30 @@ fn parse_two_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Runs `quiver bench`; returns the process exit code (0 ok, 1 failed, 2 bad usage).
 pub fn main(args: BenchArgs) -> i32 {
+    if args.tests.contains(&TestName::Am) {
+        if args.tests.len() > 1 {
+            eprintln!("quiver bench: am runs alone (quiver bench am)");
+            return EXIT_USAGE;
+        }
+        let options = &args.options;
+        let am = AmOptions {
+            transport: &options.transport,
+            iters: options.iters,
+            cpus: options.cpus.as_deref(),
+            json: options.json.as_deref(),
+        };
+        return match am::run(&am) {
+            Ok(()) => 0,
+            Err(AmFailure::Usage(message)) => {
+                eprintln!("quiver bench am: {message}");
+                EXIT_USAGE
+            }
+            Err(AmFailure::Run(message)) => {
+                eprintln!("quiver bench am: {message}");
+                EXIT_FAILURE
+            }
+        };
+    }
     let tests = if args.tests.is_empty() {
         DEFAULT_TESTS.to_vec()
     } else {

@@ -3,7 +3,8 @@
 //! (`quiver-bench`) builds its suites on.
 //!
 //! Layers, top to bottom (a module uses only those below it):
-//! - `args` (the `quiver bench` command line and run), `crossover` (where each transport's
+//! - `args` (the `quiver bench` command line and run), `am` (`quiver bench am`: active
+//!   messages beside UCX's), `crossover` (where each transport's
 //!   copy and zero-copy paths cross: `quiver tune`'s measurement);
 //! - `parent` (CPUs, report, floors, plot of a run), `ranks` (starting and watching the
 //!   two ranks), `launched` (a rank started by a launcher, measuring and reporting
@@ -17,6 +18,7 @@
 //! - `result` (what the parent does with any result), `record` (the typed results),
 //!   `floor` (the machine's floors), `plan` (what a run measures), `sizes` and `stats`.
 
+pub mod am;
 pub mod args;
 pub mod crossover;
 pub mod fd_wait;

@@ -24,6 +24,8 @@ pub enum TestName {
     Bibw,
     /// 8-byte message rate with a window of outstanding sends.
     Rate,
+    /// Active messages (8 B round trip and rate) beside UCX's `am_lat`/`am_bw`; runs alone.
+    Am,
 }
 
 impl TestName {
@@ -44,6 +46,7 @@ impl TestName {
             TestName::Bw => "bw",
             TestName::Bibw => "bibw",
             TestName::Rate => "rate",
+            TestName::Am => "am",
         }
     }
 
@@ -315,7 +318,7 @@ impl Plan {
                 TestName::Bw => blocks * self.sizes.len(),
                 TestName::Rate => blocks,
                 TestName::Bibw => self.sizes.len(),
-                TestName::Floor => 0,
+                TestName::Floor | TestName::Am => 0,
             })
             .sum()
     }

@@ -54,7 +54,7 @@ impl Point {
                 size: RATE_MESSAGE_BYTES,
                 windows: plan.rate_windows(),
             }],
-            TestName::Floor | TestName::Bibw => Vec::new(),
+            TestName::Floor | TestName::Bibw | TestName::Am => Vec::new(),
         }
     }
 

@@ -317,6 +317,25 @@ impl ReliableConnection {
         self.recv.unacked_frames()
     }
 
+    /// The largest datagram this connection sends now (`config.max_datagram_bytes`, or
+    /// less after [`ReliableConnection::lower_max_datagram_bytes`]).
+    pub fn max_datagram_bytes(&self) -> usize {
+        self.config.max_datagram_bytes
+    }
+
+    /// Lowers the largest datagram this connection sends to `bytes` (the path's MTU fell),
+    /// never below [`ReliableConfig::MIN_DATAGRAM_BYTES`] nor above what it was; returns the
+    /// size now in force. Frames cut from now on fit it (data, compact Stream frames, and
+    /// the SACK ranges of standalone Acks); frames already sent keep their size when resent
+    /// (their packet number and bytes are fixed), so the caller must still be able to send
+    /// them (the network fragments them, or they go another way). The receiver needs no
+    /// word of it: it takes any datagram up to its own size.
+    pub fn lower_max_datagram_bytes(&mut self, bytes: usize) -> usize {
+        let floor = ReliableConfig::MIN_DATAGRAM_BYTES.max(self.config.data_header_len() + 1);
+        self.config.max_datagram_bytes = bytes.max(floor).min(self.config.max_datagram_bytes);
+        self.config.max_datagram_bytes
+    }
+
     /// Number of paths (`config.path_count`).
     pub fn path_count(&self) -> usize {
         self.send.paths.len()

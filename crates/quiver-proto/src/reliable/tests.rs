@@ -77,6 +77,8 @@ struct Pair {
     lent: Vec<u8>,
     /// Messages a lent with `lend_message_as`, by token (index).
     posted: Vec<Vec<u8>>,
+    /// The length of every datagram a sent, in order.
+    sizes_from_a: Vec<usize>,
 }
 
 /// A reader on b that reads each message into a buffer of its own, at most `chunk` bytes per
@@ -313,6 +315,7 @@ impl Pair {
             posted_reader: None,
             lent: Vec::new(),
             posted: Vec::new(),
+            sizes_from_a: Vec::new(),
         }
     }
 
@@ -388,6 +391,9 @@ impl Pair {
     fn route(&mut self, from_a: bool, datagram: Vec<u8>) {
         let index = self.sent;
         self.sent += 1;
+        if from_a {
+            self.sizes_from_a.push(datagram.len());
+        }
         // Before b exists, a sends only full (Handshake) frames, whatever the id.
         let to_id = if from_a {
             self.b.as_ref().map_or(0, ReliableConnection::local_id)
@@ -3536,3 +3542,54 @@ fn forged_and_replayed_frames_are_refused_before_anything_is_used() {
     // A replayed frame does not count as hearing from the peer.
     assert_eq!(a.last_received_at, now + 1_000_010);
 }
+
+/// The path's MTU falls mid-transfer: the window already sent (datagrams of up to 1472
+/// bytes) is lost, the connection's datagram size is lowered to 1000. Every frame cut
+/// afterwards fits 1000 bytes; only the lost frames go again at their old size (their
+/// packet numbers and bytes are fixed); the message arrives intact. The size never rises,
+/// nor falls below the protocol's floor.
+#[test]
+fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
+    let mut pair = Pair::established();
+    assert_eq!(pair.a.max_datagram_bytes(), 1472);
+    let messages = vec![patterned(300_000, 3)];
+    let mut writer = MessageWriter::default();
+    writer.write(&mut pair.a, &messages);
+    pair.flush();
+    let lost = pair.to_b.len();
+    let sizes: Vec<usize> = pair.to_b.iter().map(Vec::len).collect();
+    assert!(
+        lost >= 2 && sizes.iter().all(|&len| len > 1000 && len <= 1472),
+        "a window of frames over 1000 B: {sizes:?}"
+    );
+    pair.to_b.clear();
+    assert_eq!(pair.a.lower_max_datagram_bytes(1000), 1000);
+    assert_eq!(pair.a.lower_max_datagram_bytes(1200), 1000, "never raised");
+    let before = pair.sizes_from_a.len();
+    let mut received = Vec::new();
+    let mut current = Vec::new();
+    let mut buffer = vec![0u8; 4096];
+    pair.run_until(|pair| {
+        writer.write(&mut pair.a, &messages);
+        while pair.b.is_some() {
+            let (count, complete) = pair.b().read_message(&mut buffer);
+            current.extend_from_slice(&buffer[..count]);
+            if complete {
+                received.push(core::mem::take(&mut current));
+            } else if count == 0 {
+                break;
+            }
+        }
+        received.len() == messages.len()
+    });
+    assert_eq!(received, messages);
+    let after = &pair.sizes_from_a[before..];
+    let large = after.iter().filter(|&&len| len > 1000).count();
+    assert!(large <= lost, "{large} datagrams over 1000 B, {lost} lost");
+    assert!(after.len() > 300_000 / 1000, "{} datagrams", after.len());
+    assert_eq!(
+        pair.a.lower_max_datagram_bytes(1),
+        ReliableConfig::MIN_DATAGRAM_BYTES.max(pair.a.config.data_header_len() + 1)
+    );
+}
+mod packing;

@@ -38,6 +38,7 @@
 //!   hold ([`RecvMessage`], [`Datagrams`]).
 //! - `readiness.rs`: one descriptor for several sockets ([`ReadinessSet`]).
 //! - `options.rs`: socket options for any socket; `limits.rs`: sizes and limits;
+//!   `path_mtu.rs`: the path MTU the kernel knows for a destination;
 //!   `address.rs`: socket addresses to and from the kernel's layout; `control.rs`: control
 //!   messages; `clock.rs`: the monotonic clock; `errno.rs`: system call results.
 
@@ -48,6 +49,7 @@ mod errno;
 mod gather;
 mod limits;
 pub(crate) mod options;
+mod path_mtu;
 mod readiness;
 mod receive;
 mod receive_batch;
@@ -61,6 +63,7 @@ pub use limits::{
 };
 pub(crate) use options::set_int_option;
 pub use options::{set_buffer_sizes, set_busy_poll, set_nonblocking};
+pub use path_mtu::ip_udp_header_bytes;
 pub use readiness::ReadinessSet;
 pub use receive::SplitRecv;
 pub use receive_batch::{Datagrams, RecvBatch, RecvMessage};

@@ -40,6 +40,15 @@ pub struct UdpSocket {
     gso_supported: bool,
     /// GSO sends the kernel refused (each turned GSO off: [`UdpSocket::gso_refusals`]).
     gso_refusals: u64,
+    /// The largest GSO segment this socket sends: lowered by a send refused because its
+    /// datagrams no longer fit the path ([`UdpSocket::gso_max_segment`]).
+    gso_max_segment: usize,
+    /// Sends refused because their datagrams no longer fit the path's MTU
+    /// ([`UdpSocket::size_refusals`]).
+    size_refusals: u64,
+    /// The room (datagram bytes) the path of the last size refusal has, not yet taken
+    /// ([`UdpSocket::take_path_room`]).
+    path_room: Option<usize>,
     pub(super) gro_enabled: bool,
     send_scratch: SendScratch,
     /// The peer of [`UdpSocket::connect`]: datagrams to it leave without an address, on the
@@ -94,6 +103,9 @@ impl UdpSocket {
             local_address,
             gso_supported,
             gso_refusals: 0,
+            gso_max_segment: usize::MAX,
+            size_refusals: 0,
+            path_room: None,
             gro_enabled: false,
             send_scratch: SendScratch::new(DEFAULT_SEND_BATCH),
             connected: None,
@@ -156,14 +168,71 @@ impl UdpSocket {
         self.gso_refusals
     }
 
-    /// After a send whose first message was a GSO send (`segmented`): a refusal of
-    /// segmentation offload turns GSO off on this socket.
-    fn note_gso_refusal(&mut self, result: &io::Result<usize>, segmented: bool) {
-        if let Err(e) = result {
-            if segmented && matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) {
-                self.gso_supported = false;
-                self.gso_refusals += 1;
+    /// The largest GSO segment (datagram bytes) to send on this socket: unlimited
+    /// (`usize::MAX`) until a send is refused because its datagrams no longer fit the path
+    /// (the MTU of the link or the route fell: see [`UdpSocket::size_refusals`]), then the
+    /// room the path has. Larger datagrams still go, one per send (the kernel fragments
+    /// them); GSO stays on.
+    pub fn gso_max_segment(&self) -> usize {
+        self.gso_max_segment
+    }
+
+    /// How many sends the kernel refused because their datagrams no longer fit the path to
+    /// their destination: a GSO send whose segment exceeds the path MTU (`EMSGSIZE`, or
+    /// `EINVAL` from older kernels: the kernel does not fragment segments) or any send refused with `EMSGSIZE` (ICMP told
+    /// the socket the path's MTU fell), each checked against the path MTU the kernel
+    /// knows. Each lowers [`UdpSocket::gso_max_segment`] and leaves the room it found for
+    /// [`UdpSocket::take_path_room`]; none turns GSO off.
+    pub fn size_refusals(&self) -> u64 {
+        self.size_refusals
+    }
+
+    /// The room (largest datagram, bytes) of the path whose MTU refused a send since the
+    /// last call (the smallest if several did), for the caller to cut smaller datagrams
+    /// from now on. None when nothing was refused for its size.
+    pub fn take_path_room(&mut self) -> Option<usize> {
+        self.path_room.take()
+    }
+
+    /// The largest datagram the path to `destination` carries unfragmented, as the kernel
+    /// knows it now (the route's MTU, lowered by ICMP reports, minus the IP and UDP headers).
+    ///
+    /// # Errors
+    /// No route to `destination`, or the kernel refused the query.
+    pub fn path_room(&self, destination: SocketAddr) -> io::Result<usize> {
+        let connected = (self.connected == Some(destination)).then(|| self.fd.as_fd());
+        super::path_mtu::datagram_room(connected, destination)
+    }
+
+    /// After a send whose first message (to `destination`, `len` bytes, GSO segments of
+    /// `segment` when given) was refused: a datagram too large for the path lowers the GSO
+    /// segment limit and notes the path's room; any other refusal of segmentation offload
+    /// turns GSO off on this socket.
+    #[cold]
+    fn note_send_error(
+        &mut self,
+        error: &io::Error,
+        segment: Option<u16>,
+        destination: SocketAddr,
+        len: usize,
+    ) {
+        let code = error.raw_os_error();
+        let about_size =
+            code == Some(libc::EMSGSIZE) || (segment.is_some() && code == Some(libc::EINVAL));
+        if about_size {
+            let datagram = segment.map_or(len, usize::from);
+            if let Ok(room) = self.path_room(destination) {
+                if datagram > room {
+                    self.size_refusals += 1;
+                    self.gso_max_segment = self.gso_max_segment.min(room);
+                    self.path_room = Some(self.path_room.map_or(room, |r| r.min(room)));
+                    return;
+                }
             }
+        }
+        if segment.is_some() && matches!(code, Some(libc::EIO) | Some(libc::EINVAL)) {
+            self.gso_supported = false;
+            self.gso_refusals += 1;
         }
     }
 
@@ -283,7 +352,8 @@ impl UdpSocket {
     /// the kernel's error (`EMSGSIZE`, `ECONNREFUSED` from an earlier ICMP error, `EINVAL`
     /// for a GSO entry beyond the kernel's limits, ...). An empty batch returns `Ok(0)`.
     /// A first entry with `segment_size` refused with `EIO` or `EINVAL` turns GSO off on
-    /// this socket ([`UdpSocket::gso_refusals`]).
+    /// this socket ([`UdpSocket::gso_refusals`]), unless its segments exceed the path's MTU
+    /// ([`UdpSocket::size_refusals`]).
     pub fn send_batch(&mut self, batch: &[OutDatagram<'_>]) -> io::Result<usize> {
         let count = batch.len().min(self.send_scratch.headers.len());
         if count == 0 {
@@ -298,7 +368,10 @@ impl UdpSocket {
         // SAFETY (of `send_filled`): the first `count` headers point into `scratch`
         // (addresses, iovecs, control buffers) and into the borrowed slices of `batch`.
         let sent = self.send_filled(count);
-        self.note_gso_refusal(&sent, batch[0].segment_size.is_some());
+        if let Err(error) = &sent {
+            let first = &batch[0];
+            self.note_send_error(error, first.segment_size, first.destination, first.len());
+        }
         sent
     }
 
@@ -339,7 +412,11 @@ impl UdpSocket {
         // `part_count` iovecs exist), which point into slices alive for the gather's
         // lifetime.
         let sent = self.send_filled(count);
-        self.note_gso_refusal(&sent, runs[0].segment_size.is_some());
+        if let Err(error) = &sent {
+            let first = runs[0];
+            let len = gather.parts(first_message).map(<[u8]>::len).sum();
+            self.note_send_error(error, first.segment_size, first.destination, len);
+        }
         sent
     }
 
@@ -402,7 +479,9 @@ impl UdpSocket {
             }
         };
         if sent < 0 {
-            return Err(io::Error::last_os_error());
+            let error = io::Error::last_os_error();
+            self.note_send_error(&error, None, destination, data.len());
+            return Err(error);
         }
         Ok(sent as usize)
     }

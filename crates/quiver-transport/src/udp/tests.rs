@@ -632,3 +632,92 @@ fn a_refused_gso_send_turns_gso_off_and_the_socket_carries_on() {
     assert_eq!(datagrams, vec![vec![7u8; 1000]]);
     assert_eq!(a.gso_refusals(), 1);
 }
+
+/// Runs `f` on a thread of its own in a new network namespace whose loopback is up with
+/// MTU `mtu` (`set_mtu` changes it later); None when namespaces cannot be made (not root).
+fn in_private_loopback<T: Send>(mtu: u32, f: impl FnOnce(&dyn Fn(u32)) -> T + Send) -> Option<T> {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: unshare only changes this thread's namespaces; the thread ends with
+            // the test and nothing else runs on it.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                eprintln!("skipped: a network namespace needs root");
+                return None;
+            }
+            // Children inherit this thread's namespace.
+            let set_mtu = |mtu: u32| {
+                let status = std::process::Command::new("ip")
+                    .args(["link", "set", "lo", "up", "mtu", &mtu.to_string()])
+                    .status()
+                    .expect("running ip");
+                assert!(status.success(), "ip link set lo mtu {mtu}");
+            };
+            set_mtu(mtu);
+            Some(f(&set_mtu))
+        })
+        .join()
+        .expect("the namespace's thread")
+    })
+}
+
+/// A link whose MTU falls under the datagrams being sent: the GSO send is refused
+/// (`EMSGSIZE`, `EINVAL` on older kernels: the kernel does not fragment segments), which the socket recognises by the
+/// path's MTU. It lowers its GSO segment limit, notes the room for its caller and keeps GSO
+/// on; segments that fit go through as one GSO send, plain datagrams too large for the path
+/// still go (fragmented), on a connected socket as on an unconnected one.
+#[test]
+fn a_gso_send_over_a_smaller_mtu_lowers_the_segment_limit_and_keeps_gso() {
+    let ran = in_private_loopback(1500, |set_mtu| {
+        for connect in [false, true] {
+            let (mut a, mut b) = loopback_pair();
+            let to = b.local_address();
+            if connect {
+                a.connect(to).unwrap();
+            }
+            assert!(a.gso_supported(), "UDP_SEGMENT not supported");
+            assert_eq!(a.path_room(to).unwrap(), 1472);
+            let data = vec![5u8; 4 * 1472];
+            let run = |segment: usize| {
+                [OutDatagram {
+                    destination: to,
+                    header: &[],
+                    payload: &data[..4 * segment],
+                    segment_size: Some(segment as u16),
+                }]
+            };
+            assert_eq!(a.send_batch(&run(1472)).unwrap(), 1);
+            let mut receive = RecvBatch::new(8, MAX_COALESCED_BYTES);
+            assert_eq!(receive_datagrams(&mut b, &mut receive, 4).0.len(), 4);
+            set_mtu(1400);
+            let refused = a.send_batch(&run(1472)).unwrap_err();
+            assert!(
+                matches!(
+                    refused.raw_os_error(),
+                    Some(libc::EMSGSIZE) | Some(libc::EINVAL)
+                ),
+                "{refused}"
+            );
+            assert!(a.gso_supported(), "a size refusal must not turn GSO off");
+            assert_eq!((a.gso_refusals(), a.size_refusals()), (0, 1));
+            assert_eq!(a.gso_max_segment(), 1372);
+            assert_eq!(a.take_path_room(), Some(1372));
+            assert_eq!(a.take_path_room(), None, "taken once");
+            // Segments that fit leave as one GSO send; a plain datagram of the old size
+            // still goes, fragmented.
+            assert_eq!(a.send_batch(&run(1372)).unwrap(), 1);
+            let plain = [OutDatagram::new(to, &[], &data[..1472])];
+            assert_eq!(a.send_batch(&plain).unwrap(), 1);
+            let (datagrams, _) = receive_datagrams(&mut b, &mut receive, 5);
+            let sizes: Vec<usize> = datagrams.iter().map(Vec::len).collect();
+            assert_eq!(
+                sizes,
+                vec![1372, 1372, 1372, 1372, 1472],
+                "connect {connect}"
+            );
+            set_mtu(1500);
+        }
+    });
+    if ran.is_none() {
+        eprintln!("skipped: needs root for a network namespace");
+    }
+}

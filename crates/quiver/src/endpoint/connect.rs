@@ -26,6 +26,7 @@ impl Endpoint {
     /// peer rejects us (wrong job key, no such endpoint in time), [`Error::Timeout`],
     /// [`Error::Io`].
     pub fn connect(&mut self, peer: Addr) -> Result<Connection> {
+        self.refuse_in_handler("connect")?;
         if let Some(&index) = self.by_peer.get(&peer) {
             if self.outbound[index as usize].failure().is_none() {
                 return Ok(self.connection(index, peer));
@@ -116,6 +117,9 @@ impl Endpoint {
     /// As [`Endpoint::reply_connection`], then as [`Endpoint::send`].
     pub fn reply(&mut self, src: Addr, data: &[u8]) -> Result<()> {
         let conn = self.reply_connection(src)?;
+        if self.am.in_handler {
+            return self.reply_in_handler(conn, data);
+        }
         self.send(conn, data)
     }
 
@@ -139,6 +143,7 @@ impl Endpoint {
     /// it had failed already (there is nothing left to close); a peer error or
     /// [`Error::Timeout`] while its sends finished (it is closed all the same).
     pub fn close(&mut self, conn: Connection) -> Result<()> {
+        self.refuse_in_handler("close")?;
         let idx = self.outbound_index(conn)?;
         let finished = self.finish_sends_of(idx);
         let failed = match (finished, self.outbound[idx].failure()) {
@@ -161,7 +166,7 @@ impl Endpoint {
     fn finish_sends_of(&mut self, idx: usize) -> Result<()> {
         let mut wait = Wait::new(&self.config);
         loop {
-            self.progress()?;
+            self.advance()?;
             if !self.outbound[idx].busy() {
                 return Ok(());
             }

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::matching::Envelope;
 use super::Endpoint;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
@@ -25,6 +26,11 @@ impl Endpoint {
             self.poll_engine_for_look(wait);
             let got = self.look_at(i, dest, wait, false)?;
             self.last_tag = self.inbound[i].tag();
+            if let (Some(len), true) = (got, self.last_tag.am) {
+                // It was an active message: its handler has it, the receive goes on.
+                self.run_handler(i, self.last_tag, dest.filled(len))?;
+                return Ok(None);
+            }
             return Ok(got.map(|len| (len, self.inbound[i].peer())));
         }
         if self.inbox.has_incoming.load(Ordering::Relaxed) {
@@ -58,9 +64,21 @@ impl Endpoint {
                 // Ended in this look (done network edges are passed over above).
                 self.network_edge_ended(i);
             }
-            if let Some(len) = got? {
+            let got = match got {
+                // An active message goes to its handler whatever the receive's buffer.
+                Err(Error::BufferTooSmall { .. }) if self.inbound[i].next_tag().am => {
+                    self.take_am_pooled(i, wait)?
+                }
+                got => got?,
+            };
+            if let Some(len) = got {
                 self.last_tag = self.inbound[i].tag();
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+                if self.last_tag.am {
+                    // Its handler runs now; the look goes on at the next edge.
+                    self.run_handler(i, self.last_tag, dest.filled(len))?;
+                    continue;
+                }
                 return Ok(Some((len, self.inbound[i].peer())));
             }
             if let Dest::Posted { bound: true, .. } = dest {
@@ -77,6 +95,38 @@ impl Endpoint {
             self.dgram.seen = news;
         }
         Ok(None)
+    }
+
+    /// Takes the active message a receive's buffer was too small for into a pool buffer
+    /// and runs its handler (no message for the caller).
+    #[cold]
+    #[inline(never)]
+    fn take_am_pooled(&mut self, i: usize, wait: bool) -> Result<Option<usize>> {
+        let mut buf = self.requests.pool.take(0);
+        let got = self.look_at(i, &mut Dest::Owned(&mut buf), wait, false);
+        let result = match got {
+            Ok(Some(len)) => {
+                let tag = self.inbound[i].tag();
+                if tag.am {
+                    self.run_handler(i, tag, &buf[..len])
+                } else {
+                    // Not reached: the edge said its next message was an active one. Were
+                    // it plain, it would wait for a receive that fits it.
+                    let envelope = Envelope {
+                        source: self.inbound[i].peer(),
+                        tag: tag.value,
+                        len: len as u64,
+                    };
+                    buf.truncate(len);
+                    self.arrive(envelope, std::mem::take(&mut buf));
+                    Ok(())
+                }
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        self.requests.pool.give(buf);
+        result.map(|()| None)
     }
 
     /// Network inbound edge `i` ended in the last look: when its peer closed it cleanly, an
@@ -135,9 +185,19 @@ impl Endpoint {
 
     /// Polls the datagram engine before looking at network edges, if one runs: a blocking
     /// receive takes the rest of a large message straight into its buffer once it has
-    /// begun it, so it brings in only the message's start here. The engine's news count.
+    /// begun it, so it brings in only the message's start here; no poll while a whole
+    /// message waits in a connection's window (`DgramShared::news_if_buffered`). The
+    /// engine's news count.
     fn poll_engine_for_look(&mut self, wait: bool) -> Option<u64> {
         let engine = self.local.dgram.as_ref()?;
+        // A whole message already in one of its connections' windows (small messages share
+        // frames) is looked for without a poll, a bounded number of times in a row; every
+        // datagram edge is looked at then.
+        let ids = self.inbound.iter().filter_map(InEdge::dgram_id);
+        if let Some(news) = engine.news_if_buffered(ids) {
+            self.dgram.seen = None;
+            return Some(news);
+        }
         let news = if wait {
             engine.poll_io_before_receive(&self.local)
         } else {
@@ -204,6 +264,11 @@ impl Endpoint {
                     self.inbox.tcp_crossings().release_connect(peer);
                 }
                 self.next_inbound = 0;
+                if let (Ok(Some(len)), true) = (&looked, self.last_tag.am) {
+                    // An active message: its handler runs, the receive goes on.
+                    let ran = self.run_handler(0, self.last_tag, &buf[..*len]);
+                    return Some(ran.map(|()| None));
+                }
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             InEdge::Dgram(edge) if edge.open_and_active() => {

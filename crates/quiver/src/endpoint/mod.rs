@@ -10,7 +10,8 @@
 //!
 //! The files: `connect.rs` (opening edges), `send.rs` (sends and progress), `receive.rs`
 //! (receives), `readiness.rs` (the descriptor for poll/epoll, `arm`), `look.rs` (one look
-//! at the inbound edges), `waiting.rs` (idling and liveness), `scope.rs` (posted
+//! at the inbound edges), `waiting.rs` (idling and liveness), `am.rs` (active messages:
+//! handlers, `send_am`, running a handler when its message arrives), `scope.rs` (posted
 //! operations on the caller's memory, typed data).
 
 use std::cell::Cell;
@@ -37,8 +38,11 @@ use crate::transport::local::LocalRank;
 use crate::transport::registry::Inbox;
 use crate::transport::requests::Requests;
 use crate::transport::rma_pipeline::PostedTable;
+use crate::transport::wire_tag::WireTag;
 
+mod am;
 mod connect;
+pub(crate) mod handlers;
 mod look;
 pub(crate) mod matching;
 mod readiness;
@@ -149,10 +153,12 @@ pub struct Endpoint {
     /// Receives by request key; unexpected payloads in pool buffers of exactly their
     /// length.
     matcher: matching::Matcher<Key, Vec<u8>>,
-    /// The tag of the message the last look delivered.
-    last_tag: u64,
+    /// The tag of the message the last look delivered (or that it was an active message).
+    last_tag: WireTag,
     /// One-sided operations posted and not yet completed by `wait_rma`.
     rma_posted: PostedTable,
+    /// Active-message handlers and their counters (`am.rs`).
+    am: handlers::AmState<Endpoint>,
     /// Keeps the endpoint `Send` but not `Sync`, as documented: one thread drives it at a
     /// time, so its internals may use cells without breaking programs later.
     _not_sync: PhantomData<Cell<()>>,
@@ -203,8 +209,9 @@ impl Endpoint {
             dgram: DgramSide::default(),
             committed: None,
             matcher: matching::Matcher::new(u64::MAX),
-            last_tag: 0,
+            last_tag: WireTag::default(),
             rma_posted: PostedTable::default(),
+            am: handlers::AmState::default(),
             _not_sync: PhantomData,
         }
     }

@@ -65,6 +65,7 @@ impl Endpoint {
     /// [`Error::Io`] when the descriptor's set could not take a connection's socket
     /// (descriptor limits).
     pub fn arm(&mut self) -> Result<bool> {
+        self.refuse_in_handler("arm")?;
         self.flush_inbound();
         self.doorbell.drain();
         self.ready.clear_timer();

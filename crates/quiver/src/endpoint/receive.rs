@@ -18,6 +18,7 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
     /// connection (reported once; the others keep working), [`Error::Timeout`].
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.refuse_in_handler("recv")?;
         if !self.matcher.is_idle() {
             return self.recv_any_matched(buf);
         }
@@ -39,7 +40,7 @@ impl Endpoint {
                     Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
-            self.progress()?;
+            self.advance()?;
             if let Err(e) = self.idle(&mut wait, "waiting for a message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -52,11 +53,12 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if none is waiting (to sleep until one arrives, see
     /// [`Endpoint::arm`]); otherwise as [`Endpoint::recv`].
     pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<(usize, Addr)> {
+        self.refuse_in_handler("try_recv")?;
         if !self.matcher.is_idle() {
             let got = self.try_recv_matching(MatchSpec::ANY, buf)?;
             return Ok((got.len as usize, got.source));
         }
-        self.progress()?;
+        self.advance()?;
         if self.requests.posted_recvs.is_empty() {
             if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
                 return Ok(got);
@@ -74,6 +76,7 @@ impl Endpoint {
     /// # Errors
     /// As [`Endpoint::recv`], without `BufferTooSmall`.
     pub fn recv_pooled(&mut self) -> Result<PooledBuf> {
+        self.refuse_in_handler("recv_pooled")?;
         let mut wait = Wait::new(&self.config);
         let mut buf = self.requests.pool.take(0);
         loop {
@@ -93,7 +96,7 @@ impl Endpoint {
                     return Err(end);
                 }
             }
-            self.progress()?;
+            self.advance()?;
             self.idle(&mut wait, "waiting for a message")?;
         }
     }
@@ -103,7 +106,8 @@ impl Endpoint {
     /// # Errors
     /// [`Error::WouldBlock`] if no complete message is waiting.
     pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
-        self.progress()?;
+        self.refuse_in_handler("try_recv_pooled")?;
+        self.advance()?;
         if !self.matcher.is_idle() {
             if let Some(got) = self.take_any_pooled(false)? {
                 return Ok(got);
@@ -142,6 +146,7 @@ impl Endpoint {
     /// # Errors
     /// None today; reserved.
     pub fn post_recv(&mut self, buf: Vec<u8>) -> Result<RecvRequest> {
+        self.refuse_in_handler("post_recv")?;
         if !self.matcher.is_idle() {
             // Behind the matching receives posted before it, or for a message waiting.
             return self.post_recv_matching(MatchSpec::ANY, buf);
@@ -157,6 +162,7 @@ impl Endpoint {
     /// # Errors
     /// [`Error::InvalidArgument`] for a request of another endpoint.
     pub fn test_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.refuse_in_handler("test_recv")?;
         self.progress()?;
         match self.requests.recvs.get_mut(req.key) {
             Some(RecvState::Pending(_) | RecvState::Bound) => Ok(false),
@@ -171,6 +177,7 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the buffer is dropped, the message stays queued) or a
     /// peer error that occurred while this receive was first in line.
     pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
+        self.refuse_in_handler("wait_recv")?;
         let mut wait = Wait::new(&self.config);
         loop {
             self.progress()?;
@@ -229,7 +236,7 @@ impl Endpoint {
                     buf,
                     len,
                     src,
-                    tag: self.last_tag,
+                    tag: self.last_tag.value,
                 })),
                 Err(e) => RecvState::Done(Err(e)),
             };

@@ -77,6 +77,7 @@ impl Endpoint {
     /// [`Error::PeerDead`], [`Error::InvalidArgument`]; as [`put`](Self::put) over the
     /// network transports.
     pub fn flush(&mut self, conn: Connection) -> Result<()> {
+        self.refuse_in_handler("flush")?;
         let index = self.outbound_index(conn)?;
         self.outbound[index].rma_flush(&self.local, conn.peer)
     }
@@ -241,6 +242,7 @@ impl Endpoint {
     /// # Errors
     /// [`Error::InvalidArgument`] for a request of another endpoint.
     pub fn test_rma(&mut self, req: &RmaRequest) -> Result<bool> {
+        self.refuse_in_handler("test_rma")?;
         self.progress()?;
         let outbound = &mut self.outbound;
         self.rma_posted
@@ -253,6 +255,7 @@ impl Endpoint {
     /// # Errors
     /// The operation's: the target's refusals, the peer's end, [`Error::Timeout`].
     pub fn wait_rma(&mut self, req: RmaRequest) -> Result<RmaCompletion> {
+        self.refuse_in_handler("wait_rma")?;
         let mut wait = Wait::new(&self.config);
         loop {
             let outbound = &mut self.outbound;
@@ -315,6 +318,7 @@ impl Endpoint {
 
     /// Checks `op` against `key` and `conn`, then hands it to the connection's transport.
     fn rma(&mut self, conn: Connection, key: &RemoteKey, op: RmaOp<'_>) -> Result<u64> {
+        self.refuse_in_handler("a blocking one-sided operation")?;
         let index = self.outbound_index(conn)?;
         self.check_key(conn, key, &op)?;
         self.outbound[index].rma(&self.local, (self.addr, conn.peer), &key.repr, op)

@@ -12,6 +12,9 @@ use crate::transport::meanwhile::Meanwhile;
 use crate::transport::requests::SendState;
 use crate::transport::wait::Wait;
 
+/// Active messages one `progress` takes in at most.
+const AM_BURST: usize = 64;
+
 impl Endpoint {
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
@@ -31,6 +34,7 @@ impl Endpoint {
     /// [`Error::Corrupt`]), [`Error::SendDeadlock`], or [`Error::Timeout`] when
     /// `op_timeout` is set.
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
+        self.refuse_in_handler("send")?;
         let idx = self.outbound_index(conn)?;
         let super::Parts {
             outbound,
@@ -94,6 +98,7 @@ impl Endpoint {
     /// # Errors
     /// [`Error::InvalidArgument`] for a request of another endpoint.
     pub fn test_send(&mut self, req: &SendRequest) -> Result<bool> {
+        self.refuse_in_handler("test_send")?;
         self.progress()?;
         match self.requests.sends.get_mut(req.key) {
             Some(SendState::Pending) => Ok(false),
@@ -107,6 +112,7 @@ impl Endpoint {
     /// # Errors
     /// The connection's error if it failed before the message was delivered.
     pub fn wait_send(&mut self, req: SendRequest) -> Result<Vec<u8>> {
+        self.refuse_in_handler("wait_send")?;
         let mut wait = Wait::new(&self.config);
         loop {
             match self.requests.sends.get_mut(req.key) {
@@ -128,11 +134,40 @@ impl Endpoint {
         }
     }
 
-    /// Advances every posted operation once, without waiting.
+    /// Advances every posted operation once, without waiting, and runs the handlers of the
+    /// active messages that arrived (once a handler is registered, it takes in what the
+    /// connections have: an active message runs its handler, a plain message waits for a
+    /// receive, which takes it as it would have).
     ///
     /// # Errors
-    /// None today beyond those recorded in the requests themselves; reserved.
+    /// A handler's error, [`Error::UnknownHandler`], a peer error of one inbound connection
+    /// while handlers are registered, or [`Error::InHandler`] inside a handler; otherwise
+    /// none beyond those recorded in the requests themselves.
     pub fn progress(&mut self) -> Result<()> {
+        self.refuse_in_handler("progress")?;
+        self.advance()?;
+        if self.has_handlers() {
+            self.take_in_for_handlers()?;
+        }
+        Ok(())
+    }
+
+    /// Takes in the active messages the connections have (at most a burst), stopping at the
+    /// first plain message (left for a receive, in the matcher) or when nothing came.
+    fn take_in_for_handlers(&mut self) -> Result<()> {
+        for _ in 0..AM_BURST {
+            let before = self.am_stats();
+            let took_plain = self.pull(false)?;
+            if took_plain || self.am_stats() == before {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Endpoint::progress`] without running handlers: what the endpoint's own waiting
+    /// loops call (a receive in progress takes active messages in itself).
+    pub(super) fn advance(&mut self) -> Result<()> {
         if let Some(engine) = &self.local.dgram {
             // Acknowledgements, retransmissions and keepalives run whenever the API is used
             // (once per round of a polling loop: a receive that just polled is enough).
@@ -162,6 +197,9 @@ impl Endpoint {
         }
         if self.matcher.posted_len() > 0 {
             self.progress_matched();
+        }
+        if self.replies_pending() {
+            self.reap_replies();
         }
         Ok(())
     }
@@ -268,7 +306,7 @@ impl Meanwhile for Endpoint {
     }
 
     fn receive(&mut self) -> Result<()> {
-        self.progress()?;
+        self.advance()?;
         self.read_ahead();
         Ok(())
     }

@@ -16,6 +16,7 @@ use crate::slab::Key;
 use crate::transport::dest::Dest;
 use crate::transport::requests::{RecvCompletion, RecvState};
 use crate::transport::wait::Wait;
+use crate::transport::wire_tag::WireTag;
 
 impl Endpoint {
     /// Sends `data` as one message with `tag`, blocking as [`Endpoint::send`] does. A plain
@@ -25,7 +26,7 @@ impl Endpoint {
     /// As [`Endpoint::send`].
     pub fn send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(tag)?;
+        self.outbound[idx].set_tag(WireTag::tag(tag))?;
         let result = self.send(conn, data);
         self.untag(idx);
         result
@@ -37,7 +38,7 @@ impl Endpoint {
     /// As [`Endpoint::try_send`].
     pub fn try_send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(tag)?;
+        self.outbound[idx].set_tag(WireTag::tag(tag))?;
         let result = self.try_send(conn, data);
         self.untag(idx);
         result
@@ -54,17 +55,17 @@ impl Endpoint {
         data: Vec<u8>,
     ) -> Result<SendRequest> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(tag)?;
+        self.outbound[idx].set_tag(WireTag::tag(tag))?;
         let result = self.post_send(conn, data);
         self.untag(idx);
         result
     }
 
     /// The sends after a tagged one are untagged again.
-    fn untag(&mut self, idx: usize) {
+    pub(super) fn untag(&mut self, idx: usize) {
         if let Some(out) = self.outbound.get_mut(idx) {
             // Setting tag 0 cannot fail.
-            let _ = out.set_tag(0);
+            let _ = out.set_tag(WireTag::default());
         }
     }
 
@@ -76,9 +77,10 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the message stays queued), a peer error of one inbound
     /// connection, [`Error::Timeout`].
     pub fn recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
+        self.refuse_in_handler("recv_matching")?;
         let mut wait = Wait::new(&self.config);
         loop {
-            self.progress()?;
+            self.advance()?;
             if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
@@ -96,7 +98,8 @@ impl Endpoint {
     /// # Errors
     /// [`Error::WouldBlock`] if none is; otherwise as [`Endpoint::recv_matching`].
     pub fn try_recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
-        self.progress()?;
+        self.refuse_in_handler("try_recv_matching")?;
+        self.advance()?;
         match self.take_matching(spec, buf, false)? {
             Some(got) => Ok(got),
             None => self.end_or_would_block(spec),
@@ -109,9 +112,10 @@ impl Endpoint {
     /// # Errors
     /// A peer error of one inbound connection, [`Error::Timeout`].
     pub fn probe(&mut self, spec: MatchSpec) -> Result<Envelope> {
+        self.refuse_in_handler("probe")?;
         let mut wait = Wait::new(&self.config);
         loop {
-            self.progress()?;
+            self.advance()?;
             if let Some(got) = self.probe_now(spec, true)? {
                 return Ok(got);
             }
@@ -127,7 +131,8 @@ impl Endpoint {
     /// # Errors
     /// [`Error::WouldBlock`] if no matching message is complete now.
     pub fn try_probe(&mut self, spec: MatchSpec) -> Result<Envelope> {
-        self.progress()?;
+        self.refuse_in_handler("try_probe")?;
+        self.advance()?;
         match self.probe_now(spec, false)? {
             Some(got) => Ok(got),
             None => self.end_or_would_block(spec),
@@ -150,6 +155,7 @@ impl Endpoint {
     /// # Errors
     /// None today; reserved.
     pub fn post_recv_matching(&mut self, spec: MatchSpec, buf: Vec<u8>) -> Result<RecvRequest> {
+        self.refuse_in_handler("post_recv_matching")?;
         let key = self.requests.recvs.insert(RecvState::Pending(buf));
         if let Some((key, envelope, held)) = self.matcher.post(spec, key) {
             self.complete_matched(key, envelope, held);
@@ -174,7 +180,7 @@ impl Endpoint {
                     Ok(Some((len, source))) => {
                         let envelope = Envelope {
                             source,
-                            tag: self.last_tag,
+                            tag: self.last_tag.value,
                             len: len as u64,
                         };
                         if spec.matches(source, envelope.tag) {
@@ -236,7 +242,7 @@ impl Endpoint {
     /// Takes one message from the transports into a pool buffer and gives it to the
     /// matcher (a posted receive it matches, or the unexpected queue). False when none is
     /// there, or while plain posted receives (which take any message) are waiting.
-    fn pull(&mut self, wait: bool) -> Result<bool> {
+    pub(super) fn pull(&mut self, wait: bool) -> Result<bool> {
         if !self.requests.posted_recvs.is_empty() {
             return Ok(false);
         }
@@ -255,7 +261,7 @@ impl Endpoint {
         payload.truncate(len);
         let envelope = Envelope {
             source,
-            tag: self.last_tag,
+            tag: self.last_tag.value,
             len: len as u64,
         };
         self.arrive(envelope, payload);
@@ -263,7 +269,7 @@ impl Endpoint {
     }
 
     /// A message arrives at the matcher.
-    fn arrive(&mut self, envelope: Envelope, payload: Vec<u8>) {
+    pub(super) fn arrive(&mut self, envelope: Envelope, payload: Vec<u8>) {
         let mut payload = Some(payload);
         let arrival = self.matcher.arrive(envelope, || {
             payload.take().expect("the matcher fetches a payload once")

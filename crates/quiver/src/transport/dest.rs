@@ -36,6 +36,16 @@ impl Dest<'_> {
         Ok(())
     }
 
+    /// The first `len` bytes of the destination, which a look just filled with a message
+    /// of that length.
+    pub(crate) fn filled(&self, len: usize) -> &[u8] {
+        match self {
+            Dest::Slice(s) => &s[..len],
+            Dest::Owned(v) => &v[..len],
+            Dest::Posted { buf, .. } => &buf[..len],
+        }
+    }
+
     pub(crate) fn prepare(&mut self, len: u64) -> Result<&mut [u8]> {
         match self {
             Dest::Posted { buf, .. } => {

@@ -40,6 +40,7 @@ use crate::transport::registry::{Inbox, NetInbound, NewInbound};
 use crate::transport::requests::RecvState;
 use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
 use crate::transport::rma_pipeline::Outcome;
+use crate::transport::wire_tag::WireTag;
 
 /// What a protocol choice or an API promise needs to know of a transport, asked of the
 /// transport instead of matched on its kind.
@@ -205,11 +206,17 @@ impl OutEdge {
     /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
     /// tagged send and back to 0 after it). A transport that carries no tags refuses a tag
     /// other than 0.
-    pub(crate) fn set_tag(&mut self, tag: u64) -> Result<()> {
+    pub(crate) fn set_tag(&mut self, tag: WireTag) -> Result<()> {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
             OutEdge::Tcp(e) => e.set_tag(tag),
-            OutEdge::Dgram(_) if tag != 0 => {
+            OutEdge::Dgram(_) if tag.am => {
+                return Err(Error::InvalidArgument(format!(
+                    "active messages are not carried over {} yet (shm and tcp carry them)",
+                    self.kind().map_or("this transport", TransportKind::name)
+                )))
+            }
+            OutEdge::Dgram(_) if tag.value != 0 => {
                 return Err(Error::InvalidArgument(format!(
                     "tagged messages are not carried over {} yet",
                     self.kind().map_or("this transport", TransportKind::name)
@@ -576,13 +583,25 @@ impl InEdge {
         }
     }
 
-    /// The tag of the message this edge delivered last (0 for untagged messages).
+    /// The tag of the message this edge delivered last (0 for untagged messages), or
+    /// that it was an active message.
     #[inline]
-    pub(crate) fn tag(&self) -> u64 {
+    pub(crate) fn tag(&self) -> WireTag {
         match self {
             InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
-            InEdge::Dgram(_) => 0,
+            InEdge::Dgram(_) => WireTag::default(),
+        }
+    }
+
+    /// The tag of the message the next look would deliver (one a `BufferTooSmall` left in
+    /// place): whether it is an active message, which goes to its handler whatever the
+    /// receive's buffer.
+    pub(crate) fn next_tag(&self) -> WireTag {
+        match self {
+            InEdge::Shm(e) => e.next_tag(),
+            InEdge::Tcp(e) => e.next_tag(),
+            InEdge::Dgram(_) => WireTag::default(),
         }
     }
 
@@ -779,6 +798,17 @@ impl InEdge {
         match self {
             InEdge::Tcp(e) => Some(e),
             _ => None,
+        }
+    }
+
+    /// Fails the edge for a protocol violation the endpoint found in a message it
+    /// delivered (a malformed active message): its next look reports `detail` once, and it
+    /// delivers nothing more.
+    pub(crate) fn fail(&mut self, detail: String) {
+        match self {
+            InEdge::Shm(e) => e.state = InboundState::Broken(detail),
+            InEdge::Tcp(e) => e.net.state = InboundState::Broken(detail),
+            InEdge::Dgram(e) => e.net.state = InboundState::Broken(detail),
         }
     }
 

@@ -44,4 +44,5 @@ pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;
 pub(crate) mod wait_policy;
+pub(crate) mod wire_tag;
 pub(crate) mod xdp;

@@ -25,6 +25,7 @@ use crate::transport::failure::Failure;
 use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::liveness::{Looks, PeerProcess};
 use crate::transport::requests::Requests;
+use crate::transport::wire_tag::WireTag;
 
 /// A send waiting for its turn on a network connection (posted, or the rest of a
 /// `try_send` the socket did not take at once).
@@ -33,7 +34,7 @@ pub(crate) struct NetQueued {
     /// The posted request, or None for internal leftovers.
     pub(crate) key: Option<Key>,
     /// The message's tag.
-    pub(crate) tag: u64,
+    pub(crate) tag: WireTag,
     pub(crate) data: Vec<u8>,
     /// Bytes taken by the transport so far (tcp: header included).
     pub(crate) written: usize,
@@ -96,7 +97,7 @@ impl NetOut {
     pub(crate) fn queue_rest(
         &mut self,
         data: &[u8],
-        (written, started, tag): (usize, bool, u64),
+        (written, started, tag): (usize, bool, WireTag),
         requests: &mut Requests,
     ) {
         let mut copy = requests.pool.take(data.len());

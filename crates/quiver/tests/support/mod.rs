@@ -2,6 +2,8 @@
 //! them declares `mod support;`, and uses part of them).
 #![allow(dead_code)]
 
+pub(crate) mod attacker;
+
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Mutex;

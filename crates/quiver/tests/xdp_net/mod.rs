@@ -213,6 +213,16 @@ impl XdpNet {
         ip(&["-n", &self.hosts[i], "link", "set", &interface, state])
     }
 
+    /// Sets the MTU of host `i`'s interface of link `link` (the switch's side stays).
+    ///
+    /// # Errors
+    /// The `ip` command that failed and its stderr.
+    pub(crate) fn set_mtu(&self, i: usize, link: usize, mtu: u32) -> Result<(), String> {
+        let interface = format!("x{link}");
+        let mtu = mtu.to_string();
+        ip(&["-n", &self.hosts[i], "link", "set", &interface, "mtu", &mtu])
+    }
+
     /// Host `i`'s address with `port`.
     pub(crate) fn address(&self, i: usize, port: u16) -> SocketAddr {
         SocketAddr::new(self.ip(i).into(), port)

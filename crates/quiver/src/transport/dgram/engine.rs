@@ -142,6 +142,8 @@ impl DgramShared {
                 adopted_bytes: 0,
                 posted_in_place_bytes: 0,
                 sleepers: Vec::new(),
+                takes_since_poll: 0,
+                buffered_takes: 0,
             }),
         })
     }
@@ -168,12 +170,17 @@ impl DgramShared {
                     Socket::Uring(u) => Some(u.socket.stats()),
                     _ => None,
                 },
-                ..LinkStats::default()
+                ..offload_stats(socket)
             })
             .collect();
         for entry in engine.router.connections().values() {
             for (path, link) in links.iter_mut().enumerate() {
                 if let Some(stats) = entry.core.path_stats(path) {
+                    let datagram = entry.core.max_datagram_bytes() as u64;
+                    link.max_datagram_bytes = match link.max_datagram_bytes {
+                        0 => datagram,
+                        smallest => smallest.min(datagram),
+                    };
                     link.datagrams_sent += stats.datagrams_sent;
                     link.datagrams_received += stats.datagrams_received;
                     link.payload_bytes_sent += stats.payload_bytes_sent;
@@ -200,6 +207,7 @@ impl DgramShared {
         total.sent_in_place_bytes = engine.sent_in_place_bytes;
         total.adopted_bytes = engine.adopted_bytes;
         total.posted_in_place_bytes = engine.posted_in_place_bytes;
+        total.buffered_takes = engine.buffered_takes;
         total.refused = engine.refused;
         total.hellos_remembered = engine.router.hello_count() as u64;
         total.hellos_evicted = engine.router.hellos_evicted();
@@ -319,6 +327,11 @@ pub(super) struct Engine {
     /// Endpoints asleep on their descriptor, by port, with the inbox whose doorbell wakes
     /// them (`sleepers.rs`).
     pub(super) sleepers: Vec<(u16, std::sync::Arc<crate::transport::registry::Inbox>)>,
+    /// Receives since the last poll that took a message already whole in its connection's
+    /// receive window without polling the sockets (`DgramShared::take_whole`).
+    pub(super) takes_since_poll: u32,
+    /// Such receives in all (`DatagramStats::buffered_takes`).
+    pub(super) buffered_takes: u64,
 }
 
 impl Engine {
@@ -396,6 +409,19 @@ impl Engine {
             to,
             path_count,
         )
+    }
+}
+
+/// A link's refused sends and lowered datagram sizes (a udp link's; zero for the others).
+fn offload_stats(socket: &Socket) -> LinkStats {
+    match socket {
+        Socket::Udp(io) => LinkStats {
+            gso_refusals: io.offload.gso_refusals,
+            mtu_refusals: io.offload.size_refusals,
+            datagram_size_lowered: io.offload.datagram_size_lowered,
+            ..LinkStats::default()
+        },
+        _ => LinkStats::default(),
     }
 }
 

@@ -56,27 +56,7 @@ impl MemSocket {
     /// Sends one datagram (header then payload) to `to`; silently dropped when nobody is
     /// bound there or its queue is full, as UDP would.
     pub(crate) fn send(&self, to: SocketAddr, header: &[u8], payload: &[u8]) -> io::Result<()> {
-        let target = registry()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&to)
-            .cloned();
-        let Some(target) = target else {
-            return Ok(());
-        };
-        let len = header.len() + payload.len();
-        {
-            let mut q = target.datagrams.lock().unwrap_or_else(|p| p.into_inner());
-            if q.1 + len > QUEUE_BYTES {
-                return Ok(());
-            }
-            let mut datagram = Vec::with_capacity(len);
-            datagram.extend_from_slice(header);
-            datagram.extend_from_slice(payload);
-            q.0.push_back((self.addr, datagram));
-            q.1 += len;
-        }
-        sys::eventfd_signal(target.wakeup.as_raw_fd())
+        deliver(self.addr, to, header, payload).map(drop)
     }
 
     /// Takes one datagram into `buf` (truncated like UDP if longer), or None.
@@ -100,6 +80,40 @@ impl MemSocket {
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.queue.wakeup.as_raw_fd()
     }
+}
+
+/// Queues one datagram (header then payload) from `from` for the socket bound at `to`.
+/// Returns whether it was queued: not when nobody is bound there or its queue is full (the
+/// datagram is dropped, as UDP would). Any `from` will do: like UDP, the receiver learns
+/// the source from the datagram's envelope only.
+pub(crate) fn deliver(
+    from: SocketAddr,
+    to: SocketAddr,
+    header: &[u8],
+    payload: &[u8],
+) -> io::Result<bool> {
+    let target = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&to)
+        .cloned();
+    let Some(target) = target else {
+        return Ok(false);
+    };
+    let len = header.len() + payload.len();
+    {
+        let mut q = target.datagrams.lock().unwrap_or_else(|p| p.into_inner());
+        if q.1 + len > QUEUE_BYTES {
+            return Ok(false);
+        }
+        let mut datagram = Vec::with_capacity(len);
+        datagram.extend_from_slice(header);
+        datagram.extend_from_slice(payload);
+        q.0.push_back((from, datagram));
+        q.1 += len;
+    }
+    sys::eventfd_signal(target.wakeup.as_raw_fd())?;
+    Ok(true)
 }
 
 impl Drop for MemSocket {

@@ -19,6 +19,12 @@ use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
 
+/// Receives in a row that take a message already whole in the receive window without
+/// polling the sockets ([`DgramShared::take_whole`]): a frame of 8-byte messages carries up
+/// to 91 of them at MTU 1500, so a poll every 32 takes keeps one system call for about a
+/// third of a frame while acks and timers wait at most 32 takes (a few microseconds).
+const BUFFERED_TAKES_MAX: u32 = 32;
+
 /// A receive window with less room than this left counts as full for the send-send
 /// deadlock (the peer cannot send a frame of useful size into it).
 const NEARLY_FULL_BYTES: u64 = 64 << 10;
@@ -26,8 +32,9 @@ const NEARLY_FULL_BYTES: u64 = 64 << 10;
 impl DgramShared {
     /// The short receive path of a blocking receive whose endpoint's only inbound edge is
     /// open connection `id` (`Endpoint::look_lone_dgram`): one poll, as
-    /// [`DgramShared::poll_io_before_receive`], then the next message of `id` into `buf`
-    /// if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
+    /// [`DgramShared::poll_io_before_receive`] (none when a whole message that fits is
+    /// already there, up to [`BUFFERED_TAKES_MAX`] takes in a row), then the next message
+    /// of `id` into `buf` if it is all there and fits, under one lock. `Some(Some(len))`: a message of `len`
     /// bytes was taken; `Some(None)`: none has begun to arrive; `None`: anything else (a
     /// message too large for `buf` or not whole yet, a connection not open, or gone), which
     /// the general path ([`DgramShared::take`]) handles, nothing having been consumed.
@@ -38,7 +45,25 @@ impl DgramShared {
         buf: &mut [u8],
     ) -> Option<Option<usize>> {
         let mut engine = self.lock();
-        engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
+        // A whole message already in the window (small messages share frames: the rest of
+        // a frame that carried several) is taken without a poll of the sockets first, a
+        // system call on udp that finds little while the sender is slower than this loop;
+        // every BUFFERED_TAKES_MAX-th take polls, so that acks and other connections wait
+        // no longer than that many takes (decision 0079).
+        let buffered = engine.takes_since_poll < BUFFERED_TAKES_MAX
+            && engine.router.get(id).is_some_and(|entry| {
+                entry.status == Status::Open
+                    && entry
+                        .core
+                        .peek_message()
+                        .is_some_and(|(len, ready)| ready && len <= buf.len() as u64)
+            });
+        if buffered {
+            engine.takes_since_poll += 1;
+            engine.buffered_takes += 1;
+        } else {
+            engine.poll_into(Some(ctx), self, &mut None, MAX_COALESCED_BYTES, None);
+        }
         let entry = engine.router.get_mut(id)?;
         if entry.status != Status::Open {
             return None;
@@ -59,6 +84,31 @@ impl DgramShared {
         engine.timers_dirty = true;
         engine.defer(id);
         Some(Some(len))
+    }
+
+    /// The general receive path's [`DgramShared::take_whole`] rule: the engine's news count
+    /// when the look that follows may skip the poll of the sockets, because one of `ids`
+    /// (the receiving endpoint's connections) has a whole message in its receive window
+    /// and fewer than [`BUFFERED_TAKES_MAX`] receives in a row skipped it (this one
+    /// counted); None: poll first.
+    pub(crate) fn news_if_buffered(&self, mut ids: impl Iterator<Item = u64>) -> Option<u64> {
+        let mut engine = self.lock();
+        if engine.takes_since_poll >= BUFFERED_TAKES_MAX {
+            return None;
+        }
+        let router = &engine.router;
+        let ready = ids.any(|id| {
+            router.get(id).is_some_and(|entry| {
+                entry.status == Status::Open
+                    && entry.core.peek_message().is_some_and(|(_, ready)| ready)
+            })
+        });
+        if !ready {
+            return None;
+        }
+        engine.takes_since_poll += 1;
+        engine.buffered_takes += 1;
+        Some(engine.news)
     }
 
     /// Whether connection `id` could take `len` more bytes as a new message right now.

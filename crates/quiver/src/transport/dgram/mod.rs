@@ -92,7 +92,7 @@ pub(crate) mod endpoint_side;
 pub(crate) mod engine;
 mod in_place;
 pub(crate) mod inbound;
-mod mem;
+pub(crate) mod mem;
 mod messages;
 pub(crate) mod outbound;
 mod poll;

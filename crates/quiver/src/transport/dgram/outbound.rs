@@ -21,6 +21,7 @@ use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fd, Wait, SLEEP_SLICE};
+use crate::transport::wire_tag::WireTag;
 
 /// The sending side of a datagram edge (module docs).
 #[derive(Debug)]
@@ -171,7 +172,7 @@ impl DgramOut {
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
                 self.net
-                    .queue_rest(data, (written, started, 0), cx.requests);
+                    .queue_rest(data, (written, started, WireTag::default()), cx.requests);
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -194,7 +195,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
-            tag: 0,
+            tag: WireTag::default(),
             data,
             written: 0,
             started: false,

@@ -74,6 +74,7 @@ impl Engine {
         budget: usize,
         lender: Lender<'_>,
     ) {
+        self.takes_since_poll = 0;
         // Acks held back for the application's answer: it has answered (and its message
         // carried them) or not; whatever is left goes now. Popped, not taken: the list
         // keeps its allocation.

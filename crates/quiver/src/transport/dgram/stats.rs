@@ -57,6 +57,10 @@ pub struct DatagramStats {
     /// Message bytes of posted sends sent in place (`Config::udp_post_in_place_min`):
     /// lent from the posted buffer, never copied.
     pub posted_in_place_bytes: u64,
+    /// Receives that took a message already whole in a connection's receive window without
+    /// polling the sockets first: small messages that shared a frame
+    /// (docs/decisions/0079-small-messages-share-frames.md).
+    pub buffered_takes: u64,
     /// Faults injected into the datagrams of this context's sockets
     /// ([`Config::faults`](crate::Config::faults), `QUIVER_FAULTS`); all zero when off.
     pub faults: FaultStats,
@@ -184,4 +188,18 @@ pub struct LinkStats {
     /// The link's io_uring counters (a udp link driven by io_uring, `QUIVER_UDP_IO`; None
     /// otherwise, and where io_uring was refused and the link fell back to sockets).
     pub uring: Option<UringStats>,
+    /// GSO sends the kernel's offload refused on this udp link's sockets (`EIO`, `EINVAL`:
+    /// a route through IPsec, a device that cannot segment or checksum UDP): each turned GSO
+    /// off on its socket for good, the datagrams going one by one (docs/decisions/0065 and
+    /// 0081).
+    pub gso_refusals: u64,
+    /// Sends refused on this udp link because their datagrams no longer fit the path's MTU
+    /// (it fell mid-connection): each lowered its connection's datagram size instead.
+    pub mtu_refusals: u64,
+    /// Times a connection's datagram size on this link was lowered to what its path
+    /// carries.
+    pub datagram_size_lowered: u64,
+    /// The smallest datagram size (bytes, header included) of the connections on this link
+    /// now (0: none); a gauge.
+    pub max_datagram_bytes: u64,
 }

@@ -154,6 +154,7 @@ pub(super) fn bind_socket(
                 tx: Vec::with_capacity(TX_BYTES + 65536),
                 tx_out: Vec::with_capacity(1024),
                 gather: GatherBuffer::with_capacity(2 * 1024, 1024),
+                offload: OffloadStats::default(),
             }))
         }
         TransportKind::Mem => Socket::Mem(MemIo {
@@ -199,6 +200,22 @@ pub(super) struct UdpIo {
     /// Faults injected into what this socket sends and receives (None: off). When on,
     /// every datagram goes through it on its own: a GSO run is sent as single datagrams.
     pub(super) faults: Option<Box<FaultInjector>>,
+    /// What the kernel refused of this link's sends (its socket's and the connections'
+    /// connected sockets' on it) and the datagram sizes lowered in answer.
+    pub(super) offload: OffloadStats,
+}
+
+/// Sends of one udp link the kernel refused for their offload or their size, and what the
+/// engine did about them (docs/decisions/0081-mtu-changes-and-gso-fallback.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct OffloadStats {
+    /// GSO sends refused by the kernel's offload (`EIO`, `EINVAL`): each turned GSO off on
+    /// its socket for good.
+    pub(super) gso_refusals: u64,
+    /// Sends refused because their datagrams no longer fit the path's MTU.
+    pub(super) size_refusals: u64,
+    /// Times a connection's datagram size was lowered to what the path carries.
+    pub(super) datagram_size_lowered: u64,
 }
 
 /// A link's in-process socket, with its fault injector (None: off). Everything it sends
@@ -311,21 +328,38 @@ pub(super) enum TxEntry {
 
 impl UdpIo {
     /// [`UdpIo::send_all`] for connection `entry` on `path` to `to`: through the
-    /// connection's own connected socket for that path while it is open.
+    /// connection's own connected socket for that path while it is open. A send refused
+    /// because the path's MTU fell lowers the connection's datagram size to what the path
+    /// carries (the frames it cut before still go at their size, fragmented by the kernel).
     #[inline]
     pub(super) fn send_for(&mut self, entry: &mut Entry, path: usize, to: SocketAddr, lent: &[u8]) {
         let via = match entry.status {
             Status::Open => sender_for(&mut entry.senders, path, self.socket.local_address(), to),
             _ => None,
         };
-        self.send_all(to, &entry.core, lent, &entry.posted, via);
+        if let Some(room) = self.send_all(to, &entry.core, lent, &entry.posted, via) {
+            self.lower_datagram_size(entry, to, room);
+        }
+    }
+
+    /// Lowers `entry`'s datagram size to `room`, the datagram bytes the path to `to` now
+    /// carries, counted and logged when it changes.
+    #[cold]
+    fn lower_datagram_size(&mut self, entry: &mut Entry, to: SocketAddr, room: usize) {
+        let before = entry.core.max_datagram_bytes();
+        let after = entry.core.lower_max_datagram_bytes(room);
+        if after < before {
+            self.offload.datagram_size_lowered += 1;
+            tracing::warn!(target: ENDPOINT_LOG, local = %self.socket.local_address(), peer = %to, before, after, "the path's MTU fell: this connection's datagrams are {after} bytes from now on (they were {before})");
+        }
     }
 
     /// Sends the datagrams laid out in `tx_out` to `to` (through `via`, a socket connected
     /// to `to`, when given); in-place payloads come from `core` (lent ones from `lent`, the
     /// message being sent in place: see `DgramShared::send_in_place`). A datagram the kernel
     /// cannot take now (socket buffer full after a short wait) is lost like any other; the
-    /// protocol resends it.
+    /// protocol resends it. Returns the room (datagram bytes) of the path to `to` when the
+    /// kernel refused a send because the path's MTU fell below its datagrams.
     fn send_all(
         &mut self,
         to: SocketAddr,
@@ -333,60 +367,81 @@ impl UdpIo {
         lent: &[u8],
         posted: &VecDeque<Posted>,
         via: Option<&mut UdpSocket>,
-    ) {
+    ) -> Option<usize> {
         let UdpIo {
             socket,
             tx,
             tx_out,
             gather,
             faults,
+            offload,
             ..
         } = self;
         let socket = match via {
             Some(connected) => connected,
             None => socket,
         };
+        let refusals_before = (socket.gso_refusals(), socket.size_refusals());
         if let Some(faults) = faults {
             let payload_at = |stream_offset, len| {
                 core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
             };
             send_faulted(faults, socket, tx, tx_out, to, payload_at);
-            return;
-        }
-        // One small datagram (the latency path): one `send` (`sendto` without a connected
-        // socket), no message header for the kernel to copy in.
-        if let [TxEntry::Copied { offset, len }] = tx_out[..] {
+        } else if let [TxEntry::Copied { offset, len }] = tx_out[..] {
+            // One small datagram (the latency path): one `send` (`sendto` without a
+            // connected socket), no message header for the kernel to copy in.
             send_one_fully(socket, to, &tx[offset..offset + len]);
-            return;
+        } else {
+            let mut gather = gather.gather();
+            // GSO runs of segments the path still carries (datagrams cut before its MTU
+            // fell go one per send, and the kernel fragments them).
+            let gso_limit = socket.gso_supported().then(|| socket.gso_max_segment());
+            gather_runs(
+                &mut gather,
+                tx,
+                tx_out,
+                to,
+                gso_limit,
+                |stream_offset, len| {
+                    core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
+                },
+            );
+            send_gather_fully(socket, &gather);
         }
-        let mut gather = gather.gather();
-        gather_runs(
-            &mut gather,
-            tx,
-            tx_out,
-            to,
-            socket.gso_supported(),
-            |stream_offset, len| {
-                core.payload_at_lending(stream_offset, len, |token| lender(lent, posted, token))
-            },
-        );
-        send_gather_fully(socket, &gather);
+        if (socket.gso_refusals(), socket.size_refusals()) == refusals_before {
+            return None;
+        }
+        note_refusals(offload, socket, refusals_before)
     }
+}
+
+/// Counts the refusals `socket` met since it had `before` (GSO refusals, size refusals) and
+/// returns the room of the path whose MTU refused a send, if one did.
+#[cold]
+fn note_refusals(
+    offload: &mut OffloadStats,
+    socket: &mut UdpSocket,
+    before: (u64, u64),
+) -> Option<usize> {
+    offload.gso_refusals += socket.gso_refusals() - before.0;
+    offload.size_refusals += socket.size_refusals() - before.1;
+    socket.take_path_room()
 }
 
 /// Lays the datagrams of `tx_out` (headers and copied payloads in `tx`, in-place payloads
 /// from `payload_at`) out in `gather` as messages to `to`, in order. A message is one
-/// datagram or, with `gso`, a GSO run: consecutive datagrams of one size (the last may be
-/// shorter) within the kernel's limits, each one part (copied) or two (header and payload
-/// in place); the kernel cuts the run's total into datagrams whatever the parts. An
-/// in-place payload that `payload_at` no longer has (acknowledged meanwhile) is not sent,
-/// and ends its run.
+/// datagram or, with `gso_limit` (GSO on, segments of at most that many bytes), a GSO run:
+/// consecutive datagrams of one size (the last may be shorter) within the kernel's limits,
+/// each one part (copied) or two (header and payload in place); the kernel cuts the run's
+/// total into datagrams whatever the parts. A datagram over the limit is a message of its
+/// own. An in-place payload that `payload_at` no longer has (acknowledged meanwhile) is not
+/// sent, and ends its run.
 fn gather_runs<'a>(
     gather: &mut Gather<'a>,
     tx: &'a [u8],
     tx_out: &[TxEntry],
     to: SocketAddr,
-    gso: bool,
+    gso_limit: Option<usize>,
     payload_at: impl Fn(u64, usize) -> Option<&'a [u8]>,
 ) {
     // The open run: its segment size, bytes and parts, the most bytes it may carry, and
@@ -424,10 +479,11 @@ fn gather_runs<'a>(
         } else {
             gather.start_message(to);
             (segment, run_bytes, run_parts) = (len, 0, 0);
-            run_limit = if gso && u16::try_from(len).is_ok() {
-                max_gso_bytes(len, to.is_ipv6())
-            } else {
-                len
+            run_limit = match gso_limit {
+                Some(limit) if len <= limit && u16::try_from(len).is_ok() => {
+                    max_gso_bytes(len, to.is_ipv6())
+                }
+                _ => len,
             };
         }
         gather.push_part(first);
@@ -596,6 +652,15 @@ mod gather_tests {
         gso: bool,
         gone: impl Fn(u64) -> bool,
     ) -> (Vec<Vec<u8>>, Vec<usize>) {
+        gather_limited(layout, gso.then_some(usize::MAX), gone)
+    }
+
+    /// [`gather`] with GSO segments of at most `gso_limit` bytes (None: no GSO).
+    fn gather_limited(
+        layout: &Layout,
+        gso_limit: Option<usize>,
+        gone: impl Fn(u64) -> bool,
+    ) -> (Vec<Vec<u8>>, Vec<usize>) {
         let (mut datagrams, mut counts) = (Vec::new(), Vec::new());
         let payload_at = |offset: u64, len: usize| {
             let start = offset as usize;
@@ -608,7 +673,7 @@ mod gather_tests {
             &layout.tx,
             &layout.tx_out,
             to(),
-            gso,
+            gso_limit,
             payload_at,
         );
         for (index, run) in gather.messages().iter().enumerate() {
@@ -616,8 +681,8 @@ mod gather_tests {
             let bytes: Vec<u8> = gather.parts(index).flatten().copied().collect();
             match run.segment_size {
                 Some(segment) => {
-                    assert!(gso);
                     let segment = usize::from(segment);
+                    assert!(segment <= gso_limit.expect("GSO on"));
                     assert!(bytes.len() > segment);
                     assert!(bytes.len() <= max_gso_bytes(segment, false));
                     counts.push(bytes.len().div_ceil(segment));
@@ -685,6 +750,20 @@ mod gather_tests {
         assert_eq!(counts, vec![10, 18]);
     }
 
+    /// After the path's MTU fell: datagrams cut before (larger than the socket's segment
+    /// limit) go one per message, those cut since still share GSO runs.
+    #[test]
+    fn datagrams_over_the_segment_limit_leave_one_by_one() {
+        let mut sizes = vec![1440; 5];
+        sizes.extend([1000; 50]);
+        let layout = layout(&sizes, |size| size >= 1000);
+        let (datagrams, counts) = gather_limited(&layout, Some(1372), |_| false);
+        assert_eq!(datagrams, layout.expected);
+        let mut expected = vec![1; 5];
+        expected.push(50);
+        assert_eq!(counts, expected);
+    }
+
     #[test]
     fn without_gso_every_datagram_is_its_own_message() {
         let sizes = [1440, 1440, 9000, 9000, 60_000, 5, 1440];
@@ -733,7 +812,7 @@ mod gather_tests {
                 &layout.tx,
                 &layout.tx_out,
                 destination,
-                gso,
+                gso.then_some(usize::MAX),
                 payload_at,
             );
             send_gather_fully(&mut sender, &gather);

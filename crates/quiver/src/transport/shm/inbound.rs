@@ -29,6 +29,7 @@ use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::liveness::{FreezeWatch, Looks};
 use crate::transport::registry::NewInbound;
 use crate::transport::wait::Wait;
+use crate::transport::wire_tag::WireTag;
 
 /// The receiving side of a shared-memory edge (module docs).
 #[derive(Debug)]
@@ -46,14 +47,14 @@ pub(crate) struct ShmIn {
     /// by a call that could not wait for its end: the fragments so far (its last fragment
     /// stays in the ring until it is delivered).
     partial: Option<Partial>,
-    /// The tag of the messages read from the ring now: the last `Tag` record's (0 before
-    /// any).
-    tag: u64,
+    /// The tag of the messages read from the ring now: the last `Tag` or `Am` record's
+    /// (tag 0 before any).
+    tag: WireTag,
     /// The tag of the message delivered last.
-    pub(crate) delivered_tag: u64,
+    pub(crate) delivered_tag: WireTag,
     /// Messages taken ahead of the receives while a send of this endpoint waited
     /// ([`ShmIn::read_ahead`]), in order, delivered before anything in the ring.
-    ahead: VecDeque<(u64, Vec<u8>)>,
+    ahead: VecDeque<(WireTag, Vec<u8>)>,
     /// Bytes in `ahead` (at most `read_ahead_bytes`).
     ahead_bytes: usize,
     /// Whether the peer closed the edge cleanly, and whether that was reported.
@@ -96,8 +97,8 @@ impl ShmIn {
             state: InboundState::Open,
             cross_memory: accepted.cross_memory,
             partial: None,
-            tag: 0,
-            delivered_tag: 0,
+            tag: WireTag::default(),
+            delivered_tag: WireTag::default(),
             ahead: VecDeque::new(),
             ahead_bytes: 0,
             end: PeerEnd::default(),
@@ -171,12 +172,12 @@ impl ShmIn {
             let len = match rec.kind {
                 Kind::Msg | Kind::Rndv => rec.total_len,
                 Kind::Cont => self.partial.as_ref().map_or(0, |p| p.buf.len() as u64),
-                Kind::Tag => {
+                Kind::Tag | Kind::Am => {
                     if self.partial.is_some() {
                         // Left for a receive to report.
                         break;
                     }
-                    self.tag = self.ring.tag_of(&rec);
+                    self.tag = self.tag_of(&rec);
                     self.ring.consume(&rec);
                     continue;
                 }
@@ -313,7 +314,7 @@ impl ShmIn {
                 self.end.closed = true;
                 Ok(None)
             }
-            Kind::Tag => self.take_tag(rec, dest, wait, config, detection),
+            Kind::Tag | Kind::Am => self.take_tag(rec, dest, wait, config, detection),
             Kind::Cont if self.partial.is_some() => {
                 self.continue_partial(rec, dest, wait, config, detection)
             }
@@ -324,8 +325,22 @@ impl ShmIn {
         }
     }
 
-    /// Takes the `Tag` record `rec` (the tag of the messages that follow), then the message
-    /// after it if it is there.
+    /// What the `Tag` or `Am` record `rec` announces.
+    fn tag_of(&self, rec: &Record) -> WireTag {
+        WireTag {
+            value: self.ring.tag_of(rec),
+            am: rec.kind == Kind::Am,
+        }
+    }
+
+    /// The tag of the message a look would deliver next (the one a `BufferTooSmall` left in
+    /// place): the first taken ahead, else the ring's current one.
+    pub(crate) fn next_tag(&self) -> WireTag {
+        self.ahead.front().map_or(self.tag, |(tag, _)| *tag)
+    }
+
+    /// Takes the `Tag` (or `Am`) record `rec` (the tag of the messages that follow), then
+    /// the message after it if it is there.
     #[cold]
     #[inline(never)]
     fn take_tag(
@@ -343,10 +358,10 @@ impl ShmIn {
                     "message interrupted by another record",
                 ));
             }
-            self.tag = self.ring.tag_of(&rec);
+            self.tag = self.tag_of(&rec);
             self.ring.consume(&rec);
             match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
-                Some(next) if next.kind == Kind::Tag => rec = next,
+                Some(next) if matches!(next.kind, Kind::Tag | Kind::Am) => rec = next,
                 Some(next) => return self.take_record(next, dest, wait, config, detection),
                 None => return Ok(None),
             }

@@ -33,6 +33,7 @@ use crate::transport::failure::Failure;
 use crate::transport::liveness::FreezeWatch;
 use crate::transport::requests::{Requests, SendState};
 use crate::transport::wait::{Wait, SLEEP_SLICE};
+use crate::transport::wire_tag::WireTag;
 
 /// A posted send waiting for ring space (eager: the fragments written so far), or (`key`
 /// `None`) a non-blocking send's internal copy of a message larger than the ring takes at
@@ -41,7 +42,7 @@ use crate::transport::wait::{Wait, SLEEP_SLICE};
 struct Queued {
     key: Option<Key>,
     /// The message's tag.
-    tag: u64,
+    tag: WireTag,
     data: Vec<u8>,
     written: usize,
     started: bool,
@@ -82,7 +83,7 @@ pub(crate) struct ShmOut {
     /// Whether the blocking send in progress raised the ring's waiting flag (it slept).
     flag_raised: bool,
     /// The tag of the sends made now ([`ShmOut::set_tag`]; 0 outside a tagged send).
-    tag: u64,
+    tag: WireTag,
 }
 
 /// The owner of a queued send's buffer once it is announced by rendezvous.
@@ -90,6 +91,16 @@ fn owner_of(key: Option<Key>, data: Vec<u8>) -> InflightOwner {
     match key {
         Some(key) => InflightOwner::Request(key, data),
         None => InflightOwner::Buffered(data),
+    }
+}
+
+/// Sets what the ring announces before the next message start: a tag, or active messages.
+#[inline]
+fn set_ring_tag(ring: &mut Producer, tag: WireTag) {
+    if tag.am {
+        ring.set_am(tag.value);
+    } else {
+        ring.set_tag(tag.value);
     }
 }
 
@@ -115,14 +126,14 @@ impl ShmOut {
             cross_memory: new.cross_memory,
             peer_waiting_since: None,
             flag_raised: false,
-            tag: 0,
+            tag: WireTag::default(),
         }
     }
 
     /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
     /// and back to 0 after it).
     #[inline]
-    pub(crate) fn set_tag(&mut self, tag: u64) {
+    pub(crate) fn set_tag(&mut self, tag: WireTag) {
         self.tag = tag;
     }
 
@@ -174,7 +185,7 @@ impl ShmOut {
             }
             self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
         }
-        self.ring.set_tag(self.tag);
+        set_ring_tag(&mut self.ring, self.tag);
         let result = if data.len() as u64 <= self.eager_max(cx.config) {
             self.send_eager_blocking(data, &mut wait, cx, flush)
         } else {
@@ -297,7 +308,7 @@ impl ShmOut {
         if !self.cross_memory && len > config.shm_eager_max {
             return self.queue_copy(data, config, requests);
         }
-        self.ring.set_tag(self.tag);
+        set_ring_tag(&mut self.ring, self.tag);
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
             // A message whose tag changes is preceded by its tag record (8 bytes).
@@ -355,7 +366,7 @@ impl ShmOut {
     ) -> Result<Key> {
         if self.queue.is_empty() && data.len() as u64 <= config.shm_frag_bytes {
             // One record on an idle connection: write it now, no queueing.
-            self.ring.set_tag(self.tag);
+            set_ring_tag(&mut self.ring, self.tag);
             match self.ring.try_write(Kind::Msg, data.len() as u64, &data) {
                 Ok(true) => {
                     self.bell.ring();
@@ -469,7 +480,7 @@ impl ShmOut {
         let frag = config.shm_frag_bytes as usize;
         let mut wrote = false;
         while let Some(q) = self.queue.front_mut() {
-            self.ring.set_tag(q.tag);
+            set_ring_tag(&mut self.ring, q.tag);
             if q.data.len() <= eager_max {
                 let complete = write_eager_raw(
                     &mut self.ring,

@@ -25,6 +25,21 @@ use crate::transport::inbound_state::InboundState;
 use crate::transport::liveness::PeerProcess;
 use crate::transport::net_edge::{NetIn, NetInEdge};
 use crate::transport::requests::{RecvCompletion, Requests};
+use crate::transport::wire_tag::WireTag;
+
+/// What a tag or am frame announces for the messages that follow it (`None` for other
+/// frames).
+#[inline]
+fn announced(header: &StreamHeader) -> Option<WireTag> {
+    match header.kind {
+        StreamKind::Tag => Some(WireTag::tag(header.length)),
+        StreamKind::Am => Some(WireTag {
+            value: header.length,
+            am: true,
+        }),
+        StreamKind::Message | StreamKind::Close => None,
+    }
+}
 
 /// The receiving side of a tcp edge (module docs).
 #[derive(Debug)]
@@ -129,6 +144,9 @@ impl TcpIn {
             if let Some(p) = &mut tcp.partial {
                 let len = p.len;
                 tcp.delivered_tag = p.tag;
+                // An active message is never bound to a posted receive: its handler runs
+                // once it is whole, and the receive stays for the next message.
+                let am = p.tag.am;
                 match &mut p.into {
                     // Its posted receive gets it (progress reads it).
                     PartialInto::Posted(..) => return Ok(None),
@@ -163,7 +181,7 @@ impl TcpIn {
                             return deliver_held(dest, msg, &requests.pool).map(Some);
                         }
                         // Not whole yet: a receive whose buffer lasts takes it over.
-                        let lasting = matches!(dest, Dest::Posted { .. })
+                        let lasting = (!am && matches!(dest, Dest::Posted { .. }))
                             || (wait && matches!(dest, Dest::Slice(_)));
                         if !lasting {
                             return Ok(None);
@@ -212,9 +230,9 @@ impl TcpIn {
                     net.end.closed = true;
                     return Ok(None);
                 }
-                if header.kind == StreamKind::Tag {
+                if let Some(tag) = announced(&header) {
                     tcp.start += HEADER_LEN;
-                    tcp.tag = header.length;
+                    tcp.tag = tag;
                     continue;
                 }
                 let len = header.length;
@@ -232,9 +250,12 @@ impl TcpIn {
                 if whole > tcp.buf.len() as u64 {
                     // Large: start reading it (see above for where it goes).
                     dest.fits(len)?;
-                    let mut into = if let Some(into) =
+                    let posted = if tcp.tag.am {
+                        None
+                    } else {
                         bind_posted(dest, &mut requests.recvs, &mut requests.bound_recvs)
-                    {
+                    };
+                    let mut into = if let Some(into) = posted {
                         into
                     } else if wait && matches!(dest, Dest::Slice(_)) {
                         *committed = true;
@@ -308,9 +329,9 @@ impl TcpIn {
             if avail >= HEADER_LEN {
                 let header =
                     StreamHeader::parse(&tcp.buf[tcp.start..tcp.start + HEADER_LEN]).ok()?;
-                if header.kind == StreamKind::Tag {
+                if let Some(tag) = announced(&header) {
                     tcp.start += HEADER_LEN;
-                    tcp.tag = header.length;
+                    tcp.tag = tag;
                     continue;
                 }
                 let len = header.length;
@@ -346,6 +367,18 @@ impl TcpIn {
                     return Some(Err(err));
                 }
             }
+        }
+    }
+
+    /// The tag of the message a look would deliver next (the one a `BufferTooSmall` left
+    /// in place): the first read ahead, else the large one in progress, else the stream's
+    /// current one.
+    pub(crate) fn next_tag(&self) -> WireTag {
+        let tcp = &self.reader;
+        match (tcp.ready.front(), &tcp.partial) {
+            (Some((tag, _)), _) => *tag,
+            (None, Some(p)) => p.tag,
+            (None, None) => tcp.tag,
         }
     }
 
@@ -413,9 +446,9 @@ impl TcpIn {
                 if header.kind == StreamKind::Close {
                     break None;
                 }
-                if header.kind == StreamKind::Tag {
+                if let Some(tag) = announced(&header) {
                     tcp.start += HEADER_LEN;
-                    tcp.tag = header.length;
+                    tcp.tag = tag;
                     continue;
                 }
                 let len = header.length;
@@ -502,7 +535,7 @@ impl TcpIn {
                     buf,
                     len,
                     src: peer,
-                    tag,
+                    tag: tag.value,
                 })
             }
             Ok(false) if self.net.state == InboundState::Open => return None,

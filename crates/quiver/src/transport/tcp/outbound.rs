@@ -27,6 +27,7 @@ use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{stopped_for, NetOut, NetQueued};
 use crate::transport::requests::SendState;
 use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
+use crate::transport::wire_tag::WireTag;
 
 /// The sending side of a tcp edge (module docs).
 #[derive(Debug)]
@@ -36,9 +37,9 @@ pub(crate) struct TcpOut {
     /// Scratch descriptors for a waiting send's `poll`.
     pollfds: Vec<libc::pollfd>,
     /// The tag of the sends made now ([`TcpOut::set_tag`]; 0 outside a tagged send).
-    tag: u64,
+    tag: WireTag,
     /// The tag the receiver applies to the next message: the last tag frame's.
-    wire_tag: u64,
+    wire_tag: WireTag,
     /// A tag frame not yet wholly written: its bytes from `HEADER_LEN - tag_left` on go
     /// before any byte of the next message.
     tag_frame: [u8; HEADER_LEN],
@@ -66,8 +67,8 @@ impl TcpOut {
             net: NetOut::new(peer, TransportKind::Tcp.name(), process),
             stream,
             pollfds: Vec::new(),
-            tag: 0,
-            wire_tag: 0,
+            tag: WireTag::default(),
+            wire_tag: WireTag::default(),
             tag_frame: [0; HEADER_LEN],
             tag_left: 0,
             rma: TcpRma::default(),
@@ -79,14 +80,14 @@ impl TcpOut {
     /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
     /// and back to 0 after it).
     #[inline]
-    pub(crate) fn set_tag(&mut self, tag: u64) {
+    pub(crate) fn set_tag(&mut self, tag: WireTag) {
         self.tag = tag;
     }
 
     /// Whether a message with `tag` may start now: true once the tag frame it needs (if
     /// its tag differs from the last one announced) is wholly written.
     #[inline]
-    fn tag_ready(&mut self, tag: u64) -> std::io::Result<bool> {
+    fn tag_ready(&mut self, tag: WireTag) -> std::io::Result<bool> {
         if self.tag_left == 0 && tag == self.wire_tag {
             return Ok(true);
         }
@@ -96,7 +97,7 @@ impl TcpOut {
     /// [`TcpOut::tag_ready`] with a tag frame to write.
     #[cold]
     #[inline(never)]
-    fn write_tag_frame(&mut self, tag: u64) -> std::io::Result<bool> {
+    fn write_tag_frame(&mut self, tag: WireTag) -> std::io::Result<bool> {
         loop {
             if self.tag_left > 0 {
                 match self
@@ -114,7 +115,12 @@ impl TcpOut {
             if tag == self.wire_tag {
                 return Ok(true);
             }
-            self.tag_frame = StreamHeader::tag(tag).emit();
+            let header = if tag.am {
+                StreamHeader::am(tag.value)
+            } else {
+                StreamHeader::tag(tag.value)
+            };
+            self.tag_frame = header.emit();
             self.tag_left = HEADER_LEN;
             self.wire_tag = tag;
         }

@@ -14,6 +14,7 @@ use crate::pool::Pool;
 use crate::slab::{Key, Slab};
 use crate::transport::dest::Dest;
 use crate::transport::requests::RecvState;
+use crate::transport::wire_tag::WireTag;
 
 /// The receiving side of a tcp stream. Messages come out in stream order: first `ready`,
 /// then `partial`, then the staged bytes `buf[start..end]`, then the socket.
@@ -27,7 +28,7 @@ pub(crate) struct TcpReader {
     pub(crate) end: usize,
     /// Whole messages read ahead of any receive (while this endpoint waited for a send),
     /// with their tags.
-    pub(crate) ready: VecDeque<(u64, Vec<u8>)>,
+    pub(crate) ready: VecDeque<(WireTag, Vec<u8>)>,
     /// The large message being read, once it has started.
     pub(crate) partial: Option<Partial>,
     /// Bytes of `ready` plus a `Held` partial's length: internal copies, bounded by
@@ -37,11 +38,11 @@ pub(crate) struct TcpReader {
     pub(crate) stalled: bool,
     /// Some bytes arrived (a reverse edge becomes active).
     pub(crate) received_any: bool,
-    /// The tag of the messages read from the stream now: the last tag frame's (0 before
-    /// any).
-    pub(crate) tag: u64,
+    /// The tag of the messages read from the stream now: the last tag (or am) frame's
+    /// (tag 0 before any).
+    pub(crate) tag: WireTag,
     /// The tag of the message delivered last.
-    pub(crate) delivered_tag: u64,
+    pub(crate) delivered_tag: WireTag,
 }
 
 /// A large tcp message (more than the staging buffer) being read over several calls.
@@ -52,7 +53,7 @@ pub(crate) struct Partial {
     /// Payload bytes received so far.
     pub(crate) filled: usize,
     /// The message's tag.
-    pub(crate) tag: u64,
+    pub(crate) tag: WireTag,
     pub(crate) into: PartialInto,
 }
 
@@ -206,8 +207,8 @@ impl TcpReader {
             held_bytes: 0,
             stalled: false,
             received_any: false,
-            tag: 0,
-            delivered_tag: 0,
+            tag: WireTag::default(),
+            delivered_tag: WireTag::default(),
         }
     }
 
