@@ -516,8 +516,7 @@ const char *quiver_version(void);
 
 // Sends the `len` bytes at `data` as one message with `tag` on `conn`, blocking as
 // quiver_send() does. Messages of one connection arrive in the order sent, whatever
-// their tags; quiver_send() is tag 0. Tags are carried over shm and tcp: over udp a
-// tag other than 0 is QUIVER_ERR_INVALID_ARGUMENT.
+// their tags; quiver_send() is tag 0. Tags are carried over every transport.
 //
 // Errors: as quiver_send().
 enum quiver_status quiver_send_tagged(struct quiver_endpoint ep,

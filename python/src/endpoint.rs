@@ -246,8 +246,7 @@ impl Endpoint {
     }
 
     /// Sends the bytes of `data` as one message with `tag` (an int, 0 ..= 2**64-1), as
-    /// `send` does; `send` is tag 0. Tags travel over shm and tcp (udp refuses a tag
-    /// other than 0 with InvalidArgument). Releases the GIL.
+    /// `send` does; `send` is tag 0. Tags travel over every transport. Releases the GIL.
     fn send_tagged(
         &self,
         py: Python<'_>,

@@ -53,8 +53,7 @@ fn spec(source: *const quiver_addr, tag: u64, mask: u64) -> MatchSpec {
 
 /// Sends the `len` bytes at `data` as one message with `tag` on `conn`, blocking as
 /// quiver_send() does. Messages of one connection arrive in the order sent, whatever
-/// their tags; quiver_send() is tag 0. Tags are carried over shm and tcp: over udp a
-/// tag other than 0 is QUIVER_ERR_INVALID_ARGUMENT.
+/// their tags; quiver_send() is tag 0. Tags are carried over every transport.
 ///
 /// Errors: as quiver_send().
 #[no_mangle]

@@ -17,6 +17,7 @@ use quiver_transport::region::AccessError;
 use quiver_wire::rma::{KeyRepr, Rights};
 
 use super::key::RemoteKey;
+use super::region::owner_access_error;
 use crate::error::{Error, Result};
 use crate::random::random;
 use crate::transport::local::LocalRank;
@@ -137,7 +138,7 @@ impl CallerRegion {
         checked.map_err(|e| self.local_error(e, "fetch_add", offset, 8))
     }
 
-    /// The owner's own access refused.
+    /// The owner's own access refused ([`owner_access_error`]).
     fn local_error(
         &self,
         e: AccessError,
@@ -145,20 +146,7 @@ impl CallerRegion {
         offset: usize,
         len: usize,
     ) -> Error {
-        match e {
-            AccessError::Misaligned => Error::RmaMisaligned {
-                offset: offset as u64,
-            },
-            // Inside the scope the memory is live: only the bounds remain.
-            AccessError::OutOfBounds | AccessError::ReadOnly | AccessError::Revoked => {
-                Error::RmaOutOfBounds {
-                    operation,
-                    offset: offset as u64,
-                    len: len as u64,
-                    region_len: self.memory.len() as u64,
-                }
-            }
-        }
+        owner_access_error(e, operation, (offset, len), self.memory.len())
     }
 }
 

@@ -113,7 +113,7 @@ impl Region {
         checked.map_err(|e| self.local_error(e, "fetch_add", offset, 8))
     }
 
-    /// The owner's own access refused (the owner's view is always writable).
+    /// The owner's own access refused ([`owner_access_error`]).
     fn local_error(
         &self,
         e: AccessError,
@@ -121,17 +121,29 @@ impl Region {
         offset: usize,
         len: usize,
     ) -> Error {
-        match e {
-            AccessError::Misaligned => Error::RmaMisaligned {
+        owner_access_error(e, operation, (offset, len), self.view.len())
+    }
+}
+
+/// The error of an owner's own access to its region (allocated or lent) that the region
+/// refused: its view is always writable and live while it can be reached, so only the
+/// alignment and the bounds remain.
+pub(super) fn owner_access_error(
+    e: AccessError,
+    operation: &'static str,
+    (offset, len): (usize, usize),
+    region_len: usize,
+) -> Error {
+    match e {
+        AccessError::Misaligned => Error::RmaMisaligned {
+            offset: offset as u64,
+        },
+        AccessError::OutOfBounds | AccessError::ReadOnly | AccessError::Revoked => {
+            Error::RmaOutOfBounds {
+                operation,
                 offset: offset as u64,
-            },
-            AccessError::OutOfBounds | AccessError::ReadOnly | AccessError::Revoked => {
-                Error::RmaOutOfBounds {
-                    operation,
-                    offset: offset as u64,
-                    len: len as u64,
-                    region_len: self.view.len() as u64,
-                }
+                len: len as u64,
+                region_len: region_len as u64,
             }
         }
     }
