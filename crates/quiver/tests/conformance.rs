@@ -24,6 +24,7 @@ use std::time::Duration;
 use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
 mod am;
+mod ranks;
 mod scoped;
 mod tagged;
 mod xdp_net;
@@ -192,20 +193,13 @@ impl Job {
     }
 }
 
-/// Runs `body(rank, ctx)` for every rank on its own thread.
+/// Runs `body(rank, ctx)` for every rank on its own thread; a rank that panics fails the
+/// test at once with its message, even while its peers are blocked on it
+/// ([`ranks::run_ranks`]).
 fn run(transport: TransportKind, size: u32, body: impl Fn(u32, Context) + Send + Sync + Copy) {
     let job = job(transport, size);
     let contexts: Vec<Context> = (0..size).map(|r| job.context(r, size)).collect();
-    thread::scope(|s| {
-        let handles: Vec<_> = contexts
-            .into_iter()
-            .enumerate()
-            .map(|(r, ctx)| s.spawn(move || body(r as u32, ctx)))
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-    });
+    ranks::run_ranks(contexts, body);
 }
 
 fn every_size(t: TransportKind) {
@@ -818,62 +812,59 @@ fn send_send_once(t: TransportKind, len: usize, bound: Option<usize>) -> usize {
         job.config.read_ahead_bytes = bound;
     }
     let contexts: Vec<Context> = (0..2).map(|r| job.context(r, 2)).collect();
-    thread::scope(|s| {
-        for (rank, ctx) in contexts.into_iter().enumerate() {
-            s.spawn(move || {
-                let peer_rank = 1 - rank;
-                let mut ep = ctx.endpoint(0).unwrap();
-                let conn = ep.connect(Addr::new(peer_rank as u32, 0)).unwrap();
-                let mine = pattern(len, rank as u32 + 11);
-                let mine_status = match ep.send(conn, &mine) {
-                    Ok(()) => SENT,
-                    Err(Error::SendDeadlock { peer, transport }) => {
-                        assert_eq!(
-                            (peer, transport),
-                            (Addr::new(peer_rank as u32, 0), t.name())
-                        );
-                        DEADLOCK
-                    }
-                    Err(e) => panic!("rank {rank}, {len} B: send: {e}"),
-                };
-                status[rank].store(mine_status, Ordering::Release);
-                let mut buf = vec![0u8; len];
-                loop {
-                    let theirs = status[peer_rank].load(Ordering::Acquire);
-                    if theirs == DEADLOCK {
-                        break; // Their message is not coming.
-                    }
-                    match ep.try_recv(&mut buf) {
-                        Ok((got, from)) => {
-                            assert_eq!((got, from), (len, Addr::new(peer_rank as u32, 0)));
-                            assert!(buf == pattern(len, peer_rank as u32 + 11), "{len} B differ");
-                            break;
-                        }
-                        Err(Error::WouldBlock) => thread::yield_now(),
-                        // This rank's own SendDeadlock failed the connection: their
-                        // message is not coming, and the read may say so with an error.
-                        Err(_) if mine_status == DEADLOCK => break,
-                        // A send that failed with SendDeadlock shuts its side of a tcp
-                        // stream, so this read may end in an error before the peer has
-                        // published its status: then the peer must have deadlocked.
-                        Err(e) => {
-                            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                            while status[peer_rank].load(Ordering::Acquire) != DEADLOCK {
-                                assert!(
-                                    std::time::Instant::now() < deadline,
-                                    "rank {rank}, {len} B: recv: {e}"
-                                );
-                                thread::yield_now();
-                            }
-                            break;
-                        }
-                    }
+    ranks::run_ranks(contexts, move |rank, ctx| {
+        let rank = rank as usize;
+        let peer_rank = 1 - rank;
+        let mut ep = ctx.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(peer_rank as u32, 0)).unwrap();
+        let mine = pattern(len, rank as u32 + 11);
+        let mine_status = match ep.send(conn, &mine) {
+            Ok(()) => SENT,
+            Err(Error::SendDeadlock { peer, transport }) => {
+                assert_eq!(
+                    (peer, transport),
+                    (Addr::new(peer_rank as u32, 0), t.name())
+                );
+                DEADLOCK
+            }
+            Err(e) => panic!("rank {rank}, {len} B: send: {e}"),
+        };
+        status[rank].store(mine_status, Ordering::Release);
+        let mut buf = vec![0u8; len];
+        loop {
+            let theirs = status[peer_rank].load(Ordering::Acquire);
+            if theirs == DEADLOCK {
+                break; // Their message is not coming.
+            }
+            match ep.try_recv(&mut buf) {
+                Ok((got, from)) => {
+                    assert_eq!((got, from), (len, Addr::new(peer_rank as u32, 0)));
+                    assert!(buf == pattern(len, peer_rank as u32 + 11), "{len} B differ");
+                    break;
                 }
-                // Their message may be in a failed connection's ring: it must not be
-                // delivered (its buffer may be gone).
-                drop(mine);
-            });
+                Err(Error::WouldBlock) => thread::yield_now(),
+                // This rank's own SendDeadlock failed the connection: their
+                // message is not coming, and the read may say so with an error.
+                Err(_) if mine_status == DEADLOCK => break,
+                // A send that failed with SendDeadlock shuts its side of a tcp
+                // stream, so this read may end in an error before the peer has
+                // published its status: then the peer must have deadlocked.
+                Err(e) => {
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while status[peer_rank].load(Ordering::Acquire) != DEADLOCK {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "rank {rank}, {len} B: recv: {e}"
+                        );
+                        thread::yield_now();
+                    }
+                    break;
+                }
+            }
         }
+        // Their message may be in a failed connection's ring: it must not be
+        // delivered (its buffer may be gone).
+        drop(mine);
     });
     status
         .iter()
