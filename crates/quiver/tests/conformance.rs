@@ -1127,9 +1127,6 @@ fn tcp_half_arrived_message_survives() {
     });
 }
 
-/// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
-/// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
-/// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
 /// Rank 1 answers rank 0 without connecting back: over udp and tcp on rank 0's own
 /// connection (one reliable connection in all), over shm on a ring `reply` opens.
 fn reply_without_connecting_back(t: TransportKind) {
@@ -1150,6 +1147,10 @@ fn reply_without_connecting_back(t: TransportKind) {
                 );
                 assert_eq!(buf[0], i as u8);
             }
+            // Rank 1 looks at its reply connection after the last answer: this endpoint
+            // stays until it has (once it is gone, that connection has failed and
+            // `reply_connection` would open a new one, to nobody).
+            assert_eq!(ep.recv(&mut buf).unwrap(), (4, peer), "done");
             let stats = ctx.stats();
             if t == TransportKind::Shm {
                 assert_eq!(stats.shm_connections_accepted, 1, "{stats:?}");
@@ -1174,13 +1175,17 @@ fn reply_without_connecting_back(t: TransportKind) {
                 ep.reply(src, &answer).unwrap();
                 assert_eq!(ep.reply_connection(src).unwrap().peer(), src);
             }
-            // Rank 0 receives the last answer before it returns.
+            ep.reply(Addr::new(0, 0), b"done").unwrap();
+            // Rank 0 receives the last message before it returns.
             ep.set_timeout(Some(Duration::from_millis(200)));
             let _ = ep.recv_pooled();
         }
     });
 }
 
+/// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
+/// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
+/// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
 fn detection_is_set_per_endpoint(t: TransportKind) {
     const WAIT: Duration = Duration::from_millis(500);
     run(t, 2, |rank, ctx| {
