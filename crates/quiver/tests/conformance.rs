@@ -1186,9 +1186,16 @@ fn reply_without_connecting_back(t: TransportKind) {
 /// `Endpoint::set_detection` switches the liveness looks of a waiting call, per endpoint,
 /// and refuses a time under the minimum. Off, a wait still looks once per sleep slice
 /// (50 ms) after its spin budget; on at 10 ms it looks every 10 ms.
+///
+/// The ranks busy-poll for their whole spin budget (`YieldMode::Never`): under the default
+/// policy a loaded machine makes a spin yield and shrink to 200 µs, too short for a look,
+/// and the waits counted only what the load left of them.
 fn detection_is_set_per_endpoint(t: TransportKind) {
     const WAIT: Duration = Duration::from_millis(500);
-    run(t, 2, |rank, ctx| {
+    let mut job = job(t, 2);
+    job.config.yield_mode = quiver::YieldMode::Never;
+    let contexts: Vec<Context> = (0..2).map(|r| job.context(r, 2)).collect();
+    ranks::run_ranks(contexts, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
         ep.set_timeout(Some(Duration::from_secs(20)));
         let too_short = ep.set_detection(Some(Duration::from_millis(5)));
