@@ -84,7 +84,10 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
     let sizes = [8usize, 1400, 9000, 65_000];
     // Rank 1 in a thread of its own: the job's traffic, then (until `attacked`) taking
     // whatever arrives, counting any message delivered, then the traffic after the attack.
+    // Rank 1 says when it stopped taking (`stopped`): a message sent after `attacked` but
+    // before that would be taken by the loop, counted as delivered and missing after it.
     let attacked = Arc::new(AtomicBool::new(false));
+    let (stopped, stopped_taking) = std::sync::mpsc::channel();
     let receiving = {
         let (one, attacked) = (one.clone(), attacked.clone());
         std::thread::spawn(move || {
@@ -100,6 +103,7 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
                     delivered_meanwhile += 1;
                 }
             }
+            stopped.send(()).expect("the test waits");
             for (index, &size) in sizes.iter().enumerate() {
                 let (len, _) = receiver.recv(&mut buffer).expect("recv after the attack");
                 assert_eq!(
@@ -220,6 +224,9 @@ fn forged_and_replayed_frames_are_refused_counted_and_never_delivered() {
     // Nothing of it was delivered, and the job carries on: the next messages are the
     // sender's, intact.
     attacked.store(true, Ordering::Release);
+    stopped_taking
+        .recv_timeout(Duration::from_secs(60))
+        .expect("rank 1 stops taking");
     for (index, &size) in sizes.iter().enumerate() {
         let message = support::pattern(size, 1_000 + index as u32);
         sender
