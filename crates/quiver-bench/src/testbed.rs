@@ -537,7 +537,9 @@ fn run_with_input(program: &str, arguments: &[&str], input: &str) -> Result<(), 
 }
 
 /// Starts `quiver-bench testbed watch` detached (own session, no terminal, no inherited pipes),
-/// so it outlives both `up` and the owner.
+/// so it outlives both `up` and the owner. Returns once the watcher holds the testbed's
+/// namespaces (it says so on its stdout, a pipe closed after that line): a testbed removed
+/// and made again before, under load, would otherwise be the one it watched.
 fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let program = std::env::current_exe()
@@ -547,7 +549,7 @@ fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
         .args(["testbed", "watch", "--name", name, "--owner-pid"])
         .arg(owner_pid.to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: setsid is async-signal-safe and touches nothing but this (child) process.
     unsafe {
@@ -556,10 +558,15 @@ fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
             Ok(())
         });
     }
-    command
+    let mut watcher = command
         .spawn()
-        .map(drop)
-        .map_err(|error| format!("starting the watcher: {error}"))
+        .map_err(|error| format!("starting the watcher: {error}"))?;
+    // One line once it holds the namespaces; nothing (end of file) if it returned at once.
+    let mut ready = String::new();
+    if let Some(stdout) = watcher.stdout.take() {
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready);
+    }
+    Ok(())
 }
 
 /// Waits until `owner_pid` has exited or the testbed is gone, then removes the testbed.
@@ -570,13 +577,22 @@ fn start_watcher(name: &str, owner_pid: i32) -> Result<(), String> {
 /// (and removed its testbed itself) left a watcher that, up to one interval later, removed
 /// the testbed of the *next* run of the same name: `quiver-bench stripe` invocations one
 /// after the other lost their namespaces mid-run ("Cannot open network namespace").
+///
+/// The watcher holds its namespaces open meanwhile: the kernel gives a freed namespace's
+/// inode number to the next one made, so a testbed removed and made again under the same
+/// name a moment later had the old identity, and the watcher removed the new one. A
+/// namespace held open is not freed, and its number stays its own.
 fn watch(name: &str, owner_pid: i32) {
     let owner = quiver_transport::sys::pidfd_open(owner_pid);
     let [a, b] = namespaces(name);
-    let watched = [namespace_identity(&a), namespace_identity(&b)];
+    let held = [hold_namespace(&a), hold_namespace(&b)];
+    let watched = [held_identity(&held[0]), held_identity(&held[1])];
     if watched.iter().all(Option::is_none) {
         return;
     }
+    // `up` waits for this line (start_watcher), then closes the pipe.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), b"watching\n");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     let still_watched = || [namespace_identity(&a), namespace_identity(&b)] == watched;
     loop {
         if !still_watched() {
@@ -596,6 +612,19 @@ fn watch(name: &str, owner_pid: i32) {
         }
         std::thread::sleep(WATCH_INTERVAL);
     }
+}
+
+/// Namespace `namespace` opened (its file under /run/netns), which keeps it alive; `None`
+/// when it does not exist.
+fn hold_namespace(namespace: &str) -> Option<std::fs::File> {
+    std::fs::File::open(std::path::Path::new("/run/netns").join(namespace)).ok()
+}
+
+/// The identity of a namespace held open by [`hold_namespace`].
+fn held_identity(held: &Option<std::fs::File>) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = held.as_ref()?.metadata().ok()?;
+    Some((metadata.dev(), metadata.ino()))
 }
 
 /// The identity of namespace `namespace` (device and inode of its file under /run/netns,

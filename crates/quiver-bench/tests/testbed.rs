@@ -202,12 +202,22 @@ fn a_watcher_leaves_a_replaced_testbed_alone() {
     };
     up(Some(owner.id()));
     // The first run's owner removes its testbed itself and a new one comes up at once.
+    // The replacement comes up while the old watcher does not look (as on a loaded
+    // machine, between two of its looks), and after the kernel freed the old namespaces
+    // (within milliseconds on a quiet machine): a freed namespace's inode number goes to
+    // the next one made, so unless the watcher holds its own, the new ones have their
+    // identities. Stopping the watcher and the pause make both certain.
+    let watchers = watcher_pids(&name);
+    assert_eq!(watchers.len(), 1, "one watcher of {name}: {watchers:?}");
+    signal(watchers[0], "STOP");
     let down = quiver_bench()
         .args(["testbed", "down", "--name", &name])
         .status()
         .expect("run quiver-bench");
     assert!(down.success());
+    std::thread::sleep(Duration::from_millis(500));
     up(None);
+    signal(watchers[0], "CONT");
     owner.kill().expect("kill owner");
     owner.wait().expect("reap owner");
     // Several watch intervals: the old watcher has seen its owner go by then.
@@ -222,6 +232,33 @@ fn a_watcher_leaves_a_replaced_testbed_alone() {
         survived,
         "the first testbed's watcher removed its replacement"
     );
+}
+
+/// The processes running `quiver-bench testbed watch --name NAME`.
+fn watcher_pids(name: &str) -> Vec<i32> {
+    let wanted = ["testbed", "watch", "--name", name];
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.windows(wanted.len())
+                .any(|w| w.iter().zip(wanted).all(|(a, b)| *a == b.as_bytes()))
+        })
+        .collect()
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid` with kill(1).
+fn signal(pid: i32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal} {pid}");
 }
 
 #[test]
