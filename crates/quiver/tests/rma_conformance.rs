@@ -24,12 +24,18 @@ use xdp_net::XdpNet;
 
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
-/// A free port for both tcp and udp on loopback.
+/// A free port for both tcp and udp on loopback, never one handed out before in this
+/// process: the port is free only until a rank binds it, and the tests run in parallel, so
+/// a port just released by one job's probe could otherwise go to another job too.
 fn free_port() -> u16 {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = l.local_addr().unwrap().port();
-        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            && HANDED_OUT.lock().unwrap().insert(port)
+        {
             return port;
         }
     }

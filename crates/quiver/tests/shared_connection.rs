@@ -6,20 +6,26 @@
 //! peer never sends on stays silent: its connection's failure is reported on the outbound
 //! edge only.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Barrier;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use quiver::{Addr, Config, Context, Error, TransportKind};
 
-/// A free port for both tcp and udp on 127.0.0.1.
+/// A free port for both tcp and udp on 127.0.0.1, never one handed out before in this
+/// process: the port is free only until a rank binds it, and the tests run in parallel, so
+/// a port just released by one pair's probe could otherwise go to another pair too.
 fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            && HANDED_OUT.lock().unwrap().insert(port)
+        {
             return port;
         }
     }
