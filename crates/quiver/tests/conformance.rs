@@ -1374,6 +1374,7 @@ macro_rules! conformance {
             #[test] fn close_ends_both_directions() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_ends_both_directions($kind) } }
             #[test] fn scoped_slices_of_caller_arrays() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::slices_of_caller_arrays($kind) } }
             #[test] fn scoped_early_return_and_panic() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::early_return_and_panic($kind) } }
+            #[test] fn scoped_posted_by_number() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::posted_by_number($kind) } }
             #[test] fn send_send() { $(super::set_variant($variant);)? if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};
