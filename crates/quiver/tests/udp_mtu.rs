@@ -4,12 +4,13 @@
 //! from rank 0 to rank 1, both hosts' interfaces lowered from MTU 1500 to 1400 a quarter
 //! of the way in. The sender's GSO sends are refused for their size; the engine lowers the
 //! connection's datagram size to what the path carries, keeps GSO on, and the transfer
-//! completes in bounded time with every byte verified.
+//! completes in bounded time with every byte verified. The same over the io_uring engine
+//! (`QUIVER_UDP_IO=uring`), whose refused sends surface as completions.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use quiver::{Addr, Config, Context, Error, TransportKind};
+use quiver::{Addr, Config, Context, Error, TransportKind, UdpIoMode};
 
 mod xdp_net;
 use xdp_net::{is_root, XdpNet};
@@ -59,6 +60,16 @@ fn fragments_made(net: &XdpNet, i: usize) -> u64 {
 
 #[test]
 fn an_mtu_that_falls_mid_transfer_lowers_the_datagram_size_and_the_transfer_completes() {
+    mtu_falls_mid_transfer(UdpIoMode::Sockets);
+}
+
+#[test]
+fn over_io_uring_an_mtu_that_falls_mid_transfer_lowers_the_datagram_size() {
+    mtu_falls_mid_transfer(UdpIoMode::Uring);
+}
+
+/// 256 MiB verified over `udp_io` while the MTU falls (module docs).
+fn mtu_falls_mid_transfer(udp_io: UdpIoMode) {
     if !is_root() {
         eprintln!("skipped: network namespaces need root");
         return;
@@ -73,6 +84,7 @@ fn an_mtu_that_falls_mid_transfer_lowers_the_datagram_size_and_the_transfer_comp
         // A send or receive that makes no progress for this long fails the test instead
         // of hanging it.
         op_timeout: Some(Duration::from_secs(60)),
+        udp_io,
         ..Config::default()
     };
     let sender = context(&net, 0, &config).expect("rank 0");

@@ -186,7 +186,11 @@ impl Engine {
                         io.send_for(entry, path, to, lent);
                     }
                     Socket::Xdp(io) => io.flush(),
-                    Socket::Uring(io) => io.flush(),
+                    Socket::Uring(io) => {
+                        io.flush();
+                        let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                        io.follow_path_mtu(entry, to);
+                    }
                     _ => {}
                 }
             }

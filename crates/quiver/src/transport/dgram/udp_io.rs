@@ -111,7 +111,7 @@ impl Socket {
                 }
             }
             Socket::Uring(u) => {
-                let UringIo { socket, faults } = &mut **u;
+                let UringIo { socket, faults, .. } = &mut **u;
                 if let Some(faults) = faults {
                     faults.release_held(&mut |to, datagram| socket.send(to, datagram, &[]));
                     socket.flush();
@@ -135,7 +135,11 @@ pub(super) fn bind_socket(
         TransportKind::Udp if udp_io != UdpIoMode::Sockets => match bind_uring(addr, udp_io)? {
             Some(socket) => {
                 let faults = FaultInjector::new(faults, socket.local_address());
-                Socket::Uring(Box::new(UringIo { socket, faults }))
+                Socket::Uring(Box::new(UringIo {
+                    socket,
+                    faults,
+                    datagram_size_lowered: 0,
+                }))
             }
             None => bind_socket(kind, addr, faults, interface, UdpIoMode::Sockets)?,
         },
@@ -342,15 +346,11 @@ impl UdpIo {
         }
     }
 
-    /// Lowers `entry`'s datagram size to `room`, the datagram bytes the path to `to` now
-    /// carries, counted and logged when it changes.
+    /// Lowers `entry`'s datagram size to `room` ([`lower_datagram_size`]), counted.
     #[cold]
     fn lower_datagram_size(&mut self, entry: &mut Entry, to: SocketAddr, room: usize) {
-        let before = entry.core.max_datagram_bytes();
-        let after = entry.core.lower_max_datagram_bytes(room);
-        if after < before {
+        if lower_datagram_size(entry, self.socket.local_address(), to, room) {
             self.offload.datagram_size_lowered += 1;
-            tracing::warn!(target: ENDPOINT_LOG, local = %self.socket.local_address(), peer = %to, before, after, "the path's MTU fell: this connection's datagrams are {after} bytes from now on (they were {before})");
         }
     }
 
@@ -583,6 +583,23 @@ pub(super) fn send_one_fully(socket: &mut UdpSocket, to: SocketAddr, datagram: &
             Err(_) => return,
         }
     }
+}
+
+/// Lowers `entry`'s datagram size to `room`, the datagram bytes the path from `local` to
+/// `to` now carries; logged, and true, when it changes.
+#[cold]
+pub(super) fn lower_datagram_size(
+    entry: &mut Entry,
+    local: SocketAddr,
+    to: SocketAddr,
+    room: usize,
+) -> bool {
+    let before = entry.core.max_datagram_bytes();
+    let after = entry.core.lower_max_datagram_bytes(room);
+    if after < before {
+        tracing::warn!(target: ENDPOINT_LOG, %local, peer = %to, before, after, "the path's MTU fell: this connection's datagrams are {after} bytes from now on (they were {before})");
+    }
+    after < before
 }
 
 #[cfg(test)]
