@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use quiver_transport::uring::{RxBuffer, UringOptions, UringUdpSocket};
 
 use super::connection::Entry;
-use super::udp_io::lower_datagram_size;
+use super::path_mtu::lower_datagram_size;
 use crate::config::UdpIoMode;
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
