@@ -8,7 +8,7 @@
 //! takes today's path (one test, `Matcher::is_idle`), and a tagged call takes the next
 //! message straight from the transports.
 
-use super::matching::{Arrival, Envelope, Held, MatchSpec};
+use super::matching::{Arrival, Envelope, Held, MatchSpec, MatchingStats};
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
 use crate::error::{Error, Result};
 use crate::pool::PooledBuf;
@@ -59,6 +59,13 @@ impl Endpoint {
         let result = self.post_send(conn, data);
         self.untag(idx);
         result
+    }
+
+    /// What the tag matching of this endpoint holds now (unexpected messages and their
+    /// bytes, matching receives posted) and its counters (the most bytes unexpected
+    /// messages held at once, staging copies made). Reading it costs nothing per message.
+    pub fn matching_stats(&self) -> MatchingStats {
+        self.matcher.public_stats()
     }
 
     /// The sends after a tagged one are untagged again.
@@ -166,6 +173,13 @@ impl Endpoint {
 
     /// Takes the earliest message `spec` matches: the unexpected ones first, then the
     /// transports' next messages (queued unexpected when they do not match).
+    ///
+    /// While no receive posted earlier could claim the next message (no matching receive
+    /// and no plain posted one waits) and no unexpected message matches, the next message
+    /// goes straight into `buf`, whatever the matcher holds: a large message that matches
+    /// is pulled (shm), read (tcp) or placed (datagrams) into the caller's buffer with no
+    /// staging copy. One that does not match is copied out to wait (one copy more than a
+    /// pull into a pool buffer, paid only by unmatched messages that fit `buf`).
     fn take_matching(
         &mut self,
         spec: MatchSpec,
@@ -173,9 +187,16 @@ impl Endpoint {
         wait: bool,
     ) -> Result<Option<Envelope>> {
         loop {
-            if self.matcher.is_idle() && self.requests.posted_recvs.is_empty() {
-                // Nothing waits: the next message goes straight into `buf` (no copy when
-                // it matches, the common case); one that does not is copied out to wait.
+            if let Some(&envelope) = self.matcher.probe(spec) {
+                Dest::Slice(buf).fits(envelope.len)?;
+                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
+                    buf[..payload.len()].copy_from_slice(&payload);
+                    self.matcher.count_staged(envelope.len);
+                    self.requests.pool.give(payload);
+                    return Ok(Some(envelope));
+                }
+            }
+            if self.matcher.posted_len() == 0 && self.requests.posted_recvs.is_empty() {
                 match self.poll_once(&mut Dest::Slice(buf), wait) {
                     Ok(Some((len, source))) => {
                         let envelope = Envelope {
@@ -196,14 +217,6 @@ impl Endpoint {
                     Err(Error::BufferTooSmall { .. }) => {}
                     // A large tcp message begun into `buf` stays whole for a later receive.
                     Err(e) => return Err(self.uncommit(buf, e)),
-                }
-            }
-            if let Some(&envelope) = self.matcher.probe(spec) {
-                Dest::Slice(buf).fits(envelope.len)?;
-                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
-                    buf[..payload.len()].copy_from_slice(&payload);
-                    self.requests.pool.give(payload);
-                    return Ok(Some(envelope));
                 }
             }
             if !self.pull(wait)? {
@@ -297,6 +310,7 @@ impl Endpoint {
         let state = match Dest::Slice(&mut buf).fits(envelope.len) {
             Ok(()) => {
                 buf[..payload.len()].copy_from_slice(&payload);
+                self.matcher.count_staged(envelope.len);
                 self.requests.pool.give(payload);
                 RecvState::Done(Ok(RecvCompletion {
                     buf,

@@ -282,3 +282,53 @@ pub(crate) fn plain_receives_report_tags(t: TransportKind) {
         }
     });
 }
+
+/// A 16 MiB tagged message behind unmatched smaller ones goes straight into the buffer of
+/// the receive that matches it (no staging copy: `MatchingStats::staged_bytes` stays below
+/// its size); the smaller ones wait, counted, and are then received byte-exact in order.
+pub(crate) fn large_matched_before_it_moves(t: TransportKind) {
+    const LARGE: usize = 16 << 20;
+    const SMALL: usize = 1000;
+    const COUNT: u32 = 20;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            for i in 0..COUNT {
+                ep.send_tagged(conn, 1, &pattern(SMALL, i)).unwrap();
+            }
+            ep.send_tagged(conn, 2, &pattern(LARGE, 99)).unwrap();
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+        } else {
+            let mut buf = vec![0u8; LARGE];
+            let got = ep.recv_matching(MatchSpec::tag(2), &mut buf).unwrap();
+            assert_eq!((got.source, got.tag, got.len), (peer, 2, LARGE as u64));
+            assert!(buf == pattern(LARGE, 99), "the large message differs");
+            let stats = ep.matching_stats();
+            assert_eq!(stats.staged_copies, 0, "the large message was staged");
+            assert_eq!(
+                (stats.unexpected, stats.unexpected_bytes, stats.queued),
+                (
+                    u64::from(COUNT),
+                    u64::from(COUNT) * SMALL as u64,
+                    u64::from(COUNT)
+                )
+            );
+            for i in 0..COUNT {
+                let got = ep.recv_matching(MatchSpec::tag(1), &mut buf).unwrap();
+                assert_eq!((got.tag, got.len), (1, SMALL as u64));
+                assert!(buf[..SMALL] == pattern(SMALL, i)[..], "message {i} differs");
+            }
+            let stats = ep.matching_stats();
+            assert_eq!((stats.unexpected, stats.unexpected_bytes), (0, 0));
+            assert_eq!(
+                (stats.staged_copies, stats.staged_bytes),
+                (u64::from(COUNT), u64::from(COUNT) * SMALL as u64)
+            );
+            assert_eq!(stats.peak_unexpected_bytes, u64::from(COUNT) * SMALL as u64);
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
