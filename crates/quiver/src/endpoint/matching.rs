@@ -288,6 +288,16 @@ impl<R, P> Matcher<R, P> {
         Some((envelope, held))
     }
 
+    /// The earliest-posted receive a message of `envelope` would go to, left posted (the
+    /// caller moves the message into its buffer, then withdraws it with
+    /// [`Matcher::cancel`]).
+    pub(crate) fn posted_for(&self, envelope: &Envelope) -> Option<&R> {
+        self.posted
+            .iter()
+            .find(|(spec, _)| spec.matches(envelope.source, envelope.tag))
+            .map(|(_, receive)| receive)
+    }
+
     /// Withdraws the posted receive `receive` (a cancelled or abandoned receive); false if
     /// it is not posted (it matched already).
     pub(crate) fn cancel(&mut self, receive: &R) -> bool

@@ -397,3 +397,53 @@ pub(crate) fn many_senders_tags_in_reverse(t: TransportKind) {
         }
     });
 }
+
+/// A 16 MiB tagged message for a receive posted before it arrives, behind unmatched
+/// smaller ones, byte-verified; over shm (whose look tells a message's envelope before its
+/// payload moves) it is pulled straight into the posted receive's buffer, no staging copy.
+/// The smaller ones, posted for afterwards, arrive in order.
+pub(crate) fn large_for_a_posted_receive(t: TransportKind) {
+    const LARGE: usize = 16 << 20;
+    const SMALL: usize = 1000;
+    const COUNT: u32 = 20;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        if rank == 0 {
+            let mut go = [0u8; 1];
+            ep.recv(&mut go).unwrap();
+            for i in 0..COUNT {
+                ep.send_tagged(conn, 1, &pattern(SMALL, i)).unwrap();
+            }
+            ep.send_tagged(conn, 2, &pattern(LARGE, 77)).unwrap();
+            ep.recv(&mut go).unwrap();
+        } else {
+            let large = ep
+                .post_recv_matching(MatchSpec::tag(2).from(peer), vec![0; LARGE])
+                .unwrap();
+            ep.send(conn, &[1]).unwrap();
+            let got = ep.wait_recv(large).unwrap();
+            assert_eq!((got.src, got.tag, got.len), (peer, 2, LARGE));
+            assert!(got.buf == pattern(LARGE, 77), "the large message differs");
+            let stats = ep.matching_stats();
+            if t == TransportKind::Shm {
+                assert_eq!(stats.staged_copies, 0, "the large message was staged");
+            }
+            assert_eq!(stats.unexpected, u64::from(COUNT));
+            let small: Vec<_> = (0..COUNT)
+                .map(|_| {
+                    ep.post_recv_matching(MatchSpec::tag(1), vec![0; SMALL])
+                        .unwrap()
+                })
+                .collect();
+            for (i, request) in small.into_iter().enumerate() {
+                let got = ep.wait_recv(request).unwrap();
+                assert_eq!((got.tag, got.len), (1, SMALL));
+                assert!(got.buf == pattern(SMALL, i as u32), "message {i} differs");
+            }
+            assert_eq!(ep.matching_stats().unexpected_bytes, 0);
+            ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
