@@ -3,7 +3,7 @@
 //! through every way of taking messages in (progress, a blocking receive with a small
 //! buffer, a posted receive); a message for an unregistered handler is a counted, typed
 //! error and the connection keeps working; a handler's blocking calls are refused with a
-//! typed error; the datagram transports refuse an active message by name.
+//! typed error.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -271,34 +271,6 @@ pub(crate) fn blocking_call_in_handler_is_refused(t: TransportKind) {
             );
             assert_eq!(ep.am_stats().refused_calls, 6);
             assert!(!ep.in_handler());
-        }
-    });
-}
-
-/// Over a transport that does not carry active messages, `send_am` is refused naming it,
-/// nothing is sent, and the connection keeps working.
-pub(crate) fn am_refused(t: TransportKind) {
-    run(t, 2, |rank, ctx| {
-        let mut ep = ctx.endpoint(0).unwrap();
-        let peer = Addr::new(1 - rank, 0);
-        let conn = ep.connect(peer).unwrap();
-        if rank == 0 {
-            match ep.send_am(conn, 1, b"h", b"p") {
-                Err(Error::InvalidArgument(why)) => assert!(why.contains(t.name()), "{why}"),
-                other => panic!("expected InvalidArgument, got {other:?}"),
-            }
-            assert!(matches!(
-                ep.try_send_am(conn, 1, &[], b"p"),
-                Err(Error::InvalidArgument(_))
-            ));
-            ep.send(conn, b"plain").unwrap();
-            let mut done = [0u8; 1];
-            ep.recv(&mut done).unwrap();
-        } else {
-            let mut buf = [0u8; 16];
-            let (n, _) = ep.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], b"plain");
-            ep.send(conn, &[1]).unwrap();
         }
     });
 }
