@@ -48,7 +48,7 @@ pub(crate) struct ShmRma {
     mapped: HashMap<KeyRepr, Mapped>,
     /// The memory file of the last operation's key (the whole key, compared field by
     /// field): a key used again, as a put-latency loop or a run of atomics does, skips
-    /// hashing the 48-byte key (a third of an 8-byte put's cost). It holds what `mapped`
+    /// hashing the 48-byte key (some 40 of an 8-byte put's 70 ns). It holds what `mapped`
     /// holds for that key, and leaves with it.
     last: Option<(KeyRepr, Arc<SharedRegion>)>,
 }
