@@ -606,6 +606,30 @@ fn verdict(f: &Figure, figures: &[Figure], ucx: &[Figure]) -> Verdict {
     }
 }
 
+/// A latency's floor against its reference: a put visible at the target moves at least
+/// one cache line to the target's core, so no ratio below this one is reachable on the
+/// machine that ran the bench.
+fn floor_ratio(op: &str, floor: Option<f64>, reference: Option<f64>) -> Option<f64> {
+    match (op, floor, reference) {
+        ("put_lat", Some(floor), Some(reference)) if reference > 0.0 => Some(floor / reference),
+        _ => None,
+    }
+}
+
+/// The table's target column: the target and whether it is met, and the floor's ratio.
+fn target_text(v: Option<&Verdict>, floor_ratio: Option<f64>) -> String {
+    let mut target = v.map_or(String::new(), |v| match v.met {
+        Some(true) => format!("{} met", v.target),
+        Some(false) => format!("{} NOT met", v.target),
+        None if !v.target.is_empty() => format!("{} (no reference)", v.target),
+        None => String::new(),
+    });
+    if let Some(ratio) = floor_ratio {
+        target += &format!(" (the hand-off floor alone: {ratio:.2}x)");
+    }
+    target
+}
+
 /// The table (unless `--json -`) and the JSON lines.
 fn report(
     json: Option<&str>,
@@ -649,13 +673,7 @@ fn report(
             "put_bw" | "get_bw" | "msg_bw" => memcpy,
             _ => None,
         };
-        // A latency's floor against the reference: a put visible at the target moves at
-        // least one cache line to the target's core, so no ratio below this one is
-        // reachable on this machine.
-        let floor_ratio = match (f.op, floor, v.as_ref().and_then(|v| v.reference)) {
-            ("put_lat", Some(floor), Some(reference)) if reference > 0.0 => Some(floor / reference),
-            _ => None,
-        };
+        let floor_ratio = floor_ratio(f.op, floor, v.as_ref().and_then(|v| v.reference));
         if table {
             let system = if is_ucx { "UCX" } else { "quiver" };
             let reference = v
@@ -666,15 +684,7 @@ fn report(
                 .as_ref()
                 .and_then(|v| v.ratio)
                 .map_or(String::new(), |r| format!("{r:.2}x"));
-            let mut target = v.as_ref().map_or(String::new(), |v| match v.met {
-                Some(true) => format!("{} met", v.target),
-                Some(false) => format!("{} NOT met", v.target),
-                None if !v.target.is_empty() => format!("{} (no reference)", v.target),
-                None => String::new(),
-            });
-            if let Some(ratio) = floor_ratio {
-                target += &format!(" (the hand-off floor alone: {ratio:.2}x)");
-            }
+            let target = target_text(v.as_ref(), floor_ratio);
             println!(
                 "{:<5} {:<10} {:>7} {:>9.2} {:<4} {:>14} {:>8}  {target}{}",
                 f.transport,
