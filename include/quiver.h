@@ -242,8 +242,8 @@ enum quiver_status quiver_unregister_handler(struct quiver_endpoint ep,
 
 // Sends an active message for handler `id` of the receiving endpoint on `conn`: the
 // `header_len` bytes at `header`, then the `payload_len` bytes at `payload`, one
-// message, blocking as quiver_send() does. Over shm and tcp (udp refuses it with
-// QUIVER_ERR_INVALID_ARGUMENT). Either pointer may be NULL when its length is 0.
+// message, blocking as quiver_send() does, over every transport. Either pointer may be
+// NULL when its length is 0.
 //
 // Errors: as quiver_send(); QUIVER_ERR_IN_HANDLER has no place here (a handler cannot
 // reach its endpoint's handle).

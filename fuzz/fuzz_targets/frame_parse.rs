@@ -14,9 +14,10 @@
 //! same header.
 //!
 //! Message headers in the stream ([`MessagePrefix`]: the length prefix, bit 63 for a tag
-//! after it): a Data frame's `message_len`, the first 8 payload bytes of a Stream frame and
-//! the first 8 bytes of the input are read as prefixes, which never fails and rebuilds the
-//! same prefix from its length and tagging; the header is 8 or 16 bytes and the body the
+//! after it, bit 62 with it for an active message's word): a Data frame's `message_len`,
+//! the first 8 payload bytes of a Stream frame and the first 8 bytes of the input are read
+//! as prefixes, which never fails and rebuilds the same prefix from its length, tagging and
+//! kind (but a bit 62 without bit 63, which means nothing); the header is 8 or 16 bytes and the body the
 //! payload plus the tag, without overflow.
 #![no_main]
 
@@ -24,9 +25,9 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
 use quiver_wire::frame::{
-    dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameError,
-    FrameKey, FrameKeys, FrameType, MoreSackRanges, SackRange, FRAME_SECRET_LEN,
-    MessagePrefix, MAX_HEADER_LEN, MAX_MESSAGE_PAYLOAD, MESSAGE_PREFIX_LEN, MESSAGE_TAG_LEN,
+    dest_id, destination, parse_stream_split, short_id, Destination, Frame, FrameError, FrameKey,
+    FrameKeys, FrameType, MessagePrefix, MoreSackRanges, SackRange, FRAME_SECRET_LEN,
+    MAX_HEADER_LEN, MAX_MESSAGE_PAYLOAD, MESSAGE_ACTIVE, MESSAGE_PREFIX_LEN, MESSAGE_TAG_LEN,
     STREAM_HEADER_LEN, STREAM_TAG,
 };
 
@@ -55,8 +56,15 @@ fn check_prefix(raw: u64) {
     assert_eq!(prefix.tag_len(), tag_len);
     assert_eq!(prefix.header_len(), MESSAGE_PREFIX_LEN + tag_len);
     assert_eq!(prefix.body_len(), prefix.payload_len() + tag_len);
-    let tag = u64::from(prefix.tagged());
-    assert_eq!(MessagePrefix::new(prefix.payload_len(), tag), prefix);
+    let rebuilt = if prefix.is_active() {
+        MessagePrefix::active(prefix.payload_len())
+    } else {
+        MessagePrefix::new(prefix.payload_len(), u64::from(prefix.tagged()))
+    };
+    // Bit 62 without the tag bit announces nothing: the one bit a rebuild does not keep.
+    let stray = if prefix.tagged() { 0 } else { MESSAGE_ACTIVE };
+    assert_eq!(rebuilt.raw(), raw & !stray);
+    assert!(!prefix.is_active() || prefix.tagged());
 }
 
 /// The first 8 bytes of `bytes` as a little-endian prefix, if there are 8.

@@ -246,12 +246,12 @@ fn bad_usage_exits_2_with_a_message() {
     }
 }
 
-/// `quiver bench am`: the latency and rate of active messages over shm and tcp, each with
-/// UCX's figure and the ratio when `ucx_perftest` is installed (read, not judged).
+/// `quiver bench am`: the latency and rate of active messages over shm, tcp and udp, each
+/// with UCX's figure and the ratio when `ucx_perftest` is installed (read, not judged).
 #[test]
 fn am_reports_latency_and_rate() {
     let ucx = Command::new("ucx_perftest").arg("-h").output().is_ok();
-    for transport in ["shm", "tcp"] {
+    for transport in ["shm", "tcp", "udp"] {
         let output = quiver_bench(&[
             "am",
             "--transport",
@@ -276,9 +276,9 @@ fn am_reports_latency_and_rate() {
             }
         }
     }
-    let output = quiver_bench(&["am", "--transport", "udp"]);
+    let output = quiver_bench(&["am", "--transport", "mem"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("shm and tcp"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("shm, tcp and udp"));
 }
 
 /// Runs a short sweep of a raw-socket baseline and checks every point.

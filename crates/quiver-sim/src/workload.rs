@@ -670,7 +670,9 @@ impl ReceiverApp {
     /// the bytes read.
     fn finished(&mut self, done: PostedRead) -> Result<u64, String> {
         match done {
-            PostedRead::Complete { token, len, tag } => {
+            PostedRead::Complete {
+                token, len, tag, ..
+            } => {
                 if self.buffers.0.first().map(|(held, _)| *held) != Some(token) {
                     return Err(format!(
                         "posted reader {token} completed out of posting order"

@@ -1413,16 +1413,15 @@ tagged_conformance! {
     udp_uring_tagged: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
 }
 
-/// The active-message part of the suite, over the transports that carry active messages
-/// (the datagram transports refuse them, below).
+/// The active-message part of the suite, over every transport.
 macro_rules! am_conformance {
-    ($($name:ident: $kind:expr;)*) => {$(
+    ($($name:ident: $kind:expr $(, $variant:expr)?;)*) => {$(
         mod $name {
             use super::*;
-            #[test] fn handlers_run_once_in_order() { am::handlers_run_once_in_order($kind) }
-            #[test] fn every_size() { am::every_size($kind) }
-            #[test] fn unknown_handler_is_a_counted_error() { am::unknown_handler_is_a_counted_error($kind) }
-            #[test] fn blocking_call_in_handler_is_refused() { am::blocking_call_in_handler_is_refused($kind) }
+            #[test] fn handlers_run_once_in_order() { $(super::set_variant($variant);)? if !super::skip($kind) { am::handlers_run_once_in_order($kind) } }
+            #[test] fn every_size() { $(super::set_variant($variant);)? if !super::skip($kind) { am::every_size($kind) } }
+            #[test] fn unknown_handler_is_a_counted_error() { $(super::set_variant($variant);)? if !super::skip($kind) { am::unknown_handler_is_a_counted_error($kind) } }
+            #[test] fn blocking_call_in_handler_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { am::blocking_call_in_handler_is_refused($kind) } }
         }
     )*};
 }
@@ -1430,14 +1429,8 @@ macro_rules! am_conformance {
 am_conformance! {
     shm_am: TransportKind::Shm;
     tcp_am: TransportKind::Tcp;
-}
-
-#[test]
-fn udp_refuses_an_active_message() {
-    am::am_refused(TransportKind::Udp);
-}
-
-#[test]
-fn mem_refuses_an_active_message() {
-    am::am_refused(TransportKind::Mem);
+    udp_am: TransportKind::Udp;
+    mem_am: TransportKind::Mem;
+    xdp_am: TransportKind::Xdp;
+    udp_uring_am: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
 }

@@ -1,11 +1,14 @@
 //! Strangers on the host attack the listeners of a running two-rank job, and a job member's
-//! connect still gets through quickly: over tcp, connections that trickle one byte every
-//! 1.5 s, a flood of connections that never speak, garbage and wrong-key handshakes; over
-//! shared memory, a process of another user (the test runs it as `nobody`, so it needs
-//! root). Every stranger is refused and counted, and the handshakes a listener holds stay
-//! within their bound.
+//! connect still gets through quickly: over tcp, from a process of their own (this test
+//! binary run again, `support::attacker`), connections that trickle one byte every 1.5 s,
+//! a flood of connections that never speak, garbage and wrong-key handshakes; over shared
+//! memory, a process of another user (the test runs it as `nobody`, so it needs root).
+//! Every stranger is refused and counted, and the handshakes a listener holds stay within
+//! their bound.
 
-use std::io::{Read, Write};
+mod support;
+
+use std::io::{BufRead, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -16,6 +19,7 @@ use std::time::{Duration, Instant};
 use quiver::{Addr, Config, Context, ContextStats, TransportKind};
 use quiver_proto::handshake::{ConnectRequest, Initiator, JobKey};
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, NONCE_LEN, PREFIX_LEN};
+use support::attacker::{self, Attacker};
 
 /// The most handshakes a listener holds at once (documented on `ContextStats`).
 const MAX_PENDING: u64 = 64;
@@ -208,14 +212,10 @@ fn tcp_strangers_do_not_hold_up_a_members_connect() {
     let contexts = pair(TransportKind::Tcp, id, key, &addrs);
     let mut receiver = contexts[1].endpoint(1).unwrap();
     let mut sender = contexts[0].endpoint(0).unwrap();
-    let attack = Attack::start(addrs[1], id);
+    let mut strangers = Attacker::spawn("attacker", ATTACKER_ENV, &format!("{} {id}", addrs[1]));
     // The strangers are at it: the tricklers connected, the flood is under way.
-    let started = Instant::now();
-    while attack.flooded.load(Ordering::Relaxed) < 100
-        && started.elapsed() < Duration::from_secs(10)
-    {
-        thread::sleep(Duration::from_millis(5));
-    }
+    let ready = strangers.line().expect("the strangers' word");
+    assert!(ready.starts_with("ready"), "the strangers said {ready:?}");
     thread::sleep(Duration::from_millis(200));
 
     let connecting = Instant::now();
@@ -235,8 +235,8 @@ fn tcp_strangers_do_not_hold_up_a_members_connect() {
     // Every flood connection and trickler is dropped within the deadline of its handshake,
     // and counted; garbage and wrong keys are refused.
     let stats = stats_until(&contexts[1], |s| s.handshakes_dropped >= 300);
-    attack.stop();
-    eprintln!("rank 1 under attack: {stats:?}; the member's connect took {took:?}");
+    strangers.finish();
+    eprintln!("rank 1 under attack ({ready}): {stats:?}; the member's connect took {took:?}");
     assert!(stats.handshakes_dropped >= 300, "{stats:?}");
     assert!(
         stats.connections_refused > stats.handshakes_dropped,
@@ -247,6 +247,39 @@ fn tcp_strangers_do_not_hold_up_a_members_connect() {
         "{stats:?}"
     );
     assert_eq!(stats.connections_accepted, 1, "{stats:?}");
+}
+
+/// The variable that turns the `attacker` test into the tcp strangers' process (its value:
+/// `TARGET JOB`).
+const ATTACKER_ENV: &str = "QUIVER_TEST_TCP_STRANGERS";
+
+/// The strangers' process: attacks `TARGET` ([`ATTACKER_ENV`]) until its stdin closes,
+/// saying "ready" once the flood holds 100 connections (or after 10 s). Does nothing
+/// without the variable (a plain test run).
+#[test]
+fn attacker() {
+    let Ok(arguments) = std::env::var(ATTACKER_ENV) else {
+        return;
+    };
+    let mut words = arguments.split(' ');
+    let to: SocketAddr = words.next().and_then(|w| w.parse().ok()).expect("TARGET");
+    let id: u64 = words.next().and_then(|w| w.parse().ok()).expect("JOB");
+    let attack = Attack::start(to, id);
+    let started = Instant::now();
+    while attack.flooded.load(Ordering::Relaxed) < 100
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let flooded = attack.flooded.load(Ordering::Relaxed);
+    attacker::report(&format!("ready: {flooded} flood connections held"));
+    // Until the parent is done with us.
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+    }
+    attack.stop();
 }
 
 /// The name of the environment variable that turns the test below into the stranger of

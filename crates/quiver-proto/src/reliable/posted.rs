@@ -33,8 +33,11 @@ pub enum PostedRead {
         token: u64,
         /// The message's length.
         len: u64,
-        /// The message's tag (0 for an untagged message).
+        /// The message's tag (0 for an untagged message), or an active message's handler
+        /// word.
         tag: u64,
+        /// Whether it is an active message.
+        active: bool,
     },
     /// The next message, of `len` bytes, is longer than the buffer of `token`: nothing of
     /// it went there; it stays for the next posted reader, or for `read_message`.

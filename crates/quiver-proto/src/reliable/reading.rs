@@ -80,6 +80,19 @@ impl ReliableConnection {
         self.recv.message_tag()
     }
 
+    /// Whether the message being read (or the last one read) is an active message, whose
+    /// [`message_tag`](Self::message_tag) is its handler word
+    /// ([`start_message_active`](Self::start_message_active)).
+    pub fn message_is_active(&self) -> bool {
+        self.recv.message_is_active()
+    }
+
+    /// Whether the next in-order message is an active message, when
+    /// [`peek_header`](Self::peek_header) knows it.
+    pub fn peek_is_active(&self) -> Option<bool> {
+        self.recv.peek_is_active()
+    }
+
     /// The length and tag of the next in-order message, before any of it is read: `None`
     /// while a message is being read, while posted readers come first, or until its whole
     /// header (length prefix, and tag) has arrived.

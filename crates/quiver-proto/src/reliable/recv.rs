@@ -39,8 +39,10 @@ pub(super) struct Claimed {
     prefix_at: u64,
     /// Bytes of its header: the prefix, and the tag of a tagged message.
     header_len: u64,
-    /// Its tag (0: untagged).
+    /// Its tag (0: untagged), or an active message's handler word.
     tag: u64,
+    /// Whether it is an active message.
+    active: bool,
     /// Its length (at most the reader's capacity).
     len: u64,
     /// The read offset has passed its prefix: its bytes are being read in order.
@@ -133,6 +135,8 @@ pub(super) struct RecvState {
     message_remaining: u64,
     /// The tag of the message being read, or of the last one read (0: untagged).
     message_tag: u64,
+    /// Whether that message is an active message (`message_tag` is its handler word).
+    message_active: bool,
     /// Stream ranges of the current message placed ahead in the reader's buffer (see
     /// [`Self::on_frame`]): ascending, disjoint, at or above `read_offset`, at most
     /// `max_in_flight` of them. Their bytes are not in the ring.
@@ -176,6 +180,7 @@ impl RecvState {
             message_len: 0,
             message_remaining: 0,
             message_tag: 0,
+            message_active: false,
             placed: VecDeque::new(),
             placed_bytes: 0,
             posted: VecDeque::new(),
@@ -685,6 +690,7 @@ impl RecvState {
                 prefix_at: at,
                 header_len,
                 tag,
+                active: prefix.is_active(),
                 len,
                 started: false,
             });
@@ -790,6 +796,7 @@ impl RecvState {
                 front.started = true;
                 let header_len = front.header_len;
                 self.message_tag = front.tag;
+                self.message_active = front.active;
                 self.advance_read(header_len);
             }
             let claimed = self.claimed[0];
@@ -831,6 +838,7 @@ impl RecvState {
                 token: claimed.token,
                 len: claimed.len,
                 tag: claimed.tag,
+                active: claimed.active,
             });
         }
     }
@@ -949,6 +957,20 @@ impl RecvState {
         self.message_tag
     }
 
+    /// Whether the message being read, or the last one read, is an active message.
+    pub(super) fn message_is_active(&self) -> bool {
+        self.message_active
+    }
+
+    /// Whether the next in-order message is an active message, known as `peek_header`
+    /// knows its header.
+    pub(super) fn peek_is_active(&self) -> Option<bool> {
+        if self.in_message || self.posted_first() {
+            return None;
+        }
+        self.next_header().map(|(prefix, _)| prefix.is_active())
+    }
+
     /// The length and tag of the next in-order message to read (none being read, no
     /// posted reader first) once its whole header has arrived.
     pub(super) fn peek_header(&self) -> Option<(u64, u64)> {
@@ -994,6 +1016,7 @@ impl RecvState {
             self.message_len = len;
             self.message_remaining = len;
             self.message_tag = tag;
+            self.message_active = prefix.is_active();
         }
         let available = self.readable_end - self.read_offset;
         let count = (out.len() as u64)

@@ -330,13 +330,18 @@ impl SendState {
 
     /// Writes a message header: the prefix, and after it the tag of a tagged message (`tag`
     /// not 0; written like message bytes, so that frames carry it as the first 8 bytes of
-    /// the body). The caller checked that no message is open and that the header fits.
-    pub(super) fn start_message(&mut self, len: u64, tag: u64) {
-        let prefix = MessagePrefix::new(len, tag);
+    /// the body), or with `active` the active message's handler word in the tag's place.
+    /// The caller checked that no message is open and that the header fits.
+    pub(super) fn start_message(&mut self, len: u64, tag: u64, active: bool) {
+        let prefix = if active {
+            MessagePrefix::active(len)
+        } else {
+            MessagePrefix::new(len, tag)
+        };
         debug_assert!(!self.message_open() && self.capacity() as u64 >= prefix.header_len());
         let at = self.write_offset;
         self.ring.copy_in(at, &prefix.raw().to_le_bytes());
-        if tag != 0 {
+        if prefix.tagged() {
             self.ring
                 .copy_in(at + MESSAGE_HEADER_LEN, &tag.to_le_bytes());
         }

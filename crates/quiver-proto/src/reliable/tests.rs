@@ -3056,7 +3056,8 @@ fn a_posted_reader_too_small_leaves_its_message_to_the_next() {
         Some(PostedRead::Complete {
             token: 0,
             len: 5_000,
-            tag: 0
+            tag: 0,
+            active: false
         })
     );
     assert_eq!(
@@ -3064,7 +3065,8 @@ fn a_posted_reader_too_small_leaves_its_message_to_the_next() {
         Some(PostedRead::Complete {
             token: 2,
             len: 20_000,
-            tag: 0
+            tag: 0,
+            active: false
         })
     );
     assert_eq!(b.poll_posted(), None);
@@ -3239,7 +3241,7 @@ proptest! {
                     let tag = if tagged { 0x5A5A } else { 0 };
                     let prefix = MessagePrefix::new(len, tag);
                     if !send.message_open() && send.capacity() as u64 >= prefix.header_len() {
-                        send.start_message(len, tag);
+                        send.start_message(len, tag, false);
                         prefixes.push((written, prefix.raw()));
                         written += prefix.header_len();
                     }
@@ -3725,7 +3727,8 @@ fn posted_readers_report_tags() {
             Some(PostedRead::Complete {
                 token: i as u64,
                 len: len as u64,
-                tag
+                tag,
+                active: false
             })
         );
         assert_eq!(buffers[i].1[..len], patterned(len, i as u8)[..]);
@@ -3755,4 +3758,66 @@ fn peek_header_sees_the_tag_before_the_message_is_read() {
     assert_eq!(b.read_message(&mut out), (2, true));
     assert_eq!((&out[..2], b.message_tag()), (&b"de"[..], 0));
     assert_eq!(b.peek_header(), None);
+}
+
+/// An active message reads back as one: its handler word in the tag's place, told apart
+/// from a tagged message with the same word, by `read_message` and by a posted reader.
+#[test]
+fn active_messages_are_told_from_tagged_ones() {
+    let mut pair = Pair::handshaken(small_config());
+    let word = 7 << 32 | 4;
+    pair.a.start_message_active(6, word).unwrap();
+    assert_eq!(pair.a.write_message(b"headpl"), 6);
+    pair.a.start_message_tagged(2, word).unwrap();
+    assert_eq!(pair.a.write_message(b"de"), 2);
+    pair.flush();
+    pair.deliver();
+    let b = pair.b();
+    assert_eq!(b.peek_header(), Some((6, word)));
+    assert_eq!(b.peek_is_active(), Some(true));
+    let mut out = [0u8; 6];
+    assert_eq!(b.read_message(&mut out), (6, true));
+    assert_eq!(
+        (&out, b.message_tag(), b.message_is_active()),
+        (b"headpl", word, true)
+    );
+    assert_eq!(b.peek_is_active(), Some(false));
+    assert_eq!(b.read_message(&mut out), (2, true));
+    assert_eq!((b.message_tag(), b.message_is_active()), (word, false));
+    assert_eq!(b.peek_is_active(), None);
+}
+
+/// A posted reader reports an active message as one.
+#[test]
+fn posted_readers_report_active_messages() {
+    let config = posted_config(true);
+    let mut pair = Pair::new(config.clone(), config, 7, 7);
+    pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+    pair.a.start_message_active(300, 9 << 32).unwrap();
+    assert_eq!(pair.a.write_message(&patterned(300, 1)), 300);
+    pair.a.start_message_tagged(10, 9 << 32).unwrap();
+    assert_eq!(pair.a.write_message(&patterned(10, 2)), 10);
+    pair.flush();
+    let datagrams: Vec<Vec<u8>> = pair.to_b.drain(..).collect();
+    let now = pair.now;
+    let b = pair.b.as_mut().unwrap();
+    let mut buffers: Vec<(u64, Vec<u8>)> = (0..2).map(|t| (t, vec![0; 1_000])).collect();
+    for (token, buffer) in &buffers {
+        assert!(b.post_reader(*token, buffer.len()));
+    }
+    for datagram in &datagrams {
+        b.handle_datagram_posted(now, 0, datagram, &mut buffers);
+    }
+    for (token, len, active) in [(0, 300, true), (1, 10, false)] {
+        assert_eq!(
+            b.poll_posted(),
+            Some(PostedRead::Complete {
+                token,
+                len,
+                tag: 9 << 32,
+                active
+            })
+        );
+    }
+    assert_eq!(buffers[0].1[..300], patterned(300, 1)[..]);
 }

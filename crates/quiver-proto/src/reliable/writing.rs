@@ -51,10 +51,10 @@ impl ReliableConnection {
     /// [`SendError::WouldBlock`] if the previous message has not been fully written yet or
     /// the send buffer lacks the 8 bytes a message header takes; [`SendError::Closed`] once
     /// the connection is closing, closed or failed; [`SendError::Lent`] while bytes of the
-    /// previous message are lent; [`SendError::TooLong`] beyond 2^63 - 1 bytes.
+    /// previous message are lent; [`SendError::TooLong`] beyond 2^62 - 1 bytes.
     pub fn start_message(&mut self, len: u64) -> Result<(), SendError> {
         self.check_start(len, 0)?;
-        self.send.start_message(len, 0);
+        self.send.start_message(len, 0, false);
         Ok(())
     }
 
@@ -71,7 +71,20 @@ impl ReliableConnection {
             return self.start_message(len);
         }
         self.check_start(len, MESSAGE_TAG_LEN)?;
-        self.send.start_message(len, tag);
+        self.send.start_message(len, tag, false);
+        Ok(())
+    }
+
+    /// Starts the next message of `len` bytes as an active message whose handler `word`
+    /// the receiver reads in its tag's place ([`message_is_active`](Self::message_is_active),
+    /// [`PostedRead::Complete`](crate::reliable::PostedRead)'s `active`); the protocol
+    /// carries it as a tagged message.
+    ///
+    /// # Errors
+    /// As [`start_message_tagged`](Self::start_message_tagged).
+    pub fn start_message_active(&mut self, len: u64, word: u64) -> Result<(), SendError> {
+        self.check_start(len, MESSAGE_TAG_LEN)?;
+        self.send.start_message(len, word, true);
         Ok(())
     }
 

@@ -3,9 +3,14 @@
 //! 8-byte tag after it.
 //!
 //! ```text
-//! untagged:  | prefix u64 LE: bit 63 = 0, bits 0..63 = payload length | payload |
-//! tagged:    | prefix u64 LE: bit 63 = 1, bits 0..63 = payload length | tag u64 LE | payload |
+//! untagged:  | prefix u64 LE: bits 63, 62 = 0, bits 0..62 = payload length | payload |
+//! tagged:    | prefix u64 LE: bit 63 = 1, bit 62 = 0, bits 0..62 = length | tag u64 LE | payload |
+//! active:    | prefix u64 LE: bits 63, 62 = 1, bits 0..62 = length | word u64 LE | payload |
 //! ```
+//!
+//! An active message (bit 62, only with bit 63) carries in place of the tag the word that
+//! names its handler and the length of the header that starts its payload (the endpoint's
+//! `WireTag`); to the frames it is a tagged message.
 //!
 //! Tag 0 travels untagged (no tag bytes), so an untagged message keeps the bytes it had
 //! before tags. To the frames (Stream frames' raw bytes, a Data frame's `message_len`,
@@ -15,7 +20,7 @@
 //! `message_len` is the raw prefix (bit 63 included), which the receiver writes back as
 //! the prefix.
 //!
-//! Every 64-bit value is a valid prefix (the payload length takes the low 63 bits), so
+//! Every 64-bit value is a valid prefix (the payload length takes the low 62 bits), so
 //! parsing cannot fail: no length check here; the receiver bounds the payload length by
 //! its own limit before anything is sized by it. Branch-free on purpose: the untagged
 //! message's path pays a mask and a shift, not a test.
@@ -30,8 +35,11 @@ pub const MESSAGE_PREFIX_LEN: u64 = 8;
 pub const MESSAGE_TAG_LEN: u64 = 8;
 /// The prefix bit that says a tag follows.
 pub const MESSAGE_TAGGED: u64 = 1 << 63;
+/// The prefix bit that says the word after the prefix names an active message's handler
+/// (set only with [`MESSAGE_TAGGED`]).
+pub const MESSAGE_ACTIVE: u64 = 1 << 62;
 /// The longest payload a prefix can announce.
-pub const MAX_MESSAGE_PAYLOAD: u64 = MESSAGE_TAGGED - 1;
+pub const MAX_MESSAGE_PAYLOAD: u64 = MESSAGE_ACTIVE - 1;
 
 /// A message's length prefix (module docs): its raw 64-bit value, read through
 /// accessors that cannot fail.
@@ -52,6 +60,12 @@ impl MessagePrefix {
         Self((payload_len & MAX_MESSAGE_PAYLOAD) | (tagged << 63))
     }
 
+    /// The prefix of an active message of `payload_len` bytes (cut as in
+    /// [`MessagePrefix::new`]) whose handler `word` follows the prefix.
+    pub const fn active(payload_len: u64) -> Self {
+        Self((payload_len & MAX_MESSAGE_PAYLOAD) | MESSAGE_TAGGED | MESSAGE_ACTIVE)
+    }
+
     /// The raw value.
     pub const fn raw(self) -> u64 {
         self.0
@@ -60,6 +74,12 @@ impl MessagePrefix {
     /// Whether a tag follows the prefix.
     pub const fn tagged(self) -> bool {
         self.0 & MESSAGE_TAGGED != 0
+    }
+
+    /// Whether the word after the prefix names an active message's handler (not a tag).
+    /// Bit 62 without bit 63 means nothing (no word follows): not an active message.
+    pub const fn is_active(self) -> bool {
+        self.0 & (MESSAGE_TAGGED | MESSAGE_ACTIVE) == MESSAGE_TAGGED | MESSAGE_ACTIVE
     }
 
     /// The payload's length (the tag not counted).
@@ -78,7 +98,7 @@ impl MessagePrefix {
     }
 
     /// Bytes after the prefix as the frames see them: tag and payload (at most
-    /// 2^63 + 7: no overflow).
+    /// 2^62 + 7: no overflow).
     pub const fn body_len(self) -> u64 {
         self.payload_len() + self.tag_len()
     }
@@ -128,15 +148,33 @@ mod tests {
         ] {
             let prefix = MessagePrefix::from_raw(raw);
             assert_eq!(prefix.raw(), raw);
-            assert_eq!(
-                MessagePrefix::new(prefix.payload_len(), u64::from(prefix.tagged())),
-                prefix
-            );
+            let rebuilt = if prefix.is_active() {
+                MessagePrefix::active(prefix.payload_len())
+            } else {
+                MessagePrefix::new(prefix.payload_len(), u64::from(prefix.tagged()))
+            };
+            if raw & (MESSAGE_TAGGED | MESSAGE_ACTIVE) != MESSAGE_ACTIVE {
+                assert_eq!(rebuilt, prefix);
+            }
             assert!(prefix.body_len() >= prefix.payload_len());
         }
         assert_eq!(
             MessagePrefix::from_raw(u64::MAX).body_len(),
             MAX_MESSAGE_PAYLOAD + 8
         );
+    }
+
+    #[test]
+    fn an_active_prefix_sets_bits_63_and_62_and_reads_as_tagged() {
+        let prefix = MessagePrefix::active(5);
+        assert_eq!(prefix.raw(), (3 << 62) | 5);
+        assert!(prefix.tagged() && prefix.is_active());
+        assert_eq!((prefix.payload_len(), prefix.header_len()), (5, 16));
+        assert!(!MessagePrefix::new(5, 9).is_active());
+        // Bit 62 alone announces no word: neither tagged nor active, and the length
+        // leaves it out.
+        let stray = MessagePrefix::from_raw(MESSAGE_ACTIVE | 5);
+        assert!(!stray.tagged() && !stray.is_active());
+        assert_eq!(stray.payload_len(), 5);
     }
 }

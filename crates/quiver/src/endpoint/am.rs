@@ -52,6 +52,11 @@ impl Endpoint {
             self.am.handlers.resize_with(i + 1, || None);
         }
         self.am.handlers[i] = Some(Box::new(handler));
+        if self.dgram.holds_recvs() {
+            // Receives the datagram engine fills come back to the endpoint, which takes
+            // active messages to their handlers (`Endpoint::lone_dgram`).
+            self.dgram.withdraw_recvs(&mut self.requests, &self.local);
+        }
         Ok(())
     }
 
@@ -75,13 +80,12 @@ impl Endpoint {
     }
 
     /// Sends an active message for handler `id` of the receiving endpoint: `header` then
-    /// `payload`, one message, blocking as [`Endpoint::send`] does. Over shm and tcp; over
-    /// udp, mem and xdp it is refused. Messages of one connection arrive in order whatever
-    /// their kind.
+    /// `payload`, one message, blocking as [`Endpoint::send`] does, over every transport.
+    /// Messages of one connection arrive in order whatever their kind.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] over a transport that does not carry active messages (or
-    /// a header of 4 GiB or more); otherwise as [`Endpoint::send`].
+    /// [`Error::InvalidArgument`] for a header of 4 GiB or more; otherwise as
+    /// [`Endpoint::send`].
     pub fn send_am(
         &mut self,
         conn: Connection,
@@ -124,7 +128,7 @@ impl Endpoint {
         payload: Vec<u8>,
     ) -> Result<SendRequest> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?)?;
+        self.outbound[idx].set_tag(am_tag(id, header)?);
         let data = if header.is_empty() {
             payload
         } else {
@@ -212,7 +216,7 @@ impl Endpoint {
         send: impl FnOnce(&mut Endpoint, &[u8]) -> Result<()>,
     ) -> Result<()> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?)?;
+        self.outbound[idx].set_tag(am_tag(id, header)?);
         let result = if header.is_empty() {
             send(self, payload)
         } else {

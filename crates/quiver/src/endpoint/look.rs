@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::transport::dest::Dest;
 use crate::transport::dgram::endpoint_side::LoneEdge;
 use crate::transport::edge::{InEdge, Look};
-use crate::transport::wire_tag::WireTag;
 
 impl Endpoint {
     /// Looks once at every inbound edge (round robin) for a message to deliver into `dest`.
@@ -282,7 +281,12 @@ impl Endpoint {
             InEdge::Dgram(edge) if edge.open_and_active() => {
                 let peer = edge.net.peer;
                 let looked = self.dgram.look_lone(edge, buf, &self.local)?;
-                self.last_tag = WireTag::tag(edge.delivered_tag);
+                self.last_tag = edge.delivered_tag;
+                if let (Ok(Some(len)), true) = (&looked, self.last_tag.am) {
+                    // An active message: its handler runs, the receive goes on.
+                    let ran = self.run_handler(0, self.last_tag, &buf[..*len]);
+                    return Some(ran.map(|()| None));
+                }
                 Some(looked.map(|got| got.map(|len| (len, peer))))
             }
             _ => None,
@@ -290,9 +294,12 @@ impl Endpoint {
     }
 
     /// The endpoint's one inbound edge when it is an open, active datagram connection and
-    /// nothing else could deliver: posted receives may then be handed to the engine.
+    /// nothing else could deliver: posted receives may then be handed to the engine. Not
+    /// while handlers are registered: an active message must reach its handler, not the
+    /// buffer of a receive the engine fills.
     pub(super) fn lone_dgram(&self) -> Option<LoneEdge> {
         if self.committed.is_some()
+            || self.has_handlers()
             || self.inbound.len() != 1
             || self.inbox.has_incoming.load(Ordering::Relaxed)
         {

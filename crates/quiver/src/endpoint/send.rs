@@ -195,6 +195,7 @@ impl Endpoint {
             let lone = self.lone_dgram();
             self.dgram
                 .progress_recvs(lone, &mut self.requests, &self.local);
+            self.am.stats.unknown_handler += self.dgram.take_unknown_handler();
         }
         if !self.requests.posted_recvs.is_empty() {
             self.progress_recvs();

@@ -26,7 +26,7 @@ impl Endpoint {
     /// As [`Endpoint::send`].
     pub fn send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(WireTag::tag(tag))?;
+        self.outbound[idx].set_tag(WireTag::tag(tag));
         let result = self.send(conn, data);
         self.untag(idx);
         result
@@ -38,7 +38,7 @@ impl Endpoint {
     /// As [`Endpoint::try_send`].
     pub fn try_send_tagged(&mut self, conn: Connection, tag: u64, data: &[u8]) -> Result<()> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(WireTag::tag(tag))?;
+        self.outbound[idx].set_tag(WireTag::tag(tag));
         let result = self.try_send(conn, data);
         self.untag(idx);
         result
@@ -55,7 +55,7 @@ impl Endpoint {
         data: Vec<u8>,
     ) -> Result<SendRequest> {
         let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(WireTag::tag(tag))?;
+        self.outbound[idx].set_tag(WireTag::tag(tag));
         let result = self.post_send(conn, data);
         self.untag(idx);
         result
@@ -64,8 +64,7 @@ impl Endpoint {
     /// The sends after a tagged one are untagged again.
     pub(super) fn untag(&mut self, idx: usize) {
         if let Some(out) = self.outbound.get_mut(idx) {
-            // Setting tag 0 cannot fail.
-            let _ = out.set_tag(WireTag::default());
+            out.set_tag(WireTag::default());
         }
     }
 

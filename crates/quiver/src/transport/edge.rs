@@ -203,23 +203,17 @@ impl OutEdge {
         }
     }
 
-    /// Sets the tag of the sends that follow on this edge (the endpoint sets it around a
-    /// tagged send and back to 0 after it). Every transport carries tags (udp, mem and xdp
-    /// in each message's header); active messages are refused where they are not carried.
-    pub(crate) fn set_tag(&mut self, tag: WireTag) -> Result<()> {
+    /// Sets the tag of the sends that follow on this edge, or that they are active
+    /// messages (the endpoint sets it around a tagged send or an active message and back
+    /// to 0 after it). Every transport carries both: shm and tcp in a sticky record before
+    /// the messages whose tag changes, udp, mem and xdp in each message's header.
+    pub(crate) fn set_tag(&mut self, tag: WireTag) {
         match self {
             OutEdge::Shm(e) => e.set_tag(tag),
             OutEdge::Tcp(e) => e.set_tag(tag),
-            OutEdge::Dgram(_) if tag.am => {
-                return Err(Error::InvalidArgument(format!(
-                    "active messages are not carried over {} yet (shm and tcp carry them)",
-                    self.kind().map_or("this transport", TransportKind::name)
-                )))
-            }
-            OutEdge::Dgram(e) => e.set_tag(tag.value),
+            OutEdge::Dgram(e) => e.set_tag(tag),
             OutEdge::Busy => {}
         }
-        Ok(())
     }
 
     /// Sends `data` only if that needs no waiting (`WouldBlock` otherwise).
@@ -585,7 +579,7 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.delivered_tag,
             InEdge::Tcp(e) => e.reader.delivered_tag,
-            InEdge::Dgram(e) => WireTag::tag(e.delivered_tag),
+            InEdge::Dgram(e) => e.delivered_tag,
         }
     }
 
@@ -596,8 +590,11 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.next_tag(),
             InEdge::Tcp(e) => e.next_tag(),
-            // The datagram transports carry no active messages.
-            InEdge::Dgram(_) => WireTag::default(),
+            // Only whether it is an active message is known (from the look that left it).
+            InEdge::Dgram(e) => WireTag {
+                value: 0,
+                am: e.next_active,
+            },
         }
     }
 

@@ -3,7 +3,7 @@
 //! through every way of taking messages in (progress, a blocking receive with a small
 //! buffer, a posted receive); a message for an unregistered handler is a counted, typed
 //! error and the connection keeps working; a handler's blocking calls are refused with a
-//! typed error; the datagram transports refuse an active message by name.
+//! typed error.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,16 +43,17 @@ pub(crate) fn handlers_run_once_in_order(t: TransportKind) {
             })
             .unwrap();
             let mut plain = [0u32; 3];
+            let mut bye = [false; 3];
             let mut buf = [0u8; 64];
-            let mut byes = 0;
+            // Plain messages come out of recv; the handlers run inside it. A sender done
+            // with everything says "bye" and closes while the other may still be sending
+            // (or not yet connected: then the any-source receive reports the close).
             while plain[1] < COUNT / 10 || plain[2] < COUNT / 10 {
-                // Plain messages come out of recv; the handlers run inside it. A sender
-                // done with everything says "bye" while the other may still be sending.
-                let (n, src) = ep.recv(&mut buf).unwrap();
+                let (n, src) = recv_after_byes(&mut ep, &mut buf, &bye);
                 let r = src.rank as usize;
                 if plain[r] == COUNT / 10 {
                     assert_eq!(&buf[..n], b"bye", "after the plain messages of {r}");
-                    byes += 1;
+                    bye[r] = true;
                     continue;
                 }
                 assert_eq!(&buf[..n], &plain[r].to_le_bytes(), "plain from {r}");
@@ -61,9 +62,10 @@ pub(crate) fn handlers_run_once_in_order(t: TransportKind) {
             while next.lock().unwrap()[1..] != [COUNT, COUNT] {
                 ep.progress().unwrap();
             }
-            for _ in byes..2 {
-                let (n, _) = ep.recv(&mut buf).unwrap();
+            while !(bye[1] && bye[2]) {
+                let (n, src) = recv_after_byes(&mut ep, &mut buf, &bye);
                 assert_eq!(&buf[..n], b"bye");
+                bye[src.rank as usize] = true;
             }
             assert_eq!(ep.am_stats().handled, u64::from(2 * COUNT));
             assert_eq!(ep.am_stats().unknown_handler, 0);
@@ -96,6 +98,17 @@ pub(crate) fn handlers_run_once_in_order(t: TransportKind) {
             ep.send(conn, b"bye").unwrap();
         }
     });
+}
+
+/// A plain message for rank 0 of `handlers_run_once_in_order`, passing over the close of a
+/// sender that already said "bye" (`bye[rank]`).
+fn recv_after_byes(ep: &mut Endpoint, buf: &mut [u8], bye: &[bool; 3]) -> (usize, Addr) {
+    loop {
+        match ep.recv(buf) {
+            Err(Error::PeerClosed { peer }) if bye[peer.rank as usize] => continue,
+            got => return got.unwrap(),
+        }
+    }
 }
 
 /// Every size of the suite and 16 MiB, byte-verified, taken in three ways: by a blocking
@@ -258,34 +271,6 @@ pub(crate) fn blocking_call_in_handler_is_refused(t: TransportKind) {
             );
             assert_eq!(ep.am_stats().refused_calls, 6);
             assert!(!ep.in_handler());
-        }
-    });
-}
-
-/// Over a transport that does not carry active messages, `send_am` is refused naming it,
-/// nothing is sent, and the connection keeps working.
-pub(crate) fn am_refused(t: TransportKind) {
-    run(t, 2, |rank, ctx| {
-        let mut ep = ctx.endpoint(0).unwrap();
-        let peer = Addr::new(1 - rank, 0);
-        let conn = ep.connect(peer).unwrap();
-        if rank == 0 {
-            match ep.send_am(conn, 1, b"h", b"p") {
-                Err(Error::InvalidArgument(why)) => assert!(why.contains(t.name()), "{why}"),
-                other => panic!("expected InvalidArgument, got {other:?}"),
-            }
-            assert!(matches!(
-                ep.try_send_am(conn, 1, &[], b"p"),
-                Err(Error::InvalidArgument(_))
-            ));
-            ep.send(conn, b"plain").unwrap();
-            let mut done = [0u8; 1];
-            ep.recv(&mut done).unwrap();
-        } else {
-            let mut buf = [0u8; 16];
-            let (n, _) = ep.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], b"plain");
-            ep.send(conn, &[1]).unwrap();
         }
     });
 }

@@ -41,9 +41,18 @@ pub(crate) struct DgramSide {
     recvs_on: Option<LoneEdge>,
     /// The token of the next receive handed to the engine.
     next_recv_token: u64,
+    /// Active messages that completed a receive the engine held, not yet counted in the
+    /// endpoint's `AmStats::unknown_handler` ([`DgramSide::take_unknown_handler`]).
+    unknown_handler: u64,
 }
 
 impl DgramSide {
+    /// Active messages that completed a held receive since the last call (each that
+    /// receive's `UnknownHandler`).
+    pub(crate) fn take_unknown_handler(&mut self) -> u64 {
+        std::mem::take(&mut self.unknown_handler)
+    }
+
     /// Whether posted receives are with the engine.
     pub(crate) fn holds_recvs(&self) -> bool {
         !self.recvs.is_empty()
@@ -187,11 +196,21 @@ impl DgramSide {
                 continue;
             };
             let state = match finished {
+                RecvDone::Complete { tag, .. } if tag.am => {
+                    // Its message began before a handler was registered (receives are
+                    // not handed to the engine while one is): as for any active message
+                    // without a handler, a typed error, counted by the caller.
+                    self.unknown_handler += 1;
+                    RecvState::Done(Err(Error::UnknownHandler {
+                        peer,
+                        id: tag.am_parts().0,
+                    }))
+                }
                 RecvDone::Complete { buf, len, tag, .. } => RecvState::Done(Ok(RecvCompletion {
                     buf,
                     len,
                     src: peer,
-                    tag,
+                    tag: tag.value,
                 })),
                 RecvDone::TooSmall { buf, len, .. } => {
                     RecvState::Done(Err(Error::BufferTooSmall {

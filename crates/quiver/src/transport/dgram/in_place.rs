@@ -12,9 +12,11 @@ use quiver_proto::reliable::State;
 
 use super::connection::{Posted, Status};
 use super::engine::DgramShared;
+use super::messages::start_message;
 use super::receive::RECV_BUDGET_BYTES;
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
+use crate::transport::wire_tag::WireTag;
 
 /// Progress of a message sent in place ([`DgramShared::send_in_place`]).
 #[derive(Debug, Default)]
@@ -56,7 +58,7 @@ impl DgramShared {
     pub(crate) fn send_in_place(
         &self,
         ctx: &LocalRank,
-        (id, tag): (u64, u64),
+        (id, tag): (u64, WireTag),
         data: &[u8],
         progress: &mut InPlace,
     ) -> std::result::Result<bool, Failure> {
@@ -65,11 +67,8 @@ impl DgramShared {
         let entry = engine.open_entry(kind, id)?;
         // The first call starts the message and sends; every other polls first:
         // acknowledgements free room and release lent bytes.
-        let fresh = !progress.started
-            && entry
-                .core
-                .start_message_tagged(data.len() as u64, tag)
-                .is_ok();
+        let fresh =
+            !progress.started && start_message(&mut entry.core, data.len() as u64, tag).is_ok();
         if fresh {
             progress.started = true;
         } else {
@@ -177,7 +176,7 @@ impl DgramShared {
         &self,
         id: u64,
         token: u64,
-        tag: u64,
+        tag: WireTag,
         data: Vec<u8>,
     ) -> std::result::Result<Option<Vec<u8>>, Failure> {
         let mut engine = self.lock();
@@ -187,10 +186,7 @@ impl DgramShared {
             .posted
             .back()
             .is_some_and(|last| last.lent < last.data.len())
-            || entry
-                .core
-                .start_message_tagged(data.len() as u64, tag)
-                .is_err()
+            || start_message(&mut entry.core, data.len() as u64, tag).is_err()
         {
             return Ok(Some(data));
         }

@@ -6,11 +6,12 @@ use super::engine::DgramShared;
 use super::messages::DgramTake;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::dest::Dest;
 use crate::transport::inbound_state::InboundState;
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{NetIn, NetInEdge};
+use crate::transport::wire_tag::WireTag;
 
 /// The receiving side of a datagram edge (module docs).
 #[derive(Debug)]
@@ -20,8 +21,11 @@ pub(crate) struct DgramIn {
     pub(crate) id: u64,
     /// udp or mem.
     pub(crate) kind: TransportKind,
-    /// The tag of the message this edge delivered last.
-    pub(crate) delivered_tag: u64,
+    /// The tag of the message this edge delivered last (or its active message's word).
+    pub(crate) delivered_tag: WireTag,
+    /// Whether the message a look left for a larger buffer (`BufferTooSmall`) is an active
+    /// message.
+    pub(crate) next_active: bool,
 }
 
 impl DgramIn {
@@ -31,7 +35,8 @@ impl DgramIn {
             net: NetIn::accepted(peer, kind.name(), None),
             id,
             kind,
-            delivered_tag: 0,
+            delivered_tag: WireTag::default(),
+            next_active: false,
         }
     }
 
@@ -41,7 +46,8 @@ impl DgramIn {
             net: NetIn::reverse(peer, kind.name(), None),
             id,
             kind,
-            delivered_tag: 0,
+            delivered_tag: WireTag::default(),
+            next_active: false,
         }
     }
 
@@ -82,6 +88,10 @@ impl DgramIn {
             Err(DgramTake::Failed(detail)) => {
                 self.net.state = InboundState::Broken(detail);
                 Ok(None)
+            }
+            Err(DgramTake::Error(e @ Error::BufferTooSmall { .. })) => {
+                self.next_active = engine.next_is_active(self.id);
+                Err(e)
             }
             Err(DgramTake::Error(e)) => Err(e),
         }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use quiver_proto::reliable::State;
+use quiver_proto::reliable::{ReliableConnection, SendError, State};
 use quiver_transport::udp::MAX_COALESCED_BYTES;
 
 use super::connection::Status;
@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::transport::dest::Dest;
 use crate::transport::failure::Failure;
 use crate::transport::local::LocalRank;
+use crate::transport::wire_tag::WireTag;
 
 /// Receives in a row that take a message already whole in the receive window without
 /// polling the sockets ([`DgramShared::take_whole`]): a frame of 8-byte messages carries up
@@ -44,7 +45,7 @@ impl DgramShared {
         ctx: &LocalRank,
         id: u64,
         buf: &mut [u8],
-    ) -> Option<Option<(usize, u64)>> {
+    ) -> Option<Option<(usize, WireTag)>> {
         let mut engine = self.lock();
         // A whole message already in the window (small messages share frames: the rest of
         // a frame that carried several) is taken without a poll of the sockets first, a
@@ -81,7 +82,7 @@ impl DgramShared {
         let (_, complete) = entry.core.read_message(&mut buf[..len]);
         debug_assert!(complete, "a ready message was not read whole");
         entry.peer_sent = true;
-        let tag = entry.core.message_tag();
+        let tag = message_tag(&entry.core);
         // Freed receive credit may bring a window update forward.
         engine.timers_dirty = true;
         engine.defer(id);
@@ -128,7 +129,7 @@ impl DgramShared {
     pub(crate) fn write(
         &self,
         id: u64,
-        tag: u64,
+        tag: WireTag,
         data: &[u8],
         written: &mut usize,
         started: &mut bool,
@@ -137,11 +138,7 @@ impl DgramShared {
         let kind = self.kind;
         let entry = engine.open_entry(kind, id)?;
         if !*started {
-            if entry
-                .core
-                .start_message_tagged(data.len() as u64, tag)
-                .is_err()
-            {
+            if start_message(&mut entry.core, data.len() as u64, tag).is_err() {
                 return Ok(false);
             }
             *started = true;
@@ -168,7 +165,7 @@ impl DgramShared {
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
-    ) -> std::result::Result<Option<(usize, u64)>, DgramTake> {
+    ) -> std::result::Result<Option<(usize, WireTag)>, DgramTake> {
         let mut engine = self.lock();
         let Some(entry) = engine.router.get_mut(id) else {
             return Err(DgramTake::Closed);
@@ -203,7 +200,7 @@ impl DgramShared {
             let entry = engine.router.get_mut(id).expect("looked up above");
             let (n, complete) = entry.core.read_message(&mut buf[filled..len]);
             filled += n;
-            let tag = entry.core.message_tag();
+            let tag = message_tag(&entry.core);
             if complete {
                 engine.defer(id);
                 return Ok(Some((len, tag)));
@@ -249,6 +246,16 @@ impl DgramShared {
                 }
             }
         }
+    }
+
+    /// Whether the next message of connection `id` is an active message (once its header
+    /// arrived): a receive whose buffer it does not fit hands it to its handler.
+    pub(crate) fn next_is_active(&self, id: u64) -> bool {
+        let engine = self.lock();
+        engine
+            .router
+            .get(id)
+            .is_some_and(|e| e.core.peek_is_active() == Some(true))
     }
 
     /// Whether connection `id` has the start of a message to read.
@@ -342,4 +349,26 @@ pub(crate) fn wait_engine(
         "waiting for the rest of a message",
         || true,
     )
+}
+
+/// The tag of the message `core` is reading, or read last (an active message's word).
+pub(super) fn message_tag(core: &ReliableConnection) -> WireTag {
+    WireTag {
+        value: core.message_tag(),
+        am: core.message_is_active(),
+    }
+}
+
+/// Starts the next message of `len` bytes on `core` with `tag`: tagged (tag 0: untagged),
+/// or an active message.
+pub(super) fn start_message(
+    core: &mut ReliableConnection,
+    len: u64,
+    tag: WireTag,
+) -> std::result::Result<(), SendError> {
+    if tag.am {
+        core.start_message_active(len, tag.value)
+    } else {
+        core.start_message_tagged(len, tag.value)
+    }
 }

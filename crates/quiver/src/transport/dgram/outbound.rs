@@ -39,8 +39,9 @@ pub(crate) struct DgramOut {
     watch: DeadlockWatch,
     /// One-sided operations to the peer (their own connection, opened at the first).
     pub(crate) rma: DgramRma,
-    /// The tag of the sends made now ([`DgramOut::set_tag`]; 0 outside a tagged send).
-    tag: u64,
+    /// The tag of the sends made now ([`DgramOut::set_tag`]; 0 outside a tagged send), or
+    /// their active message's word.
+    tag: WireTag,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -58,7 +59,7 @@ impl DgramOut {
             in_place: Vec::new(),
             next_token: 0,
             watch: DeadlockWatch::default(),
-            tag: 0,
+            tag: WireTag::default(),
             rma: DgramRma::default(),
         }
     }
@@ -68,9 +69,10 @@ impl DgramOut {
         self.kind
     }
 
-    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send
-    /// and back to 0 after it): each message carries its own in its header.
-    pub(crate) fn set_tag(&mut self, tag: u64) {
+    /// Sets the tag of the sends that follow (the endpoint sets it around a tagged send or
+    /// an active message and back to 0 after it): each message carries its own in its
+    /// header.
+    pub(crate) fn set_tag(&mut self, tag: WireTag) {
         self.tag = tag;
     }
 
@@ -185,11 +187,8 @@ impl DgramOut {
             Ok(false) if written == 0 && !started => Err(Error::WouldBlock),
             Ok(false) => {
                 // Part of the message is on its way: the rest must follow.
-                self.net.queue_rest(
-                    data,
-                    (written, started, WireTag::tag(self.tag)),
-                    cx.requests,
-                );
+                self.net
+                    .queue_rest(data, (written, started, self.tag), cx.requests);
                 Ok(())
             }
             Err(f) => Err(self.fail(f, "while sending", cx)),
@@ -212,7 +211,7 @@ impl DgramOut {
         let in_place = DgramOut::posts_in_place(data.len(), cx.config);
         self.net.queue.push_back(NetQueued {
             key: Some(key),
-            tag: WireTag::tag(self.tag),
+            tag: self.tag,
             data,
             written: 0,
             started: false,
@@ -238,8 +237,7 @@ impl DgramOut {
             };
             if let (true, Some(engine), Some(key)) = (q.in_place, engine, q.key) {
                 let token = self.next_token;
-                match engine.post_in_place(self.id, token, q.tag.value, std::mem::take(&mut q.data))
-                {
+                match engine.post_in_place(self.id, token, q.tag, std::mem::take(&mut q.data)) {
                     Ok(None) => {
                         self.next_token += 1;
                         self.in_place.push((token, key));
@@ -255,9 +253,7 @@ impl DgramOut {
             }
             let (id, kind) = (self.id, self.kind);
             let written = match engine {
-                Some(engine) => {
-                    engine.write(id, q.tag.value, &q.data, &mut q.written, &mut q.started)
-                }
+                Some(engine) => engine.write(id, q.tag, &q.data, &mut q.written, &mut q.started),
                 None => Err(lost(kind, "the datagram engine is gone")),
             };
             match written {

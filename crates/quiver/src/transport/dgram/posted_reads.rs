@@ -11,6 +11,7 @@ use quiver_proto::reliable::PostedRead;
 
 use super::connection::{Entry, Status};
 use super::engine::DgramShared;
+use crate::transport::wire_tag::WireTag;
 
 /// What became of a receive posted with [`DgramShared::post_recvs`].
 #[derive(Debug)]
@@ -20,7 +21,7 @@ pub(crate) enum RecvDone {
         token: u64,
         buf: Vec<u8>,
         len: usize,
-        tag: u64,
+        tag: WireTag,
     },
     /// The next message (`len` bytes) is longer than `buf`; it stays for the next receive.
     TooSmall {
@@ -122,7 +123,19 @@ impl DgramShared {
         core.read_posted(reads);
         while let Some(read) = core.poll_posted() {
             let (token, len, complete) = match read {
-                PostedRead::Complete { token, len, tag } => (token, len, Some(tag)),
+                PostedRead::Complete {
+                    token,
+                    len,
+                    tag,
+                    active,
+                } => (
+                    token,
+                    len,
+                    Some(WireTag {
+                        value: tag,
+                        am: active,
+                    }),
+                ),
                 PostedRead::TooSmall { token, len } => (token, len, None),
             };
             let Some(buf) = reads.take(token) else {
