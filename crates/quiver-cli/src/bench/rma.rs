@@ -726,3 +726,29 @@ fn report(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-off floor is set against UCX's put latency only: a bandwidth or a figure
+    /// without a reference gets no floor ratio, and the target column says both.
+    #[test]
+    fn the_put_latency_target_is_shown_against_the_floor() {
+        assert_eq!(floor_ratio("put_lat", Some(0.2), Some(0.25)), Some(0.8));
+        assert_eq!(floor_ratio("put_lat", Some(0.2), None), None);
+        assert_eq!(floor_ratio("put_lat", Some(0.2), Some(0.0)), None);
+        assert_eq!(floor_ratio("put_bw", Some(5e4), Some(4e4)), None);
+        let missed = Verdict {
+            reference: Some(0.25),
+            target: "<= 0.5x UCX",
+            ratio: Some(1.04),
+            met: Some(false),
+        };
+        assert_eq!(
+            target_text(Some(&missed), Some(0.8)),
+            "<= 0.5x UCX NOT met (the hand-off floor alone: 0.80x)"
+        );
+        assert_eq!(target_text(None, None), "");
+    }
+}
