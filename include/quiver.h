@@ -7,12 +7,15 @@
  * - The return value is a quiver_status: QUIVER_OK (0) on success, a QUIVER_ERR_* code
  *   otherwise. After an error, quiver_last_error_message() says what happened, to whom
  *   and what to do; outputs are left untouched unless the function says otherwise.
- * - Handles (quiver_context, quiver_endpoint, quiver_conn) are numbers, never pointers:
- *   a zeroed, freed, made-up or another endpoint's handle is QUIVER_ERR_BAD_HANDLE,
- *   never a crash. Output pointers may not be NULL unless a function says they may
- *   (NULL where one is needed is QUIVER_ERR_INVALID_ARGUMENT).
+ * - Handles (quiver_context, quiver_endpoint, quiver_conn, quiver_request) are numbers,
+ *   never pointers: a zeroed, freed, made-up or another endpoint's handle is
+ *   QUIVER_ERR_BAD_HANDLE, never a crash. Output pointers may not be NULL unless a
+ *   function says they may (NULL where one is needed is QUIVER_ERR_INVALID_ARGUMENT).
  * - Buffers are the caller's: quiver reads a send's bytes and writes a receive's bytes
- *   in place during the call and keeps no pointer after it returns.
+ *   in place during the call and keeps no pointer after it returns; except the posted
+ *   operations (quiver_post_*), whose memory the caller keeps valid, and does not touch
+ *   while a receive is posted, until quiver_wait(), quiver_test() or quiver_cancel()
+ *   reports the request ended (or quiver_endpoint_free()).
  * - No panic crosses the boundary: an internal failure is
  *   QUIVER_ERR_INTERNAL (and that endpoint refuses later calls with the same code).
  * - Threads: a context may be used from any number of threads at once. An endpoint is
@@ -196,6 +199,13 @@ typedef struct quiver_listener_stats {
   uint64_t pending_handshakes_peak;
 } quiver_listener_stats;
 
+// A posted operation of one endpoint (a number, valid only with that endpoint, until the
+// operation completes or is cancelled; 0 is never a live request).
+typedef struct quiver_request {
+  // The handle's value (opaque).
+  uint64_t id;
+} quiver_request;
+
 // What a tagged receive or probe reports of a message.
 typedef struct quiver_envelope {
   // The sender.
@@ -346,8 +356,9 @@ enum quiver_status quiver_endpoint_open(struct quiver_context ctx,
                                         struct quiver_endpoint *out);
 
 // Closes an endpoint and every connection of it (peers see them end) and frees the
-// handle; it and its connection handles are dead afterwards. Messages still queued for
-// it are dropped.
+// handle; it and its connection and request handles are dead afterwards. Messages still
+// queued for it are dropped; operations posted on it end without writing the caller's
+// memory again.
 //
 // Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY. The thread that uses the endpoint.
 enum quiver_status quiver_endpoint_free(struct quiver_endpoint ep);
@@ -500,6 +511,108 @@ enum quiver_status quiver_try_recv(struct quiver_endpoint ep,
                                    size_t *len,
                                    struct quiver_addr *src);
 
+// Posts a send of the `len` bytes at `data` as one message on `conn`; `*req` is the
+// request, to complete with quiver_wait() or quiver_test() (or quiver_cancel(), which
+// waits for a send). The memory at `data` must stay valid and unmodified until the
+// request completes: quiver may read it until then (today it copies the bytes into a
+// buffer of the endpoint's pool during this call, as the Rust API's posted sends on
+// caller memory do; the contract leaves room for sending from it in place). `data` may
+// be NULL when `len` is 0. Messages of one connection, posted or not, arrive in the
+// order they were sent. Non-blocking.
+//
+// Errors: a peer error if the connection failed already (QUIVER_ERR_PEER_DEAD...),
+// QUIVER_ERR_INVALID_ARGUMENT (a closed connection; data NULL; req NULL),
+// QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY. The thread that uses the endpoint.
+enum quiver_status quiver_post_send_from(struct quiver_endpoint ep,
+                                         struct quiver_conn conn,
+                                         const void *data,
+                                         size_t len,
+                                         struct quiver_request *req);
+
+// quiver_post_send_from() with a 64-bit `tag` (as quiver_send_tagged()).
+//
+// Errors: as quiver_post_send_from().
+enum quiver_status quiver_post_send_tagged_from(struct quiver_endpoint ep,
+                                                struct quiver_conn conn,
+                                                uint64_t tag,
+                                                const void *data,
+                                                size_t len,
+                                                struct quiver_request *req);
+
+// Posts a receive of the next message (from any peer, not claimed by a receive posted
+// earlier) into the `capacity` bytes at `buf`; `*req` is the request, to complete with
+// quiver_wait() or quiver_test(), or to end with quiver_cancel(). quiver writes the
+// message at the start of `buf` when the request completes (inside the quiver_wait(),
+// quiver_test() or quiver_cancel() that reports it); until then the memory must stay
+// valid and the program must neither read nor write it. Posted receives take messages
+// in the order they were posted, before quiver_recv() gets any. quiver_endpoint_free()
+// ends every request of the endpoint without writing their memory again. `buf` may be
+// NULL when `capacity` is 0. Non-blocking.
+//
+// Errors: QUIVER_ERR_INVALID_ARGUMENT (buf or req NULL), QUIVER_ERR_IN_HANDLER (inside
+// an active-message handler), QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY. The thread that
+// uses the endpoint.
+enum quiver_status quiver_post_recv_into(struct quiver_endpoint ep,
+                                         void *buf,
+                                         size_t capacity,
+                                         struct quiver_request *req);
+
+// quiver_post_recv_into() for the earliest message from `*source` (NULL: any sender)
+// whose tag agrees with `tag` on every bit set in `mask`, under quiver_recv_matching()'s
+// rules.
+//
+// Errors: as quiver_post_recv_into().
+enum quiver_status quiver_post_recv_matching_into(struct quiver_endpoint ep,
+                                                  const struct quiver_addr *source,
+                                                  uint64_t tag,
+                                                  uint64_t mask,
+                                                  void *buf,
+                                                  size_t capacity,
+                                                  struct quiver_request *req);
+
+// Whether posted operation `req` has completed, advancing progress first. `*done` false:
+// still posted (`req` stays valid). `*done` true: it completed and `req` is dead; a
+// receive's message is in its buffer and `*out` (may be NULL) gets its sender, tag and
+// length (a send's: its destination, tag and length); a failed operation returns its
+// error code instead (`req` is dead too). Non-blocking.
+//
+// Errors: the operation's own (as quiver_send() or quiver_recv_matching():
+// QUIVER_ERR_BUFFER_TOO_SMALL with `out->len` the message's length, which stays
+// queued; a peer error...), an error of progress (`*done` false, `req` still valid),
+// QUIVER_ERR_INVALID_ARGUMENT (done NULL), QUIVER_ERR_BAD_HANDLE (ep; req not a live
+// request of ep), QUIVER_ERR_BUSY.
+enum quiver_status quiver_test(struct quiver_endpoint ep,
+                               struct quiver_request req,
+                               bool *done,
+                               struct quiver_envelope *out);
+
+// Waits until posted operation `req` completes, then ends it as quiver_test() does when
+// `*done` is true: a receive's message is in its buffer, `*out` (may be NULL) gets the
+// envelope, `req` is dead. Past the endpoint's timeout it returns QUIVER_ERR_TIMEOUT
+// with the operation still posted (`req` stays valid: wait again, test or cancel).
+// Blocking.
+//
+// Errors: the operation's own (`req` is dead), QUIVER_ERR_TIMEOUT (`req` still valid),
+// QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY.
+enum quiver_status quiver_wait(struct quiver_endpoint ep,
+                               struct quiver_request req,
+                               struct quiver_envelope *out);
+
+// Ends posted operation `req` without waiting for a message: `req` is dead afterwards.
+// A receive whose message has not begun to arrive is withdrawn (`*completed` false; its
+// buffer was not written; the message, when it comes, goes to a later receive); one
+// that had completed, or whose message had begun (finished now), ends as quiver_wait()
+// would (`*completed` true, its message in its buffer, `*out` its envelope). A send
+// cannot be withdrawn: it is waited for (`*completed` true). `completed` and `out` may
+// be NULL. Blocking only while a begun message or a send finishes.
+//
+// Errors: the operation's own when it had completed with one, QUIVER_ERR_BAD_HANDLE,
+// QUIVER_ERR_BUSY.
+enum quiver_status quiver_cancel(struct quiver_endpoint ep,
+                                 struct quiver_request req,
+                                 bool *completed,
+                                 struct quiver_envelope *out);
+
 // A static, one-line description of `status`, a quiver_status (never NULL; any other
 // number gives "unknown quiver status"). The string lives as long as the program. Any
 // thread.
@@ -555,7 +668,8 @@ enum quiver_status quiver_recv_matching(struct quiver_endpoint ep,
 // quiver_recv_matching() if a matching message is complete now;
 // QUIVER_ERR_WOULD_BLOCK otherwise. Non-blocking. While messages that match no receive
 // wait in the endpoint, quiver_endpoint_arm() reports `*ready` (it does not arm the
-// descriptor): a loop that waits for one tag with the others unreceived polls.
+// descriptor): a loop that waits for one tag with the others unreceived arms with
+// quiver_endpoint_arm_matching() instead.
 //
 // Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_recv_matching().
 enum quiver_status quiver_try_recv_matching(struct quiver_endpoint ep,
@@ -565,6 +679,20 @@ enum quiver_status quiver_try_recv_matching(struct quiver_endpoint ep,
                                             void *buf,
                                             size_t capacity,
                                             struct quiver_envelope *out);
+
+// quiver_endpoint_arm() for a loop that waits for a message `*source` (NULL: any
+// sender), `tag` and `mask` match (quiver_try_recv_matching(), quiver_try_probe()):
+// messages waiting in the endpoint that they do not match do not count, so the
+// descriptor is armed while they wait. `*ready` is true when a matching message (or
+// anything else quiver_endpoint_arm() reports) is already there: receive it instead of
+// sleeping. Non-blocking.
+//
+// Errors: as quiver_endpoint_arm().
+enum quiver_status quiver_endpoint_arm_matching(struct quiver_endpoint ep,
+                                                const struct quiver_addr *source,
+                                                uint64_t tag,
+                                                uint64_t mask,
+                                                bool *ready);
 
 // Waits for the earliest message that quiver_recv_matching() with the same `source`,
 // `tag` and `mask` would take, and reports its sender, tag and length in `*out` without

@@ -10,6 +10,8 @@
     data, src, tag = ep.recv_matching(42)    # by tag (mask=, source= narrow or widen it)
     ep.register_handler(1, lambda m: m.reply(m.payload))  # active messages: run in
     ep.send_am(conn, 1, b"header", b"payload")            # progress() and receives
+    req = ep.post_recv_into(array)           # posted on your buffer (held until it ends)
+    n, src, tag = req.wait()                 # or req.test(), req.cancel()
 
 Blocking calls release the GIL. Each thread drives its own endpoints (one Context per
 process, shared). `await ep.recv_async()` receives in asyncio through the endpoint's
@@ -37,6 +39,7 @@ from ._quiver import (
     PermissionDenied,
     QuiverError,
     Refused,
+    Request,
     RmaError,
     SendDeadlock,
     Timeout,
@@ -55,6 +58,7 @@ __all__ = [
     "Endpoint",
     "Connection",
     "ActiveMessage",
+    "Request",
     "QuiverError",
     "WouldBlock",
     "BufferTooSmall",
@@ -87,8 +91,9 @@ class Endpoint(_quiver.Endpoint):
 
     Driven by one thread at a time: give each thread its own. Adds asyncio receives to the
     methods of quiver._quiver.Endpoint (send, recv, recv_into, send_tagged,
-    recv_matching, recv_into_matching, probe, register_handler, send_am, try_*, connect,
-    reply, close, arm, fileno, progress, timeout, am_stats).
+    recv_matching, recv_into_matching, probe, post_send, post_recv_into,
+    register_handler, send_am, try_*, connect, reply, close, arm, arm_matching, fileno,
+    progress, timeout, am_stats).
     """
 
     async def recv_async(self):
@@ -97,25 +102,34 @@ class Endpoint(_quiver.Endpoint):
         Waits on the endpoint's descriptor (loop.add_reader), so the event loop runs
         other tasks meanwhile and no thread is spent.
         """
-        return await self._wait_for(self.try_recv)
+        return await self._wait_for(self.try_recv, self.arm)
 
     async def recv_into_async(self, buf):
         """Receives the next message into buf in asyncio: (length, sender)."""
-        return await self._wait_for(lambda: self.try_recv_into(buf))
+        return await self._wait_for(lambda: self.try_recv_into(buf), self.arm)
 
     async def recv_matching_async(self, tag=None, *, mask=None, source=None):
-        """recv_matching in asyncio: (bytes, sender, tag) of the earliest match."""
+        """recv_matching in asyncio: (bytes, sender, tag) of the earliest match.
+
+        Sleeps on the descriptor also while messages that do not match wait in the
+        endpoint (armed with arm_matching): no polling.
+        """
         return await self._wait_for(
-            lambda: self.try_recv_matching(tag, mask=mask, source=source)
+            lambda: self.try_recv_matching(tag, mask=mask, source=source),
+            lambda: self.arm_matching(tag, mask=mask, source=source),
         )
 
     async def recv_into_matching_async(self, buf, tag=None, *, mask=None, source=None):
         """recv_into_matching in asyncio: (length, sender, tag) of the earliest match."""
         return await self._wait_for(
-            lambda: self.try_recv_into_matching(buf, tag, mask=mask, source=source)
+            lambda: self.try_recv_into_matching(buf, tag, mask=mask, source=source),
+            lambda: self.arm_matching(tag, mask=mask, source=source),
         )
 
-    async def _wait_for(self, attempt):
+    async def _wait_for(self, attempt, arm):
+        """Tries `attempt` until it stops raising WouldBlock, sleeping on the endpoint's
+        descriptor (loop.add_reader) in between, armed by `arm` (arm, or arm_matching
+        for a matching receive, which sleeps past messages it does not match)."""
         loop = asyncio.get_running_loop()
         fd = self.fileno()
         while True:
@@ -123,11 +137,10 @@ class Endpoint(_quiver.Endpoint):
                 return attempt()
             except WouldBlock:
                 pass
-            if not self.arm():
-                # Something waits in the endpoint: a message that arrived meanwhile (the
-                # next attempt takes it) or, for the matching receives, messages that do
-                # not match, which keep the descriptor from being armed; let the loop run
-                # its other tasks before the next attempt.
+            if not arm():
+                # Something this receive can take arrived between the attempt and the
+                # arming: the next attempt takes it (after letting the loop run other
+                # tasks once).
                 await asyncio.sleep(0)
                 continue
             ready = loop.create_future()

@@ -24,6 +24,7 @@ from ._quiver import (
     PermissionDenied as PermissionDenied,
     QuiverError as QuiverError,
     Refused as Refused,
+    Request as Request,
     RmaError as RmaError,
     SendDeadlock as SendDeadlock,
     Timeout as Timeout,

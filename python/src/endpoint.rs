@@ -19,6 +19,7 @@ use rust_quiver::{Addr, Envelope, Error, MatchSpec};
 use crate::buffer::Exported;
 use crate::context::Context;
 use crate::errors::{to_py, EndpointBusy, InvalidArgument, QuiverError};
+use crate::posted::{Op, Request};
 
 /// A connection of one endpoint to a peer endpoint (`peer` is its (rank, port)).
 #[pyclass(frozen, eq, hash, module = "quiver._quiver")]
@@ -64,7 +65,7 @@ fn peer(a: Addr) -> Peer {
 impl Endpoint {
     /// The endpoint, waiting for another thread's call to end (call without the GIL). A
     /// handler of this endpoint (whose thread holds it) gets InHandler, not a deadlock.
-    fn lock(&self) -> Result<MutexGuard<'_, rust_quiver::Endpoint>, Error> {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, rust_quiver::Endpoint>, Error> {
         match self.inner.try_lock() {
             Ok(guard) => Ok(guard),
             Err(TryLockError::WouldBlock) if crate::handlers::running_on(self.addr) => {
@@ -78,7 +79,7 @@ impl Endpoint {
     }
 
     /// The endpoint if no other thread is inside it (call with the GIL).
-    fn try_lock(&self) -> PyResult<MutexGuard<'_, rust_quiver::Endpoint>> {
+    pub(crate) fn try_lock(&self) -> PyResult<MutexGuard<'_, rust_quiver::Endpoint>> {
         match self.inner.try_lock() {
             Ok(guard) => Ok(guard),
             Err(TryLockError::WouldBlock) => Err(EndpointBusy::new_err(format!(
@@ -112,9 +113,9 @@ fn match_spec(tag: Option<u64>, mask: Option<u64>, source: Option<Peer>) -> PyRe
     })
 }
 
-/// The exact match of a probed message: from its sender, with its tag. Without posted
-/// receives (the Python API has none) it takes the message the probe saw: of one sender's
-/// messages with that tag, the probed one is the earliest.
+/// The exact match of a probed message: from its sender, with its tag. It takes the
+/// message the probe saw: of one sender's messages with that tag, the probed one is the
+/// earliest (unless another thread posts a receive that claims it between the two).
 fn exactly(e: &Envelope) -> MatchSpec {
     MatchSpec::tag(e.tag).from(e.source)
 }
@@ -466,6 +467,77 @@ impl Endpoint {
         d.set_item("replies_queued", s.replies_queued)?;
         d.set_item("replies_failed", s.replies_failed)?;
         Ok(d)
+    }
+
+    /// Posts a send of the bytes of `data` (any contiguous buffer) on `conn`, with `tag`
+    /// (None: untagged, as `send`); returns the Request (`wait`, `test`, `cancel`). The
+    /// bytes are copied into a buffer of the endpoint's pool now (as Rust's posted sends
+    /// on caller memory do); `data` stays exported (it cannot be resized) until the
+    /// request ends. Never blocks.
+    #[pyo3(signature = (conn, data, tag = None))]
+    fn post_send(
+        slf: &Bound<'_, Self>,
+        conn: &Connection,
+        data: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+    ) -> PyResult<Request> {
+        let py = slf.py();
+        let view = Exported::readable(data)?;
+        let request = slf
+            .borrow()
+            .try_lock()?
+            .post_send_from(conn.conn, tag, view.bytes())
+            .map_err(|e| to_py(py, e))?;
+        Ok(Request::new(slf.clone().unbind(), Op::Send(request), view))
+    }
+
+    /// Posts a receive into `buf` (any writable contiguous buffer) of the next message,
+    /// or, given `tag`, `mask` or `source`, of the earliest message they match (as
+    /// `recv_into_matching`); returns the Request, whose `wait()` gives (length, (rank,
+    /// port) of the sender, tag) with the message at the start of `buf`. Posted receives
+    /// take messages in the order they were posted, before `recv` gets any. `buf` stays
+    /// exported until the request ends: it cannot be resized meanwhile (a bytearray
+    /// raises BufferError), and quiver writes it only when the request completes. Never
+    /// blocks.
+    #[pyo3(signature = (buf, tag = None, *, mask = None, source = None))]
+    fn post_recv_into(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<Request> {
+        let py = slf.py();
+        let spec = match (tag, mask, source) {
+            (None, None, None) => None,
+            _ => Some(match_spec(tag, mask, source)?),
+        };
+        let mut view = Exported::writable(buf)?;
+        let capacity = view.bytes_mut().len();
+        let request = slf
+            .borrow()
+            .try_lock()?
+            .post_recv_sized(spec, capacity)
+            .map_err(|e| to_py(py, e))?;
+        Ok(Request::new(slf.clone().unbind(), Op::Recv(request), view))
+    }
+
+    /// `arm` for a loop that waits for a message `tag`, `mask` and `source` match (as
+    /// `recv_into_matching`): messages waiting in the endpoint that they do not match do
+    /// not count, so the descriptor is armed while they wait. False when a matching
+    /// message (or anything else `arm` reports) is already there.
+    #[pyo3(signature = (tag = None, *, mask = None, source = None))]
+    fn arm_matching(
+        &self,
+        py: Python<'_>,
+        tag: Option<u64>,
+        mask: Option<u64>,
+        source: Option<Peer>,
+    ) -> PyResult<bool> {
+        let spec = match_spec(tag, mask, source)?;
+        self.try_lock()?
+            .arm_matching(spec)
+            .map_err(|e| to_py(py, e))
     }
 
     /// Prepares the descriptor (`fileno`) for sleeping in select/poll/asyncio: True when

@@ -15,6 +15,7 @@ mod context;
 mod endpoint;
 mod errors;
 mod handlers;
+mod posted;
 
 /// The extension module: Context, Endpoint, Connection and the exception classes.
 #[pymodule]
@@ -23,6 +24,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<endpoint::Endpoint>()?;
     m.add_class::<endpoint::Connection>()?;
     m.add_class::<handlers::ActiveMessage>()?;
+    m.add_class::<posted::Request>()?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

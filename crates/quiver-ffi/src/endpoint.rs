@@ -12,6 +12,7 @@ use rust_quiver::{Connection, Context, Endpoint};
 use crate::boundary::{call, internal, put};
 use crate::context::{quiver_addr, quiver_context, CONTEXTS};
 use crate::handles::{Table, QUIVER_MAX_ENDPOINTS};
+use crate::requests::PostedOps;
 use crate::status::{failure, quiver_status, Failure};
 
 /// An endpoint (a number, not a pointer; 0 is never a live endpoint). Open it with
@@ -38,8 +39,10 @@ pub(crate) struct EndpointState {
     /// The connections handed out, by `quiver_conn.id`'s low half minus one.
     connections: Vec<Connection>,
     /// This endpoint's number among all opened in the process: the high half of its
-    /// connection handles, so another endpoint's connection is refused.
-    serial: u32,
+    /// connection and request handles, so another endpoint's are refused.
+    pub(crate) serial: u32,
+    /// The operations posted on the caller's memory (`posted.rs`), by number.
+    pub(crate) posted: PostedOps,
     /// Why the endpoint refuses calls: a panic inside it left it in an unknown state.
     broken: Option<String>,
     /// Declared last: dropped after the endpoint (keeps the context's listeners running
@@ -140,6 +143,7 @@ pub extern "C" fn quiver_endpoint_open(
             endpoint,
             connections: Vec::new(),
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            posted: PostedOps::default(),
             broken: None,
             _context: context,
         })?;
@@ -148,8 +152,9 @@ pub extern "C" fn quiver_endpoint_open(
 }
 
 /// Closes an endpoint and every connection of it (peers see them end) and frees the
-/// handle; it and its connection handles are dead afterwards. Messages still queued for
-/// it are dropped.
+/// handle; it and its connection and request handles are dead afterwards. Messages still
+/// queued for it are dropped; operations posted on it end without writing the caller's
+/// memory again.
 ///
 /// Errors: QUIVER_ERR_BAD_HANDLE, QUIVER_ERR_BUSY. The thread that uses the endpoint.
 #[no_mangle]

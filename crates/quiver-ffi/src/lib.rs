@@ -13,7 +13,8 @@
 //! - no panic crosses: every entry runs inside `catch_unwind` ([`boundary`]);
 //! - errors are codes, with a thread-local message ([`status`]);
 //! - buffers are the caller's: sends read from, receives write into the caller's memory
-//!   with no copy beyond the Rust API's own.
+//!   with no copy beyond the Rust API's own; posted operations ([`posted`]) keep the
+//!   caller's pointer until the request ends, under the contract the header states.
 //!
 //! `unsafe` is allowed here, and only here among quiver's API crates: raw pointers from C
 //! become slices and output writes, each block with its `// SAFETY:` reasoning.
@@ -25,5 +26,7 @@ pub mod context;
 pub mod endpoint;
 pub mod handles;
 pub mod messages;
+pub mod posted;
+pub mod requests;
 pub mod status;
 pub mod tagged;

@@ -40,7 +40,7 @@ impl From<Envelope> for quiver_envelope {
 
 /// The receive's match: `source` NULL takes any sender.
 #[inline]
-fn spec(source: *const quiver_addr, tag: u64, mask: u64) -> MatchSpec {
+pub(crate) fn spec(source: *const quiver_addr, tag: u64, mask: u64) -> MatchSpec {
     // SAFETY: NULL is checked by `as_ref`; otherwise the header requires `source` to point
     // at a readable quiver_addr for the duration of the call. It is copied at once.
     let source = unsafe { source.as_ref() }.copied();
@@ -123,7 +123,8 @@ pub extern "C" fn quiver_recv_matching(
 /// quiver_recv_matching() if a matching message is complete now;
 /// QUIVER_ERR_WOULD_BLOCK otherwise. Non-blocking. While messages that match no receive
 /// wait in the endpoint, quiver_endpoint_arm() reports `*ready` (it does not arm the
-/// descriptor): a loop that waits for one tag with the others unreceived polls.
+/// descriptor): a loop that waits for one tag with the others unreceived arms with
+/// quiver_endpoint_arm_matching() instead.
 ///
 /// Errors: QUIVER_ERR_WOULD_BLOCK, then as quiver_recv_matching().
 #[no_mangle]
@@ -141,6 +142,34 @@ pub extern "C" fn quiver_try_recv_matching(
         let spec = spec(source, tag, mask);
         with_endpoint(ep, |s| {
             matched(s.endpoint.try_recv_matching(spec, buf), out)
+        })
+    })
+}
+
+/// quiver_endpoint_arm() for a loop that waits for a message `*source` (NULL: any
+/// sender), `tag` and `mask` match (quiver_try_recv_matching(), quiver_try_probe()):
+/// messages waiting in the endpoint that they do not match do not count, so the
+/// descriptor is armed while they wait. `*ready` is true when a matching message (or
+/// anything else quiver_endpoint_arm() reports) is already there: receive it instead of
+/// sleeping. Non-blocking.
+///
+/// Errors: as quiver_endpoint_arm().
+#[no_mangle]
+pub extern "C" fn quiver_endpoint_arm_matching(
+    ep: quiver_endpoint,
+    source: *const quiver_addr,
+    tag: u64,
+    mask: u64,
+    ready: *mut bool,
+) -> quiver_status {
+    call(|| {
+        if ready.is_null() {
+            return put(ready, false, "ready");
+        }
+        let spec = spec(source, tag, mask);
+        with_endpoint(ep, |s| {
+            let armed = s.endpoint.arm_matching(spec)?;
+            put(ready, !armed, "ready")
         })
     })
 }

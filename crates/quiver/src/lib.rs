@@ -51,7 +51,7 @@ pub use config::{
 };
 pub use context::{Context, ContextBuilder, ContextStats};
 pub use endpoint::handlers::{ActiveMessage, AmStats};
-pub use endpoint::matching::{Envelope, MatchSpec};
+pub use endpoint::matching::{Envelope, MatchSpec, MatchingStats};
 pub use endpoint::scope::{Scope, ScopedRecv, ScopedSend};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};
 pub use error::{Error, Result};

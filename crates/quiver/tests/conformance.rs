@@ -1377,6 +1377,7 @@ macro_rules! conformance {
             #[test] fn close_ends_both_directions() { $(super::set_variant($variant);)? if !super::skip($kind) { super::close_ends_both_directions($kind) } }
             #[test] fn scoped_slices_of_caller_arrays() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::slices_of_caller_arrays($kind) } }
             #[test] fn scoped_early_return_and_panic() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::early_return_and_panic($kind) } }
+            #[test] fn scoped_posted_by_number() { $(super::set_variant($variant);)? if !super::skip($kind) { super::scoped::posted_by_number($kind) } }
             #[test] fn send_send() { $(super::set_variant($variant);)? if !super::skip($kind) { super::send_send($kind) } }
         }
     )*};
@@ -1402,6 +1403,9 @@ macro_rules! tagged_conformance {
             #[test] fn posted_in_posting_order() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::posted_in_posting_order($kind) } }
             #[test] fn probe_then_receive() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::probe_then_receive($kind) } }
             #[test] fn large_behind_unmatched() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_tagged_behind_unmatched($kind) } }
+            #[test] fn large_matched_before_it_moves() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_matched_before_it_moves($kind) } }
+            #[test] fn many_senders_tags_in_reverse() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::many_senders_tags_in_reverse($kind) } }
+            #[test] fn large_for_a_posted_receive() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_for_a_posted_receive($kind) } }
             #[test] fn plain_receives_report_tags() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::plain_receives_report_tags($kind) } }
         }
     )*};

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quiver::{Addr, Config, Context, Error};
+use quiver::{Addr, Config, Context, Error, MatchSpec};
 
 static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
 
@@ -224,6 +224,55 @@ fn the_descriptor_wakes_poll_once_armed() {
     // Something already waiting: arm says so instead of letting the caller sleep.
     tx.send(conn, b"more").unwrap();
     assert!(!rx.arm().unwrap());
+}
+
+#[test]
+fn arm_matching_sleeps_past_messages_that_do_not_match() {
+    let (_, make) = job(2, [15; 32]);
+    let c0 = make(0);
+    let c1 = make(1);
+    let mut rx = c1.endpoint(0).unwrap();
+    let mut tx = c0.endpoint(0).unwrap();
+    let conn = tx.connect(Addr::new(1, 0)).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&rx);
+    let readable = |timeout_ms: i32| {
+        let mut p = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: poll on a live descriptor with a one-element array.
+        unsafe { libc::poll(p.as_mut_ptr(), 1, timeout_ms) == 1 }
+    };
+    let (other, wanted) = (MatchSpec::tag(1), MatchSpec::tag(2));
+    let mut buf = [0u8; 16];
+    tx.send_tagged(conn, 1, b"other").unwrap();
+    // Taken in by the matching receive of tag 2, and left waiting for another.
+    assert_eq!(rx.probe(other).unwrap().len, 5);
+    assert!(matches!(
+        rx.try_recv_matching(wanted, &mut buf),
+        Err(Error::WouldBlock)
+    ));
+    // Plain arm reports the waiting message; arming for tag 2 sleeps past it.
+    assert!(!rx.arm().unwrap());
+    assert!(!rx.arm_matching(other).unwrap());
+    assert!(rx.arm_matching(wanted).unwrap());
+    assert!(!readable(50), "nothing for tag 2 yet");
+    tx.send_tagged(conn, 2, b"wanted").unwrap();
+    assert!(
+        readable(2000),
+        "the armed descriptor did not wake for tag 2"
+    );
+    let got = loop {
+        match rx.try_recv_matching(wanted, &mut buf) {
+            Err(Error::WouldBlock) => assert!(!rx.arm_matching(wanted).unwrap() || readable(2000)),
+            got => break got.unwrap(),
+        }
+    };
+    assert_eq!((got.tag, &buf[..6]), (2, &b"wanted"[..]));
+    // The other message is still there, for a receive of its tag.
+    let got = rx.recv_matching(other, &mut buf).unwrap();
+    assert_eq!((got.tag, &buf[..5]), (1, &b"other"[..]));
 }
 
 #[test]

@@ -398,3 +398,42 @@ fn refusals_are_typed_counted_and_leave_the_target_unharmed() {
     assert!(there.last_refusal.is_some());
     assert_eq!(stranger.rma_stats().keys_refused, 0);
 }
+
+/// The initiator remembers the key of its last operation (so that a run of puts skips the
+/// key's lookup), but only the whole key: alternating keys land in their own regions, one
+/// that differs from the remembered key in its capability alone is asked of the target
+/// (and refused), and a drop of the remembered key's region is seen at the next operation.
+#[test]
+fn a_remembered_key_is_matched_whole() {
+    let mut contexts = job(2);
+    let c1 = contexts.pop().unwrap();
+    let c0 = contexts.pop().unwrap();
+    let a = c1.alloc_region(64, Rights::ReadWrite).unwrap();
+    let b = c1.alloc_region(64, Rights::ReadWrite).unwrap();
+    let _ep1 = c1.endpoint(0).unwrap();
+    let mut ep = c0.endpoint(0).unwrap();
+    let conn = ep.connect(Addr::new(1, 0)).unwrap();
+    let (ka, kb) = (a.key(), b.key());
+    for i in 0..4u64 {
+        ep.put(conn, &i.to_ne_bytes(), &ka, 0).unwrap();
+        ep.put(conn, &(i + 100).to_ne_bytes(), &kb, 0).unwrap();
+        assert_eq!(a.load(0).unwrap(), i);
+        assert_eq!(b.load(0).unwrap(), i + 100);
+    }
+    ep.put(conn, &[1; 8], &ka, 8).unwrap();
+    let mut forged = ka.as_bytes().to_vec();
+    forged[40] ^= 1;
+    let forged = RemoteKey::from_bytes(&forged).unwrap();
+    let e = ep.put(conn, &[2; 8], &forged, 8).unwrap_err();
+    assert!(matches!(e, Error::RmaKeyRefused { rank: 1, .. }), "{e}");
+    assert_eq!(a.load(8).unwrap(), u64::from_ne_bytes([1; 8]));
+    assert_eq!(c1.rma_stats().keys_refused, 1);
+    // The remembered key still works after the refusal; then its region is dropped.
+    ep.put(conn, &[3; 8], &ka, 16).unwrap();
+    assert_eq!(a.load(16).unwrap(), u64::from_ne_bytes([3; 8]));
+    drop(a);
+    let e = ep.put(conn, &[4; 8], &ka, 16).unwrap_err();
+    assert!(matches!(e, Error::RmaRevoked { rank: 1, .. }), "{e}");
+    ep.put(conn, &[5; 8], &kb, 16).unwrap();
+    assert_eq!(b.load(16).unwrap(), u64::from_ne_bytes([5; 8]));
+}

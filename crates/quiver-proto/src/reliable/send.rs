@@ -333,11 +333,7 @@ impl SendState {
     /// the body), or with `active` the active message's handler word in the tag's place.
     /// The caller checked that no message is open and that the header fits.
     pub(super) fn start_message(&mut self, len: u64, tag: u64, active: bool) {
-        let prefix = if active {
-            MessagePrefix::active(len)
-        } else {
-            MessagePrefix::new(len, tag)
-        };
+        let prefix = MessagePrefix::for_message(len, tag, active);
         debug_assert!(!self.message_open() && self.capacity() as u64 >= prefix.header_len());
         let at = self.write_offset;
         self.ring.copy_in(at, &prefix.raw().to_le_bytes());

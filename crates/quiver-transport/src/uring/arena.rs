@@ -31,6 +31,10 @@ pub(super) struct SendRecord {
     pub(super) state: SendState,
     /// Datagrams in the send: 1, or a GSO run's.
     pub(super) segments: usize,
+    /// Bytes of each datagram (a GSO run's segment; the last may be shorter).
+    pub(super) segment: usize,
+    /// Where it goes.
+    pub(super) to: Option<std::net::SocketAddr>,
     pub(super) msg: libc::msghdr,
     pub(super) iov: libc::iovec,
     pub(super) control: [u64; 4],
@@ -70,6 +74,8 @@ impl TxArena {
                     address_len: 0,
                     state: SendState::Done,
                     segments: 1,
+                    segment: 0,
+                    to: None,
                     // SAFETY: msghdr and iovec are plain old data; all-zero is valid.
                     msg: unsafe { zeroed() },
                     // SAFETY: as above.
@@ -122,6 +128,7 @@ impl TxArena {
         record.end = start + len;
         record.state = SendState::InFlight;
         record.segments = 1;
+        record.segment = len;
         self.count += 1;
         Some(index)
     }

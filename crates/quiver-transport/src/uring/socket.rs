@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::arena::{SendState, TxArena};
+use super::arena::{SendRecord, SendState, TxArena};
 use super::buffers::{ProvidedBuffers, RxBuffer};
 use crate::udp::address::{read_socket_address, write_socket_address};
 use crate::udp::options::UDP_SEGMENT;
@@ -128,6 +128,10 @@ pub struct UringStats {
     pub zero_copy_copied: u64,
     /// Sends the kernel refused (the datagram is lost, as on a plain socket).
     pub send_errors: u64,
+    /// Of them, refused because their datagrams no longer fit the path to their
+    /// destination (its MTU fell): the caller cuts smaller ones
+    /// ([`UringUdpSocket::take_path_room`]); GSO stays on.
+    pub size_refusals: u64,
     /// Datagrams dropped because the transmit arena stayed full.
     pub send_dropped: u64,
     /// Datagrams received.
@@ -192,6 +196,9 @@ pub struct UringUdpSocket {
     run: Option<Run>,
     /// GSO sends are to be used: the kernel takes `UDP_SEGMENT` and refused none yet.
     gso: bool,
+    /// The room (datagram bytes) of the path whose MTU refused a send since
+    /// [`UringUdpSocket::take_path_room`] was last called, and its destination.
+    path_room: Option<(SocketAddr, usize)>,
     stats: UringStats,
 }
 
@@ -287,6 +294,7 @@ impl UringUdpSocket {
             queued: 0,
             run: None,
             gso: false,
+            path_room: None,
             stats: UringStats {
                 sqpoll: options.sqpoll,
                 registered_buffer,
@@ -346,6 +354,7 @@ impl UringUdpSocket {
                 };
                 let record = &mut self.tx.records[index];
                 record.address_len = write_socket_address(&to, &mut record.address);
+                record.to = Some(to);
                 self.run = Some(Run {
                     index,
                     to,
@@ -398,6 +407,7 @@ impl UringUdpSocket {
         let target = types::Fixed(0);
         let entry = if run.datagrams > 1 {
             record.segments = run.datagrams;
+            record.segment = run.segment;
             record.iov = libc::iovec {
                 iov_base: bytes as *mut libc::c_void,
                 iov_len: len,
@@ -547,14 +557,29 @@ impl UringUdpSocket {
         self.stats.receive_arms += 1;
     }
 
+    /// The room (largest datagram, bytes) of the path to `to` if its MTU refused a send
+    /// since the last call (None otherwise, or when the refusal was for another
+    /// destination, which stays noted), for the caller to cut smaller datagrams from now on.
+    pub fn take_path_room(&mut self, to: SocketAddr) -> Option<usize> {
+        match self.path_room {
+            Some((refused, room)) if refused == to => {
+                self.path_room = None;
+                Some(room)
+            }
+            _ => None,
+        }
+    }
+
     /// Reads every completion: sends free their records, receives wait in `arrived`.
     fn reap(&mut self) {
         let UringUdpSocket {
             ring,
+            socket,
             tx,
             arrived,
             stats,
             gso,
+            path_room,
             ..
         } = self;
         for cqe in ring.completion() {
@@ -570,9 +595,14 @@ impl UringUdpSocket {
                 continue;
             }
             stats.send_errors += u64::from(result < 0);
-            // A refused GSO send (a device or route that cannot segment): GSO goes off,
-            // the datagrams are lost like any other and resent as single ones.
-            if (result == -libc::EIO || result == -libc::EINVAL)
+            if (result == -libc::EMSGSIZE || result == -libc::EINVAL)
+                && tx.is_live(index)
+                && too_big_for_path(socket, &tx.records[index], path_room)
+            {
+                // The path's MTU fell below these datagrams (the kernel does not fragment
+                // GSO segments): lost like any other, and cut smaller from now on.
+                stats.size_refusals += 1;
+            } else if (result == -libc::EIO || result == -libc::EINVAL)
                 && tx.is_live(index)
                 && tx.records[index].segments > 1
                 && *gso
@@ -630,4 +660,29 @@ fn parse(buffer: &[u8], msg: &libc::msghdr) -> Option<(std::ops::Range<usize>, S
         from,
         out.is_payload_truncated(),
     ))
+}
+
+/// Whether the refused send `record` carried datagrams larger than the path to its
+/// destination now takes (the kernel's path MTU); if so, notes the room in `path_room`
+/// (the smallest if several paths to one destination refused).
+#[cold]
+fn too_big_for_path(
+    socket: &UdpSocket,
+    record: &SendRecord,
+    path_room: &mut Option<(SocketAddr, usize)>,
+) -> bool {
+    let Some(to) = record.to else {
+        return false;
+    };
+    let Ok(room) = socket.path_room(to) else {
+        return false;
+    };
+    if record.segment <= room {
+        return false;
+    }
+    *path_room = Some(match *path_room {
+        Some((noted, smaller)) if noted == to => (to, smaller.min(room)),
+        _ => (to, room),
+    });
+    true
 }

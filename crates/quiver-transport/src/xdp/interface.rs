@@ -94,6 +94,20 @@ impl InterfaceInfo {
         })
     }
 
+    /// Reads the interface's MTU again (an administrator or a tunnel may change it while
+    /// the link runs), through `via`, any socket of the namespace; updates
+    /// [`InterfaceInfo::mtu`] and returns it.
+    ///
+    /// # Errors
+    /// The ioctl's error (the interface is gone, for one).
+    pub fn refresh_mtu(&mut self, via: &UdpSocket) -> io::Result<u32> {
+        let mut request = if_request(&self.name);
+        ioctl(via, libc::SIOCGIFMTU, &mut request)?;
+        // SAFETY: SIOCGIFMTU filled the union's `ifru_mtu`.
+        self.mtu = unsafe { request.ifr_ifru.ifru_mtu } as u32;
+        Ok(self.mtu)
+    }
+
     /// The hardware address the kernel's neighbour table has for `address` on this
     /// interface (complete entries only), or None.
     ///

@@ -66,6 +66,15 @@ impl MessagePrefix {
         Self((payload_len & MAX_MESSAGE_PAYLOAD) | MESSAGE_TAGGED | MESSAGE_ACTIVE)
     }
 
+    /// [`MessagePrefix::active`] when `active`, else [`MessagePrefix::new`] with `tag`.
+    pub const fn for_message(payload_len: u64, tag: u64, active: bool) -> Self {
+        if active {
+            Self::active(payload_len)
+        } else {
+            Self::new(payload_len, tag)
+        }
+    }
+
     /// The raw value.
     pub const fn raw(self) -> u64 {
         self.0

@@ -215,7 +215,7 @@ impl Endpoint {
     }
 
     /// One look at inbound edge `i` ([`InEdge::look`]).
-    fn look_at(
+    pub(super) fn look_at(
         &mut self,
         i: usize,
         dest: &mut Dest<'_>,

@@ -136,6 +136,32 @@ pub(crate) struct MatchStats {
     pub(crate) announced: u64,
     /// The most payload bytes held at once.
     pub(crate) peak_held_bytes: u64,
+    /// Messages copied out of a held payload into the buffer of the receive that matched
+    /// them (a staging copy), and their bytes.
+    pub(crate) staged_copies: u64,
+    pub(crate) staged_bytes: u64,
+}
+
+/// What an endpoint's tag matching holds and did ([`Endpoint::matching_stats`](crate::Endpoint::matching_stats)):
+/// the unexpected messages waiting for a receive and the memory they hold, and how many
+/// messages were copied once more because they arrived before a receive matched them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MatchingStats {
+    /// Unexpected messages waiting now (arrived, no receive matched them yet).
+    pub unexpected: u64,
+    /// Payload bytes those messages hold now (in buffers of the endpoint's pool).
+    pub unexpected_bytes: u64,
+    /// The most payload bytes unexpected messages held at once.
+    pub peak_unexpected_bytes: u64,
+    /// Messages that ever waited as unexpected.
+    pub queued: u64,
+    /// Matching receives posted and waiting now.
+    pub posted: u64,
+    /// Messages copied from where they waited into the buffer of the receive that matched
+    /// them (one copy more than a message that went straight into its receive's buffer).
+    pub staged_copies: u64,
+    /// Bytes of those copies.
+    pub staged_bytes: u64,
 }
 
 /// Posted receives and unexpected messages of one endpoint (see the module doc).
@@ -168,8 +194,6 @@ impl<R, P> Matcher<R, P> {
     }
 
     /// Payload bytes held now (at most the bound).
-    // Used by the property test; the endpoint has no bound or cancel to drive it yet.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn held_bytes(&self) -> u64 {
         self.held_bytes
     }
@@ -185,10 +209,28 @@ impl<R, P> Matcher<R, P> {
     }
 
     /// The counters.
-    // Used by the property test; the endpoint has no bound or cancel to drive it yet.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn stats(&self) -> MatchStats {
         self.stats
+    }
+
+    /// A held payload of `len` bytes was copied into the buffer of the receive it matched.
+    pub(crate) fn count_staged(&mut self, len: u64) {
+        self.stats.staged_copies += 1;
+        self.stats.staged_bytes += len;
+    }
+
+    /// The public counters ([`MatchingStats`]).
+    pub(crate) fn public_stats(&self) -> MatchingStats {
+        let stats = self.stats();
+        MatchingStats {
+            unexpected: self.unexpected_len() as u64,
+            unexpected_bytes: self.held_bytes(),
+            peak_unexpected_bytes: stats.peak_held_bytes,
+            queued: stats.queued,
+            posted: self.posted_len() as u64,
+            staged_copies: stats.staged_copies,
+            staged_bytes: stats.staged_bytes,
+        }
     }
 
     /// A message arrives (`envelope`; its payload not moved yet): the earliest-posted
@@ -244,6 +286,16 @@ impl<R, P> Matcher<R, P> {
             self.held_bytes -= envelope.len;
         }
         Some((envelope, held))
+    }
+
+    /// The earliest-posted receive a message of `envelope` would go to, left posted (the
+    /// caller moves the message into its buffer, then withdraws it with
+    /// [`Matcher::cancel`]).
+    pub(crate) fn posted_for(&self, envelope: &Envelope) -> Option<&R> {
+        self.posted
+            .iter()
+            .find(|(spec, _)| spec.matches(envelope.source, envelope.tag))
+            .map(|(_, receive)| receive)
     }
 
     /// Withdraws the posted receive `receive` (a cancelled or abandoned receive); false if

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use quiver_transport::readiness::{READABLE, WRITABLE};
 
+use super::matching::MatchSpec;
 use super::Endpoint;
 use crate::error::{Error, Result};
 
@@ -65,12 +66,38 @@ impl Endpoint {
     /// [`Error::Io`] when the descriptor's set could not take a connection's socket
     /// (descriptor limits).
     pub fn arm(&mut self) -> Result<bool> {
+        self.arm_for(None)
+    }
+
+    /// [`Endpoint::arm`] for a caller that waits for a message `spec` matches
+    /// (`try_recv_matching`, `try_probe`): messages already in the endpoint that `spec`
+    /// does not match (taken in by an earlier matching receive, waiting for a later one)
+    /// do not count as something waiting, so the descriptor is armed while they wait
+    /// (plain `arm` reports them, and a loop waiting for one tag would never sleep).
+    /// `Ok(false)` when a message `spec` matches is there, or anything else is waiting
+    /// that `arm` reports.
+    ///
+    /// The pattern: `try_recv_matching(spec, ..)` until [`Error::WouldBlock`],
+    /// `arm_matching(spec)`, then wait for the descriptor to be readable.
+    ///
+    /// # Errors
+    /// As [`Endpoint::arm`].
+    pub fn arm_matching(&mut self, spec: MatchSpec) -> Result<bool> {
+        self.arm_for(Some(spec))
+    }
+
+    /// `arm`, counting the matcher's unexpected messages `spec` matches (all, for `None`).
+    fn arm_for(&mut self, spec: Option<MatchSpec>) -> Result<bool> {
         self.refuse_in_handler("arm")?;
         self.flush_inbound();
         self.doorbell.drain();
         self.ready.clear_timer();
         self.doorbell.arm();
-        if self.inbox.has_incoming.load(Ordering::Relaxed) || self.matcher.unexpected_len() > 0 {
+        let unexpected = match spec {
+            None => self.matcher.unexpected_len() > 0,
+            Some(spec) => self.matcher.probe(spec).is_some(),
+        };
+        if self.inbox.has_incoming.load(Ordering::Relaxed) || unexpected {
             return Ok(false);
         }
         if let Some(engine) = &self.local.dgram {

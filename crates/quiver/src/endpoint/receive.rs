@@ -177,17 +177,29 @@ impl Endpoint {
     /// [`Error::BufferTooSmall`] (the buffer is dropped, the message stays queued) or a
     /// peer error that occurred while this receive was first in line.
     pub fn wait_recv(&mut self, req: RecvRequest) -> Result<RecvCompletion> {
+        self.wait_recv_ready(&req)?;
+        match self.requests.recvs.remove(req.key) {
+            Some(RecvState::Done(r)) => r,
+            _ => unreachable!("wait_recv_ready returned Ok: the receive is done"),
+        }
+    }
+
+    /// Waits until posted receive `req` has completed, without ending it: afterwards
+    /// [`Endpoint::test_recv`] is true and [`Endpoint::wait_recv`] returns at once with
+    /// its outcome. A failed wait ([`Error::Timeout`], an error of progress) leaves the
+    /// receive posted (a later message still goes into it), so a caller that holds
+    /// requests by number (the C and Python bindings) can wait again or cancel it.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], an error of progress, [`Error::InvalidArgument`] for a request
+    /// of another endpoint; not the receive's own outcome (`wait_recv` gives that).
+    pub fn wait_recv_ready(&mut self, req: &RecvRequest) -> Result<()> {
         self.refuse_in_handler("wait_recv")?;
         let mut wait = Wait::new(&self.config);
         loop {
             self.progress()?;
             match self.requests.recvs.get_mut(req.key) {
-                Some(RecvState::Done(_)) => {
-                    return match self.requests.recvs.remove(req.key) {
-                        Some(RecvState::Done(r)) => r,
-                        _ => unreachable!("checked just above"),
-                    }
-                }
+                Some(RecvState::Done(_)) => return Ok(()),
                 Some(RecvState::Pending(_) | RecvState::Bound) => {}
                 None => return Err(Error::InvalidArgument("unknown receive request".into())),
             }

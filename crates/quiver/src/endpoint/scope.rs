@@ -10,6 +10,13 @@
 //! again at once; the copy is one `memcpy` into a buffer of the endpoint's pool); a
 //! receive is posted with a buffer of the pool and copied into the caller's slice when it
 //! completes (decision 0090 says why, and what a copy-free path would take).
+//!
+//! The same operations without the closure, for callers that hold requests by number
+//! across calls (the C and Python bindings, decision 0097): [`Endpoint::post_send_from`],
+//! [`Endpoint::post_recv_sized`], [`Endpoint::finish_recv_into`],
+//! [`Endpoint::cancel_recv_into`], [`Endpoint::finish_send`]. They borrow nothing past a
+//! call: the caller names its memory again when a receive completes, and keeps it valid
+//! in between by its own contract.
 
 use std::marker::PhantomData;
 
@@ -141,9 +148,96 @@ impl Endpoint {
         self.recv(bytemuck::cast_slice_mut(buf))
     }
 
-    /// Cancels posted receive `req` (its scope ends): `None` when it was withdrawn before
-    /// its message began (the message, if any, stays for a later receive), else its
-    /// outcome (completed already, or finished now with the message that had begun).
+    /// Posts a send of `data` with `tag` (`None`: untagged, as [`Endpoint::post_send`])
+    /// on `conn`, copying the bytes into a buffer of the endpoint's pool now, as
+    /// [`Scope::post_send`] does: `data` is not read after this call. Complete it with
+    /// [`Endpoint::finish_send`] (which gives the buffer back to the pool), or
+    /// [`Endpoint::wait_send`]/[`Endpoint::test_send`].
+    ///
+    /// # Errors
+    /// As [`Endpoint::post_send`].
+    pub fn post_send_from(
+        &mut self,
+        conn: Connection,
+        tag: Option<u64>,
+        data: &[u8],
+    ) -> Result<SendRequest> {
+        let mut copy = self.requests.pool.take(data.len());
+        copy.copy_from_slice(data);
+        match tag {
+            None => self.post_send(conn, copy),
+            Some(tag) => self.post_send_tagged(conn, tag, copy),
+        }
+    }
+
+    /// Posts a receive of up to `capacity` bytes for the next message (`spec` `None`) or
+    /// the earliest `spec` matches, into a buffer of the endpoint's pool, as
+    /// [`Scope::post_recv`] does. Complete it with [`Endpoint::finish_recv_into`] (which
+    /// copies the message into the caller's bytes) or end it with
+    /// [`Endpoint::cancel_recv_into`]; [`Endpoint::test_recv`] and
+    /// [`Endpoint::wait_recv_ready`] tell when it has completed.
+    ///
+    /// # Errors
+    /// As [`Endpoint::post_recv`].
+    pub fn post_recv_sized(
+        &mut self,
+        spec: Option<MatchSpec>,
+        capacity: usize,
+    ) -> Result<RecvRequest> {
+        let inner = self.requests.pool.take(capacity);
+        match spec {
+            None => self.post_recv(inner),
+            Some(spec) => self.post_recv_matching(spec, inner),
+        }
+    }
+
+    /// Waits for a send posted with [`Endpoint::post_send_from`] and gives its buffer
+    /// back to the pool.
+    ///
+    /// # Errors
+    /// As [`Endpoint::wait_send`] (its request is ended either way).
+    pub fn finish_send(&mut self, req: SendRequest) -> Result<()> {
+        let buf = self.wait_send(req)?;
+        self.requests.pool.give(buf);
+        Ok(())
+    }
+
+    /// Waits for a receive posted with [`Endpoint::post_recv_sized`] and copies its
+    /// message to the start of `into` (as long as the capacity posted; a shorter `into`
+    /// takes what fits); gives the buffer back to the pool. Returns the sender, tag and
+    /// length in bytes. To wait without ending the request (a wait that may time out),
+    /// call [`Endpoint::wait_recv_ready`] first.
+    ///
+    /// # Errors
+    /// As [`Endpoint::wait_recv`] (its request is ended either way;
+    /// [`Error::BufferTooSmall`]: the message stays queued).
+    pub fn finish_recv_into(&mut self, req: RecvRequest, into: &mut [u8]) -> Result<Envelope> {
+        let completion = self.wait_recv(req)?;
+        Ok(self.deliver(completion, into))
+    }
+
+    /// Cancels a receive posted with [`Endpoint::post_recv_sized`]: `None` when it was
+    /// withdrawn before its message began (the message, if any, stays for a later
+    /// receive; `into` is not written), else its envelope, its message copied into `into`
+    /// (it had completed, or its message had begun and is finished now). As the end of a
+    /// [`Scope`] cancels a receive.
+    ///
+    /// # Errors
+    /// The receive's own error when it had completed with one; [`Error::InvalidArgument`]
+    /// for a request of another endpoint.
+    pub fn cancel_recv_into(
+        &mut self,
+        req: RecvRequest,
+        into: &mut [u8],
+    ) -> Result<Option<Envelope>> {
+        Ok(self
+            .cancel_recv(req)?
+            .map(|completion| self.deliver(completion, into)))
+    }
+
+    /// Cancels posted receive `req`: `None` when it was withdrawn before its message
+    /// began (the message, if any, stays for a later receive), else its outcome
+    /// (completed already, or finished now with the message that had begun).
     fn cancel_recv(&mut self, req: RecvRequest) -> Result<Option<RecvCompletion>> {
         self.progress()?;
         if matches!(self.requests.recvs.get_mut(req.key), Some(RecvState::Bound))
@@ -166,6 +260,21 @@ impl Endpoint {
             None => Err(Error::InvalidArgument("unknown receive request".into())),
         }
     }
+
+    /// Copies a completed pool-buffer receive into the caller's bytes; its envelope.
+    fn deliver(&mut self, completion: RecvCompletion, into: &mut [u8]) -> Envelope {
+        let RecvCompletion { buf, len, src, tag } = completion;
+        // The inner buffer was as long as the capacity posted, and a message fits its
+        // buffer; a shorter `into` takes what fits.
+        let len = len.min(into.len()).min(buf.len());
+        into[..len].copy_from_slice(&buf[..len]);
+        self.requests.pool.give(buf);
+        Envelope {
+            source: src,
+            tag,
+            len: len as u64,
+        }
+    }
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
@@ -180,10 +289,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         conn: Connection,
         data: &'env [T],
     ) -> Result<ScopedSend<'scope>> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let mut copy = self.endpoint.requests.pool.take(bytes.len());
-        copy.copy_from_slice(bytes);
-        let request = self.endpoint.post_send(conn, copy)?;
+        let request = self
+            .endpoint
+            .post_send_from(conn, None, bytemuck::cast_slice(data))?;
         Ok(ScopedSend {
             index: self.push(Op::Send(request)),
             _scope: PhantomData,
@@ -220,11 +328,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         spec: Option<MatchSpec>,
         into: &'env mut [u8],
     ) -> Result<ScopedRecv<'scope>> {
-        let inner = self.endpoint.requests.pool.take(into.len());
-        let request = match spec {
-            None => self.endpoint.post_recv(inner)?,
-            Some(spec) => self.endpoint.post_recv_matching(spec, inner)?,
-        };
+        let request = self.endpoint.post_recv_sized(spec, into.len())?;
         Ok(ScopedRecv {
             index: self.push(Op::Recv(request, into)),
             _scope: PhantomData,
@@ -259,7 +363,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// As [`Endpoint::wait_send`].
     pub fn wait_send(&mut self, send: ScopedSend<'scope>) -> Result<()> {
         match self.take(send.index) {
-            Some(Op::Send(request)) => self.finish_send(request),
+            Some(Op::Send(request)) => self.endpoint.finish_send(request),
             _ => Err(waited_already()),
         }
     }
@@ -272,8 +376,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     pub fn wait_recv(&mut self, recv: ScopedRecv<'scope>) -> Result<Envelope> {
         match self.take(recv.index) {
             Some(Op::Recv(request, into)) => {
-                let completion = self.endpoint.wait_recv(request)?;
-                Ok(self.deliver(completion, into))
+                if let Err(e) = self.endpoint.wait_recv_ready(&request) {
+                    // Still posted (a timeout): the scope's end cancels it, so no later
+                    // message is swallowed by a receive nobody holds.
+                    self.restore(recv.index, Op::Recv(request, into));
+                    return Err(e);
+                }
+                self.endpoint.finish_recv_into(request, into)
             }
             _ => Err(waited_already()),
         }
@@ -298,6 +407,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
     }
 
+    /// Puts operation `index`, taken by a wait that failed, back for the scope's end.
+    fn restore(&mut self, index: usize, op: Op<'env>) {
+        self.free.retain(|&free| free != index);
+        self.ops[index] = Some(op);
+    }
+
     /// Takes operation `index` out of the table (its handle is being waited for).
     fn take(&mut self, index: usize) -> Option<Op<'env>> {
         let op = self.ops.get_mut(index).and_then(Option::take);
@@ -305,27 +420,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             self.free.push(index);
         }
         op
-    }
-
-    /// Waits for an internal send and returns its buffer to the pool.
-    fn finish_send(&mut self, request: SendRequest) -> Result<()> {
-        let buf = self.endpoint.wait_send(request)?;
-        self.endpoint.requests.pool.give(buf);
-        Ok(())
-    }
-
-    /// Copies a completed receive into the caller's bytes; its envelope.
-    fn deliver(&mut self, completion: RecvCompletion, into: &mut [u8]) -> Envelope {
-        let RecvCompletion { buf, len, src, tag } = completion;
-        // The inner buffer was as long as `into`, and a message fits its buffer.
-        let len = len.min(into.len()).min(buf.len());
-        into[..len].copy_from_slice(&buf[..len]);
-        self.endpoint.requests.pool.give(buf);
-        Envelope {
-            source: src,
-            tag,
-            len: len as u64,
-        }
     }
 }
 
@@ -336,12 +430,10 @@ impl Drop for Scope<'_, '_> {
         for op in std::mem::take(&mut self.ops).into_iter().flatten() {
             match op {
                 Op::Send(request) => {
-                    let _ = self.finish_send(request);
+                    let _ = self.endpoint.finish_send(request);
                 }
                 Op::Recv(request, into) => {
-                    if let Ok(Some(completion)) = self.endpoint.cancel_recv(request) {
-                        self.deliver(completion, into);
-                    }
+                    let _ = self.endpoint.cancel_recv_into(request, into);
                 }
             }
         }

@@ -112,16 +112,28 @@ impl Endpoint {
     /// # Errors
     /// The connection's error if it failed before the message was delivered.
     pub fn wait_send(&mut self, req: SendRequest) -> Result<Vec<u8>> {
+        self.wait_send_ready(&req)?;
+        match self.requests.sends.remove(req.key) {
+            Some(SendState::Done(r)) => r,
+            _ => unreachable!("wait_send_ready returned Ok: the send is done"),
+        }
+    }
+
+    /// Waits until posted send `req` has completed, without ending it: afterwards
+    /// [`Endpoint::test_send`] is true and [`Endpoint::wait_send`] returns at once with its
+    /// outcome. A failed wait ([`Error::Timeout`], an error of progress) leaves the send
+    /// posted, so a caller that holds requests by number (the C and Python bindings) can
+    /// wait again.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], an error of progress, [`Error::InvalidArgument`] for a request
+    /// of another endpoint; not the send's own outcome (`wait_send` gives that).
+    pub fn wait_send_ready(&mut self, req: &SendRequest) -> Result<()> {
         self.refuse_in_handler("wait_send")?;
         let mut wait = Wait::new(&self.config);
         loop {
             match self.requests.sends.get_mut(req.key) {
-                Some(SendState::Done(_)) => {
-                    return match self.requests.sends.remove(req.key) {
-                        Some(SendState::Done(r)) => r,
-                        _ => unreachable!("checked just above"),
-                    }
-                }
+                Some(SendState::Done(_)) => return Ok(()),
                 Some(SendState::Pending) => {}
                 None => return Err(Error::InvalidArgument("unknown send request".into())),
             }

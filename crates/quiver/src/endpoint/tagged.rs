@@ -8,7 +8,7 @@
 //! takes today's path (one test, `Matcher::is_idle`), and a tagged call takes the next
 //! message straight from the transports.
 
-use super::matching::{Arrival, Envelope, Held, MatchSpec};
+use super::matching::{Arrival, Envelope, Held, MatchSpec, MatchingStats};
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
 use crate::error::{Error, Result};
 use crate::pool::PooledBuf;
@@ -59,6 +59,13 @@ impl Endpoint {
         let result = self.post_send(conn, data);
         self.untag(idx);
         result
+    }
+
+    /// What the tag matching of this endpoint holds now (unexpected messages and their
+    /// bytes, matching receives posted) and its counters (the most bytes unexpected
+    /// messages held at once, staging copies made). Reading it costs nothing per message.
+    pub fn matching_stats(&self) -> MatchingStats {
+        self.matcher.public_stats()
     }
 
     /// The sends after a tagged one are untagged again.
@@ -165,6 +172,13 @@ impl Endpoint {
 
     /// Takes the earliest message `spec` matches: the unexpected ones first, then the
     /// transports' next messages (queued unexpected when they do not match).
+    ///
+    /// While no receive posted earlier could claim the next message (no matching receive
+    /// and no plain posted one waits) and no unexpected message matches, the next message
+    /// goes straight into `buf`, whatever the matcher holds: a large message that matches
+    /// is pulled (shm), read (tcp) or placed (datagrams) into the caller's buffer with no
+    /// staging copy. One that does not match is copied out to wait (one copy more than a
+    /// pull into a pool buffer, paid only by unmatched messages that fit `buf`).
     fn take_matching(
         &mut self,
         spec: MatchSpec,
@@ -172,9 +186,16 @@ impl Endpoint {
         wait: bool,
     ) -> Result<Option<Envelope>> {
         loop {
-            if self.matcher.is_idle() && self.requests.posted_recvs.is_empty() {
-                // Nothing waits: the next message goes straight into `buf` (no copy when
-                // it matches, the common case); one that does not is copied out to wait.
+            if let Some(&envelope) = self.matcher.probe(spec) {
+                Dest::Slice(buf).fits(envelope.len)?;
+                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
+                    buf[..payload.len()].copy_from_slice(&payload);
+                    self.matcher.count_staged(envelope.len);
+                    self.requests.pool.give(payload);
+                    return Ok(Some(envelope));
+                }
+            }
+            if self.matcher.posted_len() == 0 && self.requests.posted_recvs.is_empty() {
                 match self.poll_once(&mut Dest::Slice(buf), wait) {
                     Ok(Some((len, source))) => {
                         let envelope = Envelope {
@@ -197,15 +218,7 @@ impl Endpoint {
                     Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
-            if let Some(&envelope) = self.matcher.probe(spec) {
-                Dest::Slice(buf).fits(envelope.len)?;
-                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
-                    buf[..payload.len()].copy_from_slice(&payload);
-                    self.requests.pool.give(payload);
-                    return Ok(Some(envelope));
-                }
-            }
-            if !self.pull(wait)? {
+            if !self.pull_for_posted(wait)? {
                 return Ok(None);
             }
         }
@@ -267,6 +280,115 @@ impl Endpoint {
         Ok(true)
     }
 
+    /// Takes one message from the transports for the matcher: straight into the buffer of
+    /// the posted receive it matches when an edge tells its envelope before its payload
+    /// moves ([`Endpoint::pull_into_posted`]), else into a pool buffer ([`Endpoint::pull`]).
+    fn pull_for_posted(&mut self, wait: bool) -> Result<bool> {
+        if self.pull_into_posted()? {
+            return Ok(true);
+        }
+        self.pull(wait)
+    }
+
+    /// Looks (round robin, without waiting) at the edges whose look tells a message's
+    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm); the
+    /// first next message a posted matching receive matches, and whose buffer it fits, is
+    /// taken straight into that buffer (no staging copy: a rendezvous is pulled into it).
+    /// True if one was, or if a look took an empty message (handed on as `pull` does).
+    ///
+    /// [`InEdge::envelope_before_payload`]: crate::transport::edge::InEdge::envelope_before_payload
+    fn pull_into_posted(&mut self) -> Result<bool> {
+        if self.matcher.posted_len() == 0
+            || !self.requests.posted_recvs.is_empty()
+            || self.committed.is_some()
+        {
+            return Ok(false);
+        }
+        let n = self.inbound.len();
+        for k in 0..n {
+            let i = (self.next_inbound + k) % n;
+            if !self.inbound[i].envelope_before_payload() {
+                continue;
+            }
+            // An empty destination: the look tells the next message's length and leaves it.
+            let len = match self.look_at(i, &mut Dest::Slice(&mut []), false, false) {
+                Ok(None) => continue,
+                Err(Error::BufferTooSmall { message, .. }) => message,
+                Ok(Some(_)) => {
+                    self.empty_message_taken(i)?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            };
+            let tag = self.inbound[i].next_tag();
+            if tag.am {
+                // Its handler runs where `pull` takes it.
+                continue;
+            }
+            let envelope = Envelope {
+                source: self.inbound[i].peer(),
+                tag: tag.value,
+                len: len as u64,
+            };
+            if self.take_into_posted(i, envelope)? {
+                self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Edge `i`'s next message (`envelope`, left in place by a look) straight into the
+    /// buffer of the earliest-posted receive it matches, if that buffer fits it (a receive
+    /// too short is left to `pull`, which fails it as any matched receive).
+    fn take_into_posted(&mut self, i: usize, envelope: Envelope) -> Result<bool> {
+        let Some(&key) = self.matcher.posted_for(&envelope) else {
+            return Ok(false);
+        };
+        let mut buf = match self.requests.recvs.get_mut(key) {
+            Some(RecvState::Pending(buf)) if buf.len() as u64 >= envelope.len => {
+                std::mem::take(buf)
+            }
+            _ => return Ok(false),
+        };
+        match self.look_at(i, &mut Dest::Slice(&mut buf), false, false) {
+            Ok(Some(len)) => {
+                let tag = self.inbound[i].tag().value;
+                debug_assert_eq!((len as u64, tag), (envelope.len, envelope.tag));
+                self.matcher.cancel(&key);
+                let done = RecvCompletion {
+                    buf,
+                    len,
+                    src: envelope.source,
+                    tag,
+                };
+                self.requests.set_recv(key, RecvState::Done(Ok(done)));
+                Ok(true)
+            }
+            other => {
+                self.requests.set_recv(key, RecvState::Pending(buf));
+                other.map(|_| false)
+            }
+        }
+    }
+
+    /// A look for an envelope took edge `i`'s next message whole: an empty one. It goes on
+    /// as a look's message does (its handler, or the matcher).
+    fn empty_message_taken(&mut self, i: usize) -> Result<()> {
+        let tag = self.inbound[i].tag();
+        if tag.am {
+            return self.run_handler(i, tag, &[]);
+        }
+        let envelope = Envelope {
+            source: self.inbound[i].peer(),
+            tag: tag.value,
+            len: 0,
+        };
+        let payload = self.requests.pool.take(0);
+        self.arrive(envelope, payload);
+        Ok(())
+    }
+
     /// A message arrives at the matcher.
     pub(super) fn arrive(&mut self, envelope: Envelope, payload: Vec<u8>) {
         let mut payload = Some(payload);
@@ -296,6 +418,7 @@ impl Endpoint {
         let state = match Dest::Slice(&mut buf).fits(envelope.len) {
             Ok(()) => {
                 buf[..payload.len()].copy_from_slice(&payload);
+                self.matcher.count_staged(envelope.len);
                 self.requests.pool.give(payload);
                 RecvState::Done(Ok(RecvCompletion {
                     buf,
@@ -316,7 +439,7 @@ impl Endpoint {
     /// to the earliest-posted one.
     pub(super) fn progress_matched(&mut self) {
         while self.matcher.posted_len() > 0 {
-            match self.pull(false) {
+            match self.pull_for_posted(false) {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(e) => {

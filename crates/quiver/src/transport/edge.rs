@@ -598,6 +598,15 @@ impl InEdge {
         }
     }
 
+    /// Whether a look that finds the edge's next message too long for its destination
+    /// leaves it whole in place with its tag known ([`InEdge::next_tag`]), so that the next
+    /// look, with a destination that fits and without waiting, delivers that very message
+    /// whole: shm (the ring's records and the rendezvous record stay until taken). A tcp
+    /// or datagram edge may begin a large message into a buffer of its own instead.
+    pub(crate) fn envelope_before_payload(&self) -> bool {
+        matches!(self, InEdge::Shm(_))
+    }
+
     /// Whether the edge is done (skipped by every look).
     pub(crate) fn is_done(&self) -> bool {
         let state = match self {

@@ -193,6 +193,12 @@ impl Pipeline {
             let Some(front) = self.awaiting.front_mut() else {
                 return Ok(());
             };
+            if self.sending.front().is_some_and(|s| s.seq == front.seq) {
+                // The oldest request is still going out, and a target answers a request
+                // only once it has read all of it: no reply can be there, so no read (a
+                // large put streams without a failed read per look at the connection).
+                return Ok(());
+            }
             if self.reply.is_none() {
                 let n = channel.recv(local, &mut self.head[self.head_filled..])?;
                 self.head_filled += n;
@@ -368,5 +374,111 @@ impl PostedTable {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_wire::rma::{Rights, KEY_LEN};
+    use quiver_wire::rma_request::RequestOp;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobInfo;
+
+    /// A connection that takes at most `per_send` bytes per offer and counts reply reads.
+    #[derive(Default)]
+    struct Trickle {
+        per_send: usize,
+        taken: usize,
+        reads: usize,
+        replies: Vec<u8>,
+    }
+
+    impl RequestChannel for Trickle {
+        fn send(
+            &mut self,
+            _local: &LocalRank,
+            (head, data): (&[u8], &[u8]),
+            skip: usize,
+            started: &mut bool,
+        ) -> Result<usize> {
+            *started = true;
+            let n = (head.len() + data.len() - skip).min(self.per_send);
+            self.taken += n;
+            Ok(n)
+        }
+
+        fn recv(&mut self, _local: &LocalRank, out: &mut [u8]) -> Result<usize> {
+            self.reads += 1;
+            let n = out.len().min(self.replies.len());
+            out[..n].copy_from_slice(&self.replies[..n]);
+            self.replies.drain(..n);
+            Ok(n)
+        }
+    }
+
+    fn key() -> KeyRepr {
+        KeyRepr {
+            rights: Rights::ReadWrite,
+            rank: 1,
+            job_id: 7,
+            region: 3,
+            len: 1 << 20,
+            capability: [5; 16],
+        }
+    }
+
+    fn put(seq: u32, len: u64) -> (RequestRepr, OpInfo) {
+        let request = RequestRepr {
+            op: RequestOp::Put,
+            seq,
+            offset: 0,
+            len,
+            a: 0,
+            b: 0,
+            key: [0; KEY_LEN],
+        };
+        let info = OpInfo {
+            name: "put",
+            writes: true,
+            atomic: false,
+            offset: 0,
+            len,
+        };
+        (request, info)
+    }
+
+    /// While a put is still going out, its connection is not read for replies (none can
+    /// be there yet); once it is out, its reply completes it with the data back.
+    #[test]
+    fn no_reply_is_read_while_the_oldest_request_is_going_out() {
+        let local = LocalRank::new(JobInfo::by_hand(), Config::default(), None);
+        let peer = Addr::new(1, 0);
+        let mut pipeline = Pipeline::default();
+        let mut channel = Trickle {
+            per_send: 1000,
+            ..Trickle::default()
+        };
+        let (request, info) = put(1, 4000);
+        pipeline.post(&request, key(), info, vec![9; 4000]);
+        let total = REQUEST_LEN + 4000;
+        while channel.taken + 1000 < total {
+            pipeline.progress(&mut channel, &local, peer).unwrap();
+            assert_eq!(channel.reads, 0, "read while the put was going out");
+        }
+        let reply = ReplyRepr {
+            status: ReplyStatus::Done,
+            seq: 1,
+            value: 0,
+            len: 0,
+        };
+        channel.replies.extend_from_slice(&reply.emit());
+        pipeline.progress(&mut channel, &local, peer).unwrap();
+        assert_eq!(channel.taken, total);
+        assert!(channel.reads > 0);
+        let (_, data) = pipeline.take(1).expect("completed").unwrap();
+        assert_eq!(data, vec![9; 4000]);
+        assert!(pipeline.is_idle());
     }
 }

@@ -143,3 +143,92 @@ pub(crate) fn early_return_and_panic(t: TransportKind) {
         }
     });
 }
+
+/// The scope's operations without the closure, as the C and Python bindings hold them (by
+/// number, across calls): receives of three sizes posted first (one past 1 MiB), sends
+/// copied from slices of the caller's array, the receives finished in reverse order into
+/// the caller's memory (each took the message of its place in the posting order); a wait
+/// that times out leaves its receive posted (the next message still goes into it); a
+/// receive cancelled before its message is withdrawn (the message goes to a later
+/// receive), one cancelled after its message arrived completes into the caller's memory.
+pub(crate) fn posted_by_number(t: TransportKind) {
+    use std::time::Duration;
+    run(t, 2, |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(Duration::from_secs(60)));
+        let peer = Addr::new(1 - rank, 0);
+        let conn = ep.connect(peer).unwrap();
+        let mine: Vec<u8> = bytemuck::cast_slice(&values(rank, 400_000)).to_vec();
+        let theirs: Vec<u8> = bytemuck::cast_slice(&values(1 - rank, 400_000)).to_vec();
+        let parts = [(5usize, 69usize), (1000, 81_000), (7, 7 + 1_200_004)];
+        let recvs: Vec<_> = parts
+            .iter()
+            .map(|&(a, b)| ep.post_recv_sized(None, b - a).unwrap())
+            .collect();
+        let sends: Vec<_> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b))| ep.post_send_from(conn, Some(i as u64 + 7), &mine[a..b]))
+            .collect::<quiver::Result<_>>()
+            .unwrap();
+        for send in sends {
+            ep.finish_send(send).unwrap();
+        }
+        let mut landing = vec![0u8; 1_300_000];
+        for (i, recv) in recvs.into_iter().enumerate().rev() {
+            let (a, b) = parts[i];
+            let got = ep
+                .finish_recv_into(recv, &mut landing[a..b])
+                .unwrap_or_else(|e| panic!("rank {rank}, receive {i}: {e}"));
+            assert_eq!(
+                (got.source, got.tag, got.len),
+                (peer, i as u64 + 7, (b - a) as u64)
+            );
+            assert!(landing[a..b] == theirs[a..b], "receive {i} differs");
+            landing[a..b].fill(0);
+        }
+        assert!(landing.iter().all(|&b| b == 0), "written outside the parts");
+
+        let mut buf = [0u8; 64];
+        if rank == 0 {
+            // A wait that times out leaves the receive posted.
+            let late = ep.post_recv_sized(None, 64).unwrap();
+            ep.set_timeout(Some(Duration::from_millis(50)));
+            let waited = ep.wait_recv_ready(&late);
+            assert!(
+                matches!(waited, Err(quiver::Error::Timeout { .. })),
+                "{waited:?}"
+            );
+            ep.set_timeout(Some(Duration::from_secs(60)));
+            ep.send(conn, b"go").unwrap();
+            ep.wait_recv_ready(&late).unwrap();
+            assert!(ep.test_recv(&late).unwrap());
+            let got = ep.finish_recv_into(late, &mut buf).unwrap();
+            assert_eq!((got.len, &buf[..4]), (4, &b"late"[..]));
+
+            // Cancelled before its message: withdrawn, into untouched.
+            let mut part = [0u8; 32];
+            let early = ep.post_recv_sized(None, 32).unwrap();
+            assert_eq!(ep.cancel_recv_into(early, &mut part).unwrap(), None);
+            ep.send(conn, b"go").unwrap();
+            let (n, _) = ep.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"after the cancel");
+            assert!(part.iter().all(|&b| b == 0));
+            // Cancelled after its message arrived: completed into `part`.
+            let arrived = ep.post_recv_sized(None, 32).unwrap();
+            ep.send(conn, b"go").unwrap();
+            ep.wait_recv_ready(&arrived).unwrap();
+            let got = ep.cancel_recv_into(arrived, &mut part).unwrap().unwrap();
+            assert_eq!((got.len, &part[..9]), (9, &b"completed"[..]));
+            ep.send(conn, b"done").unwrap();
+        } else {
+            assert_eq!(ep.recv(&mut buf).unwrap(), (2, peer));
+            ep.send(conn, b"late").unwrap();
+            assert_eq!(ep.recv(&mut buf).unwrap(), (2, peer));
+            ep.send(conn, b"after the cancel").unwrap();
+            assert_eq!(ep.recv(&mut buf).unwrap(), (2, peer));
+            ep.send(conn, b"completed").unwrap();
+            assert_eq!(ep.recv(&mut buf).unwrap(), (4, peer));
+        }
+    });
+}

@@ -35,6 +35,25 @@ fn masks_and_wildcards() {
     assert!(!library.matches(a, (0xAC << 56) | 12345));
 }
 
+/// `posted_for` names the receive `arrive` would give the message to, and leaves it
+/// posted; `cancel` then withdraws exactly that one (a message moved straight into it).
+#[test]
+fn posted_for_names_the_receive_an_arrival_would_take() {
+    let mut m: Matcher<u32, ()> = Matcher::new(1 << 20);
+    assert!(m.post(spec(Some(2), 5, u64::MAX), 10).is_none());
+    assert!(m.post(spec(None, 5, u64::MAX), 11).is_none());
+    assert!(m.post(MatchSpec::ANY, 12).is_none());
+    assert_eq!(m.posted_for(&env(1, 5, 8)), Some(&11));
+    assert_eq!(m.posted_for(&env(2, 5, 8)), Some(&10));
+    assert_eq!(m.posted_for(&env(1, 6, 8)), Some(&12));
+    assert_eq!(m.posted_len(), 3);
+    assert!(m.cancel(&11));
+    // The next message of that envelope goes where `arrive` sends it.
+    assert_eq!(m.posted_for(&env(1, 5, 8)), Some(&12));
+    assert_eq!(m.arrive(env(1, 5, 8), || ()), Arrival::Posted(12));
+    assert_eq!(m.posted_for(&env(1, 5, 8)), None);
+}
+
 #[test]
 fn arrivals_go_to_the_earliest_matching_posted_receive() {
     let mut m: Matcher<u32, ()> = Matcher::new(1 << 20);

@@ -413,13 +413,24 @@ impl Engine {
     }
 }
 
-/// A link's refused sends and lowered datagram sizes (a udp link's; zero for the others).
+/// A link's refused sends and lowered datagram sizes (a udp link's, plain or io_uring, and
+/// an xdp link's lowered sizes; zero for mem).
 fn offload_stats(socket: &Socket) -> LinkStats {
     match socket {
         Socket::Udp(io) => LinkStats {
             gso_refusals: io.offload.gso_refusals,
             mtu_refusals: io.offload.size_refusals,
             datagram_size_lowered: io.offload.datagram_size_lowered,
+            ..LinkStats::default()
+        },
+        Socket::Xdp(io) => LinkStats {
+            datagram_size_lowered: io.datagram_size_lowered,
+            ..LinkStats::default()
+        },
+        Socket::Uring(io) => LinkStats {
+            gso_refusals: io.socket.stats().gso_refusals,
+            mtu_refusals: io.socket.stats().size_refusals,
+            datagram_size_lowered: io.datagram_size_lowered,
             ..LinkStats::default()
         },
         _ => LinkStats::default(),

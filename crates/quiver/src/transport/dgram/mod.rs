@@ -95,6 +95,7 @@ pub(crate) mod inbound;
 pub(crate) mod mem;
 mod messages;
 pub(crate) mod outbound;
+mod path_mtu;
 mod poll;
 mod posted_reads;
 pub(crate) mod protocols;

@@ -185,8 +185,16 @@ impl Engine {
                         let to = entry.paths.get(path).copied().unwrap_or(entry.to);
                         io.send_for(entry, path, to, lent);
                     }
-                    Socket::Xdp(io) => io.flush(),
-                    Socket::Uring(io) => io.flush(),
+                    Socket::Xdp(io) => {
+                        io.flush();
+                        let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                        io.follow_link_mtu(entry, to);
+                    }
+                    Socket::Uring(io) => {
+                        io.flush();
+                        let to = entry.paths.get(path).copied().unwrap_or(entry.to);
+                        io.follow_path_mtu(entry, to);
+                    }
                     _ => {}
                 }
             }

@@ -22,6 +22,7 @@ use quiver_transport::udp::{
 
 use super::connection::{lender, sender_for, Entry, Posted, Status};
 use super::mem::MemSocket;
+use super::path_mtu::lower_datagram_size;
 use super::uring_io::{bind_uring, UringIo};
 use crate::config::{TransportKind, UdpIoMode};
 use crate::error::{Error, Result};
@@ -104,14 +105,14 @@ impl Socket {
                 }
             }
             Socket::Xdp(x) => {
-                let XdpIo { link, faults } = &mut **x;
+                let XdpIo { link, faults, .. } = &mut **x;
                 if let Some(faults) = faults {
                     faults.release_held(&mut |to, datagram| link.send(to, datagram, &[]));
                     link.flush();
                 }
             }
             Socket::Uring(u) => {
-                let UringIo { socket, faults } = &mut **u;
+                let UringIo { socket, faults, .. } = &mut **u;
                 if let Some(faults) = faults {
                     faults.release_held(&mut |to, datagram| socket.send(to, datagram, &[]));
                     socket.flush();
@@ -135,7 +136,11 @@ pub(super) fn bind_socket(
         TransportKind::Udp if udp_io != UdpIoMode::Sockets => match bind_uring(addr, udp_io)? {
             Some(socket) => {
                 let faults = FaultInjector::new(faults, socket.local_address());
-                Socket::Uring(Box::new(UringIo { socket, faults }))
+                Socket::Uring(Box::new(UringIo {
+                    socket,
+                    faults,
+                    datagram_size_lowered: 0,
+                }))
             }
             None => bind_socket(kind, addr, faults, interface, UdpIoMode::Sockets)?,
         },
@@ -165,7 +170,11 @@ pub(super) fn bind_socket(
         TransportKind::Xdp => {
             let link = XdpLink::bind(addr, interface)?;
             let faults = FaultInjector::new(faults, link.local_address());
-            Socket::Xdp(Box::new(XdpIo { link, faults }))
+            Socket::Xdp(Box::new(XdpIo {
+                link,
+                faults,
+                datagram_size_lowered: 0,
+            }))
         }
         other => {
             return Err(Error::Config(format!(
@@ -266,13 +275,15 @@ impl MemIo {
 pub(super) struct XdpIo {
     pub(super) link: XdpLink,
     faults: Option<Box<FaultInjector>>,
+    /// Times a connection's datagram size was lowered because the link's MTU fell.
+    pub(super) datagram_size_lowered: u64,
 }
 
 impl XdpIo {
     /// Queues one datagram (header then payload) to `to`, as `XdpLink::send`; sent by
     /// [`XdpIo::flush`].
     pub(super) fn send(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
-        let XdpIo { link, faults } = self;
+        let XdpIo { link, faults, .. } = self;
         match faults {
             None => link.send(to, header, payload),
             Some(faults) => faults.send(to, &[header, payload], &mut |to, datagram| {
@@ -284,6 +295,17 @@ impl XdpIo {
     /// Sends what was queued.
     pub(super) fn flush(&mut self) {
         self.link.flush();
+    }
+
+    /// After a flush of `entry`'s datagrams to `to`: a connection cutting datagrams larger
+    /// than the link now carries (its interface's MTU fell) cuts smaller ones from now on.
+    pub(super) fn follow_link_mtu(&mut self, entry: &mut Entry, to: SocketAddr) {
+        let room = self.link.max_datagram();
+        if entry.core.max_datagram_bytes() > room
+            && lower_datagram_size(entry, self.link.local_address(), to, room)
+        {
+            self.datagram_size_lowered += 1;
+        }
     }
 
     /// Takes one datagram, as `XdpLink::recv_next`: in place in its UMEM frame (give it
@@ -342,15 +364,11 @@ impl UdpIo {
         }
     }
 
-    /// Lowers `entry`'s datagram size to `room`, the datagram bytes the path to `to` now
-    /// carries, counted and logged when it changes.
+    /// Lowers `entry`'s datagram size to `room` ([`lower_datagram_size`]), counted.
     #[cold]
     fn lower_datagram_size(&mut self, entry: &mut Entry, to: SocketAddr, room: usize) {
-        let before = entry.core.max_datagram_bytes();
-        let after = entry.core.lower_max_datagram_bytes(room);
-        if after < before {
+        if lower_datagram_size(entry, self.socket.local_address(), to, room) {
             self.offload.datagram_size_lowered += 1;
-            tracing::warn!(target: ENDPOINT_LOG, local = %self.socket.local_address(), peer = %to, before, after, "the path's MTU fell: this connection's datagrams are {after} bytes from now on (they were {before})");
         }
     }
 

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use quiver_transport::uring::{RxBuffer, UringOptions, UringUdpSocket};
 
+use super::connection::Entry;
+use super::path_mtu::lower_datagram_size;
 use crate::config::UdpIoMode;
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
@@ -39,6 +41,8 @@ pub(super) enum UringArrival {
 pub(super) struct UringIo {
     pub(super) socket: UringUdpSocket,
     pub(super) faults: Option<Box<FaultInjector>>,
+    /// Times a connection's datagram size was lowered because the path's MTU fell.
+    pub(super) datagram_size_lowered: u64,
 }
 
 /// Whether the fallback to plain sockets was reported already (once per process).
@@ -69,7 +73,7 @@ pub(super) fn bind_uring(addr: SocketAddr, mode: UdpIoMode) -> Result<Option<Uri
 impl UringIo {
     /// Queues one datagram (header then payload) to `to`; sent by [`UringIo::flush`].
     pub(super) fn send(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
-        let UringIo { socket, faults } = self;
+        let UringIo { socket, faults, .. } = self;
         match faults {
             None => socket.send(to, header, payload),
             Some(faults) => faults.send(to, &[header, payload], &mut |to, datagram| {
@@ -81,6 +85,18 @@ impl UringIo {
     /// Submits what was queued.
     pub(super) fn flush(&mut self) {
         self.socket.flush();
+    }
+
+    /// After a flush of `entry`'s datagrams to `to`: when the kernel refused some because
+    /// the path's MTU fell below them, the connection cuts datagrams the path carries from
+    /// now on (GSO stays on, as on a plain udp socket).
+    pub(super) fn follow_path_mtu(&mut self, entry: &mut Entry, to: SocketAddr) {
+        if let Some(room) = self.socket.take_path_room(to) {
+            let local = self.socket.local_address();
+            if lower_datagram_size(entry, local, to, room) {
+                self.datagram_size_lowered += 1;
+            }
+        }
     }
 
     /// Gives an arrival's buffer back to the kernel.

@@ -72,6 +72,9 @@ pub struct XdpLinkStats {
     /// Datagrams that came through the kernel instead (an interface with several receive
     /// queues: those of the queues without quiver's socket).
     pub kernel_received: u64,
+    /// Times the interface's MTU was found changed (the link's largest datagram follows
+    /// it; the engine lowers its connections' datagram sizes to match).
+    pub mtu_changes: u64,
 }
 
 /// A datagram [`XdpLink::recv_next`] took.
@@ -104,8 +107,21 @@ pub(crate) struct XdpLink {
     /// Neighbours being resolved: when the last probe went.
     probed: HashMap<Ipv4Addr, Instant>,
     max_datagram: usize,
+    /// When the interface's MTU was last read ([`MTU_CHECK_INTERVAL`]).
+    mtu_checked: Instant,
     next_id: u16,
     stats: XdpLinkStats,
+}
+
+/// How often a link reads its interface's MTU again (at a flush): well within the time a
+/// connection whose datagrams a lowered MTU drops takes to give up on its peer.
+const MTU_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The largest datagram a frame of `frame_bytes` on an interface of `mtu` carries.
+fn max_datagram_for(frame_bytes: usize, mtu: u32) -> usize {
+    let frame_room = frame_bytes - HEADERS_LEN;
+    let mtu_room = (mtu as usize).saturating_sub(HEADERS_LEN - 14);
+    frame_room.min(mtu_room)
 }
 
 impl XdpLink {
@@ -167,9 +183,7 @@ impl XdpLink {
         } else {
             None
         };
-        let frame_room = socket.geometry().frame_bytes as usize - HEADERS_LEN;
-        let mtu_room = (info.mtu as usize).saturating_sub(HEADERS_LEN - 14);
-        let max_datagram = frame_room.min(mtu_room);
+        let max_datagram = max_datagram_for(socket.geometry().frame_bytes as usize, info.mtu);
         tracing::debug!(
             target: "quiver::xdp",
             "xdp link {local} on {} (index {}, mtu {}, {} rx queues): program {:?}, {}",
@@ -190,6 +204,7 @@ impl XdpLink {
             neighbours: HashMap::new(),
             probed: HashMap::new(),
             max_datagram,
+            mtu_checked: Instant::now(),
             next_id: 0,
             stats: XdpLinkStats::default(),
         })
@@ -264,6 +279,26 @@ impl XdpLink {
     /// Sends what [`XdpLink::send`] queued.
     pub(crate) fn flush(&mut self) {
         self.socket.flush();
+        if self.mtu_checked.elapsed() >= MTU_CHECK_INTERVAL {
+            self.follow_mtu();
+        }
+    }
+
+    /// Reads the interface's MTU again; a changed one changes the largest datagram the
+    /// link carries (frames above it would be dropped on the wire), counted and logged.
+    #[cold]
+    fn follow_mtu(&mut self) {
+        self.mtu_checked = Instant::now();
+        let before = self.interface.mtu;
+        let Ok(mtu) = self.interface.refresh_mtu(&self.kernel_socket) else {
+            return;
+        };
+        if mtu == before {
+            return;
+        }
+        self.stats.mtu_changes += 1;
+        self.max_datagram = max_datagram_for(self.socket.geometry().frame_bytes as usize, mtu);
+        tracing::warn!(target: "quiver::xdp", "xdp link {} on {}: the MTU went from {before} to {mtu}; datagrams are at most {} bytes from now on", self.local, self.interface.name, self.max_datagram);
     }
 
     /// Takes one datagram into `buf` (truncated if longer, as UDP would) and returns its
