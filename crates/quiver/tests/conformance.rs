@@ -634,6 +634,10 @@ fn close_ends_both_directions(t: TransportKind) {
             done.wait();
         } else {
             let back = ep.connect(peer).unwrap();
+            // Posted before the close, for a tag the closer never sends: ended by the close.
+            let never = ep
+                .post_recv_matching(quiver::MatchSpec::tag(99).from(peer), vec![0; 16])
+                .unwrap();
             ep.send(back, b"hello").unwrap();
             let from = quiver::MatchSpec {
                 source: Some(peer),
@@ -661,6 +665,14 @@ fn close_ends_both_directions(t: TransportKind) {
                     other => panic!("expected PeerClosed from probe, got {other:?}"),
                 }
                 assert!(matches!(ep.try_probe(from), Err(Error::PeerClosed { .. })));
+            }
+            // Posted receives naming the closer: the one waiting, and one posted now.
+            let after = ep.post_recv_matching(from, vec![0; 16]).unwrap();
+            for (name, request) in [("waiting", never), ("posted after", after)] {
+                match ep.wait_recv(request) {
+                    Err(Error::PeerClosed { peer: p }) => assert_eq!(p, peer, "{name}"),
+                    other => panic!("{name}: expected PeerClosed, got {other:?}"),
+                }
             }
             assert!(
                 started.elapsed() < Duration::from_secs(20),

@@ -318,6 +318,29 @@ impl<R, P> Matcher<R, P> {
         self.posted.pop_front().map(|(_, receive)| receive)
     }
 
+    /// The earliest-posted receive whose spec names `source` (`None`: one for any
+    /// source), left posted.
+    pub(crate) fn posted_from(&self, source: Option<Addr>) -> Option<&R> {
+        self.posted
+            .iter()
+            .find(|(spec, _)| spec.source == source)
+            .map(|(_, receive)| receive)
+    }
+
+    /// The earliest-posted receive naming a source `ended` says no message can come from
+    /// any more, withdrawn with that source (its clean end is reported to it).
+    pub(crate) fn withdraw_from_ended(
+        &mut self,
+        mut ended: impl FnMut(Addr) -> bool,
+    ) -> Option<(Addr, R)> {
+        let i = self
+            .posted
+            .iter()
+            .position(|(spec, _)| spec.source.is_some_and(&mut ended))?;
+        let (spec, receive) = self.posted.remove(i).expect("position is in range");
+        Some((spec.source.expect("named"), receive))
+    }
+
     fn find(&self, spec: MatchSpec) -> Option<usize> {
         self.unexpected
             .iter()

@@ -10,10 +10,12 @@
 
 use super::matching::{Arrival, Envelope, Held, MatchSpec, MatchingStats};
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
+use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::pool::PooledBuf;
 use crate::slab::Key;
 use crate::transport::dest::Dest;
+use crate::transport::edge::InEdge;
 use crate::transport::requests::{RecvCompletion, RecvState};
 use crate::transport::wait::Wait;
 use crate::transport::wire_tag::WireTag;
@@ -441,12 +443,42 @@ impl Endpoint {
         while self.matcher.posted_len() > 0 {
             match self.pull_for_posted(false) {
                 Ok(true) => {}
-                Ok(false) => return,
+                Ok(false) => {
+                    if self.inbound.iter().any(InEdge::ended) {
+                        self.end_posted_from_closed();
+                    }
+                    return;
+                }
                 Err(e) => {
                     if let Some(key) = self.matcher.pop_posted() {
                         self.requests.set_recv(key, RecvState::Done(Err(e)));
                     }
                 }
+            }
+        }
+    }
+
+    /// Completes with [`Error::PeerClosed`] the posted matching receives only a closed peer
+    /// could satisfy (every message it sent taken, as a blocking receive sees it:
+    /// [`Endpoint::end_of`]): those naming it, and the earliest any-source one once no
+    /// inbound connection can deliver (once per closed connection).
+    #[cold]
+    fn end_posted_from_closed(&mut self) {
+        let mut peers: Vec<Addr> = self.inbound.iter().map(InEdge::peer).collect();
+        peers.dedup();
+        for peer in peers {
+            if self.end_of(Some(peer)).is_none() {
+                continue;
+            }
+            while let Some((_, key)) = self.matcher.withdraw_from_ended(|named| named == peer) {
+                self.requests
+                    .set_recv(key, RecvState::Done(Err(Error::PeerClosed { peer })));
+            }
+        }
+        if let Some(&key) = self.matcher.posted_from(None) {
+            if let Some(end) = self.end_of(None) {
+                self.matcher.cancel(&key);
+                self.requests.set_recv(key, RecvState::Done(Err(end)));
             }
         }
     }
