@@ -25,10 +25,9 @@
 //! Layer: quiver-transport (raw pointers into the caller's memory, `unsafe` with a
 //! `SAFETY:` comment on each block). Who may access is the caller's business.
 
-use std::ffi::c_void;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -274,14 +273,9 @@ impl CallerMemory {
     /// `InvalidInput` outside the memory, `PermissionDenied` once revoked; the socket's.
     pub fn recv_into(&self, fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<usize> {
         let (_live, at) = self.span(offset, len).map_err(io_error)?;
-        // SAFETY: the kernel writes at most `len` bytes at `at`, inside the lent memory
-        // (checked), alive while the guard is held.
-        let got =
-            unsafe { libc::recv(fd.as_raw_fd(), at.cast::<c_void>(), len, libc::MSG_DONTWAIT) };
-        if got < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(got as usize)
+        // SAFETY: `len` bytes at `at` lie inside the lent memory (checked), alive while the
+        // guard is held.
+        unsafe { crate::region::recv_raw(fd, at, len) }
     }
 
     /// Sends `head` then the memory's `len` bytes at `offset` on socket `fd`, skipping the

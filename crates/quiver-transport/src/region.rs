@@ -231,24 +231,10 @@ impl SharedRegion {
         if !self.writable || self.check(offset, len).is_err() {
             return Err(io::ErrorKind::InvalidInput.into());
         }
-        // SAFETY: `offset + len <= self.len` (checked), so the kernel writes only inside the
-        // read-write mapping, past the header. Bytes other processes write concurrently
-        // are plain bytes: any mix is a valid value.
-        let got = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                self.map
-                    .as_ptr()
-                    .add(HEADER_BYTES + offset)
-                    .cast::<c_void>(),
-                len,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if got < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(got as usize)
+        // SAFETY: `offset + len <= self.len` (checked), so the `len` bytes lie inside the
+        // read-write mapping, past the header, alive as long as `&self`. Bytes other
+        // processes write concurrently are plain bytes: any mix is a valid value.
+        unsafe { recv_raw(fd, self.map.as_ptr().add(HEADER_BYTES + offset), len) }
     }
 
     /// Sends `head` then the region's `len` bytes at `offset` on socket `fd` in one
@@ -341,6 +327,19 @@ impl SharedRegion {
     pub fn swap(&self, offset: usize, value: u64) -> Result<u64, AccessError> {
         Ok(self.data_word(offset, true)?.swap(value, Ordering::SeqCst))
     }
+}
+
+/// Receives at most `len` bytes from socket `fd` at `at`, never waiting; the bytes taken.
+///
+/// # Safety
+/// `at..at + len` must be writable memory that stays alive for the call.
+pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, at: *mut u8, len: usize) -> io::Result<usize> {
+    // SAFETY: the caller's promise: the kernel writes at most `len` bytes at `at`.
+    let got = unsafe { libc::recv(fd.as_raw_fd(), at.cast::<c_void>(), len, libc::MSG_DONTWAIT) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(got as usize)
 }
 
 /// Sends `head` then `data` on socket `fd` in one gathered `sendmsg`, skipping the first
