@@ -16,7 +16,6 @@
 //! no udp transport: its datagram transports need InfiniBand). The targets of the issue that asked for this
 //! bench: latency at most 0.8x UCX's, rate at least 1.2x.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use std::time::{Duration, Instant};
 use quiver::{ActiveMessage, Addr, Config, Context, Endpoint, TransportKind};
 
 use super::floor::pin_current_thread;
+use super::in_process_job::{free_port, two_ranks};
 use super::parent::choose_cpus;
 use crate::provenance::Provenance;
 
@@ -195,42 +195,13 @@ fn parse_ucx(text: &str) -> Option<UcxFields> {
     })
 }
 
-/// A free tcp port on loopback (for UCX's exchange and quiver's tcp ranks).
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
 /// The two ranks' contexts: one job, `kind` only.
-fn contexts(kind: TransportKind) -> Result<Vec<Context>, String> {
-    let mut key = [0u8; 32];
-    getrandom::getrandom(&mut key).map_err(|e| format!("job key: {e}"))?;
-    let id = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
-    let addrs = match kind {
-        TransportKind::Shm => Vec::new(),
-        _ => (0..2)
-            .map(|_| free_port().map(|port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("free port: {e}"))?,
-    };
+fn contexts(kind: TransportKind) -> Result<(Context, Context), String> {
     let config = Config {
         transports: vec![kind],
         ..Config::from_env().map_err(|e| e.to_string())?
     };
-    (0..2)
-        .map(|rank| {
-            Context::builder()
-                .rank(rank)
-                .size(2)
-                .job_id(id)
-                .job_key(key)
-                .addrs(addrs.clone())
-                .config(config.clone())
-                .build()
-                .map_err(|e| format!("rank {rank}: {e}"))
-        })
-        .collect()
+    two_ranks(&config)
 }
 
 /// quiver's one-way latency (µs, median) and rate (Mmsg/s).
@@ -240,9 +211,7 @@ fn measure(
     lat_iters: u64,
     messages: u64,
 ) -> Result<(f64, f64), String> {
-    let mut contexts = contexts(kind)?;
-    let ctx1 = contexts.pop().expect("two contexts");
-    let ctx0 = contexts.pop().expect("two contexts");
+    let (ctx0, ctx1) = contexts(kind)?;
     let stop = AtomicBool::new(false);
     thread::scope(|s| {
         let responder = s.spawn(|| respond(&ctx1, cpus[1], &stop));

@@ -27,6 +27,7 @@ pub mod crossover;
 pub mod fd_wait;
 pub mod floor;
 pub mod generic;
+pub mod in_process_job;
 pub mod launched;
 pub mod link;
 pub mod parent;

@@ -28,13 +28,13 @@
 //! per figure with the run's provenance. Wrap timed runs in `flock /tmp/bench.lock`.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quiver::{Addr, Config, Context, Endpoint, RemoteKey, Rights, TransportKind};
 
 use super::floor::{self, Floors};
+use super::in_process_job::{free_port, two_ranks};
 use super::parent::choose_cpus;
 use crate::provenance::Provenance;
 
@@ -213,33 +213,13 @@ fn run(
 
 /// The two contexts of a job of two ranks over `transport`.
 fn job(transport: TransportKind) -> Result<(Context, Context), String> {
-    let addrs = (0..2)
-        .map(|_| {
-            let probe = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            probe.local_addr().map_err(|e| e.to_string())
-        })
-        .collect::<Result<Vec<SocketAddr>, String>>()?;
-    let id = u64::from(std::process::id()) << 16 | transport as u64;
-    let mut key = [0u8; 32];
-    key[..8].copy_from_slice(&id.to_le_bytes());
     let config = Config {
         transports: vec![transport],
         connect_timeout: Duration::from_secs(20),
         op_timeout: Some(Duration::from_secs(120)),
         ..Config::default()
     };
-    let build = |rank: u32| {
-        Context::builder()
-            .rank(rank)
-            .size(2)
-            .job_id(id)
-            .job_key(key)
-            .addrs(addrs.clone())
-            .config(config.clone())
-            .build()
-            .map_err(|e| format!("a {transport} context: {e}"))
-    };
-    Ok((build(0)?, build(1)?))
+    two_ranks(&config).map_err(|e| format!("a {transport} job: {e}"))
 }
 
 /// The figures of one transport: rank 1 (the target) on a thread of its own.
@@ -482,11 +462,7 @@ fn ucx_baselines(cpus: [usize; 2], counts: Counts, ops: Ops) -> Result<Vec<Figur
 
 /// Starts a `ucx_perftest` server, then its client until it connects; the client's output.
 fn run_ucx_pair(tool: &str, batch: &std::path::Path, cpus: [usize; 2]) -> Result<String, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port()
-        .to_string();
+    let port = free_port().map_err(|e| e.to_string())?.to_string();
     let batch = batch.to_string_lossy().to_string();
     let common = |c: &mut Command| {
         c.env("UCX_TLS", "posix,cma,self")
