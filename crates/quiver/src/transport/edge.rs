@@ -390,7 +390,7 @@ impl OutEdge {
     /// region of `peer` that `key` names; the word before, for an atomic. Over shm the
     /// initiator maps the region once and uses plain copies and CPU atomics; over tcp and
     /// the datagram transports a request on a connection of its own, applied by the
-    /// target's progress engine (`tcp::rma`, `dgram::rma`).
+    /// target's progress engine (`rma_stream`, `dgram::rma`).
     ///
     /// # Errors
     /// The edge's failure; the transport's.

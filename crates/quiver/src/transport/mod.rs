@@ -41,6 +41,7 @@ pub(crate) mod retry;
 pub(crate) mod rma_ops;
 pub(crate) mod rma_pipeline;
 pub(crate) mod rma_serve;
+pub(crate) mod rma_stream;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod wait;

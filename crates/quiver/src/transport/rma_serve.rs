@@ -11,8 +11,9 @@
 //! its socket and the region. A refusal is a reply status (the initiator's typed error),
 //! counted here.
 //!
-//! Each transport implements [`Served`] for its connections (tcp: `tcp::rma`; datagrams:
-//! `dgram::rma`); this module knows none of them.
+//! Each kind of request connection implements [`Served`] (a byte stream, tcp's or shm's
+//! socket pair for lent memory: `rma_stream`; datagrams: `dgram::rma`); this module knows
+//! none of them.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -17,7 +17,7 @@
 //! revocation waits for it); atomics, and every operation once cross-memory attach is
 //! refused (a container's seccomp profile, the ptrace scope), go to the target's progress
 //! engine over a unix socket pair whose other end rode with the key request: the request
-//! stream protocol of the tcp transport's software path (`tcp::rma`), served by whichever
+//! stream of the software path (`transport::rma_stream`, as over tcp), served by whichever
 //! endpoint of the target calls into quiver.
 
 use std::collections::hash_map::Entry;
@@ -40,7 +40,7 @@ use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::retry::Attempt;
 use crate::transport::rma_ops::{refused, RmaOp, RMA_PORT};
-use crate::transport::tcp::rma::TcpRma;
+use crate::transport::rma_stream::StreamRma;
 
 /// The regions of one peer an edge mapped, by key.
 #[derive(Debug, Default)]
@@ -75,7 +75,7 @@ struct CallerMapping {
     /// Whether cross-memory copies still work (false once refused: the software path).
     cross_memory: bool,
     /// The request stream to the target's progress engine.
-    software: TcpRma,
+    software: StreamRma,
 }
 
 /// What one cross-memory copy came to.
@@ -324,7 +324,7 @@ fn caller_mapping(
     Ok(CallerMapping {
         control,
         addr: grant.addr,
-        software: TcpRma::over(TcpStream::from(stream), peer, Some(pid)),
+        software: StreamRma::over("shm", TcpStream::from(stream), peer, Some(pid)),
         process,
         cross_memory: true,
     })

@@ -13,7 +13,7 @@ use quiver_wire::rma::{CallerGrantRepr, GrantRepr, GrantStatus, KeyRepr, Rights}
 
 use crate::transport::local::LocalRank;
 use crate::transport::regions::Granted;
-use crate::transport::tcp::rma::TcpServed;
+use crate::transport::rma_stream::StreamServed;
 
 /// Answers the key request `message` that rank `peer` (process `pid`) sent on `sock` after
 /// the handshake, with `fds` attached (a request stream's end): the grant and, when
@@ -74,7 +74,7 @@ pub(crate) fn answer_key(
                 local.registry.accepted();
                 local
                     .rma
-                    .adopt(Box::new(TcpServed::new(TcpStream::from(stream), peer)));
+                    .adopt(Box::new(StreamServed::new(TcpStream::from(stream), peer)));
                 // A sleeping endpoint watches the request streams it knew of: wake it.
                 local.registry.wake_all();
             }

@@ -13,7 +13,6 @@ use std::thread::JoinHandle;
 use quiver_proto::handshake::{RejectReason, Responder};
 use quiver_wire::handshake::{MAX_MESSAGE_LEN, PREFIX_LEN};
 
-use super::rma::TcpServed;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::random::random;
@@ -22,6 +21,7 @@ use crate::transport::liveness::{identity_params, local_peer_pid};
 use crate::transport::local::LocalRank;
 use crate::transport::registry::{not_open_reason, Inbox, NetInbound};
 use crate::transport::rma_ops::RMA_PORT;
+use crate::transport::rma_stream::StreamServed;
 
 /// A rank's tcp listener thread.
 #[derive(Debug)]
@@ -289,7 +289,7 @@ impl PendingTcp {
         };
         tracing::debug!(rank, "accepted a one-sided request stream");
         local.registry.accepted();
-        local.rma.adopt(Box::new(TcpServed::new(stream, rank)));
+        local.rma.adopt(Box::new(StreamServed::new(stream, rank)));
         // A sleeping endpoint watches the request streams it knew of: wake it for this one.
         local.registry.wake_all();
         Step::Finished(Ok(Outcome::Accepted))

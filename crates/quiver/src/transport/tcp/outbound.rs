@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use quiver_transport::sys;
 use quiver_wire::stream::{StreamHeader, HEADER_LEN};
 
-use super::rma::TcpRma;
+use super::rma::request_stream;
 use super::stats::OpenStream;
 use super::writer::{tcp_write, TCP_COALESCE_MAX_BYTES};
 use crate::addr::Addr;
@@ -26,6 +26,7 @@ use crate::transport::liveness::PeerProcess;
 use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{stopped_for, NetOut, NetQueued};
 use crate::transport::requests::SendState;
+use crate::transport::rma_stream::StreamRma;
 use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
 use crate::transport::wire_tag::WireTag;
 
@@ -45,7 +46,7 @@ pub(crate) struct TcpOut {
     tag_frame: [u8; HEADER_LEN],
     tag_left: usize,
     /// One-sided operations to the peer (their own stream, opened at the first).
-    pub(crate) rma: TcpRma,
+    pub(crate) rma: StreamRma,
     /// The socket refused the rest of the queue's front at the last progress: the next
     /// one writes only once `poll` says there is room ([`TcpOut::still_full`]).
     full: bool,
@@ -71,7 +72,7 @@ impl TcpOut {
             wire_tag: WireTag::default(),
             tag_frame: [0; HEADER_LEN],
             tag_left: 0,
-            rma: TcpRma::default(),
+            rma: request_stream(),
             full: false,
             _open: open,
         }
