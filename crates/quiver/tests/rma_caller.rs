@@ -212,3 +212,53 @@ fn the_owner_reads_and_writes_lent_memory_through_checked_copies() {
     .unwrap();
     assert_eq!(&backing[skew + 8..skew + 12], b"lent");
 }
+
+/// Posted operations on lent memory over shm complete at the post (docs/rma.md): a posted
+/// put is in the owner's memory before the initiator calls into quiver again, a posted get
+/// has its bytes, and a posted atomic its reply from the owner's progress engine.
+#[test]
+fn posted_operations_on_lent_memory_over_shm_complete_at_the_post() {
+    let (c0, c1) = job(TransportKind::Shm);
+    let (posted_tx, posted_rx) = std::sync::mpsc::channel::<()>();
+    let (written_tx, written_rx) = std::sync::mpsc::channel::<()>();
+    let owner = thread::spawn(move || {
+        let mut ep = c1.endpoint(0).unwrap();
+        let conn = ep.connect(Addr::new(0, 0)).unwrap();
+        let mut backing = [0u8; 4096 + 8];
+        let skew = (8 - backing.as_ptr() as usize % 8) % 8;
+        c1.register(
+            &mut backing[skew..skew + 4096],
+            Rights::ReadWrite,
+            |region| {
+                ep.send(conn, region.key().as_bytes()).unwrap();
+                // The initiator posted a put and called nothing of quiver since.
+                posted_rx.recv().unwrap();
+                let mut put = [0u8; 5];
+                region.read(16, &mut put).unwrap();
+                assert_eq!(&put, b"hello", "the posted put landed at the post");
+                region.write(64, b"world").unwrap();
+                written_tx.send(()).unwrap();
+                // Serves the posted atomic while it waits.
+                assert_eq!(recv_small(&mut ep), b"done");
+                region.load(8).unwrap()
+            },
+        )
+        .unwrap()
+    });
+    let mut ep = c0.endpoint(0).unwrap();
+    let conn = ep.connect(Addr::new(1, 0)).unwrap();
+    let key = RemoteKey::from_bytes(&recv_small(&mut ep)).unwrap();
+    let put = ep.post_put(conn, b"hello".to_vec(), &key, 16).unwrap();
+    posted_tx.send(()).unwrap();
+    written_rx.recv().unwrap();
+    let get = ep.post_get(conn, 5, &key, 64).unwrap();
+    let add = ep.post_fetch_add(conn, &key, 8, 3).unwrap();
+    for request in [&put, &get, &add] {
+        assert!(ep.test_rma(request).unwrap(), "complete at its post");
+    }
+    assert_eq!(ep.wait_rma(put).unwrap().data, b"hello");
+    assert_eq!(ep.wait_rma(get).unwrap().data, b"world");
+    assert_eq!(ep.wait_rma(add).unwrap().value, 0);
+    ep.send(conn, b"done").unwrap();
+    assert_eq!(owner.join().unwrap(), 3);
+}

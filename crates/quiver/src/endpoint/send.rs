@@ -42,8 +42,11 @@ impl Endpoint {
             mut cx,
             ..
         } = self.parts();
-        let (inbox, config) = (cx.inbox, cx.config);
+        let (inbox, config, local) = (cx.inbox, cx.config, cx.local);
+        // What the shm send does while it waits (at its periodic looks, and after each
+        // sleep): the rank's meanwhile, then what lets a peer blocked on us go on.
         let mut flush = |peer| {
+            local.meanwhile(false);
             // Edges the listener accepted and no receive adopted yet may hold the peer's
             // message too.
             for new in inbox.take_shm() {
@@ -180,17 +183,12 @@ impl Endpoint {
     /// [`Endpoint::progress`] without running handlers: what the endpoint's own waiting
     /// loops call (a receive in progress takes active messages in itself).
     pub(super) fn advance(&mut self) -> Result<()> {
-        if let Some(engine) = &self.local.dgram {
-            // Acknowledgements, retransmissions and keepalives run whenever the API is used
-            // (once per round of a polling loop: a receive that just polled is enough).
-            if !std::mem::take(&mut self.dgram.engine_polled) {
-                engine.poll_io(&self.local);
-            }
-        }
-        // One-sided requests peers sent this rank over a network transport, and this
-        // endpoint's own posted ones.
-        let local = &self.local;
-        local.rma.serve(&local.regions, (local.job_id, local.rank));
+        // The rank's meanwhile (the one hook of every wait): the engine's acknowledgements,
+        // retransmissions and keepalives run whenever the API is used (once per round of a
+        // polling loop: a receive that just polled is enough), and the one-sided requests
+        // peers sent this rank are served. Then this endpoint's own posted ones.
+        let polled = std::mem::take(&mut self.dgram.engine_polled);
+        self.local.meanwhile(polled);
         self.progress_rma();
         if self.requests.pending_sends > 0 {
             for idx in 0..self.outbound.len() {

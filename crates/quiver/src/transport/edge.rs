@@ -666,7 +666,7 @@ impl InEdge {
     ) -> Result<Option<usize>> {
         let cx = &mut look.cx;
         match &mut edges[i] {
-            InEdge::Shm(e) => e.poll(dest, wait, cx.config, cx.detection, cx.addr),
+            InEdge::Shm(e) => e.poll(dest, wait, cx.config, cx.detection, Some(cx.local), cx.addr),
             InEdge::Dgram(e) => {
                 if look.skip_dgram && e.net.state == InboundState::Open {
                     return Ok(None);

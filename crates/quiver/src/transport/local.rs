@@ -2,10 +2,21 @@
 //! every rank's address, the open endpoints ([`Registry`]), the datagram engine when one
 //! runs, and the flag that stops the listeners. The context creates it; endpoints and
 //! listeners hold it.
+//!
+//! It also holds the one hook of every blocking wait ([`LocalRank::meanwhile`]): whatever a
+//! call of this rank waits for (a message, ring space, a receiver, a reply, a connection),
+//! it keeps the datagram engine going and serves the one-sided requests peers send this
+//! rank, so that no peer's operation waits for this rank's own wait to end (two ranks
+//! would otherwise deadlock: one blocked sending to the other, which is blocked in a get
+//! from it). The endpoint's waits reach it through `Endpoint::advance`, a blocking send's
+//! through the endpoint's look-meanwhile (shm) or `Meanwhile::receive` (tcp, datagrams), a
+//! one-sided operation's through `rma_ops::Patience`, the transports' own inner waits
+//! (a message half written, a handshake, a connect's retries) directly.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use quiver_proto::handshake::JobKey;
 
@@ -86,4 +97,54 @@ impl LocalRank {
     pub(crate) fn dgram_kind(&self) -> Option<TransportKind> {
         self.dgram.as_ref().map(|d| d.kind())
     }
+
+    /// What every blocking wait of this rank does meanwhile, whatever it waits for (the
+    /// one hook, module docs): the datagram engine polled, unless the caller has just done
+    /// so (`engine_polled`): acknowledgements, keepalives, and the request connections
+    /// peers open; then the one-sided request connections peers opened to this rank
+    /// served. Without an engine, and with no request connection, a branch and one relaxed
+    /// load.
+    #[inline]
+    pub(crate) fn meanwhile(&self, engine_polled: bool) {
+        if !engine_polled {
+            if let Some(engine) = &self.dgram {
+                engine.poll_io(self);
+            }
+        }
+        self.rma.serve(&self.regions, (self.job_id, self.rank));
+    }
+
+    /// The longest sleep, at most `slice`, of a wait that cannot watch the descriptors of
+    /// what [`LocalRank::meanwhile`] serves (a futex, or the engine's descriptor alone): no
+    /// longer than the engine's next timer, and [`BLIND_SLEEP_SERVING`] while peers'
+    /// one-sided request connections are open, so that their requests are served soon.
+    pub(crate) fn blind_sleep(&self, slice: Duration) -> Duration {
+        let mut slice = slice;
+        if self.rma.active() {
+            slice = slice.min(BLIND_SLEEP_SERVING);
+        }
+        if let Some(engine) = &self.dgram {
+            slice = engine.timeout_within(slice);
+        }
+        slice
+    }
+
+    /// Sleeps for `pause` (a connect's backoff), doing what [`LocalRank::meanwhile`] does
+    /// in between, every [`LocalRank::blind_sleep`].
+    pub(crate) fn pause(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        loop {
+            self.meanwhile(false);
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(self.blind_sleep(left));
+        }
+    }
 }
+
+/// How long a wait that cannot watch the request connections' descriptors sleeps at most
+/// while there are some ([`LocalRank::blind_sleep`]): a peer's one-sided request waits
+/// about this long for a rank asleep in such a wait.
+pub(crate) const BLIND_SLEEP_SERVING: Duration = Duration::from_millis(1);

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::addr::Addr;
 use crate::error::{Error, Result};
+use crate::transport::local::LocalRank;
 
 /// The outcome of one connection attempt that did not succeed.
 pub(crate) enum Attempt {
@@ -18,12 +19,14 @@ pub(crate) enum Attempt {
 }
 
 /// Repeats `attempt` with a backoff of 1..50 ms while it says `Retry`, until `deadline`;
-/// then fails with `Refused`, naming the last reason and `suffix`.
+/// then fails with `Refused`, naming the last reason and `suffix`. The backoff is the
+/// rank's wait like any other: `local`'s meanwhile runs during it (`LocalRank::pause`).
 ///
 /// # Errors
 /// The attempt's final error, or at the deadline [`Error::Refused`] (the peer answered
 /// and said no) or [`Error::Unreachable`] (it never answered).
 pub(crate) fn retry_until<T>(
+    local: &LocalRank,
     dst: Addr,
     deadline: Instant,
     suffix: &str,
@@ -52,7 +55,7 @@ pub(crate) fn retry_until<T>(
                 },
             });
         }
-        std::thread::sleep(backoff.min(deadline - now));
+        local.pause(backoff.min(deadline - now));
         backoff = (backoff * 2).min(Duration::from_millis(50));
     }
 }

@@ -256,6 +256,9 @@ pub(crate) struct Patience {
     spins: u32,
     deadline: Option<Instant>,
     fds: Vec<libc::pollfd>,
+    /// The caller polls the datagram engine itself before each wait (the datagram
+    /// transports' operations).
+    caller_polls_engine: bool,
 }
 
 impl Patience {
@@ -265,6 +268,16 @@ impl Patience {
             spins: 0,
             deadline: local.config.op_timeout.map(|t| Instant::now() + t),
             fds: Vec::new(),
+            caller_polls_engine: false,
+        }
+    }
+
+    /// [`Patience::new`] for a caller that polls the datagram engine itself before each
+    /// wait.
+    pub(crate) fn polling_engine(local: &LocalRank) -> Patience {
+        Patience {
+            caller_polls_engine: true,
+            ..Patience::new(local)
         }
     }
 
@@ -275,8 +288,10 @@ impl Patience {
     }
 
     /// Waits a little for `fd` to become ready for `events` (none: only for the time, the
-    /// datagram engine's descriptor and the request connections), serving this rank's
-    /// request connections first.
+    /// datagram engine's descriptor and the request connections), after the rank's
+    /// meanwhile (`LocalRank::meanwhile`: this rank's request connections served; the
+    /// engine polled before a sleep, whose descriptor it watches, unless the caller polls
+    /// it).
     ///
     /// # Errors
     /// [`Error::Timeout`] past the call's timeout.
@@ -285,7 +300,10 @@ impl Patience {
         local: &LocalRank,
         fd: Option<(RawFd, i16)>,
     ) -> Result<(), Error> {
-        local.rma.serve(&local.regions, (local.job_id, local.rank));
+        // While spinning the engine is left alone (a reply over tcp should not wait behind
+        // a datagram poll each round); before a sleep it is polled, as its descriptor
+        // joins the sleep.
+        local.meanwhile(self.caller_polls_engine || self.spins < SPIN_ROUNDS);
         if self.spins < SPIN_ROUNDS {
             self.spins += 1;
             std::thread::yield_now();

@@ -76,6 +76,7 @@ impl DgramShared {
                         ),
                     });
                 }
+                ctx.meanwhile(false);
                 self.sleep(Duration::from_millis(1));
                 continue;
             };
@@ -92,7 +93,7 @@ impl DgramShared {
             }
             // A crossed connect: the peer's connection is on its way.
             let pause = if retry_why == CROSSED { 1 } else { 5 };
-            std::thread::sleep(Duration::from_millis(pause));
+            ctx.pause(Duration::from_millis(pause));
         }
     }
 
@@ -209,6 +210,8 @@ impl DgramShared {
                     ),
                 });
             }
+            // The engine was just polled; the rank's meanwhile is the rest.
+            ctx.meanwhile(true);
             self.sleep(Duration::from_millis(1));
         }
     }

@@ -234,7 +234,7 @@ impl DgramShared {
             }
             if n == 0 && placed == 0 {
                 drop(engine);
-                let waited_out = wait_engine(self, &mut waited);
+                let waited_out = wait_engine(ctx, self, &mut waited);
                 engine = self.lock();
                 if let Err(e) = waited_out {
                     // Frames that overtook others may sit in `buf` (placed ahead by the
@@ -334,17 +334,21 @@ pub(crate) enum DgramTake {
     Error(crate::error::Error),
 }
 
-/// One step of waiting for the datagram engine to have news:
-/// [`wait_fd`](crate::transport::wait::wait_fd) on its descriptor, sleeping no longer than
-/// its next protocol timer.
+/// One step of waiting for the datagram engine to have news (the engine's lock not held):
+/// the rank's meanwhile (the engine was just polled; peers' one-sided requests served),
+/// then [`wait_fd`](crate::transport::wait::wait_fd) on the engine's descriptor, sleeping
+/// no longer than its next protocol timer, nor long while request connections it does not
+/// watch may have requests ([`LocalRank::blind_sleep`]).
 pub(crate) fn wait_engine(
+    ctx: &LocalRank,
     engine: &DgramShared,
     wait: &mut crate::transport::wait::Wait,
 ) -> crate::error::Result<()> {
+    ctx.meanwhile(true);
     crate::transport::wait::wait_fd(
         engine.raw_fd(),
         libc::POLLIN,
-        || engine.timeout_within(crate::transport::wait::SLEEP_SLICE),
+        || ctx.blind_sleep(crate::transport::wait::SLEEP_SLICE),
         wait,
         "waiting for the rest of a message",
         || true,

@@ -3,8 +3,9 @@
 //! sent in place from the caller's buffer (`DgramShared::send_in_place`,
 //! `DgramShared::post_in_place`), so the payload is not copied. What the window cannot
 //! take yet waits in the edge's queue ([`NetOut`]). A blocking send that must wait lets the
-//! endpoint receive meanwhile ([`Meanwhile`]) and sleeps on the engine's descriptor, no
-//! longer than the protocol's next timer.
+//! endpoint receive meanwhile ([`Meanwhile`]) and sleeps on the engine's descriptor (and
+//! the endpoint's others: tcp streams, peers' one-sided request connections), no longer
+//! than the protocol's next timer.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::transport::failure::{lost, Failure};
 use crate::transport::meanwhile::{DeadlockWatch, Meanwhile};
 use crate::transport::net_edge::{NetOut, NetQueued};
 use crate::transport::requests::SendState;
-use crate::transport::wait::{wait_fd, Wait, SLEEP_SLICE};
+use crate::transport::wait::{wait_fds, Wait, SLEEP_SLICE};
 use crate::transport::wire_tag::WireTag;
 
 /// The sending side of a datagram edge (module docs).
@@ -42,6 +43,8 @@ pub(crate) struct DgramOut {
     /// The tag of the sends made now ([`DgramOut::set_tag`]; 0 outside a tagged send), or
     /// their active message's word.
     tag: WireTag,
+    /// What a waiting blocking send sleeps on (reused).
+    pollfds: Vec<libc::pollfd>,
 }
 
 /// The engine, which every datagram edge needs; its absence is a failure of the edge.
@@ -60,6 +63,7 @@ impl DgramOut {
             next_token: 0,
             watch: DeadlockWatch::default(),
             tag: WireTag::default(),
+            pollfds: Vec::new(),
             rma: DgramRma::default(),
         }
     }
@@ -335,6 +339,10 @@ impl DgramOut {
         }
         endpoint.receive()?;
         let full = endpoint.read_ahead_full(self.net.peer);
+        // The sleep watches what the endpoint's meanwhile serves too (tcp streams to read
+        // ahead, peers' one-sided request connections), beside the engine's descriptor.
+        self.pollfds.clear();
+        endpoint.wake_fds(&mut self.pollfds);
         // Posted sends in place of this edge complete meanwhile too (failures are recorded
         // in the requests).
         let mut cx = endpoint.context();
@@ -356,9 +364,13 @@ impl DgramOut {
             tracing::warn!(target: "quiver::endpoint", peer = %self.net.peer, transport = name, "send-send deadlock: the peer is blocked sending to this endpoint beyond the read-ahead bound while this endpoint is blocked sending to it");
             return Err(self.fail(Failure::SendDeadlock(name), what, &mut cx));
         }
-        wait_fd(
-            engine.raw_fd(),
-            libc::POLLIN,
+        self.pollfds.push(libc::pollfd {
+            fd: engine.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        wait_fds(
+            &mut self.pollfds,
             || engine.timeout_within(SLEEP_SLICE),
             wait,
             what,

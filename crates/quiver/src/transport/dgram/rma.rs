@@ -261,7 +261,7 @@ impl DgramRma {
 
     /// Waits until every posted operation is complete (a blocking one follows).
     fn drain(&mut self, local: &LocalRank, peer: Addr) -> Result<()> {
-        let mut patience = Patience::new(local);
+        let mut patience = Patience::polling_engine(local);
         loop {
             self.progress(local, peer);
             if self.pipeline.is_idle() {
@@ -442,7 +442,7 @@ fn exchange(
 ) -> Result<ReplyRepr> {
     let peer = watch.peer;
     let ended = |f: Failure| watch.ended(&f);
-    let mut patience = Patience::new(local);
+    let mut patience = Patience::polling_engine(local);
     let head = request.emit();
     let total = REQUEST_LEN + data.len();
     let (mut written, mut started) = (0, false);

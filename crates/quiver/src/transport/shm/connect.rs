@@ -36,7 +36,7 @@ pub(crate) struct NewOutbound {
 pub(crate) fn connect(local: &LocalRank, src: Addr, dst: Addr) -> Result<NewOutbound> {
     let timeout = local.config.connect_timeout;
     let suffix = format!("gave up after {} ms", timeout.as_millis());
-    retry_until(dst, Instant::now() + timeout, &suffix, || {
+    retry_until(local, dst, Instant::now() + timeout, &suffix, || {
         try_connect(local, src, dst)
     })
 }

@@ -27,6 +27,7 @@ use crate::transport::dest::Dest;
 use crate::transport::failure::corrupt_detail;
 use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::liveness::{FreezeWatch, Looks};
+use crate::transport::local::LocalRank;
 use crate::transport::registry::NewInbound;
 use crate::transport::wait::Wait;
 use crate::transport::wire_tag::WireTag;
@@ -119,13 +120,14 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
         endpoint: Addr,
     ) -> Result<Option<usize>> {
         if self.state == InboundState::Open && self.ahead.is_empty() {
             match self.ring.peek() {
                 Ok(None) => return Ok(None),
                 Ok(Some(rec)) => {
-                    let taken = self.take_record(rec, dest, wait, config, detection);
+                    let taken = self.take_record(rec, dest, wait, config, detection, rank);
                     return self.settle(taken, endpoint);
                 }
                 // Reported by the full look below.
@@ -135,7 +137,7 @@ impl ShmIn {
         if !self.ahead.is_empty() {
             return self.take_ahead(dest);
         }
-        self.poll_ending(dest, wait, config, detection, endpoint)
+        self.poll_ending(dest, wait, config, detection, rank, endpoint)
     }
 
     /// Delivers the oldest message taken ahead into `dest` (`BufferTooSmall` leaves it).
@@ -191,8 +193,8 @@ impl ShmIn {
             let mut dest = Dest::Owned(&mut msg);
             let mut looks = Looks::default();
             let taken = match rec.kind {
-                Kind::Rndv => self.take_rendezvous(rec, &mut dest, config, &mut looks, false),
-                _ => self.take_record(rec, &mut dest, false, config, &mut looks),
+                Kind::Rndv => self.take_rendezvous(rec, &mut dest, config, &mut looks, None, false),
+                _ => self.take_record(rec, &mut dest, false, config, &mut looks, None),
             };
             match taken {
                 Ok(Some(len)) => {
@@ -218,6 +220,7 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
         endpoint: Addr,
     ) -> Result<Option<usize>> {
         match &self.state {
@@ -229,7 +232,7 @@ impl ShmIn {
             }
             InboundState::Open | InboundState::Dying | InboundState::Stopped(_) => {}
         }
-        let taken = self.take(dest, wait, config, detection);
+        let taken = self.take(dest, wait, config, detection, rank);
         self.settle(taken, endpoint)
     }
 
@@ -285,13 +288,14 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         let rec = match self.ring.peek() {
             Ok(Some(rec)) => rec,
             Ok(None) => return Ok(None),
             Err(e) => return Err(ring_error(self.peer, e)),
         };
-        self.take_record(rec, dest, wait, config, detection)
+        self.take_record(rec, dest, wait, config, detection, rank)
     }
 
     /// Takes the message whose (first) record `rec` is next in the ring into `dest`.
@@ -303,10 +307,11 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         match rec.kind {
-            Kind::Msg => self.take_eager(rec, dest, wait, config, detection),
-            Kind::Rndv => self.take_rendezvous(rec, dest, config, detection, true),
+            Kind::Msg => self.take_eager(rec, dest, wait, config, detection, rank),
+            Kind::Rndv => self.take_rendezvous(rec, dest, config, detection, rank, true),
             Kind::Close => {
                 self.ring.consume(&rec);
                 self.ring.flush();
@@ -314,9 +319,9 @@ impl ShmIn {
                 self.end.closed = true;
                 Ok(None)
             }
-            Kind::Tag | Kind::Am => self.take_tag(rec, dest, wait, config, detection),
+            Kind::Tag | Kind::Am => self.take_tag(rec, dest, wait, config, detection, rank),
             Kind::Cont if self.partial.is_some() => {
-                self.continue_partial(rec, dest, wait, config, detection)
+                self.continue_partial(rec, dest, wait, config, detection, rank)
             }
             Kind::Cont | Kind::Pad => Err(corrupt_detail(
                 self.peer,
@@ -350,6 +355,7 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         loop {
             if self.partial.is_some() {
@@ -362,7 +368,7 @@ impl ShmIn {
             self.ring.consume(&rec);
             match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
                 Some(next) if matches!(next.kind, Kind::Tag | Kind::Am) => rec = next,
-                Some(next) => return self.take_record(next, dest, wait, config, detection),
+                Some(next) => return self.take_record(next, dest, wait, config, detection, rank),
                 None => return Ok(None),
             }
         }
@@ -376,6 +382,7 @@ impl ShmIn {
         dest: &mut Dest<'_>,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
         may_split: bool,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
@@ -418,7 +425,7 @@ impl ShmIn {
             let sender_copies = !self.ring.claim_second_part(seq);
             // While the sender writes `second` from its side, nothing here touches
             // it; we only return once it reported completion.
-            if !sender_copies || !self.wait_second_part(seq, config, detection)? {
+            if !sender_copies || !self.wait_second_part(seq, config, detection, rank)? {
                 pull((self.pid, &self.pidfd), peer, second, addr + split)?;
             }
         }
@@ -434,6 +441,7 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
         let total = first.total_len;
@@ -451,7 +459,7 @@ impl ShmIn {
         if first.frag_len < total && !wait {
             if !self.cross_memory && total > config.shm_eager_max {
                 // It may not fit in the ring at once: take what is there, the rest later.
-                return self.start_partial(first, dest, config, detection);
+                return self.start_partial(first, dest, config, detection, rank);
             }
             if !all_fragments_present(&self.ring, &first).map_err(|e| ring_error(peer, e))? {
                 return Ok(None);
@@ -481,7 +489,7 @@ impl ShmIn {
                     self.ring.flush();
                     self.wait_on_sender(
                         &mut waited,
-                        (config.detect, &mut *detection),
+                        (config.detect, &mut *detection, rank),
                         "in the middle of a message",
                         "waiting for the rest of a message",
                     )?;
@@ -503,6 +511,7 @@ impl ShmIn {
         dest: &mut Dest<'_>,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         let mut buf = vec![0u8; first.total_len as usize];
         let filled = first.frag_len as usize;
@@ -511,7 +520,7 @@ impl ShmIn {
         self.partial = Some(Partial { buf, filled });
         match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
             Some(rec) if rec.kind == Kind::Cont => {
-                self.continue_partial(rec, dest, false, config, detection)
+                self.continue_partial(rec, dest, false, config, detection, rank)
             }
             Some(_) => Err(corrupt_detail(
                 self.peer,
@@ -535,6 +544,7 @@ impl ShmIn {
         wait: bool,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<Option<usize>> {
         let peer = self.peer;
         let mut waited = Wait::new(config);
@@ -572,7 +582,7 @@ impl ShmIn {
                         self.ring.flush();
                         self.wait_on_sender(
                             &mut waited,
-                            (config.detect, &mut *detection),
+                            (config.detect, &mut *detection, rank),
                             "in the middle of a message",
                             "waiting for the rest of a message",
                         )?;
@@ -593,6 +603,7 @@ impl ShmIn {
         seq: u64,
         config: &Config,
         detection: &mut Looks,
+        rank: Option<&LocalRank>,
     ) -> Result<bool> {
         let mut wait = Wait::new(config);
         loop {
@@ -601,7 +612,7 @@ impl ShmIn {
             }
             self.wait_on_sender(
                 &mut wait,
-                (config.detect, &mut *detection),
+                (config.detect, &mut *detection, rank),
                 "while it copied part of a large message",
                 "waiting for the sender's part of a large message",
             )?;
@@ -610,16 +621,22 @@ impl ShmIn {
 
     /// One step of waiting for a sender that is in the middle of writing something we
     /// need: spin, and every ~1000 polls check that it lives and that the deadline has not
-    /// passed; past the spin budget, give the CPU away now and then.
+    /// passed and run the rank's meanwhile (`rank`: peers' one-sided requests served, as in
+    /// every wait; a sender that posted the message writes its rest only when it calls
+    /// into quiver, and it may be waiting for such a request of its own); past the spin
+    /// budget, give the CPU away now and then.
     fn wait_on_sender(
         &mut self,
         wait: &mut Wait,
-        (detect, detection): (Option<Duration>, &mut Looks),
+        (detect, detection, rank): (Option<Duration>, &mut Looks, Option<&LocalRank>),
         during: &'static str,
         what: &'static str,
     ) -> Result<()> {
         let (spinning, periodic) = wait.spinning();
         if periodic {
+            if let Some(rank) = rank {
+                rank.meanwhile(false);
+            }
             let due = match detect {
                 Some(detect) => wait.liveness_due(detection, detect),
                 // With detection off, death is still noticed once the spin budget is spent.

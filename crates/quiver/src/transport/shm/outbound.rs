@@ -163,7 +163,9 @@ impl ShmOut {
     }
 
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
-    /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
+    /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` is what
+    /// the endpoint does while the send waits: the rank's meanwhile (the datagram engine,
+    /// peers' one-sided requests: `LocalRank::meanwhile`), publishes
     /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it),
     /// takes ahead what peers asleep in a blocking send to this endpoint wrote (within
     /// `read_ahead_bytes` per connection), and says whether the peer named stays asleep in a
@@ -584,8 +586,10 @@ impl ShmOut {
             }
             Some(seen) => {
                 // The flag stays raised until the send ends (`send`), so that a peer blocked
-                // sending to us sees it at any time (`look_for_deadlock`).
-                self.ring.wait(seen, SLEEP_SLICE);
+                // sending to us sees it at any time (`look_for_deadlock`). A futex watches
+                // nothing else: the rank's meanwhile (in `flush`) runs after each sleep,
+                // which is short while peers' one-sided requests may be waiting.
+                self.ring.wait(seen, cx.local.blind_sleep(SLEEP_SLICE));
                 let peer_waiting = flush(self.peer);
                 self.look_for_deadlock(peer_waiting, cx)?;
                 self.look_alive(what, cx)?;

@@ -43,7 +43,7 @@ pub(crate) fn connect<T>(
     deadline: Instant,
     mut reuse: impl FnMut() -> std::result::Result<Option<T>, String>,
 ) -> Result<Connected<T>> {
-    retry_until(dst, deadline, &format!("tcp {to}"), || {
+    retry_until(local, dst, deadline, &format!("tcp {to}"), || {
         if let Some(found) = reuse().map_err(Attempt::Retry)? {
             return Ok(Connected::Reused(found));
         }
