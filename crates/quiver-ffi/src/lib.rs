@@ -21,6 +21,7 @@
 #![allow(non_camel_case_types)]
 
 pub mod am;
+mod bias;
 pub mod boundary;
 pub mod context;
 pub mod endpoint;
