@@ -11,7 +11,8 @@
 //! from it). The endpoint's waits reach it through `Endpoint::advance`, a blocking send's
 //! through the endpoint's look-meanwhile (shm) or `Meanwhile::receive` (tcp, datagrams), a
 //! one-sided operation's through `rma_ops::Patience`, the transports' own inner waits
-//! (a message half written, a handshake, a connect's retries) directly.
+//! (a message half written, a handshake, a connect's retries, a closing endpoint's
+//! datagram sends settling) directly.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};

@@ -287,6 +287,8 @@ fn settle_sends(outbound: &mut [&mut DgramOut], cx: &mut EdgeContext<'_>) {
         if settled || Instant::now() >= deadline {
             return;
         }
+        // A closing endpoint's wait like any other: peers' one-sided requests are served.
+        cx.local.meanwhile(true);
         engine.sleep(Duration::from_millis(1));
     }
 }
@@ -321,6 +323,7 @@ fn linger_close(engine: &DgramShared, ids: &[u64], local: &LocalRank, config: &C
         if settled || Instant::now() >= deadline {
             return;
         }
+        local.meanwhile(true);
         engine.sleep(Duration::from_millis(1));
     }
 }
