@@ -43,10 +43,12 @@ impl Endpoint {
             ..
         } = self.parts();
         let (inbox, config, local) = (cx.inbox, cx.config, cx.local);
+        let mut engine_at = None;
         // What the shm send does while it waits (at its periodic looks, and after each
-        // sleep): the rank's meanwhile, then what lets a peer blocked on us go on.
+        // sleep): the rank's meanwhile (the engine at most every millisecond), then what
+        // lets a peer blocked on us go on.
         let mut flush = |peer| {
-            local.meanwhile(false);
+            local.meanwhile(!local.engine_due(&mut engine_at));
             // Edges the listener accepted and no receive adopted yet may hold the peer's
             // message too.
             for new in inbox.take_shm() {

@@ -115,6 +115,22 @@ impl LocalRank {
         self.rma.serve(&self.regions, (self.job_id, self.rank));
     }
 
+    /// Whether a spinning wait that last polled the datagram engine at `last` (its own
+    /// bookkeeping) should poll it again now, through [`LocalRank::meanwhile`]: at most
+    /// every [`ENGINE_POLL_INTERVAL`] (a datagram poll is a system call and the engine's
+    /// timers are milliseconds apart), never without an engine (no clock read then).
+    pub(crate) fn engine_due(&self, last: &mut Option<Instant>) -> bool {
+        if self.dgram.is_none() {
+            return false;
+        }
+        let now = Instant::now();
+        if last.is_some_and(|at| now.saturating_duration_since(at) < ENGINE_POLL_INTERVAL) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
     /// The longest sleep, at most `slice`, of a wait that cannot watch the descriptors of
     /// what [`LocalRank::meanwhile`] serves (a futex, or the engine's descriptor alone): no
     /// longer than the engine's next timer, and [`BLIND_SLEEP_SERVING`] while peers'
@@ -144,6 +160,10 @@ impl LocalRank {
         }
     }
 }
+
+/// How often a spinning wait outside the endpoint's own loop polls the datagram engine
+/// ([`LocalRank::engine_due`]).
+pub(crate) const ENGINE_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// How long a wait that cannot watch the request connections' descriptors sleeps at most
 /// while there are some ([`LocalRank::blind_sleep`]): a peer's one-sided request waits

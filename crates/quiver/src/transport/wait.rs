@@ -41,6 +41,9 @@ pub(crate) struct Wait {
     timeout: Option<Duration>,
     pub(crate) armed: bool,
     pub(crate) seen: Option<u32>,
+    /// When the wait last polled the datagram engine through the rank's meanwhile
+    /// (`LocalRank::engine_due`).
+    pub(crate) engine_at: Option<Instant>,
     /// The clock as the last periodic tick read it, for [`Wait::liveness_due`] (so that
     /// detection adds no clock read of its own to a spinning call).
     tick_now: Option<Instant>,
@@ -64,6 +67,7 @@ impl Wait {
             timeout: config.op_timeout,
             armed: false,
             seen: None,
+            engine_at: None,
             tick_now: None,
         }
     }

@@ -635,7 +635,7 @@ impl ShmIn {
         let (spinning, periodic) = wait.spinning();
         if periodic {
             if let Some(rank) = rank {
-                rank.meanwhile(false);
+                rank.meanwhile(!rank.engine_due(&mut wait.engine_at));
             }
             let due = match detect {
                 Some(detect) => wait.liveness_due(detection, detect),
