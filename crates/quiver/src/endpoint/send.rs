@@ -2,7 +2,7 @@
 //! advances every posted operation. A blocking send over a network edge lets the endpoint
 //! receive meanwhile ([`Meanwhile`]): its edge leaves the list for the send's duration.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Connection, Endpoint, SendRequest};
 use crate::error::{Error, Result};
@@ -14,6 +14,16 @@ use crate::transport::wait::Wait;
 
 /// Active messages one `progress` takes in at most.
 const AM_BURST: usize = 64;
+
+/// How long a blocking shm send waits before it pulls ahead the rendezvous messages of
+/// other senders than its own peer that sleep sending to this endpoint. Its own peer's are
+/// pulled at once (both would wait forever otherwise). Another sender's usually only waits
+/// for this endpoint's next receive, which pulls it straight into the receive's buffer
+/// (a server answering one client while the others' requests wait): pulling it ahead
+/// costs a buffer of its size and a second copy. A cycle of three or more ranks, each
+/// blocked sending to the next, needs it: this long, a few scheduler slices of a busy
+/// node, tells the two apart (docs/decisions/0071-eager-limit-on-a-busy-node.md).
+const CYCLE_PATIENCE: Duration = Duration::from_millis(10);
 
 impl Endpoint {
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
@@ -43,16 +53,21 @@ impl Endpoint {
             ..
         } = self.parts();
         let (inbox, config) = (cx.inbox, cx.config);
+        // Called at the waiting send's periodic looks only (never on its fast path): the
+        // clock read here is the first look's.
+        let mut first_look: Option<Instant> = None;
         let mut flush = |peer| {
             // Edges the listener accepted and no receive adopted yet may hold the peer's
             // message too.
             for new in inbox.take_shm() {
                 inbound.push(InEdge::from_shm(new));
             }
+            let waited_long =
+                first_look.get_or_insert_with(Instant::now).elapsed() >= CYCLE_PATIENCE;
             let mut blocked = false;
             for inb in inbound.iter_mut() {
                 inb.publish_consumed();
-                blocked |= inb.read_ahead(peer, config);
+                blocked |= inb.read_ahead(peer, config, waited_long);
             }
             blocked
         };

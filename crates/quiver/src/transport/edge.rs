@@ -710,10 +710,14 @@ impl InEdge {
     /// blocking send on this edge wrote, within `read_ahead_bytes` (shm; the network
     /// transports read ahead through [`Meanwhile`]). Whether this edge's sender is `peer`
     /// and stays blocked with a message beyond the bound (a send-send deadlock once the
-    /// caller's send cannot finish either).
-    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config) -> bool {
+    /// caller's send cannot finish either). A rendezvous of another sender than `peer` is
+    /// pulled ahead only once the send `waited_long` (a cycle of blocking sends, suspected).
+    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config, waited_long: bool) -> bool {
         match self {
-            InEdge::Shm(e) => e.read_ahead(config) == AheadOutcome::Blocked && e.peer == peer,
+            InEdge::Shm(e) => {
+                let own_peer = e.peer == peer;
+                e.read_ahead(config, own_peer || waited_long) == AheadOutcome::Blocked && own_peer
+            }
             _ => false,
         }
     }
