@@ -2,28 +2,21 @@
 //! advances every posted operation. A blocking send over a network edge lets the endpoint
 //! receive meanwhile ([`Meanwhile`]): its edge leaves the list for the send's duration.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Connection, Endpoint, SendRequest};
+use crate::addr::Addr;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::edge::{InEdge, OutEdge, Started};
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::meanwhile::Meanwhile;
+use crate::transport::registry::Inbox;
 use crate::transport::requests::SendState;
 use crate::transport::wait::Wait;
 
 /// Active messages one `progress` takes in at most.
 const AM_BURST: usize = 64;
-
-/// How long a blocking shm send waits before it pulls ahead the rendezvous messages of
-/// other senders than its own peer that sleep sending to this endpoint. Its own peer's are
-/// pulled at once (both would wait forever otherwise). Another sender's usually only waits
-/// for this endpoint's next receive, which pulls it straight into the receive's buffer
-/// (a server answering one client while the others' requests wait): pulling it ahead
-/// costs a buffer of its size and a second copy. A cycle of three or more ranks, each
-/// blocked sending to the next, needs it: this long, a few scheduler slices of a busy
-/// node, tells the two apart (docs/decisions/0071-eager-limit-on-a-busy-node.md).
-const CYCLE_PATIENCE: Duration = Duration::from_millis(10);
 
 impl Endpoint {
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
@@ -34,7 +27,10 @@ impl Endpoint {
     /// large messages do not wait on each other within that bound.
     ///
     /// Over shm it takes ahead what peers asleep in a blocking send to this endpoint wrote
-    /// (at most `read_ahead_bytes` per connection). When the peer is itself blocked
+    /// (at most `read_ahead_bytes` per connection; a large message of another peer than
+    /// `conn`'s only once the send has waited 10 ms, the receive that comes next usually
+    /// takes it without the copy), and while it waits for the receiver to pull a large
+    /// message, posted receives take what arrives. When the peer is itself blocked
     /// sending to this endpoint a message beyond the read-ahead bound, neither can finish,
     /// and the send returns [`Error::SendDeadlock`] within the detection time instead of
     /// waiting forever (docs/failures.md).
@@ -46,6 +42,8 @@ impl Endpoint {
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
         self.refuse_in_handler("send")?;
         let idx = self.outbound_index(conn)?;
+        let receives_posted =
+            !self.requests.posted_recvs.is_empty() || self.matcher.posted_len() > 0;
         let super::Parts {
             outbound,
             inbound,
@@ -53,25 +51,9 @@ impl Endpoint {
             ..
         } = self.parts();
         let (inbox, config) = (cx.inbox, cx.config);
-        // Called at the waiting send's periodic looks only (never on its fast path): the
-        // clock read here is the first look's.
-        let mut first_look: Option<Instant> = None;
-        let mut flush = |peer| {
-            // Edges the listener accepted and no receive adopted yet may hold the peer's
-            // message too.
-            for new in inbox.take_shm() {
-                inbound.push(InEdge::from_shm(new));
-            }
-            let waited_long =
-                first_look.get_or_insert_with(Instant::now).elapsed() >= CYCLE_PATIENCE;
-            let mut blocked = false;
-            for inb in inbound.iter_mut() {
-                inb.publish_consumed();
-                blocked |= inb.read_ahead(peer, config, waited_long);
-            }
-            blocked
-        };
-        let written = match outbound[idx].start_send(data, &mut cx, &mut flush) {
+        let mut flush =
+            |peer, waited_long| look_at_shm_senders(inbox, inbound, config, peer, waited_long);
+        let written = match outbound[idx].start_send(data, &mut cx, &mut flush, receives_posted) {
             Started::Finished(result) => return result,
             Started::Partly { written } => written,
         };
@@ -343,6 +325,16 @@ impl Meanwhile for Endpoint {
         Ok(())
     }
 
+    fn shm_look(&mut self, peer: Addr, waited_long: bool) -> bool {
+        look_at_shm_senders(
+            &self.inbox,
+            &mut self.inbound,
+            &self.config,
+            peer,
+            waited_long,
+        )
+    }
+
     fn read_ahead_full(&mut self, peer: crate::addr::Addr) -> bool {
         let local = &self.local;
         self.inbound
@@ -361,4 +353,27 @@ impl Meanwhile for Endpoint {
             });
         }
     }
+}
+
+/// What a waiting shm send asks of its endpoint at each look ([`Meanwhile::shm_look`]):
+/// edges the listener accepted and no receive adopted yet join the list (they may hold the
+/// peer's message too), every ring's consumed space is published, and what senders asleep
+/// sending to this endpoint wrote is taken ahead (rendezvous messages `peer`'s always,
+/// others' with `waited_long`); whether `peer` stays blocked beyond the read-ahead bound.
+fn look_at_shm_senders(
+    inbox: &Inbox,
+    inbound: &mut Vec<InEdge>,
+    config: &Config,
+    peer: Addr,
+    waited_long: bool,
+) -> bool {
+    for new in inbox.take_shm() {
+        inbound.push(InEdge::from_shm(new));
+    }
+    let mut blocked = false;
+    for inb in inbound.iter_mut() {
+        inb.publish_consumed();
+        blocked |= inb.read_ahead(peer, config, waited_long);
+    }
+    blocked
 }
