@@ -1,10 +1,11 @@
 //! A blocking shm send whose rendezvous waits for its receiver lets the endpoint's posted
-//! receives take what arrives meanwhile (as a blocking network send does): three ranks in
-//! this process, one thread each.
+//! receives take what arrives meanwhile (as a blocking network send does), and a cycle of
+//! blocking sends finishes: three ranks in this process, one thread each.
 
 mod support;
 use support::pattern;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -35,7 +36,44 @@ fn posted_receives_fill_while_a_blocking_shm_send_waits() {
     });
 }
 
-/// One rank of the test above.
+/// Three ranks each `send` 1 MiB to the next and only then `recv` (a cycle of blocking
+/// sends, no receive posted): a waiting send pulls ahead the rendezvous of another sender
+/// than its own peer once it has waited a while, so every send finishes and every message
+/// arrives intact (within `op_timeout`, never a hang).
+#[test]
+fn a_cycle_of_blocking_shm_sends_finishes() {
+    let contexts = job(3);
+    thread::scope(|s| {
+        let handles: Vec<_> = contexts
+            .into_iter()
+            .enumerate()
+            .map(|(rank, ctx)| {
+                s.spawn(move || {
+                    let rank = rank as u32;
+                    let mut ep = ctx.endpoint(0).expect("endpoint");
+                    let next = ep.connect(Addr::new((rank + 1) % 3, 0)).expect("connect");
+                    ep.send(next, &pattern(LEN, rank))
+                        .expect("the send in the cycle");
+                    let mut buf = vec![0u8; LEN];
+                    let (len, from) = ep.recv(&mut buf).expect("the previous rank's message");
+                    let previous = (rank + 2) % 3;
+                    assert_eq!((len, from), (LEN, Addr::new(previous, 0)));
+                    assert!(
+                        buf == pattern(LEN, previous),
+                        "rank {previous}'s bytes differ"
+                    );
+                })
+            })
+            .collect();
+        for handle in handles {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+/// One rank of the first test above.
 fn run_rank(rank: usize, ctx: &Context) {
     match rank {
         0 => {
@@ -71,8 +109,11 @@ fn run_rank(rank: usize, ctx: &Context) {
     }
 }
 
-/// The contexts of a shm job of `size` ranks in this process.
+/// The contexts of a shm job of `size` ranks in this process (a job id of its own: the
+/// tests run at once).
 fn job(size: u32) -> Vec<Context> {
+    static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
+    let id = u64::from(std::process::id()) << 16 | NEXT_JOB.fetch_add(1, Ordering::Relaxed);
     let mut key = [0x5au8; 32];
     key[..4].copy_from_slice(&std::process::id().to_le_bytes());
     let config = Config {
@@ -86,7 +127,7 @@ fn job(size: u32) -> Vec<Context> {
             Context::builder()
                 .rank(rank)
                 .size(size)
-                .job_id(u64::from(std::process::id()) << 8 | 0x33)
+                .job_id(id)
                 .job_key(key)
                 .config(config.clone())
                 .build()
