@@ -499,10 +499,7 @@ impl Config {
         usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
         usize_size("QUIVER_READ_AHEAD_BYTES", &mut c.read_ahead_bytes)?;
         size("QUIVER_UNEXPECTED_BYTES", &mut c.unexpected_bytes)?;
-        c.spill_dir = match get("QUIVER_SPILL_DIR") {
-            Some(dir) => parse_spill_dir(&dir)?,
-            None => default_spill_dir(get("TMPDIR")),
-        };
+        c.spill_dir = spill_dir_setting(&get)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
             c.transports = parse_transports(&t)?;
         }
@@ -755,6 +752,14 @@ impl Config {
             s(PROTO_INFO_ENV, if self.proto_info { "1".into() } else { "0".into() }, "1: print the transport and the protocol of each message size range of every connection as it is opened (stderr); `quiver info --protocols` shows them without a job"),
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
+    }
+}
+
+/// `QUIVER_SPILL_DIR` when set, else the default ([`default_spill_dir`] of `TMPDIR`).
+fn spill_dir_setting(get: &impl Fn(&str) -> Option<String>) -> Result<PathBuf> {
+    match get("QUIVER_SPILL_DIR") {
+        Some(dir) => parse_spill_dir(&dir),
+        None => Ok(default_spill_dir(get("TMPDIR"))),
     }
 }
 
