@@ -81,11 +81,5 @@ fn register() -> bool {
 /// caller then cannot tell whether the owner is inside, and reports the slot busy).
 #[must_use]
 pub(crate) fn barrier_all_threads() -> bool {
-    use quiver_transport::sys::{
-        membarrier_private_expedited, membarrier_register_private_expedited,
-    };
-    // A child of fork(2) may start unregistered: register again once, then retry.
-    membarrier_private_expedited().is_ok()
-        || (membarrier_register_private_expedited().is_ok()
-            && membarrier_private_expedited().is_ok())
+    quiver_transport::sys::membarrier_private_expedited().is_ok()
 }
