@@ -21,7 +21,6 @@
 #![allow(non_camel_case_types)]
 
 pub mod am;
-mod bias;
 pub mod boundary;
 pub mod context;
 pub mod endpoint;
