@@ -83,6 +83,7 @@ mod output;
 mod paths;
 mod posted;
 mod reading;
+mod recut;
 mod recv;
 mod rtt;
 mod send;
