@@ -7,10 +7,16 @@
 //!
 //! The tables are fixed arrays (no allocation, no lock on a call); their sizes are the
 //! most contexts and endpoints a process may have open at once.
+//!
+//! The endpoint table is *biased*: the thread that used a slot last enters it again with
+//! plain stores instead of the compare-and-swap (see [`crate::bias`]); a call from any
+//! other thread takes the compare-and-swap path and moves the bias.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ptr;
+use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use crate::bias;
 use crate::status::{failure, quiver_status, Failure};
 
 const LIVE: u64 = 0b10;
@@ -23,17 +29,30 @@ pub const QUIVER_MAX_CONTEXTS: usize = 64;
 
 struct Slot<T> {
     state: AtomicU64,
+    /// The flag of the thread this slot is biased to; null when none.
+    owner: AtomicPtr<AtomicUsize>,
     value: UnsafeCell<Option<T>>,
+}
+
+impl<T> Slot<T> {
+    /// What a thread's flag holds while it is inside this slot through its bias.
+    fn mark(&self) -> usize {
+        self as *const Self as usize
+    }
 }
 
 /// A fixed table of values named by generation-checked handles.
 pub(crate) struct Table<T, const N: usize> {
     kind: &'static str,
+    /// Whether a slot is biased to the thread that used it last ([`crate::bias`]).
+    biased: bool,
     slots: [Slot<T>; N],
 }
 
-// SAFETY: a slot's value is only touched by the thread that holds its BUSY bit (taken by
-// compare-and-swap with Acquire, given back with Release), so values move between threads
+// SAFETY: a slot's value is only touched by the thread that holds it: through its BUSY bit
+// (taken by compare-and-swap with Acquire, given back with Release), or through its bias
+// (the owner's flag names the slot while the slot is idle and biased to it; see
+// `crate::bias` for why no other thread can hold it meanwhile). Values move between threads
 // one holder at a time: `T: Send` is what that needs.
 unsafe impl<T: Send, const N: usize> Sync for Table<T, N> {}
 
@@ -41,13 +60,17 @@ unsafe impl<T: Send, const N: usize> Sync for Table<T, N> {}
 pub(crate) struct Taken<'a, T> {
     slot: &'a Slot<T>,
     idle: u64,
+    /// The thread's flag when the slot was entered through its bias; `None` when through
+    /// the BUSY bit.
+    flag: Option<&'static AtomicUsize>,
 }
 
 impl<T> Taken<'_, T> {
     /// The value, for the duration of the call.
     pub(crate) fn value(&mut self) -> &mut T {
-        // SAFETY: this thread holds the slot's BUSY bit (taken in `Table::take`), so no
-        // other thread touches the value until `drop` releases it; a LIVE slot holds Some.
+        // SAFETY: this thread holds the slot (its BUSY bit or its bias, taken in
+        // `Table::take`), so no other thread touches the value until `drop` releases it; a
+        // LIVE slot holds Some.
         let value = unsafe { &mut *self.slot.value.get() };
         value
             .as_mut()
@@ -57,18 +80,34 @@ impl<T> Taken<'_, T> {
 
 impl<T> Drop for Taken<'_, T> {
     fn drop(&mut self) {
-        self.slot.state.store(self.idle, Ordering::Release);
+        match self.flag {
+            Some(flag) => flag.store(0, Ordering::Release),
+            None => self.slot.state.store(self.idle, Ordering::Release),
+        }
     }
 }
 
 impl<T, const N: usize> Table<T, N> {
     /// An empty table; `kind` names its handles in messages ("endpoint").
     pub(crate) const fn new(kind: &'static str) -> Self {
+        Self::with_bias(kind, false)
+    }
+
+    /// An empty table whose slots are biased to the thread that used them last: for
+    /// values driven by one thread at a time (endpoints), not for shared ones (contexts,
+    /// whose every use from another thread would move the bias).
+    pub(crate) const fn biased(kind: &'static str) -> Self {
+        Self::with_bias(kind, true)
+    }
+
+    const fn with_bias(kind: &'static str, biased: bool) -> Self {
         Table {
             kind,
+            biased,
             slots: [const {
                 Slot {
                     state: AtomicU64::new(0),
+                    owner: AtomicPtr::new(ptr::null_mut()),
                     value: UnsafeCell::new(None),
                 }
             }; N],
@@ -88,21 +127,102 @@ impl<T, const N: usize> Table<T, N> {
             return Err(self.bad(handle));
         };
         let idle = generation << 2 | LIVE;
+        if self.biased {
+            if let Some(taken) = Self::enter_biased(slot, idle) {
+                return Ok(taken);
+            }
+        }
+        let taken = self.take_locked(handle, slot, idle)?;
+        if self.biased {
+            self.claim_bias(handle, taken)
+        } else {
+            Ok(taken)
+        }
+    }
+
+    /// The owner's way in: plain stores, no locked instruction. `None` when this thread is
+    /// not the slot's owner, is inside another call through its bias, or finds the slot
+    /// taken or changed.
+    #[inline]
+    fn enter_biased(slot: &Slot<T>, idle: u64) -> Option<Taken<'_, T>> {
+        let flag = bias::flag()?;
+        if !ptr::eq(slot.owner.load(Ordering::Relaxed), flag) || flag.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        flag.store(slot.mark(), Ordering::Relaxed);
+        // Keeps the compiler from moving the loads above the mark; the hardware side of the
+        // fence is the other thread's membarrier (crate::bias).
+        compiler_fence(Ordering::SeqCst);
+        if slot.state.load(Ordering::Acquire) == idle
+            && ptr::eq(slot.owner.load(Ordering::Relaxed), flag)
+        {
+            return Some(Taken {
+                slot,
+                idle,
+                flag: Some(flag),
+            });
+        }
+        flag.store(0, Ordering::Release);
+        None
+    }
+
+    /// The locked way in: compare-and-swap of the BUSY bit.
+    fn take_locked<'a>(
+        &self,
+        handle: u64,
+        slot: &'a Slot<T>,
+        idle: u64,
+    ) -> Result<Taken<'a, T>, Failure> {
         match slot
             .state
             .compare_exchange(idle, idle | BUSY, Ordering::Acquire, Ordering::Relaxed)
         {
-            Ok(_) => Ok(Taken { slot, idle }),
-            Err(now) if now == idle | BUSY => Err(failure(
-                quiver_status::QUIVER_ERR_BUSY,
-                format!(
-                    "{} handle {handle:#x} is in use by another thread right now: an {} is \
-                     driven by one thread at a time (give each thread its own)",
-                    self.kind, self.kind
-                ),
-            )),
+            Ok(_) => Ok(Taken {
+                slot,
+                idle,
+                flag: None,
+            }),
+            Err(now) if now == idle | BUSY => Err(self.busy(handle)),
             Err(_) => Err(self.bad(handle)),
         }
+    }
+
+    /// With the BUSY bit held: makes sure the owner is not inside through its bias, and
+    /// moves the bias to this thread so that its next call takes the plain way in.
+    fn claim_bias<'a>(&self, handle: u64, taken: Taken<'a, T>) -> Result<Taken<'a, T>, Failure> {
+        let slot = taken.slot;
+        let mine = bias::flag().map_or(ptr::null_mut(), |f| ptr::from_ref(f).cast_mut());
+        let owner = slot.owner.load(Ordering::Relaxed);
+        if owner.is_null() || owner == mine {
+            // Nobody else can be inside through a bias. This thread may be (a handler
+            // calling its own endpoint): its flag says so.
+            // SAFETY: a non-null owner is a flag leaked by `bias` (never freed).
+            if !owner.is_null() && unsafe { &*owner }.load(Ordering::Relaxed) == slot.mark() {
+                return Err(self.busy(handle));
+            }
+            slot.owner.store(mine, Ordering::Relaxed);
+            return Ok(taken);
+        }
+        slot.owner.store(mine, Ordering::Relaxed);
+        // SAFETY: `owner` is a flag leaked by `bias` (never freed).
+        let owner_flag = unsafe { &*owner };
+        if !bias::barrier_all_threads() || owner_flag.load(Ordering::Acquire) == slot.mark() {
+            // The owner is inside (or could be): it keeps its bias.
+            slot.owner.store(owner, Ordering::Relaxed);
+            return Err(self.busy(handle));
+        }
+        Ok(taken)
+    }
+
+    fn busy(&self, handle: u64) -> Failure {
+        failure(
+            quiver_status::QUIVER_ERR_BUSY,
+            format!(
+                "{} handle {handle:#x} is in use by another thread right now: an {} is driven \
+                 by one thread at a time (give each thread its own)",
+                self.kind, self.kind
+            ),
+        )
     }
 
     /// Puts `value` in a free slot and returns its handle.
@@ -165,6 +285,16 @@ impl<T, const N: usize> Table<T, N> {
     /// As [`Table::take`].
     pub(crate) fn remove(&self, handle: u64) -> Result<T, Failure> {
         let mut taken = self.take(handle)?;
+        if taken.flag.is_some() {
+            // Entered through the bias: take the BUSY bit too, to change the generation.
+            let idle = taken.idle;
+            let slot = taken.slot;
+            drop(taken);
+            taken = self.take_locked(handle, slot, idle)?;
+        }
+        // This thread owns the bias now (or none does): the slot's next occupant starts
+        // unbiased.
+        taken.slot.owner.store(ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: this thread holds the slot's BUSY bit (`take`).
         let value = unsafe { (*taken.slot.value.get()).take() };
         // The next occupant gets the next generation (wrapping within 32 bits; `insert`
@@ -247,6 +377,90 @@ mod tests {
         }));
         assert!(result.is_err());
         assert_eq!(*table.take(h).unwrap().value(), 2);
+    }
+
+    #[test]
+    fn the_last_thread_enters_a_biased_slot_without_the_busy_bit() {
+        let table: Table<u32, 1> = Table::biased("thing");
+        let h = table.insert(1).unwrap();
+        assert!(
+            table.take(h).unwrap().flag.is_none(),
+            "the first call is locked"
+        );
+        let mut held = table.take(h).unwrap();
+        if bias::flag().is_none() {
+            return; // membarrier refused here: every call stays locked
+        }
+        assert!(
+            held.flag.is_some(),
+            "the second call enters through the bias"
+        );
+        // Inside, the same thread (a handler calling its own endpoint) is refused.
+        assert_eq!(code(table.take(h)), quiver_status::QUIVER_ERR_BUSY);
+        assert_eq!(code(table.remove(h)), quiver_status::QUIVER_ERR_BUSY);
+        // So is another thread, which leaves the bias where it was.
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(code(table.take(h)), quiver_status::QUIVER_ERR_BUSY));
+        });
+        *held.value() = 2;
+        drop(held);
+        assert!(table.take(h).unwrap().flag.is_some());
+        // Another thread takes it once the owner is out, and the bias moves with it.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(table.take(h).unwrap().flag.is_none());
+                let mut again = table.take(h).unwrap();
+                assert!(again.flag.is_some());
+                *again.value() = 3;
+            });
+        });
+        let mut back = table.take(h).unwrap();
+        assert!(back.flag.is_none(), "moving the bias back is locked");
+        assert_eq!(*back.value(), 3);
+        drop(back);
+        assert_eq!(table.remove(h).unwrap(), 3);
+        assert_eq!(code(table.take(h)), quiver_status::QUIVER_ERR_BAD_HANDLE);
+    }
+
+    #[test]
+    fn threads_racing_for_a_biased_slot_never_share_it() {
+        use std::sync::atomic::AtomicBool;
+        let table: Table<u32, 1> = Table::biased("thing");
+        let h = table.insert(0).unwrap();
+        let inside = AtomicBool::new(false);
+        let entered: Vec<u32> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut entered = 0;
+                        for i in 0..20_000u32 {
+                            let Ok(mut taken) = table.take(h) else {
+                                continue;
+                            };
+                            assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
+                            *taken.value() += 1;
+                            for _ in 0..200 {
+                                std::hint::spin_loop(); // a call's length, for others to race
+                            }
+                            inside.store(false, Ordering::SeqCst);
+                            drop(taken);
+                            entered += 1;
+                            if i % 16 == 0 {
+                                std::thread::yield_now(); // outside: let the others in
+                            }
+                        }
+                        entered
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let total = *table.take(h).unwrap().value();
+        assert_eq!(total, entered.iter().sum::<u32>(), "no update lost");
+        assert!(
+            entered.iter().all(|&n| n > 0),
+            "every thread got in: {entered:?}"
+        );
     }
 
     #[test]

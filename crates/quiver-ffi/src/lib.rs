@@ -8,8 +8,9 @@
 //! The boundary's rules ([decision 0086](../../docs/decisions/0086-c-abi.md)):
 //! - handles are numbers into tables ([`handles`]), never pointers, so a zeroed, freed,
 //!   made-up or another table's handle is an error (`QUIVER_ERR_BAD_HANDLE`), not a crash;
-//!   an endpoint's slot is taken for the call by one atomic compare-and-swap, so two
-//!   threads in one endpoint get `QUIVER_ERR_BUSY` instead of a data race;
+//!   an endpoint's slot is taken for the call (by compare-and-swap, or by plain stores from
+//!   the thread it is biased to: [`bias`]), so two threads in one endpoint get
+//!   `QUIVER_ERR_BUSY` instead of a data race;
 //! - no panic crosses: every entry runs inside `catch_unwind` ([`boundary`]);
 //! - errors are codes, with a thread-local message ([`status`]);
 //! - buffers are the caller's: sends read from, receives write into the caller's memory
@@ -21,6 +22,7 @@
 #![allow(non_camel_case_types)]
 
 pub mod am;
+mod bias;
 pub mod boundary;
 pub mod context;
 pub mod endpoint;

@@ -11,17 +11,28 @@ use crate::addr::Addr;
 /// most `max_buffers` buffers and at most `max_cached_bytes` of capacity in total.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Mutex<Free>,
     max_buffers: usize,
     max_cached_bytes: usize,
+}
+
+/// The pool's buffers and their capacity in total (kept, not summed per call).
+#[derive(Debug, Default)]
+struct Free {
+    buffers: Vec<Vec<u8>>,
+    cached_bytes: usize,
 }
 
 impl Pool {
     /// A pool preloaded with `count` buffers of `bytes` capacity each.
     pub(crate) fn new(count: usize, bytes: usize, max_cached_bytes: usize) -> Arc<Pool> {
-        let free = (0..count).map(|_| Vec::with_capacity(bytes)).collect();
+        let buffers: Vec<Vec<u8>> = (0..count).map(|_| Vec::with_capacity(bytes)).collect();
+        let cached_bytes = buffers.iter().map(Vec::capacity).sum();
         Arc::new(Pool {
-            free: Mutex::new(free),
+            free: Mutex::new(Free {
+                buffers,
+                cached_bytes,
+            }),
             max_buffers: count.max(1),
             max_cached_bytes,
         })
@@ -33,10 +44,12 @@ impl Pool {
         let mut buf = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
             // Prefer a buffer that is already large enough.
-            match free.iter().rposition(|b| b.capacity() >= len) {
-                Some(i) => free.swap_remove(i),
-                None => free.pop().unwrap_or_default(),
-            }
+            let taken = match free.buffers.iter().rposition(|b| b.capacity() >= len) {
+                Some(i) => free.buffers.swap_remove(i),
+                None => free.buffers.pop().unwrap_or_default(),
+            };
+            free.cached_bytes -= taken.capacity();
+            taken
         };
         // Keep the old contents: only growth is zero-filled, so steady use costs no memset.
         buf.resize(len, 0);
@@ -46,9 +59,11 @@ impl Pool {
     /// Returns a buffer; it is dropped instead if the pool is full.
     pub(crate) fn give(&self, buf: Vec<u8>) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let cached: usize = free.iter().map(Vec::capacity).sum();
-        if free.len() < self.max_buffers && cached + buf.capacity() <= self.max_cached_bytes {
-            free.push(buf);
+        if free.buffers.len() < self.max_buffers
+            && free.cached_bytes + buf.capacity() <= self.max_cached_bytes
+        {
+            free.cached_bytes += buf.capacity();
+            free.buffers.push(buf);
         }
     }
 }
@@ -108,7 +123,7 @@ mod tests {
         drop(p);
         let b = pool.take(200);
         assert!(b.capacity() >= 1024);
-        assert!(std::ptr::eq(b.as_ptr(), ptr) || pool.free.lock().unwrap().len() == 1);
+        assert!(std::ptr::eq(b.as_ptr(), ptr) || pool.free.lock().unwrap().buffers.len() == 1);
     }
 
     #[test]
@@ -116,6 +131,6 @@ mod tests {
         let pool = Pool::new(1, 16, 64);
         pool.give(vec![0; 10]);
         pool.give(vec![0; 1000]); // over the byte limit: dropped
-        assert!(pool.free.lock().unwrap().len() <= 1);
+        assert!(pool.free.lock().unwrap().buffers.len() <= 1);
     }
 }

@@ -116,11 +116,11 @@ impl Endpoint {
                 return Err(end);
             }
         } else if self.requests.posted_recvs.is_empty() {
-            let mut buf = self.requests.pool.take(0);
+            let mut buf = self.requests.take_scratch();
             if let Some((_, src)) = self.poll_once(&mut Dest::Owned(&mut buf), false)? {
                 return Ok(PooledBuf::new(buf, src, self.requests.pool.clone()));
             }
-            self.requests.pool.give(buf);
+            self.requests.keep_scratch(buf);
             if let Some(end) = self.end_of(None) {
                 return Err(end);
             }

@@ -260,16 +260,16 @@ impl Endpoint {
         if !self.requests.posted_recvs.is_empty() {
             return Ok(false);
         }
-        let mut payload = self.requests.pool.take(0);
+        let mut payload = self.requests.take_scratch();
         let got = match self.poll_once(&mut Dest::Owned(&mut payload), wait) {
             Ok(got) => got,
             Err(e) => {
-                self.requests.pool.give(payload);
+                self.requests.keep_scratch(payload);
                 return Err(e);
             }
         };
         let Some((len, source)) = got else {
-            self.requests.pool.give(payload);
+            self.requests.keep_scratch(payload);
             return Ok(false);
         };
         payload.truncate(len);

@@ -58,7 +58,13 @@ pub(crate) struct Requests {
     pub(crate) buffered_bytes: usize,
     /// The endpoint's receive buffers (pooled receives, internal copies).
     pub(crate) pool: Arc<Pool>,
+    /// A pool buffer a look received nothing into, kept for the next look: a polling loop
+    /// (`progress` with handlers, `try_recv_pooled`) then takes no lock per empty look.
+    scratch: Option<Vec<u8>>,
 }
+
+/// The largest buffer kept as the scratch of empty looks (a larger one returns to the pool).
+const SCRATCH_MAX_BYTES: usize = 64 * 1024;
 
 impl Requests {
     /// No request yet; internal buffers come from `pool`.
@@ -71,6 +77,23 @@ impl Requests {
             bound_recvs: 0,
             buffered_bytes: 0,
             pool,
+            scratch: None,
+        }
+    }
+
+    /// An empty buffer to look into: the one the last empty look left, else the pool's.
+    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
+        self.scratch.take().unwrap_or_else(|| self.pool.take(0))
+    }
+
+    /// Keeps `buf`, which received nothing, for the next look (or returns it to the pool,
+    /// which bounds what it caches, when one is kept already or `buf` grew large).
+    pub(crate) fn keep_scratch(&mut self, mut buf: Vec<u8>) {
+        buf.clear();
+        if self.scratch.is_none() && buf.capacity() <= SCRATCH_MAX_BYTES {
+            self.scratch = Some(buf);
+        } else {
+            self.pool.give(buf);
         }
     }
 
