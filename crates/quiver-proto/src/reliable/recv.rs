@@ -358,9 +358,6 @@ impl RecvState {
         }
     }
 
-    /// Where a frame belongs, or why it is refused (nothing changes either way): its index
-    /// among the packets above the cumulative ack, and the stream range it covers, its
-    /// message's length prefix included for a first fragment.
     /// Whether a data frame numbered `packet_number` was received already (below the
     /// cumulative ack, or held above it): a retransmission the peer did not need, or a
     /// replay, refused before anything in it is acted on.
@@ -374,6 +371,9 @@ impl RecvState {
             .is_some_and(Option::is_some)
     }
 
+    /// Where a frame belongs, or why it is refused (nothing changes either way): its index
+    /// among the packets above the cumulative ack, and the stream range it covers, its
+    /// message's length prefix included for a first fragment.
     ///
     /// A frame whose bytes are all held already (below the readable end, or within a range
     /// ahead of it) is taken for its packet number alone: a frame re-cut by the sender

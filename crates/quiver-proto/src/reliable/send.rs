@@ -561,7 +561,7 @@ impl SendState {
         if self.lends.is_empty() {
             return None;
         }
-        if self.retransmission_pending() {
+        if self.retransmission_first() {
             let packet_number = *self.retransmit_queue.front()?;
             let frame = self
                 .in_flight
@@ -667,11 +667,10 @@ impl SendState {
         limits: PayloadLimits,
         compact: bool,
     ) -> Option<FrameToSend> {
-        let room = self.in_flight.len() < self.max_in_flight;
-        if !(room && self.recut_crowded()) && self.retransmission_pending() {
+        if self.retransmission_first() {
             return self.next_retransmission(now, limits);
         }
-        if !room {
+        if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
         if self.recut_waiting() {

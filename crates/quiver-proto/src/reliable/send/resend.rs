@@ -54,14 +54,16 @@ impl SendState {
         self.frames_recut += 1;
     }
 
-    /// Whether rests crowd the queue (`max_in_flight` of them or more): they then leave
-    /// before retransmissions while the in-flight table has room, so that the queue never
-    /// stops a retransmission for long. It holds at most `2 * max_in_flight`: beyond
-    /// `max_in_flight`, only frames already in flight when it got there are shortened
-    /// before the next of them leaves (`max_in_flight` at most), unless the size falls
-    /// again meanwhile.
-    pub(super) fn recut_crowded(&self) -> bool {
-        self.recut_queue.len() >= self.max_in_flight
+    /// Whether the next data frame is a retransmission: one waits, and rests do not crowd
+    /// the queue (`max_in_flight` of them or more) while the in-flight table has room for
+    /// them. Crowding rests leave first, so that the queue never stops a retransmission
+    /// for long. It holds at most `2 * max_in_flight`: beyond `max_in_flight`, only frames
+    /// already in flight when it got there are shortened before the next of them leaves
+    /// (`max_in_flight` at most), unless the size falls again meanwhile.
+    pub(super) fn retransmission_first(&mut self) -> bool {
+        let crowded = self.recut_queue.len() >= self.max_in_flight
+            && self.in_flight.len() < self.max_in_flight;
+        !crowded && self.retransmission_pending()
     }
 
     /// Whether rests of shortened frames wait to be sent.
