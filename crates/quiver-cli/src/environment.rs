@@ -10,10 +10,13 @@
 //! - UDP segmentation and receive offload (GSO/GRO) on a loopback socket;
 //! - io_uring for the udp transport (`QUIVER_UDP_IO=uring`): a ring with its multishot
 //!   receive set up on a loopback socket;
-//! - the locked-memory limit (`ulimit -l`).
+//! - the locked-memory limit (`ulimit -l`);
+//! - the spill directory of unexpected messages (`QUIVER_SPILL_DIR`): its file system, from
+//!   `/proc/self/mountinfo` (on tmpfs spilled payloads stay in memory).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 
 use quiver_transport::sys;
 use quiver_transport::udp::{UdpSocket, DEFAULT_SOCKET_BUFFER_BYTES};
@@ -24,7 +27,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Check {
     /// What was checked: "cross-memory attach", "ptrace scope", "socket buffers",
-    /// "udp offloads", "io_uring", "locked memory".
+    /// "udp offloads", "io_uring", "locked memory", "spill directory".
     pub(crate) name: &'static str,
     /// "ok", "warning" (works, slower or limited) or "problem" (a feature is unavailable).
     pub(crate) status: &'static str,
@@ -54,8 +57,9 @@ impl Check {
     }
 }
 
-/// Every check, in the order `quiver info` prints them.
-pub(crate) fn checks() -> Vec<Check> {
+/// Every check, in the order `quiver info` prints them; `spill_dir` is the configuration's
+/// `QUIVER_SPILL_DIR`.
+pub(crate) fn checks(spill_dir: &Path) -> Vec<Check> {
     vec![
         cross_memory_attach(sys::process_vm_read(
             sys::getpid(),
@@ -84,6 +88,10 @@ pub(crate) fn checks() -> Vec<Check> {
             .map(|_| ()),
         ),
         locked_memory(),
+        spill_directory(
+            spill_dir,
+            &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        ),
     ]
 }
 
@@ -297,6 +305,60 @@ fn locked_memory() -> Check {
     Check::ok(MEMLOCK, found)
 }
 
+const SPILL: &str = "spill directory";
+
+/// Where unexpected messages beyond `QUIVER_UNEXPECTED_BYTES` are spilled: a warning when
+/// the directory's file system is tmpfs (or ramfs), whose files live in memory, or when it
+/// is missing (spills then fail and the messages stay in memory).
+fn spill_directory(dir: &Path, mountinfo: &str) -> Check {
+    const FIX: &str = "set QUIVER_SPILL_DIR (or TMPDIR) to a directory on a disk, such as /var/tmp or a scratch file system";
+    let shown = dir.display();
+    if !dir.is_dir() {
+        return Check::not_ok(
+            SPILL,
+            "warning",
+            format!("{shown} is not a directory: unexpected messages beyond QUIVER_UNEXPECTED_BYTES would stay in memory (MatchingStats::spill_failures)"),
+            FIX,
+        );
+    }
+    match mount_fs_type(dir, mountinfo) {
+        Some(fs) if fs == "tmpfs" || fs == "ramfs" => Check::not_ok(
+            SPILL,
+            "warning",
+            format!("{shown} is on {fs}: unexpected messages spilled beyond QUIVER_UNEXPECTED_BYTES would stay in memory"),
+            FIX,
+        ),
+        Some(fs) => Check::ok(
+            SPILL,
+            format!("{shown} is on {fs}: unexpected messages beyond QUIVER_UNEXPECTED_BYTES leave memory for an unlinked file there"),
+        ),
+        None => Check::ok(
+            SPILL,
+            format!("{shown}: file system unknown; unexpected messages beyond QUIVER_UNEXPECTED_BYTES are spilled to an unlinked file there"),
+        ),
+    }
+}
+
+/// The file system type of the mount holding `dir` (the longest mount point that is a
+/// prefix of its canonical path), from the text of `/proc/self/mountinfo`.
+fn mount_fs_type(dir: &Path, mountinfo: &str) -> Option<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            // "id parent major:minor root mount-point options [optional...] - fstype source ..."
+            let mut fields = line.split_whitespace();
+            let mount_point = fields.nth(4)?;
+            let mut rest = fields.skip_while(|field| *field != "-");
+            let fs = rest.nth(1)?;
+            // Spaces and the like are written as octal escapes: no such mount point matches.
+            Some((Path::new(mount_point), fs))
+        })
+        .filter(|(mount_point, _)| dir.starts_with(mount_point))
+        .max_by_key(|(mount_point, _)| mount_point.as_os_str().len())
+        .map(|(_, fs)| fs.to_string())
+}
+
 fn read_number(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -319,6 +381,44 @@ fn has_cap_sys_ptrace() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spill_directory_on_tmpfs_is_a_warning_with_the_fix() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:25 / /tmp rw,nosuid shared:2 - tmpfs tmpfs rw
+31 22 0:26 / /var/tmp/ram rw shared:3 master:1 - ramfs none rw
+";
+        assert_eq!(
+            mount_fs_type(Path::new("/tmp"), mountinfo).as_deref(),
+            Some("tmpfs")
+        );
+        assert_eq!(
+            mount_fs_type(Path::new("/tmp/x/y"), mountinfo).as_deref(),
+            Some("tmpfs")
+        );
+        assert_eq!(
+            mount_fs_type(Path::new("/tmpx"), mountinfo).as_deref(),
+            Some("ext4")
+        );
+        assert_eq!(
+            mount_fs_type(Path::new("/var/tmp/ram/a"), mountinfo).as_deref(),
+            Some("ramfs")
+        );
+        assert_eq!(
+            mount_fs_type(Path::new("/var/tmp"), mountinfo).as_deref(),
+            Some("ext4")
+        );
+        let check = spill_directory(Path::new("/tmp"), mountinfo);
+        assert_eq!(check.status, "warning");
+        assert!(check.found.contains("tmpfs"), "{}", check.found);
+        assert!(check.fix.unwrap().contains("QUIVER_SPILL_DIR"));
+        let check = spill_directory(Path::new("/"), mountinfo);
+        assert_eq!(check.status, "ok", "{}", check.found);
+        let check = spill_directory(Path::new("/nonexistent/spill"), mountinfo);
+        assert_eq!(check.status, "warning");
+        assert!(check.fix.unwrap().contains("QUIVER_SPILL_DIR"));
+    }
 
     #[test]
     fn cross_memory_attach_refused_says_why_and_what_to_change() {

@@ -267,7 +267,7 @@ fn gather(config: &Config, unknown: Vec<UnknownVariable>) -> Report {
                 closest: variable.closest,
             })
             .collect(),
-        environment: checks(),
+        environment: checks(&config.spill_dir),
     }
 }
 

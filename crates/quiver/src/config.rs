@@ -2,6 +2,7 @@
 //! a default that can be overridden by a `QUIVER_*` environment variable and reported by
 //! `quiver info` (see [`Config::describe`]).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -52,6 +53,17 @@ pub struct Config {
     /// finish. A message beyond the bound is not taken, and when the peer then stays
     /// blocked sending to us the send fails with [`Error::SendDeadlock`] (docs/failures.md).
     pub read_ahead_bytes: usize,
+    /// Payload bytes of unexpected messages (arrived, no receive matched them yet) an
+    /// endpoint holds in memory (`QUIVER_UNEXPECTED_BYTES`); an unexpected message that
+    /// would take it beyond waits in a spill file in `spill_dir`, read back when a receive
+    /// matches it (docs/decisions/0099-unexpected-messages-spill-to-a-file.md). Default:
+    /// 1 GiB, or an eighth of this machine's memory where that is less; 0 spills every
+    /// unexpected payload.
+    pub unexpected_bytes: u64,
+    /// Where spill files are made (`QUIVER_SPILL_DIR`, an absolute path; default `$TMPDIR`
+    /// when it is an absolute path, else `/var/tmp`). Each is unlinked from the start;
+    /// on tmpfs spilled payloads stay in memory (`quiver info` says so).
+    pub spill_dir: PathBuf,
     /// Largest message a peer may announce to an endpoint (`QUIVER_MAX_MESSAGE_BYTES`):
     /// a shm, tcp or udp header announcing more ends that connection with
     /// [`Error::MessageTooLarge`] before anything is allocated for it. Default: half this
@@ -366,6 +378,8 @@ impl Default for Config {
             pool_max_bytes: 64 << 20,
             max_buffered_bytes: 64 << 20,
             read_ahead_bytes: 64 << 20,
+            unexpected_bytes: default_unexpected_bytes(),
+            spill_dir: default_spill_dir(std::env::var("TMPDIR").ok()),
             max_message_bytes: default_max_message_bytes(),
             transports: vec![TransportKind::Shm, TransportKind::Udp, TransportKind::Tcp],
             udp_datagram_bytes: 0,
@@ -396,6 +410,21 @@ impl Default for Config {
 /// memory, so one peer's lie cannot push the receiver into the OOM killer by itself.
 pub(crate) fn default_max_message_bytes() -> u64 {
     quiver_transport::sys::physical_memory_bytes().map_or(4 << 30, |bytes| (bytes / 2).max(1))
+}
+
+/// The default of [`Config::unexpected_bytes`]: 1 GiB, or an eighth of this machine's
+/// physical memory where that is less (several ranks of a node each hold their own).
+pub(crate) fn default_unexpected_bytes() -> u64 {
+    quiver_transport::sys::physical_memory_bytes().map_or(1 << 30, |bytes| (bytes / 8).min(1 << 30))
+}
+
+/// The default of [`Config::spill_dir`]: `tmpdir` (`$TMPDIR`) when it is an absolute path,
+/// else `/var/tmp` (on disk on most systems, where `/tmp` is often tmpfs).
+pub(crate) fn default_spill_dir(tmpdir: Option<String>) -> PathBuf {
+    tmpdir
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
 }
 
 /// One line of `quiver info`: a setting, its value, the variable that overrides it, and
@@ -469,6 +498,8 @@ impl Config {
         usize_size("QUIVER_POOL_BUFFERS", &mut c.pool_buffers)?;
         usize_size("QUIVER_POOL_BUFFER_BYTES", &mut c.pool_buffer_bytes)?;
         usize_size("QUIVER_READ_AHEAD_BYTES", &mut c.read_ahead_bytes)?;
+        size("QUIVER_UNEXPECTED_BYTES", &mut c.unexpected_bytes)?;
+        c.spill_dir = spill_dir_setting(&get)?;
         if let Some(t) = get("QUIVER_TRANSPORTS") {
             c.transports = parse_transports(&t)?;
         }
@@ -702,6 +733,8 @@ impl Config {
             s("QUIVER_POOL_BUFFERS", self.pool_buffers.to_string(), "receive buffers preallocated per endpoint"),
             s("QUIVER_POOL_BUFFER_BYTES", format!("{} B", self.pool_buffer_bytes), "capacity of each preallocated receive buffer"),
             s("QUIVER_READ_AHEAD_BYTES", format!("{} B", self.read_ahead_bytes), "most bytes a blocking send takes ahead from one incoming shm or tcp connection while it waits (udp: its window); a peer's message beyond it, while that peer is blocked sending to us, is a send-send deadlock (SendDeadlock)"),
+            s("QUIVER_UNEXPECTED_BYTES", format!("{} B", self.unexpected_bytes), "payload bytes of unexpected messages (no receive matched them yet) an endpoint holds in memory; beyond, they wait in a spill file in QUIVER_SPILL_DIR, read back when matched (default: 1 GiB or an eighth of memory, the smaller)"),
+            s("QUIVER_SPILL_DIR", self.spill_dir.display().to_string(), "directory of the spill files of unexpected messages beyond QUIVER_UNEXPECTED_BYTES (unlinked, mode 0600; default $TMPDIR, else /var/tmp); on tmpfs they stay in memory"),
             s("QUIVER_TRANSPORTS", self.transports.iter().map(|t| t.name()).collect::<Vec<_>>().join(","), "transports tried in order for each peer (shm only for peers on this node)"),
             s("QUIVER_UDP_DATAGRAM_BYTES", if self.udp_datagram_bytes == 0 { "auto (65000 on loopback, 1472 otherwise)".into() } else { format!("{} B", self.udp_datagram_bytes) }, "largest UDP datagram of the reliable protocol"),
             s("QUIVER_NET_WINDOW_BYTES", format!("{} B", self.net_window_bytes), "send and receive window of a udp connection (bounds its memory)"),
@@ -720,6 +753,25 @@ impl Config {
             s("QUIVER_PROFILE", self.profile.to_string(), "per-machine thresholds measured by `quiver tune` (environment variables override them)"),
         ]
     }
+}
+
+/// `QUIVER_SPILL_DIR` when set, else the default ([`default_spill_dir`] of `TMPDIR`).
+fn spill_dir_setting(get: &impl Fn(&str) -> Option<String>) -> Result<PathBuf> {
+    match get("QUIVER_SPILL_DIR") {
+        Some(dir) => parse_spill_dir(&dir),
+        None => Ok(default_spill_dir(get("TMPDIR"))),
+    }
+}
+
+/// Parses `QUIVER_SPILL_DIR`: an absolute path.
+fn parse_spill_dir(text: &str) -> Result<PathBuf> {
+    let dir = Path::new(text);
+    if text.is_empty() || !dir.is_absolute() {
+        return Err(Error::Config(format!(
+            "QUIVER_SPILL_DIR={text:?}: must be an absolute path (a directory for spill files)"
+        )));
+    }
+    Ok(dir.to_path_buf())
 }
 
 /// The variable that turns on the per-connection protocol report ([`Config::proto_info`]).
@@ -798,6 +850,51 @@ mod tests {
     use super::*;
 
     /// The read-ahead bound of a waiting send is a setting of its own, shown by `describe`.
+    #[test]
+    fn unexpected_bound_and_spill_dir_are_settings() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(c.unexpected_bytes, default_unexpected_bytes());
+        assert!(c.unexpected_bytes > 0 && c.unexpected_bytes <= 1 << 30);
+        assert_eq!(c.spill_dir, PathBuf::from("/var/tmp"));
+        let c = Config::from_lookup(|k| match k {
+            "QUIVER_UNEXPECTED_BYTES" => Some("64K".into()),
+            "TMPDIR" => Some("/scratch/me".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.unexpected_bytes, 64 << 10);
+        assert_eq!(c.spill_dir, PathBuf::from("/scratch/me"));
+        assert!(c
+            .describe()
+            .iter()
+            .any(|s| s.env == "QUIVER_SPILL_DIR" && s.value == "/scratch/me"));
+        // A relative TMPDIR is not taken; QUIVER_SPILL_DIR wins over TMPDIR.
+        let c = Config::from_lookup(|k| match k {
+            "TMPDIR" => Some("tmp".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.spill_dir, PathBuf::from("/var/tmp"));
+        let c = Config::from_lookup(|k| match k {
+            "TMPDIR" => Some("/tmp".into()),
+            "QUIVER_SPILL_DIR" => Some("/data/spill".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.spill_dir, PathBuf::from("/data/spill"));
+        for (k, v) in [
+            ("QUIVER_UNEXPECTED_BYTES", "lots"),
+            ("QUIVER_SPILL_DIR", "relative/dir"),
+            ("QUIVER_SPILL_DIR", ""),
+        ] {
+            let e = Config::from_lookup(|key| (key == k).then(|| v.into()));
+            assert!(
+                matches!(e, Err(Error::Config(m)) if m.contains(k)),
+                "{k}={v:?}"
+            );
+        }
+    }
+
     #[test]
     fn read_ahead_bound_is_a_setting() {
         assert_eq!(Config::default().read_ahead_bytes, 64 << 20);

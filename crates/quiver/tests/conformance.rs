@@ -202,6 +202,20 @@ fn run(transport: TransportKind, size: u32, body: impl Fn(u32, Context) + Send +
     ranks::run_ranks(contexts, body);
 }
 
+/// [`run`] with the job's configuration changed by `tweak` first (settings a test needs,
+/// given through the `Config` rather than the process environment).
+fn run_with(
+    transport: TransportKind,
+    size: u32,
+    tweak: impl FnOnce(&mut Config),
+    body: impl Fn(u32, Context) + Send + Sync + Copy,
+) {
+    let mut job = job(transport, size);
+    tweak(&mut job.config);
+    let contexts: Vec<Context> = (0..size).map(|r| job.context(r, size)).collect();
+    ranks::run_ranks(contexts, body);
+}
+
 fn every_size(t: TransportKind) {
     run(t, 2, |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
@@ -1419,6 +1433,8 @@ macro_rules! tagged_conformance {
             #[test] fn many_senders_tags_in_reverse() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::many_senders_tags_in_reverse($kind) } }
             #[test] fn large_for_a_posted_receive() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_for_a_posted_receive($kind) } }
             #[test] fn plain_receives_report_tags() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::plain_receives_report_tags($kind) } }
+            #[test] fn unexpected_beyond_the_bound_spill() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::spill::beyond_the_bound($kind) } }
+            #[test] fn unexpected_spill_failure_keeps_them() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::spill::failure_keeps_them($kind) } }
         }
     )*};
 }

@@ -12,14 +12,18 @@
 //!   are matched in the order they were posted;
 //! - invariant: no posted receive matches an unexpected message (each side was checked
 //!   against the other when it came in);
-//! - bounding: an unexpected message's payload is taken in only while the payloads held
-//!   stay within `bound_bytes`; beyond, only its envelope (source, tag, length) is kept
-//!   ([`Held::WithSender`]) and its payload waits with the sender until a receive matches
-//!   it, as a rendezvous does. Bounding never changes which receive takes which message,
-//!   and nothing is dropped: the property test checks both against a reference model.
+//! - bounding: an unexpected message's payload is held in memory only while the payloads
+//!   held stay within `bound_bytes`; beyond, the caller's `spill` moves it out of memory
+//!   (the endpoint writes it to a spill file, `endpoint/spill.rs`) and the matcher keeps
+//!   its envelope with the spilled entry ([`Held::Spilled`]) in the same queue, so a
+//!   receive behind any number of unmatched messages still completes. A spill that fails
+//!   keeps the payload in memory beyond the bound (counted): nothing is dropped. Bounding
+//!   never changes which receive takes which message: the property test checks it against
+//!   a reference model (decision 0099).
 //!
-//! It knows nothing of transports or buffers: a payload is a `P` the caller makes
-//! (`fetch`) when the matcher asks for it, a receive an `R` the caller gives.
+//! It knows nothing of transports, buffers or files: a payload is a `P` the caller makes
+//! (`fetch`) when the matcher asks for it, a spilled payload an `S` the caller's `spill`
+//! makes of it, a receive an `R` the caller gives.
 //!
 //! Layer: below the endpoint API, above nothing (imports only [`Addr`]). No I/O, no clock.
 //! The endpoint's tagged calls (`tagged.rs`) drive it; the tag travels on the wire as
@@ -106,12 +110,12 @@ pub struct Envelope {
 
 /// Where an unexpected message's payload is.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Held<P> {
-    /// Taken in: the matcher holds it (counted against the bound).
+pub(crate) enum Held<P, S> {
+    /// In memory: the matcher holds it (counted against the bound).
     Here(P),
-    /// Still with the sender: only the envelope arrived; the payload moves once a receive
-    /// matches it.
-    WithSender,
+    /// Out of memory (the bound was reached): the caller's spill of it, read back once a
+    /// receive matches it.
+    Spilled(S),
 }
 
 /// What became of an arriving message.
@@ -120,21 +124,26 @@ pub(crate) enum Arrival<R> {
     /// It goes to this posted receive (which leaves the matcher); its payload has not
     /// moved: deliver it straight into the receive's buffer.
     Posted(R),
-    /// No receive wanted it: its payload was fetched and is held.
+    /// No receive wanted it: its payload was fetched and is held in memory (within the
+    /// bound, or beyond it because the spill failed).
     Queued,
-    /// No receive wanted it and the held payloads are at the bound: its envelope is
-    /// queued, its payload stays with the sender.
-    Announced,
+    /// No receive wanted it and it would have taken the held payloads over the bound: its
+    /// payload was fetched and spilled; its envelope is queued with the spilled entry.
+    Spilled,
 }
 
 /// Counters of a matcher.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct MatchStats {
-    /// Messages queued with their payload.
+    /// Messages queued (in memory or spilled).
     pub(crate) queued: u64,
-    /// Messages queued by their envelope alone (the bound was reached).
-    pub(crate) announced: u64,
-    /// The most payload bytes held at once.
+    /// Messages spilled (they would have taken the held payloads over the bound), and
+    /// their bytes.
+    pub(crate) spilled: u64,
+    pub(crate) spilled_bytes: u64,
+    /// Messages over the bound whose spill failed: held in memory beyond the bound.
+    pub(crate) spill_failures: u64,
+    /// The most payload bytes held in memory at once.
     pub(crate) peak_held_bytes: u64,
     /// Messages copied out of a held payload into the buffer of the receive that matched
     /// them (a staging copy), and their bytes.
@@ -147,14 +156,28 @@ pub(crate) struct MatchStats {
 /// messages were copied once more because they arrived before a receive matched them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MatchingStats {
-    /// Unexpected messages waiting now (arrived, no receive matched them yet).
+    /// Unexpected messages waiting now (arrived, no receive matched them yet), spilled
+    /// ones included.
     pub unexpected: u64,
-    /// Payload bytes those messages hold now (in buffers of the endpoint's pool).
+    /// Payload bytes those messages hold in memory now (in buffers of the endpoint's
+    /// pool): at most `QUIVER_UNEXPECTED_BYTES`, except after spill failures.
     pub unexpected_bytes: u64,
-    /// The most payload bytes unexpected messages held at once.
+    /// The most payload bytes unexpected messages held in memory at once.
     pub peak_unexpected_bytes: u64,
     /// Messages that ever waited as unexpected.
     pub queued: u64,
+    /// Unexpected messages waiting now whose payload is in the spill file (they arrived
+    /// when the memory held was at `QUIVER_UNEXPECTED_BYTES`).
+    pub spilled: u64,
+    /// Payload bytes of those messages (in the spill file now).
+    pub spilled_bytes: u64,
+    /// Messages ever spilled.
+    pub spilled_total: u64,
+    /// Bytes ever spilled.
+    pub spilled_bytes_total: u64,
+    /// Messages beyond the bound whose spill failed (disk full, directory missing): kept in
+    /// memory beyond the bound, never dropped (a warning names the directory once).
+    pub spill_failures: u64,
     /// Matching receives posted and waiting now.
     pub posted: u64,
     /// Messages copied from where they waited into the buffer of the receive that matched
@@ -166,21 +189,27 @@ pub struct MatchingStats {
 
 /// Posted receives and unexpected messages of one endpoint (see the module doc).
 #[derive(Debug)]
-pub(crate) struct Matcher<R, P> {
+pub(crate) struct Matcher<R, P, S> {
     posted: VecDeque<(MatchSpec, R)>,
-    unexpected: VecDeque<(Envelope, Held<P>)>,
+    unexpected: VecDeque<(Envelope, Held<P, S>)>,
+    /// Payload bytes held in memory.
     held_bytes: u64,
+    /// Unexpected messages spilled now, and their bytes.
+    spilled: u64,
+    spilled_bytes: u64,
     bound_bytes: u64,
     stats: MatchStats,
 }
 
-impl<R, P> Matcher<R, P> {
-    /// An empty matcher holding at most `bound_bytes` of unexpected payloads.
+impl<R, P, S> Matcher<R, P, S> {
+    /// An empty matcher holding at most `bound_bytes` of unexpected payloads in memory.
     pub(crate) fn new(bound_bytes: u64) -> Self {
         Matcher {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             held_bytes: 0,
+            spilled: 0,
+            spilled_bytes: 0,
             bound_bytes,
             stats: MatchStats::default(),
         }
@@ -193,12 +222,17 @@ impl<R, P> Matcher<R, P> {
         self.posted.is_empty() && self.unexpected.is_empty()
     }
 
-    /// Payload bytes held now (at most the bound).
+    /// Payload bytes held in memory now (at most the bound, except after spill failures).
     pub(crate) fn held_bytes(&self) -> u64 {
         self.held_bytes
     }
 
-    /// Unexpected messages queued (held or announced).
+    /// Unexpected messages spilled now, and their payload bytes.
+    pub(crate) fn spilled_now(&self) -> (u64, u64) {
+        (self.spilled, self.spilled_bytes)
+    }
+
+    /// Unexpected messages queued (in memory or spilled).
     pub(crate) fn unexpected_len(&self) -> usize {
         self.unexpected.len()
     }
@@ -222,6 +256,7 @@ impl<R, P> Matcher<R, P> {
     /// The public counters ([`MatchingStats`]).
     pub(crate) fn public_stats(&self) -> MatchingStats {
         let stats = self.stats();
+        let (spilled, spilled_bytes) = self.spilled_now();
         MatchingStats {
             unexpected: self.unexpected_len() as u64,
             unexpected_bytes: self.held_bytes(),
@@ -230,14 +265,25 @@ impl<R, P> Matcher<R, P> {
             posted: self.posted_len() as u64,
             staged_copies: stats.staged_copies,
             staged_bytes: stats.staged_bytes,
+            spilled,
+            spilled_bytes,
+            spilled_total: stats.spilled,
+            spilled_bytes_total: stats.spilled_bytes,
+            spill_failures: stats.spill_failures,
         }
     }
 
     /// A message arrives (`envelope`; its payload not moved yet): the earliest-posted
-    /// receive it matches takes it; otherwise it is queued, with its payload
-    /// (`fetch()`, called only then) while the held payloads stay within the bound, by its
-    /// envelope alone beyond.
-    pub(crate) fn arrive(&mut self, envelope: Envelope, fetch: impl FnOnce() -> P) -> Arrival<R> {
+    /// receive it matches takes it; otherwise it is queued with its payload (`fetch()`,
+    /// called only then), held in memory while the held payloads stay within the bound,
+    /// spilled beyond (`spill(payload)`: `Err` gives the payload back when the spill
+    /// failed, and it is held in memory beyond the bound, counted).
+    pub(crate) fn arrive(
+        &mut self,
+        envelope: Envelope,
+        fetch: impl FnOnce() -> P,
+        spill: impl FnOnce(P) -> Result<S, P>,
+    ) -> Arrival<R> {
         if let Some(i) = self
             .posted
             .iter()
@@ -246,23 +292,40 @@ impl<R, P> Matcher<R, P> {
             let (_, receive) = self.posted.remove(i).expect("position is in range");
             return Arrival::Posted(receive);
         }
+        self.stats.queued += 1;
         let room = self.bound_bytes.saturating_sub(self.held_bytes);
-        if envelope.len <= room {
-            self.held_bytes += envelope.len;
-            self.stats.queued += 1;
-            self.stats.peak_held_bytes = self.stats.peak_held_bytes.max(self.held_bytes);
-            self.unexpected.push_back((envelope, Held::Here(fetch())));
-            Arrival::Queued
+        let held = if envelope.len <= room {
+            Held::Here(fetch())
         } else {
-            self.stats.announced += 1;
-            self.unexpected.push_back((envelope, Held::WithSender));
-            Arrival::Announced
-        }
+            match spill(fetch()) {
+                Ok(spilled) => {
+                    self.spilled += 1;
+                    self.spilled_bytes += envelope.len;
+                    self.stats.spilled += 1;
+                    self.stats.spilled_bytes += envelope.len;
+                    self.unexpected
+                        .push_back((envelope, Held::Spilled(spilled)));
+                    return Arrival::Spilled;
+                }
+                Err(payload) => {
+                    self.stats.spill_failures += 1;
+                    Held::Here(payload)
+                }
+            }
+        };
+        self.held_bytes += envelope.len;
+        self.stats.peak_held_bytes = self.stats.peak_held_bytes.max(self.held_bytes);
+        self.unexpected.push_back((envelope, held));
+        Arrival::Queued
     }
 
     /// Posts a receive: it takes the earliest unexpected message it matches (returned with
     /// the receive), or waits behind the receives posted before it (`None`).
-    pub(crate) fn post(&mut self, spec: MatchSpec, receive: R) -> Option<(R, Envelope, Held<P>)> {
+    pub(crate) fn post(
+        &mut self,
+        spec: MatchSpec,
+        receive: R,
+    ) -> Option<(R, Envelope, Held<P, S>)> {
         match self.take(spec) {
             Some((envelope, held)) => Some((receive, envelope, held)),
             None => {
@@ -279,11 +342,15 @@ impl<R, P> Matcher<R, P> {
 
     /// Takes the earliest unexpected message `spec` matches (a receive that is not left
     /// posted when nothing matches: a `try_recv`, or a blocking receive's first look).
-    pub(crate) fn take(&mut self, spec: MatchSpec) -> Option<(Envelope, Held<P>)> {
+    pub(crate) fn take(&mut self, spec: MatchSpec) -> Option<(Envelope, Held<P, S>)> {
         let i = self.find(spec)?;
         let (envelope, held) = self.unexpected.remove(i).expect("found in range");
-        if let Held::Here(_) = held {
-            self.held_bytes -= envelope.len;
+        match held {
+            Held::Here(_) => self.held_bytes -= envelope.len,
+            Held::Spilled(_) => {
+                self.spilled -= 1;
+                self.spilled_bytes -= envelope.len;
+            }
         }
         Some((envelope, held))
     }

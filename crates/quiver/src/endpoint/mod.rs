@@ -50,6 +50,7 @@ mod receive;
 mod rma;
 pub(crate) mod scope;
 mod send;
+mod spill;
 mod tagged;
 #[cfg(test)]
 mod tests;
@@ -151,8 +152,10 @@ pub struct Endpoint {
     committed: Option<usize>,
     /// Posted matching receives and the messages no receive wanted yet (`tagged.rs`).
     /// Receives by request key; unexpected payloads in pool buffers of exactly their
-    /// length.
-    matcher: matching::Matcher<Key, Vec<u8>>,
+    /// length, within `QUIVER_UNEXPECTED_BYTES`; beyond it in `spill`.
+    matcher: matching::Matcher<Key, Vec<u8>, spill::Spilled>,
+    /// The spill file of unexpected payloads beyond the bound, made on the first spill.
+    spill: spill::SpillFile,
     /// The tag of the message the last look delivered (or that it was an active message).
     last_tag: WireTag,
     /// One-sided operations posted and not yet completed by `wait_rma`.
@@ -184,6 +187,8 @@ impl Endpoint {
         ready: Readiness,
     ) -> Endpoint {
         let config = local.config.clone();
+        let matcher = matching::Matcher::new(config.unexpected_bytes);
+        let spill = spill::SpillFile::new(config.spill_dir.clone());
         let pool = Pool::new(
             config.pool_buffers,
             config.pool_buffer_bytes,
@@ -208,7 +213,8 @@ impl Endpoint {
             idle_polls: 0,
             dgram: DgramSide::default(),
             committed: None,
-            matcher: matching::Matcher::new(u64::MAX),
+            matcher,
+            spill,
             last_tag: WireTag::default(),
             rma_posted: PostedTable::default(),
             am: handlers::AmState::default(),

@@ -5,10 +5,13 @@
 use std::time::Duration;
 
 use super::{Connection, Endpoint, SendRequest};
+use crate::addr::Addr;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::edge::{InEdge, OutEdge, Started};
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::meanwhile::Meanwhile;
+use crate::transport::registry::Inbox;
 use crate::transport::requests::SendState;
 use crate::transport::wait::Wait;
 
@@ -24,7 +27,10 @@ impl Endpoint {
     /// large messages do not wait on each other within that bound.
     ///
     /// Over shm it takes ahead what peers asleep in a blocking send to this endpoint wrote
-    /// (at most `read_ahead_bytes` per connection). When the peer is itself blocked
+    /// (at most `read_ahead_bytes` per connection; a large message of another peer than
+    /// `conn`'s only once the send has waited 10 ms, the receive that comes next usually
+    /// takes it without the copy), and while it waits for the receiver to pull a large
+    /// message, posted receives take what arrives. When the peer is itself blocked
     /// sending to this endpoint a message beyond the read-ahead bound, neither can finish,
     /// and the send returns [`Error::SendDeadlock`] within the detection time instead of
     /// waiting forever (docs/failures.md).
@@ -36,6 +42,8 @@ impl Endpoint {
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
         self.refuse_in_handler("send")?;
         let idx = self.outbound_index(conn)?;
+        let receives_posted =
+            !self.requests.posted_recvs.is_empty() || self.matcher.posted_len() > 0;
         let super::Parts {
             outbound,
             inbound,
@@ -43,20 +51,9 @@ impl Endpoint {
             ..
         } = self.parts();
         let (inbox, config) = (cx.inbox, cx.config);
-        let mut flush = |peer| {
-            // Edges the listener accepted and no receive adopted yet may hold the peer's
-            // message too.
-            for new in inbox.take_shm() {
-                inbound.push(InEdge::from_shm(new));
-            }
-            let mut blocked = false;
-            for inb in inbound.iter_mut() {
-                inb.publish_consumed();
-                blocked |= inb.read_ahead(peer, config);
-            }
-            blocked
-        };
-        let written = match outbound[idx].start_send(data, &mut cx, &mut flush) {
+        let mut flush =
+            |peer, waited_long| look_at_shm_senders(inbox, inbound, config, peer, waited_long);
+        let written = match outbound[idx].start_send(data, &mut cx, &mut flush, receives_posted) {
             Started::Finished(result) => return result,
             Started::Partly { written } => written,
         };
@@ -328,6 +325,16 @@ impl Meanwhile for Endpoint {
         Ok(())
     }
 
+    fn shm_look(&mut self, peer: Addr, waited_long: bool) -> bool {
+        look_at_shm_senders(
+            &self.inbox,
+            &mut self.inbound,
+            &self.config,
+            peer,
+            waited_long,
+        )
+    }
+
     fn read_ahead_full(&mut self, peer: crate::addr::Addr) -> bool {
         let local = &self.local;
         self.inbound
@@ -346,4 +353,27 @@ impl Meanwhile for Endpoint {
             });
         }
     }
+}
+
+/// What a waiting shm send asks of its endpoint at each look ([`Meanwhile::shm_look`]):
+/// edges the listener accepted and no receive adopted yet join the list (they may hold the
+/// peer's message too), every ring's consumed space is published, and what senders asleep
+/// sending to this endpoint wrote is taken ahead (rendezvous messages `peer`'s always,
+/// others' with `waited_long`); whether `peer` stays blocked beyond the read-ahead bound.
+fn look_at_shm_senders(
+    inbox: &Inbox,
+    inbound: &mut Vec<InEdge>,
+    config: &Config,
+    peer: Addr,
+    waited_long: bool,
+) -> bool {
+    for new in inbox.take_shm() {
+        inbound.push(InEdge::from_shm(new));
+    }
+    let mut blocked = false;
+    for inb in inbound.iter_mut() {
+        inb.publish_consumed();
+        blocked |= inb.read_ahead(peer, config, waited_long);
+    }
+    blocked
 }

@@ -4,11 +4,14 @@
 //! receives in the order they were posted).
 //!
 //! A message nobody wants yet waits in the endpoint's matcher (unexpected), in a buffer of
-//! the pool; while the matcher holds nothing and has no receive posted, every plain call
-//! takes today's path (one test, `Matcher::is_idle`), and a tagged call takes the next
-//! message straight from the transports.
+//! the pool, or, beyond `QUIVER_UNEXPECTED_BYTES` of those, in the endpoint's spill file
+//! (`spill.rs`, read back straight into the buffer of the receive that matches it). While
+//! the matcher holds nothing and has no receive posted, every plain call takes today's
+//! path (one test, `Matcher::is_idle`), and a tagged call takes the next message straight
+//! from the transports.
 
 use super::matching::{Arrival, Envelope, Held, MatchSpec, MatchingStats};
+use super::spill::Spilled;
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
@@ -190,10 +193,8 @@ impl Endpoint {
         loop {
             if let Some(&envelope) = self.matcher.probe(spec) {
                 Dest::Slice(buf).fits(envelope.len)?;
-                if let Some((envelope, Held::Here(payload))) = self.matcher.take(spec) {
-                    buf[..payload.len()].copy_from_slice(&payload);
-                    self.matcher.count_staged(envelope.len);
-                    self.requests.pool.give(payload);
+                if let Some((envelope, held)) = self.matcher.take(spec) {
+                    self.held_into(envelope, held, buf)?;
                     return Ok(Some(envelope));
                 }
             }
@@ -243,7 +244,8 @@ impl Endpoint {
     /// source and tag, as [`Endpoint::recv_pooled`] gives it.
     pub(super) fn take_any_pooled(&mut self, wait: bool) -> Result<Option<PooledBuf>> {
         loop {
-            if let Some((envelope, Held::Here(payload))) = self.matcher.take(MatchSpec::ANY) {
+            if let Some((envelope, held)) = self.matcher.take(MatchSpec::ANY) {
+                let payload = self.held_payload(held)?;
                 let pool = self.requests.pool.clone();
                 return Ok(Some(PooledBuf::new(payload, envelope.source, pool)));
             }
@@ -391,48 +393,107 @@ impl Endpoint {
         Ok(())
     }
 
-    /// A message arrives at the matcher.
+    /// A message arrives at the matcher: a posted receive it matches takes it; otherwise
+    /// it waits, its payload in memory within the bound, written to the spill file beyond
+    /// (its pool buffer given back), or kept in memory if the spill fails (warned once).
     pub(super) fn arrive(&mut self, envelope: Envelope, payload: Vec<u8>) {
         let mut payload = Some(payload);
-        let arrival = self.matcher.arrive(envelope, || {
-            payload.take().expect("the matcher fetches a payload once")
-        });
+        let spill = &mut self.spill;
+        let pool = &self.requests.pool;
+        let arrival = self.matcher.arrive(
+            envelope,
+            || payload.take().expect("the matcher fetches a payload once"),
+            |fetched| match spill.write(&fetched) {
+                Ok(spilled) => {
+                    pool.give(fetched);
+                    Ok(spilled)
+                }
+                Err(e) => {
+                    spill.warn_once(&e);
+                    Err(fetched)
+                }
+            },
+        );
         match arrival {
             Arrival::Posted(key) => {
                 let payload = payload.take().expect("not fetched: it went to a receive");
                 self.complete_matched(key, envelope, Held::Here(payload));
             }
-            // The matcher's bound is unlimited: every payload is taken in.
-            Arrival::Queued | Arrival::Announced => {}
+            Arrival::Queued | Arrival::Spilled => {}
+        }
+    }
+
+    /// An unexpected message's payload into `buf` (which fits it): copied from its pool
+    /// buffer, or read back from the spill file straight into `buf`. Either is a staging
+    /// copy (counted).
+    ///
+    /// # Errors
+    /// The spill file's read failed ([`Error::Io`] naming the spill directory).
+    fn held_into(
+        &mut self,
+        envelope: Envelope,
+        held: Held<Vec<u8>, Spilled>,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        self.matcher.count_staged(envelope.len);
+        match held {
+            Held::Here(payload) => {
+                buf[..payload.len()].copy_from_slice(&payload);
+                self.requests.pool.give(payload);
+                Ok(())
+            }
+            Held::Spilled(spilled) => Ok(self.spill.read_into(spilled, buf)?),
+        }
+    }
+
+    /// An unexpected message's payload in a pool buffer of its length (read back from the
+    /// spill file when it was spilled).
+    ///
+    /// # Errors
+    /// The spill file's read failed.
+    fn held_payload(&mut self, held: Held<Vec<u8>, Spilled>) -> Result<Vec<u8>> {
+        match held {
+            Held::Here(payload) => Ok(payload),
+            Held::Spilled(spilled) => {
+                let mut payload = self.requests.pool.take(spilled.len());
+                match self.spill.read_into(spilled, &mut payload) {
+                    Ok(()) => Ok(payload),
+                    Err(e) => {
+                        self.requests.pool.give(payload);
+                        Err(e.into())
+                    }
+                }
+            }
         }
     }
 
     /// Completes posted receive `key` with the message it matched (a message longer than
     /// its buffer fails it with `BufferTooSmall` and waits, unexpected, for another).
-    fn complete_matched(&mut self, key: Key, envelope: Envelope, held: Held<Vec<u8>>) {
-        let Held::Here(payload) = held else {
-            unreachable!("the matcher's bound is unlimited: every payload is taken in")
-        };
+    fn complete_matched(&mut self, key: Key, envelope: Envelope, held: Held<Vec<u8>, Spilled>) {
         let Some(RecvState::Pending(buf)) = self.requests.recvs.get_mut(key) else {
+            if let Held::Spilled(spilled) = held {
+                self.spill.release(spilled);
+            }
             return;
         };
         let mut buf = std::mem::take(buf);
         let state = match Dest::Slice(&mut buf).fits(envelope.len) {
-            Ok(()) => {
-                buf[..payload.len()].copy_from_slice(&payload);
-                self.matcher.count_staged(envelope.len);
-                self.requests.pool.give(payload);
-                RecvState::Done(Ok(RecvCompletion {
+            Ok(()) => match self.held_into(envelope, held, &mut buf) {
+                Ok(()) => RecvState::Done(Ok(RecvCompletion {
                     buf,
                     len: envelope.len as usize,
                     src: envelope.source,
                     tag: envelope.tag,
-                }))
-            }
-            Err(e) => {
-                self.arrive(envelope, payload);
-                RecvState::Done(Err(e))
-            }
+                })),
+                Err(e) => RecvState::Done(Err(e)),
+            },
+            Err(e) => match self.held_payload(held) {
+                Ok(payload) => {
+                    self.arrive(envelope, payload);
+                    RecvState::Done(Err(e))
+                }
+                Err(read) => RecvState::Done(Err(read)),
+            },
         };
         self.requests.set_recv(key, state);
     }

@@ -24,7 +24,7 @@ use super::edge_context::EdgeContext;
 use super::meanwhile::Meanwhile;
 use super::protocols::TransportInfo;
 use super::shm::inbound::{AheadOutcome, ShmIn};
-use super::shm::outbound::ShmOut;
+use super::shm::outbound::{ShmOut, ShmSent};
 use super::tcp::inbound::TcpIn;
 use super::tcp::outbound::TcpOut;
 use crate::addr::Addr;
@@ -160,21 +160,28 @@ impl OutEdge {
         }
     }
 
-    /// The part of a blocking send the edge does by itself: all of it over shm (which
+    /// The part of a blocking send the edge does by itself: over shm all of it (which
     /// waits on its own ring; `flush` publishes the ring space the endpoint consumed
     /// meanwhile, reads ahead what senders asleep on the endpoint wrote and says whether
     /// the peer named stays blocked sending to the endpoint beyond the read-ahead bound,
-    /// [`InEdge::read_ahead`]), tcp's latency path (one `send` of a small frame), nothing for
-    /// datagrams.
+    /// [`InEdge::read_ahead`]; its second argument: whether the send waited long enough to
+    /// pull other senders' rendezvous messages ahead too), except the wait for a
+    /// rendezvous to be pulled while the endpoint has receives posted
+    /// (`receives_posted`: they take what comes meanwhile, [`OutEdge::finish_send`]);
+    /// tcp's latency path (one `send` of a small frame), nothing for datagrams.
     #[inline]
     pub(crate) fn start_send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(Addr) -> bool,
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
+        receives_posted: bool,
     ) -> Started {
         match self {
-            OutEdge::Shm(e) => Started::Finished(e.send(data, cx, flush)),
+            OutEdge::Shm(e) => match e.send(data, cx, flush, receives_posted) {
+                ShmSent::Done(result) => Started::Finished(result),
+                ShmSent::Pulling => Started::Partly { written: 0 },
+            },
             OutEdge::Tcp(e) => {
                 let mut written = 0;
                 match e.start_send(data, &mut written, cx) {
@@ -199,7 +206,8 @@ impl OutEdge {
         match self {
             OutEdge::Tcp(e) => e.finish_send(data, written, endpoint),
             OutEdge::Dgram(e) => e.finish_send(data, endpoint),
-            OutEdge::Shm(_) | OutEdge::Busy => unreachable!("sends over shm finish by themselves"),
+            OutEdge::Shm(e) => e.finish_pull(data, endpoint),
+            OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
         }
     }
 
@@ -710,10 +718,14 @@ impl InEdge {
     /// blocking send on this edge wrote, within `read_ahead_bytes` (shm; the network
     /// transports read ahead through [`Meanwhile`]). Whether this edge's sender is `peer`
     /// and stays blocked with a message beyond the bound (a send-send deadlock once the
-    /// caller's send cannot finish either).
-    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config) -> bool {
+    /// caller's send cannot finish either). A rendezvous of another sender than `peer` is
+    /// pulled ahead only once the send `waited_long` (a cycle of blocking sends, suspected).
+    pub(crate) fn read_ahead(&mut self, peer: Addr, config: &Config, waited_long: bool) -> bool {
         match self {
-            InEdge::Shm(e) => e.read_ahead(config) == AheadOutcome::Blocked && e.peer == peer,
+            InEdge::Shm(e) => {
+                let own_peer = e.peer == peer;
+                e.read_ahead(config, own_peer || waited_long) == AheadOutcome::Blocked && own_peer
+            }
             _ => false,
         }
     }

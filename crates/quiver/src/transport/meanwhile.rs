@@ -1,4 +1,5 @@
-//! What a network edge asks of its endpoint while a blocking send on it waits
+//! What an edge asks of its endpoint while a blocking send on it waits (a network edge, or
+//! a shm edge whose rendezvous waits for its pull while receives are posted)
 //! ([`Meanwhile`]): the peer may be blocked sending to us, so the endpoint keeps receiving
 //! (posted receives advance, tcp streams are read ahead within `max_buffered_bytes`, the
 //! datagram engine brings acknowledgements and credit). The edge is out of the endpoint's
@@ -30,6 +31,13 @@ pub(crate) trait Meanwhile {
     /// # Errors
     /// None today beyond those recorded in the requests themselves.
     fn receive(&mut self) -> Result<()>;
+
+    /// What a waiting shm send asks at each look: publish the ring space consumed, take
+    /// ahead what shm senders asleep sending to this endpoint wrote (their rendezvous
+    /// messages `peer`'s always, others' with `waited_long`), and whether `peer` stays
+    /// asleep sending to this endpoint beyond the read-ahead bound
+    /// ([`InEdge::read_ahead`](crate::transport::edge::InEdge::read_ahead)).
+    fn shm_look(&mut self, peer: Addr, waited_long: bool) -> bool;
 
     /// Adds the descriptors of inbound edges a sleeping sender should wake up for (tcp
     /// streams with something to read ahead).

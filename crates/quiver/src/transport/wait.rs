@@ -140,6 +140,11 @@ impl Wait {
         now.saturating_duration_since(*self.spin_start.get_or_insert(start)) < self.spin
     }
 
+    /// How long the call has waited so far (reads the clock: for periodic looks only).
+    pub(crate) fn waited(&mut self) -> Duration {
+        self.start().elapsed()
+    }
+
     /// Spin again from now (after a wake-up); the deadline stays where it was.
     pub(crate) fn restart(&mut self) {
         self.start();

@@ -1,10 +1,13 @@
 //! The tagged part of the conformance suite: wildcards and masks, non-overtaking with many
 //! tags interleaved, posted receives matched in posting order, probe then receive, tagged
-//! large messages byte-verified, plain calls beside tagged ones.
+//! large messages byte-verified, plain calls beside tagged ones; unexpected messages beyond
+//! the bound (`spill.rs`).
 
 use quiver::{Addr, Error, MatchSpec, TransportKind};
 
 use super::{pattern, run};
+
+pub(crate) mod spill;
 
 /// Tags chosen so that a mask on the high 16 bits tells two families apart.
 const FAMILY_A: u64 = 0xA000 << 48;

@@ -162,7 +162,14 @@ impl ShmIn {
     /// (rendezvous messages pulled whole: the sender is not asked to help, it is waiting).
     /// Nothing here waits. `Blocked` when the sender waits and its next message is beyond
     /// the bound; an error leaves the message in the ring for a receive to report.
-    pub(crate) fn read_ahead(&mut self, config: &Config) -> AheadOutcome {
+    ///
+    /// A rendezvous is pulled ahead only with `pull_rendezvous` (the waiting send's own
+    /// peer, or a send that has waited long enough to suspect a cycle of blocking sends):
+    /// otherwise it stays in the ring, with what follows it, for the receive that will pull
+    /// it straight into its own buffer. Pulled ahead, it costs a buffer of its size, faulted
+    /// in page by page, and a second copy; and a sender that is merely waiting for this
+    /// endpoint's next receive (a client of a server busy answering another) gains nothing.
+    pub(crate) fn read_ahead(&mut self, config: &Config, pull_rendezvous: bool) -> AheadOutcome {
         if self.state != InboundState::Open || !self.ring.producer_waiting() {
             return AheadOutcome::Free;
         }
@@ -186,6 +193,9 @@ impl ShmIn {
             if len > room {
                 self.ring.flush();
                 return AheadOutcome::Blocked;
+            }
+            if rec.kind == Kind::Rndv && !pull_rendezvous {
+                break;
             }
             let mut msg = Vec::new();
             let mut dest = Dest::Owned(&mut msg);
@@ -741,5 +751,55 @@ impl ShmIn {
         self.ahead.clear();
         self.ahead_bytes = 0;
         self.partial = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_transport::ring::Producer;
+
+    use super::*;
+
+    /// An edge whose sender is this very process (its memory is what a rendezvous pulls),
+    /// and the ring's producer.
+    fn edge() -> (ShmIn, Producer) {
+        let (ring, fd) = Consumer::create(1 << 16, 7).expect("a ring");
+        let producer = Producer::attach(&fd).expect("the ring's producer");
+        let me = sys::getpid();
+        let inbound = ShmIn::new(NewInbound {
+            peer: Addr::new(1, 0),
+            pid: me,
+            pidfd: sys::pidfd_open(me).expect("a pidfd"),
+            ring,
+            cross_memory: true,
+        });
+        (inbound, producer)
+    }
+
+    /// A sender asleep in a blocking rendezvous send to this endpoint has its message
+    /// pulled ahead only when the waiting send asks for rendezvous messages (its own peer,
+    /// or a suspected cycle); otherwise it stays in the ring for a receive, and a short
+    /// message behind it too (order is kept).
+    #[test]
+    fn a_rendezvous_is_pulled_ahead_only_when_asked() {
+        let message = vec![5u8; 300 << 10];
+        let (mut inbound, mut producer) = edge();
+        let seq = producer
+            .try_write_rndv(message.as_ptr() as u64, message.len() as u64)
+            .expect("a sound ring")
+            .expect("room");
+        assert!(producer
+            .try_write(Kind::Msg, 3, b"abc")
+            .expect("a sound ring"));
+        producer.prepare_wait();
+        let config = Config::default();
+        assert_eq!(inbound.read_ahead(&config, false), AheadOutcome::Free);
+        assert!(inbound.ahead.is_empty());
+        assert!(inbound.has_pending(), "the rendezvous stays in the ring");
+        assert!(producer.rndv_completed().expect("a sound ring") < seq);
+        assert_eq!(inbound.read_ahead(&config, true), AheadOutcome::Free);
+        let ahead: Vec<&[u8]> = inbound.ahead.iter().map(|(_, m)| m.as_slice()).collect();
+        assert_eq!(ahead, [message.as_slice(), b"abc"]);
+        assert_eq!(producer.rndv_completed().expect("a sound ring"), seq);
     }
 }

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quiver_transport::notify::RemoteDoorbell;
 use quiver_transport::ring::{Kind, Producer, RingError};
@@ -31,6 +31,7 @@ use crate::slab::Key;
 use crate::transport::edge_context::EdgeContext;
 use crate::transport::failure::Failure;
 use crate::transport::liveness::FreezeWatch;
+use crate::transport::meanwhile::Meanwhile;
 use crate::transport::requests::{Requests, SendState};
 use crate::transport::wait::{Wait, SLEEP_SLICE};
 use crate::transport::wire_tag::WireTag;
@@ -59,6 +60,32 @@ enum InflightOwner {
     Blocking,
 }
 
+/// How long a blocking send waits before it pulls ahead the rendezvous messages of other
+/// senders than its own peer that sleep sending to this endpoint (the `flush` callback's
+/// second argument). Its own peer's are pulled at once (both would wait forever otherwise).
+/// Another sender's usually only waits for this endpoint's next receive, which pulls it
+/// straight into the receive's buffer (a server answering one client while the others'
+/// requests wait): pulled ahead, it costs a buffer of its size and a second copy. A cycle
+/// of three or more ranks, each blocked sending to the next, needs it: this long, a few
+/// scheduler slices of a busy node, tells the two apart
+/// (docs/decisions/0071-eager-limit-on-a-busy-node.md).
+pub(crate) const CYCLE_PATIENCE: Duration = Duration::from_millis(10);
+
+/// The longest sleep of a send waiting for its rendezvous to be pulled while the endpoint
+/// has receives posted ([`ShmOut::finish_pull`]): a message for them rings the doorbell,
+/// not the ring's futex this send sleeps on, so it looks again this often.
+const PULL_SLICE: Duration = Duration::from_millis(1);
+
+/// How the part of a blocking send the edge does by itself ended ([`ShmOut::send`]).
+pub(crate) enum ShmSent {
+    /// The send is over.
+    Done(Result<()>),
+    /// Its rendezvous is announced and the endpoint has receives posted: the receiver's
+    /// pull is waited for with the endpoint's help ([`ShmOut::finish_pull`]), so that what
+    /// peers send meanwhile goes into those receives as it comes.
+    Pulling,
+}
+
 /// The sending side of a shared-memory edge (module docs).
 #[derive(Debug)]
 pub(crate) struct ShmOut {
@@ -84,6 +111,8 @@ pub(crate) struct ShmOut {
     flag_raised: bool,
     /// The tag of the sends made now ([`ShmOut::set_tag`]; 0 outside a tagged send).
     tag: WireTag,
+    /// The rendezvous of the blocking send handed to [`ShmOut::finish_pull`].
+    pulling: Option<u64>,
 }
 
 /// The owner of a queued send's buffer once it is announced by rendezvous.
@@ -127,6 +156,7 @@ impl ShmOut {
             peer_waiting_since: None,
             flag_raised: false,
             tag: WireTag::default(),
+            pulling: None,
         }
     }
 
@@ -166,37 +196,185 @@ impl ShmOut {
     /// receiver has pulled it (rendezvous). Earlier posted sends go first. `flush` publishes
     /// the ring space this endpoint consumed meanwhile (a peer blocked on us may need it),
     /// takes ahead what peers asleep in a blocking send to this endpoint wrote (within
-    /// `read_ahead_bytes` per connection), and says whether the peer named stays asleep in a
+    /// `read_ahead_bytes` per connection; their rendezvous messages only when its second
+    /// argument says so: the named peer's always, others' once the send waited
+    /// [`CYCLE_PATIENCE`]), and says whether the peer named stays asleep in a
     /// blocking send to this endpoint with a message beyond that bound: seen so for a
     /// quarter of the detection time while this send waits, the send returns
     /// [`Error::SendDeadlock`] (neither side would ever receive).
+    ///
+    /// With `receives_posted` (the endpoint has receives posted), a rendezvous is announced
+    /// and [`ShmSent::Pulling`] returned: the caller finishes the send with
+    /// [`ShmOut::finish_pull`], the endpoint receiving meanwhile.
     pub(crate) fn send(
         &mut self,
         data: &[u8],
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(Addr) -> bool,
-    ) -> Result<()> {
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
+        receives_posted: bool,
+    ) -> ShmSent {
         let mut wait = Wait::new(cx.config);
+        let result = self.send_until_pulling(data, &mut wait, cx, flush, receives_posted);
+        if let Ok(Some(seq)) = result {
+            self.pulling = Some(seq);
+            return ShmSent::Pulling;
+        }
+        self.end_wait();
+        ShmSent::Done(result.map(|_| ()))
+    }
+
+    /// [`ShmOut::send`] up to its end, or (`Some`: the rendezvous sequence number) up to
+    /// the announcement of a rendezvous the endpoint waits for with its help.
+    fn send_until_pulling(
+        &mut self,
+        data: &[u8],
+        wait: &mut Wait,
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
+        receives_posted: bool,
+    ) -> Result<Option<u64>> {
         self.peer_waiting_since = None;
         while !self.queue.is_empty() {
             self.progress(cx.config, cx.requests)?;
             if self.queue.is_empty() {
                 break;
             }
-            self.wait(&mut wait, "flushing earlier sends", cx, flush)?;
+            self.wait(wait, "flushing earlier sends", cx, flush)?;
         }
         set_ring_tag(&mut self.ring, self.tag);
-        let result = if data.len() as u64 <= self.eager_max(cx.config) {
-            self.send_eager_blocking(data, &mut wait, cx, flush)
-        } else {
-            self.send_rndv_blocking(data, &mut wait, cx, flush)
-        };
+        if data.len() as u64 <= self.eager_max(cx.config) {
+            return self
+                .send_eager_blocking(data, wait, cx, flush)
+                .map(|()| None);
+        }
+        let seq = self.announce_rndv(data, wait, cx, flush)?;
+        if receives_posted {
+            return Ok(Some(seq));
+        }
+        self.wait_pulled(data, seq, wait, cx, flush).map(|()| None)
+    }
+
+    /// The wait announced since the send first slept ends with the send.
+    fn end_wait(&mut self) {
         if self.flag_raised {
-            // The wait announced since the send first slept ends with the send.
             self.flag_raised = false;
             self.ring.end_wait();
         }
+    }
+
+    /// The rest of a blocking send that returned [`ShmSent::Pulling`]: waits until the
+    /// receiver pulled the rendezvous, the endpoint receiving meanwhile (posted receives
+    /// take what comes, tcp peers are read ahead; [`Meanwhile::receive`]) besides what
+    /// `flush` does for a send that waits alone ([`Meanwhile::shm_look`]).
+    pub(crate) fn finish_pull(&mut self, data: &[u8], endpoint: &mut dyn Meanwhile) -> Result<()> {
+        let Some(seq) = self.pulling.take() else {
+            return Ok(());
+        };
+        let mut wait = Wait::new(endpoint.context().config);
+        let mut helped = false;
+        let result = loop {
+            match self.pulled(data, seq, &mut helped) {
+                Ok(false) => {}
+                Ok(true) => {
+                    let cx = endpoint.context();
+                    break self.progress(cx.config, cx.requests);
+                }
+                Err(e) => {
+                    let cx = endpoint.context();
+                    break Err(self.fail(corrupt(e), "while sending", cx.requests));
+                }
+            }
+            if let Err(e) = self.wait_meanwhile(&mut wait, endpoint) {
+                let cx = endpoint.context();
+                break self.pull_wait_failed(seq, e, cx.requests);
+            }
+        };
+        self.end_wait();
         result
+    }
+
+    /// Whether rendezvous `seq` (of `data`) was pulled; does the sender's half of a split
+    /// copy the receiver asked for, once (`helped`).
+    fn pulled(
+        &mut self,
+        data: &[u8],
+        seq: u64,
+        helped: &mut bool,
+    ) -> std::result::Result<bool, RingError> {
+        let done = self.ring.rndv_completed()?;
+        if done >= seq {
+            return Ok(true);
+        }
+        if !*helped && done + 1 == seq {
+            *helped = help_split(
+                &self.ring,
+                (self.pid, &self.pidfd),
+                seq,
+                data.as_ptr() as u64,
+                data.len() as u64,
+            );
+            if *helped {
+                return self.ring.rndv_completed().map(|done| done >= seq);
+            }
+        }
+        Ok(false)
+    }
+
+    /// A wait for rendezvous `seq` ended with `e`: a receiver that took the message and then
+    /// exited is not a failure; a timeout fails the connection (the receiver may still read
+    /// the buffer later).
+    fn pull_wait_failed(&mut self, seq: u64, e: Error, requests: &mut Requests) -> Result<()> {
+        if self.ring.rndv_completed().is_ok_and(|done| done >= seq) {
+            return Ok(());
+        }
+        if matches!(e, Error::Timeout { .. }) {
+            self.fail(Failure::TimedOut, "while sending", requests);
+        }
+        Err(e)
+    }
+
+    /// One step of [`ShmOut::finish_pull`]'s wait: spin (the endpoint receiving at each
+    /// periodic tick), then sleep on the ring's futex in slices of [`PULL_SLICE`].
+    fn wait_meanwhile(&mut self, wait: &mut Wait, endpoint: &mut dyn Meanwhile) -> Result<()> {
+        const WHAT: &str = "waiting for the receiver to take a large message";
+        let (spinning, periodic) = wait.spinning();
+        if periodic {
+            self.look_meanwhile(wait, WHAT, endpoint)?;
+        }
+        if spinning {
+            wait.pause();
+            return Ok(());
+        }
+        match wait.seen.take() {
+            None => {
+                wait.seen = Some(self.ring.prepare_wait());
+                self.flag_raised = true;
+            }
+            Some(seen) => {
+                self.ring.wait(seen, PULL_SLICE);
+                self.look_meanwhile(wait, WHAT, endpoint)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What [`ShmOut::wait`] does at a look, with the endpoint receiving first.
+    fn look_meanwhile(
+        &mut self,
+        wait: &mut Wait,
+        what: &'static str,
+        endpoint: &mut dyn Meanwhile,
+    ) -> Result<()> {
+        endpoint.receive()?;
+        let waited_long = wait.waited() >= CYCLE_PATIENCE;
+        let peer_waiting = endpoint.shm_look(self.peer, waited_long);
+        let mut cx = endpoint.context();
+        self.look_for_deadlock(peer_waiting, &mut cx)?;
+        let detect = cx.config.detect;
+        if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
+            self.look_alive(what, &mut cx)?;
+        }
+        wait.check_deadline(what)
     }
 
     fn send_eager_blocking(
@@ -204,7 +382,7 @@ impl ShmOut {
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(Addr) -> bool,
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
     ) -> Result<()> {
         let frag = cx.config.shm_frag_bytes as usize;
         let (mut written, mut started) = (0, false);
@@ -225,14 +403,15 @@ impl ShmOut {
         }
     }
 
-    fn send_rndv_blocking(
+    /// Writes the rendezvous record of `data` (waiting for ring space); its sequence number.
+    fn announce_rndv(
         &mut self,
         data: &[u8],
         wait: &mut Wait,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(Addr) -> bool,
-    ) -> Result<()> {
-        let seq = loop {
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
+    ) -> Result<u64> {
+        loop {
             match self
                 .ring
                 .try_write_rndv(data.as_ptr() as u64, data.len() as u64)
@@ -241,33 +420,29 @@ impl ShmOut {
                     self.bell.ring();
                     self.inflight.push_back((seq, InflightOwner::Blocking));
                     cx.requests.pending_sends += 1;
-                    break seq;
+                    return Ok(seq);
                 }
                 Ok(None) => self.wait(wait, "waiting for ring space", cx, flush)?,
                 Err(e) => return Err(self.fail(corrupt(e), "while sending", cx.requests)),
             }
-        };
+        }
+    }
+
+    /// Waits until the receiver pulled rendezvous `seq` of `data`.
+    fn wait_pulled(
+        &mut self,
+        data: &[u8],
+        seq: u64,
+        wait: &mut Wait,
+        cx: &mut EdgeContext<'_>,
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
+    ) -> Result<()> {
         let mut helped = false;
         loop {
-            let done = match self.ring.rndv_completed() {
-                Ok(d) => d,
+            match self.pulled(data, seq, &mut helped) {
+                Ok(true) => return self.progress(cx.config, cx.requests),
+                Ok(false) => {}
                 Err(e) => return Err(self.fail(corrupt(e), "while sending", cx.requests)),
-            };
-            if done >= seq {
-                self.progress(cx.config, cx.requests)?;
-                return Ok(());
-            }
-            if !helped && done + 1 == seq {
-                helped = help_split(
-                    &self.ring,
-                    (self.pid, &self.pidfd),
-                    seq,
-                    data.as_ptr() as u64,
-                    data.len() as u64,
-                );
-                if helped {
-                    continue;
-                }
             }
             if let Err(e) = self.wait(
                 wait,
@@ -275,16 +450,7 @@ impl ShmOut {
                 cx,
                 flush,
             ) {
-                // A receiver that took the message and then exited is not a failure.
-                if self.ring.rndv_completed().is_ok_and(|done| done >= seq) {
-                    return Ok(());
-                }
-                // The receiver may still read `data` later: this connection cannot be used
-                // safely any more.
-                if matches!(e, Error::Timeout { .. }) {
-                    self.fail(Failure::TimedOut, "while sending", cx.requests);
-                }
-                return Err(e);
+                return self.pull_wait_failed(seq, e, cx.requests);
             }
         }
     }
@@ -560,11 +726,11 @@ impl ShmOut {
         wait: &mut Wait,
         what: &'static str,
         cx: &mut EdgeContext<'_>,
-        flush: &mut dyn FnMut(Addr) -> bool,
+        flush: &mut dyn FnMut(Addr, bool) -> bool,
     ) -> Result<()> {
         let (spinning, periodic) = wait.spinning();
         if periodic {
-            let peer_waiting = flush(self.peer);
+            let peer_waiting = flush(self.peer, wait.waited() >= CYCLE_PATIENCE);
             self.look_for_deadlock(peer_waiting, cx)?;
             let detect = cx.config.detect;
             if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
@@ -586,7 +752,7 @@ impl ShmOut {
                 // The flag stays raised until the send ends (`send`), so that a peer blocked
                 // sending to us sees it at any time (`look_for_deadlock`).
                 self.ring.wait(seen, SLEEP_SLICE);
-                let peer_waiting = flush(self.peer);
+                let peer_waiting = flush(self.peer, wait.waited() >= CYCLE_PATIENCE);
                 self.look_for_deadlock(peer_waiting, cx)?;
                 self.look_alive(what, cx)?;
                 wait.check_deadline(what)?;
