@@ -78,17 +78,18 @@ pub struct LinkId(pub usize);
 pub struct FlowId(pub usize);
 
 /// The simulator's own, independent upper bound on a connection's memory for `config`:
-/// both buffers, per-datagram tracking for every datagram allowed in flight (448 bytes
+/// both buffers, per-datagram tracking for every datagram allowed in flight (704 bytes
 /// each, generous for a packet number, offsets, times, path bookkeeping, the receiver's
-/// range lists (SACK, bytes placed ahead for a reader and for posted readers) and a queue
-/// slot, counted twice for growth), a few datagrams of scratch, 1 KiB per path, and 64 KiB of
+/// range lists (SACK, bytes placed ahead for a reader and for posted readers, stream
+/// ranges held beyond a hole), a queue slot and two rests of frames re-cut for a lowered
+/// datagram size, counted twice for growth), a few datagrams of scratch, 1 KiB per path, and 64 KiB of
 /// fixed overhead. The core's own
 /// `ReliableConfig::memory_bound_bytes()` must not exceed it, and `memory_bytes()` must
 /// never exceed the core's bound.
 pub fn memory_bound_bytes(config: &ReliableConfig) -> usize {
     config.send_buffer_bytes
         + config.recv_window_bytes
-        + config.max_in_flight_datagrams * 448
+        + config.max_in_flight_datagrams * 704
         + 4 * config.max_datagram_bytes
         + config.path_count * 1024
         + 64 * 1024

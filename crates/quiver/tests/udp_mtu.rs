@@ -5,10 +5,11 @@
 //! of the way in. The sender's GSO sends are refused for their size; the engine lowers the
 //! connection's datagram size to what the path carries, keeps GSO on, and the transfer
 //! completes in bounded time with every byte verified. The same over the io_uring engine
-//! (`QUIVER_UDP_IO=uring`), whose refused sends surface as completions. Over xdp the MTU
-//! falls after the links are up and before the transfer: the links read it again and the
-//! connection cuts datagrams the interfaces carry (frames cut larger and lost after the
-//! fall cannot be resent smaller; see decision 0081).
+//! (`QUIVER_UDP_IO=uring`), whose refused sends surface as completions. Over xdp, where
+//! nothing fragments and a frame too large for the interface is dropped, the MTU falls
+//! once before the transfer (the links read it again and the connection cuts datagrams the
+//! interfaces carry) and once a quarter of the way in: the frames in flight then are lost,
+//! and resent re-cut to the new size (decision 0081).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -63,22 +64,32 @@ fn fragments_made(net: &XdpNet, i: usize) -> u64 {
 
 #[test]
 fn an_mtu_that_falls_mid_transfer_lowers_the_datagram_size_and_the_transfer_completes() {
-    mtu_falls_mid_transfer(TransportKind::Udp, UdpIoMode::Sockets);
+    mtu_falls_mid_transfer(TransportKind::Udp, UdpIoMode::Sockets, true);
 }
 
 #[test]
 fn over_io_uring_an_mtu_that_falls_mid_transfer_lowers_the_datagram_size() {
-    mtu_falls_mid_transfer(TransportKind::Udp, UdpIoMode::Uring);
+    mtu_falls_mid_transfer(TransportKind::Udp, UdpIoMode::Uring, true);
 }
 
 #[test]
 fn over_xdp_an_mtu_that_falls_before_the_transfer_is_followed_by_the_link() {
-    mtu_falls_mid_transfer(TransportKind::Xdp, UdpIoMode::Sockets);
+    mtu_falls_mid_transfer(TransportKind::Xdp, UdpIoMode::Sockets, false);
+}
+
+/// The frames in flight when the MTU falls are dropped by the interfaces (nothing
+/// fragments them on this path): they are resent re-cut to the new size, and the transfer
+/// completes verified. (Before, they were resent at their old size, dropped each time, and
+/// the connection ended `Unreachable`.)
+#[test]
+fn over_xdp_an_mtu_that_falls_mid_transfer_recuts_the_frames_in_flight() {
+    mtu_falls_mid_transfer(TransportKind::Xdp, UdpIoMode::Sockets, true);
 }
 
 /// 256 MiB verified over `transport` (udp driven as `udp_io`) while the MTU falls (module
-/// docs).
-fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode) {
+/// docs): `mid_transfer`, a quarter of the way in; otherwise once the links are up and
+/// before the connection's first frame.
+fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode, mid_transfer: bool) {
     if !is_root() {
         eprintln!("skipped: network namespaces need root");
         return;
@@ -98,11 +109,8 @@ fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode) {
     };
     let sender = context(&net, 0, &config).expect("rank 0");
     let receiver = context(&net, 1, &config).expect("rank 1");
-    // xdp frames skip the kernel's IP layer, which cannot fragment them: a frame cut before
-    // the MTU fell and lost after cannot be resent smaller (its packet's bytes are fixed),
-    // so over xdp the MTU falls once the links are up and before the connection's first
-    // frame; the links read it again within 100 ms.
-    let lower_first = transport == TransportKind::Xdp;
+    // Before the transfer, the links read the new MTU again within 100 ms.
+    let lower_first = !mid_transfer;
     if lower_first {
         for host in 0..2 {
             net.set_mtu(host, 0, 1400).expect("lowering the MTU");
@@ -133,7 +141,17 @@ fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode) {
             let (mut buf, mut expected) = (vec![0u8; MESSAGE], vec![0u8; MESSAGE]);
             let mut lowered_after = lower_first.then_some(Duration::ZERO);
             for index in 0..COUNT {
-                if index == LOWER_AT && !lower_first {
+                if index == LOWER_AT && !lower_first && transport == TransportKind::Xdp {
+                    // While this rank keeps reading, so that a window is in flight: the
+                    // receiver's interface first (it drops what is larger from then on),
+                    // then the sender's (whose link reads it again within 100 ms).
+                    s.spawn(|| {
+                        for host in [1, 0] {
+                            net.set_mtu(host, 0, 1400).expect("lowering the MTU");
+                        }
+                    });
+                    lowered_after = Some(start.elapsed());
+                } else if index == LOWER_AT && !lower_first {
                     for host in 0..2 {
                         net.set_mtu(host, 0, 1400).expect("lowering the MTU");
                     }
@@ -155,8 +173,9 @@ fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode) {
     let stats = sender.stats().datagram.expect("datagram stats");
     eprintln!(
         "256 MiB in {elapsed:.1?} (MTU lowered at {lowered_after:.1?}); sender's link: {link:?}; \
-         retransmits {}; fragments made {}",
+         retransmits {}; frames re-cut {}; fragments made {}",
         stats.retransmits,
+        stats.frames_recut,
         fragments_made(&net, 0)
     );
     assert!(elapsed < Duration::from_secs(120), "took {elapsed:?}");
@@ -170,6 +189,10 @@ fn mtu_falls_mid_transfer(transport: TransportKind, udp_io: UdpIoMode) {
         // refusal and no fragment tell it), and the connection cut its datagrams to it.
         let xdp = link.xdp.expect("xdp link stats");
         assert!(xdp.mtu_changes >= 1, "{xdp:?}");
+        if mid_transfer {
+            // Frames cut at 1472 bytes were in flight: lost at the interface, re-cut.
+            assert!(stats.frames_recut >= 1, "{stats:?}");
+        }
         return;
     }
     assert!(link.datagram_size_lowered >= 1, "{link:?}");

@@ -328,9 +328,9 @@ impl ReliableConnection {
     /// Lowers the largest datagram this connection sends to `bytes` (the path's MTU fell),
     /// never below [`ReliableConfig::MIN_DATAGRAM_BYTES`] nor above what it was; returns the
     /// size now in force. Frames cut from now on fit it (data, compact Stream frames, and
-    /// the SACK ranges of standalone Acks); frames already sent keep their size when resent
-    /// (their packet number and bytes are fixed), so the caller must still be able to send
-    /// them (the network fragments them, or they go another way). The receiver needs no
+    /// the SACK ranges of standalone Acks); a frame sent before and declared lost is resent
+    /// re-cut to fit (its number with the bytes that fit, the rest in new frames:
+    /// `send/resend.rs`), so nothing larger leaves once this returns. The receiver needs no
     /// word of it: it takes any datagram up to its own size.
     pub fn lower_max_datagram_bytes(&mut self, bytes: usize) -> usize {
         let floor = ReliableConfig::MIN_DATAGRAM_BYTES.max(self.config.data_header_len() + 1);

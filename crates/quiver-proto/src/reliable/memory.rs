@@ -37,7 +37,9 @@ impl ReliableConfig {
                 + core::mem::size_of::<Option<(u64, u64)>>()
                 + core::mem::size_of::<frame::SackRange>()
                 + 2 * core::mem::size_of::<(u64, u64)>()
-                + send::LEND_ENTRY_BYTES);
+                + send::LEND_ENTRY_BYTES
+                + 2 * core::mem::size_of::<super::recut::Recut>()
+                + 2 * core::mem::size_of::<(u64, u64)>());
         self.send_buffer_bytes
             + self.recv_window_bytes
             + self.max_in_flight_datagrams.saturating_add(1) * per_packet

@@ -7,7 +7,9 @@
 //! - proves job membership with the existing key handshake (`crate::handshake`), its four
 //!   messages carried as payloads of Handshake frames and retransmitted on timeout;
 //! - numbers Data and Close frames with packet numbers; a retransmission reuses the packet
-//!   number and bytes of the original (duplicates are recognised by packet number);
+//!   number and bytes of the original (duplicates are recognised by packet number), or,
+//!   when the datagram size was lowered since and the frame no longer fits, its number with
+//!   the bytes that fit, the rest in new frames (`send/resend.rs`, decision 0081);
 //! - acknowledges with a cumulative ack plus SACK ranges, delayed (every second frame at
 //!   once, otherwise within `ack_delay_ns`) and piggybacked on every frame it sends;
 //! - measures RTT (RFC 6298, Karn's rule) for the retransmission timeout, with exponential
@@ -69,9 +71,10 @@
 //! (datagrams in), `output.rs` (datagrams out, and the Reset for unknown ids), `timers.rs`
 //! (retransmission, keepalive, idle and handshake timers), `writing.rs` and `reading.rs`
 //! (the application's side of sending and receiving), `memory.rs` (the memory bound),
-//! `events.rs`, `stats.rs`, `posted.rs`, `time.rs` (types), and below them `send.rs`,
-//! `recv.rs`, `paths.rs`, `rtt.rs` and `stream_ring.rs` (the sender's and receiver's
-//! state, the paths, the RTT estimator, the byte ring).
+//! `events.rs`, `stats.rs`, `posted.rs`, `time.rs` (types), and below them `send.rs`
+//! (with `send/resend.rs`: what is resent, re-cut for a lowered datagram size),
+//! `recv.rs`, `paths.rs`, `rtt.rs`, `stream_ring.rs` and `recut.rs` (the sender's and
+//! receiver's state, the paths, the RTT estimator, the byte ring, the re-cut's data).
 
 mod config;
 mod connection;
@@ -83,6 +86,7 @@ mod output;
 mod paths;
 mod posted;
 mod reading;
+mod recut;
 mod recv;
 mod rtt;
 mod send;

@@ -11,6 +11,7 @@ use quiver_wire::frame::{
 
 use super::connection::ReliableConnection;
 use super::events::State;
+use super::recut::PayloadLimits;
 use super::send::{self, LEND_MESSAGE_TOKEN};
 use super::time::Nanos;
 
@@ -199,11 +200,13 @@ impl ReliableConnection {
             Some(lend) => Some((lend.0, covered(lender, lend)?)),
             None => None,
         };
-        let max_payload = self.config.max_data_payload_bytes();
+        let limits = PayloadLimits {
+            data: self.config.max_data_payload_bytes(),
+            stream: self.config.max_stream_payload_bytes(),
+        };
         // Compact frames carry no acknowledgement: only when none waits to ride along.
-        let compact_payload = (self.config.compact_data_frames && !self.recv.ack_due(now))
-            .then(|| self.config.max_stream_payload_bytes());
-        let to_send = self.send.next_frame(now, max_payload, compact_payload)?;
+        let compact = self.config.compact_data_frames && !self.recv.ack_due(now);
+        let to_send = self.send.next_frame(now, limits, compact)?;
         let lent = match self.send.lend_at(to_send.frame.payload_offset) {
             None => &[][..],
             Some((token, _)) if checked.is_some_and(|(checked, _)| checked == token) => {
@@ -227,6 +230,7 @@ impl ReliableConnection {
         let path = to_send.path;
         if to_send.retransmission {
             self.stats.retransmits += 1;
+            self.stats.frames_recut = self.send.frames_recut();
         } else if !sent.is_close {
             self.stats.data_frames_sent += 1;
             self.stats.payload_bytes_sent += u64::from(sent.payload_len);

@@ -116,8 +116,15 @@ pub(super) struct RecvState {
     ring: StreamRing,
     /// Stream bytes consumed by the application.
     read_offset: u64,
-    /// Every stream byte below it is present (all packets below `cumulative` arrived).
+    /// Every stream byte below it is present (all packets below `cumulative` arrived, and
+    /// the stream ranges in `ahead` are not next).
     readable_end: u64,
+    /// Stream ranges of packets below `cumulative` that lie above `readable_end` (beyond a
+    /// hole): ascending, disjoint, not touching. Only a sender that re-cut a lost frame for
+    /// a smaller datagram size (`send/resend.rs`) numbers bytes out of stream order; the
+    /// hole is the rest of that frame, coming in later packets. At most `2 *
+    /// max_in_flight` ranges (`Self::locate`).
+    ahead: VecDeque<(u64, u64)>,
     /// Next expected packet number.
     cumulative: u64,
     /// Index i is packet `cumulative + i`: the stream range (start, end) it covers if it
@@ -126,8 +133,10 @@ pub(super) struct RecvState {
     /// Received packet ranges above `cumulative`, ascending, separated by gaps.
     ranges: VecDeque<SackRange>,
     max_in_flight: usize,
-    /// Packet number of the peer's Close, once received.
+    /// Packet number of the peer's Close, once received, and its stream offset (the end of
+    /// the peer's stream).
     close_packet: Option<u64>,
+    close_offset: u64,
 
     /// Reader: inside a message, and how much of it is left.
     in_message: bool,
@@ -171,11 +180,13 @@ impl RecvState {
             ring: StreamRing::new(window_bytes),
             read_offset: 0,
             readable_end: 0,
+            ahead: VecDeque::new(),
             cumulative: 0,
             pending: VecDeque::new(),
             ranges: VecDeque::new(),
             max_in_flight,
             close_packet: None,
+            close_offset: 0,
             in_message: false,
             message_len: 0,
             message_remaining: 0,
@@ -232,46 +243,43 @@ impl RecvState {
         buffers: &mut dyn PostedBuffers,
     ) -> Result<(Arrival, usize), Refusal> {
         let (bytes, payload_len) = (payload.bytes(), payload.len());
-        let (index, stream_start, stream_end) =
-            self.locate(packet_number, first_fragment, payload_offset, payload_len)?;
-        if first_fragment {
-            self.ring.copy_in(stream_start, &message_len.to_le_bytes());
-        }
-        let direct = self.copy_to_reader(index, first_fragment, payload_offset, payload, reader)?;
-        // Ahead of the reader, within its buffer and the current message: to its place there.
-        let ahead = if direct == 0 && !first_fragment {
-            self.place_ahead(payload_offset, bytes, reader)
-        } else {
+        let (index, stream_start, stream_end) = self.locate(
+            packet_number,
+            is_close,
+            first_fragment,
+            payload_offset,
+            payload_len,
+        )?;
+        // Bytes held already (`Self::locate`): only the packet number is new.
+        let held = !is_close
+            && (stream_start < self.readable_end || self.ahead_covers(stream_start, stream_end));
+        let direct = if held {
+            if matches!(payload, Payload::InReader(_)) {
+                return Err(Refusal::Inconsistent);
+            }
             0
-        };
-        self.placed_bytes += (direct + ahead) as u64;
-        // The ring slots of the bytes that went to the reader are never read: the read
-        // offset moves past them (below, or once the bytes before them are read).
-        let rest_offset = payload_offset + (direct + ahead) as u64;
-        let rest = bytes.get(direct + ahead..).unwrap_or(&[]);
-        if self.claimed.is_empty() {
-            self.ring.copy_in(rest_offset, rest);
         } else {
-            self.place_claimed(rest_offset, rest, buffers);
-        }
+            if first_fragment {
+                self.ring.copy_in(stream_start, &message_len.to_le_bytes());
+            }
+            let direct =
+                self.copy_to_reader(index, first_fragment, payload_offset, payload, reader)?;
+            self.store(
+                direct,
+                first_fragment,
+                payload_offset,
+                bytes,
+                reader,
+                buffers,
+            );
+            direct
+        };
         if is_close {
             self.close_packet = Some(packet_number);
+            self.close_offset = stream_start;
         }
-        if self.pending.len() <= index {
-            self.pending.resize(index + 1, None);
-        }
-        self.pending[index] = Some((stream_start, stream_end));
-        let had_gap = !self.ranges.is_empty();
-        if index == 0 {
-            self.advance();
-        } else {
-            self.insert_range(packet_number);
-        }
-        self.unacked_frames += 1;
+        let arrival = self.take_packet(packet_number, index, stream_start, stream_end, direct);
         let mut read = direct as u64;
-        if direct > 0 {
-            self.consume(direct as u64);
-        }
         // Bytes placed ahead earlier that are now next in order: read.
         if !reader.is_empty() {
             read += self.consume_placed();
@@ -285,16 +293,71 @@ impl RecvState {
         let read = usize::try_from(read)
             .unwrap_or(usize::MAX)
             .min(reader.len());
-        if index == 0 && !had_gap {
-            Ok((Arrival::InOrder, read))
+        Ok((arrival, read))
+    }
+
+    /// Puts a frame's payload `bytes` (at stream `offset`; its first `direct` bytes went to
+    /// the reader) where it goes: ahead in the reader's buffer, to posted readers, or into
+    /// the ring.
+    fn store(
+        &mut self,
+        direct: usize,
+        first_fragment: bool,
+        offset: u64,
+        bytes: &[u8],
+        reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
+    ) {
+        // Ahead of the reader, within its buffer and the current message: to its place there.
+        let ahead = if direct == 0 && !first_fragment {
+            self.place_ahead(offset, bytes, reader)
         } else {
-            Ok((Arrival::Reordered, read))
+            0
+        };
+        self.placed_bytes += (direct + ahead) as u64;
+        // The ring slots of the bytes that went to the reader are never read: the read
+        // offset moves past them (below, or once the bytes before them are read).
+        let rest_offset = offset + (direct + ahead) as u64;
+        let rest = bytes.get(direct + ahead..).unwrap_or(&[]);
+        if self.claimed.is_empty() {
+            self.ring.copy_in(rest_offset, rest);
+        } else {
+            self.place_claimed(rest_offset, rest, buffers);
         }
     }
 
-    /// Where a frame belongs, or why it is refused (nothing changes either way): its index
-    /// among the packets above the cumulative ack, and the stream range it covers, its
-    /// message's length prefix included for a first fragment.
+    /// Records packet `packet_number` (at `index` above the cumulative ack, covering the
+    /// stream range `[stream_start, stream_end)`) as received, moves the cumulative ack
+    /// over it when it is next, and reads the `direct` bytes that went to the reader.
+    fn take_packet(
+        &mut self,
+        packet_number: u64,
+        index: usize,
+        stream_start: u64,
+        stream_end: u64,
+        direct: usize,
+    ) -> Arrival {
+        if self.pending.len() <= index {
+            self.pending.resize(index + 1, None);
+        }
+        self.pending[index] = Some((stream_start, stream_end));
+        let had_gap = !self.ranges.is_empty();
+        if index == 0 {
+            self.advance();
+        } else {
+            self.insert_range(packet_number);
+        }
+        self.unacked_frames += 1;
+        if direct > 0 {
+            self.consume(direct as u64);
+        }
+        if index == 0 && !had_gap {
+            Arrival::InOrder
+        } else {
+            Arrival::Reordered
+        }
+    }
+
     /// Whether a data frame numbered `packet_number` was received already (below the
     /// cumulative ack, or held above it): a retransmission the peer did not need, or a
     /// replay, refused before anything in it is acted on.
@@ -308,9 +371,19 @@ impl RecvState {
             .is_some_and(Option::is_some)
     }
 
+    /// Where a frame belongs, or why it is refused (nothing changes either way): its index
+    /// among the packets above the cumulative ack, and the stream range it covers, its
+    /// message's length prefix included for a first fragment.
+    ///
+    /// A frame whose bytes are all held already (below the readable end, or within a range
+    /// ahead of it) is taken for its packet number alone: a frame re-cut by the sender
+    /// (`send/resend.rs`) whose original arrived after all. One that straddles the
+    /// readable end is refused. After the peer's Close, only frames of bytes before the
+    /// Close's offset (re-cut ones) are taken.
     fn locate(
         &self,
         packet_number: u64,
+        is_close: bool,
         first_fragment: bool,
         payload_offset: u64,
         payload_len: usize,
@@ -325,9 +398,7 @@ impl RecvState {
         if self.pending.get(index).is_some_and(Option::is_some) {
             return Err(Refusal::Duplicate);
         }
-        if self.close_packet.is_some_and(|close| packet_number > close) {
-            return Err(Refusal::Inconsistent);
-        }
+        let after_close = self.close_packet.is_some_and(|close| packet_number > close);
         let header_len = if first_fragment {
             MESSAGE_HEADER_LEN
         } else {
@@ -339,11 +410,20 @@ impl RecvState {
         let stream_end = payload_offset
             .checked_add(payload_len as u64)
             .ok_or(Refusal::Inconsistent)?;
-        if stream_start < self.readable_end {
+        if (stream_start < self.readable_end && stream_end > self.readable_end)
+            || (after_close && (is_close || stream_end > self.close_offset))
+        {
             return Err(Refusal::Inconsistent);
         }
         if stream_end > self.read_offset + self.ring.len() as u64 {
             return Err(Refusal::CreditViolation);
+        }
+        if self.ahead.len() >= self.max_in_flight
+            && stream_start > self.readable_end
+            && !self.ahead_touches(stream_start, stream_end)
+        {
+            // Only a broken peer makes this many holes: keep the list bounded.
+            return Err(Refusal::OutOfWindow);
         }
         Ok((index, stream_start, stream_end))
     }
@@ -625,6 +705,7 @@ impl RecvState {
             to <= self.readable_end
                 || frame.is_some_and(covers)
                 || (scan && self.pending.iter().flatten().copied().any(covers))
+                || (scan && self.ahead_covers(from, to))
         };
         let prefix_end = at + MESSAGE_HEADER_LEN;
         known(at, prefix_end) && (len == MESSAGE_HEADER_LEN || known(prefix_end, at + len))
@@ -933,6 +1014,7 @@ impl RecvState {
     pub(super) fn peer_closed(&self) -> bool {
         self.close_packet
             .is_some_and(|close| close < self.cumulative)
+            && self.readable_end >= self.close_offset
     }
 
     /// Unread bytes held (in order or not), as far as known.
@@ -1074,6 +1156,7 @@ impl RecvState {
         self.ring.capacity()
             + self.pending.capacity() * core::mem::size_of::<Option<(u64, u64)>>()
             + self.ranges.capacity() * core::mem::size_of::<SackRange>()
+            + self.ahead.capacity() * core::mem::size_of::<(u64, u64)>()
             + self.placed.capacity() * core::mem::size_of::<(u64, u64)>()
             + self.claimed_placed.capacity() * core::mem::size_of::<(u64, u64)>()
             + self.posted.capacity() * core::mem::size_of::<(u64, u64)>()
@@ -1085,10 +1168,21 @@ impl RecvState {
 
     /// Moves the cumulative ack over every packet that arrived in order.
     fn advance(&mut self) {
-        while let Some(Some((_, stream_end))) = self.pending.front().copied() {
+        while let Some(Some((stream_start, stream_end))) = self.pending.front().copied() {
             self.pending.pop_front();
-            self.readable_end = self.readable_end.max(stream_end);
+            if stream_start <= self.readable_end {
+                self.readable_end = self.readable_end.max(stream_end);
+            } else if stream_start < stream_end {
+                self.insert_ahead(stream_start, stream_end);
+            }
             self.cumulative += 1;
+        }
+        while let Some(&(start, end)) = self.ahead.front() {
+            if start > self.readable_end {
+                break;
+            }
+            self.readable_end = self.readable_end.max(end);
+            self.ahead.pop_front();
         }
         while self
             .ranges
@@ -1097,6 +1191,47 @@ impl RecvState {
         {
             self.ranges.pop_front();
         }
+    }
+
+    /// Adds a stream range beyond the readable end to `ahead`, merging it with the ranges
+    /// it overlaps or touches.
+    fn insert_ahead(&mut self, start: u64, end: u64) {
+        let from = self
+            .ahead
+            .partition_point(|&(_, other_end)| other_end < start);
+        let to = self
+            .ahead
+            .partition_point(|&(other_start, _)| other_start <= end);
+        if from == to {
+            self.ahead.insert(from, (start, end));
+            return;
+        }
+        let merged = (start.min(self.ahead[from].0), end.max(self.ahead[to - 1].1));
+        self.ahead.drain(from + 1..to);
+        self.ahead[from] = merged;
+    }
+
+    /// Whether `[start, end)` lies within one range of `ahead`.
+    fn ahead_covers(&self, start: u64, end: u64) -> bool {
+        if self.ahead.is_empty() {
+            return false;
+        }
+        let index = self
+            .ahead
+            .partition_point(|&(_, other_end)| other_end < end);
+        self.ahead
+            .get(index)
+            .is_some_and(|&(other_start, other_end)| other_start <= start && end <= other_end)
+    }
+
+    /// Whether `[start, end)` overlaps or touches a range of `ahead`.
+    fn ahead_touches(&self, start: u64, end: u64) -> bool {
+        let index = self
+            .ahead
+            .partition_point(|&(_, other_end)| other_end < start);
+        self.ahead
+            .get(index)
+            .is_some_and(|&(other_start, _)| other_start <= end)
     }
 
     /// Adds one packet above the cumulative ack to the range list, merging neighbours.

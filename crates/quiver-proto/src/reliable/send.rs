@@ -41,8 +41,11 @@ use std::collections::VecDeque;
 use quiver_wire::frame::{MessagePrefix, SackRange};
 
 use super::paths::{Paths, NO_FRAME};
+use super::recut::{PayloadLimits, Recut};
 use super::stream_ring::StreamRing;
 use super::time::Nanos;
+
+mod resend;
 
 /// Bytes of stream each message's length prefix takes (a tag may follow: [`MessagePrefix`]).
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;
@@ -106,6 +109,9 @@ pub(super) struct SentFrame {
     sent_at: Nanos,
     /// Whether it was ever sent twice (Karn: no RTT sample from it).
     retransmitted: bool,
+    /// Cut from the rest of a shortened frame (`send/resend.rs`): its bytes lie below those of
+    /// frames numbered before it.
+    recut: bool,
     /// Whether its transmissions went on more than one path (an ack of it then tells
     /// nothing about any one path).
     paths_mixed: bool,
@@ -144,6 +150,7 @@ impl SentFrame {
             fragment_offset,
             sent_at: 0,
             retransmitted: false,
+            recut: false,
             paths_mixed: false,
             lost_by_timeout: false,
             status: FrameStatus::InFlight,
@@ -189,6 +196,9 @@ pub(super) struct SendState {
     ring: StreamRing,
     /// Stream bytes released: every byte below it was acknowledged.
     acked_offset: u64,
+    /// Highest stream end of a cumulatively acknowledged frame: `acked_offset`, unless
+    /// re-cut ranges below it are unacknowledged (`send/resend.rs`).
+    acked_high: u64,
     /// Stream bytes written by the application (headers included).
     write_offset: u64,
     /// Next stream byte never sent.
@@ -227,6 +237,11 @@ pub(super) struct SendState {
     max_in_flight: usize,
     /// Packet numbers to retransmit (stale entries are skipped when popped).
     retransmit_queue: VecDeque<u64>,
+    /// Rests of shortened frames to send in new frames (`send/resend.rs`), at most
+    /// `2 * max_in_flight`; frames cut from them in `in_flight`; frames shortened so far.
+    recut_queue: VecDeque<Recut>,
+    recut_in_flight: usize,
+    frames_recut: u64,
     last_cumulative_ack: u64,
     duplicate_acks: u32,
     /// Highest packet an ack has reported (its last SACK range's end, or its cumulative
@@ -284,6 +299,7 @@ impl SendState {
         Self {
             ring: StreamRing::new(buffer_bytes),
             acked_offset: 0,
+            acked_high: 0,
             write_offset: 0,
             next_offset: 0,
             write_remaining: 0,
@@ -303,6 +319,9 @@ impl SendState {
             unsacked: 0,
             max_in_flight,
             retransmit_queue: VecDeque::new(),
+            recut_queue: VecDeque::new(),
+            recut_in_flight: 0,
+            frames_recut: 0,
             last_cumulative_ack: 0,
             duplicate_acks: 0,
             freshest_ack_high: 0,
@@ -542,12 +561,15 @@ impl SendState {
         if self.lends.is_empty() {
             return None;
         }
-        if self.retransmission_pending() {
+        if self.retransmission_first() {
             let packet_number = *self.retransmit_queue.front()?;
             let frame = self
                 .in_flight
                 .get((packet_number - self.base_pn) as usize)?;
             return self.lend_at(frame.payload_offset);
+        }
+        if let Some(offset) = self.next_recut_offset() {
+            return self.lend_at(offset);
         }
         let index = self
             .lends
@@ -590,7 +612,8 @@ impl SendState {
     }
 
     pub(super) fn close_acked(&self) -> bool {
-        self.close_acked
+        // Frames re-cut after the Close may still be unacknowledged.
+        self.close_acked && self.all_acked()
     }
 
     pub(super) fn set_initial_credit(&mut self, credit: u64) {
@@ -634,22 +657,26 @@ impl SendState {
             || !self.paths.any_room()
     }
 
-    /// The next frame to send and its path: a retransmission first, then new data, then the
-    /// Close. `max_payload` bounds the payload of a Data frame; with `compact_payload`, new
-    /// data goes in a compact Stream frame of up to that many raw stream bytes. `None` when
-    /// there is nothing to send or no path has room in its window.
+    /// The next frame to send and its path: a retransmission first, then the rests of
+    /// shortened frames (`send/resend.rs`), then new data, then the Close. `limits` bound the
+    /// payloads of frames of either kind; with `compact`, new data goes in a compact Stream
+    /// frame. `None` when there is nothing to send or no path has room in its window.
     pub(super) fn next_frame(
         &mut self,
         now: Nanos,
-        max_payload: usize,
-        compact_payload: Option<usize>,
+        limits: PayloadLimits,
+        compact: bool,
     ) -> Option<FrameToSend> {
-        if self.retransmission_pending() {
-            return self.next_retransmission(now);
+        if self.retransmission_first() {
+            return self.next_retransmission(now, limits);
         }
         if self.in_flight.len() >= self.max_in_flight {
             return None;
         }
+        if self.recut_waiting() {
+            return self.next_recut(now, limits);
+        }
+        let (max_payload, compact_payload) = (limits.data, compact.then_some(limits.stream));
         let close_pending = self.close_requested && !self.close_sent;
         if self.next_offset == self.write_offset && !close_pending {
             // Nothing new to send (a receiver, on every poll): spare the scheduler.
@@ -732,6 +759,7 @@ impl SendState {
         self.last_cumulative_ack = packet_number;
         self.freshest_ack_high = packet_number;
         self.acked_offset = stream_offset;
+        self.acked_high = stream_offset;
         self.write_offset = stream_offset;
         self.next_offset = stream_offset;
         self.tx_payload_start = stream_offset;
@@ -834,12 +862,19 @@ impl SendState {
                 *newest = Some((self.base_pn, frame));
             }
             self.in_flight.pop_front();
-            self.acked_offset = self.acked_offset.max(frame.stream_end());
+            self.acked_high = self.acked_high.max(frame.stream_end());
+            self.recut_in_flight -= usize::from(frame.recut);
             if frame.is_close {
                 self.close_acked = true;
             }
             self.base_pn += 1;
         }
+        self.acked_offset = if self.recut_in_flight == 0 && !self.recut_waiting() {
+            self.acked_high
+        } else {
+            self.acked_high.min(self.recut_floor())
+        };
+        debug_assert!(self.write_offset - self.acked_offset <= self.ring.len() as u64);
     }
 
     /// [`Self::on_ack`]'s selective part: marks the frames of the SACK ranges (below
@@ -1031,6 +1066,7 @@ impl SendState {
         self.ring.capacity()
             + self.in_flight.capacity() * core::mem::size_of::<SentFrame>()
             + self.retransmit_queue.capacity() * core::mem::size_of::<u64>()
+            + self.recut_queue.capacity() * core::mem::size_of::<Recut>()
             + self.lends.capacity() * core::mem::size_of::<Lend>()
             + self.released.capacity() * core::mem::size_of::<u64>()
             + self.paths.len() * core::mem::size_of::<super::paths::Path>()
@@ -1051,43 +1087,9 @@ impl SendState {
     /// Whether data frames may be waiting to go: bytes written (or lent) and not yet sent,
     /// or frames queued for retransmission (some of which may turn out stale).
     pub(super) fn data_waiting(&self) -> bool {
-        self.next_offset < self.write_offset || !self.retransmit_queue.is_empty()
-    }
-
-    /// Whether a frame declared lost waits for retransmission (drops stale entries).
-    fn retransmission_pending(&mut self) -> bool {
-        while let Some(&packet_number) = self.retransmit_queue.front() {
-            let live = packet_number
-                .checked_sub(self.base_pn)
-                .and_then(|index| self.in_flight.get(index as usize))
-                .is_some_and(|frame| frame.status == FrameStatus::Lost);
-            if live {
-                return true;
-            }
-            self.retransmit_queue.pop_front();
-        }
-        false
-    }
-
-    /// The frame at the front of the retransmit queue (live: checked by the caller) on the
-    /// path that can take it, or `None` while every window is full.
-    fn next_retransmission(&mut self, now: Nanos) -> Option<FrameToSend> {
-        let packet_number = *self.retransmit_queue.front()?;
-        let index = (packet_number - self.base_pn) as usize;
-        let bytes = self.frame_bytes(&self.in_flight[index]);
-        let path = self.paths.choose(bytes)?;
-        self.retransmit_queue.pop_front();
-        let frame = &mut self.in_flight[index];
-        frame.status = FrameStatus::InFlight;
-        frame.retransmitted = true;
-        frame.paths_mixed |= usize::from(frame.path) != path;
-        self.on_transmit(now, packet_number, path);
-        Some(FrameToSend {
-            packet_number,
-            frame: self.in_flight[index],
-            retransmission: true,
-            path,
-        })
+        self.next_offset < self.write_offset
+            || !self.retransmit_queue.is_empty()
+            || self.recut_waiting()
     }
 
     /// Cuts the next Stream frame: raw stream bytes from `next_offset`, possibly across
@@ -1474,26 +1476,5 @@ impl SendState {
         }
         self.in_flight[index].previous_on_path = NO_FRAME;
         self.in_flight[index].next_on_path = NO_FRAME;
-    }
-
-    /// Keeps the retransmit queue within `max_in_flight` entries.
-    fn drop_stale_retransmissions(&mut self) {
-        while self
-            .retransmit_queue
-            .front()
-            .is_some_and(|&packet_number| packet_number < self.base_pn)
-        {
-            self.retransmit_queue.pop_front();
-        }
-        if self.retransmit_queue.len() > self.max_in_flight {
-            let base_pn = self.base_pn;
-            let in_flight = &self.in_flight;
-            self.retransmit_queue.retain(|&packet_number| {
-                packet_number >= base_pn
-                    && in_flight
-                        .get((packet_number - base_pn) as usize)
-                        .is_some_and(|frame| frame.status == FrameStatus::Lost)
-            });
-        }
     }
 }

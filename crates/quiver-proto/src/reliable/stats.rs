@@ -57,6 +57,9 @@ pub struct ReliableStats {
     pub recv_buffered_bytes: u64,
     /// Times a path went down (its frames moved to the other paths).
     pub paths_down: u64,
+    /// Frames declared lost that no longer fit the datagram size (it was lowered after
+    /// they were sent): each was resent shortened, the rest of its bytes in new frames.
+    pub frames_recut: u64,
     /// Times a path that was down came back.
     pub paths_rejoined: u64,
     /// Payload bytes `ReliableConnection::`[`handle_datagram_into`] placed straight into the

@@ -79,6 +79,14 @@ struct Pair {
     posted: Vec<Vec<u8>>,
     /// The length of every datagram a sent, in order.
     sizes_from_a: Vec<usize>,
+    /// Datagrams from a longer than this vanish (a link whose MTU fell).
+    max_len_to_b: usize,
+    /// (datagrams a sent, size): when a has sent that many, its datagram size is lowered
+    /// and the link drops what is larger (`recut::Pair::lower_due`); and where it happened.
+    lower_at: VecDeque<(usize, usize)>,
+    lowered: Vec<(usize, usize)>,
+    /// Datagrams a produced (a batch is produced whole before it is routed).
+    produced_by_a: usize,
 }
 
 /// A reader on b that reads each message into a buffer of its own, at most `chunk` bytes per
@@ -316,6 +324,10 @@ impl Pair {
             lent: Vec::new(),
             posted: Vec::new(),
             sizes_from_a: Vec::new(),
+            max_len_to_b: usize::MAX,
+            lower_at: VecDeque::new(),
+            lowered: Vec::new(),
+            produced_by_a: 0,
         }
     }
 
@@ -363,6 +375,7 @@ impl Pair {
                 let mut datagram = header[..transmit.header_len].to_vec();
                 datagram.extend_from_slice(transmit.payload);
                 from_a.push(datagram);
+                self.produced_by_a += 1;
                 any = true;
             }
             for datagram in from_a.drain(..) {
@@ -392,7 +405,11 @@ impl Pair {
         let index = self.sent;
         self.sent += 1;
         if from_a {
+            self.lower_due();
             self.sizes_from_a.push(datagram.len());
+            if datagram.len() > self.max_len_to_b {
+                return;
+            }
         }
         // Before b exists, a sends only full (Handshake) frames, whatever the id.
         let to_id = if from_a {
@@ -3252,8 +3269,8 @@ proptest! {
                     }
                 }
                 SendStep::Frame { compact, max_payload } => {
-                    let compact_payload = compact.then_some(max_payload + 8);
-                    let Some(to_send) = send.next_frame(now, max_payload, compact_payload) else {
+                    let limits = super::recut::PayloadLimits { data: max_payload, stream: max_payload + 8 };
+                    let Some(to_send) = send.next_frame(now, limits, compact) else {
                         continue;
                     };
                     let frame = to_send.frame;
@@ -3589,10 +3606,10 @@ fn forged_and_replayed_frames_are_refused_before_anything_is_used() {
 }
 
 /// The path's MTU falls mid-transfer: the window already sent (datagrams of up to 1472
-/// bytes) is lost, the connection's datagram size is lowered to 1000. Every frame cut
-/// afterwards fits 1000 bytes; only the lost frames go again at their old size (their
-/// packet numbers and bytes are fixed); the message arrives intact. The size never rises,
-/// nor falls below the protocol's floor.
+/// bytes) is lost, the connection's datagram size is lowered to 1000. Every frame sent
+/// afterwards fits 1000 bytes, the lost ones too (resent shortened, the rest of their bytes
+/// in new frames: `tests/recut.rs`); the message arrives intact. The size never rises, nor
+/// falls below the protocol's floor.
 #[test]
 fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
     let mut pair = Pair::established();
@@ -3631,6 +3648,7 @@ fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
     let after = &pair.sizes_from_a[before..];
     let large = after.iter().filter(|&&len| len > 1000).count();
     assert!(large <= lost, "{large} datagrams over 1000 B, {lost} lost");
+    assert_eq!(large, 0, "{large} datagrams over 1000 B after the lowering");
     assert!(after.len() > 300_000 / 1000, "{} datagrams", after.len());
     assert_eq!(
         pair.a.lower_max_datagram_bytes(1),
@@ -3638,6 +3656,7 @@ fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
     );
 }
 mod packing;
+mod recut;
 /// Tagged messages (bit 63 of the length prefix, the tag after it) interleaved with
 /// untagged ones, of sizes from empty to many frames, in Data frames and compact Stream
 /// frames: each is read whole with its tag, and untagged messages cost no stream byte

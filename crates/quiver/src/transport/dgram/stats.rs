@@ -33,6 +33,10 @@ pub struct DatagramStats {
     /// the receiver, where it is certain; summed over a job's ranks it is the job's count.
     /// On a lossless link every retransmission is one of these.
     pub spurious_retransmits: u64,
+    /// Frames declared lost that no longer fit their connection's datagram size (it was
+    /// lowered after they were sent: the path's MTU fell): each was resent shortened, the
+    /// rest of its bytes in new frames (decision 0081).
+    pub frames_recut: u64,
     /// Corrupted datagrams received and dropped.
     pub corrupt_dropped: u64,
     /// Times a link of a striped connection went down (its traffic moved to the others).
@@ -147,6 +151,7 @@ impl DatagramStats {
         self.timeouts += s.rto_expirations;
         self.duplicates_dropped += s.duplicates_dropped;
         self.spurious_retransmits += s.spurious_retransmits;
+        self.frames_recut += s.frames_recut;
         self.corrupt_dropped += s.corrupt_dropped;
         self.paths_down += s.paths_down;
         self.paths_rejoined += s.paths_rejoined;
