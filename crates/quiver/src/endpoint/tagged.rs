@@ -10,6 +10,8 @@
 //! path (one test, `Matcher::is_idle`), and a tagged call takes the next message straight
 //! from the transports.
 
+use std::sync::atomic::Ordering;
+
 use super::matching::{Arrival, Envelope, Held, MatchSpec, MatchingStats};
 use super::spill::Spilled;
 use super::{Connection, Endpoint, RecvRequest, SendRequest};
@@ -288,10 +290,19 @@ impl Endpoint {
     /// the posted receive it matches when an edge tells its envelope before its payload
     /// moves ([`Endpoint::pull_into_posted`]), else into a pool buffer ([`Endpoint::pull`]).
     fn pull_for_posted(&mut self, wait: bool) -> Result<bool> {
-        if self.pull_into_posted()? {
-            return Ok(true);
+        match self.pull_into_posted()? {
+            IntoPosted::Took => Ok(true),
+            // Every edge tells envelopes first and none had a message: a look by `pull` now
+            // could take one that arrived since into a pool buffer instead of the receive it
+            // matches. The caller's next round looks again this way.
+            IntoPosted::AllEmpty => {
+                if self.inbox.has_incoming.load(Ordering::Relaxed) {
+                    self.adopt_new_inbound();
+                }
+                Ok(false)
+            }
+            IntoPosted::Other => self.pull(wait),
         }
-        self.pull(wait)
     }
 
     /// Looks (round robin, without waiting) at the edges whose look tells a message's
@@ -301,17 +312,21 @@ impl Endpoint {
     /// True if one was, or if a look took an empty message (handed on as `pull` does).
     ///
     /// [`InEdge::envelope_before_payload`]: crate::transport::edge::InEdge::envelope_before_payload
-    fn pull_into_posted(&mut self) -> Result<bool> {
+    fn pull_into_posted(&mut self) -> Result<IntoPosted> {
         if self.matcher.posted_len() == 0
             || !self.requests.posted_recvs.is_empty()
             || self.committed.is_some()
         {
-            return Ok(false);
+            return Ok(IntoPosted::Other);
         }
+        // Edges that cannot tell an envelope first, and the datagram engine (which brings
+        // new connections), leave messages for `pull`.
+        let mut other = self.local.dgram.is_some();
         let n = self.inbound.len();
         for k in 0..n {
             let i = (self.next_inbound + k) % n;
             if !self.inbound[i].envelope_before_payload() {
+                other = true;
                 continue;
             }
             // An empty destination: the look tells the next message's length and leaves it.
@@ -320,10 +335,12 @@ impl Endpoint {
                 Err(Error::BufferTooSmall { message, .. }) => message,
                 Ok(Some(_)) => {
                     self.empty_message_taken(i)?;
-                    return Ok(true);
+                    return Ok(IntoPosted::Took);
                 }
                 Err(e) => return Err(e),
             };
+            // A message no posted receive takes here is `pull`'s.
+            other = true;
             let tag = self.inbound[i].next_tag();
             if tag.am {
                 // Its handler runs where `pull` takes it.
@@ -336,10 +353,14 @@ impl Endpoint {
             };
             if self.take_into_posted(i, envelope)? {
                 self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
-                return Ok(true);
+                return Ok(IntoPosted::Took);
             }
         }
-        Ok(false)
+        Ok(if other {
+            IntoPosted::Other
+        } else {
+            IntoPosted::AllEmpty
+        })
     }
 
     /// Edge `i`'s next message (`envelope`, left in place by a look) straight into the
@@ -543,4 +564,15 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// What [`Endpoint::pull_into_posted`] found.
+enum IntoPosted {
+    /// A message went straight into a posted receive (or an empty one was handed on).
+    Took,
+    /// Every inbound edge tells envelopes first, and none had a message.
+    AllEmpty,
+    /// Something for [`Endpoint::pull`]: a message no posted receive takes, an edge that
+    /// cannot tell an envelope first, the datagram engine, or posted receives of another kind.
+    Other,
 }
