@@ -50,7 +50,7 @@ pub use config::{
     UdpIoMode, DETECTION_MIN, MAX_LINKS, PROTO_INFO_ENV,
 };
 pub use context::{Context, ContextBuilder, ContextStats};
-pub use endpoint::handlers::{ActiveMessage, AmStats};
+pub use endpoint::handlers::{ActiveMessage, AmArrival, AmStats};
 pub use endpoint::matching::{Envelope, MatchSpec, MatchingStats};
 pub use endpoint::scope::{Scope, ScopedRecv, ScopedSend};
 pub use endpoint::{Connection, Endpoint, RecvRequest, RmaCompletion, RmaRequest, SendRequest};

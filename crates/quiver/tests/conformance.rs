@@ -1457,6 +1457,7 @@ macro_rules! am_conformance {
             #[test] fn every_size() { $(super::set_variant($variant);)? if !super::skip($kind) { am::every_size($kind) } }
             #[test] fn unknown_handler_is_a_counted_error() { $(super::set_variant($variant);)? if !super::skip($kind) { am::unknown_handler_is_a_counted_error($kind) } }
             #[test] fn blocking_call_in_handler_is_refused() { $(super::set_variant($variant);)? if !super::skip($kind) { am::blocking_call_in_handler_is_refused($kind) } }
+            #[test] fn placed_every_size() { $(super::set_variant($variant);)? if !super::skip($kind) { am::placed::placed_every_size($kind) } }
         }
     )*};
 }

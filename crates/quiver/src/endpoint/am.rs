@@ -15,11 +15,14 @@
 //! itself; replies (`reply`, `reply_am`) never wait there (a reply the connection cannot
 //! take now is queued and sent by progress).
 
-use super::handlers::{ActiveMessage, AmStats};
+use super::handlers::{
+    ActiveMessage, AmArrival, AmStats, Placement, Placing, PlacingHandler, Slot,
+};
 use super::{Connection, Endpoint, SendRequest};
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
+use crate::transport::dest::Dest;
 use crate::transport::requests::SendState;
 use crate::transport::wire_tag::WireTag;
 
@@ -47,17 +50,68 @@ impl Endpoint {
     where
         F: FnMut(&mut Endpoint, &ActiveMessage<'_>) -> Result<()> + Send + 'static,
     {
+        self.register_slot(id, Slot::Plain(Box::new(handler)));
+        Ok(())
+    }
+
+    /// Registers `handler` for active messages with `id`, as [`Endpoint::register_handler`],
+    /// with a placement that chooses the buffer the payload lands in. Before the payload
+    /// moves, `place` gets the sender, the id, the whole header and the payload's length
+    /// ([`AmArrival`]) and returns a buffer of at least that length (a `Vec<u8>`, a
+    /// `Box<[u8]>`, a type of the caller's wrapping part of a bigger array), or `None` to
+    /// take the payload as [`Endpoint::register_handler`] does (a view of a pool buffer).
+    /// Then `handler` runs with the message and the buffer, handed back owned: when
+    /// [`ActiveMessage::placed`], the payload is the buffer's first
+    /// [`ActiveMessage::payload_len`] bytes (and [`ActiveMessage::payload`] is empty).
+    ///
+    /// Over shm a payload sent without a header moves once, straight into the chosen
+    /// buffer (a rendezvous is pulled into it from the sender's memory); with a header, and
+    /// over tcp, it is copied once from the buffer it arrived in ([`AmStats::staged_copies`];
+    /// docs/active-messages.md).
+    ///
+    /// A chosen buffer shorter than the payload loses nothing: the handler runs with the
+    /// payload in [`ActiveMessage::payload`], its buffer handed back untouched, and
+    /// [`ActiveMessage::place_error`] saying so ([`AmStats::place_too_short`] counts it).
+    ///
+    /// # Errors
+    /// None today; reserved.
+    pub fn register_handler_into<B, P, H>(&mut self, id: u16, place: P, handler: H) -> Result<()>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+        P: FnMut(&AmArrival<'_>) -> Option<B> + Send + 'static,
+        H: FnMut(&mut Endpoint, &ActiveMessage<'_>, Option<B>) -> Result<()> + Send + 'static,
+    {
+        let placing = PlacingHandler {
+            place,
+            handler,
+            chosen: None,
+        };
+        self.register_slot(id, Slot::Placing(Box::new(placing)));
+        Ok(())
+    }
+
+    fn register_slot(&mut self, id: u16, slot: Slot<Endpoint>) {
         let i = usize::from(id);
         if self.am.handlers.len() <= i {
             self.am.handlers.resize_with(i + 1, || None);
         }
-        self.am.handlers[i] = Some(Box::new(handler));
+        self.am.handlers[i] = Some(slot);
+        self.count_placing();
         if self.dgram.holds_recvs() {
             // Receives the datagram engine fills come back to the endpoint, which takes
             // active messages to their handlers (`Endpoint::lone_dgram`).
             self.dgram.withdraw_recvs(&mut self.requests, &self.local);
         }
-        Ok(())
+    }
+
+    /// Counts the registered handlers that choose their payload's buffer.
+    fn count_placing(&mut self) {
+        self.am.placing = self
+            .am
+            .handlers
+            .iter()
+            .filter(|slot| matches!(slot, Some(Slot::Placing(_))))
+            .count();
     }
 
     /// Removes the handler of `id`; whether there was one. Active messages for `id` are
@@ -69,6 +123,7 @@ impl Endpoint {
             .get_mut(usize::from(id))
             .and_then(Option::take)
             .is_some();
+        self.count_placing();
         if !self.am.in_handler {
             // No slot is lent to a running handler: the table may shrink (progress stops
             // taking messages in for handlers once none is left).
@@ -293,12 +348,18 @@ impl Endpoint {
                 .and_then(Option::take)
                 .map(|h| (id16, h))
         });
-        let Some((id16, mut handler)) = slot else {
+        let Some((id16, slot)) = slot else {
             self.am.stats.unknown_handler += 1;
             tracing::debug!(target: ENDPOINT_LOG, endpoint = %self.addr, peer = %source, id, "active message for an unregistered handler dropped");
             return Err(Error::UnknownHandler { peer: source, id });
         };
         let (header, payload) = bytes.split_at(header_len);
+        let mut handler = match slot {
+            Slot::Plain(handler) => handler,
+            Slot::Placing(placing) => {
+                return self.run_placing(source, id16, header, payload, placing);
+            }
+        };
         let message = ActiveMessage::new(source, id16, header, payload);
         self.am.stats.handled += 1;
         self.am.in_handler = true;
@@ -306,9 +367,184 @@ impl Endpoint {
         self.am.in_handler = false;
         // Back in its slot, unless the handler registered another for its id meanwhile.
         if let Some(slot @ None) = self.am.handlers.get_mut(usize::from(id16)) {
-            *slot = Some(handler);
+            *slot = Some(Slot::Plain(handler));
         }
         result
+    }
+
+    /// Runs a handler that chooses its payload's buffer, the message already taken in
+    /// (`header`, `payload`): the payload is copied into the chosen buffer (a staged copy)
+    /// if it fits.
+    #[cold]
+    #[inline(never)]
+    fn run_placing(
+        &mut self,
+        source: Addr,
+        id: u16,
+        header: &[u8],
+        payload: &[u8],
+        mut placing: Box<dyn Placing<Endpoint>>,
+    ) -> Result<()> {
+        let len = payload.len();
+        let arrival = AmArrival {
+            source,
+            id,
+            header,
+            payload_len: len,
+        };
+        let mut placement = Placement::View;
+        if placing.place(&arrival) {
+            if let Some(buf) = placing.buffer() {
+                if buf.len() >= len {
+                    buf[..len].copy_from_slice(payload);
+                    // An empty payload copies nothing.
+                    self.am.stats.staged_copies += u64::from(len > 0);
+                    self.count_placed(len);
+                    placement = Placement::Placed;
+                } else {
+                    placement = self.too_short(buf.len());
+                }
+            }
+        }
+        let view = if placement == Placement::Placed {
+            &[][..]
+        } else {
+            payload
+        };
+        let message = ActiveMessage::new(source, id, header, view).with_placement(len, placement);
+        self.finish_placing(id, placing, &message)
+    }
+
+    /// Takes shm inbound edge `i`'s next message as a look into `dest` does, except that an
+    /// active message without a header for a handler that chooses its payload's buffer
+    /// moves straight into the buffer it chooses (a look with an empty destination tells
+    /// the message's length and handler first, leaving it in place). Used only while such
+    /// handlers are registered.
+    pub(super) fn look_placing(
+        &mut self,
+        i: usize,
+        dest: &mut Dest<'_>,
+        wait: bool,
+    ) -> Result<Option<usize>> {
+        let len = match self.look_at(i, &mut Dest::Slice(&mut []), false, false) {
+            Err(Error::BufferTooSmall { message, .. }) => message,
+            // Nothing, an empty message taken whole (its tag tells what it is), an error.
+            other => return other,
+        };
+        let tag = self.inbound[i].next_tag();
+        let (id, header_len) = tag.am_parts();
+        let placing = match u16::try_from(id) {
+            Ok(id16) if tag.am && header_len == 0 => {
+                match self.am.handlers.get_mut(usize::from(id16)) {
+                    Some(slot @ Some(Slot::Placing(_))) => match slot.take() {
+                        Some(Slot::Placing(placing)) => Some((id16, placing)),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let Some((id, placing)) = placing else {
+            return self.look_at(i, dest, wait, false);
+        };
+        self.place_straight(i, id, len, placing).map(|()| None)
+    }
+
+    /// Edge `i`'s next message, an active message of `len` payload bytes without a header
+    /// for `placing`'s handler `id`, into the buffer the placement chooses (a pool buffer
+    /// when it chooses none or one too short), then the handler.
+    #[cold]
+    #[inline(never)]
+    fn place_straight(
+        &mut self,
+        i: usize,
+        id: u16,
+        len: usize,
+        mut placing: Box<dyn Placing<Endpoint>>,
+    ) -> Result<()> {
+        let source = self.inbound[i].peer();
+        let arrival = AmArrival {
+            source,
+            id,
+            header: &[],
+            payload_len: len,
+        };
+        let mut short = None;
+        if placing.place(&arrival) {
+            if let Some(buf) = placing.buffer() {
+                if buf.len() >= len {
+                    let got = self.look_at(i, &mut Dest::Slice(&mut buf[..len]), false, false);
+                    return match got {
+                        Ok(Some(n)) if n == len && self.inbound[i].tag().am => {
+                            self.count_placed(len);
+                            let message = ActiveMessage::new(source, id, &[], &[])
+                                .with_placement(len, Placement::Placed);
+                            self.finish_placing(id, placing, &message)
+                        }
+                        // Not reached: the look that told the message left it in place.
+                        other => {
+                            self.put_back(id, placing);
+                            other.map(|_| ())
+                        }
+                    };
+                }
+                short = Some(buf.len());
+            }
+        }
+        let mut pooled = self.requests.pool.take(0);
+        let got = self.look_at(i, &mut Dest::Owned(&mut pooled), false, false);
+        let result = match got {
+            Ok(Some(n)) if self.inbound[i].tag().am => {
+                let placement = match short {
+                    Some(buffer) => self.too_short(buffer),
+                    None => Placement::View,
+                };
+                let message =
+                    ActiveMessage::new(source, id, &[], &pooled[..n]).with_placement(n, placement);
+                self.finish_placing(id, placing, &message)
+            }
+            // Not reached: the look that told the message left it in place.
+            other => {
+                self.put_back(id, placing);
+                other.map(|_| ())
+            }
+        };
+        self.requests.pool.give(pooled);
+        result
+    }
+
+    fn count_placed(&mut self, len: usize) {
+        self.am.stats.placed += 1;
+        self.am.stats.placed_bytes += len as u64;
+    }
+
+    fn too_short(&mut self, buffer: usize) -> Placement {
+        self.am.stats.place_too_short += 1;
+        Placement::TooShort(buffer)
+    }
+
+    /// Runs `placing`'s handler with `message`, then puts it back in its slot.
+    fn finish_placing(
+        &mut self,
+        id: u16,
+        mut placing: Box<dyn Placing<Endpoint>>,
+        message: &ActiveMessage<'_>,
+    ) -> Result<()> {
+        self.am.stats.handled += 1;
+        self.am.in_handler = true;
+        let result = placing.run(self, message);
+        self.am.in_handler = false;
+        self.put_back(id, placing);
+        result
+    }
+
+    /// Back in its slot, unless a handler registered another for its id meanwhile.
+    fn put_back(&mut self, id: u16, placing: Box<dyn Placing<Endpoint>>) {
+        if let Some(slot @ None) = self.am.handlers.get_mut(usize::from(id)) {
+            *slot = Some(Slot::Placing(placing));
+        }
+        self.count_placing();
     }
 }
 

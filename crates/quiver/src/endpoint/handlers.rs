@@ -3,7 +3,7 @@
 //! without this module importing the endpoint.
 
 use crate::addr::Addr;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::slab::Key;
 
 /// An active message as its handler sees it: the sender, the handler id, the header and
@@ -14,6 +14,22 @@ pub struct ActiveMessage<'a> {
     id: u16,
     header: &'a [u8],
     payload: &'a [u8],
+    /// The payload's length.
+    len: usize,
+    /// How a handler registered with [`Endpoint::register_handler_into`](crate::Endpoint::register_handler_into)
+    /// got its payload.
+    placement: Placement,
+}
+
+/// Where the payload of an active message went (`ActiveMessage::placed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// In the view [`ActiveMessage::payload`] (no buffer was chosen).
+    View,
+    /// In the buffer the handler's placement chose.
+    Placed,
+    /// The chosen buffer of this length was too short: the payload is in the view.
+    TooShort(usize),
 }
 
 impl<'a> ActiveMessage<'a> {
@@ -23,6 +39,44 @@ impl<'a> ActiveMessage<'a> {
             id,
             header,
             payload,
+            len: payload.len(),
+            placement: Placement::View,
+        }
+    }
+
+    /// A message whose `len`-byte payload is in a chosen buffer (`Placement::Placed`, the
+    /// view empty) or, the buffer too short, in `payload`.
+    pub(super) fn with_placement(mut self, len: usize, placement: Placement) -> Self {
+        self.len = len;
+        self.placement = placement;
+        self
+    }
+
+    /// The payload's length (also when it went to a chosen buffer, where
+    /// [`ActiveMessage::payload`] is empty).
+    pub fn payload_len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload went to the buffer the handler's placement chose
+    /// ([`Endpoint::register_handler_into`](crate::Endpoint::register_handler_into)): its
+    /// first [`ActiveMessage::payload_len`] bytes; [`ActiveMessage::payload`] is then empty.
+    /// False for handlers registered with [`Endpoint::register_handler`](crate::Endpoint::register_handler),
+    /// when the placement chose no buffer, or when the buffer was too short.
+    pub fn placed(&self) -> bool {
+        self.placement == Placement::Placed
+    }
+
+    /// [`Error::BufferTooSmall`] when the buffer the placement chose was shorter than the
+    /// payload: the buffer is handed back untouched and the payload is in
+    /// [`ActiveMessage::payload`] (nothing is lost; counted in [`AmStats::place_too_short`]).
+    pub fn place_error(&self) -> Option<Error> {
+        match self.placement {
+            Placement::TooShort(buffer) => Some(Error::BufferTooSmall {
+                message: self.len,
+                buffer,
+            }),
+            _ => None,
         }
     }
 
@@ -48,8 +102,85 @@ impl<'a> ActiveMessage<'a> {
     }
 }
 
+/// What a handler registered with [`Endpoint::register_handler_into`](crate::Endpoint::register_handler_into)
+/// sees of its message before the payload moves, to choose a buffer for it.
+#[derive(Debug, Clone, Copy)]
+pub struct AmArrival<'a> {
+    pub(super) source: Addr,
+    pub(super) id: u16,
+    pub(super) header: &'a [u8],
+    pub(super) payload_len: usize,
+}
+
+impl<'a> AmArrival<'a> {
+    /// The sender.
+    pub fn source(&self) -> Addr {
+        self.source
+    }
+
+    /// The handler id the sender named.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The whole header the sender gave [`Endpoint::send_am`](crate::Endpoint::send_am).
+    pub fn header(&self) -> &'a [u8] {
+        self.header
+    }
+
+    /// The payload's length: the chosen buffer must hold at least this many bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+}
+
 /// A registered handler of an endpoint `E`.
 type Handler<E> = Box<dyn FnMut(&mut E, &ActiveMessage<'_>) -> Result<()> + Send>;
+
+/// A handler that chooses the buffer its payload lands in, its buffer type erased: the
+/// placement keeps the buffer it chose until the handler runs with it.
+pub(super) trait Placing<E>: Send {
+    /// Asks the placement for a buffer for `arrival`; whether it chose one.
+    fn place(&mut self, arrival: &AmArrival<'_>) -> bool;
+    /// The chosen buffer (its whole length), if one was chosen.
+    fn buffer(&mut self) -> Option<&mut [u8]>;
+    /// Runs the handler with `message`, handing it the chosen buffer (owned), if any.
+    fn run(&mut self, ep: &mut E, message: &ActiveMessage<'_>) -> Result<()>;
+}
+
+/// [`Placing`] for a placement `P` choosing buffers `B` and a handler `H`.
+pub(super) struct PlacingHandler<B, P, H> {
+    pub(super) place: P,
+    pub(super) handler: H,
+    pub(super) chosen: Option<B>,
+}
+
+impl<E, B, P, H> Placing<E> for PlacingHandler<B, P, H>
+where
+    B: AsMut<[u8]> + Send + 'static,
+    P: FnMut(&AmArrival<'_>) -> Option<B> + Send + 'static,
+    H: FnMut(&mut E, &ActiveMessage<'_>, Option<B>) -> Result<()> + Send + 'static,
+{
+    fn place(&mut self, arrival: &AmArrival<'_>) -> bool {
+        self.chosen = (self.place)(arrival);
+        self.chosen.is_some()
+    }
+
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        self.chosen.as_mut().map(AsMut::as_mut)
+    }
+
+    fn run(&mut self, ep: &mut E, message: &ActiveMessage<'_>) -> Result<()> {
+        let chosen = self.chosen.take();
+        (self.handler)(ep, message, chosen)
+    }
+}
+
+/// A registered handler: plain, or one that chooses its payload's buffer.
+pub(super) enum Slot<E> {
+    Plain(Handler<E>),
+    Placing(Box<dyn Placing<E>>),
+}
 
 /// Counters of an endpoint's active messages ([`Endpoint::am_stats`](crate::Endpoint::am_stats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,12 +202,26 @@ pub struct AmStats {
     /// Of those, the ones that failed (logged; the connection's error also comes from its
     /// next send).
     pub replies_failed: u64,
+    /// Payloads that went to a buffer a handler's placement chose.
+    pub placed: u64,
+    /// Their bytes.
+    pub placed_bytes: u64,
+    /// Of those (not empty), the ones copied into the chosen buffer from the buffer they arrived in
+    /// (a header before the payload, or a transport that cannot take a message straight
+    /// into a chosen buffer: docs/active-messages.md); the others moved straight in.
+    pub staged_copies: u64,
+    /// Chosen buffers shorter than their payload (the handler got the payload in a view
+    /// and its buffer back: [`ActiveMessage::place_error`]).
+    pub place_too_short: u64,
 }
 
 /// An endpoint's handlers (the endpoint is `E`) and what runs them.
 pub(crate) struct AmState<E> {
     /// By handler id; a running handler's slot is empty while it runs.
-    pub(super) handlers: Vec<Option<Handler<E>>>,
+    pub(super) handlers: Vec<Option<Slot<E>>>,
+    /// How many registered handlers choose their payload's buffer (a look asks for the
+    /// envelope first only while some do).
+    pub(super) placing: usize,
     /// Whether a handler is running now (calls that may not run in one are refused).
     pub(super) in_handler: bool,
     pub(super) stats: AmStats,
@@ -90,6 +235,7 @@ impl<E> Default for AmState<E> {
     fn default() -> Self {
         AmState {
             handlers: Vec::new(),
+            placing: 0,
             in_handler: false,
             stats: AmStats::default(),
             replies: Vec::new(),

@@ -56,7 +56,12 @@ impl Endpoint {
                 let polled = *news.get_or_insert_with(|| self.poll_engine_for_look(wait));
                 polled.is_some() && self.dgram.seen == polled
             };
-            let got = self.look_at(i, dest, wait, skip_dgram);
+            let got = if self.am.placing != 0 && !network {
+                // A handler may choose where its payload goes: the envelope first.
+                self.look_placing(i, dest, wait)
+            } else {
+                self.look_at(i, dest, wait, skip_dgram)
+            };
             if network && !matches!(got, Ok(None)) {
                 self.dgram.seen = None;
             }

@@ -12,6 +12,8 @@ use quiver::{ActiveMessage, Addr, Endpoint, Error, TransportKind};
 
 use super::{pattern, run, SIZES};
 
+pub(crate) mod placed;
+
 /// Active messages each sender sends in `handlers_run_once_in_order`.
 const COUNT: u32 = 300;
 
