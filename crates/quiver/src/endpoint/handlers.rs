@@ -253,3 +253,51 @@ impl<E> std::fmt::Debug for AmState<E> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The placement's buffer is kept between `place` and `run` and handed to the handler
+    /// owned, once; a declined placement hands `None`.
+    #[test]
+    fn a_placing_handler_hands_its_chosen_buffer_back_once() {
+        let mut placing = PlacingHandler {
+            place: |a: &AmArrival<'_>| (a.payload_len() > 0).then(|| vec![0u8; a.payload_len()]),
+            handler: |seen: &mut Vec<Option<Vec<u8>>>, _: &ActiveMessage<'_>, buf| {
+                seen.push(buf);
+                Ok(())
+            },
+            chosen: None,
+        };
+        let placing: &mut dyn Placing<Vec<Option<Vec<u8>>>> = &mut placing;
+        let source = Addr::new(1, 0);
+        let arrival = |len| AmArrival {
+            source,
+            id: 3,
+            header: b"h",
+            payload_len: len,
+        };
+        assert!(placing.place(&arrival(4)));
+        placing.buffer().expect("chosen")[..4].copy_from_slice(b"abcd");
+        let mut seen = Vec::new();
+        let message = ActiveMessage::new(source, 3, b"h", &[]).with_placement(4, Placement::Placed);
+        placing.run(&mut seen, &message).unwrap();
+        assert!(placing.buffer().is_none(), "handed over");
+        assert!(!placing.place(&arrival(0)));
+        placing
+            .run(&mut seen, &ActiveMessage::new(source, 3, b"h", &[]))
+            .unwrap();
+        assert_eq!(seen, [Some(b"abcd".to_vec()), None]);
+        assert!(message.placed() && message.place_error().is_none());
+        let short =
+            ActiveMessage::new(source, 3, b"h", b"abcd").with_placement(4, Placement::TooShort(2));
+        assert!(matches!(
+            short.place_error(),
+            Some(Error::BufferTooSmall {
+                message: 4,
+                buffer: 2
+            })
+        ));
+    }
+}

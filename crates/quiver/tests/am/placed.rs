@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use quiver::{ActiveMessage, Addr, AmArrival, Endpoint, Error, TransportKind};
+use quiver::{ActiveMessage, Addr, AmArrival, Endpoint, Error, MatchSpec, TransportKind};
 
 use super::super::{pattern, run};
 
@@ -59,17 +59,22 @@ impl AsMut<[u8]> for Chosen {
 
 const MARK: u8 = 0xA5;
 
-/// Rank 0 sends the schedule twice as active messages for handler 8 (a plain message
+/// Rounds of the schedule: taken in by blocking receives, by `progress`, by the wait of a
+/// posted matching receive.
+const ROUNDS: usize = 3;
+
+/// Rank 0 sends the schedule three times as active messages for handler 8 (a plain message
 /// after each in the first round); rank 1's placement chooses buffers as the schedule
 /// says, its handler checks order, header and payload in the chosen buffer (or the view),
 /// and replies to each; rank 0's handler checks the replies' order. Round 0 is taken in by
-/// blocking receives with a 16-byte buffer, round 1 by `progress`. The counters say which
+/// blocking receives with a 16-byte buffer, round 1 by `progress`, round 2 by the wait of a
+/// posted matching receive for the tagged message after it. The counters say which
 /// payloads were placed, how many were copied there (over shm only the ones after a
 /// header), and the buffers too short.
 pub(crate) fn placed_every_size(t: TransportKind) {
     run(t, 2, move |rank, ctx| {
         let plan = schedule();
-        let total = 2 * plan.len() as u64;
+        let total = ROUNDS as u64 * plan.len() as u64;
         let mut ep = ctx.endpoint(0).unwrap();
         let peer = Addr::new(1 - rank, 0);
         if rank == 0 {
@@ -83,7 +88,7 @@ pub(crate) fn placed_every_size(t: TransportKind) {
             })
             .unwrap();
             let conn = ep.connect(peer).unwrap();
-            for round in 0..2 {
+            for round in 0..ROUNDS {
                 for (k, &(len, header, _)) in plan.iter().enumerate() {
                     let i = (round * plan.len() + k) as u32;
                     ep.send_am(conn, 8, &pattern(header, i), &pattern(len, i + 1000))
@@ -91,6 +96,9 @@ pub(crate) fn placed_every_size(t: TransportKind) {
                     if round == 0 {
                         ep.send(conn, &u64::from(i).to_le_bytes()).unwrap();
                     }
+                }
+                if round == 2 {
+                    ep.send_tagged(conn, 77, b"end of round 2").unwrap();
                 }
             }
             while replies.load(Ordering::Relaxed) < total {
@@ -159,19 +167,28 @@ pub(crate) fn placed_every_size(t: TransportKind) {
                 assert_eq!(handled.load(Ordering::Relaxed), k + 1, "before plain {k}");
             }
             // Round 1: progress alone.
-            while handled.load(Ordering::Relaxed) < total {
+            let per_round = plan.len() as u64;
+            while handled.load(Ordering::Relaxed) < 2 * per_round {
                 ep.progress().unwrap();
             }
+            // Round 2: a posted matching receive waits behind them.
+            let req = ep
+                .post_recv_matching(MatchSpec::tag(77), vec![0u8; 16])
+                .unwrap();
+            let done = ep.wait_recv(req).unwrap();
+            assert_eq!(&done.buf[..done.len], b"end of round 2");
+            assert_eq!(handled.load(Ordering::Relaxed), total);
             let (n, _) = ep.recv(&mut small).unwrap();
             assert_eq!(&small[..n], b"bye");
             let stats = ep.am_stats();
-            let count =
-                |f: &dyn Fn(&Planned) -> bool| 2 * plan.iter().filter(|p| f(p)).count() as u64;
+            let count = |f: &dyn Fn(&Planned) -> bool| {
+                ROUNDS as u64 * plan.iter().filter(|p| f(p)).count() as u64
+            };
             let placed = |p: &Planned| matches!(p.2, Mode::Exact | Mode::Longer);
             assert_eq!(stats.handled, total);
             assert_eq!(stats.placed, count(&placed));
             let bytes: u64 = plan.iter().filter(|p| placed(p)).map(|p| p.0 as u64).sum();
-            assert_eq!(stats.placed_bytes, 2 * bytes);
+            assert_eq!(stats.placed_bytes, ROUNDS as u64 * bytes);
             assert_eq!(stats.place_too_short, count(&|p| p.2 == Mode::Short));
             // Over shm a payload without a header, 16 MiB included, moves straight into
             // its buffer; after a header, and over the network transports, it is copied
