@@ -93,13 +93,14 @@ impl Endpoint {
         self.refuse_in_handler("recv_matching")?;
         let mut wait = Wait::new(&self.config);
         loop {
-            self.advance()?;
+            // A look first, as `recv`'s loop: a message already there is taken at once.
             if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
             if let Some(end) = self.end_of(spec.source) {
                 return Err(end);
             }
+            self.advance()?;
             if let Err(e) = self.idle(&mut wait, "waiting for a matching message") {
                 return Err(self.uncommit(buf, e));
             }
