@@ -10,6 +10,7 @@
 //! - UDP segmentation and receive offload (GSO/GRO) on a loopback socket;
 //! - io_uring for the udp transport (`QUIVER_UDP_IO=uring`): a ring with its multishot
 //!   receive set up on a loopback socket;
+//! - `membarrier(2)`, which lets shm senders skip a full fence per message;
 //! - the locked-memory limit (`ulimit -l`);
 //! - the spill directory of unexpected messages (`QUIVER_SPILL_DIR`): its file system, from
 //!   `/proc/self/mountinfo` (on tmpfs spilled payloads stay in memory).
@@ -18,16 +19,16 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use quiver_transport::sys;
 use quiver_transport::udp::{UdpSocket, DEFAULT_SOCKET_BUFFER_BYTES};
 use quiver_transport::uring::{UringOptions, UringUdpSocket, UringUnavailable};
+use quiver_transport::{barrier, sys};
 use serde::Serialize;
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Check {
     /// What was checked: "cross-memory attach", "ptrace scope", "socket buffers",
-    /// "udp offloads", "io_uring", "locked memory", "spill directory".
+    /// "udp offloads", "io_uring", "membarrier", "locked memory", "spill directory".
     pub(crate) name: &'static str,
     /// "ok", "warning" (works, slower or limited) or "problem" (a feature is unavailable).
     pub(crate) status: &'static str,
@@ -87,6 +88,7 @@ pub(crate) fn checks(spill_dir: &Path) -> Vec<Check> {
             )
             .map(|_| ()),
         ),
+        membarrier(barrier::heavy_fence_works(), barrier::light_fence_allowed()),
         locked_memory(),
         spill_directory(
             spill_dir,
@@ -277,6 +279,30 @@ fn io_uring(probe: Result<(), UringUnavailable>) -> Check {
 }
 
 const MEMLOCK: &str = "locked memory";
+
+/// Whether shm senders may ring a receiver's doorbell with a compiler fence instead of a
+/// full one (`heavy`: this process's `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` works;
+/// `light`: it registered for the barriers of others).
+fn membarrier(heavy: bool, light: bool) -> Check {
+    const NAME: &str = "membarrier";
+    if heavy && light {
+        return Check::ok(
+            NAME,
+            "membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) works: an shm sender orders each \
+             message before its look at the receiver's doorbell with a compiler fence, and a \
+             receiver pays a barrier only when it goes to sleep"
+                .into(),
+        );
+    }
+    Check::not_ok(
+        NAME,
+        "warning",
+        "membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) is missing or refused: shm works, with a \
+         full fence per message on the sender (a lower small-message rate)"
+            .into(),
+        "use a kernel of 4.16 or later, and a seccomp profile that allows membarrier",
+    )
+}
 
 /// `RLIMIT_MEMLOCK`: quiver locks no memory today; reported for the record.
 fn locked_memory() -> Check {

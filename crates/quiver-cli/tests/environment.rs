@@ -49,6 +49,7 @@ fn info_checks_the_environment_each_finding_with_its_fix() {
         "socket buffers",
         "udp offloads",
         "io_uring",
+        "membarrier",
         "locked memory",
     ] {
         let check = check(&report, name);

@@ -10,6 +10,7 @@
 //! makes system calls; each block carries a `SAFETY:` comment. It decides nothing about
 //! protocols (which path a message takes is the caller's choice).
 
+pub mod barrier;
 pub mod caller;
 pub mod netif;
 pub mod notify;

@@ -6,23 +6,29 @@
 //! publishing a record, rings the bell: a fence, one load of the flag and — only when it is
 //! armed — a swap and an eventfd write. Busy-polling receivers therefore cost senders no
 //! system call at all. Either the sender sees the flag or the receiver sees the record:
-//! both sides order their store before their load with a sequentially consistent fence.
+//! both sides order their store before their load. Where the kernel allows it the fences
+//! are asymmetric ([`crate::barrier`]): the sender's is a compiler fence, and the receiver,
+//! which arms only before it sleeps, runs a barrier on the sender's CPU too.
 //!
 //! Layout of the doorbell memfd (one page): `armed u32` at 0, `signals u32` at 4 (eventfd
-//! writes made, so the owner drains the eventfd only when something was written).
+//! writes made, so the owner drains the eventfd only when something was written),
+//! `heavy u32` at 8 (1: the owner arms with [`crate::barrier::heavy_fence`], so senders
+//! that registered for it may ring with a compiler fence).
 //!
 //! Layer: quiver-transport, the operating-system side of the shm transport. Owns the
 //! doorbell's shared flag and eventfd; knows nothing of rings or messages.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::barrier;
 use crate::sys::{self, Mapping};
 
 const DOORBELL_BYTES: usize = 4096;
 const OFF_ARMED: usize = 0;
 const OFF_SIGNALS: usize = 4;
+const OFF_HEAVY: usize = 8;
 
 fn word(map: &Mapping, off: usize) -> &AtomicU32 {
     debug_assert!(off + 4 <= map.len() && off.is_multiple_of(4));
@@ -38,6 +44,8 @@ pub struct Doorbell {
     memfd: OwnedFd,
     eventfd: OwnedFd,
     drained: u32,
+    /// Whether arming runs the heavy fence (said to senders in the page).
+    heavy: bool,
 }
 
 impl Doorbell {
@@ -45,11 +53,14 @@ impl Doorbell {
     pub fn new() -> io::Result<Doorbell> {
         let memfd = sys::memfd("quiver-doorbell", DOORBELL_BYTES)?;
         let map = Mapping::map(&memfd, DOORBELL_BYTES)?;
+        let heavy = barrier::heavy_fence_works();
+        word(&map, OFF_HEAVY).store(u32::from(heavy), Ordering::Relaxed);
         Ok(Doorbell {
             map,
             memfd,
             eventfd: sys::eventfd()?,
             drained: 0,
+            heavy,
         })
     }
 
@@ -67,7 +78,11 @@ impl Doorbell {
             armed.store(1, Ordering::Relaxed);
         }
         // Pairs with the fence in `RemoteDoorbell::ring`.
-        fence(Ordering::SeqCst);
+        if self.heavy {
+            barrier::heavy_fence();
+        } else {
+            barrier::store_load_fence(false);
+        }
     }
 
     /// Whether the flag is still armed (no sender has rung since `arm`).
@@ -97,6 +112,9 @@ impl AsRawFd for Doorbell {
 pub struct RemoteDoorbell {
     map: Mapping,
     eventfd: OwnedFd,
+    /// Whether ringing orders its store before its load with a compiler fence alone: this
+    /// process registered for the owner's heavy fence, and the owner said it issues one.
+    light: bool,
 }
 
 impl RemoteDoorbell {
@@ -125,16 +143,21 @@ impl RemoteDoorbell {
                 format!("doorbell is {len} bytes, expected {DOORBELL_BYTES}"),
             ));
         }
+        let map = Mapping::map(memfd, DOORBELL_BYTES)?;
+        // A page that says more than 1 is not one quiver wrote: full fences then.
+        let light =
+            word(&map, OFF_HEAVY).load(Ordering::Relaxed) == 1 && barrier::light_fence_allowed();
         Ok(RemoteDoorbell {
-            map: Mapping::map(memfd, DOORBELL_BYTES)?,
+            map,
             eventfd,
+            light,
         })
     }
 
     /// Wakes the receiver if it is armed. Call after publishing a record.
     #[inline]
     pub fn ring(&self) {
-        fence(Ordering::SeqCst);
+        barrier::store_load_fence(self.light);
         let armed = word(&self.map, OFF_ARMED);
         if armed.load(Ordering::Relaxed) != 0 && armed.swap(0, Ordering::AcqRel) != 0 {
             word(&self.map, OFF_SIGNALS).fetch_add(1, Ordering::Release);
@@ -175,6 +198,59 @@ mod tests {
         assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
         assert!(refused.to_string().contains("not sealed"), "{refused}");
         RemoteDoorbell::attach(&memfd, efd).unwrap();
+    }
+
+    /// Every round races the sender's record against the receiver's arm-and-re-check (the
+    /// receiver arms at once, never spinning): if both read the other's old value, the
+    /// receiver sleeps on a record it missed. With the asymmetric fences (the sender's a
+    /// compiler fence where the kernel has `membarrier`), no round may sleep that way.
+    #[test]
+    fn no_wake_up_is_lost_between_a_sender_and_an_arming_receiver() {
+        use std::sync::atomic::AtomicU32;
+        use std::sync::Arc;
+        const ROUNDS: u32 = 100_000;
+        let mut bell = Doorbell::new().unwrap();
+        let (memfd, efd) = bell.clone_remote_fds().unwrap();
+        let remote = RemoteDoorbell::attach(&memfd, efd).unwrap();
+        let asymmetric = barrier::heavy_fence_works() && barrier::light_fence_allowed();
+        assert_eq!(remote.light, asymmetric);
+        let record = Arc::new(AtomicU32::new(0));
+        let taken = Arc::new(AtomicU32::new(0));
+        let sender = std::thread::spawn({
+            let (record, taken) = (record.clone(), taken.clone());
+            move || {
+                for i in 1..=ROUNDS {
+                    while taken.load(Ordering::Acquire) != i - 1 {
+                        std::hint::spin_loop();
+                    }
+                    record.store(i, Ordering::Release);
+                    remote.ring();
+                }
+            }
+        });
+        for i in 1..=ROUNDS {
+            while record.load(Ordering::Acquire) != i {
+                bell.arm();
+                if record.load(Ordering::Acquire) == i {
+                    break;
+                }
+                let mut p = [libc::pollfd {
+                    fd: bell.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                let woke = sys::poll(&mut p, Some(Duration::from_secs(5))).unwrap() == 1;
+                assert!(
+                    woke,
+                    "round {i}: slept 5 s though the record says {}: a lost wake-up \
+                     (asymmetric fences: {asymmetric})",
+                    record.load(Ordering::Acquire)
+                );
+                bell.drain();
+            }
+            taken.store(i, Ordering::Release);
+        }
+        sender.join().unwrap();
     }
 
     #[test]

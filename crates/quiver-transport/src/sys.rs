@@ -234,6 +234,35 @@ pub fn futex_wake(word: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
 
+/// `membarrier(2)`'s command that runs a memory barrier on every CPU running a thread of
+/// a process registered with [`MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED`].
+pub const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+/// `membarrier(2)`'s command that registers this process for
+/// [`MEMBARRIER_CMD_GLOBAL_EXPEDITED`] barriers issued by any process.
+pub const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+
+/// Whether the kernel offers `membarrier(2)` command `cmd` (false when the call is
+/// missing or refused).
+pub fn membarrier_supported(cmd: libc::c_int) -> bool {
+    // SAFETY: plain syscall with integer arguments; QUERY changes nothing.
+    let commands = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    commands >= 0 && commands & libc::c_long::from(cmd) != 0
+}
+
+/// Runs `membarrier(2)` command `cmd`.
+///
+/// # Errors
+/// The system's (`EINVAL` for a command the kernel lacks, `EPERM` when refused).
+pub fn membarrier(cmd: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A non-blocking, close-on-exec eventfd.
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the result is a fresh descriptor.

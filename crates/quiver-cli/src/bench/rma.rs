@@ -77,7 +77,7 @@ pub struct RmaArgs {
     /// Also write one JSON object per figure to FILE; with `-`, only JSON to stdout.
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<String>,
-    /// Round trips of `put_lat` (fetch-adds: 10x as many; 1 MiB operations: a hundredth).
+    /// Round trips of `put_lat` (fetch-adds: 10x as many; 1 MiB operations: a tenth, so that each bandwidth spans tens of milliseconds at least).
     #[arg(long, value_name = "N", default_value_t = 20_000)]
     pub iters: u64,
     /// Skip UCX's baselines even when `ucx_perftest` is installed.
@@ -191,7 +191,7 @@ fn run(
 ) -> Result<(), String> {
     let counts = Counts {
         lat: args.iters.max(1),
-        bw: (args.iters / 100).max(1),
+        bw: (args.iters / 10).max(1),
         atomic: args.iters.saturating_mul(10).max(1),
     };
     let floors = floor::measure(cpus[0], cpus[1], &[BW_BYTES as u64])

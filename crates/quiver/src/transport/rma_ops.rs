@@ -9,7 +9,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use quiver_wire::rma::KeyRepr;
-use quiver_wire::rma_request::{ReplyStatus, RequestOp, RequestRepr};
+use quiver_wire::rma_request::{ReplyRepr, ReplyStatus, RequestOp, RequestRepr};
 
 use crate::addr::Addr;
 use crate::error::Error;
@@ -134,6 +134,45 @@ pub(crate) fn request_for(op: &RmaOp<'_>, key: &KeyRepr, seq: u32) -> RequestRep
         a,
         b,
         key: key.emit(),
+    }
+}
+
+/// The request that asks a target's software path to answer once every earlier request of
+/// the connection is applied.
+pub(crate) fn flush_request(seq: u32) -> RequestRepr {
+    RequestRepr {
+        op: RequestOp::Flush,
+        seq,
+        offset: 0,
+        len: 0,
+        a: 0,
+        b: 0,
+        key: [0; quiver_wire::rma::KEY_LEN],
+    }
+}
+
+/// What a software-path request of `op` sends after its header (a put's data) and where
+/// its reply's data goes (a get's buffer).
+pub(crate) fn request_io<'a>(op: &'a mut RmaOp<'_>) -> (&'a [u8], Option<&'a mut [u8]>) {
+    match op {
+        RmaOp::Put { data, .. } => (data, None),
+        RmaOp::Get { buf, .. } => (&[], Some(&mut **buf)),
+        _ => (&[], None),
+    }
+}
+
+/// The outcome of `op` that `reply` reports: the word an atomic fetched (0 for a put or
+/// a get), or the typed error of the status the target refused it with.
+pub(crate) fn reply_outcome(
+    local: &LocalRank,
+    peer: Addr,
+    key: &KeyRepr,
+    op: &RmaOp<'_>,
+    reply: &ReplyRepr,
+) -> Result<u64, Error> {
+    match reply.status {
+        ReplyStatus::Done => Ok(reply.value),
+        status => Err(reply_error(local, peer, key, op, status)),
     }
 }
 

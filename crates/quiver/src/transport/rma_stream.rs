@@ -24,9 +24,7 @@ use std::time::{Duration, Instant};
 
 use quiver_transport::tcp::write_gathered;
 use quiver_wire::rma::KeyRepr;
-use quiver_wire::rma_request::{
-    ReplyRepr, ReplyStatus, RequestOp, RequestRepr, REPLY_LEN, REQUEST_LEN,
-};
+use quiver_wire::rma_request::{ReplyRepr, ReplyStatus, RequestRepr, REPLY_LEN, REQUEST_LEN};
 
 use crate::addr::Addr;
 use crate::error::{Error, Result};
@@ -35,7 +33,9 @@ use crate::transport::liveness::PeerProcess;
 use crate::transport::local::LocalRank;
 use crate::transport::region_view::RegionView;
 use crate::transport::regions::RegionTable;
-use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp};
+use crate::transport::rma_ops::{
+    flush_request, reply_outcome, request_for, request_io, OpInfo, Patience, RmaOp,
+};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
 use crate::transport::rma_serve::{next_step, take_request, Identity, Next, Served};
 
@@ -135,19 +135,12 @@ impl StreamRma {
         self.drain(local, peer)?;
         self.check(peer)?;
         self.open(local, src, peer)?;
-        let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
-            RmaOp::Put { data, .. } => (data, None),
-            RmaOp::Get { buf, .. } => (&[], Some(&mut **buf)),
-            _ => (&[], None),
-        };
+        let (data, buf) = request_io(&mut op);
         let reply = match self.exchange(local, peer, &request, data, buf) {
             Ok(reply) => reply,
             Err(e) => return Err(self.forget(e)),
         };
-        match reply.status {
-            ReplyStatus::Done => Ok(reply.value),
-            status => Err(reply_error(local, peer, key, &op, status)),
-        }
+        reply_outcome(local, peer, key, &op, &reply)
     }
 
     /// Waits until every earlier operation on the stream is applied at `peer` (they are
@@ -163,15 +156,7 @@ impl StreamRma {
             return Ok(());
         }
         self.seq = self.seq.wrapping_add(1);
-        let request = RequestRepr {
-            op: RequestOp::Flush,
-            seq: self.seq,
-            offset: 0,
-            len: 0,
-            a: 0,
-            b: 0,
-            key: [0; quiver_wire::rma::KEY_LEN],
-        };
+        let request = flush_request(self.seq);
         match self.exchange(local, peer, &request, &[], None) {
             Ok(_) => Ok(()),
             Err(e) => Err(self.forget(e)),

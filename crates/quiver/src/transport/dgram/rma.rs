@@ -21,9 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quiver_wire::rma::KeyRepr;
-use quiver_wire::rma_request::{
-    ReplyRepr, ReplyStatus, RequestOp, RequestRepr, REPLY_LEN, REQUEST_LEN,
-};
+use quiver_wire::rma_request::{ReplyRepr, ReplyStatus, RequestRepr, REPLY_LEN, REQUEST_LEN};
 
 use super::connect::Connected;
 use super::connection::Status;
@@ -35,7 +33,9 @@ use crate::transport::liveness::{local_peer_pid, PeerProcess};
 use crate::transport::local::LocalRank;
 use crate::transport::region_view::RegionView;
 use crate::transport::regions::RegionTable;
-use crate::transport::rma_ops::{reply_error, request_for, OpInfo, Patience, RmaOp, RMA_PORT};
+use crate::transport::rma_ops::{
+    flush_request, reply_outcome, request_for, request_io, OpInfo, Patience, RmaOp, RMA_PORT,
+};
 use crate::transport::rma_pipeline::{Outcome, Pipeline, RequestChannel};
 use crate::transport::rma_serve::{next_step, take_request, Identity, Next, Served};
 
@@ -161,16 +161,9 @@ impl DgramRma {
         self.drain(local, peer)?;
         self.check(peer)?;
         self.open(local, src, peer)?;
-        let (data, buf): (&[u8], Option<&mut [u8]>) = match &mut op {
-            RmaOp::Put { data, .. } => (data, None),
-            RmaOp::Get { buf, .. } => (&[], Some(&mut **buf)),
-            _ => (&[], None),
-        };
+        let (data, buf) = request_io(&mut op);
         let reply = self.exchange(local, peer, &request, data, buf)?;
-        match reply.status {
-            ReplyStatus::Done => Ok(reply.value),
-            status => Err(reply_error(local, peer, key, &op, status)),
-        }
+        reply_outcome(local, peer, key, &op, &reply)
     }
 
     /// Waits until every earlier operation is applied at `peer` (they are by now: each
@@ -185,15 +178,7 @@ impl DgramRma {
             return Ok(());
         }
         self.seq = self.seq.wrapping_add(1);
-        let request = RequestRepr {
-            op: RequestOp::Flush,
-            seq: self.seq,
-            offset: 0,
-            len: 0,
-            a: 0,
-            b: 0,
-            key: [0; quiver_wire::rma::KEY_LEN],
-        };
+        let request = flush_request(self.seq);
         self.exchange(local, peer, &request, &[], None).map(|_| ())
     }
 

@@ -339,9 +339,31 @@ impl ShmOut {
     /// periodic tick), then sleep on the ring's futex in slices of [`PULL_SLICE`].
     fn wait_meanwhile(&mut self, wait: &mut Wait, endpoint: &mut dyn Meanwhile) -> Result<()> {
         const WHAT: &str = "waiting for the receiver to take a large message";
+        self.wait_step(wait, |edge, wait, look| {
+            if let Look::AfterSleep(seen) = look {
+                // A futex watches nothing else: short sleeps while peers' one-sided
+                // requests may wait (the endpoint serves them at each look).
+                let slice = endpoint.context().local.blind_sleep(PULL_SLICE);
+                edge.ring.wait(seen, slice);
+            }
+            edge.look_meanwhile(wait, WHAT, endpoint)
+        })
+    }
+
+    /// The skeleton of every wait on this edge (ring space, a rendezvous completion): spin,
+    /// with `look` at each periodic tick; once the spin budget is spent, announce the wait
+    /// (the caller re-checks once), then `look` sleeps on the ring's futex and looks again.
+    /// The flag stays raised until the send ends (`send`), so that a peer blocked sending to
+    /// this endpoint sees it at any time (`look_for_deadlock`).
+    #[inline]
+    fn wait_step(
+        &mut self,
+        wait: &mut Wait,
+        mut look: impl FnMut(&mut Self, &mut Wait, Look) -> Result<()>,
+    ) -> Result<()> {
         let (spinning, periodic) = wait.spinning();
         if periodic {
-            self.look_meanwhile(wait, WHAT, endpoint)?;
+            look(self, wait, Look::Periodic)?;
         }
         if spinning {
             wait.pause();
@@ -351,16 +373,10 @@ impl ShmOut {
             None => {
                 wait.seen = Some(self.ring.prepare_wait());
                 self.flag_raised = true;
+                Ok(())
             }
-            Some(seen) => {
-                // A futex watches nothing else: short sleeps while peers' one-sided
-                // requests may wait (the endpoint serves them at each look).
-                let slice = endpoint.context().local.blind_sleep(PULL_SLICE);
-                self.ring.wait(seen, slice);
-                self.look_meanwhile(wait, WHAT, endpoint)?;
-            }
+            Some(seen) => look(self, wait, Look::AfterSleep(seen)),
         }
-        Ok(())
     }
 
     /// What [`ShmOut::wait`] does at a look, with the endpoint receiving first.
@@ -725,7 +741,7 @@ impl ShmOut {
     }
 
     /// One step of waiting on this edge (ring space or a rendezvous completion): spin, and
-    /// once the spin budget is spent, sleep on the ring's futex.
+    /// once the spin budget is spent, sleep on the ring's futex ([`ShmOut::wait_step`]).
     fn wait(
         &mut self,
         wait: &mut Wait,
@@ -733,39 +749,23 @@ impl ShmOut {
         cx: &mut EdgeContext<'_>,
         flush: &mut dyn FnMut(Addr, bool) -> bool,
     ) -> Result<()> {
-        let (spinning, periodic) = wait.spinning();
-        if periodic {
-            let peer_waiting = flush(self.peer, wait.waited() >= CYCLE_PATIENCE);
-            self.look_for_deadlock(peer_waiting, cx)?;
+        self.wait_step(wait, |edge, wait, look| {
+            let slept = if let Look::AfterSleep(seen) = look {
+                // A futex watches nothing else: the rank's meanwhile (in `flush`) runs after
+                // each sleep, which is short while peers' one-sided requests may be waiting.
+                edge.ring.wait(seen, cx.local.blind_sleep(SLEEP_SLICE));
+                true
+            } else {
+                false
+            };
+            let peer_waiting = flush(edge.peer, wait.waited() >= CYCLE_PATIENCE);
+            edge.look_for_deadlock(peer_waiting, cx)?;
             let detect = cx.config.detect;
-            if detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
-                self.look_alive(what, cx)?;
+            if slept || detect.is_some_and(|detect| wait.liveness_due(cx.detection, detect)) {
+                edge.look_alive(what, cx)?;
             }
-            wait.check_deadline(what)?;
-        }
-        if spinning {
-            wait.pause();
-            return Ok(());
-        }
-        match wait.seen.take() {
-            // First call after the spin: announce the wait; the caller re-checks once.
-            None => {
-                wait.seen = Some(self.ring.prepare_wait());
-                self.flag_raised = true;
-            }
-            Some(seen) => {
-                // The flag stays raised until the send ends (`send`), so that a peer blocked
-                // sending to us sees it at any time (`look_for_deadlock`). A futex watches
-                // nothing else: the rank's meanwhile (in `flush`) runs after each sleep,
-                // which is short while peers' one-sided requests may be waiting.
-                self.ring.wait(seen, cx.local.blind_sleep(SLEEP_SLICE));
-                let peer_waiting = flush(self.peer, wait.waited() >= CYCLE_PATIENCE);
-                self.look_for_deadlock(peer_waiting, cx)?;
-                self.look_alive(what, cx)?;
-                wait.check_deadline(what)?;
-            }
-        }
-        Ok(())
+            wait.check_deadline(what)
+        })
     }
 
     /// A look, while a blocking send waits, at whether the peer is asleep in a blocking send
@@ -866,4 +866,14 @@ impl ShmOut {
             self.bell.ring();
         }
     }
+}
+
+/// When a wait on the ring looks ([`ShmOut::wait_step`]).
+#[derive(Clone, Copy)]
+enum Look {
+    /// At a periodic tick of the spin.
+    Periodic,
+    /// Past the spin: the look sleeps on the ring's futex first (the wake sequence it saw
+    /// when it announced the wait).
+    AfterSleep(u32),
 }
