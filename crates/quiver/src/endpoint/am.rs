@@ -428,7 +428,13 @@ impl Endpoint {
     ) -> Result<Option<usize>> {
         let len = match self.look_at(i, &mut Dest::Slice(&mut []), false, false) {
             Err(Error::BufferTooSmall { message, .. }) => message,
-            // Nothing, an empty message taken whole (its tag tells what it is), an error.
+            Ok(Some(empty)) => {
+                // An empty message, taken whole (its tag tells what it is): `dest` holds it
+                // as a look into it would (an owned buffer's length set to 0).
+                dest.prepare(empty as u64)?;
+                return Ok(Some(empty));
+            }
+            // Nothing, or an error.
             other => return other,
         };
         let tag = self.inbound[i].next_tag();

@@ -101,6 +101,8 @@ pub(crate) fn placed_every_size(t: TransportKind) {
                     ep.send_tagged(conn, 77, b"end of round 2").unwrap();
                 }
             }
+            // An empty plain message, found by the envelope look of a shm edge.
+            ep.send(conn, &[]).unwrap();
             while replies.load(Ordering::Relaxed) < total {
                 ep.progress().unwrap();
             }
@@ -178,6 +180,9 @@ pub(crate) fn placed_every_size(t: TransportKind) {
             let done = ep.wait_recv(req).unwrap();
             assert_eq!(&done.buf[..done.len], b"end of round 2");
             assert_eq!(handled.load(Ordering::Relaxed), total);
+            let empty = ep.recv_pooled().unwrap();
+            assert_eq!((empty.len(), empty.src()), (0, peer), "the empty message");
+            drop(empty);
             let (n, _) = ep.recv(&mut small).unwrap();
             assert_eq!(&small[..n], b"bye");
             let stats = ep.am_stats();
