@@ -1432,6 +1432,7 @@ macro_rules! tagged_conformance {
             #[test] fn large_matched_before_it_moves() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_matched_before_it_moves($kind) } }
             #[test] fn many_senders_tags_in_reverse() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::many_senders_tags_in_reverse($kind) } }
             #[test] fn large_for_a_posted_receive() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::large_for_a_posted_receive($kind) } }
+            #[test] fn posted_large_and_small_interleaved() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::posted_large_and_small_interleaved($kind) } }
             #[test] fn plain_receives_report_tags() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::plain_receives_report_tags($kind) } }
             #[test] fn unexpected_beyond_the_bound_spill() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::spill::beyond_the_bound($kind) } }
             #[test] fn unexpected_spill_failure_keeps_them() { $(super::set_variant($variant);)? if !super::skip($kind) { tagged::spill::failure_keeps_them($kind) } }
@@ -1446,6 +1447,16 @@ tagged_conformance! {
     mem_tagged: TransportKind::Mem;
     xdp_tagged: TransportKind::Xdp;
     udp_uring_tagged: TransportKind::Udp, Variant { udp_io: UdpIoMode::Uring, netns: false };
+}
+
+/// A large tcp message bound to a matching receive (read straight into its buffer) when the
+/// connection closes in the middle of it (tcp only: shm pulls a rendezvous whole in one
+/// look, and the datagram transports stage).
+#[test]
+fn tcp_tagged_bound_receive_closed_mid_message() {
+    if !skip(TransportKind::Tcp) {
+        tagged::bound_receive_closed_mid_message(TransportKind::Tcp)
+    }
 }
 
 /// The active-message part of the suite, over every transport.

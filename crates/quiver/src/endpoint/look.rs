@@ -139,7 +139,7 @@ impl Endpoint {
     /// Network inbound edge `i` ended in the last look: when its peer closed it cleanly, an
     /// outbound edge riding on the same connection ends too ([`OutEdge::peer_closed`](crate::transport::edge::OutEdge::peer_closed)).
     #[cold]
-    fn network_edge_ended(&mut self, i: usize) {
+    pub(super) fn network_edge_ended(&mut self, i: usize) {
         if !self.inbound[i].peer_end().closed {
             return;
         }

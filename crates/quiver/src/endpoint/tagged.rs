@@ -93,13 +93,14 @@ impl Endpoint {
         self.refuse_in_handler("recv_matching")?;
         let mut wait = Wait::new(&self.config);
         loop {
-            self.advance()?;
+            // A look first, as `recv`'s loop: a message already there is taken at once.
             if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
             if let Some(end) = self.end_of(spec.source) {
                 return Err(end);
             }
+            self.advance()?;
             if let Err(e) = self.idle(&mut wait, "waiting for a matching message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -306,9 +307,10 @@ impl Endpoint {
     }
 
     /// Looks (round robin, without waiting) at the edges whose look tells a message's
-    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm); the
-    /// first next message a posted matching receive matches, and whose buffer it fits, is
-    /// taken straight into that buffer (no staging copy: a rendezvous is pulled into it).
+    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm, tcp);
+    /// the first next message a posted matching receive matches, and whose buffer it fits,
+    /// is taken straight into that buffer (no staging copy: a rendezvous is pulled into it,
+    /// a large tcp message read into it from the socket).
     /// True if one was, or if a look took an empty message (handed on as `pull` does).
     ///
     /// [`InEdge::envelope_before_payload`]: crate::transport::edge::InEdge::envelope_before_payload
@@ -329,9 +331,19 @@ impl Endpoint {
                 other = true;
                 continue;
             }
+            let network = self.inbound[i].is_network();
+            if network && self.inbound[i].is_done() {
+                continue;
+            }
             // An empty destination: the look tells the next message's length and leaves it.
             let len = match self.look_at(i, &mut Dest::Slice(&mut []), false, false) {
-                Ok(None) => continue,
+                Ok(None) => {
+                    if network && self.inbound[i].is_done() {
+                        // Ended in this look, as `poll_once` sees an edge end.
+                        self.network_edge_ended(i);
+                    }
+                    continue;
+                }
                 Err(Error::BufferTooSmall { message, .. }) => message,
                 Ok(Some(_)) => {
                     self.empty_message_taken(i)?;
@@ -365,7 +377,10 @@ impl Endpoint {
 
     /// Edge `i`'s next message (`envelope`, left in place by a look) straight into the
     /// buffer of the earliest-posted receive it matches, if that buffer fits it (a receive
-    /// too short is left to `pull`, which fails it as any matched receive).
+    /// too short is left to `pull`, which fails it as any matched receive). A large tcp
+    /// message still arriving binds the receive (its buffer moves into the edge, which
+    /// reads the rest from the socket into it and completes the request once it is whole:
+    /// [`Endpoint::progress_bound_recvs`]); the matcher lets go of the receive either way.
     fn take_into_posted(&mut self, i: usize, envelope: Envelope) -> Result<bool> {
         let Some(&key) = self.matcher.posted_for(&envelope) else {
             return Ok(false);
@@ -376,7 +391,17 @@ impl Endpoint {
             }
             _ => return Ok(false),
         };
-        match self.look_at(i, &mut Dest::Slice(&mut buf), false, false) {
+        let mut dest = Dest::Posted {
+            key,
+            buf: &mut buf,
+            bound: false,
+        };
+        let got = self.look_at(i, &mut dest, false, false);
+        if let Dest::Posted { bound: true, .. } = dest {
+            self.matcher.cancel(&key);
+            return Ok(true);
+        }
+        match got {
             Ok(Some(len)) => {
                 let tag = self.inbound[i].tag().value;
                 debug_assert_eq!((len as u64, tag), (envelope.len, envelope.tag));

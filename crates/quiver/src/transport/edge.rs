@@ -609,10 +609,13 @@ impl InEdge {
     /// Whether a look that finds the edge's next message too long for its destination
     /// leaves it whole in place with its tag known ([`InEdge::next_tag`]), so that the next
     /// look, with a destination that fits and without waiting, delivers that very message
-    /// whole: shm (the ring's records and the rendezvous record stay until taken). A tcp
-    /// or datagram edge may begin a large message into a buffer of its own instead.
+    /// whole: shm (the ring's records and the rendezvous record stay until taken) and tcp
+    /// (a look that does not fit stops at the header, or at a large message read ahead,
+    /// before anything is consumed; the next look into a posted receive's buffer,
+    /// [`Dest::Posted`], binds a large message to it). A datagram edge may begin a large
+    /// message into a buffer of the engine's own instead.
     pub(crate) fn envelope_before_payload(&self) -> bool {
-        matches!(self, InEdge::Shm(_))
+        matches!(self, InEdge::Shm(_) | InEdge::Tcp(_))
     }
 
     /// Whether the edge is done (skipped by every look).

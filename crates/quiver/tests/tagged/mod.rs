@@ -402,8 +402,9 @@ pub(crate) fn many_senders_tags_in_reverse(t: TransportKind) {
 }
 
 /// A 16 MiB tagged message for a receive posted before it arrives, behind unmatched
-/// smaller ones, byte-verified; over shm (whose look tells a message's envelope before its
-/// payload moves) it is pulled straight into the posted receive's buffer, no staging copy.
+/// smaller ones, byte-verified; over shm and tcp (whose looks tell a message's envelope
+/// before its payload moves) it goes straight into the posted receive's buffer (pulled
+/// over shm, read from the socket over tcp), no staging copy.
 /// The smaller ones, posted for afterwards, arrive in order.
 pub(crate) fn large_for_a_posted_receive(t: TransportKind) {
     const LARGE: usize = 16 << 20;
@@ -430,7 +431,7 @@ pub(crate) fn large_for_a_posted_receive(t: TransportKind) {
             assert_eq!((got.src, got.tag, got.len), (peer, 2, LARGE));
             assert!(got.buf == pattern(LARGE, 77), "the large message differs");
             let stats = ep.matching_stats();
-            if t == TransportKind::Shm {
+            if matches!(t, TransportKind::Shm | TransportKind::Tcp) {
                 assert_eq!(stats.staged_copies, 0, "the large message was staged");
             }
             assert_eq!(stats.unexpected, u64::from(COUNT));
@@ -447,6 +448,164 @@ pub(crate) fn large_for_a_posted_receive(t: TransportKind) {
             }
             assert_eq!(ep.matching_stats().unexpected_bytes, 0);
             ep.send(conn, &[1]).unwrap();
+        }
+    });
+}
+
+/// Several matching receives posted before anything is sent, naming different sources and
+/// tags, some of them for the same tag; two senders then send large (1 MiB to 16 MiB) and
+/// small messages interleaved, in an order unlike the posting order. Each receive gets
+/// the message it must (posting order: of two receives a message matches, the earlier
+/// posted one takes it; non-overtaking: one sender's messages of one tag go in the order
+/// they were sent), byte-verified; the messages nobody posted for wait and are taken
+/// after.
+pub(crate) fn posted_large_and_small_interleaved(t: TransportKind) {
+    const BIG: usize = 16 << 20;
+    let ready = std::sync::Barrier::new(3);
+    let ready = &ready;
+    run(t, 3, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        if rank != 1 {
+            // Once rank 1 posted its receives (a connect may need rank 1 to answer).
+            ready.wait();
+            let conn = ep.connect(Addr::new(1, 0)).unwrap();
+            if rank == 0 {
+                ep.send_tagged(conn, 11, &pattern(100, 1)).unwrap();
+                ep.send_tagged(conn, 20, &pattern((1 << 20) + 3, 2))
+                    .unwrap();
+                ep.send_tagged(conn, 10, &pattern(4 << 20, 3)).unwrap();
+                ep.send_tagged(conn, 10, &pattern((2 << 20) - 1, 4))
+                    .unwrap();
+                ep.send_tagged(conn, 10, &pattern(8, 5)).unwrap();
+            } else {
+                ep.send_tagged(conn, 12, &pattern(64, 6)).unwrap();
+                ep.send_tagged(conn, 10, &pattern(BIG, 7)).unwrap();
+                ep.send_tagged(conn, 13, &pattern(3 << 20, 8)).unwrap();
+            }
+            let mut done = [0u8; 1];
+            ep.recv(&mut done).unwrap();
+            return;
+        }
+        let (zero, two) = (Addr::new(0, 0), Addr::new(2, 0));
+        // (spec, buffer length, expected: source, tag, length, seed), in posting order.
+        let posts = [
+            (
+                MatchSpec::tag(10).from(zero),
+                4 << 20,
+                (zero, 10, 4 << 20, 3),
+            ),
+            (MatchSpec::tag(20), 2 << 20, (zero, 20, (1 << 20) + 3, 2)),
+            (MatchSpec::tag(10).from(two), BIG, (two, 10, BIG, 7)),
+            (MatchSpec::tag(11).from(zero), 4096, (zero, 11, 100, 1)),
+            // Any source, tag 10: after the receives above for tag 10 from either sender,
+            // it gets rank 0's second tag-10 message (its first went to the first receive).
+            (MatchSpec::tag(10), 4 << 20, (zero, 10, (2 << 20) - 1, 4)),
+            (MatchSpec::tag(12).from(two), 64, (two, 12, 64, 6)),
+        ];
+        let requests: Vec<_> = posts
+            .iter()
+            .map(|&(spec, len, _)| ep.post_recv_matching(spec, vec![0; len]).unwrap())
+            .collect();
+        ready.wait();
+        for (i, (request, &(_, _, (src, tag, len, seed)))) in
+            requests.into_iter().zip(posts.iter()).enumerate()
+        {
+            let got = ep.wait_recv(request).unwrap();
+            assert_eq!((got.src, got.tag, got.len), (src, tag, len), "receive {i}");
+            assert!(
+                got.buf[..len] == pattern(len, seed)[..],
+                "receive {i} differs"
+            );
+        }
+        // Nobody posted for these: they waited.
+        let mut buf = vec![0u8; 4 << 20];
+        let got = ep.recv_matching(MatchSpec::tag(13), &mut buf).unwrap();
+        assert_eq!((got.source, got.tag, got.len), (two, 13, 3 << 20));
+        assert!(
+            buf[..3 << 20] == pattern(3 << 20, 8)[..],
+            "the unposted large one"
+        );
+        let got = ep.recv_matching(MatchSpec::tag(10), &mut buf).unwrap();
+        assert_eq!((got.source, got.tag, got.len), (zero, 10, 8));
+        assert!(buf[..8] == pattern(8, 5)[..], "the unposted small one");
+        assert_eq!(ep.matching_stats().unexpected, 0);
+        for peer in [zero, two] {
+            ep.reply(peer, &[1]).unwrap();
+        }
+    });
+}
+
+/// Over tcp a large message for a matching receive posted before it arrives is bound to
+/// that receive (read from the socket straight into its buffer) once its header is read:
+/// when the receiving side closes the connection in the middle of that message, the
+/// receive fails with `ConnectionClosed`; the receives posted for another sender, after
+/// it, are unaffected and get their messages (sent out of posting order), byte-verified.
+pub(crate) fn bound_receive_closed_mid_message(t: TransportKind) {
+    const LARGE: usize = 16 << 20;
+    let step = std::sync::Barrier::new(3);
+    let step = &step;
+    run(t, 3, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(std::time::Duration::from_secs(60)));
+        let (zero, one, two) = (Addr::new(0, 0), Addr::new(1, 0), Addr::new(2, 0));
+        match rank {
+            0 => {
+                let mut hello = [0u8; 8];
+                assert_eq!(ep.recv(&mut hello).unwrap(), (5, one));
+                // Rides on the connection rank 1 opened.
+                let conn = ep.connect(one).unwrap();
+                // Posted: it goes out as far as the socket takes it, then waits for this
+                // rank's next call, after rank 1 closed.
+                let send = ep.post_send_tagged(conn, 5, pattern(LARGE, 9)).unwrap();
+                step.wait();
+                // The rest cannot arrive any more: any outcome but a hang.
+                let _ = ep.wait_send(send);
+                step.wait();
+            }
+            1 => {
+                let back = ep.connect(zero).unwrap();
+                let cut = ep
+                    .post_recv_matching(MatchSpec::tag(5).from(zero), vec![0; LARGE])
+                    .unwrap();
+                let large = ep
+                    .post_recv_matching(MatchSpec::tag(7).from(two), vec![0; 3 << 20])
+                    .unwrap();
+                let small = ep
+                    .post_recv_matching(MatchSpec::tag(8).from(two), vec![0; 100])
+                    .unwrap();
+                ep.send(back, b"hello").unwrap();
+                // Until the large message is bound to its receive (the matcher lets go of
+                // the receive then).
+                let started = std::time::Instant::now();
+                while ep.matching_stats().posted == 3 {
+                    assert!(!ep.test_recv(&cut).unwrap(), "the message cannot be whole");
+                    assert!(
+                        started.elapsed() < std::time::Duration::from_secs(30),
+                        "the large message never began"
+                    );
+                }
+                assert!(!ep.test_recv(&cut).unwrap(), "the message cannot be whole");
+                ep.close(back).unwrap();
+                match ep.wait_recv(cut) {
+                    Err(Error::ConnectionClosed { peer }) => assert_eq!(peer, zero),
+                    other => panic!("expected ConnectionClosed, got {other:?}"),
+                }
+                step.wait();
+                let got = ep.wait_recv(large).unwrap();
+                assert_eq!((got.src, got.tag, got.len), (two, 7, 3 << 20));
+                assert!(got.buf == pattern(3 << 20, 10), "the large one differs");
+                let got = ep.wait_recv(small).unwrap();
+                assert_eq!((got.src, got.tag, got.len), (two, 8, 100));
+                assert!(got.buf == pattern(100, 11), "the small one differs");
+                step.wait();
+            }
+            _ => {
+                step.wait();
+                let conn = ep.connect(one).unwrap();
+                ep.send_tagged(conn, 8, &pattern(100, 11)).unwrap();
+                ep.send_tagged(conn, 7, &pattern(3 << 20, 10)).unwrap();
+                step.wait();
+            }
         }
     });
 }
