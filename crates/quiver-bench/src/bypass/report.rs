@@ -280,7 +280,7 @@ mod tests {
         let gbit = all[1].gbit_per_second.expect("a bandwidth figure");
         assert!((gbit - 1000.0 * 8.0 * 1048576.0 / 1e9).abs() < 1e-9);
         // rank 1's CPU per KiB: 1 s over 1000 MiB.
-        assert!((all[1].cpu_ns_per_byte[1] * 1024.0 - 1e9 / 1024_000.0).abs() < 1e-6);
+        assert!((all[1].cpu_ns_per_byte[1] * 1024.0 - 1e9 / 1_024_000.0).abs() < 1e-6);
         let text = table(&all, 1500);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[2].starts_with("raw-xdp") && lines[2].contains("0.990 M/s"));
