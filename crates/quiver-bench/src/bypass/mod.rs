@@ -6,7 +6,9 @@
 //! - quiver over udp with io_uring (`QUIVER_UDP_IO=uring`, decision 0084);
 //! - quiver over xdp (AF_XDP sockets, decision 0062);
 //! - raw-udp: plain UDP sockets, busy-polled, one `send` per datagram, no protocol;
-//! - raw-xdp: an AF_XDP ping-pong without a protocol (latency only).
+//! - raw-xdp: an AF_XDP ping-pong (latency) and one-way stream (rate, bandwidth) without
+//!   a protocol: frames sent back to back in batches, counted at the other end, lost ones
+//!   counted and not resent.
 //!
 //! Each measures 8 B and 1 KiB latency (half the median round trip), the 8 B message
 //! rate (one way), 64 KiB and 1 MiB bandwidth (one way), and each side's CPU time per

@@ -15,7 +15,7 @@ pub(crate) enum Case {
     QuiverXdp,
     /// Plain UDP sockets, no protocol.
     RawUdp,
-    /// AF_XDP ping-pong, no protocol.
+    /// AF_XDP ping-pong and one-way stream, no protocol.
     RawXdp,
 }
 

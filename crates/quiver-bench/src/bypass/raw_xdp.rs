@@ -1,8 +1,18 @@
 //! The raw AF_XDP baseline of `quiver-bench bypass`: a ping-pong of UDP datagrams between
-//! two AF_XDP sockets, with no protocol (no acknowledgement, no checksum of quiver's, no
-//! copy beyond the one into and out of the UMEM frame): the floor under quiver's xdp
-//! transport. Built from quiver-transport's xdp pieces: the socket (`XskSocket`), quiver's
-//! redirect program (`XdpProgram`) and the interface's neighbour table.
+//! two AF_XDP sockets, and a one-way stream of them, with no protocol (no acknowledgement,
+//! no checksum of quiver's, no copy beyond the one into and out of the UMEM frame): the
+//! floor under quiver's xdp transport. Built from quiver-transport's xdp pieces: the socket
+//! (`XskSocket`), quiver's redirect program (`XdpProgram`) and the interface's neighbour
+//! table.
+//!
+//! The stream: the sender fills [`TX_BATCH`] transmit descriptors with a frame prepared
+//! once, then publishes them with one flush (the `sendto` kick; copy mode sends at most 32
+//! frames per call, so the flush repeats it until the ring is empty) and reaps the
+//! completion ring in the same pass; the receiver takes frames off the receive ring, counts
+//! those of its port (reading the headers only) and hands them back to the fill ring in
+//! batches. Nothing is acknowledged or resent: after the last frame the sender sends end
+//! markers until the receiver answers with the frames it counted, and the difference is
+//! reported as lost.
 //!
 //! Each side opens link 0 of its namespace (10.77.0.{1,2}) at [`RAW_XDP_PORT`], resolves
 //! the peer's hardware address through a kernel socket (which also holds the port), and
@@ -25,6 +35,20 @@ const HEADERS: usize = 42;
 /// The knock both sides exchange until the other is there (no data datagram is 3 bytes
 /// long with this content).
 const KNOCK: &[u8] = b"knk";
+/// The end of a stream: a datagram of this many bytes (no data datagram is).
+const END_MARKER: usize = 7;
+/// Transmit descriptors filled before one flush.
+const TX_BATCH: u64 = 64;
+
+/// What the receiving side of a stream saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// Data frames counted.
+    pub(crate) frames: u64,
+    /// Frames the kernel dropped at this socket meanwhile (receive ring full, or no fill
+    /// frame to copy into): `XDP_STATISTICS`' `rx_dropped + rx_ring_full`.
+    pub(crate) socket_drops: u64,
+}
 
 /// One side's AF_XDP socket, its program and the peer.
 pub(crate) struct RawXdp {
@@ -159,6 +183,120 @@ impl RawXdp {
     }
 }
 
+impl RawXdp {
+    /// Streams `frames` datagrams of `payload` bytes (cut to the MTU) to the peer as fast
+    /// as the transmit and completion rings allow, then end markers until the peer answers
+    /// with what it counted; returns (frames sent, frames the peer counted).
+    pub(crate) fn stream_send(
+        &mut self,
+        payload: usize,
+        frames: u64,
+    ) -> Result<(u64, u64), String> {
+        let payload = vec![0x5au8; payload.min(self.mtu - 28).max(8)];
+        let mut template = vec![0u8; HEADERS + payload.len()];
+        let len = write_frame(
+            &mut template,
+            self.local_mac,
+            self.peer_mac,
+            self.local,
+            self.peer,
+            &payload,
+        );
+        let mut sent = 0u64;
+        while sent < frames {
+            for _ in 0..(frames - sent).min(TX_BATCH) {
+                let queued = self.socket.send_with(|frame| {
+                    frame[..len].copy_from_slice(&template);
+                    len
+                });
+                if !queued {
+                    break;
+                }
+                sent += 1;
+            }
+            self.socket.flush();
+        }
+        // Frames a busy device left in the ring go before the end marker.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.socket.tx_pending() && Instant::now() < deadline {
+            self.socket.flush();
+        }
+        let mut buf = [0u8; 64];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.send_datagram(&[0u8; END_MARKER]);
+            if let Ok(8) = self.recv_datagram(&mut buf, Duration::from_millis(5)) {
+                let counted = u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
+                return Ok((sent, counted));
+            }
+            if Instant::now() >= deadline {
+                return Err("raw-xdp: the receiver never answered the end of a stream".into());
+            }
+        }
+    }
+
+    /// Counts the data frames of a stream until its end marker and answers the marker
+    /// with the count. Fails when nothing arrives for 10 s.
+    pub(crate) fn stream_receive(&mut self) -> Result<Received, String> {
+        let port = self.local.port();
+        let drops_before = self.socket_drops();
+        let mut frames = 0u64;
+        let mut spins = 0u32;
+        let mut seen = 0u64;
+        let mut deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.socket.recv_with(|frame| payload_len(frame, port)) {
+                Some(Some(END_MARKER)) => break,
+                Some(Some(_)) => frames += 1,
+                Some(None) => {}
+                None => {
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(1024) {
+                        let now = Instant::now();
+                        if frames != seen {
+                            seen = frames;
+                            deadline = now + Duration::from_secs(10);
+                        } else if now >= deadline {
+                            return Err("raw-xdp: the stream stopped before its end".into());
+                        }
+                    }
+                }
+            }
+        }
+        self.send_datagram(&frames.to_be_bytes());
+        Ok(Received {
+            frames,
+            socket_drops: self.socket_drops().saturating_sub(drops_before),
+        })
+    }
+
+    /// Answers repeated end markers (the answer to the first may have been slower than the
+    /// sender's patience) with `frames` for `quiet`.
+    pub(crate) fn answer_late_markers(&mut self, frames: u64, quiet: Duration) {
+        let port = self.local.port();
+        let end = Instant::now() + quiet;
+        while Instant::now() < end {
+            if let Some(Some(END_MARKER)) = self.socket.recv_with(|frame| payload_len(frame, port))
+            {
+                self.send_datagram(&frames.to_be_bytes());
+            }
+        }
+    }
+
+    /// The kernel's count of frames dropped at this socket so far.
+    fn socket_drops(&self) -> u64 {
+        self.socket
+            .statistics()
+            .map(|s| s.rx_dropped + s.rx_ring_full)
+            .unwrap_or(0)
+    }
+
+    /// Takes whatever is left in the receive ring (late answers of a stream).
+    pub(crate) fn drain(&mut self) {
+        while self.socket.recv_with(|_| ()).is_some() {}
+    }
+}
+
 /// Writes an Ethernet + IPv4 + UDP frame carrying `payload` into `frame`; returns its
 /// length.
 fn write_frame(
@@ -195,8 +333,9 @@ fn write_frame(
     len
 }
 
-/// The payload of a UDP frame to `port`, copied into `buf`; None for anything else.
-fn read_frame(frame: &[u8], port: u16, buf: &mut [u8]) -> Option<usize> {
+/// The payload length of a UDP frame to `port` (as far as the frame holds it); None for
+/// anything else.
+fn payload_len(frame: &[u8], port: u16) -> Option<usize> {
     if frame.len() < HEADERS || frame[12..14] != [0x08, 0x00] || frame[23] != 17 {
         return None;
     }
@@ -204,10 +343,12 @@ fn read_frame(frame: &[u8], port: u16, buf: &mut [u8]) -> Option<usize> {
         return None;
     }
     let udp_len = usize::from(u16::from_be_bytes([frame[38], frame[39]]));
-    let n = udp_len
-        .checked_sub(8)?
-        .min(frame.len() - HEADERS)
-        .min(buf.len());
+    Some(udp_len.checked_sub(8)?.min(frame.len() - HEADERS))
+}
+
+/// The payload of a UDP frame to `port`, copied into `buf`; None for anything else.
+fn read_frame(frame: &[u8], port: u16, buf: &mut [u8]) -> Option<usize> {
+    let n = payload_len(frame, port)?.min(buf.len());
     buf[..n].copy_from_slice(&frame[HEADERS..HEADERS + n]);
     Some(n)
 }
@@ -243,5 +384,22 @@ mod tests {
         assert_eq!(&buf[..8], b"12345678");
         assert_eq!(read_frame(&frame[..len], 7603, &mut buf), None);
         assert_eq!(read_frame(&frame[..20], 7602, &mut buf), None);
+    }
+
+    #[test]
+    fn an_end_marker_is_no_data_frame() {
+        let mut frame = vec![0u8; 2048];
+        let from = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), 7602);
+        let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), 7602);
+        let len = write_frame(&mut frame, [1; 6], [2; 6], from, to, &[0; END_MARKER]);
+        assert_eq!(payload_len(&frame[..len], 7602), Some(END_MARKER));
+        // The smallest data frame (8 B) and a full-MTU one are not taken for the marker.
+        for payload in [8, 1500 - 28] {
+            let len = write_frame(&mut frame, [1; 6], [2; 6], from, to, &vec![7; payload]);
+            assert_eq!(payload_len(&frame[..len], 7602), Some(payload));
+        }
+        // A frame cut short reports what it holds, never past its end.
+        assert_eq!(payload_len(&frame[..HEADERS + 3], 7602), Some(3));
+        assert_eq!(payload_len(&frame[..len], 9), None);
     }
 }

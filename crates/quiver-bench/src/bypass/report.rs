@@ -28,6 +28,14 @@ pub(crate) struct Row {
     pub(crate) cpu_ns_per_message: [f64; 2],
     /// CPU time per payload byte of rank 0 and rank 1, ns.
     pub(crate) cpu_ns_per_byte: [f64; 2],
+    /// Raw AF_XDP streams (nothing resent): frames sent, frames that arrived, and those of
+    /// the lost ones the kernel dropped at the receiving socket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) frames_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) frames_received: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) socket_drops: Option<u64>,
 }
 
 /// The rows of one case from its two reports (a test only one side reported is left out).
@@ -65,15 +73,27 @@ fn row(case: Case, m0: &Measure, m1: &Measure) -> Row {
         gbit_per_second: streamed.then(|| bytes * 8.0 / seconds / 1e9),
         cpu_ns_per_message: [m0.cpu_s * 1e9 / messages, m1.cpu_s * 1e9 / messages],
         cpu_ns_per_byte: [m0.cpu_s * 1e9 / bytes, m1.cpu_s * 1e9 / bytes],
+        frames_sent: m0.frames_sent,
+        frames_received: m1.frames_received,
+        socket_drops: m1.socket_drops,
     }
 }
 
 /// The table on stdout.
 pub(crate) fn print_table(rows: &[Row], mtu: u32) {
-    println!(
+    print!("{}", table(rows, mtu));
+}
+
+/// The table: a line per row, then a line per stream that counted its frames (what was
+/// lost of them).
+fn table(rows: &[Row], mtu: u32) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
         "bypass: one veth pair between two namespaces, MTU {mtu}, both sides busy-polling on their own CPU"
     );
-    println!(
+    let _ = writeln!(
+        text,
         "{:<20} {:<10} {:>8} {:>14} {:>16} {:>16}",
         "case", "test", "size", "result", "CPU rank 0", "CPU rank 1"
     );
@@ -93,11 +113,27 @@ pub(crate) fn print_table(rows: &[Row], mtu: u32) {
                     .map(|ns| format!("{:.0} ns/KiB", ns * 1024.0)),
             ),
         };
-        println!(
+        let _ = writeln!(
+            text,
             "{:<20} {:<10} {:>8} {:>14} {:>16} {:>16}",
             row.case, row.test, row.size, result, cpu[0], cpu[1]
         );
     }
+    for row in rows {
+        if let (Some(sent), Some(received)) = (row.frames_sent, row.frames_received) {
+            let lost = sent.saturating_sub(received);
+            let _ = writeln!(
+                text,
+                "{} {} {}: {lost} of {sent} frames lost ({:.2}%), {} dropped at the receiving socket",
+                row.case,
+                row.test,
+                row.size,
+                lost as f64 * 100.0 / sent.max(1) as f64,
+                row.socket_drops.unwrap_or(0)
+            );
+        }
+    }
+    text
 }
 
 /// One JSON object per row, to `path` (`-`: stdout).
@@ -196,4 +232,82 @@ pub(crate) fn write_plot(path: &Path, rows: &[Row], mtu: u32) -> Result<(), Stri
     }
     svg.push_str("</svg>\n");
     std::fs::write(path, svg).map_err(|e| format!("--plot {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measure(test: &str, size: usize, count: u64, cpu_s: f64) -> Measure {
+        Measure {
+            test: test.into(),
+            size,
+            count,
+            elapsed_ns: 1_000_000_000,
+            one_way_ns: None,
+            cpu_s,
+            frames_sent: None,
+            frames_received: None,
+            socket_drops: None,
+        }
+    }
+
+    #[test]
+    fn a_raw_xdp_stream_row_reports_rate_bandwidth_and_loss() {
+        let mut m0 = measure("rate", 8, 990_000, 1.0);
+        m0.frames_sent = Some(1_000_000);
+        let mut m1 = measure("rate", 8, 990_000, 0.5);
+        m1.frames_received = Some(990_000);
+        m1.socket_drops = Some(4_000);
+        let mut b0 = measure("bandwidth", 1 << 20, 1000, 2.0);
+        b0.frames_sent = Some(713_000);
+        let mut b1 = measure("bandwidth", 1 << 20, 1000, 1.0);
+        b1.frames_received = Some(713_000);
+        b1.socket_drops = Some(0);
+        let zero = RankReport {
+            rank: 0,
+            measures: vec![m0, b0],
+        };
+        let one = RankReport {
+            rank: 1,
+            measures: vec![m1, b1],
+        };
+        let all = rows(Case::RawXdp, &zero, &one);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].messages_per_second, Some(990_000.0));
+        assert_eq!(all[0].frames_sent, Some(1_000_000));
+        assert_eq!(all[0].frames_received, Some(990_000));
+        let gbit = all[1].gbit_per_second.expect("a bandwidth figure");
+        assert!((gbit - 1000.0 * 8.0 * 1048576.0 / 1e9).abs() < 1e-9);
+        // rank 1's CPU per KiB: 1 s over 1000 MiB.
+        assert!((all[1].cpu_ns_per_byte[1] * 1024.0 - 1e9 / 1_024_000.0).abs() < 1e-6);
+        let text = table(&all, 1500);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].starts_with("raw-xdp") && lines[2].contains("0.990 M/s"));
+        assert!(lines[3].contains("8.39 Gbit/s") && lines[3].contains("977 ns/KiB"));
+        assert_eq!(
+            lines[4],
+            "raw-xdp rate 8: 10000 of 1000000 frames lost (1.00%), 4000 dropped at the receiving socket"
+        );
+        assert!(lines[5].contains("0 of 713000 frames lost (0.00%)"));
+        let json = serde_json::to_string(&all[0]).expect("json");
+        assert!(json.contains("\"frames_sent\":1000000"));
+        assert!(json.contains("\"frames_received\":990000"));
+    }
+
+    #[test]
+    fn other_rows_show_no_frame_counts() {
+        let zero = RankReport {
+            rank: 0,
+            measures: vec![measure("bandwidth", 65536, 4096, 1.0)],
+        };
+        let one = RankReport {
+            rank: 1,
+            measures: vec![measure("bandwidth", 65536, 4096, 1.0)],
+        };
+        let all = rows(Case::RawUdp, &zero, &one);
+        assert_eq!(table(&all, 1500).lines().count(), 3);
+        let json = serde_json::to_string(&all[0]).expect("json");
+        assert!(!json.contains("frames_sent"));
+    }
 }

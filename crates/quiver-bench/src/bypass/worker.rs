@@ -6,7 +6,8 @@
 //!   API, the job from `quiver run`'s variables (`Context::from_env`);
 //! - raw-udp: a connected, non-blocking, busy-polled UDP socket, one `send` per datagram
 //!   (datagrams of at most the link's MTU; no protocol, nothing resent);
-//! - raw-xdp: `raw_xdp`'s AF_XDP ping-pong (latency only).
+//! - raw-xdp: `raw_xdp`'s AF_XDP ping-pong for latency, and its one-way stream of frames
+//!   (no protocol, nothing resent; frames lost are counted) for the rate and bandwidth.
 //!
 //! The tests, in order: latency (ping-pong, half the round trip) of each `--lat-sizes`,
 //! the message rate of `--rate-size` messages streamed one way, and the bandwidth of each
@@ -40,6 +41,15 @@ pub(crate) struct Measure {
     pub(crate) one_way_ns: Option<f64>,
     /// This side's CPU time over the test (s).
     pub(crate) cpu_s: f64,
+    /// Raw AF_XDP streams, sender: frames sent.
+    #[serde(default)]
+    pub(crate) frames_sent: Option<u64>,
+    /// Raw AF_XDP streams, receiver: frames counted.
+    #[serde(default)]
+    pub(crate) frames_received: Option<u64>,
+    /// Raw AF_XDP streams, receiver: frames the kernel dropped at its socket.
+    #[serde(default)]
+    pub(crate) socket_drops: Option<u64>,
 }
 
 /// One side's report: a JSON line on stdout.
@@ -132,7 +142,11 @@ pub(crate) fn run_worker(case: Case, rank: u32, args: &BypassArgs) -> Result<(),
         }
         Case::RawXdp => {
             let mut xdp = RawXdp::open(rank, args.mtu)?;
-            run_reliable(&mut xdp, rank, args, false)?
+            let mut report = run_reliable(&mut xdp, rank, args, false)?;
+            report
+                .measures
+                .extend(run_raw_xdp_streams(&mut xdp, rank, args)?);
+            report
         }
         Case::RawUdp => run_raw_udp(rank, args)?,
     };
@@ -214,9 +228,68 @@ fn run_reliable(
             elapsed_ns: monotonic_ns() - start,
             one_way_ns,
             cpu_s: cpu_seconds() - cpu,
+            frames_sent: None,
+            frames_received: None,
+            socket_drops: None,
         });
     }
     Ok(RankReport { rank, measures })
+}
+
+/// The rate and bandwidth tests as raw AF_XDP streams, after the ping-pong: each message
+/// of the rate test is one frame of its size, each of a bandwidth test as many full-MTU
+/// frames as its bytes need (as raw-udp sends them).
+fn run_raw_xdp_streams(
+    xdp: &mut RawXdp,
+    rank: u32,
+    args: &BypassArgs,
+) -> Result<Vec<Measure>, String> {
+    let max_payload = (args.mtu as usize).saturating_sub(28).max(64);
+    let mut measures = Vec::new();
+    for test in tests(args) {
+        let (name, size) = match test {
+            Test::Latency(_) => continue,
+            Test::Rate(size) => ("rate", size),
+            Test::Bandwidth(size) => ("bandwidth", size),
+        };
+        let count = count_of(test, args);
+        let payload = size.min(max_payload).max(8);
+        let per_message = size.div_ceil(payload).max(1) as u64;
+        let cpu = cpu_seconds();
+        let start = monotonic_ns();
+        let mut measure = Measure {
+            test: name.into(),
+            size,
+            count: 0,
+            elapsed_ns: 0,
+            one_way_ns: None,
+            cpu_s: 0.0,
+            frames_sent: None,
+            frames_received: None,
+            socket_drops: None,
+        };
+        if rank == 0 {
+            let (sent, counted) = xdp.stream_send(payload, count * per_message)?;
+            measure.count = counted / per_message;
+            measure.frames_sent = Some(sent);
+        } else {
+            let received = xdp.stream_receive()?;
+            measure.count = received.frames / per_message;
+            measure.frames_received = Some(received.frames);
+            measure.socket_drops = Some(received.socket_drops);
+        }
+        measure.elapsed_ns = monotonic_ns() - start;
+        measure.cpu_s = cpu_seconds() - cpu;
+        if let Some(frames) = measure.frames_received {
+            xdp.answer_late_markers(frames, Duration::from_millis(30));
+        } else {
+            // Let the receiver's late answers come and go before the next test.
+            std::thread::sleep(Duration::from_millis(40));
+            xdp.drain();
+        }
+        measures.push(measure);
+    }
+    Ok(measures)
 }
 
 /// What a test did for its CPU time: latency's round trips include the warm-up ones.
@@ -387,6 +460,9 @@ fn run_raw_udp(rank: u32, args: &BypassArgs) -> Result<RankReport, String> {
             elapsed_ns: monotonic_ns() - start,
             one_way_ns,
             cpu_s: cpu_seconds() - cpu,
+            frames_sent: None,
+            frames_received: None,
+            socket_drops: None,
         });
         if let Some(datagrams) = answer {
             // Repeated end markers: answer them too, until the next test's traffic.
