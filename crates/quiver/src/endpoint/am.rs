@@ -6,7 +6,8 @@
 //!
 //! On the wire an active message is a plain message (its header, then its payload) after
 //! the connection's sticky tag record in its `Am` form, which carries the handler id and
-//! the header's length (decision 0077; shm and tcp; the datagram transports refuse it).
+//! the header's length (decision 0077: shm and tcp; udp, mem and xdp mark it in the
+//! stream header instead).
 //! A look that delivers a message whose record says "active" hands it to
 //! [`Endpoint::run_handler`] instead of the caller; a receive's buffer too small for one
 //! takes it into a pool buffer instead (`look.rs`). Handlers run with the endpoint marked
