@@ -5,7 +5,7 @@
 //! - latency: rank 0 sends an 8-byte active message, rank 1's handler answers it with an
 //!   active message to rank 0's handler, which counts it; one-way latency = round trip /
 //!   2, the median (as `ucx_perftest` reports its 50th percentile) over samples of
-//!   [`SAMPLE_ROUND_TRIPS`] round trips each: reading the clock costs about 22 ns here (a
+//!   32 round trips each (`SAMPLE_ROUND_TRIPS`): reading the clock costs about 22 ns here (a
 //!   virtual machine's clock), a tenth of a round trip, where `ucx_perftest` reads the
 //!   time stamp counter;
 //! - rate: rank 0 sends 8-byte active messages back to back (blocking only when the
