@@ -669,6 +669,21 @@ impl ShmOut {
         while let Some(q) = self.queue.front_mut() {
             set_ring_tag(&mut self.ring, q.tag);
             if q.data.len() <= eager_max {
+                // A queued message begins only once all of it fits: a receiver that took
+                // its first fragment waits in place for the rest, and if the rest waited
+                // here for this endpoint's progress while this endpoint is itself waiting
+                // mid-message for that receiver's queued rest, neither would move. (A
+                // message over half the ring can never fit whole: it begins as it can.)
+                let len = q.data.len() as u64;
+                if !q.started && len <= self.ring.capacity() / 2 {
+                    let tag_record = std::iter::repeat_n(8, self.ring.tag_records_needed());
+                    if !self
+                        .ring
+                        .fits(tag_record.chain(frag_lens(len, frag as u64)))?
+                    {
+                        break;
+                    }
+                }
                 let complete = write_eager_raw(
                     &mut self.ring,
                     &q.data,
