@@ -183,8 +183,7 @@ impl Endpoint {
         header: &[u8],
         payload: Vec<u8>,
     ) -> Result<SendRequest> {
-        let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?);
+        let idx = self.tag_edge(conn, am_tag(id, header)?);
         let data = if header.is_empty() {
             payload
         } else {
@@ -271,8 +270,7 @@ impl Endpoint {
         payload: &[u8],
         send: impl FnOnce(&mut Endpoint, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?);
+        let idx = self.tag_edge(conn, am_tag(id, header)?);
         let result = if header.is_empty() {
             send(self, payload)
         } else {
