@@ -328,6 +328,7 @@ impl Endpoint {
     /// (the message is dropped, counted); a header longer than the message fails the edge
     /// (its next look reports it). The handler's own error is returned.
     pub(super) fn run_handler(&mut self, edge: usize, tag: WireTag, bytes: &[u8]) -> Result<()> {
+        self.am.taken += 1;
         let source = self.inbound[edge].peer();
         let (id, header_len) = tag.am_parts();
         let header_len = header_len as usize;
@@ -468,6 +469,7 @@ impl Endpoint {
         len: usize,
         mut placing: Box<dyn Placing<Endpoint>>,
     ) -> Result<()> {
+        self.am.taken += 1;
         let source = self.inbound[i].peer();
         let arrival = AmArrival {
             source,
