@@ -31,7 +31,11 @@ impl Endpoint {
                     None => self.poll_once(&mut Dest::Slice(buf), true),
                 };
                 match looked {
-                    Ok(Some(got)) => return Ok(got),
+                    // Rebuilt, not handed on: a copy of the pair would read its narrow
+                    // stores back with one wide load (a store-forwarding stall).
+                    Ok(Some((len, source))) => {
+                        return Ok((len, Addr::new(source.rank, source.port)))
+                    }
                     Ok(None) => {
                         if let Some(end) = self.end_of(None) {
                             return Err(end);
