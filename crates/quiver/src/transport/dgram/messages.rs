@@ -248,14 +248,26 @@ impl DgramShared {
         }
     }
 
-    /// Whether the next message of connection `id` is an active message (once its header
-    /// arrived): a receive whose buffer it does not fit hands it to its handler.
-    pub(crate) fn next_is_active(&self, id: u64) -> bool {
+    /// The tag of the message a look would take next on connection `id` (one a
+    /// `BufferTooSmall` left whole; its header has arrived): the one being read, else the
+    /// next in order (`ReliableConnection::peek_header`). Whether it is an active message
+    /// (a receive whose buffer it does not fit hands it to its handler), and its tag, which
+    /// the endpoint matches before the payload moves.
+    pub(crate) fn next_tag(&self, id: u64) -> WireTag {
         let engine = self.lock();
-        engine
-            .router
-            .get(id)
-            .is_some_and(|e| e.core.peek_is_active() == Some(true))
+        let Some(core) = engine.router.get(id).map(|e| &e.core) else {
+            return WireTag::default();
+        };
+        if core.reading_message() {
+            return message_tag(core);
+        }
+        match core.peek_header() {
+            Some((_, value)) => WireTag {
+                value,
+                am: core.peek_is_active() == Some(true),
+            },
+            None => WireTag::default(),
+        }
     }
 
     /// Whether connection `id` has the start of a message to read.
