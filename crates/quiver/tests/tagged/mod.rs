@@ -534,15 +534,21 @@ pub(crate) fn posted_large_and_small_interleaved(t: TransportKind) {
     });
 }
 
-/// Over tcp a large message for a matching receive posted before it arrives is bound to
-/// that receive (read from the socket straight into its buffer) once its header is read:
+/// Over tcp and the datagram transports a large message for a matching receive posted
+/// before it arrives is bound to that receive (read from the socket straight into its
+/// buffer, or its frames placed there by the datagram engine) once its header is in:
 /// when the receiving side closes the connection in the middle of that message, the
 /// receive fails with `ConnectionClosed`; the receives posted for another sender, after
 /// it, are unaffected and get their messages (sent out of posting order), byte-verified.
+/// That sender waits for an answer (in a receive, which drives its datagram engine:
+/// retransmissions need its calls) before it ends.
 pub(crate) fn bound_receive_closed_mid_message(t: TransportKind) {
     const LARGE: usize = 16 << 20;
     let step = std::sync::Barrier::new(3);
     let step = &step;
+    // Ranks 0 and 1, at the end.
+    let end = std::sync::Barrier::new(2);
+    let end = &end;
     run(t, 3, move |rank, ctx| {
         let mut ep = ctx.endpoint(0).unwrap();
         ep.set_timeout(Some(std::time::Duration::from_secs(60)));
@@ -559,7 +565,7 @@ pub(crate) fn bound_receive_closed_mid_message(t: TransportKind) {
                 step.wait();
                 // The rest cannot arrive any more: any outcome but a hang.
                 let _ = ep.wait_send(send);
-                step.wait();
+                end.wait();
             }
             1 => {
                 let back = ep.connect(zero).unwrap();
@@ -596,14 +602,16 @@ pub(crate) fn bound_receive_closed_mid_message(t: TransportKind) {
                 let got = ep.wait_recv(small).unwrap();
                 assert_eq!((got.src, got.tag, got.len), (two, 8, 100));
                 assert!(got.buf == pattern(100, 11), "the small one differs");
-                step.wait();
+                ep.reply(two, &[1]).unwrap();
+                end.wait();
             }
             _ => {
                 step.wait();
                 let conn = ep.connect(one).unwrap();
                 ep.send_tagged(conn, 8, &pattern(100, 11)).unwrap();
                 ep.send_tagged(conn, 7, &pattern(3 << 20, 10)).unwrap();
-                step.wait();
+                let mut done = [0u8; 1];
+                assert_eq!(ep.recv(&mut done).unwrap(), (1, one));
             }
         }
     });
