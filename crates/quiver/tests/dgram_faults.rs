@@ -494,7 +494,10 @@ fn a_receive_bound_to_a_message_fails_when_the_peer_goes_silent() {
         Err(Error::Unreachable { peer, .. }) => assert_eq!(peer, zero),
         other => panic!("expected Unreachable, got {:?}", other.map(|c| c.len)),
     }
-    assert!(waited < Duration::from_secs(5), "the error came after {waited:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "the error came after {waited:?}"
+    );
     assert!(ep0.wait_send(send).is_err());
     drop(ep0);
     drop(ep1);

@@ -6,9 +6,9 @@
 
 use super::engine::DgramShared;
 use super::messages::DgramTake;
+use super::posted_reads::RecvDone;
 use crate::addr::Addr;
 use crate::config::{Config, TransportKind};
-use super::posted_reads::RecvDone;
 use crate::error::{Error, Result};
 use crate::slab::Key;
 use crate::transport::dest::Dest;
