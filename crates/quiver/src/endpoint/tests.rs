@@ -385,7 +385,7 @@ fn malformed_active_messages_are_typed_errors() {
 
 /// A datagram connection tells its next message's envelope before the payload moves
 /// (`DgramShared::next_tag`), and binds a receive's buffer to exactly that message while
-/// it is still arriving (`DgramShared::bind_next`): refused for a buffer too short, a
+/// it is still arriving (`Engine::bind_next`): refused for a buffer too short, a
 /// message over the limit, or a message already whole (the general look copies it); once
 /// bound, nothing else is taken or bound on the connection until the receive comes back
 /// complete from `collect_recvs`, with the message's tag and every byte, no staging copy.

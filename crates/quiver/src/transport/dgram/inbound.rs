@@ -1,7 +1,7 @@
 //! The receiving side of a datagram edge ([`DgramIn`]): the engine's connection holds the
 //! protocol state and the message being reassembled; this edge takes whole messages out of
 //! it (`DgramShared::take`), binds a message still arriving to the posted receive a look
-//! gave it (`DgramShared::bind_next`: the engine places its frames in the receive's
+//! gave it (`Engine::bind_next`, within `DgramShared::take`: the engine places its frames in the receive's
 //! buffer) and reports the connection's end once.
 
 use super::engine::DgramShared;
@@ -74,7 +74,7 @@ impl DgramIn {
     /// One look for a whole message for `dest` (the engine was polled by the caller); the
     /// raw outcome, for [`settle_look`](crate::transport::net_edge::settle_look). A posted
     /// receive's look (`dest` is [`Dest::Posted`], not waiting) at a message that has begun
-    /// but is not whole binds the receive to it instead (`DgramShared::bind_next`): its
+    /// but is not whole binds the receive to it instead (`Engine::bind_next`): its
     /// buffer moves into the engine, the request becomes [`RecvState::Bound`] (counted in
     /// `requests.bound_recvs`), `bound` is set in `dest`, and the look takes nothing.
     pub(crate) fn take(
@@ -95,19 +95,19 @@ impl DgramIn {
             .dgram
             .as_deref()
             .expect("dgram connections need the engine");
-        if let (Dest::Posted { key, buf, bound }, false) = (&mut *dest, wait) {
-            let token = BOUND_TOKEN | self.binds;
-            if engine.bind_next(self.id, token, buf, config.max_message_bytes) {
-                self.binds += 1;
-                self.bound = Some((token, *key));
-                self.net.active = true;
-                *bound = true;
-                requests.set_recv(*key, RecvState::Bound);
-                requests.bound_recvs += 1;
-                return Ok(None);
-            }
+        let token = BOUND_TOKEN | self.binds;
+        let taken = engine.take(local, (self.id, token), dest, wait, config);
+        if let Dest::Posted {
+            key, bound: true, ..
+        } = dest
+        {
+            self.binds += 1;
+            self.bound = Some((token, *key));
+            self.net.active = true;
+            requests.set_recv(*key, RecvState::Bound);
+            requests.bound_recvs += 1;
+            return Ok(None);
         }
-        let taken = engine.take(local, self.id, dest, wait, config);
         if !self.net.active && !matches!(taken, Ok(None) | Err(DgramTake::Closed)) {
             // Delivered, or an error: does it concern what the peer sent us?
             self.net.active = matches!(taken, Ok(Some(_))) || engine.peer_sent(self.id);

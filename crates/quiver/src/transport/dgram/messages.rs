@@ -157,11 +157,14 @@ impl DgramShared {
 
     /// Takes the next message of connection `id` into `dest`: its length and tag. A
     /// message that does not fit the receive window is read as it arrives (blocking even
-    /// in a non-blocking call once its first bytes are here).
+    /// in a non-blocking call once its first bytes are here), except by a posted
+    /// receive's look (`dest` is [`Dest::Posted`], not waiting): a message not whole yet
+    /// is bound to that receive instead, under `bind_token` ([`Engine::bind_next`]; `bound`
+    /// set in `dest`, nothing taken).
     pub(crate) fn take(
         &self,
         ctx: &LocalRank,
-        id: u64,
+        (id, bind_token): (u64, u64),
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
@@ -183,6 +186,12 @@ impl DgramShared {
         // core places frames that overtook others at their offsets in it.
         Error::check_announced(entry.peer, self.kind.name(), len, config.max_message_bytes)
             .map_err(DgramTake::Error)?;
+        if let (Dest::Posted { buf, bound, .. }, false) = (&mut *dest, wait) {
+            if engine.bind_next(id, bind_token, buf, config.max_message_bytes) {
+                *bound = true;
+                return Ok(None);
+            }
+        }
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
