@@ -1476,6 +1476,17 @@ fn udp_tagged_bound_receive_closed_mid_message() {
     }
 }
 
+/// A matching receive bound to a large message and cancelled in the middle of it: the
+/// cancel waits for the message (tcp, and the datagram transports over mem and udp).
+#[test]
+fn tagged_bound_receive_cancelled_mid_message() {
+    for t in [TransportKind::Tcp, TransportKind::Mem, TransportKind::Udp] {
+        if !skip(t) {
+            tagged::bound_receive_cancelled_mid_message(t)
+        }
+    }
+}
+
 /// The active-message part of the suite, over every transport.
 macro_rules! am_conformance {
     ($($name:ident: $kind:expr $(, $variant:expr)?;)*) => {$(

@@ -616,3 +616,59 @@ pub(crate) fn bound_receive_closed_mid_message(t: TransportKind) {
         }
     });
 }
+
+/// A matching receive bound to a large message still arriving (tcp reads it from the
+/// socket into the receive's buffer, the datagram engine places its frames there) and
+/// cancelled then: the cancel waits for the message and hands it over whole (it had
+/// begun), byte-verified; the sender's next message goes to the next receive.
+pub(crate) fn bound_receive_cancelled_mid_message(t: TransportKind) {
+    const LARGE: usize = 16 << 20;
+    let bound = std::sync::Barrier::new(2);
+    let bound = &bound;
+    run(t, 2, move |rank, ctx| {
+        let mut ep = ctx.endpoint(0).unwrap();
+        ep.set_timeout(Some(std::time::Duration::from_secs(60)));
+        let (zero, one) = (Addr::new(0, 0), Addr::new(1, 0));
+        if rank == 0 {
+            let mut hello = [0u8; 8];
+            assert_eq!(ep.recv(&mut hello).unwrap(), (5, one));
+            let conn = ep.connect(one).unwrap();
+            // Posted: it goes out as far as the socket or the window takes it, then waits
+            // for this rank's next call, after rank 1's receive was bound.
+            let send = ep.post_send_tagged(conn, 5, pattern(LARGE, 21)).unwrap();
+            bound.wait();
+            ep.wait_send(send).unwrap();
+            ep.send_tagged(conn, 5, &pattern(100, 22)).unwrap();
+            let mut done = [0u8; 1];
+            assert_eq!(ep.recv(&mut done).unwrap(), (1, one));
+        } else {
+            let back = ep.connect(zero).unwrap();
+            let cut = ep
+                .post_recv_sized(Some(MatchSpec::tag(5).from(zero)), LARGE)
+                .unwrap();
+            ep.send(back, b"hello").unwrap();
+            let started = std::time::Instant::now();
+            while ep.matching_stats().posted == 1 {
+                assert!(!ep.test_recv(&cut).unwrap(), "the message cannot be whole");
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(30),
+                    "the large message never began"
+                );
+            }
+            bound.wait();
+            let mut into = vec![0u8; LARGE];
+            let got = ep.cancel_recv_into(cut, &mut into).unwrap();
+            let got = got.expect("a receive whose message began finishes with it");
+            assert_eq!((got.source, got.tag, got.len), (zero, 5, LARGE as u64));
+            assert!(into == pattern(LARGE, 21), "the large message differs");
+            assert_eq!(ep.matching_stats().staged_copies, 0);
+            let mut small = vec![0u8; 100];
+            let got = ep
+                .recv_matching(MatchSpec::tag(5).from(zero), &mut small)
+                .unwrap();
+            assert_eq!((got.source, got.len), (zero, 100));
+            assert!(small == pattern(100, 22), "the next message differs");
+            ep.send(back, &[1]).unwrap();
+        }
+    });
+}
