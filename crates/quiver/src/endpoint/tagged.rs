@@ -76,7 +76,7 @@ impl Endpoint {
     /// itself checks `conn` (one check per message, not two), and [`Endpoint::untag`]
     /// undoes the tag whatever the send returned.
     #[inline]
-    fn tag_edge(&mut self, conn: Connection, tag: WireTag) -> usize {
+    pub(super) fn tag_edge(&mut self, conn: Connection, tag: WireTag) -> usize {
         let idx = conn.index as usize;
         if conn.endpoint_id == self.id {
             if let Some(out) = self.outbound.get_mut(idx) {
