@@ -261,14 +261,12 @@ impl Endpoint {
         }
     }
 
-    /// Reads more of every large tcp message bound to a posted receive; completes the
-    /// request once its message is whole, or with the edge's error.
+    /// Moves on every message bound to a posted receive (a large tcp message read from the
+    /// socket, a datagram message whose frames the engine placed); completes the request
+    /// once its message is whole, or with the edge's error.
     pub(super) fn progress_bound_recvs(&mut self) {
         for inb in self.inbound.iter_mut() {
-            let Some(tcp) = inb.as_tcp_mut() else {
-                continue;
-            };
-            if let Some((key, outcome)) = tcp.progress_bound() {
+            if let Some((key, outcome)) = inb.progress_bound(&self.local) {
                 self.requests.bound_recvs -= 1;
                 self.requests.set_recv(key, RecvState::Done(outcome));
             }
