@@ -109,15 +109,13 @@ impl Endpoint {
             // written, a store-forwarding stall of several nanoseconds).
             match self.poll_once(&mut Dest::Slice(buf), true) {
                 Ok(Some((len, source))) => {
-                    let envelope = Envelope {
-                        source,
-                        tag: self.last_tag.value,
-                        len: len as u64,
-                    };
-                    if spec.matches(source, envelope.tag) {
-                        return Ok(envelope);
+                    let tag = self.last_tag.value;
+                    let len = len as u64;
+                    if spec.matches(source, tag) {
+                        // Built in the return, not copied there from a local.
+                        return Ok(Envelope { source, tag, len });
                     }
-                    self.hold_unmatched(envelope, buf);
+                    self.hold_unmatched(Envelope { source, tag, len }, buf);
                 }
                 // Nothing yet, or too long for `buf`: the loop below takes it on.
                 Ok(None) | Err(Error::BufferTooSmall { .. }) => {}
