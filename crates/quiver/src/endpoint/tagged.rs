@@ -102,30 +102,34 @@ impl Endpoint {
     /// connection, [`Error::Timeout`].
     pub fn recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
         self.refuse_in_handler("recv_matching")?;
-        if self.matcher.is_idle() && self.requests.posted_recvs.is_empty() {
-            // A quiet endpoint looks as `recv` does, here rather than behind
-            // `take_matching`: the envelope of the common case is built once, in the frame
-            // that returns it (each struct copy across frames read back what was just
-            // written, a store-forwarding stall of several nanoseconds).
-            match self.poll_once(&mut Dest::Slice(buf), true) {
-                Ok(Some((len, source))) => {
-                    let tag = self.last_tag.value;
-                    let len = len as u64;
-                    if spec.matches(source, tag) {
-                        // Built in the return, not copied there from a local.
-                        return Ok(Envelope { source, tag, len });
-                    }
-                    self.hold_unmatched(Envelope { source, tag, len }, buf);
-                }
-                // Nothing yet, or too long for `buf`: the loop below takes it on.
-                Ok(None) | Err(Error::BufferTooSmall { .. }) => {}
-                Err(e) => return Err(self.uncommit(buf, e)),
-            }
-        }
         let mut wait = Wait::new(&self.config);
         loop {
             // A look first, as `recv`'s loop: a message already there is taken at once.
-            if let Some(got) = self.take_matching(spec, buf, true)? {
+            if self.matcher.is_idle() && self.requests.posted_recvs.is_empty() {
+                // A quiet endpoint looks as `recv` does, here rather than behind
+                // `take_matching`: the envelope is built in the return, in the frame that
+                // returns it (each copy of a result across frames read back what was just
+                // stored, a store-forwarding stall: decision 0102).
+                match self.poll_once(&mut Dest::Slice(buf), true) {
+                    Ok(Some((len, source))) => {
+                        let tag = self.last_tag.value;
+                        let len = len as u64;
+                        if spec.matches(source, tag) {
+                            return Ok(Envelope { source, tag, len });
+                        }
+                        self.hold_unmatched(Envelope { source, tag, len }, buf);
+                        continue;
+                    }
+                    Ok(None) => {}
+                    // Too long for `buf`: `take_matching` takes it into a pool buffer.
+                    Err(Error::BufferTooSmall { .. }) => {
+                        if let Some(got) = self.take_matching(spec, buf, true)? {
+                            return Ok(got);
+                        }
+                    }
+                    Err(e) => return Err(self.uncommit(buf, e)),
+                }
+            } else if let Some(got) = self.take_matching(spec, buf, true)? {
                 return Ok(got);
             }
             if let Some(end) = self.end_of(spec.source) {
