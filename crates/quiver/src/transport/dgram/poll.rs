@@ -75,13 +75,17 @@ impl Engine {
         lender: Lender<'_>,
     ) {
         self.takes_since_poll = 0;
+        // The clock, read once per poll and only when something needs it (a datagram
+        // arrived, something is sent, a timer may be due): a poll that finds nothing reads
+        // the coarse clock at most (`Engine::housekeeping`).
+        let mut clock = None;
         // Acks held back for the application's answer: it has answered (and its message
         // carried them) or not; whatever is left goes now. Popped, not taken: the list
         // keeps its allocation.
         while let Some(id) = self.deferred.pop() {
-            self.flush_lent(id, lent_of(lender, id));
+            let now = self.now_once(&mut clock);
+            self.flush_lent_at(id, lent_of(lender, id), now);
         }
-        let now = self.now();
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         // With several links, receive only on the sockets with something to take (one
@@ -114,12 +118,13 @@ impl Engine {
             if left == 0 {
                 break;
             }
-            let taken = self.receive(path, now, ctx, shared, &mut touched, reader, left);
+            let taken = self.receive(path, &mut clock, ctx, shared, &mut touched, reader, left);
             left = left.saturating_sub(taken);
             self.next_socket = path + 1;
         }
         // Held-back datagrams (reordered by the fault injectors) wait no longer than this.
         if self.faults_on {
+            let now = self.now_once(&mut clock);
             self.release_held_faults(now, ctx, shared, &mut touched, reader);
         }
         let mut all_waiting = true;
@@ -142,7 +147,8 @@ impl Engine {
                     self.defer(id);
                 } else {
                     all_waiting = false;
-                    self.flush_lent(id, lent_of(lender, id));
+                    let now = self.now_once(&mut clock);
+                    self.flush_lent_at(id, lent_of(lender, id), now);
                 }
                 self.settle(id, ctx, shared);
             }
@@ -158,23 +164,29 @@ impl Engine {
             return;
         }
         self.housekeeping_owed = false;
-        self.housekeeping(now, ctx, shared, lender);
+        self.housekeeping(&mut clock, ctx, shared, lender);
     }
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
     /// may have moved), sends what they produced, and forgets the connections given up and
-    /// done. A poll that finds nothing to do reads no connection.
+    /// done. A poll that finds nothing to do reads no connection, and reads the precise
+    /// clock (`clock`, the poll's: read here if it was not yet) only when the coarse one
+    /// says the next timer may be due ([`Engine::may_be_due`]).
     fn housekeeping(
         &mut self,
-        now: Nanos,
+        clock: &mut Option<Nanos>,
         ctx: Option<&LocalRank>,
         shared: &DgramShared,
         lender: Lender<'_>,
     ) {
-        let scan = self.timers_dirty || self.next_timer.is_some_and(|t| t <= now);
+        let scan = self.timers_dirty
+            || self
+                .next_timer
+                .is_some_and(|t| self.may_be_due(t, *clock) && t <= self.now_once(clock));
         if !scan {
             return;
         }
+        let now = self.now_once(clock);
         self.timers_dirty = false;
         let mut expired = std::mem::take(&mut self.touched);
         expired.clear();
@@ -205,7 +217,7 @@ impl Engine {
             expired.dedup();
         }
         for &id in &expired {
-            self.flush_lent(id, lent_of(lender, id));
+            self.flush_lent_at(id, lent_of(lender, id), now);
             self.settle(id, ctx, shared);
         }
         if !self.sleepers.is_empty() {
