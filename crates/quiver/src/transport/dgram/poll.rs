@@ -147,8 +147,10 @@ impl Engine {
                     self.defer(id);
                 } else {
                     all_waiting = false;
-                    let now = self.now_once(&mut clock);
-                    self.flush_lent_at(id, lent_of(lender, id), now);
+                    // A fresh clock, not the poll's: the datagrams it stamps leave after the
+                    // whole batch was dispatched (their round-trip samples and the acks'
+                    // delays must not count that time).
+                    self.flush_lent(id, lent_of(lender, id));
                 }
                 self.settle(id, ctx, shared);
             }
@@ -217,7 +219,7 @@ impl Engine {
             expired.dedup();
         }
         for &id in &expired {
-            self.flush_lent_at(id, lent_of(lender, id), now);
+            self.flush_lent(id, lent_of(lender, id));
             self.settle(id, ctx, shared);
         }
         if !self.sleepers.is_empty() {
