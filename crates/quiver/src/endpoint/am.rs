@@ -183,8 +183,7 @@ impl Endpoint {
         header: &[u8],
         payload: Vec<u8>,
     ) -> Result<SendRequest> {
-        let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?);
+        let idx = self.tag_edge(conn, am_tag(id, header)?);
         let data = if header.is_empty() {
             payload
         } else {
@@ -271,8 +270,7 @@ impl Endpoint {
         payload: &[u8],
         send: impl FnOnce(&mut Endpoint, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let idx = self.outbound_index(conn)?;
-        self.outbound[idx].set_tag(am_tag(id, header)?);
+        let idx = self.tag_edge(conn, am_tag(id, header)?);
         let result = if header.is_empty() {
             send(self, payload)
         } else {
@@ -330,6 +328,7 @@ impl Endpoint {
     /// (the message is dropped, counted); a header longer than the message fails the edge
     /// (its next look reports it). The handler's own error is returned.
     pub(super) fn run_handler(&mut self, edge: usize, tag: WireTag, bytes: &[u8]) -> Result<()> {
+        self.am.taken += 1;
         let source = self.inbound[edge].peer();
         let (id, header_len) = tag.am_parts();
         let header_len = header_len as usize;
@@ -470,6 +469,7 @@ impl Endpoint {
         len: usize,
         mut placing: Box<dyn Placing<Endpoint>>,
     ) -> Result<()> {
+        self.am.taken += 1;
         let source = self.inbound[i].peer();
         let arrival = AmArrival {
             source,

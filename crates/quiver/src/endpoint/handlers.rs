@@ -225,6 +225,9 @@ pub(crate) struct AmState<E> {
     /// Whether a handler is running now (calls that may not run in one are refused).
     pub(super) in_handler: bool,
     pub(super) stats: AmStats,
+    /// Active messages taken in (run, placed, or refused as malformed or for an unknown
+    /// handler): a burst of `progress` stops at a look that took none.
+    pub(super) taken: u64,
     /// Replies queued by handlers (posted sends), reaped by progress.
     pub(super) replies: Vec<Key>,
     /// The header and payload of a send joined into one message.
@@ -238,6 +241,7 @@ impl<E> Default for AmState<E> {
             placing: 0,
             in_handler: false,
             stats: AmStats::default(),
+            taken: 0,
             replies: Vec::new(),
             scratch: Vec::new(),
         }

@@ -15,7 +15,6 @@
 //! operations on the caller's memory, typed data).
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -24,7 +23,7 @@ use std::time::{Duration, Instant};
 use quiver_transport::notify::Doorbell;
 use quiver_transport::readiness::Readiness;
 
-use crate::addr::Addr;
+use crate::addr::{Addr, AddrMap};
 use crate::config::{Config, DETECTION_MIN};
 use crate::error::{Error, Result};
 use crate::log::ENDPOINT_LOG;
@@ -132,7 +131,7 @@ pub struct Endpoint {
     ready: Readiness,
     /// Outbound edges, indexed by [`Connection::index`].
     outbound: Vec<OutEdge>,
-    by_peer: HashMap<Addr, u32>,
+    by_peer: AddrMap<u32>,
     /// Inbound edges, looked at round robin from `next_inbound`.
     inbound: Vec<InEdge>,
     next_inbound: usize,
@@ -203,7 +202,7 @@ impl Endpoint {
             doorbell,
             ready,
             outbound: Vec::new(),
-            by_peer: HashMap::new(),
+            by_peer: AddrMap::default(),
             inbound: Vec::new(),
             next_inbound: 0,
             requests: Requests::new(pool),

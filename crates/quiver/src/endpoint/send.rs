@@ -171,9 +171,9 @@ impl Endpoint {
     /// first plain message (left for a receive, in the matcher) or when nothing came.
     fn take_in_for_handlers(&mut self) -> Result<()> {
         for _ in 0..AM_BURST {
-            let before = self.am_stats();
+            let before = self.am.taken;
             let took_plain = self.pull(false)?;
-            if took_plain || self.am_stats() == before {
+            if took_plain || self.am.taken == before {
                 break;
             }
         }
