@@ -79,13 +79,7 @@ impl Engine {
         // arrived, something is sent, a timer may be due): a poll that finds nothing reads
         // the coarse clock at most (`Engine::housekeeping`).
         let mut clock = None;
-        // Acks held back for the application's answer: it has answered (and its message
-        // carried them) or not; whatever is left goes now. Popped, not taken: the list
-        // keeps its allocation.
-        while let Some(id) = self.deferred.pop() {
-            let now = self.now_once(&mut clock);
-            self.flush_lent_at(id, lent_of(lender, id), now);
-        }
+        self.flush_deferred(&mut clock, lender);
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         // With several links, receive only on the sockets with something to take (one
@@ -124,8 +118,7 @@ impl Engine {
         }
         // Held-back datagrams (reordered by the fault injectors) wait no longer than this.
         if self.faults_on {
-            let now = self.now_once(&mut clock);
-            self.release_held_faults(now, ctx, shared, &mut touched, reader);
+            self.release_held_faults(self.now_once(&mut clock), ctx, shared, &mut touched, reader);
         }
         let mut all_waiting = true;
         if !touched.is_empty() {
@@ -167,6 +160,16 @@ impl Engine {
         }
         self.housekeeping_owed = false;
         self.housekeeping(&mut clock, ctx, shared, lender);
+    }
+
+    /// Flushes the connections whose acks were held back for the application's answer: it
+    /// has answered (and its message carried them) or not; whatever is left goes now, at
+    /// the poll's clock. Popped, not taken: the list keeps its allocation.
+    fn flush_deferred(&mut self, clock: &mut Option<Nanos>, lender: Lender<'_>) {
+        while let Some(id) = self.deferred.pop() {
+            let now = self.now_once(clock);
+            self.flush_lent_at(id, lent_of(lender, id), now);
+        }
     }
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
