@@ -1450,12 +1450,40 @@ tagged_conformance! {
 }
 
 /// A large tcp message bound to a matching receive (read straight into its buffer) when the
-/// connection closes in the middle of it (tcp only: shm pulls a rendezvous whole in one
-/// look, and the datagram transports stage).
+/// connection closes in the middle of it (not shm: it pulls a rendezvous whole in one
+/// look).
 #[test]
 fn tcp_tagged_bound_receive_closed_mid_message() {
     if !skip(TransportKind::Tcp) {
         tagged::bound_receive_closed_mid_message(TransportKind::Tcp)
+    }
+}
+
+/// A large datagram message bound to a matching receive (the engine places its frames in
+/// the receive's buffer) when the connection closes in the middle of it, over mem.
+#[test]
+fn mem_tagged_bound_receive_closed_mid_message() {
+    if !skip(TransportKind::Mem) {
+        tagged::bound_receive_closed_mid_message(TransportKind::Mem)
+    }
+}
+
+/// As [`mem_tagged_bound_receive_closed_mid_message`], over udp.
+#[test]
+fn udp_tagged_bound_receive_closed_mid_message() {
+    if !skip(TransportKind::Udp) {
+        tagged::bound_receive_closed_mid_message(TransportKind::Udp)
+    }
+}
+
+/// A matching receive bound to a large message and cancelled in the middle of it: the
+/// cancel waits for the message (tcp, and the datagram transports over mem and udp).
+#[test]
+fn tagged_bound_receive_cancelled_mid_message() {
+    for t in [TransportKind::Tcp, TransportKind::Mem, TransportKind::Udp] {
+        if !skip(t) {
+            tagged::bound_receive_cancelled_mid_message(t)
+        }
     }
 }
 

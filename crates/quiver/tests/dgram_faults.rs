@@ -14,8 +14,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use quiver::{
-    Addr, Config, Context, DatagramStats, Endpoint, Fault, FaultDirection, Faults, SendRequest,
-    TransportKind,
+    Addr, Config, Context, DatagramStats, Endpoint, Error, Fault, FaultDirection, Faults,
+    MatchSpec, SendRequest, TransportKind,
 };
 use quiver_wire::frame::{Frame, FrameType};
 
@@ -431,6 +431,74 @@ fn posted_sends_in_place_fail_with_the_connection() {
     for request in requests {
         assert!(ep0.wait_send(request).is_err());
     }
+    drop(ep0);
+    drop(ep1);
+    armed.store(false, Ordering::Relaxed);
+}
+
+/// A matching receive posted before its 4 MiB message arrives is bound to it (the engine
+/// places the message's frames in its buffer) once the header is in; when the peer then
+/// goes silent in the middle of the message (everything it sends is lost from that moment,
+/// as if it died), the receive fails with the connection's error (`Unreachable`) once the
+/// connection gives the peer up: never a hang, nor a message completed from the bytes that
+/// did arrive. The sender's posted send fails too.
+#[test]
+fn a_receive_bound_to_a_message_fails_when_the_peer_goes_silent() {
+    const LARGE: usize = 4 << 20;
+    let addrs = addresses(82, 41_005);
+    let armed = Arc::new(AtomicBool::new(false));
+    let config = Config {
+        transports: vec![TransportKind::Mem],
+        // Far smaller than the message: without this rank's calls only a window's worth of
+        // it leaves.
+        net_window_bytes: 256 << 10,
+        net_idle_timeout: Duration::from_millis(300),
+        faults: lose_from_to(addrs[0], addrs[1], armed.clone(), |_| true),
+        ..Config::default()
+    };
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0x9059);
+    let mut ep1 = ctx1.endpoint(0).unwrap();
+    let mut ep0 = ctx0.endpoint(0).unwrap();
+    ep0.set_timeout(Some(Duration::from_secs(10)));
+    ep1.set_timeout(Some(Duration::from_secs(10)));
+    let zero = Addr::new(0, 0);
+    let in_thread = armed.clone();
+    let receiver = std::thread::spawn(move || {
+        let cut = ep1
+            .post_recv_matching(MatchSpec::tag(5).from(zero), vec![0; LARGE])
+            .unwrap();
+        // Until the message is bound to the receive (the matcher lets go of it then).
+        let started = Instant::now();
+        while ep1.matching_stats().posted == 1 {
+            assert!(!ep1.test_recv(&cut).unwrap(), "the message cannot be whole");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the message never began"
+            );
+        }
+        assert_eq!(ep1.matching_stats().staged_copies, 0);
+        // From now on rank 1 hears nothing from rank 0.
+        in_thread.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        let got = ep1.wait_recv(cut);
+        (got, started.elapsed(), ep1)
+    });
+    let conn = ep0.connect(Addr::new(1, 0)).unwrap();
+    let send = ep0.post_send_tagged(conn, 5, vec![9u8; LARGE]).unwrap();
+    // No call of this rank's until rank 1's receive is bound: only a window's worth left.
+    while !armed.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (got, waited, ep1) = receiver.join().unwrap();
+    match got {
+        Err(Error::Unreachable { peer, .. }) => assert_eq!(peer, zero),
+        other => panic!("expected Unreachable, got {:?}", other.map(|c| c.len)),
+    }
+    assert!(
+        waited < Duration::from_secs(5),
+        "the error came after {waited:?}"
+    );
+    assert!(ep0.wait_send(send).is_err());
     drop(ep0);
     drop(ep1);
     armed.store(false, Ordering::Relaxed);

@@ -3100,6 +3100,69 @@ fn a_posted_reader_too_small_leaves_its_message_to_the_next() {
     assert_eq!(out, messages[2]);
 }
 
+/// The envelope first, then a reader for exactly that message (what the datagram engine
+/// does for a matching receive): frames of a message and of the next arrive before the
+/// message's first one (as a striped connection's do), so its header is unknown and nothing
+/// can be matched; once the first frame is in, `peek_header` tells its length and tag while
+/// the message is not whole, and a reader posted then claims that message (not the next
+/// one, whose bytes are in too), takes what arrived from the ring and the rest straight
+/// into its buffer, and completes with the tag; the next message then reads as usual.
+#[test]
+fn a_reader_posted_after_the_header_was_peeked_takes_that_message() {
+    for compact in [false, true] {
+        let config = posted_config(compact);
+        let mut pair = Pair::new(config.clone(), config, 7, 7);
+        pair.run_until(|pair| pair.b.is_some() && pair.a.state() == State::Established);
+        let messages = [patterned(20_000, 11), patterned(5_000, 12)];
+        for (message, tag) in messages.iter().zip([3u64, 4]) {
+            pair.a
+                .start_message_tagged(message.len() as u64, tag)
+                .unwrap();
+            assert_eq!(pair.a.write_message(message), message.len());
+        }
+        pair.flush();
+        let datagrams: Vec<Vec<u8>> = pair.to_b.drain(..).collect();
+        assert!(datagrams.len() >= 6, "{}", datagrams.len());
+        let middle = datagrams.len() / 2;
+        let now = pair.now;
+        let b = pair.b.as_mut().unwrap();
+        let mut buffers: Vec<(u64, Vec<u8>)> = vec![(5, vec![0; 20_000])];
+        // The second half first (all of message 1, the end of message 0): no header known.
+        for datagram in &datagrams[middle..] {
+            b.handle_datagram(now, 0, datagram);
+        }
+        assert_eq!(b.peek_header(), None);
+        assert_eq!(b.peek_message(), None);
+        b.handle_datagram(now, 0, &datagrams[0]);
+        assert_eq!(b.peek_header(), Some((20_000, 3)), "compact {compact}");
+        assert_eq!(b.peek_message(), Some((20_000, false)));
+        assert!(b.post_reader(5, 20_000));
+        b.read_posted(&mut buffers);
+        // Posted readers come first: the next message is theirs.
+        assert_eq!(b.peek_header(), None);
+        for datagram in &datagrams[1..middle] {
+            b.handle_datagram_posted(now, 0, datagram, &mut buffers);
+        }
+        assert_eq!(
+            b.poll_posted(),
+            Some(PostedRead::Complete {
+                token: 5,
+                len: 20_000,
+                tag: 3,
+                active: false
+            })
+        );
+        assert_eq!(b.poll_posted(), None);
+        assert_eq!(buffers[0].1, messages[0], "compact {compact}");
+        assert_eq!(b.posted_readers(), 0);
+        assert_eq!(b.peek_header(), Some((5_000, 4)));
+        let mut next = vec![0u8; 5_000];
+        assert_eq!(b.read_message(&mut next), (5_000, true));
+        assert_eq!(next, messages[1]);
+        assert_eq!(b.message_tag(), 4);
+    }
+}
+
 /// Readers taken back before their messages begin: the bytes placed in their buffers go
 /// back to the receive buffer and the messages read whole with `read_message`; posting
 /// while a message is being read leaves that message to its reader. (A reader whose message

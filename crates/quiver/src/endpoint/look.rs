@@ -200,7 +200,7 @@ impl Endpoint {
     /// begun it, so it brings in only the message's start here; no poll while a whole
     /// message waits in a connection's window (`DgramShared::news_if_buffered`). The
     /// engine's news count.
-    fn poll_engine_for_look(&mut self, wait: bool) -> Option<u64> {
+    pub(super) fn poll_engine_for_look(&mut self, wait: bool) -> Option<u64> {
         let engine = self.local.dgram.as_ref()?;
         // A whole message already in one of its connections' windows (small messages share
         // frames) is looked for without a poll, a bounded number of times in a row; every
@@ -301,9 +301,11 @@ impl Endpoint {
     /// The endpoint's one inbound edge when it is an open, active datagram connection and
     /// nothing else could deliver: posted receives may then be handed to the engine. Not
     /// while handlers are registered: an active message must reach its handler, not the
-    /// buffer of a receive the engine fills.
+    /// buffer of a receive the engine fills; nor while a receive is bound to a message of
+    /// the edge (`DgramIn::take`: the engine holds one connection's receives of one kind).
     pub(super) fn lone_dgram(&self) -> Option<LoneEdge> {
         if self.committed.is_some()
+            || self.requests.bound_recvs > 0
             || self.has_handlers()
             || self.inbound.len() != 1
             || self.inbox.has_incoming.load(Ordering::Relaxed)

@@ -31,7 +31,11 @@ impl Endpoint {
                     None => self.poll_once(&mut Dest::Slice(buf), true),
                 };
                 match looked {
-                    Ok(Some(got)) => return Ok(got),
+                    // Rebuilt, not handed on: a copy of the pair would read its narrow
+                    // stores back with one wide load (a store-forwarding stall).
+                    Ok(Some((len, source))) => {
+                        return Ok((len, Addr::new(source.rank, source.port)))
+                    }
                     Ok(None) => {
                         if let Some(end) = self.end_of(None) {
                             return Err(end);
@@ -257,14 +261,12 @@ impl Endpoint {
         }
     }
 
-    /// Reads more of every large tcp message bound to a posted receive; completes the
-    /// request once its message is whole, or with the edge's error.
+    /// Moves on every message bound to a posted receive (a large tcp message read from the
+    /// socket, a datagram message whose frames the engine placed); completes the request
+    /// once its message is whole, or with the edge's error.
     pub(super) fn progress_bound_recvs(&mut self) {
         for inb in self.inbound.iter_mut() {
-            let Some(tcp) = inb.as_tcp_mut() else {
-                continue;
-            };
-            if let Some((key, outcome)) = tcp.progress_bound() {
+            if let Some((key, outcome)) = inb.progress_bound(&self.local) {
                 self.requests.bound_recvs -= 1;
                 self.requests.set_recv(key, RecvState::Done(outcome));
             }

@@ -109,15 +109,13 @@ impl Endpoint {
             // written, a store-forwarding stall of several nanoseconds).
             match self.poll_once(&mut Dest::Slice(buf), true) {
                 Ok(Some((len, source))) => {
-                    let envelope = Envelope {
-                        source,
-                        tag: self.last_tag.value,
-                        len: len as u64,
-                    };
-                    if spec.matches(source, envelope.tag) {
-                        return Ok(envelope);
+                    let tag = self.last_tag.value;
+                    let len = len as u64;
+                    if spec.matches(source, tag) {
+                        // Built in the return, not copied there from a local.
+                        return Ok(Envelope { source, tag, len });
                     }
-                    self.hold_unmatched(envelope, buf);
+                    self.hold_unmatched(Envelope { source, tag, len }, buf);
                 }
                 // Nothing yet, or too long for `buf`: the loop below takes it on.
                 Ok(None) | Err(Error::BufferTooSmall { .. }) => {}
@@ -347,10 +345,12 @@ impl Endpoint {
     }
 
     /// Looks (round robin, without waiting) at the edges whose look tells a message's
-    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm, tcp);
+    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm, tcp,
+    /// the datagram transports; the engine polled once first);
     /// the first next message a posted matching receive matches, and whose buffer it fits,
     /// is taken straight into that buffer (no staging copy: a rendezvous is pulled into it,
-    /// a large tcp message read into it from the socket).
+    /// a large tcp message read into it from the socket, a datagram message still arriving
+    /// placed into it frame by frame).
     /// True if one was, or if a look took an empty message (handed on as `pull` does).
     ///
     /// [`InEdge::envelope_before_payload`]: crate::transport::edge::InEdge::envelope_before_payload
@@ -361,9 +361,13 @@ impl Endpoint {
         {
             return Ok(IntoPosted::Other);
         }
-        // Edges that cannot tell an envelope first, and the datagram engine (which brings
-        // new connections), leave messages for `pull`.
-        let mut other = self.local.dgram.is_some();
+        // The datagram engine's news (frames, and new connections, adopted by the caller)
+        // before the looks at its edges.
+        if self.local.dgram.is_some() {
+            self.poll_engine_for_look(false);
+        }
+        // Edges that cannot tell an envelope first leave messages for `pull`.
+        let mut other = false;
         let n = self.inbound.len();
         for k in 0..n {
             let i = (self.next_inbound + k) % n;
@@ -420,7 +424,9 @@ impl Endpoint {
     /// too short is left to `pull`, which fails it as any matched receive). A large tcp
     /// message still arriving binds the receive (its buffer moves into the edge, which
     /// reads the rest from the socket into it and completes the request once it is whole:
-    /// [`Endpoint::progress_bound_recvs`]); the matcher lets go of the receive either way.
+    /// [`Endpoint::progress_bound_recvs`]), and so does a datagram message not whole yet
+    /// (its buffer moves into the engine, which places the frames there); the matcher lets
+    /// go of the receive either way.
     fn take_into_posted(&mut self, i: usize, envelope: Envelope) -> Result<bool> {
         let Some(&key) = self.matcher.posted_for(&envelope) else {
             return Ok(false);

@@ -382,3 +382,148 @@ fn malformed_active_messages_are_typed_errors() {
         (1, 1, 0)
     );
 }
+
+/// A datagram connection tells its next message's envelope before the payload moves
+/// (`DgramShared::next_tag`), and binds a receive's buffer to exactly that message while
+/// it is still arriving (`Engine::bind_next`): refused for a buffer too short, a
+/// message over the limit, or a message already whole (the general look copies it); once
+/// bound, nothing else is taken or bound on the connection until the receive comes back
+/// complete from `collect_recvs`, with the message's tag and every byte, no staging copy.
+#[test]
+fn a_dgram_receive_binds_to_the_message_whose_envelope_was_seen() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use crate::transport::dgram::posted_reads::RecvDone;
+    use crate::transport::wire_tag::WireTag;
+
+    const BIG: usize = 1 << 20;
+    let addrs: Vec<std::net::SocketAddr> = (0..2u8)
+        .map(|rank| (Ipv4Addr::new(127, 83, rank, 9), 41_006).into())
+        .collect();
+    let config = crate::Config {
+        transports: vec![TransportKind::Mem],
+        // Far smaller than the message: only a window's worth leaves without the sender's
+        // calls.
+        net_window_bytes: 256 << 10,
+        ..crate::Config::default()
+    };
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xb1d);
+    let mut ep = ctx0.endpoint(0).unwrap();
+    ep.set_timeout(Some(Duration::from_secs(10)));
+    let big: Vec<u8> = (0..BIG).map(|i| (i * 7 / 3) as u8).collect();
+    let drive = Arc::new(AtomicBool::new(false));
+    let sender = std::thread::spawn({
+        let (big, drive) = (big.clone(), drive.clone());
+        move || {
+            let mut ep1 = ctx1.endpoint(0).unwrap();
+            ep1.set_timeout(Some(Duration::from_secs(10)));
+            let conn = ep1.connect(Addr::new(0, 0)).unwrap();
+            ep1.send(conn, b"first").unwrap();
+            let send = ep1.post_send_tagged(conn, 7, big).unwrap();
+            // No call into quiver until told: the rest of the message waits.
+            while !drive.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ep1.wait_send(send).unwrap();
+            ep1.send_tagged(conn, 9, &[5u8; 100]).unwrap();
+            let mut bye = [0u8; 1];
+            ep1.recv(&mut bye).unwrap();
+        }
+    });
+    let mut small = [0u8; 8];
+    let (len, peer) = ep.recv(&mut small).unwrap();
+    assert_eq!(&small[..len], b"first");
+    let id = ep.inbound[0].dgram_id().expect("a datagram edge");
+    let engine = ep.local.dgram.clone().expect("the engine");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !engine.readable(id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the header never came"
+        );
+        engine.poll_io(&ep.local);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        engine.next_tag(id),
+        WireTag {
+            value: 7,
+            am: false
+        }
+    );
+    let token = 1 << 63;
+    let mut short = vec![0u8; BIG - 1];
+    assert!(!engine.bind_next(id, token, &mut short, u64::MAX));
+    assert_eq!(
+        short.len(),
+        BIG - 1,
+        "a refused buffer stays with the caller"
+    );
+    let mut buf = vec![0u8; BIG];
+    assert!(!engine.bind_next(id, token, &mut buf, BIG as u64 - 1));
+    assert!(engine.bind_next(id, token, &mut buf, u64::MAX));
+    assert!(buf.is_empty(), "the buffer moved into the engine");
+    // Bound: the connection shows no next message, and binds nothing else.
+    assert!(!engine.readable(id));
+    let mut other = vec![0u8; BIG];
+    assert!(!engine.bind_next(id, token + 1, &mut other, u64::MAX));
+    drive.store(true, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut done = Vec::new();
+    while done.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the message never completed"
+        );
+        engine.poll_io(&ep.local);
+        assert!(engine.collect_recvs(id, false, &mut done).is_some());
+    }
+    match done.pop() {
+        Some(RecvDone::Complete {
+            token: t,
+            buf,
+            len,
+            tag,
+        }) => {
+            assert_eq!(
+                (t, len, tag),
+                (
+                    token,
+                    BIG,
+                    WireTag {
+                        value: 7,
+                        am: false
+                    }
+                )
+            );
+            assert!(buf == big, "the bound message differs");
+        }
+        other => panic!("expected the bound message, got {other:?}"),
+    }
+    // A message whole in the window is not bound: the general look copies it out.
+    while !engine.readable(id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the small message never came"
+        );
+        engine.poll_io(&ep.local);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut whole = vec![0u8; 100];
+    assert!(!engine.bind_next(id, token + 1, &mut whole, u64::MAX));
+    assert_eq!(
+        engine.next_tag(id),
+        WireTag {
+            value: 9,
+            am: false
+        }
+    );
+    let got = ep
+        .recv_matching(crate::MatchSpec::tag(9), &mut whole)
+        .unwrap();
+    assert_eq!((got.source, got.tag, got.len), (peer, 9, 100));
+    assert_eq!(ep.matching_stats().staged_copies, 0);
+    ep.reply(peer, &[1]).unwrap();
+    sender.join().unwrap();
+}

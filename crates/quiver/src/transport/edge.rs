@@ -37,7 +37,7 @@ use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
-use crate::transport::requests::RecvState;
+use crate::transport::requests::{RecvCompletion, RecvState};
 use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
 use crate::transport::rma_pipeline::Outcome;
 use crate::transport::wire_tag::WireTag;
@@ -598,11 +598,7 @@ impl InEdge {
         match self {
             InEdge::Shm(e) => e.next_tag(),
             InEdge::Tcp(e) => e.next_tag(),
-            // Only whether it is an active message is known (from the look that left it).
-            InEdge::Dgram(e) => WireTag {
-                value: 0,
-                am: e.next_active,
-            },
+            InEdge::Dgram(e) => e.next_tag,
         }
     }
 
@@ -612,10 +608,13 @@ impl InEdge {
     /// whole: shm (the ring's records and the rendezvous record stay until taken) and tcp
     /// (a look that does not fit stops at the header, or at a large message read ahead,
     /// before anything is consumed; the next look into a posted receive's buffer,
-    /// [`Dest::Posted`], binds a large message to it). A datagram edge may begin a large
-    /// message into a buffer of the engine's own instead.
+    /// [`Dest::Posted`], binds a large message to it), and the datagram transports (a
+    /// look that does not fit leaves the message in the receive window once its header
+    /// arrived; the next look into a posted receive's buffer binds a message still
+    /// arriving to it, the engine placing its frames there). Every transport does today;
+    /// the endpoint still asks, edge by edge.
     pub(crate) fn envelope_before_payload(&self) -> bool {
-        matches!(self, InEdge::Shm(_) | InEdge::Tcp(_))
+        matches!(self, InEdge::Shm(_) | InEdge::Tcp(_) | InEdge::Dgram(_))
     }
 
     /// Whether the edge is done (skipped by every look).
@@ -649,14 +648,30 @@ impl InEdge {
 
     /// Ends the edge because this endpoint closed the connection it belongs to
     /// ([`OutEdge::close_connection`]): no report, nothing more taken from it. The key of
-    /// a posted receive bound to a message in progress on it (tcp), which the caller fails.
+    /// a posted receive bound to a message in progress on it (tcp, datagrams), which the
+    /// caller fails.
     pub(crate) fn close_here(&mut self) -> Option<Key> {
         match self {
             InEdge::Shm(e) => e.close_here(),
             InEdge::Tcp(e) => return e.close_here(),
-            InEdge::Dgram(e) => e.finish(),
+            InEdge::Dgram(e) => return e.close_here(),
         }
         None
+    }
+
+    /// What became of the posted receive bound to this edge's message in progress (tcp
+    /// reads more of it from the socket; the datagram engine placed its frames): its key
+    /// and outcome once the message is whole or the edge failed. None: still arriving, or
+    /// no receive is bound here.
+    pub(crate) fn progress_bound(
+        &mut self,
+        local: &LocalRank,
+    ) -> Option<(Key, Result<RecvCompletion>)> {
+        match self {
+            InEdge::Shm(_) => None,
+            InEdge::Tcp(e) => e.progress_bound(),
+            InEdge::Dgram(e) => e.progress_bound(local),
+        }
     }
 
     /// Whether the edge is a network edge (the datagram engine is polled before its look).
@@ -683,7 +698,7 @@ impl InEdge {
                     return Ok(None);
                 }
                 let was_active = e.net.active;
-                let got = e.take(dest, wait, cx.local, cx.config);
+                let got = e.take(dest, wait, (cx.local, cx.config), cx.requests);
                 settle_look(e, was_active, got, &cx.local.registry, cx.addr)
             }
             InEdge::Tcp(_) => look_tcp(edges, i, dest, wait, look),

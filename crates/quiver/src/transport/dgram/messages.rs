@@ -157,11 +157,14 @@ impl DgramShared {
 
     /// Takes the next message of connection `id` into `dest`: its length and tag. A
     /// message that does not fit the receive window is read as it arrives (blocking even
-    /// in a non-blocking call once its first bytes are here).
+    /// in a non-blocking call once its first bytes are here), except by a posted
+    /// receive's look (`dest` is [`Dest::Posted`], not waiting): a message not whole yet
+    /// is bound to that receive instead, under `bind_token` ([`Engine::bind_next`]; `bound`
+    /// set in `dest`, nothing taken).
     pub(crate) fn take(
         &self,
         ctx: &LocalRank,
-        id: u64,
+        (id, bind_token): (u64, u64),
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
@@ -183,6 +186,12 @@ impl DgramShared {
         // core places frames that overtook others at their offsets in it.
         Error::check_announced(entry.peer, self.kind.name(), len, config.max_message_bytes)
             .map_err(DgramTake::Error)?;
+        if let (Dest::Posted { buf, bound, .. }, false) = (&mut *dest, wait) {
+            if engine.bind_next(id, bind_token, buf, config.max_message_bytes) {
+                *bound = true;
+                return Ok(None);
+            }
+        }
         let window = engine.base.recv_window_bytes as u64;
         // Checked before anything is consumed: a too-small buffer leaves the message queued.
         let buf = dest.prepare(len).map_err(DgramTake::Error)?;
@@ -248,14 +257,26 @@ impl DgramShared {
         }
     }
 
-    /// Whether the next message of connection `id` is an active message (once its header
-    /// arrived): a receive whose buffer it does not fit hands it to its handler.
-    pub(crate) fn next_is_active(&self, id: u64) -> bool {
+    /// The tag of the message a look would take next on connection `id` (one a
+    /// `BufferTooSmall` left whole; its header has arrived): the one being read, else the
+    /// next in order (`ReliableConnection::peek_header`). Whether it is an active message
+    /// (a receive whose buffer it does not fit hands it to its handler), and its tag, which
+    /// the endpoint matches before the payload moves.
+    pub(crate) fn next_tag(&self, id: u64) -> WireTag {
         let engine = self.lock();
-        engine
-            .router
-            .get(id)
-            .is_some_and(|e| e.core.peek_is_active() == Some(true))
+        let Some(core) = engine.router.get(id).map(|e| &e.core) else {
+            return WireTag::default();
+        };
+        if core.reading_message() {
+            return message_tag(core);
+        }
+        match core.peek_header() {
+            Some((_, value)) => WireTag {
+                value,
+                am: core.peek_is_active() == Some(true),
+            },
+            None => WireTag::default(),
+        }
     }
 
     /// Whether connection `id` has the start of a message to read.

@@ -97,7 +97,7 @@ mod messages;
 pub(crate) mod outbound;
 mod path_mtu;
 mod poll;
-mod posted_reads;
+pub(crate) mod posted_reads;
 pub(crate) mod protocols;
 mod receive;
 mod receive_uring;

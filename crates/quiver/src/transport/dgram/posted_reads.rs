@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use quiver_proto::reliable::PostedRead;
 
 use super::connection::{Entry, Status};
-use super::engine::DgramShared;
+use super::engine::{DgramShared, Engine};
 use crate::transport::wire_tag::WireTag;
 
 /// What became of a receive posted with [`DgramShared::post_recvs`].
@@ -71,6 +71,19 @@ impl DgramShared {
             engine.flush(id);
         }
         taken
+    }
+
+    /// [`Engine::bind_next`] under the engine's lock (a look binds under its own,
+    /// `DgramShared::take`).
+    #[cfg(test)]
+    pub(crate) fn bind_next(
+        &self,
+        id: u64,
+        token: u64,
+        buf: &mut Vec<u8>,
+        max_message_bytes: u64,
+    ) -> bool {
+        self.lock().bind_next(id, token, buf, max_message_bytes)
     }
 
     /// Takes back connection `id`'s receives posted in place whose message has not begun
@@ -183,5 +196,46 @@ impl DgramShared {
             engine.flush(id);
         }
         Some(held)
+    }
+}
+
+impl Engine {
+    /// Binds one posted receive (`token`, its buffer `buf`) to connection `id`'s next
+    /// message, whose envelope the caller has seen (`DgramShared::next_tag`) and matched:
+    /// when that message has begun to arrive but is not whole in the receive window, fits
+    /// `buf`, is within `max_message_bytes` and is no active message, and the connection
+    /// is open, holds no other receive and is not in the middle of a message read the
+    /// general way. The buffer moves into the engine as a posted reader
+    /// (`ReliableConnection::post_reader`), which claims exactly that message (its header
+    /// is next in order): what arrived is copied from the window now, every later frame
+    /// goes straight into the buffer. It comes back from [`DgramShared::collect_recvs`].
+    /// False (`buf` untouched): the general look takes the message.
+    pub(super) fn bind_next(
+        &mut self,
+        id: u64,
+        token: u64,
+        buf: &mut Vec<u8>,
+        max_message_bytes: u64,
+    ) -> bool {
+        let Some(entry) = self.router.get_mut(id) else {
+            return false;
+        };
+        let bindable = entry.status == Status::Open
+            && entry.reads.0.is_empty()
+            && !entry.core.reading_message()
+            && entry.core.peek_is_active() == Some(false)
+            && entry.core.peek_message().is_some_and(|(len, ready)| {
+                !ready && len <= buf.len() as u64 && len <= max_message_bytes
+            });
+        if !bindable || !entry.core.post_reader(token, buf.len()) {
+            return false;
+        }
+        entry.reads.0.push((token, std::mem::take(buf)));
+        // What arrived already goes in now; freed credit may bring a window update.
+        entry.core.read_posted(&mut entry.reads);
+        entry.peer_sent = true;
+        self.timers_dirty = true;
+        self.flush(id);
+        true
     }
 }

@@ -124,10 +124,19 @@ impl ShmIn {
         endpoint: Addr,
     ) -> Result<Option<usize>> {
         if self.state == InboundState::Open && self.ahead.is_empty() {
-            match self.ring.peek() {
+            // Matched by reference: the record stays where `peek` stored it, field by field
+            // (a copy of it reads those stores back wide, a store-forwarding stall).
+            match &self.ring.peek() {
                 Ok(None) => return Ok(None),
                 Ok(Some(rec)) => {
                     let taken = self.take_record(rec, dest, wait, config, detection, rank);
+                    if let Ok(Some(len)) = taken {
+                        // A message returns a value built here: handing `taken` on copies
+                        // the whole result with wide loads of what was just stored in
+                        // narrow ones (a store-forwarding stall per message).
+                        self.delivered_tag = self.tag;
+                        return Ok(Some(len));
+                    }
                     return self.settle(taken, endpoint);
                 }
                 // Reported by the full look below.
@@ -203,8 +212,10 @@ impl ShmIn {
             let mut dest = Dest::Owned(&mut msg);
             let mut looks = Looks::default();
             let taken = match rec.kind {
-                Kind::Rndv => self.take_rendezvous(rec, &mut dest, config, &mut looks, None, false),
-                _ => self.take_record(rec, &mut dest, false, config, &mut looks, None),
+                Kind::Rndv => {
+                    self.take_rendezvous(&rec, &mut dest, config, &mut looks, None, false)
+                }
+                _ => self.take_record(&rec, &mut dest, false, config, &mut looks, None),
             };
             match taken {
                 Ok(Some(len)) => {
@@ -305,14 +316,14 @@ impl ShmIn {
             Ok(None) => return Ok(None),
             Err(e) => return Err(ring_error(self.peer, e)),
         };
-        self.take_record(rec, dest, wait, config, detection, rank)
+        self.take_record(&rec, dest, wait, config, detection, rank)
     }
 
     /// Takes the message whose (first) record `rec` is next in the ring into `dest`.
     #[inline]
     fn take_record(
         &mut self,
-        rec: Record,
+        rec: &Record,
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
@@ -323,15 +334,15 @@ impl ShmIn {
             Kind::Msg => self.take_eager(rec, dest, wait, config, detection, rank),
             Kind::Rndv => self.take_rendezvous(rec, dest, config, detection, rank, true),
             Kind::Close => {
-                self.ring.consume(&rec);
+                self.ring.consume(rec);
                 self.ring.flush();
                 self.state = InboundState::Done;
                 self.end.closed = true;
                 Ok(None)
             }
-            Kind::Tag | Kind::Am => self.take_tag(rec, dest, wait, config, detection, rank),
+            Kind::Tag | Kind::Am => self.take_tag(*rec, dest, wait, config, detection, rank),
             Kind::Cont if self.partial.is_some() => {
-                self.continue_partial(rec, dest, wait, config, detection, rank)
+                self.continue_partial(*rec, dest, wait, config, detection, rank)
             }
             Kind::Cont | Kind::Pad => Err(corrupt_detail(
                 self.peer,
@@ -378,7 +389,7 @@ impl ShmIn {
             self.ring.consume(&rec);
             match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
                 Some(next) if matches!(next.kind, Kind::Tag | Kind::Am) => rec = next,
-                Some(next) => return self.take_record(next, dest, wait, config, detection, rank),
+                Some(next) => return self.take_record(&next, dest, wait, config, detection, rank),
                 None => return Ok(None),
             }
         }
@@ -388,7 +399,7 @@ impl ShmIn {
     /// with `may_split`, a large one is copied by both processes at once.
     fn take_rendezvous(
         &mut self,
-        rec: Record,
+        rec: &Record,
         dest: &mut Dest<'_>,
         config: &Config,
         detection: &mut Looks,
@@ -403,7 +414,7 @@ impl ShmIn {
             self.state = InboundState::Done;
             return Ok(None);
         }
-        let (addr, len) = self.ring.rndv_target(&rec);
+        let (addr, len) = self.ring.rndv_target(rec);
         if len != rec.total_len {
             return Err(corrupt_detail(
                 peer,
@@ -439,14 +450,14 @@ impl ShmIn {
                 pull((self.pid, &self.pidfd), peer, second, addr + split)?;
             }
         }
-        self.ring.consume(&rec);
+        self.ring.consume(rec);
         self.ring.complete_rndv();
         Ok(Some(len as usize))
     }
 
     fn take_eager(
         &mut self,
-        first: Record,
+        first: &Record,
         dest: &mut Dest<'_>,
         wait: bool,
         config: &Config,
@@ -471,14 +482,14 @@ impl ShmIn {
                 // It may not fit in the ring at once: take what is there, the rest later.
                 return self.start_partial(first, dest, config, detection, rank);
             }
-            if !all_fragments_present(&self.ring, &first).map_err(|e| ring_error(peer, e))? {
+            if !all_fragments_present(&self.ring, first).map_err(|e| ring_error(peer, e))? {
                 return Ok(None);
             }
         }
         let buf = dest.prepare(total)?;
         let mut filled = first.frag_len as usize;
-        self.ring.copy_payload(&first, &mut buf[..filled]);
-        self.ring.consume(&first);
+        self.ring.copy_payload(first, &mut buf[..filled]);
+        self.ring.consume(first);
         let mut waited = Wait::new(config);
         while (filled as u64) < total {
             match self.ring.peek().map_err(|e| ring_error(peer, e))? {
@@ -517,7 +528,7 @@ impl ShmIn {
     #[cold]
     fn start_partial(
         &mut self,
-        first: Record,
+        first: &Record,
         dest: &mut Dest<'_>,
         config: &Config,
         detection: &mut Looks,
@@ -525,8 +536,8 @@ impl ShmIn {
     ) -> Result<Option<usize>> {
         let mut buf = vec![0u8; first.total_len as usize];
         let filled = first.frag_len as usize;
-        self.ring.copy_payload(&first, &mut buf[..filled]);
-        self.ring.consume(&first);
+        self.ring.copy_payload(first, &mut buf[..filled]);
+        self.ring.consume(first);
         self.partial = Some(Partial { buf, filled });
         match self.ring.peek().map_err(|e| ring_error(self.peer, e))? {
             Some(rec) if rec.kind == Kind::Cont => {

@@ -217,12 +217,23 @@ impl ShmOut {
     ) -> ShmSent {
         let mut wait = Wait::new(cx.config);
         let result = self.send_until_pulling(data, &mut wait, cx, flush, receives_posted);
-        if let Ok(Some(seq)) = result {
-            self.pulling = Some(seq);
-            return ShmSent::Pulling;
+        // Each outcome built here: mapping `result` would copy all of it (the error's room
+        // too) with wide loads of what was just stored in narrow ones, a store-forwarding
+        // stall per message.
+        match result {
+            Ok(Some(seq)) => {
+                self.pulling = Some(seq);
+                ShmSent::Pulling
+            }
+            Ok(None) => {
+                self.end_wait();
+                ShmSent::Done(Ok(()))
+            }
+            Err(e) => {
+                self.end_wait();
+                ShmSent::Done(Err(e))
+            }
         }
-        self.end_wait();
-        ShmSent::Done(result.map(|_| ()))
     }
 
     /// [`ShmOut::send`] up to its end, or (`Some`: the rendezvous sequence number) up to
