@@ -55,7 +55,7 @@ mod receive;
 mod receive_batch;
 mod socket;
 
-pub use clock::monotonic_ns;
+pub use clock::{coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns};
 pub use gather::{Gather, GatherBuffer, GatherRun};
 pub use limits::{
     max_gso_bytes, DEFAULT_SEND_BATCH, DEFAULT_SOCKET_BUFFER_BYTES, MAX_COALESCED_BYTES,

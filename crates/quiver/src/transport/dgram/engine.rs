@@ -14,7 +14,9 @@ use std::time::Duration;
 use quiver_proto::handshake::JobKey;
 use quiver_proto::reliable::{Nanos, ReliableConfig, State};
 use quiver_proto::router::Router;
-use quiver_transport::udp::{monotonic_ns, ReadinessSet};
+use quiver_transport::udp::{
+    coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, ReadinessSet,
+};
 use quiver_wire::frame::MAX_HEADER_LEN;
 
 use super::connection::{Entry, Status};
@@ -127,6 +129,8 @@ impl DgramShared {
                 in_place_bdp_multiple: config.udp_send_in_place_bdp_multiple,
                 faults_on,
                 start_ns: monotonic_ns(),
+                // Two ticks: the tick that moves the coarse clock may run late.
+                coarse_lag_ns: 2 * coarse_resolution_ns(),
                 header: [0; MAX_HEADER_LEN],
                 rx: vec![0u8; 65536].into_boxed_slice(),
                 next_timer: None,
@@ -291,6 +295,8 @@ pub(super) struct Engine {
     /// When the engine started, as [`monotonic_ns`] read it (the origin of
     /// [`Engine::now`]).
     pub(super) start_ns: Nanos,
+    /// How far the coarse clock may lag [`Engine::now`]'s ([`Engine::may_be_due`]).
+    pub(super) coarse_lag_ns: Nanos,
     pub(super) header: [u8; MAX_HEADER_LEN],
     pub(super) rx: Box<[u8]>,
     /// Earliest protocol timer over all connections (recomputed by each poll).
@@ -378,6 +384,30 @@ impl Engine {
     #[inline]
     pub(super) fn now(&self) -> Nanos {
         monotonic_ns().saturating_sub(self.start_ns)
+    }
+
+    /// The poll's clock `clock`: [`Engine::now`] read the first time it is needed, the
+    /// same value after.
+    #[inline]
+    pub(super) fn now_once(&self, clock: &mut Option<Nanos>) -> Nanos {
+        *clock.get_or_insert_with(|| self.now())
+    }
+
+    /// Whether a timer at `at` may be due: surely when the poll's clock (`clock`, if read)
+    /// says so, else when the coarse clock, which lags the precise one by at most
+    /// `coarse_lag_ns`, comes within that lag of it. False means not due yet, for one
+    /// read of the coarse clock instead of the precise one (an empty poll's).
+    #[inline]
+    pub(super) fn may_be_due(&self, at: Nanos, clock: Option<Nanos>) -> bool {
+        match clock {
+            Some(now) => at <= now,
+            None => {
+                monotonic_coarse_ns()
+                    .saturating_sub(self.start_ns)
+                    .saturating_add(self.coarse_lag_ns)
+                    >= at
+            }
+        }
     }
 
     /// The earliest protocol timer over all connections.
@@ -564,6 +594,40 @@ mod tests {
             ranks: count(ranks),
             cpus: count(cpus),
         }
+    }
+
+    /// An empty poll reads the coarse clock only: a timer is not due while the coarse
+    /// clock, plus the most it may lag, has not reached it; it is once the precise clock
+    /// has.
+    #[test]
+    fn a_timer_is_due_by_the_coarse_clock_within_its_lag() {
+        let shared = DgramShared::bind(
+            TransportKind::Mem,
+            vec!["10.99.0.1:7000".parse().unwrap()],
+            Vec::new(),
+            &Config::default(),
+            1,
+            JobKey::from_bytes([3; 32]),
+        )
+        .unwrap();
+        let engine = shared.lock();
+        let lag = engine.coarse_lag_ns;
+        assert!(lag > 0);
+        let now = engine.now();
+        // Far off: not due by either clock.
+        assert!(!engine.may_be_due(now + 10 * lag + 1_000_000_000, None));
+        assert!(!engine.may_be_due(now + 1_000_000_000, Some(now)));
+        // Passed: due by either.
+        assert!(engine.may_be_due(now.saturating_sub(1), None));
+        assert!(engine.may_be_due(now, Some(now)));
+        // Within the lag of the coarse clock: "may be" due, so the precise clock decides.
+        assert!(engine.may_be_due(now + lag / 4, None));
+        assert!(!engine.may_be_due(now + lag / 4, Some(now)));
+        // The poll's clock is read once.
+        let mut clock = None;
+        let first = engine.now_once(&mut clock);
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(engine.now_once(&mut clock), first);
     }
 
     #[test]

@@ -75,13 +75,11 @@ impl Engine {
         lender: Lender<'_>,
     ) {
         self.takes_since_poll = 0;
-        // Acks held back for the application's answer: it has answered (and its message
-        // carried them) or not; whatever is left goes now. Popped, not taken: the list
-        // keeps its allocation.
-        while let Some(id) = self.deferred.pop() {
-            self.flush_lent(id, lent_of(lender, id));
-        }
-        let now = self.now();
+        // The clock, read once per poll and only when something needs it (a datagram
+        // arrived, something is sent, a timer may be due): a poll that finds nothing reads
+        // the coarse clock at most (`Engine::housekeeping`).
+        let mut clock = None;
+        self.flush_deferred(&mut clock, lender);
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         // With several links, receive only on the sockets with something to take (one
@@ -114,13 +112,13 @@ impl Engine {
             if left == 0 {
                 break;
             }
-            let taken = self.receive(path, now, ctx, shared, &mut touched, reader, left);
+            let taken = self.receive(path, &mut clock, ctx, shared, &mut touched, reader, left);
             left = left.saturating_sub(taken);
             self.next_socket = path + 1;
         }
         // Held-back datagrams (reordered by the fault injectors) wait no longer than this.
         if self.faults_on {
-            self.release_held_faults(now, ctx, shared, &mut touched, reader);
+            self.release_held_faults(self.now_once(&mut clock), ctx, shared, &mut touched, reader);
         }
         let mut all_waiting = true;
         if !touched.is_empty() {
@@ -142,6 +140,9 @@ impl Engine {
                     self.defer(id);
                 } else {
                     all_waiting = false;
+                    // A fresh clock, not the poll's: the datagrams it stamps leave after the
+                    // whole batch was dispatched (their round-trip samples and the acks'
+                    // delays must not count that time).
                     self.flush_lent(id, lent_of(lender, id));
                 }
                 self.settle(id, ctx, shared);
@@ -158,23 +159,39 @@ impl Engine {
             return;
         }
         self.housekeeping_owed = false;
-        self.housekeeping(now, ctx, shared, lender);
+        self.housekeeping(&mut clock, ctx, shared, lender);
+    }
+
+    /// Flushes the connections whose acks were held back for the application's answer: it
+    /// has answered (and its message carried them) or not; whatever is left goes now, at
+    /// the poll's clock. Popped, not taken: the list keeps its allocation.
+    fn flush_deferred(&mut self, clock: &mut Option<Nanos>, lender: Lender<'_>) {
+        while let Some(id) = self.deferred.pop() {
+            let now = self.now_once(clock);
+            self.flush_lent_at(id, lent_of(lender, id), now);
+        }
     }
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
     /// may have moved), sends what they produced, and forgets the connections given up and
-    /// done. A poll that finds nothing to do reads no connection.
+    /// done. A poll that finds nothing to do reads no connection, and reads the precise
+    /// clock (`clock`, the poll's: read here if it was not yet) only when the coarse one
+    /// says the next timer may be due ([`Engine::may_be_due`]).
     fn housekeeping(
         &mut self,
-        now: Nanos,
+        clock: &mut Option<Nanos>,
         ctx: Option<&LocalRank>,
         shared: &DgramShared,
         lender: Lender<'_>,
     ) {
-        let scan = self.timers_dirty || self.next_timer.is_some_and(|t| t <= now);
+        let scan = self.timers_dirty
+            || self
+                .next_timer
+                .is_some_and(|t| self.may_be_due(t, *clock) && t <= self.now_once(clock));
         if !scan {
             return;
         }
+        let now = self.now_once(clock);
         self.timers_dirty = false;
         let mut expired = std::mem::take(&mut self.touched);
         expired.clear();

@@ -239,7 +239,8 @@ impl Engine {
 
     /// Takes what socket `path` has (at most [`RECV_BATCH`] datagrams, and for udp about
     /// `budget` bytes: datagrams are asked for only while they fit, at least one) and
-    /// dispatches it. Returns the udp or xdp bytes taken (0 for mem).
+    /// dispatches it. Returns the udp or xdp bytes taken (0 for mem). `clock` is the
+    /// poll's ([`Engine::now_once`]): read once something arrived (io_uring: always).
     // Long function: the hot receive path (one datagram at a time, or batches while they
     // fill), whose exits decide when a poll hands over; split into helpers, the socket,
     // the batch and the connection table would be borrowed apart across calls.
@@ -249,7 +250,7 @@ impl Engine {
     pub(super) fn receive(
         &mut self,
         path: usize,
-        now: Nanos,
+        clock: &mut Option<Nanos>,
         ctx: Option<&LocalRank>,
         shared: &DgramShared,
         touched: &mut Vec<u64>,
@@ -270,6 +271,7 @@ impl Engine {
                             break;
                         }
                     };
+                    let now = self.now_once(clock);
                     self.dispatch(&rx[..n], from, path, now, ctx, shared, touched, reader);
                     self.rx = rx;
                 }
@@ -283,6 +285,10 @@ impl Engine {
                     };
                     let mut rx = std::mem::take(&mut self.rx);
                     let arrival = io.recv_next(&mut rx);
+                    let now = match arrival {
+                        Some(_) => self.now_once(clock),
+                        None => 0,
+                    };
                     match arrival {
                         None => {
                             self.rx = rx;
@@ -327,7 +333,10 @@ impl Engine {
                 }
                 bytes
             }
-            Socket::Uring(_) => self.receive_uring(path, now, ctx, shared, touched, reader, budget),
+            Socket::Uring(_) => {
+                let now = self.now_once(clock);
+                self.receive_uring(path, now, ctx, shared, touched, reader, budget)
+            }
             Socket::Udp(_) => {
                 let mut taken = 0;
                 let mut bytes = 0usize;
@@ -347,6 +356,7 @@ impl Engine {
                     if let Some(split) = Self::split_room(&self.router, reader, scatter_min) {
                         // A scattering receive: the payload of the frame that continues the
                         // message goes straight into the reader's buffer.
+                        let now = self.now_once(clock);
                         let got = self
                             .receive_split(path, &mut rx, split, now, ctx, shared, touched, reader);
                         if let Socket::Udp(io) = &mut self.sockets[path] {
@@ -391,6 +401,12 @@ impl Engine {
                     // A single large datagram is most likely part of a stream: read on.
                     let streaming =
                         asked == 1 && got == 1 && rx.message(0).data.len() >= STREAM_DATAGRAM_BYTES;
+                    // (The fault injector may release what it held even when nothing came.)
+                    let now = if got > 0 || arrivals_faulted {
+                        self.now_once(clock)
+                    } else {
+                        0
+                    };
                     if arrivals_faulted {
                         bytes +=
                             self.receive_faulted(path, &rx, got, now, ctx, shared, touched, reader);

@@ -5,6 +5,8 @@
 //! Layer: the datagram transport. It drives the core's `poll_transmit`; receiving and
 //! timers belong to the poll loop.
 
+use quiver_proto::reliable::Nanos;
+
 use super::connection::lender;
 use super::engine::Engine;
 use super::udp_io::{Socket, TxEntry, TX_BYTES};
@@ -42,12 +44,18 @@ impl Engine {
     /// [`Engine::flush`] with `lent`, the message connection `id` is sending in place (its
     /// lent bytes: `DgramShared::send_in_place`); without it (empty) no data frame goes
     /// out while bytes are lent.
+    pub(super) fn flush_lent(&mut self, id: u64, lent: &[u8]) {
+        let now = self.now();
+        self.flush_lent_at(id, lent, now);
+    }
+
+    /// [`Engine::flush_lent`] at `now`, the clock a poll read already (one read per poll,
+    /// not one per connection it flushes).
     // Long function: the hot send path, one loop over the core's transmits that lays each
     // datagram out for its socket and sends a lone one at once; split into helpers, each
     // would need the same split borrows of the sockets, the entry and the header buffer.
-    pub(super) fn flush_lent(&mut self, id: u64, lent: &[u8]) {
+    pub(super) fn flush_lent_at(&mut self, id: u64, lent: &[u8], now: Nanos) {
         self.timers_dirty = true;
-        let now = self.now();
         let Some(entry) = self.router.get_mut(id) else {
             return;
         };
@@ -188,7 +196,7 @@ impl Engine {
                     Socket::Xdp(io) => {
                         io.flush();
                         let to = entry.paths.get(path).copied().unwrap_or(entry.to);
-                        io.follow_link_mtu(entry, to);
+                        io.follow_link_mtu(entry, to, now);
                     }
                     Socket::Uring(io) => {
                         io.flush();

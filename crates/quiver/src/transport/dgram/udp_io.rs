@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use quiver_proto::reliable::ReliableConnection;
+use quiver_proto::reliable::{Nanos, ReliableConnection};
 use quiver_transport::udp::{
     max_gso_bytes, Gather, GatherBuffer, RecvBatch, UdpSocket, MAX_COALESCED_BYTES,
     MAX_GATHER_PARTS,
@@ -297,9 +297,12 @@ impl XdpIo {
         self.link.flush();
     }
 
-    /// After a flush of `entry`'s datagrams to `to`: a connection cutting datagrams larger
-    /// than the link now carries (its interface's MTU fell) cuts smaller ones from now on.
-    pub(super) fn follow_link_mtu(&mut self, entry: &mut Entry, to: SocketAddr) {
+    /// After a flush of `entry`'s datagrams to `to` at `now` (the engine's clock): the
+    /// link reads its interface's MTU again when it is time, and a connection cutting
+    /// datagrams larger than the link now carries (the MTU fell) cuts smaller ones from now
+    /// on.
+    pub(super) fn follow_link_mtu(&mut self, entry: &mut Entry, to: SocketAddr, now: Nanos) {
+        self.link.follow_mtu_at(now);
         let room = self.link.max_datagram();
         if entry.core.max_datagram_bytes() > room
             && lower_datagram_size(entry, self.link.local_address(), to, room)

@@ -104,16 +104,19 @@ pub(crate) struct XdpLink {
     /// AF_XDP socket is the link's descriptor.
     kernel_path: Option<ReadinessSet>,
     neighbours: HashMap<Ipv4Addr, MacAddress>,
+    /// The neighbour looked up last (one of `neighbours`).
+    last_neighbour: Option<(Ipv4Addr, MacAddress)>,
     /// Neighbours being resolved: when the last probe went.
     probed: HashMap<Ipv4Addr, Instant>,
     max_datagram: usize,
-    /// When the interface's MTU was last read ([`MTU_CHECK_INTERVAL`]).
-    mtu_checked: Instant,
+    /// When the interface's MTU was last read ([`MTU_CHECK_INTERVAL`]), on the clock of
+    /// [`XdpLink::follow_mtu_at`]'s caller.
+    mtu_checked_ns: u64,
     next_id: u16,
     stats: XdpLinkStats,
 }
 
-/// How often a link reads its interface's MTU again (at a flush): well within the time a
+/// How often a link reads its interface's MTU again (after a flush that sent data): well within the time a
 /// connection whose datagrams a lowered MTU drops takes to give up on its peer.
 const MTU_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -202,9 +205,10 @@ impl XdpLink {
             kernel_socket,
             kernel_path,
             neighbours: HashMap::new(),
+            last_neighbour: None,
             probed: HashMap::new(),
             max_datagram,
-            mtu_checked: Instant::now(),
+            mtu_checked_ns: 0,
             next_id: 0,
             stats: XdpLinkStats::default(),
         })
@@ -276,10 +280,19 @@ impl XdpLink {
         }
     }
 
-    /// Sends what [`XdpLink::send`] queued.
+    /// Sends what [`XdpLink::send`] queued (reads no clock: a poll's flush of nothing
+    /// costs a look at the transmit ring).
     pub(crate) fn flush(&mut self) {
         self.socket.flush();
-        if self.mtu_checked.elapsed() >= MTU_CHECK_INTERVAL {
+    }
+
+    /// Reads the interface's MTU again if the last read was [`MTU_CHECK_INTERVAL`] or
+    /// more before `now_ns` (the caller's clock, in any origin it keeps for every call:
+    /// the datagram engine's, after a flush that sent data), so that the link itself never
+    /// reads the clock on the latency path.
+    pub(crate) fn follow_mtu_at(&mut self, now_ns: u64) {
+        if now_ns.wrapping_sub(self.mtu_checked_ns) >= MTU_CHECK_INTERVAL.as_nanos() as u64 {
+            self.mtu_checked_ns = now_ns;
             self.follow_mtu();
         }
     }
@@ -288,7 +301,6 @@ impl XdpLink {
     /// link carries (frames above it would be dropped on the wire), counted and logged.
     #[cold]
     fn follow_mtu(&mut self) {
-        self.mtu_checked = Instant::now();
         let before = self.interface.mtu;
         let Ok(mtu) = self.interface.refresh_mtu(&self.kernel_socket) else {
             return;
@@ -371,8 +383,15 @@ impl XdpLink {
     /// The hardware address of neighbour `ip`, resolving it through the kernel if needed
     /// (see the module doc).
     fn neighbour(&mut self, ip: Ipv4Addr) -> Option<MacAddress> {
-        if let Some(mac) = self.neighbours.get(&ip) {
-            return Some(*mac);
+        // The last one looked up first: a flush sends to one peer, one hash less per frame.
+        if let Some((last, mac)) = self.last_neighbour {
+            if last == ip {
+                return Some(mac);
+            }
+        }
+        if let Some(&mac) = self.neighbours.get(&ip) {
+            self.last_neighbour = Some((ip, mac));
+            return Some(mac);
         }
         let mac = self.resolve(ip)?;
         if self.neighbours.len() >= MAX_NEIGHBOURS {
@@ -380,6 +399,7 @@ impl XdpLink {
         }
         self.neighbours.insert(ip, mac);
         self.probed.remove(&ip);
+        self.last_neighbour = Some((ip, mac));
         Some(mac)
     }
 
