@@ -6,8 +6,7 @@
 //!
 //! ```text
 //!  offset   written by   contents
-//!  0        producer     sender_waiting u32 | producer_closed u32 | producer_heavy u32
-//!                                                                        (cache line 0)
+//!  0        producer     sender_waiting u32 | producer_closed u32          (cache line 0)
 //!  64       consumer     head u64 | rndv_done u64 | wake_seq u32 | consumer_closed u32 |
 //!                        cts_seq u64 | cts_addr u64 | cts_split u64 | cts_len u64       (line 1)
 //!  128      creator      magic u64 | version u32 | pad u32 | capacity u64 | salt u64   (line 2)
@@ -25,14 +24,6 @@
 //! Stamps are salted with a per-ring random value so that stale payload bytes from an
 //! earlier lap can never pass for a record by accident.
 //!
-//! The consumer hands space back (`head`) after every drain, then looks whether the
-//! producer sleeps for it; a producer about to sleep raises `sender_waiting`, then looks at
-//! `head` again. Both orders need a store-load fence; the consumer's runs often, the
-//! producer's only before it sleeps, so they are asymmetric as the doorbell's are
-//! ([`crate::barrier`]): a producer whose `membarrier` works says so in `producer_heavy`
-//! and runs the heavy fence, and a consumer registered for it then orders its side with a
-//! compiler fence alone.
-//!
 //! Trust: the memory is shared with another process that may crash or misbehave. Every
 //! value read from it is validated before use (kind, lengths against the capacity and the
 //! record's room before the end, the producer's view of `head`), every loop is bounded, and
@@ -48,7 +39,6 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::barrier;
 use crate::sys::{self, Mapping};
 
 /// Bytes of the control area before the data.
@@ -71,7 +61,6 @@ const VERSION: u32 = 1;
 
 const OFF_SENDER_WAITING: usize = 0;
 const OFF_PRODUCER_CLOSED: usize = 4;
-const OFF_PRODUCER_HEAVY: usize = 8;
 const OFF_HEAD: usize = 64;
 const OFF_RNDV_DONE: usize = 72;
 const OFF_WAKE_SEQ: usize = 80;
@@ -278,9 +267,6 @@ pub struct Consumer {
     published_head: u64,
     /// Rendezvous requests completed (published immediately).
     rndv_done: u64,
-    /// Whether this process registered for the producers' heavy fences: with a producer
-    /// that runs them (`producer_heavy`), publishing needs a compiler fence only.
-    light_allowed: bool,
 }
 
 /// A record found at the consumer's head, validated.
@@ -320,7 +306,6 @@ impl Consumer {
             head: 0,
             published_head: 0,
             rndv_done: 0,
-            light_allowed: barrier::light_fence_allowed(),
         };
         Ok((consumer, fd))
     }
@@ -534,14 +519,8 @@ impl Consumer {
             .store(self.head, Ordering::Release);
         self.published_head = self.head;
         // Pairs with the fence in `Producer::prepare_wait`: either the producer sees our
-        // head, or we see its waiting flag (a compiler fence when the producer runs the
-        // heavy one: see the module's documentation).
-        let producer_heavy = self
-            .shared
-            .u32_at(OFF_PRODUCER_HEAVY)
-            .load(Ordering::Relaxed)
-            == 1;
-        barrier::store_load_fence(self.light_allowed && producer_heavy);
+        // head, or we see its waiting flag.
+        fence(Ordering::SeqCst);
         if self
             .shared
             .u32_at(OFF_SENDER_WAITING)
@@ -596,7 +575,6 @@ impl Consumer {
         for (field, off) in [
             ("sender_waiting", OFF_SENDER_WAITING),
             ("producer_closed", OFF_PRODUCER_CLOSED),
-            ("producer_heavy", OFF_PRODUCER_HEAVY),
         ] {
             let v = self.shared.u32_at(off).load(Ordering::Relaxed);
             if v > 1 {
@@ -699,9 +677,6 @@ pub struct Producer {
     wire_tag: u64,
     /// The kind of that record (`Tag` before any).
     wire_kind: Kind,
-    /// Whether this producer runs the heavy fence before it sleeps (and said so in
-    /// `producer_heavy`, so that the consumer publishes with a compiler fence).
-    heavy: bool,
 }
 
 impl Producer {
@@ -729,10 +704,6 @@ impl Producer {
                 value: head,
             }));
         }
-        let heavy = barrier::heavy_fence_works();
-        shared
-            .u32_at(OFF_PRODUCER_HEAVY)
-            .store(u32::from(heavy), Ordering::Relaxed);
         Ok(Producer {
             shared,
             capacity,
@@ -744,7 +715,6 @@ impl Producer {
             next_kind: Kind::Tag,
             wire_tag: 0,
             wire_kind: Kind::Tag,
-            heavy,
         })
     }
 
@@ -987,11 +957,7 @@ impl Producer {
         self.shared
             .u32_at(OFF_SENDER_WAITING)
             .store(1, Ordering::Relaxed);
-        if self.heavy {
-            barrier::heavy_fence();
-        } else {
-            fence(Ordering::SeqCst);
-        }
+        fence(Ordering::SeqCst);
         seen
     }
 
@@ -1044,77 +1010,6 @@ pub enum AttachError {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// Every round races the consumer's publish of one record's room against a producer
-    /// that found the ring full and raises its flag: both start at once (a spin barrier),
-    /// and if each reads the other's old value, the producer sleeps on room it missed (the
-    /// consumer takes nothing more until the producer wrote again, so nothing else wakes
-    /// it). With the asymmetric fences (the consumer's a compiler fence where the kernel
-    /// has `membarrier`), no round may sleep that way.
-    #[test]
-    fn no_wake_up_is_lost_between_a_publishing_consumer_and_a_sleeping_producer() {
-        const ROUNDS: u64 = 20_000;
-        let (mut consumer, fd) = Consumer::create(MIN_CAPACITY, 7).unwrap();
-        let mut producer = Producer::attach(&fd).unwrap();
-        let asymmetric = barrier::heavy_fence_works() && barrier::light_fence_allowed();
-        assert_eq!(consumer.light_allowed && producer.heavy, asymmetric);
-        // Records of a quarter ring: four fill it, each taken publishes its room.
-        let payload = vec![5u8; max_frag_len(MIN_CAPACITY) as usize];
-        let len = payload.len() as u64;
-        while producer.try_write(Kind::Msg, len, &payload).unwrap() {}
-        // Each side adds one per round and goes when both did.
-        let arrived = Arc::new(AtomicU64::new(0));
-        let meet = |arrived: &AtomicU64, round: u64| {
-            arrived.fetch_add(1, Ordering::AcqRel);
-            while arrived.load(Ordering::Acquire) < 2 * (round + 1) {
-                std::hint::spin_loop();
-            }
-        };
-        let reader = std::thread::spawn({
-            let arrived = arrived.clone();
-            move || {
-                for round in 0..ROUNDS {
-                    // The ring is full: its first record is there before the race begins.
-                    let rec = loop {
-                        if let Some(rec) = consumer.peek().unwrap() {
-                            if consumer.head - consumer.published_head == 0 {
-                                break rec;
-                            }
-                        }
-                    };
-                    meet(&arrived, round);
-                    consumer.consume(&rec);
-                    // Wait for the producer's refill before the next round.
-                    while consumer
-                        .record_at(rec.pos + 4 * rec.size)
-                        .unwrap()
-                        .is_none()
-                    {
-                        std::hint::spin_loop();
-                    }
-                }
-            }
-        });
-        for round in 0..ROUNDS {
-            meet(&arrived, round);
-            let seen = producer.prepare_wait();
-            if !producer.fits(std::iter::once(len)).unwrap() {
-                let slept = std::time::Instant::now();
-                producer.wait(seen, Duration::from_secs(5));
-                assert!(
-                    slept.elapsed() < Duration::from_secs(4),
-                    "round {round}: slept 5 s though the consumer made room: a lost wake-up \
-                     (asymmetric fences: {asymmetric})"
-                );
-            }
-            producer.end_wait();
-            assert!(
-                producer.try_write(Kind::Msg, len, &payload).unwrap(),
-                "round {round}"
-            );
-        }
-        reader.join().unwrap();
-    }
 
     /// A ring's memory file is sealed: whoever holds it cannot resize it (the kernel
     /// refuses), and a producer refuses one without those seals before mapping it.
