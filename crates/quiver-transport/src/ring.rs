@@ -1011,6 +1011,73 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every round races the consumer's publish of one record's room against a producer
+    /// that found the ring full and raises its flag: both start at once (a spin barrier),
+    /// and if each reads the other's old value, the producer sleeps on room it missed (the
+    /// consumer takes nothing more until the producer wrote again, so nothing else wakes
+    /// it). With the store-load fence on both sides no round may sleep that way.
+    #[test]
+    fn no_wake_up_is_lost_between_a_publishing_consumer_and_a_sleeping_producer() {
+        const ROUNDS: u64 = 20_000;
+        let (mut consumer, fd) = Consumer::create(MIN_CAPACITY, 7).unwrap();
+        let mut producer = Producer::attach(&fd).unwrap();
+        // Records of a quarter ring: four fill it, each taken publishes its room.
+        let payload = vec![5u8; max_frag_len(MIN_CAPACITY) as usize];
+        let len = payload.len() as u64;
+        while producer.try_write(Kind::Msg, len, &payload).unwrap() {}
+        // Each side adds one per round and goes when both did.
+        let arrived = Arc::new(AtomicU64::new(0));
+        let meet = |arrived: &AtomicU64, round: u64| {
+            arrived.fetch_add(1, Ordering::AcqRel);
+            while arrived.load(Ordering::Acquire) < 2 * (round + 1) {
+                std::hint::spin_loop();
+            }
+        };
+        let reader = std::thread::spawn({
+            let arrived = arrived.clone();
+            move || {
+                for round in 0..ROUNDS {
+                    // The ring is full: its first record is there before the race begins.
+                    let rec = loop {
+                        if let Some(rec) = consumer.peek().unwrap() {
+                            if consumer.head - consumer.published_head == 0 {
+                                break rec;
+                            }
+                        }
+                    };
+                    meet(&arrived, round);
+                    consumer.consume(&rec);
+                    // Wait for the producer's refill before the next round.
+                    while consumer
+                        .record_at(rec.pos + 4 * rec.size)
+                        .unwrap()
+                        .is_none()
+                    {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        });
+        for round in 0..ROUNDS {
+            meet(&arrived, round);
+            let seen = producer.prepare_wait();
+            if !producer.fits(std::iter::once(len)).unwrap() {
+                let slept = std::time::Instant::now();
+                producer.wait(seen, Duration::from_secs(5));
+                assert!(
+                    slept.elapsed() < Duration::from_secs(4),
+                    "round {round}: slept 5 s though the consumer made room: a lost wake-up"
+                );
+            }
+            producer.end_wait();
+            assert!(
+                producer.try_write(Kind::Msg, len, &payload).unwrap(),
+                "round {round}"
+            );
+        }
+        reader.join().unwrap();
+    }
+
     /// A ring's memory file is sealed: whoever holds it cannot resize it (the kernel
     /// refuses), and a producer refuses one without those seals before mapping it.
     #[test]
