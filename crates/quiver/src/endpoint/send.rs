@@ -2,6 +2,7 @@
 //! advances every posted operation. A blocking send over a network edge lets the endpoint
 //! receive meanwhile ([`Meanwhile`]): its edge leaves the list for the send's duration.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Connection, Endpoint, SendRequest};
@@ -168,16 +169,42 @@ impl Endpoint {
     }
 
     /// Takes in the active messages the connections have (at most a burst), stopping at the
-    /// first plain message (left for a receive, in the matcher) or when nothing came.
+    /// first plain message (left for a receive, in the matcher), when nothing came, or when
+    /// no connection has more right now (asked of each edge, which costs a fraction of a
+    /// look that finds nothing: a handler's reply is not held up by one).
     fn take_in_for_handlers(&mut self) -> Result<()> {
+        if self.idle_shm_only() {
+            // Nothing to take: a busy-polling `progress` loop spins here, on each ring's
+            // next record, not through a whole look.
+            return Ok(());
+        }
         for _ in 0..AM_BURST {
             let before = self.am.taken;
             let took_plain = self.pull(false)?;
-            if took_plain || self.am.taken == before {
+            if took_plain || self.am.taken == before || !self.inbound_pending() {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Whether every inbound edge is a shm ring with nothing in it and no new connection
+    /// waits to be adopted (a look would find nothing; the network edges' looks read
+    /// their sockets or the engine, so they are never skipped).
+    #[inline]
+    fn idle_shm_only(&mut self) -> bool {
+        !self.inbox.has_incoming.load(Ordering::Relaxed)
+            && self.committed.is_none()
+            && self
+                .inbound
+                .iter_mut()
+                .all(|edge| !edge.is_network() && !edge.has_pending(&self.local))
+    }
+
+    /// Whether any inbound edge has something a look would find now.
+    fn inbound_pending(&mut self) -> bool {
+        let local = &self.local;
+        self.inbound.iter_mut().any(|edge| edge.has_pending(local))
     }
 
     /// [`Endpoint::progress`] without running handlers: what the endpoint's own waiting
