@@ -58,8 +58,8 @@ struct Slot<T> {
 impl<T> Slot<T> {
     /// Where the slot is: what a thread's record says it is inside (the handle would not
     /// do, the two tables' handles can be equal).
-    fn address(&self) -> usize {
-        std::ptr::from_ref(self).addr()
+    fn address(&self) -> u64 {
+        std::ptr::from_ref(self).addr() as u64
     }
 }
 
@@ -80,18 +80,30 @@ unsafe impl<T: Send, const N: usize> Sync for Table<T, N> {}
 /// A slot taken for one call; gives it back when dropped (also while unwinding).
 pub(crate) struct Taken<'a, T> {
     slot: &'a Slot<T>,
-    leave: Leave,
+    /// Given back by storing `leave_with` here: 0 into the thread's record when leased
+    /// (no longer inside), the state to return to into the slot's state word when held.
+    /// One store either way, with no branch on the way out of a call.
+    leave: &'a AtomicU64,
+    leave_with: u64,
 }
 
-/// How a taken slot is given back.
-enum Leave {
-    /// Leased: the thread's record says it is no longer inside.
-    Lease(&'static ThreadRecord),
-    /// Held: the state word gets this value.
-    Store(u64),
-}
+impl<'a, T> Taken<'a, T> {
+    fn leased(slot: &'a Slot<T>, record: &'static ThreadRecord) -> Self {
+        Taken {
+            slot,
+            leave: &record.inside,
+            leave_with: 0,
+        }
+    }
 
-impl<T> Taken<'_, T> {
+    fn held(slot: &'a Slot<T>, state_after: u64) -> Self {
+        Taken {
+            slot,
+            leave: &slot.state,
+            leave_with: state_after,
+        }
+    }
+
     /// The value, for the duration of the call.
     pub(crate) fn value(&mut self) -> &mut T {
         // SAFETY: this thread holds the slot (`Table::take`), so no other thread touches
@@ -106,10 +118,7 @@ impl<T> Taken<'_, T> {
 impl<T> Drop for Taken<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        match self.leave {
-            Leave::Lease(record) => record.inside.store(0, Ordering::Release),
-            Leave::Store(state) => self.slot.state.store(state, Ordering::Release),
-        }
+        self.leave.store(self.leave_with, Ordering::Release);
     }
 }
 
@@ -200,18 +209,18 @@ impl<T, const N: usize> Table<T, N> {
             let lease = record.filter(|_| {
                 may_lease && inside == 0 && slot.revocations.load(Ordering::Relaxed) < SHARED_AFTER
             });
-            let leave = match (lease, me) {
+            let taken = match (lease, me) {
                 (Some(record), Some(me)) => {
                     // The record first: a thread that takes the lease away reads it
                     // after its swap, which reads this store of the state.
                     record.inside.store(here, Ordering::Relaxed);
                     slot.state.store(live(generation, me), Ordering::Release);
-                    Leave::Lease(record)
+                    Taken::leased(slot, record)
                 }
-                _ if mine => Leave::Store(now),
-                _ => Leave::Store(live(generation, 0)),
+                _ if mine => Taken::held(slot, now),
+                _ => Taken::held(slot, live(generation, 0)),
             };
-            return Ok(Taken { slot, leave });
+            return Ok(taken);
         }
     }
 
@@ -288,7 +297,8 @@ impl<T, const N: usize> Table<T, N> {
         // The next occupant gets the next generation (wrapping within 32 bits; `insert`
         // skips 0).
         let next = (generation + 1) & 0xffff_ffff;
-        taken.leave = Leave::Store(next << 32);
+        taken.leave = &slot.state;
+        taken.leave_with = next << 32;
         drop(taken);
         Ok(value.expect("a LIVE slot holds a value"))
     }
@@ -332,10 +342,7 @@ fn enter_own_lease<T>(slot: &Slot<T>, generation: u64) -> Option<Taken<'_, T>> {
     // its swap, or it sees this store. The compiler must not reorder the two.
     compiler_fence(Ordering::SeqCst);
     if slot.state.load(Ordering::Acquire) == leased {
-        return Some(Taken {
-            slot,
-            leave: Leave::Lease(record),
-        });
+        return Some(Taken::leased(slot, record));
     }
     record.inside.store(0, Ordering::Relaxed);
     None

@@ -9,7 +9,7 @@
 //! one and every call holds its slot with a compare-and-swap.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// The most threads that hold a token at once; later threads take every slot the
 /// compare-and-swap way.
@@ -23,13 +23,13 @@ const NO_TOKEN: u32 = u32::MAX;
 pub(crate) struct ThreadRecord {
     claimed: AtomicBool,
     /// The address of the slot this thread's outermost leased call is inside; 0 when none.
-    pub(crate) inside: AtomicUsize,
+    pub(crate) inside: AtomicU64,
 }
 
 static THREADS: [ThreadRecord; RECORDS] = [const {
     ThreadRecord {
         claimed: AtomicBool::new(false),
-        inside: AtomicUsize::new(0),
+        inside: AtomicU64::new(0),
     }
 }; RECORDS];
 
