@@ -100,9 +100,12 @@ fn claim() -> Option<u32> {
 /// every store another thread made before it is visible after it. Only called once
 /// [`barrier_registered`] said yes (a token exists).
 ///
-/// Returns false if the kernel refused (then nothing is known about other threads).
+/// Returns false if the kernel refused (then nothing is known about other threads). A
+/// child process after `fork` starts unregistered, so a refusal registers again once.
 pub(crate) fn heavy_barrier() -> bool {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+        || (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
+            && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
