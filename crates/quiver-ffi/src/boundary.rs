@@ -11,11 +11,14 @@ use crate::status::{failure, quiver_status, record, Failure};
 /// thread's last error and returned as a code.
 #[inline]
 pub(crate) fn call(f: impl FnOnce() -> Result<(), Failure>) -> quiver_status {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => quiver_status::QUIVER_OK,
-        Ok(Err(failure)) => record(failure),
-        Err(panic) => record(internal(&*panic)),
-    }
+    // The failure becomes its code inside: what crosses out is a code, not the failure
+    // (moving a failure-sized result through the common exit costs store-forwarding
+    // stalls on the path of every successful call, decision 0104).
+    let code = AssertUnwindSafe(|| match f() {
+        Ok(()) => quiver_status::QUIVER_OK,
+        Err(failure) => record(failure),
+    });
+    catch_unwind(code).unwrap_or_else(|panic| record(internal(&*panic)))
 }
 
 /// The failure a caught panic becomes.

@@ -87,7 +87,7 @@ impl EndpointState {
     }
 }
 
-static ENDPOINTS: Table<EndpointState, QUIVER_MAX_ENDPOINTS> = Table::new("endpoint");
+static ENDPOINTS: Table<EndpointState, QUIVER_MAX_ENDPOINTS> = Table::leased("endpoint");
 static NEXT_SERIAL: AtomicU32 = AtomicU32::new(1);
 
 /// Runs `f` on the endpoint `ep` names, holding its slot for the call. A panic inside

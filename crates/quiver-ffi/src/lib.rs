@@ -8,8 +8,10 @@
 //! The boundary's rules ([decision 0086](../../docs/decisions/0086-c-abi.md)):
 //! - handles are numbers into tables ([`handles`]), never pointers, so a zeroed, freed,
 //!   made-up or another table's handle is an error (`QUIVER_ERR_BAD_HANDLE`), not a crash;
-//!   an endpoint's slot is taken for the call by one atomic compare-and-swap, so two
-//!   threads in one endpoint get `QUIVER_ERR_BUSY` instead of a data race;
+//!   an endpoint's slot is taken for the call (leased to the thread that uses it, entered
+//!   with plain loads and stores; taken from it by compare-and-swap and a process-wide
+//!   barrier, decision 0104), so two threads in one endpoint get `QUIVER_ERR_BUSY`
+//!   instead of a data race;
 //! - no panic crosses: every entry runs inside `catch_unwind` ([`boundary`]);
 //! - errors are codes, with a thread-local message ([`status`]);
 //! - buffers are the caller's: sends read from, receives write into the caller's memory
