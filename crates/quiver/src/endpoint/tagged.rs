@@ -330,12 +330,12 @@ impl Endpoint {
     }
 
     /// Takes one message from the transports for the matcher: straight into the buffer of
-    /// the posted receive it matches when an edge tells its envelope before its payload
-    /// moves ([`Endpoint::pull_into_posted`]), else into a pool buffer ([`Endpoint::pull`]).
+    /// the posted receive it matches, its envelope read before its payload moves
+    /// ([`Endpoint::pull_into_posted`]), else into a pool buffer ([`Endpoint::pull`]).
     fn pull_for_posted(&mut self, wait: bool) -> Result<bool> {
         match self.pull_into_posted()? {
             IntoPosted::Took => Ok(true),
-            // Every edge tells envelopes first and none had a message: a look by `pull` now
+            // No edge had a message: a look by `pull` now
             // could take one that arrived since into a pool buffer instead of the receive it
             // matches. The caller's next round looks again this way.
             IntoPosted::AllEmpty => {
@@ -348,16 +348,15 @@ impl Endpoint {
         }
     }
 
-    /// Looks (round robin, without waiting) at the edges whose look tells a message's
-    /// envelope before its payload moves ([`InEdge::envelope_before_payload`]: shm, tcp,
-    /// the datagram transports; the engine polled once first);
+    /// Looks (round robin, without waiting) at every edge's next message's envelope before
+    /// its payload moves ([`InEdge::next_tag`]; the datagram engine polled once first);
     /// the first next message a posted matching receive matches, and whose buffer it fits,
     /// is taken straight into that buffer (no staging copy: a rendezvous is pulled into it,
     /// a large tcp message read into it from the socket, a datagram message still arriving
     /// placed into it frame by frame).
     /// True if one was, or if a look took an empty message (handed on as `pull` does).
     ///
-    /// [`InEdge::envelope_before_payload`]: crate::transport::edge::InEdge::envelope_before_payload
+    /// [`InEdge::next_tag`]: crate::transport::edge::InEdge::next_tag
     fn pull_into_posted(&mut self) -> Result<IntoPosted> {
         if self.matcher.posted_len() == 0
             || !self.requests.posted_recvs.is_empty()
@@ -370,15 +369,11 @@ impl Endpoint {
         if self.local.dgram.is_some() {
             self.poll_engine_for_look(false);
         }
-        // Edges that cannot tell an envelope first leave messages for `pull`.
+        // Set once an edge's next message is one for `pull`.
         let mut other = false;
         let n = self.inbound.len();
         for k in 0..n {
             let i = (self.next_inbound + k) % n;
-            if !self.inbound[i].envelope_before_payload() {
-                other = true;
-                continue;
-            }
             let network = self.inbound[i].is_network();
             if network && self.inbound[i].is_done() {
                 continue;
@@ -645,9 +640,9 @@ impl Endpoint {
 enum IntoPosted {
     /// A message went straight into a posted receive (or an empty one was handed on).
     Took,
-    /// Every inbound edge tells envelopes first, and none had a message.
+    /// No inbound edge had a message.
     AllEmpty,
-    /// Something for [`Endpoint::pull`]: a message no posted receive takes, an edge that
-    /// cannot tell an envelope first, the datagram engine, or posted receives of another kind.
+    /// Something for [`Endpoint::pull`]: a message no posted receive takes, or posted
+    /// receives of another kind.
     Other,
 }

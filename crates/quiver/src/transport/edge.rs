@@ -594,27 +594,23 @@ impl InEdge {
     /// The tag of the message the next look would deliver (one a `BufferTooSmall` left in
     /// place): whether it is an active message, which goes to its handler whatever the
     /// receive's buffer.
+    ///
+    /// Every transport's look that finds its next message too long for the destination
+    /// leaves it whole in place with this tag known, so that the next look, with a
+    /// destination that fits and without waiting, delivers that very message: shm (the
+    /// ring's records and the rendezvous record stay until taken), tcp (a look that does
+    /// not fit stops at the header, or at a large message read ahead, before anything is
+    /// consumed; the next look into a posted receive's buffer, [`Dest::Posted`], binds a
+    /// large message to it) and the datagram transports (the message stays in the receive
+    /// window once its header arrived; the next look into a posted receive's buffer binds
+    /// a message still arriving to it, the engine placing its frames there). The endpoint
+    /// reads envelopes before payloads that way (`Endpoint::pull_into_posted`).
     pub(crate) fn next_tag(&self) -> WireTag {
         match self {
             InEdge::Shm(e) => e.next_tag(),
             InEdge::Tcp(e) => e.next_tag(),
             InEdge::Dgram(e) => e.next_tag,
         }
-    }
-
-    /// Whether a look that finds the edge's next message too long for its destination
-    /// leaves it whole in place with its tag known ([`InEdge::next_tag`]), so that the next
-    /// look, with a destination that fits and without waiting, delivers that very message
-    /// whole: shm (the ring's records and the rendezvous record stay until taken) and tcp
-    /// (a look that does not fit stops at the header, or at a large message read ahead,
-    /// before anything is consumed; the next look into a posted receive's buffer,
-    /// [`Dest::Posted`], binds a large message to it), and the datagram transports (a
-    /// look that does not fit leaves the message in the receive window once its header
-    /// arrived; the next look into a posted receive's buffer binds a message still
-    /// arriving to it, the engine placing its frames there). Every transport does today;
-    /// the endpoint still asks, edge by edge.
-    pub(crate) fn envelope_before_payload(&self) -> bool {
-        matches!(self, InEdge::Shm(_) | InEdge::Tcp(_) | InEdge::Dgram(_))
     }
 
     /// Whether the edge is done (skipped by every look).
