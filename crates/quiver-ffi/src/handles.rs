@@ -156,17 +156,22 @@ impl<T, const N: usize> Table<T, N> {
     /// further out).
     #[inline]
     pub(crate) fn take(&self, handle: u64) -> Result<Taken<'_, T>, Failure> {
-        let index = (handle as u32 as usize).wrapping_sub(1);
-        let generation = handle >> 32;
-        let Some(slot) = self.slots.get(index) else {
+        let Some(slot) = self.slot(handle) else {
             return Err(self.bad(handle));
         };
         if self.leased {
-            if let Some(taken) = enter_own_lease(slot, generation) {
+            if let Some(taken) = enter_own_lease(slot, handle >> 32) {
                 return Ok(taken);
             }
         }
-        self.take_slowly(handle, slot, generation, self.leased)
+        self.take_slowly(handle, slot, self.leased)
+    }
+
+    /// The slot `handle` names (its low 32 bits, less one); its generation is checked by
+    /// whoever takes it.
+    #[inline]
+    fn slot(&self, handle: u64) -> Option<&Slot<T>> {
+        self.slots.get((handle as u32 as usize).wrapping_sub(1))
     }
 
     /// Takes the slot by compare-and-swap: a slot nobody holds, one leased by this thread
@@ -177,9 +182,9 @@ impl<T, const N: usize> Table<T, N> {
         &'a self,
         handle: u64,
         slot: &'a Slot<T>,
-        generation: u64,
         may_lease: bool,
     ) -> Result<Taken<'a, T>, Failure> {
+        let generation = handle >> 32;
         let here = slot.address();
         let me = if self.leased { threads::token() } else { None };
         let record = me.and_then(threads::record);
@@ -285,18 +290,16 @@ impl<T, const N: usize> Table<T, N> {
     /// # Errors
     /// As [`Table::take`].
     pub(crate) fn remove(&self, handle: u64) -> Result<T, Failure> {
-        let index = (handle as u32 as usize).wrapping_sub(1);
-        let generation = handle >> 32;
-        let Some(slot) = self.slots.get(index) else {
+        let Some(slot) = self.slot(handle) else {
             return Err(self.bad(handle));
         };
-        let mut taken = self.take_slowly(handle, slot, generation, false)?;
+        let mut taken = self.take_slowly(handle, slot, false)?;
         // SAFETY: this thread holds the slot (`take_slowly` without a lease: by
         // compare-and-swap).
         let value = unsafe { (*slot.value.get()).take() };
         // The next occupant gets the next generation (wrapping within 32 bits; `insert`
         // skips 0).
-        let next = (generation + 1) & 0xffff_ffff;
+        let next = ((handle >> 32) + 1) & 0xffff_ffff;
         taken.leave = &slot.state;
         taken.leave_with = next << 32;
         drop(taken);
