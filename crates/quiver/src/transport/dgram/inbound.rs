@@ -47,21 +47,18 @@ pub(crate) struct DgramIn {
 impl DgramIn {
     /// The edge the engine accepted from `peer` (its handshake completed).
     pub(crate) fn accepted(peer: Addr, kind: TransportKind, id: u64) -> DgramIn {
-        DgramIn {
-            net: NetIn::accepted(peer, kind.name(), None),
-            id,
-            kind,
-            delivered_tag: WireTag::default(),
-            next_tag: WireTag::default(),
-            bound: None,
-            binds: 0,
-        }
+        Self::on(NetIn::accepted(peer, kind.name(), None), kind, id)
     }
 
     /// The reverse edge of the connection `id` this endpoint opened to `peer`.
     pub(crate) fn reverse(peer: Addr, kind: TransportKind, id: u64) -> DgramIn {
+        Self::on(NetIn::reverse(peer, kind.name(), None), kind, id)
+    }
+
+    /// An edge of connection `id` over `net`, nothing delivered or bound yet.
+    fn on(net: NetIn, kind: TransportKind, id: u64) -> DgramIn {
         DgramIn {
-            net: NetIn::reverse(peer, kind.name(), None),
+            net,
             id,
             kind,
             delivered_tag: WireTag::default(),
