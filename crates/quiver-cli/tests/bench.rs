@@ -266,7 +266,7 @@ fn am_reports_latency_and_rate() {
             .iter()
             .map(|r| r["test"].as_str().unwrap())
             .collect();
-        assert_eq!(tests, ["am_lat", "am_rate"], "{transport}");
+        assert_eq!(tests, ["am_lat", "am_rate", "msg_lat"], "{transport}");
         for record in &records {
             assert_eq!(record["transport"], transport);
             positive(record, "quiver");
