@@ -22,6 +22,8 @@ pub(crate) fn call(f: impl FnOnce() -> Result<(), Failure>) -> quiver_status {
 }
 
 /// The failure a caught panic becomes.
+#[cold]
+#[inline(never)]
 pub(crate) fn internal(panic: &(dyn std::any::Any + Send)) -> Failure {
     let what = panic
         .downcast_ref::<&str>()
@@ -98,6 +100,10 @@ pub(crate) fn bytes_mut<'a>(
     Ok(unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), len) })
 }
 
+// Cold and out of line, as every failure's message is: kept off the path of the calls that
+// succeed (decision 0106).
+#[cold]
+#[inline(never)]
 fn null(name: &str) -> Failure {
     failure(
         quiver_status::QUIVER_ERR_INVALID_ARGUMENT,

@@ -74,17 +74,32 @@ impl EndpointState {
         let index = (conn.id as u32 as usize).wrapping_sub(1);
         match self.connections.get(index) {
             Some(c) if conn.id >> 32 == u64::from(self.serial) => Ok(*c),
-            _ => Err(failure(
-                quiver_status::QUIVER_ERR_BAD_HANDLE,
-                format!(
-                    "{:#x} is not a connection of endpoint {} (zero, made up, or another \
-                     endpoint's)",
-                    conn.id,
-                    self.endpoint.addr()
-                ),
-            )),
+            _ => Err(self.not_a_connection(conn)),
         }
     }
+
+    #[cold]
+    #[inline(never)]
+    fn not_a_connection(&self, conn: quiver_conn) -> Failure {
+        failure(
+            quiver_status::QUIVER_ERR_BAD_HANDLE,
+            format!(
+                "{:#x} is not a connection of endpoint {} (zero, made up, or another \
+                 endpoint's)",
+                conn.id,
+                self.endpoint.addr()
+            ),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn broken(why: &str) -> Failure {
+    failure(
+        quiver_status::QUIVER_ERR_INTERNAL,
+        format!("this endpoint failed internally earlier ({why}); free it"),
+    )
 }
 
 static ENDPOINTS: Table<EndpointState, QUIVER_MAX_ENDPOINTS> = Table::leased("endpoint");
@@ -101,10 +116,7 @@ pub(crate) fn with_endpoint<R>(
     let mut taken = ENDPOINTS.take(ep.id)?;
     let state = taken.value();
     if let Some(why) = &state.broken {
-        return Err(failure(
-            quiver_status::QUIVER_ERR_INTERNAL,
-            format!("this endpoint failed internally earlier ({why}); free it"),
-        ));
+        return Err(broken(why));
     }
     match catch_unwind(AssertUnwindSafe(|| f(state))) {
         Ok(result) => result,

@@ -159,10 +159,11 @@ impl<T, const N: usize> Table<T, N> {
         let Some(slot) = self.slot(handle) else {
             return Err(self.bad(handle));
         };
-        if self.leased {
-            if let Some(taken) = enter_own_lease(slot, handle >> 32) {
-                return Ok(taken);
-            }
+        // Not behind `self.leased`: a slot of a table that is not leased never holds a
+        // thread's token, so the attempt fails there, and the flag is a load from the far
+        // end of the table on the path of every call.
+        if let Some(taken) = enter_own_lease(slot, handle >> 32) {
+            return Ok(taken);
         }
         self.take_slowly(handle, slot, self.leased)
     }
@@ -306,6 +307,8 @@ impl<T, const N: usize> Table<T, N> {
         Ok(value.expect("a LIVE slot holds a value"))
     }
 
+    #[cold]
+    #[inline(never)]
     fn bad(&self, handle: u64) -> Failure {
         failure(
             quiver_status::QUIVER_ERR_BAD_HANDLE,
@@ -317,6 +320,8 @@ impl<T, const N: usize> Table<T, N> {
         )
     }
 
+    #[cold]
+    #[inline(never)]
     fn busy(&self, handle: u64) -> Failure {
         failure(
             quiver_status::QUIVER_ERR_BUSY,
