@@ -62,6 +62,12 @@ fn round_trips(lat_iters: u64) -> u64 {
         + (lat_iters / SAMPLE_ROUND_TRIPS).max(1) * SAMPLE_ROUND_TRIPS
 }
 
+/// The flag that stops rank 1, alone in its cache lines: rank 1 reads it on every turn of
+/// its loop, so a neighbour that rank 0 writes (its stack, where the flag would otherwise
+/// sit) would cross between the CPUs on each write.
+#[repr(align(128))]
+struct StopFlag(AtomicBool);
+
 /// quiver's active messages: one-way latency (µs, median) and rate (Mmsg/s).
 pub(super) fn active_messages(
     kind: TransportKind,
@@ -70,11 +76,11 @@ pub(super) fn active_messages(
     messages: u64,
 ) -> Result<(f64, f64), String> {
     let (ctx0, ctx1) = contexts(kind)?;
-    let stop = AtomicBool::new(false);
+    let stop = Box::new(StopFlag(AtomicBool::new(false)));
     thread::scope(|s| {
-        let responder = s.spawn(|| respond(&ctx1, cpus[1], &stop));
+        let responder = s.spawn(|| respond(&ctx1, cpus[1], &stop.0));
         let measured = initiate(&ctx0, cpus[0], lat_iters, messages);
-        stop.store(true, Ordering::Relaxed);
+        stop.0.store(true, Ordering::Relaxed);
         let responded = responder
             .join()
             .map_err(|_| "rank 1 panicked".to_string())?;
