@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quiver::{ActiveMessage, Addr, Config, Context, Endpoint, TransportKind};
+use quiver::{ActiveMessage, Addr, Config, Endpoint, TransportKind};
 
 use super::super::floor::pin_current_thread;
-use super::super::in_process_job::two_ranks;
+use super::super::in_process_job::InProcessJob;
 
 /// Message size of every test (UCX's default, header included).
 pub(super) const SIZE: usize = 8;
@@ -25,13 +25,13 @@ const ANSWER: u16 = 2;
 const COUNT: u16 = 3;
 const FLUSH: u16 = 4;
 
-/// The two ranks' contexts: one job, `kind` only.
-fn contexts(kind: TransportKind) -> Result<(Context, Context), String> {
+/// A job of two ranks over `kind` only; each rank's thread builds its own context.
+fn job(kind: TransportKind) -> Result<InProcessJob, String> {
     let config = Config {
         transports: vec![kind],
         ..Config::from_env().map_err(|e| e.to_string())?
     };
-    two_ranks(&config)
+    InProcessJob::new(&config)
 }
 
 /// The median one-way latency (µs) of `lat_iters` round trips made by `round_trip`: a
@@ -75,11 +75,11 @@ pub(super) fn active_messages(
     lat_iters: u64,
     messages: u64,
 ) -> Result<(f64, f64), String> {
-    let (ctx0, ctx1) = contexts(kind)?;
+    let job = job(kind)?;
     let stop = Box::new(StopFlag(AtomicBool::new(false)));
     thread::scope(|s| {
-        let responder = s.spawn(|| respond(&ctx1, cpus[1], &stop.0));
-        let measured = initiate(&ctx0, cpus[0], lat_iters, messages);
+        let responder = s.spawn(|| respond(&job, cpus[1], &stop.0));
+        let measured = initiate(&job, cpus[0], lat_iters, messages);
         stop.0.store(true, Ordering::Relaxed);
         let responded = responder
             .join()
@@ -96,18 +96,19 @@ pub(super) fn plain_messages(
     cpus: [usize; 2],
     lat_iters: u64,
 ) -> Result<f64, String> {
-    let (ctx0, ctx1) = contexts(kind)?;
+    let job = job(kind)?;
     thread::scope(|s| {
-        let echo = s.spawn(|| echo(&ctx1, cpus[1], round_trips(lat_iters)));
-        let measured = ping(&ctx0, cpus[0], lat_iters);
+        let echo = s.spawn(|| echo(&job, cpus[1], round_trips(lat_iters)));
+        let measured = ping(&job, cpus[0], lat_iters);
         let echoed = echo.join().map_err(|_| "rank 1 panicked".to_string())?;
         echoed.and(measured)
     })
 }
 
 /// Rank 1 of the plain ping-pong: sends each of `count` messages back.
-fn echo(ctx: &Context, cpu: usize, count: u64) -> Result<(), String> {
+fn echo(job: &InProcessJob, cpu: usize, count: u64) -> Result<(), String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 1 to CPU {cpu}: {e}"))?;
+    let ctx = job.context(1)?;
     let fail = |e: quiver::Error| format!("rank 1: {e}");
     let mut ep = ctx.endpoint(0).map_err(fail)?;
     let conn = ep.connect(Addr::new(0, 0)).map_err(fail)?;
@@ -120,8 +121,9 @@ fn echo(ctx: &Context, cpu: usize, count: u64) -> Result<(), String> {
 }
 
 /// Rank 0 of the plain ping-pong: the timed round trips, every answer checked.
-fn ping(ctx: &Context, cpu: usize, lat_iters: u64) -> Result<f64, String> {
+fn ping(job: &InProcessJob, cpu: usize, lat_iters: u64) -> Result<f64, String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 0 to CPU {cpu}: {e}"))?;
+    let ctx = job.context(0)?;
     let fail = |e: quiver::Error| format!("rank 0: {e}");
     let mut ep = ctx.endpoint(0).map_err(fail)?;
     let conn = ep.connect(Addr::new(1, 0)).map_err(fail)?;
@@ -138,8 +140,9 @@ fn ping(ctx: &Context, cpu: usize, lat_iters: u64) -> Result<f64, String> {
 }
 
 /// Rank 1: echoes `ECHO`, counts `COUNT`, answers `FLUSH`; runs until `stop`.
-fn respond(ctx: &Context, cpu: usize, stop: &AtomicBool) -> Result<(), String> {
+fn respond(job: &InProcessJob, cpu: usize, stop: &AtomicBool) -> Result<(), String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 1 to CPU {cpu}: {e}"))?;
+    let ctx = job.context(1)?;
     let mut ep = ctx.endpoint(0).map_err(|e| e.to_string())?;
     let answer = |ep: &mut Endpoint, m: &ActiveMessage<'_>| {
         ep.reply_am(m.source(), ANSWER, &[], m.payload())
@@ -156,12 +159,13 @@ fn respond(ctx: &Context, cpu: usize, stop: &AtomicBool) -> Result<(), String> {
 
 /// Rank 0: the round trips, then the stream.
 fn initiate(
-    ctx: &Context,
+    job: &InProcessJob,
     cpu: usize,
     lat_iters: u64,
     messages: u64,
 ) -> Result<(f64, f64), String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 0 to CPU {cpu}: {e}"))?;
+    let ctx = job.context(0)?;
     let mut ep = ctx.endpoint(0).map_err(|e| e.to_string())?;
     let answers = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&answers);
