@@ -29,6 +29,7 @@
 pub(crate) mod launch;
 pub(crate) mod plan;
 mod plot;
+pub(crate) mod raw_udp;
 mod record;
 pub(crate) mod worker;
 
@@ -36,10 +37,10 @@ pub(crate) use plan::StripeArgs;
 
 use std::io::Write;
 
-use launch::{run_quiver, run_tcp};
+use launch::{run_quiver, run_raw_udp, run_tcp};
 use plan::Plan;
 use plot::{StripePoint, StripeSetting};
-use record::{goodput_gbps, record, StripeRecord};
+use record::{goodput_gbps, raw_udp_record, record, StripeRecord};
 use worker::run_worker;
 
 use crate::testbed;
@@ -60,7 +61,11 @@ const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Runs `quiver-bench stripe`; returns the exit code.
 pub(crate) fn main(args: &StripeArgs) -> i32 {
     if let Some(role) = args.worker.clone() {
-        return match run_worker(&role, args) {
+        let run = match role.starts_with("raw-udp") {
+            true => raw_udp::run_worker,
+            false => run_worker,
+        };
+        return match run(&role, args) {
             Ok(()) => 0,
             Err(message) => {
                 eprintln!("quiver-bench stripe: {role}: {message}");
@@ -229,6 +234,30 @@ fn print_row(record: &StripeRecord) {
             record.loss_pct
         );
     }
+    if let Some(raw) = &record.raw_udp {
+        let shares: Vec<String> = raw
+            .link_shares
+            .iter()
+            .map(|share| format!("{:.0}%", share * 100.0))
+            .collect();
+        println!(
+            "      raw udp: {:.3} Gbit/s = {:.3} of nominal; quiver/raw {:.3}, raw/tcp {}; cpu tx {:.2} rx {:.2}; lost {} of {} datagrams, duplicates {}, full-socket refusals {}; link shares {}",
+            raw.goodput_gbps,
+            raw.nominal_ratio,
+            raw.quiver_ratio,
+            optional(raw.tcp_ratio, 3),
+            raw.cpu_sender,
+            raw.cpu_receiver,
+            raw.datagrams_lost,
+            raw.datagrams_sent,
+            raw.duplicates,
+            raw.would_block,
+            shares.join(" ")
+        );
+    }
+    if let (Some(tx), Some(rx)) = (record.tcp_cpu_sender, record.tcp_cpu_receiver) {
+        println!("      tcp cpu tx {tx:.2} rx {rx:.2}");
+    }
     if record.tcp_ratio.is_some() {
         if let Some(cc) = &record.tcp_congestion_control {
             println!("      tcp congestion control: {cc}");
@@ -257,10 +286,15 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         } else {
             None
         };
-        Ok::<_, String>((lossless, quiver, tcp))
+        let raw = if plan.raw_udp {
+            Some(run_raw_udp(plan, links)?)
+        } else {
+            None
+        };
+        Ok::<_, String>((lossless, quiver, tcp, raw))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;
-    let (lossless, (sender, receiver, killed_at_ns), tcp) = outcome?;
+    let (lossless, (sender, receiver, killed_at_ns), tcp, raw) = outcome?;
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
@@ -273,6 +307,14 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         );
     }
     let mut record = record(plan, links, &sender, &receiver, killed_at_ns, tcp);
+    record.raw_udp = raw.map(|(sender, receiver)| {
+        if plan.verbose {
+            eprintln!("      raw-udp sender: {sender:?}");
+            eprintln!("      raw-udp receiver: {receiver:?}");
+        }
+        let (quiver, tcp) = (record.goodput_gbps, record.tcp_baseline_gbps);
+        raw_udp_record(plan, links, &sender, &receiver, quiver, tcp)
+    });
     record.lossless_goodput_gbps = lossless;
     record.lossless_ratio = lossless.map(|gbps| record.goodput_gbps / gbps);
     Ok(record)

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Plan, MESSAGE_BYTES};
+use super::raw_udp::{RawReceiverReport, RawSenderReport};
 
 /// Time given to the path that died before the post-kill goodput is counted.
 const KILL_SETTLE: Duration = Duration::from_millis(500);
@@ -64,6 +65,31 @@ pub(crate) struct StripeRecord {
     pub(crate) survivors_ratio: Option<f64>,
     /// The kernel's TCP congestion control in the sender's namespace.
     pub(crate) tcp_congestion_control: Option<String>,
+    /// With --raw-udp: the raw udp stream over the same links (None: not run).
+    pub(crate) raw_udp: Option<RawUdpRecord>,
+}
+
+/// What the raw udp stream of --raw-udp measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RawUdpRecord {
+    /// Checked stream bytes of distinct datagrams at the receiver, Gbit/s.
+    pub(crate) goodput_gbps: f64,
+    pub(crate) nominal_ratio: f64,
+    /// quiver goodput / raw udp goodput, and raw udp / TCP.
+    pub(crate) quiver_ratio: f64,
+    pub(crate) tcp_ratio: Option<f64>,
+    pub(crate) cpu_sender: f64,
+    pub(crate) cpu_receiver: f64,
+    pub(crate) datagrams_sent: u64,
+    /// Datagrams sent that never arrived, and those that arrived twice.
+    pub(crate) datagrams_lost: u64,
+    pub(crate) duplicates: u64,
+    /// Sends refused by a full socket (the run went to the next link).
+    pub(crate) would_block: u64,
+    pub(crate) link_shares: Vec<f64>,
+    /// The kernel's UDP counters of both namespaces at the end.
+    pub(crate) sender_udp_counters: String,
+    pub(crate) receiver_udp_counters: String,
 }
 
 /// The receiver's report (JSON on its stdout).
@@ -190,6 +216,43 @@ pub(crate) fn record(
         goodput_after_kill_gbps,
         survivors_ratio,
         tcp_congestion_control: tcp.and_then(|(_, _, cc)| cc),
+        raw_udp: None,
+    }
+}
+
+/// The raw udp stream's record, against the quiver and TCP goodput of the same run.
+pub(crate) fn raw_udp_record(
+    plan: &Plan,
+    links: u32,
+    sender: &RawSenderReport,
+    receiver: &RawReceiverReport,
+    quiver_gbps: f64,
+    tcp_gbps: Option<f64>,
+) -> RawUdpRecord {
+    let seconds = receiver.last_ns.saturating_sub(receiver.first_ns) as f64 / 1e9;
+    let goodput_gbps = match seconds > 0.0 {
+        true => receiver.bytes as f64 * 8.0 / seconds / 1e9,
+        false => 0.0,
+    };
+    let total = sender.link_bytes.iter().sum::<u64>().max(1) as f64;
+    RawUdpRecord {
+        goodput_gbps,
+        nominal_ratio: goodput_gbps / (f64::from(links) * plan.rate_bps as f64 / 1e9),
+        quiver_ratio: quiver_gbps / goodput_gbps.max(1e-9),
+        tcp_ratio: tcp_gbps.map(|tcp| goodput_gbps / tcp.max(1e-9)),
+        cpu_sender: sender.cpu_seconds / sender.elapsed_seconds.max(1e-9),
+        cpu_receiver: receiver.cpu_seconds / seconds.max(1e-9),
+        datagrams_sent: sender.datagrams,
+        datagrams_lost: sender.datagrams.saturating_sub(receiver.datagrams),
+        duplicates: receiver.duplicates,
+        would_block: sender.would_block,
+        link_shares: sender
+            .link_bytes
+            .iter()
+            .map(|&bytes| bytes as f64 / total)
+            .collect(),
+        sender_udp_counters: sender.udp_counters.clone(),
+        receiver_udp_counters: receiver.udp_counters.clone(),
     }
 }
 
