@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use quiver_cli::launch::{spawn_rank, JobIdentity};
 
 use super::plan::{link_address, Plan, QUIVER_PORT};
-use super::raw_udp::{RawReceiverReport, RawSenderReport};
-use super::record::{ReceiverReport, SenderReport, TcpReport};
+use super::record::{RawReceiverReport, RawSenderReport, ReceiverReport, SenderReport, TcpReport};
 use super::worker::monotonic_ns;
 use crate::testbed;
 

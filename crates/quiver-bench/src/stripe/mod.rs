@@ -27,6 +27,7 @@
 //! two sides), `record` (what a link count measured), `plot` (the scaling curve).
 
 pub(crate) mod launch;
+mod machine;
 pub(crate) mod plan;
 mod plot;
 pub(crate) mod raw_udp;
@@ -38,6 +39,7 @@ pub(crate) use plan::StripeArgs;
 use std::io::Write;
 
 use launch::{run_quiver, run_raw_udp, run_tcp};
+use machine::CpuTimes;
 use plan::Plan;
 use plot::{StripePoint, StripeSetting};
 use record::{goodput_gbps, raw_udp_record, record, StripeRecord};
@@ -258,6 +260,15 @@ fn print_row(record: &StripeRecord) {
     if let (Some(tx), Some(rx)) = (record.tcp_cpu_sender, record.tcp_cpu_receiver) {
         println!("      tcp cpu tx {tx:.2} rx {rx:.2}");
     }
+    let busy: Vec<String> = ["quiver", "tcp", "raw udp"]
+        .iter()
+        .zip(record.cpus_busy)
+        .filter_map(|(name, busy)| busy.map(|[a, b]| format!("{name} {a:.2} {b:.2}")))
+        .collect();
+    println!(
+        "      CPUs busy (tx, rx; /proc/stat, softirq included): {}",
+        busy.join(", ")
+    );
     if record.tcp_ratio.is_some() {
         if let Some(cc) = &record.tcp_congestion_control {
             println!("      tcp congestion control: {cc}");
@@ -280,21 +291,33 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         } else {
             None
         };
+        let cpus = CpuTimes::now(plan.cpus);
         let quiver = run_quiver(plan, links)?;
+        let quiver_busy = cpus.busy_since();
         let tcp = if plan.tcp {
-            Some(run_tcp(plan, links)?)
+            let cpus = CpuTimes::now(plan.cpus);
+            let tcp = run_tcp(plan, links)?;
+            Some((tcp, cpus.busy_since()))
         } else {
             None
         };
         let raw = if plan.raw_udp {
-            Some(run_raw_udp(plan, links)?)
+            let cpus = CpuTimes::now(plan.cpus);
+            let raw = run_raw_udp(plan, links)?;
+            Some((raw, cpus.busy_since()))
         } else {
             None
         };
-        Ok::<_, String>((lossless, quiver, tcp, raw))
+        let busy = [
+            Some(quiver_busy),
+            tcp.as_ref().map(|t| t.1),
+            raw.as_ref().map(|r| r.1),
+        ];
+        let (tcp, raw) = (tcp.map(|t| t.0), raw.map(|r| r.0));
+        Ok::<_, String>((lossless, quiver, tcp, raw, busy))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;
-    let (lossless, (sender, receiver, killed_at_ns), tcp, raw) = outcome?;
+    let (lossless, (sender, receiver, killed_at_ns), tcp, raw, busy) = outcome?;
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
@@ -315,6 +338,7 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         let (quiver, tcp) = (record.goodput_gbps, record.tcp_baseline_gbps);
         raw_udp_record(plan, links, &sender, &receiver, quiver, tcp)
     });
+    record.cpus_busy = busy;
     record.lossless_goodput_gbps = lossless;
     record.lossless_ratio = lossless.map(|gbps| record.goodput_gbps / gbps);
     Ok(record)

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use quiver_transport::udp::{max_gso_bytes, GatherBuffer, RecvBatch, UdpSocket};
 use quiver_transport::udp::{MAX_COALESCED_BYTES, MAX_GSO_SEGMENTS};
-use serde::{Deserialize, Serialize};
 
 use super::plan::{link_address, StripeArgs, CONTENTS, MESSAGE_BYTES};
+use super::record::{RawReceiverReport, RawSenderReport};
 use super::worker::{contents, cpu_seconds, monotonic_ns, udp_counters};
 
 /// UDP port of the raw stream on every link.
@@ -50,35 +50,6 @@ const PEER_WAIT: Duration = Duration::from_secs(20);
 const MAX_DATAGRAMS: u64 = 1 << 30;
 /// Messages one receive call takes.
 const RECV_BATCH: usize = 16;
-
-/// The raw sender's report.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct RawSenderReport {
-    pub(crate) datagrams: u64,
-    /// Stream bytes sent on each link.
-    pub(crate) link_bytes: Vec<u64>,
-    /// Sends a full socket refused (the run went to the next link).
-    pub(crate) would_block: u64,
-    pub(crate) cpu_seconds: f64,
-    pub(crate) elapsed_seconds: f64,
-    pub(crate) udp_counters: String,
-}
-
-/// The raw receiver's report.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct RawReceiverReport {
-    /// Stream bytes of distinct datagrams, each checked against the stream.
-    pub(crate) bytes: u64,
-    pub(crate) datagrams: u64,
-    pub(crate) duplicates: u64,
-    /// Monotonic ns of the first and the last data datagram.
-    pub(crate) first_ns: u64,
-    pub(crate) last_ns: u64,
-    pub(crate) cpu_seconds: f64,
-    /// The sender's datagram count from its end marker (None: no marker arrived).
-    pub(crate) sent_datagrams: Option<u64>,
-    pub(crate) udp_counters: String,
-}
 
 /// The stream both sides derive: the quiver transfer's message bodies one after another,
 /// repeating, with a run's worth of the start appended so that any datagram's bytes are

@@ -6,7 +6,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Plan, MESSAGE_BYTES};
-use super::raw_udp::{RawReceiverReport, RawSenderReport};
 
 /// Time given to the path that died before the post-kill goodput is counted.
 const KILL_SETTLE: Duration = Duration::from_millis(500);
@@ -65,6 +64,9 @@ pub(crate) struct StripeRecord {
     pub(crate) survivors_ratio: Option<f64>,
     /// The kernel's TCP congestion control in the sender's namespace.
     pub(crate) tcp_congestion_control: Option<String>,
+    /// Share of time the sender's and the receiver's CPU were busy (`/proc/stat`, softirq
+    /// and kernel threads included) during the quiver, TCP and raw udp transfers.
+    pub(crate) cpus_busy: [Option<[f64; 2]>; 3],
     /// With --raw-udp: the raw udp stream over the same links (None: not run).
     pub(crate) raw_udp: Option<RawUdpRecord>,
 }
@@ -137,6 +139,35 @@ pub(crate) struct SenderReport {
     pub(crate) paths_down: u64,
     pub(crate) paths_rejoined: u64,
     pub(crate) link_payload_bytes: Vec<u64>,
+}
+
+/// The raw sender's report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RawSenderReport {
+    pub(crate) datagrams: u64,
+    /// Stream bytes sent on each link.
+    pub(crate) link_bytes: Vec<u64>,
+    /// Sends a full socket refused (the run went to the next link).
+    pub(crate) would_block: u64,
+    pub(crate) cpu_seconds: f64,
+    pub(crate) elapsed_seconds: f64,
+    pub(crate) udp_counters: String,
+}
+
+/// The raw receiver's report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RawReceiverReport {
+    /// Stream bytes of distinct datagrams, each checked against the stream.
+    pub(crate) bytes: u64,
+    pub(crate) datagrams: u64,
+    pub(crate) duplicates: u64,
+    /// Monotonic ns of the first and the last data datagram.
+    pub(crate) first_ns: u64,
+    pub(crate) last_ns: u64,
+    pub(crate) cpu_seconds: f64,
+    /// The sender's datagram count from its end marker (None: no marker arrived).
+    pub(crate) sent_datagrams: Option<u64>,
+    pub(crate) udp_counters: String,
 }
 
 /// A TCP side's report.
@@ -217,6 +248,7 @@ pub(crate) fn record(
         survivors_ratio,
         tcp_congestion_control: tcp.and_then(|(_, _, cc)| cc),
         raw_udp: None,
+        cpus_busy: [None; 3],
     }
 }
 
