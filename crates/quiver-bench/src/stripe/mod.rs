@@ -12,6 +12,7 @@
 //! 3. with `--kill-link S`, takes the last link down (`ip link set ... down`) S seconds into
 //!    the transfer and reports the goodput after it against what the surviving links carry;
 //! 4. otherwise runs the baseline: N TCP streams, stream i over link i, for `--seconds`;
+//!    with `--raw-udp` also a udp stream with no protocol over the same links (`raw_udp`);
 //! 5. removes the testbed, also on failure and on Ctrl-C.
 //!
 //! Reported per link count: goodput (payload bits per second at the receiver, from its
@@ -24,7 +25,8 @@
 //!
 //! Layout: this file (the parent's run and its table), `plan` (the command line and what
 //! a run measures), `launch` (starting the two sides in their namespaces), `worker` (the
-//! two sides), `record` (what a link count measured), `plot` (the scaling curve).
+//! two sides), `raw_udp` (the raw udp stream's two sides), `record` (what a link count
+//! measured), `machine` (how busy the pinned CPUs were), `plot` (the scaling curve).
 
 pub(crate) mod launch;
 mod machine;
