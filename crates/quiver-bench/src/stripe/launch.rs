@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use quiver_cli::launch::{spawn_rank, JobIdentity};
 
 use super::plan::{link_address, Plan, QUIVER_PORT};
-use super::record::{ReceiverReport, SenderReport, TcpReport};
+use super::record::{RawReceiverReport, RawSenderReport, ReceiverReport, SenderReport, TcpReport};
 use super::worker::monotonic_ns;
 use crate::testbed;
 
@@ -337,6 +337,55 @@ pub(crate) fn run_tcp(
         .filter(|output| output.status.success())
         .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string());
     Ok((client_report?, server_report?, congestion_control))
+}
+
+/// The raw udp floor: one stream striped over every link, no protocol.
+pub(crate) fn run_raw_udp(
+    plan: &Plan,
+    links: u32,
+) -> Result<(RawSenderReport, RawReceiverReport), String> {
+    let [a, b] = testbed::namespaces(&plan.name);
+    let identity =
+        JobIdentity::generate().map_err(|error| format!("making a job identity: {error}"))?;
+    let extra = vec![
+        "--seconds".to_string(),
+        format!("{}", plan.seconds),
+        "--worker-links".to_string(),
+        links.to_string(),
+        "--mtu".to_string(),
+        plan.mtu.to_string(),
+    ];
+    let receiver = Worker::start(
+        "raw-udp receiver",
+        &b,
+        &[],
+        &identity,
+        1,
+        plan.cpus[1],
+        "raw-udp-receiver",
+        &extra,
+    )?;
+    let sender = match Worker::start(
+        "raw-udp sender",
+        &a,
+        &[],
+        &identity,
+        0,
+        plan.cpus[0],
+        "raw-udp-sender",
+        &extra,
+    ) {
+        Ok(sender) => sender,
+        Err(error) => {
+            let mut receiver = receiver;
+            receiver.kill();
+            return Err(error);
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(plan.seconds) + Duration::from_secs(60);
+    let sender_report = sender.finish::<RawSenderReport>(deadline);
+    let receiver_report = receiver.finish::<RawReceiverReport>(deadline);
+    Ok((sender_report?, receiver_report?))
 }
 
 #[cfg(test)]

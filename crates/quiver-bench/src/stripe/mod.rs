@@ -12,6 +12,7 @@
 //! 3. with `--kill-link S`, takes the last link down (`ip link set ... down`) S seconds into
 //!    the transfer and reports the goodput after it against what the surviving links carry;
 //! 4. otherwise runs the baseline: N TCP streams, stream i over link i, for `--seconds`;
+//!    with `--raw-udp` also a udp stream with no protocol over the same links (`raw_udp`);
 //! 5. removes the testbed, also on failure and on Ctrl-C.
 //!
 //! Reported per link count: goodput (payload bits per second at the receiver, from its
@@ -24,11 +25,14 @@
 //!
 //! Layout: this file (the parent's run and its table), `plan` (the command line and what
 //! a run measures), `launch` (starting the two sides in their namespaces), `worker` (the
-//! two sides), `record` (what a link count measured), `plot` (the scaling curve).
+//! two sides), `raw_udp` (the raw udp stream's two sides), `record` (what a link count
+//! measured), `machine` (how busy the pinned CPUs were), `plot` (the scaling curve).
 
 pub(crate) mod launch;
+mod machine;
 pub(crate) mod plan;
 mod plot;
+pub(crate) mod raw_udp;
 mod record;
 pub(crate) mod worker;
 
@@ -36,10 +40,11 @@ pub(crate) use plan::StripeArgs;
 
 use std::io::Write;
 
-use launch::{run_quiver, run_tcp};
+use launch::{run_quiver, run_raw_udp, run_tcp};
+use machine::CpuTimes;
 use plan::Plan;
 use plot::{StripePoint, StripeSetting};
-use record::{goodput_gbps, record, StripeRecord};
+use record::{goodput_gbps, raw_udp_record, record, StripeRecord};
 use worker::run_worker;
 
 use crate::testbed;
@@ -60,7 +65,11 @@ const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Runs `quiver-bench stripe`; returns the exit code.
 pub(crate) fn main(args: &StripeArgs) -> i32 {
     if let Some(role) = args.worker.clone() {
-        return match run_worker(&role, args) {
+        let run = match role.starts_with("raw-udp") {
+            true => raw_udp::run_worker,
+            false => run_worker,
+        };
+        return match run(&role, args) {
             Ok(()) => 0,
             Err(message) => {
                 eprintln!("quiver-bench stripe: {role}: {message}");
@@ -229,6 +238,39 @@ fn print_row(record: &StripeRecord) {
             record.loss_pct
         );
     }
+    if let Some(raw) = &record.raw_udp {
+        let shares: Vec<String> = raw
+            .link_shares
+            .iter()
+            .map(|share| format!("{:.0}%", share * 100.0))
+            .collect();
+        println!(
+            "      raw udp: {:.3} Gbit/s = {:.3} of nominal; quiver/raw {:.3}, raw/tcp {}; cpu tx {:.2} rx {:.2}; lost {} of {} datagrams, duplicates {}, full-socket refusals {}; link shares {}",
+            raw.goodput_gbps,
+            raw.nominal_ratio,
+            raw.quiver_ratio,
+            optional(raw.tcp_ratio, 3),
+            raw.cpu_sender,
+            raw.cpu_receiver,
+            raw.datagrams_lost,
+            raw.datagrams_sent,
+            raw.duplicates,
+            raw.would_block,
+            shares.join(" ")
+        );
+    }
+    if let (Some(tx), Some(rx)) = (record.tcp_cpu_sender, record.tcp_cpu_receiver) {
+        println!("      tcp cpu tx {tx:.2} rx {rx:.2}");
+    }
+    let busy: Vec<String> = ["quiver", "tcp", "raw udp"]
+        .iter()
+        .zip(record.cpus_busy)
+        .filter_map(|(name, busy)| busy.map(|[a, b]| format!("{name} {a:.2} {b:.2}")))
+        .collect();
+    println!(
+        "      CPUs busy (tx, rx; /proc/stat, softirq included): {}",
+        busy.join(", ")
+    );
     if record.tcp_ratio.is_some() {
         if let Some(cc) = &record.tcp_congestion_control {
             println!("      tcp congestion control: {cc}");
@@ -251,16 +293,33 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         } else {
             None
         };
+        let cpus = CpuTimes::now(plan.cpus);
         let quiver = run_quiver(plan, links)?;
+        let quiver_busy = cpus.busy_since();
         let tcp = if plan.tcp {
-            Some(run_tcp(plan, links)?)
+            let cpus = CpuTimes::now(plan.cpus);
+            let tcp = run_tcp(plan, links)?;
+            Some((tcp, cpus.busy_since()))
         } else {
             None
         };
-        Ok::<_, String>((lossless, quiver, tcp))
+        let raw = if plan.raw_udp {
+            let cpus = CpuTimes::now(plan.cpus);
+            let raw = run_raw_udp(plan, links)?;
+            Some((raw, cpus.busy_since()))
+        } else {
+            None
+        };
+        let busy = [
+            Some(quiver_busy),
+            tcp.as_ref().map(|t| t.1),
+            raw.as_ref().map(|r| r.1),
+        ];
+        let (tcp, raw) = (tcp.map(|t| t.0), raw.map(|r| r.0));
+        Ok::<_, String>((lossless, quiver, tcp, raw, busy))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;
-    let (lossless, (sender, receiver, killed_at_ns), tcp) = outcome?;
+    let (lossless, (sender, receiver, killed_at_ns), tcp, raw, busy) = outcome?;
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
@@ -273,6 +332,15 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         );
     }
     let mut record = record(plan, links, &sender, &receiver, killed_at_ns, tcp);
+    record.raw_udp = raw.map(|(sender, receiver)| {
+        if plan.verbose {
+            eprintln!("      raw-udp sender: {sender:?}");
+            eprintln!("      raw-udp receiver: {receiver:?}");
+        }
+        let (quiver, tcp) = (record.goodput_gbps, record.tcp_baseline_gbps);
+        raw_udp_record(plan, links, &sender, &receiver, quiver, tcp)
+    });
+    record.cpus_busy = busy;
     record.lossless_goodput_gbps = lossless;
     record.lossless_ratio = lossless.map(|gbps| record.goodput_gbps / gbps);
     Ok(record)

@@ -48,6 +48,11 @@ pub(crate) struct StripeArgs {
     /// Skip the TCP baseline.
     #[arg(long)]
     pub(crate) no_tcp: bool,
+    /// Also run a raw udp stream (no protocol: GSO sends, GRO receives, every byte checked,
+    /// nothing retransmitted) over the same links for --seconds: the floor of any protocol
+    /// over udp sockets with the same CPUs.
+    #[arg(long)]
+    pub(crate) raw_udp: bool,
     /// With --loss: first run the quiver transfer with the loss rules taken off the same
     /// testbed, then with them, and report the lossy goodput over the lossless one (quiver
     /// aims at 0.95 or more at 1% loss).
@@ -100,6 +105,7 @@ pub(crate) struct Plan {
     pub(crate) kill_link: Option<f64>,
     pub(crate) offloads_off: bool,
     pub(crate) tcp: bool,
+    pub(crate) raw_udp: bool,
     pub(crate) lossless_baseline: bool,
     pub(crate) post_window: usize,
     pub(crate) recv_window: usize,
@@ -176,6 +182,7 @@ impl Plan {
             kill_link: args.kill_link,
             offloads_off,
             tcp: !args.no_tcp && args.kill_link.is_none(),
+            raw_udp: args.raw_udp && args.kill_link.is_none(),
             lossless_baseline: args.lossless_baseline,
             post_window: args.post_window,
             recv_window: args.recv_window,
@@ -231,6 +238,8 @@ mod tests {
         assert_eq!(plan.link_counts, vec![1, 2, 4, 8]);
         assert_eq!(plan.rate_bps, 1_000_000_000);
         assert!(plan.tcp);
+        assert!(!plan.raw_udp, "no raw udp stream unless asked");
+        assert!(super::tests::plan(&["--raw-udp"]).expect("valid").raw_udp);
         assert!(super::tests::plan(&["--links", "0"]).is_err());
         assert!(super::tests::plan(&["--links", "65"]).is_err());
         assert!(super::tests::plan(&["--links", "2", "--loss", "60"]).is_err());

@@ -64,6 +64,34 @@ pub(crate) struct StripeRecord {
     pub(crate) survivors_ratio: Option<f64>,
     /// The kernel's TCP congestion control in the sender's namespace.
     pub(crate) tcp_congestion_control: Option<String>,
+    /// Share of time the sender's and the receiver's CPU were busy (`/proc/stat`, softirq
+    /// and kernel threads included) during the quiver, TCP and raw udp transfers.
+    pub(crate) cpus_busy: [Option<[f64; 2]>; 3],
+    /// With --raw-udp: the raw udp stream over the same links (None: not run).
+    pub(crate) raw_udp: Option<RawUdpRecord>,
+}
+
+/// What the raw udp stream of --raw-udp measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RawUdpRecord {
+    /// Checked stream bytes of distinct datagrams at the receiver, Gbit/s.
+    pub(crate) goodput_gbps: f64,
+    pub(crate) nominal_ratio: f64,
+    /// quiver goodput / raw udp goodput, and raw udp / TCP.
+    pub(crate) quiver_ratio: f64,
+    pub(crate) tcp_ratio: Option<f64>,
+    pub(crate) cpu_sender: f64,
+    pub(crate) cpu_receiver: f64,
+    pub(crate) datagrams_sent: u64,
+    /// Datagrams sent that never arrived, and those that arrived twice.
+    pub(crate) datagrams_lost: u64,
+    pub(crate) duplicates: u64,
+    /// Sends refused by a full socket (the run went to the next link).
+    pub(crate) would_block: u64,
+    pub(crate) link_shares: Vec<f64>,
+    /// The kernel's UDP counters of both namespaces at the end.
+    pub(crate) sender_udp_counters: String,
+    pub(crate) receiver_udp_counters: String,
 }
 
 /// The receiver's report (JSON on its stdout).
@@ -111,6 +139,35 @@ pub(crate) struct SenderReport {
     pub(crate) paths_down: u64,
     pub(crate) paths_rejoined: u64,
     pub(crate) link_payload_bytes: Vec<u64>,
+}
+
+/// The raw sender's report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RawSenderReport {
+    pub(crate) datagrams: u64,
+    /// Stream bytes sent on each link.
+    pub(crate) link_bytes: Vec<u64>,
+    /// Sends a full socket refused (the run went to the next link).
+    pub(crate) would_block: u64,
+    pub(crate) cpu_seconds: f64,
+    pub(crate) elapsed_seconds: f64,
+    pub(crate) udp_counters: String,
+}
+
+/// The raw receiver's report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RawReceiverReport {
+    /// Stream bytes of distinct datagrams, each checked against the stream.
+    pub(crate) bytes: u64,
+    pub(crate) datagrams: u64,
+    pub(crate) duplicates: u64,
+    /// Monotonic ns of the first and the last data datagram.
+    pub(crate) first_ns: u64,
+    pub(crate) last_ns: u64,
+    pub(crate) cpu_seconds: f64,
+    /// The sender's datagram count from its end marker (None: no marker arrived).
+    pub(crate) sent_datagrams: Option<u64>,
+    pub(crate) udp_counters: String,
 }
 
 /// A TCP side's report.
@@ -190,6 +247,44 @@ pub(crate) fn record(
         goodput_after_kill_gbps,
         survivors_ratio,
         tcp_congestion_control: tcp.and_then(|(_, _, cc)| cc),
+        raw_udp: None,
+        cpus_busy: [None; 3],
+    }
+}
+
+/// The raw udp stream's record, against the quiver and TCP goodput of the same run.
+pub(crate) fn raw_udp_record(
+    plan: &Plan,
+    links: u32,
+    sender: &RawSenderReport,
+    receiver: &RawReceiverReport,
+    quiver_gbps: f64,
+    tcp_gbps: Option<f64>,
+) -> RawUdpRecord {
+    let seconds = receiver.last_ns.saturating_sub(receiver.first_ns) as f64 / 1e9;
+    let goodput_gbps = match seconds > 0.0 {
+        true => receiver.bytes as f64 * 8.0 / seconds / 1e9,
+        false => 0.0,
+    };
+    let total = sender.link_bytes.iter().sum::<u64>().max(1) as f64;
+    RawUdpRecord {
+        goodput_gbps,
+        nominal_ratio: goodput_gbps / (f64::from(links) * plan.rate_bps as f64 / 1e9),
+        quiver_ratio: quiver_gbps / goodput_gbps.max(1e-9),
+        tcp_ratio: tcp_gbps.map(|tcp| goodput_gbps / tcp.max(1e-9)),
+        cpu_sender: sender.cpu_seconds / sender.elapsed_seconds.max(1e-9),
+        cpu_receiver: receiver.cpu_seconds / seconds.max(1e-9),
+        datagrams_sent: sender.datagrams,
+        datagrams_lost: sender.datagrams.saturating_sub(receiver.datagrams),
+        duplicates: receiver.duplicates,
+        would_block: sender.would_block,
+        link_shares: sender
+            .link_bytes
+            .iter()
+            .map(|&bytes| bytes as f64 / total)
+            .collect(),
+        sender_udp_counters: sender.udp_counters.clone(),
+        receiver_udp_counters: receiver.udp_counters.clone(),
     }
 }
 

@@ -39,7 +39,7 @@ pub(crate) fn run_worker(role: &str, args: &StripeArgs) -> Result<(), String> {
 }
 
 /// The CONTENTS message bodies both sides derive from the same seed.
-fn contents() -> Vec<Vec<u8>> {
+pub(crate) fn contents() -> Vec<Vec<u8>> {
     (0..CONTENTS as u64)
         .map(|index| {
             let mut state = (index + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -410,7 +410,7 @@ fn diagnostics(context: &Context) -> String {
 }
 
 /// The `Udp:` counters of this network namespace, as `name=value` pairs.
-fn udp_counters() -> String {
+pub(crate) fn udp_counters() -> String {
     let text = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
     let mut lines = text.lines().filter(|line| line.starts_with("Udp:"));
     match (lines.next(), lines.next()) {
