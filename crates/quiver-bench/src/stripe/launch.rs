@@ -185,12 +185,61 @@ impl Worker {
     }
 }
 
+/// Starts a transfer's two workers: the `passive` side (its label, its role) in the
+/// second namespace as rank 1 on the plan's second CPU, then the `active` side in the first
+/// as rank 0 on the first CPU; the passive one is killed if the active one cannot start.
+/// Returns (passive, active).
+fn start_pair(
+    plan: &Plan,
+    passive: [&'static str; 2],
+    active: [&'static str; 2],
+    environment: &[(String, String)],
+    identity: &JobIdentity,
+    extra: &[String],
+) -> Result<(Worker, Worker), String> {
+    let [a, b] = testbed::namespaces(&plan.name);
+    let [passive_label, passive_role] = passive;
+    let [active_label, active_role] = active;
+    let first = Worker::start(
+        passive_label,
+        &b,
+        environment,
+        identity,
+        1,
+        plan.cpus[1],
+        passive_role,
+        extra,
+    )?;
+    match Worker::start(
+        active_label,
+        &a,
+        environment,
+        identity,
+        0,
+        plan.cpus[0],
+        active_role,
+        extra,
+    ) {
+        Ok(second) => Ok((first, second)),
+        Err(error) => {
+            let mut first = first;
+            first.kill();
+            Err(error)
+        }
+    }
+}
+
+/// When a transfer of the plan's length, started now, has failed if it is not over.
+fn transfer_deadline(plan: &Plan) -> Instant {
+    Instant::now() + Duration::from_secs_f64(plan.seconds) + Duration::from_secs(60)
+}
+
 /// Both sides of the quiver transfer; returns their reports and when a link was killed.
 pub(crate) fn run_quiver(
     plan: &Plan,
     links: u32,
 ) -> Result<(SenderReport, ReceiverReport, Option<u64>), String> {
-    let [a, b] = testbed::namespaces(&plan.name);
+    let [a, _] = testbed::namespaces(&plan.name);
     let mut identity =
         JobIdentity::generate().map_err(|error| format!("making a job identity: {error}"))?;
     identity.addrs = vec![
@@ -223,35 +272,16 @@ pub(crate) fn run_quiver(
         "--recv-window".to_string(),
         plan.recv_window.to_string(),
     ];
-    let receiver = Worker::start(
-        "receiver",
-        &b,
+    let (receiver, sender) = start_pair(
+        plan,
+        ["receiver", "receiver"],
+        ["sender", "sender"],
         &environment,
         &identity,
-        1,
-        plan.cpus[1],
-        "receiver",
         &extra,
     )?;
-    let sender = match Worker::start(
-        "sender",
-        &a,
-        &environment,
-        &identity,
-        0,
-        plan.cpus[0],
-        "sender",
-        &extra,
-    ) {
-        Ok(sender) => sender,
-        Err(error) => {
-            let mut receiver = receiver;
-            receiver.kill();
-            return Err(error);
-        }
-    };
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(plan.seconds) + Duration::from_secs(60);
+    let deadline = transfer_deadline(plan);
     let mut killed_at_ns = None;
     if let Some(at) = plan.kill_link {
         // The transfer starts once both have connected: well under a second here.
@@ -285,7 +315,7 @@ pub(crate) fn run_tcp(
     plan: &Plan,
     links: u32,
 ) -> Result<(TcpReport, TcpReport, Option<String>), String> {
-    let [a, b] = testbed::namespaces(&plan.name);
+    let [a, _] = testbed::namespaces(&plan.name);
     let identity =
         JobIdentity::generate().map_err(|error| format!("making a job identity: {error}"))?;
     let extra = vec![
@@ -294,34 +324,15 @@ pub(crate) fn run_tcp(
         "--worker-links".to_string(),
         links.to_string(),
     ];
-    let server = Worker::start(
-        "tcp server",
-        &b,
+    let (server, client) = start_pair(
+        plan,
+        ["tcp server", "tcp-server"],
+        ["tcp client", "tcp-client"],
         &[],
         &identity,
-        1,
-        plan.cpus[1],
-        "tcp-server",
         &extra,
     )?;
-    let client = match Worker::start(
-        "tcp client",
-        &a,
-        &[],
-        &identity,
-        0,
-        plan.cpus[0],
-        "tcp-client",
-        &extra,
-    ) {
-        Ok(client) => client,
-        Err(error) => {
-            let mut server = server;
-            server.kill();
-            return Err(error);
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs_f64(plan.seconds) + Duration::from_secs(60);
+    let deadline = transfer_deadline(plan);
     let client_report = client.finish::<TcpReport>(deadline);
     let server_report = server.finish::<TcpReport>(deadline);
     let congestion_control = Command::new("ip")
@@ -344,7 +355,6 @@ pub(crate) fn run_raw_udp(
     plan: &Plan,
     links: u32,
 ) -> Result<(RawSenderReport, RawReceiverReport), String> {
-    let [a, b] = testbed::namespaces(&plan.name);
     let identity =
         JobIdentity::generate().map_err(|error| format!("making a job identity: {error}"))?;
     let extra = vec![
@@ -355,34 +365,15 @@ pub(crate) fn run_raw_udp(
         "--mtu".to_string(),
         plan.mtu.to_string(),
     ];
-    let receiver = Worker::start(
-        "raw-udp receiver",
-        &b,
+    let (receiver, sender) = start_pair(
+        plan,
+        ["raw-udp receiver", "raw-udp-receiver"],
+        ["raw-udp sender", "raw-udp-sender"],
         &[],
         &identity,
-        1,
-        plan.cpus[1],
-        "raw-udp-receiver",
         &extra,
     )?;
-    let sender = match Worker::start(
-        "raw-udp sender",
-        &a,
-        &[],
-        &identity,
-        0,
-        plan.cpus[0],
-        "raw-udp-sender",
-        &extra,
-    ) {
-        Ok(sender) => sender,
-        Err(error) => {
-            let mut receiver = receiver;
-            receiver.kill();
-            return Err(error);
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs_f64(plan.seconds) + Duration::from_secs(60);
+    let deadline = transfer_deadline(plan);
     let sender_report = sender.finish::<RawSenderReport>(deadline);
     let receiver_report = receiver.finish::<RawReceiverReport>(deadline);
     Ok((sender_report?, receiver_report?))
