@@ -25,7 +25,7 @@
 //!
 //! The vCPUs of a virtual machine may move between physical CPUs from one second to the
 //! next, which moves a cache-line hand-off (and every figure here) by up to 3x. So the
-//! bench runs [`ROUNDS`] rounds, each quiver's three figures then UCX's two, and reports
+//! bench runs three rounds, each quiver's three figures then UCX's two, and reports
 //! the medians and the median of the rounds' ratios (each quiver figure against UCX's of
 //! the same round) with their range.
 
