@@ -5,7 +5,8 @@
 //!   against the median of the independent `pingpong` test of the same run, within
 //!   [`TOLERANCE_FRACTION`] of the latter plus [`TOLERANCE_US`] (these shared 2-vCPU
 //!   machines move a figure by tens of percent between two loops; a run whose cache-line
-//!   hand-off floor moved is retried once, since then both loops saw different machines);
+//!   hand-off floor moved, or whose loops disagree, is retried once: a stall of the host
+//!   during one loop moves one side alone, and a model that is wrong fails both runs);
 //! - **g is a positive, finite time**.
 //!
 //! g is not held to o_s (LogGP's "a sender cannot start messages faster than it spends
@@ -106,16 +107,16 @@ fn check(transport: &str) {
     if found.is_empty() {
         return;
     }
-    // The host moved the vCPUs during the run (the bench warns): measure once more.
-    assert!(
-        stderr.contains("floor moved"),
-        "{transport}: {found:?}\n{stderr}"
-    );
+    // The host moved the vCPUs (the bench warns "floor moved") or stalled one loop: one
+    // more run, which must agree.
+    let first = (found, stderr);
     let (records, stderr) = run(transport);
     let found = problems(&records);
     assert!(
         found.is_empty(),
-        "{transport} (second run): {found:?}\n{stderr}"
+        "{transport}: first run {:?}, second run {found:?}\n{}\n{stderr}",
+        first.0,
+        first.1
     );
 }
 
