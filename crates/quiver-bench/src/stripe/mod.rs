@@ -65,9 +65,10 @@ const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Runs `quiver-bench stripe`; returns the exit code.
 pub(crate) fn main(args: &StripeArgs) -> i32 {
     if let Some(role) = args.worker.clone() {
-        let run = match role.starts_with("raw-udp") {
-            true => raw_udp::run_worker,
-            false => run_worker,
+        let run = if role.starts_with("raw-udp") {
+            raw_udp::run_worker
+        } else {
+            run_worker
         };
         return match run(&role, args) {
             Ok(()) => 0,
@@ -278,7 +279,19 @@ fn print_row(record: &StripeRecord) {
     }
 }
 
-/// One link count: testbed up, quiver, TCP, testbed down.
+/// Runs `transfer`, and puts how busy the plan's two CPUs were meanwhile in `busy`.
+fn busy_during<T>(
+    plan: &Plan,
+    busy: &mut Option<[f64; 2]>,
+    transfer: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    let cpus = CpuTimes::now(plan.cpus);
+    let result = transfer()?;
+    *busy = Some(cpus.busy_since());
+    Ok(result)
+}
+
+/// One link count: testbed up, quiver, TCP, raw udp, testbed down.
 fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
     let spec = plan.spec(links);
     testbed::build(&spec).map_err(|error| format!("building the testbed: {error}"))?;
@@ -293,29 +306,16 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         } else {
             None
         };
-        let cpus = CpuTimes::now(plan.cpus);
-        let quiver = run_quiver(plan, links)?;
-        let quiver_busy = cpus.busy_since();
-        let tcp = if plan.tcp {
-            let cpus = CpuTimes::now(plan.cpus);
-            let tcp = run_tcp(plan, links)?;
-            Some((tcp, cpus.busy_since()))
-        } else {
-            None
-        };
-        let raw = if plan.raw_udp {
-            let cpus = CpuTimes::now(plan.cpus);
-            let raw = run_raw_udp(plan, links)?;
-            Some((raw, cpus.busy_since()))
-        } else {
-            None
-        };
-        let busy = [
-            Some(quiver_busy),
-            tcp.as_ref().map(|t| t.1),
-            raw.as_ref().map(|r| r.1),
-        ];
-        let (tcp, raw) = (tcp.map(|t| t.0), raw.map(|r| r.0));
+        let mut busy = [None; 3];
+        let quiver = busy_during(plan, &mut busy[0], || run_quiver(plan, links))?;
+        let tcp = plan
+            .tcp
+            .then(|| busy_during(plan, &mut busy[1], || run_tcp(plan, links)))
+            .transpose()?;
+        let raw = plan
+            .raw_udp
+            .then(|| busy_during(plan, &mut busy[2], || run_raw_udp(plan, links)))
+            .transpose()?;
         Ok::<_, String>((lossless, quiver, tcp, raw, busy))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;

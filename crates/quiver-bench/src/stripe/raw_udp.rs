@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use quiver_transport::sys;
 use quiver_transport::udp::{max_gso_bytes, GatherBuffer, RecvBatch, UdpSocket};
 use quiver_transport::udp::{MAX_COALESCED_BYTES, MAX_GSO_SEGMENTS};
 
@@ -139,9 +140,9 @@ pub(crate) fn send(
         let socket = &mut sockets[next];
         let mut gather = gather_buffer.gather();
         gather.start_message(socket.connected_peer().unwrap_or(pairs[next].1));
-        for (index, offset) in offsets.iter().enumerate() {
+        for offset in &offsets {
             gather.push_part(offset);
-            gather.push_part(stream.at(first + (index * payload) as u64, payload));
+            gather.push_part(stream.at(u64::from_le_bytes(*offset), payload));
         }
         gather.set_segment_size(Some(datagram_bytes as u16));
         match socket.send_gather(&gather, 0) {
@@ -234,20 +235,9 @@ fn wait_for(sockets: &[UdpSocket], events: libc::c_short, timeout: Duration) -> 
             revents: 0,
         })
         .collect();
-    // SAFETY: `fds` is a live array of `fds.len()` pollfds the kernel writes revents into.
-    let result = unsafe {
-        libc::poll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            timeout.as_millis() as libc::c_int,
-        )
-    };
-    match result {
-        -1 if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted => {
-            Err(format!("poll: {}", io::Error::last_os_error()))
-        }
-        _ => Ok(()),
-    }
+    sys::poll(&mut fds, Some(timeout))
+        .map(drop)
+        .map_err(|error| format!("poll: {error}"))
 }
 
 /// The receiving side: one GRO socket per link.
@@ -384,10 +374,10 @@ impl Tally {
     fn done(&self, started: Instant) -> Result<bool, String> {
         let quiet = self.last_activity.elapsed();
         if self.report.datagrams == 0 {
-            return match started.elapsed() > PEER_WAIT + PEER_WAIT {
-                true => Err("no raw-udp datagram arrived".to_string()),
-                false => Ok(false),
-            };
+            if started.elapsed() > PEER_WAIT + PEER_WAIT {
+                return Err("no raw-udp datagram arrived".to_string());
+            }
+            return Ok(false);
         }
         Ok(match self.report.sent_datagrams {
             Some(_) => quiet > END_IDLE,

@@ -262,9 +262,10 @@ pub(crate) fn raw_udp_record(
     tcp_gbps: Option<f64>,
 ) -> RawUdpRecord {
     let seconds = receiver.last_ns.saturating_sub(receiver.first_ns) as f64 / 1e9;
-    let goodput_gbps = match seconds > 0.0 {
-        true => receiver.bytes as f64 * 8.0 / seconds / 1e9,
-        false => 0.0,
+    let goodput_gbps = if seconds > 0.0 {
+        receiver.bytes as f64 * 8.0 / seconds / 1e9
+    } else {
+        0.0
     };
     let total = sender.link_bytes.iter().sum::<u64>().max(1) as f64;
     RawUdpRecord {
