@@ -36,6 +36,7 @@ use quiver::TransportKind;
 
 use self::ranks::SIZE;
 use super::parent::choose_cpus;
+use super::stats;
 use crate::provenance::Provenance;
 
 /// Round trips timed by default (after as many again of warm-up, up to 10,000).
@@ -77,11 +78,11 @@ impl Figure {
     }
 }
 
-/// The median of `values` (the upper one of an even count); none when empty.
+/// The median of `values` (unsorted; [`stats::median`]); none when empty.
 fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied()
+    stats::sort_samples(&mut sorted);
+    stats::median(&sorted)
 }
 
 /// What `quiver bench am` takes of the bench's command line.

@@ -56,12 +56,6 @@ fn median_one_way(
     Ok(one_way_ns[one_way_ns.len() / 2] as f64 / 1e3)
 }
 
-/// The round trips of [`median_one_way`] for `lat_iters`, warm-up included.
-fn round_trips(lat_iters: u64) -> u64 {
-    lat_iters.min(WARM_UP_ROUND_TRIPS)
-        + (lat_iters / SAMPLE_ROUND_TRIPS).max(1) * SAMPLE_ROUND_TRIPS
-}
-
 /// The flag that stops rank 1, alone in its cache lines: rank 1 reads it on every turn of
 /// its loop, so a neighbour that rank 0 writes (its stack, where the flag would otherwise
 /// sit) would cross between the CPUs on each write.
@@ -98,29 +92,32 @@ pub(super) fn plain_messages(
 ) -> Result<f64, String> {
     let job = job(kind)?;
     thread::scope(|s| {
-        let echo = s.spawn(|| echo(&job, cpus[1], round_trips(lat_iters)));
+        let echo = s.spawn(|| echo(&job, cpus[1]));
         let measured = ping(&job, cpus[0], lat_iters);
         let echoed = echo.join().map_err(|_| "rank 1 panicked".to_string())?;
         echoed.and(measured)
     })
 }
 
-/// Rank 1 of the plain ping-pong: sends each of `count` messages back.
-fn echo(job: &InProcessJob, cpu: usize, count: u64) -> Result<(), String> {
+/// Rank 1 of the plain ping-pong: sends each message back, until an empty one.
+fn echo(job: &InProcessJob, cpu: usize) -> Result<(), String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 1 to CPU {cpu}: {e}"))?;
     let ctx = job.context(1)?;
     let fail = |e: quiver::Error| format!("rank 1: {e}");
     let mut ep = ctx.endpoint(0).map_err(fail)?;
     let conn = ep.connect(Addr::new(0, 0)).map_err(fail)?;
     let mut buf = [0u8; SIZE];
-    for _ in 0..count {
+    loop {
         let (len, _) = ep.recv(&mut buf).map_err(fail)?;
+        if len == 0 {
+            return Ok(());
+        }
         ep.send(conn, &buf[..len]).map_err(fail)?;
     }
-    Ok(())
 }
 
-/// Rank 0 of the plain ping-pong: the timed round trips, every answer checked.
+/// Rank 0 of the plain ping-pong: the timed round trips, every answer checked, then an
+/// empty message that ends rank 1.
 fn ping(job: &InProcessJob, cpu: usize, lat_iters: u64) -> Result<f64, String> {
     pin_current_thread(cpu).map_err(|e| format!("pinning rank 0 to CPU {cpu}: {e}"))?;
     let ctx = job.context(0)?;
@@ -129,14 +126,16 @@ fn ping(job: &InProcessJob, cpu: usize, lat_iters: u64) -> Result<f64, String> {
     let conn = ep.connect(Addr::new(1, 0)).map_err(fail)?;
     let payload = [7u8; SIZE];
     let mut answer = [0u8; SIZE];
-    median_one_way(lat_iters, || {
+    let latency = median_one_way(lat_iters, || {
         ep.send(conn, &payload).map_err(fail)?;
         let (len, _) = ep.recv(&mut answer).map_err(fail)?;
         if len != SIZE || answer != payload {
             return Err(format!("rank 0: the echo differs ({len} bytes)"));
         }
         Ok(())
-    })
+    });
+    ep.send(conn, &[]).map_err(fail)?;
+    latency
 }
 
 /// Rank 1: echoes `ECHO`, counts `COUNT`, answers `FLUSH`; runs until `stop`.
