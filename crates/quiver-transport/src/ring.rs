@@ -341,6 +341,20 @@ impl Consumer {
         })
     }
 
+    /// Whether a record (a message's or a filler) is at the head, known from its stamp
+    /// alone: a readiness test that does not parse the record (`peek` does, and reports
+    /// a corrupt one). With none there, the space consumed so far is handed back, as
+    /// `peek` does when the ring is drained.
+    #[inline]
+    pub fn has_record(&mut self) -> bool {
+        let off = self.head & (self.capacity - 1);
+        if self.shared.stamp_at(off).load(Ordering::Acquire) == stamp(self.head, self.salt) {
+            return true;
+        }
+        self.flush();
+        false
+    }
+
     /// Looks at the record at stream position `pos` (at or after the head, 64-aligned),
     /// used to check that all fragments of a message have arrived before taking it.
     #[inline]
@@ -1123,6 +1137,42 @@ mod tests {
                 assert!(dst[shift + len..].iter().all(|b| *b == 0));
             }
         }
+    }
+
+    /// `has_record` sees a record by its stamp (a message or a filler), and, finding none,
+    /// hands the consumed space back as a drained `peek` does.
+    #[test]
+    fn has_record_sees_the_head_and_publishes_when_drained() {
+        let (mut consumer, fd) = Consumer::create(MIN_CAPACITY, 7).unwrap();
+        let mut producer = Producer::attach(&fd).unwrap();
+        assert!(!consumer.has_record());
+        assert!(producer.try_write(Kind::Msg, 8, &[1; 8]).unwrap());
+        assert!(consumer.has_record());
+        let rec = consumer.peek().unwrap().expect("the record");
+        consumer.consume(&rec);
+        assert_ne!(consumer.published_head, consumer.head, "not published yet");
+        assert!(!consumer.has_record());
+        assert_eq!(
+            consumer.published_head, consumer.head,
+            "published once drained"
+        );
+        // A message that does not fit before the end: a filler at the head, then it. The
+        // 8-byte record above put the large ones off the quarter marks.
+        let big = vec![2u8; max_frag_len(MIN_CAPACITY) as usize];
+        let len = big.len() as u64;
+        while (consumer.head % MIN_CAPACITY) + record_size(len) <= MIN_CAPACITY {
+            assert!(producer.try_write(Kind::Msg, len, &big).unwrap());
+            let rec = consumer.peek().unwrap().expect("the record");
+            consumer.consume(&rec);
+        }
+        assert!(producer.try_write(Kind::Msg, len, &big).unwrap());
+        let head = consumer
+            .record_at(consumer.head)
+            .unwrap()
+            .expect("a record");
+        assert_eq!(head.kind, Kind::Pad);
+        assert!(consumer.has_record());
+        assert_eq!(consumer.peek().unwrap().map(|r| r.kind), Some(Kind::Msg));
     }
 
     #[test]

@@ -82,8 +82,13 @@ impl Endpoint {
     /// [`Error::InvalidArgument`] when nothing from `src` ever reached this endpoint; the
     /// errors of [`Endpoint::connect`] when a ring back cannot be opened.
     pub fn reply_connection(&mut self, src: Addr) -> Result<Connection> {
-        if let Some(&index) = self.by_peer.get(&src) {
+        let index = match self.last_reply {
+            Some((peer, index)) if peer == src => Some(index),
+            _ => self.by_peer.get(&src).copied(),
+        };
+        if let Some(index) = index {
             if self.outbound[index as usize].failure().is_none() {
+                self.last_reply = Some((src, index));
                 return Ok(self.connection(index, src));
             }
         }
@@ -256,6 +261,8 @@ impl Endpoint {
         let index = self.outbound.len() as u32;
         self.outbound.push(out);
         self.by_peer.insert(peer, index);
+        // A new connection to a peer replaces its failed one.
+        self.last_reply = None;
         self.connection(index, peer)
     }
 

@@ -228,6 +228,12 @@ pub(crate) struct AmState<E> {
     /// Active messages taken in (run, placed, or refused as malformed or for an unknown
     /// handler): a burst of `progress` stops at a look that took none.
     pub(super) taken: u64,
+    /// Active messages one `progress` takes in now, 1 to its bound: adapted to the
+    /// traffic (`Endpoint::take_in_for_handlers`).
+    pub(super) burst: u64,
+    /// Whether the last `progress` took a whole burst (the next one that finds messages
+    /// at once doubles it).
+    pub(super) burst_reached: bool,
     /// Replies queued by handlers (posted sends), reaped by progress.
     pub(super) replies: Vec<Key>,
     /// The header and payload of a send joined into one message.
@@ -242,6 +248,8 @@ impl<E> Default for AmState<E> {
             in_handler: false,
             stats: AmStats::default(),
             taken: 0,
+            burst: 1,
+            burst_reached: false,
             replies: Vec::new(),
             scratch: Vec::new(),
         }

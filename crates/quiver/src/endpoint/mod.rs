@@ -132,6 +132,9 @@ pub struct Endpoint {
     /// Outbound edges, indexed by [`Connection::index`].
     outbound: Vec<OutEdge>,
     by_peer: AddrMap<u32>,
+    /// The last peer `reply_connection` found in `by_peer`, and its index (a handler
+    /// answering one peer after another skips the map).
+    last_reply: Option<(Addr, u32)>,
     /// Inbound edges, looked at round robin from `next_inbound`.
     inbound: Vec<InEdge>,
     next_inbound: usize,
@@ -203,6 +206,7 @@ impl Endpoint {
             ready,
             outbound: Vec::new(),
             by_peer: AddrMap::default(),
+            last_reply: None,
             inbound: Vec::new(),
             next_inbound: 0,
             requests: Requests::new(pool),

@@ -17,7 +17,7 @@ use crate::transport::requests::SendState;
 use crate::transport::wait::Wait;
 
 /// Active messages one `progress` takes in at most.
-const AM_BURST: usize = 64;
+const AM_BURST: u64 = 64;
 
 impl Endpoint {
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
@@ -168,24 +168,42 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Takes in the active messages the connections have (at most a burst), stopping at the
-    /// first plain message (left for a receive, in the matcher), when nothing came, or when
-    /// no connection has more right now (asked of each edge, which costs a fraction of a
-    /// look that finds nothing: a handler's reply is not held up by one).
+    /// Takes in the active messages the connections have, at most a burst, stopping at the
+    /// first plain message (left for a receive, in the matcher) or when nothing came.
+    ///
+    /// The burst adapts to the traffic, as UCX's shared-memory transport adapts its poll
+    /// count: a call that took a whole burst returns without asking the edges for more,
+    /// so that in a ping-pong no look at a ring's next record (a line the peer writes: a
+    /// miss between the CPUs) delays the caller's answer. The burst doubles when the
+    /// next call finds messages at once (they were queueing), and halves when the edges
+    /// ran out before it was reached.
     fn take_in_for_handlers(&mut self) -> Result<()> {
+        let queued = std::mem::take(&mut self.am.burst_reached);
         if self.idle_shm_only() {
             // Nothing to take: a busy-polling `progress` loop spins here, on each ring's
             // next record, not through a whole look.
             return Ok(());
         }
-        for _ in 0..AM_BURST {
+        if queued {
+            self.am.burst = (self.am.burst * 2).min(AM_BURST);
+        }
+        let start = self.am.taken;
+        loop {
             let before = self.am.taken;
             let took_plain = self.pull(false)?;
-            if took_plain || self.am.taken == before || !self.inbound_pending() {
-                break;
+            if took_plain || self.am.taken == before {
+                return Ok(());
+            }
+            if self.am.taken - start >= self.am.burst {
+                self.am.burst_reached = true;
+                return Ok(());
+            }
+            // Asked of each edge, which costs a fraction of a look that finds nothing.
+            if !self.inbound_pending() {
+                self.am.burst = (self.am.burst / 2).max(1);
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// Whether every inbound edge is a shm ring with nothing in it and no new connection

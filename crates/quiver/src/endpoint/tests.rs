@@ -527,3 +527,55 @@ fn a_dgram_receive_binds_to_the_message_whose_envelope_was_seen() {
     ep.reply(peer, &[1]).unwrap();
     sender.join().unwrap();
 }
+
+/// `progress` takes a queue of active messages in bursts that double while messages wait
+/// (a hundred in seven calls), in order; once the queue has run out the burst halves
+/// back to one message per call, so a ping-pong's answer never waits for a look at the
+/// ring's next record.
+#[test]
+fn progress_takes_a_queue_in_growing_bursts() {
+    use std::sync::{Arc, Mutex};
+
+    use super::handlers::ActiveMessage;
+
+    let addrs: Vec<std::net::SocketAddr> = (0..2)
+        .map(|_| {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            listener.local_addr().unwrap()
+        })
+        .collect();
+    let config = crate::Config {
+        transports: vec![TransportKind::Shm],
+        ..crate::Config::default()
+    };
+    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xa3b);
+    let mut ep0 = ctx0.endpoint(0).unwrap();
+    let mut ep1 = ctx1.endpoint(0).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    ep0.register_handler(1, move |_: &mut Endpoint, m: &ActiveMessage<'_>| {
+        log.lock().unwrap().push(m.payload()[0]);
+        Ok(())
+    })
+    .unwrap();
+    let conn = ep1.connect(Addr::new(0, 0)).unwrap();
+    for i in 0..100u8 {
+        ep1.send_am(conn, 1, &[], &[i]).unwrap();
+    }
+    let mut bursts = Vec::new();
+    while seen.lock().unwrap().len() < 100 {
+        let before = seen.lock().unwrap().len();
+        ep0.progress().unwrap();
+        bursts.push(seen.lock().unwrap().len() - before);
+        assert!(bursts.len() <= 7, "bursts {bursts:?}");
+    }
+    assert_eq!(bursts, [1, 2, 4, 8, 16, 32, 37]);
+    assert_eq!(*seen.lock().unwrap(), (0..100).collect::<Vec<u8>>());
+    // One message at a time: each call takes it, and the burst shrinks to one.
+    for i in 0..7u8 {
+        ep1.send_am(conn, 1, &[], &[i]).unwrap();
+        ep0.progress().unwrap();
+        assert_eq!(seen.lock().unwrap().len(), 101 + usize::from(i));
+    }
+    assert_eq!(ep0.am.burst, 1);
+}

@@ -736,14 +736,15 @@ impl ShmIn {
         }
     }
 
-    /// Whether a receive would find something here now (a record, or the edge's end).
+    /// Whether a receive would find something here now (a record, or the edge's end): the
+    /// record's stamp alone is read (a filler counts; the look passes over it).
     pub(crate) fn has_pending(&mut self) -> bool {
         if !self.ahead.is_empty() {
             return true;
         }
         match self.state {
             InboundState::Done => false,
-            InboundState::Open => !matches!(self.ring.peek(), Ok(None)),
+            InboundState::Open => self.ring.has_record(),
             // An end to report (after what the peer wrote).
             InboundState::Dying | InboundState::Stopped(_) | InboundState::Broken(_) => true,
         }

@@ -509,6 +509,18 @@ impl ShmOut {
         set_ring_tag(&mut self.ring, self.tag);
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
+            if len <= frag {
+                // One record (with its tag record, if any): written whole or not at all,
+                // so no room is checked first.
+                return match self.ring.try_write(Kind::Msg, len, data) {
+                    Ok(true) => {
+                        self.bell.ring();
+                        Ok(())
+                    }
+                    Ok(false) => Err(Error::WouldBlock),
+                    Err(e) => Err(self.fail(corrupt(e), "while sending", requests)),
+                };
+            }
             // A message whose tag changes is preceded by its tag record (8 bytes).
             let tag_record = std::iter::repeat_n(8, self.ring.tag_records_needed());
             match self.ring.fits(tag_record.chain(frag_lens(len, frag))) {
