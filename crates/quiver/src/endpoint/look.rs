@@ -109,6 +109,60 @@ impl Endpoint {
         Ok(None)
     }
 
+    /// The handlers' intake from shm rings (`progress`), when no look needs the general
+    /// path's care: every inbound edge is a ring, no handler chooses its payload's buffer,
+    /// no plain posted receive waits and no new connection is to be adopted. Each edge is
+    /// looked at once, round robin, into the scratch buffer; an active message runs its
+    /// handler, a plain one goes to the matcher and ends the look (true).
+    pub(super) fn take_in_from_rings(&mut self) -> Result<bool> {
+        let mut payload = self.requests.take_scratch();
+        let n = self.inbound.len();
+        for k in 0..n {
+            let mut i = self.next_inbound + k;
+            if i >= n {
+                i -= n;
+            }
+            let len = match self.look_at(i, &mut Dest::Owned(&mut payload), false, false) {
+                Ok(Some(len)) => len,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.requests.keep_scratch(payload);
+                    return Err(e);
+                }
+            };
+            self.next_inbound = if i + 1 == n { 0 } else { i + 1 };
+            let tag = self.inbound[i].tag();
+            self.last_tag = tag;
+            if tag.am {
+                if let Err(e) = self.run_handler(i, tag, &payload[..len]) {
+                    self.requests.keep_scratch(payload);
+                    return Err(e);
+                }
+                continue;
+            }
+            payload.truncate(len);
+            let envelope = Envelope {
+                source: self.inbound[i].peer(),
+                tag: tag.value,
+                len: len as u64,
+            };
+            self.arrive(envelope, payload);
+            return Ok(true);
+        }
+        self.requests.keep_scratch(payload);
+        Ok(false)
+    }
+
+    /// Whether [`Endpoint::take_in_from_rings`] may look instead of the general path.
+    #[inline]
+    pub(super) fn rings_only(&self) -> bool {
+        self.am.placing == 0
+            && self.requests.posted_recvs.is_empty()
+            && self.committed.is_none()
+            && !self.inbox.has_incoming.load(Ordering::Relaxed)
+            && self.inbound.iter().all(|edge| !edge.is_network())
+    }
+
     /// Takes the active message a receive's buffer was too small for into a pool buffer
     /// and runs its handler (no message for the caller).
     #[cold]

@@ -188,9 +188,14 @@ impl Endpoint {
             self.am.burst = (self.am.burst * 2).min(AM_BURST);
         }
         let start = self.am.taken;
+        let rings_only = self.rings_only();
         loop {
             let before = self.am.taken;
-            let took_plain = self.pull(false)?;
+            let took_plain = if rings_only {
+                self.take_in_from_rings()?
+            } else {
+                self.pull(false)?
+            };
             if took_plain || self.am.taken == before {
                 return Ok(());
             }

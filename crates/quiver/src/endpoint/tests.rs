@@ -529,7 +529,8 @@ fn a_dgram_receive_binds_to_the_message_whose_envelope_was_seen() {
 }
 
 /// `progress` takes a queue of active messages in bursts that double while messages wait
-/// (a hundred in seven calls), in order; once the queue has run out the burst halves
+/// (a hundred in seven calls), in order, up to a plain message (left for a receive, in
+/// order); once the queue has run out the burst halves
 /// back to one message per call, so a ping-pong's answer never waits for a look at the
 /// ring's next record.
 #[test]
@@ -562,6 +563,9 @@ fn progress_takes_a_queue_in_growing_bursts() {
     for i in 0..100u8 {
         ep1.send_am(conn, 1, &[], &[i]).unwrap();
     }
+    // A plain message ends the burst that meets it; it waits for a receive, in order.
+    ep1.send(conn, b"plain").unwrap();
+    ep1.send_am(conn, 1, &[], &[100]).unwrap();
     let mut bursts = Vec::new();
     while seen.lock().unwrap().len() < 100 {
         let before = seen.lock().unwrap().len();
@@ -570,12 +574,16 @@ fn progress_takes_a_queue_in_growing_bursts() {
         assert!(bursts.len() <= 7, "bursts {bursts:?}");
     }
     assert_eq!(bursts, [1, 2, 4, 8, 16, 32, 37]);
-    assert_eq!(*seen.lock().unwrap(), (0..100).collect::<Vec<u8>>());
+    ep0.progress().unwrap();
+    assert_eq!(*seen.lock().unwrap(), (0..=100).collect::<Vec<u8>>());
+    let mut buf = [0u8; 8];
+    assert_eq!(ep0.try_recv(&mut buf).unwrap(), (5, Addr::new(1, 0)));
+    assert_eq!(&buf[..5], b"plain");
     // One message at a time: each call takes it, and the burst shrinks to one.
     for i in 0..7u8 {
         ep1.send_am(conn, 1, &[], &[i]).unwrap();
         ep0.progress().unwrap();
-        assert_eq!(seen.lock().unwrap().len(), 101 + usize::from(i));
+        assert_eq!(seen.lock().unwrap().len(), 102 + usize::from(i));
     }
     assert_eq!(ep0.am.burst, 1);
 }
