@@ -215,6 +215,17 @@ impl ShmOut {
         flush: &mut dyn FnMut(Addr, bool) -> bool,
         receives_posted: bool,
     ) -> ShmSent {
+        let config = cx.config;
+        if self.queue.is_empty()
+            && data.len() as u64 <= config.shm_frag_bytes.min(self.eager_max(config))
+        {
+            // The common short message: one record, no waiting to prepare for.
+            set_ring_tag(&mut self.ring, self.tag);
+            if let Some(sent) = self.write_one_record(data, cx.requests) {
+                self.peer_waiting_since = None;
+                return ShmSent::Done(sent);
+            }
+        }
         let mut wait = Wait::new(cx.config);
         let result = self.send_until_pulling(data, &mut wait, cx, flush, receives_posted);
         // Each outcome built here: mapping `result` would copy all of it (the error's room
@@ -265,6 +276,21 @@ impl ShmOut {
             return Ok(Some(seq));
         }
         self.wait_pulled(data, seq, wait, cx, flush).map(|()| None)
+    }
+
+    /// Writes `data` as one record (after its tag record, if the tag changed), if the ring
+    /// has room now: a record is written whole or not at all, so no room is checked
+    /// first. `None`: no room (nothing written). The ring's tag is set by the caller.
+    #[inline(always)]
+    fn write_one_record(&mut self, data: &[u8], requests: &mut Requests) -> Option<Result<()>> {
+        match self.ring.try_write(Kind::Msg, data.len() as u64, data) {
+            Ok(true) => {
+                self.bell.ring();
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(self.fail(corrupt(e), "while sending", requests))),
+        }
     }
 
     /// The wait announced since the send first slept ends with the send.
@@ -510,16 +536,9 @@ impl ShmOut {
         if len <= config.shm_eager_max {
             let frag = config.shm_frag_bytes;
             if len <= frag {
-                // One record (with its tag record, if any): written whole or not at all,
-                // so no room is checked first.
-                return match self.ring.try_write(Kind::Msg, len, data) {
-                    Ok(true) => {
-                        self.bell.ring();
-                        Ok(())
-                    }
-                    Ok(false) => Err(Error::WouldBlock),
-                    Err(e) => Err(self.fail(corrupt(e), "while sending", requests)),
-                };
+                return self
+                    .write_one_record(data, requests)
+                    .unwrap_or(Err(Error::WouldBlock));
             }
             // A message whose tag changes is preceded by its tag record (8 bytes).
             let tag_record = std::iter::repeat_n(8, self.ring.tag_records_needed());
