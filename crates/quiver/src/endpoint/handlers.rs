@@ -238,6 +238,10 @@ pub(crate) struct AmState<E> {
     pub(super) replies: Vec<Key>,
     /// The header and payload of a send joined into one message.
     pub(super) scratch: Vec<u8>,
+    /// What the intake from shm rings takes messages into (`Endpoint::take_in_from_rings`):
+    /// its length is kept between messages, so a message no longer than the last is not
+    /// zero-filled first.
+    pub(super) intake: Vec<u8>,
 }
 
 impl<E> Default for AmState<E> {
@@ -252,6 +256,7 @@ impl<E> Default for AmState<E> {
             burst_reached: false,
             replies: Vec::new(),
             scratch: Vec::new(),
+            intake: Vec::new(),
         }
     }
 }

@@ -12,6 +12,9 @@ use crate::transport::dest::Dest;
 use crate::transport::dgram::endpoint_side::LoneEdge;
 use crate::transport::edge::{InEdge, Look};
 
+/// The largest buffer the intake from shm rings keeps between looks.
+const INTAKE_KEEP_BYTES: usize = 64 << 10;
+
 impl Endpoint {
     /// Looks once at every inbound edge (round robin) for a message to deliver into `dest`.
     /// With `wait`, a message that has begun may be waited for to its end. Inside a
@@ -115,7 +118,7 @@ impl Endpoint {
     /// looked at once, round robin, into the scratch buffer; an active message runs its
     /// handler, a plain one goes to the matcher and ends the look (true).
     pub(super) fn take_in_from_rings(&mut self) -> Result<bool> {
-        let mut payload = self.requests.take_scratch();
+        let mut payload = std::mem::take(&mut self.am.intake);
         let n = self.inbound.len();
         for k in 0..n {
             let mut i = self.next_inbound + k;
@@ -126,7 +129,7 @@ impl Endpoint {
                 Ok(Some(len)) => len,
                 Ok(None) => continue,
                 Err(e) => {
-                    self.requests.keep_scratch(payload);
+                    self.keep_intake(payload);
                     return Err(e);
                 }
             };
@@ -135,7 +138,7 @@ impl Endpoint {
             self.last_tag = tag;
             if tag.am {
                 if let Err(e) = self.run_handler(i, tag, &payload[..len]) {
-                    self.requests.keep_scratch(payload);
+                    self.keep_intake(payload);
                     return Err(e);
                 }
                 continue;
@@ -149,8 +152,16 @@ impl Endpoint {
             self.arrive(envelope, payload);
             return Ok(true);
         }
-        self.requests.keep_scratch(payload);
+        self.keep_intake(payload);
         Ok(false)
+    }
+
+    /// Keeps the intake's buffer for the next look, unless a large message grew it (then
+    /// the next look begins with an empty one).
+    fn keep_intake(&mut self, payload: Vec<u8>) {
+        if payload.capacity() <= INTAKE_KEEP_BYTES {
+            self.am.intake = payload;
+        }
     }
 
     /// Whether [`Endpoint::take_in_from_rings`] may look instead of the general path.
