@@ -171,7 +171,7 @@ impl Endpoint {
     fn finish_sends_of(&mut self, idx: usize) -> Result<()> {
         let mut wait = Wait::new(&self.config);
         loop {
-            self.advance()?;
+            self.advance();
             if !self.outbound[idx].busy() {
                 return Ok(());
             }

@@ -44,7 +44,7 @@ impl Endpoint {
                     Err(e) => return Err(self.uncommit(buf, e)),
                 }
             }
-            self.advance()?;
+            self.advance();
             if let Err(e) = self.idle(&mut wait, "waiting for a message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -62,7 +62,7 @@ impl Endpoint {
             let got = self.try_recv_matching(MatchSpec::ANY, buf)?;
             return Ok((got.len as usize, got.source));
         }
-        self.advance()?;
+        self.advance();
         if self.requests.posted_recvs.is_empty() {
             if let Some(got) = self.poll_once(&mut Dest::Slice(buf), false)? {
                 return Ok(got);
@@ -100,7 +100,7 @@ impl Endpoint {
                     return Err(end);
                 }
             }
-            self.advance()?;
+            self.advance();
             self.idle(&mut wait, "waiting for a message")?;
         }
     }
@@ -111,7 +111,7 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if no complete message is waiting.
     pub fn try_recv_pooled(&mut self) -> Result<PooledBuf> {
         self.refuse_in_handler("try_recv_pooled")?;
-        self.advance()?;
+        self.advance();
         if !self.matcher.is_idle() {
             if let Some(got) = self.take_any_pooled(false)? {
                 return Ok(got);

@@ -161,7 +161,7 @@ impl Endpoint {
     /// none beyond those recorded in the requests themselves.
     pub fn progress(&mut self) -> Result<()> {
         self.refuse_in_handler("progress")?;
-        self.advance()?;
+        self.advance();
         if self.has_handlers() {
             self.take_in_for_handlers()?;
         }
@@ -232,7 +232,7 @@ impl Endpoint {
 
     /// [`Endpoint::progress`] without running handlers: what the endpoint's own waiting
     /// loops call (a receive in progress takes active messages in itself).
-    pub(super) fn advance(&mut self) -> Result<()> {
+    pub(super) fn advance(&mut self) {
         // The rank's meanwhile (the one hook of every wait): the engine's acknowledgements,
         // retransmissions and keepalives run whenever the API is used (once per round of a
         // polling loop: a receive that just polled is enough), and the one-sided requests
@@ -266,7 +266,6 @@ impl Endpoint {
         if self.replies_pending() {
             self.reap_replies();
         }
-        Ok(())
     }
 
     /// Runs `f` on outbound edge `idx` with the endpoint's state beside it.
@@ -371,7 +370,7 @@ impl Meanwhile for Endpoint {
     }
 
     fn receive(&mut self) -> Result<()> {
-        self.advance()?;
+        self.advance();
         self.read_ahead();
         Ok(())
     }

@@ -135,7 +135,7 @@ impl Endpoint {
             if let Some(end) = self.end_of(spec.source) {
                 return Err(end);
             }
-            self.advance()?;
+            self.advance();
             if let Err(e) = self.idle(&mut wait, "waiting for a matching message") {
                 return Err(self.uncommit(buf, e));
             }
@@ -148,7 +148,7 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if none is; otherwise as [`Endpoint::recv_matching`].
     pub fn try_recv_matching(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Envelope> {
         self.refuse_in_handler("try_recv_matching")?;
-        self.advance()?;
+        self.advance();
         match self.take_matching(spec, buf, false)? {
             Some(got) => Ok(got),
             None => self.end_or_would_block(spec),
@@ -164,7 +164,7 @@ impl Endpoint {
         self.refuse_in_handler("probe")?;
         let mut wait = Wait::new(&self.config);
         loop {
-            self.advance()?;
+            self.advance();
             if let Some(got) = self.probe_now(spec, true)? {
                 return Ok(got);
             }
@@ -181,7 +181,7 @@ impl Endpoint {
     /// [`Error::WouldBlock`] if no matching message is complete now.
     pub fn try_probe(&mut self, spec: MatchSpec) -> Result<Envelope> {
         self.refuse_in_handler("try_probe")?;
-        self.advance()?;
+        self.advance();
         match self.probe_now(spec, false)? {
             Some(got) => Ok(got),
             None => self.end_or_would_block(spec),
