@@ -114,7 +114,8 @@ impl Endpoint {
 
     /// The handlers' intake from shm rings (`progress`), when no look needs the general
     /// path's care: every inbound edge is a ring, no handler chooses its payload's buffer,
-    /// no plain posted receive waits and no new connection is to be adopted. Each edge is
+    /// no plain posted receive waits, no new connection is to be adopted and no large
+    /// message has begun. Each edge is
     /// looked at once, round robin, into the scratch buffer; an active message runs its
     /// handler, a plain one goes to the matcher and ends the look (true).
     pub(super) fn take_in_from_rings(&mut self) -> Result<bool> {
@@ -162,16 +163,6 @@ impl Endpoint {
         if payload.capacity() <= INTAKE_KEEP_BYTES {
             self.am.intake = payload;
         }
-    }
-
-    /// Whether [`Endpoint::take_in_from_rings`] may look instead of the general path.
-    #[inline]
-    pub(super) fn rings_only(&self) -> bool {
-        self.am.placing == 0
-            && self.requests.posted_recvs.is_empty()
-            && self.committed.is_none()
-            && !self.inbox.has_incoming.load(Ordering::Relaxed)
-            && self.inbound.iter().all(|edge| !edge.is_network())
     }
 
     /// Takes the active message a receive's buffer was too small for into a pool buffer

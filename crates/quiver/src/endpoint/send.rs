@@ -19,6 +19,16 @@ use crate::transport::wait::Wait;
 /// Active messages one `progress` takes in at most.
 const AM_BURST: u64 = 64;
 
+/// How `progress` takes active messages in now ([`Endpoint::intake`]).
+enum Intake {
+    /// Nothing to take.
+    Idle,
+    /// Straight from the shm rings ([`Endpoint::take_in_from_rings`]).
+    Rings,
+    /// Through the general look (`Endpoint::pull`).
+    General,
+}
+
 impl Endpoint {
     /// Sends `data` as one message, blocking until it is in the ring (short/eager) or the
     /// receiver has pulled it (rendezvous). Earlier posted sends on `conn` go first.
@@ -179,16 +189,17 @@ impl Endpoint {
     /// ran out before it was reached.
     fn take_in_for_handlers(&mut self) -> Result<()> {
         let queued = std::mem::take(&mut self.am.burst_reached);
-        if self.idle_shm_only() {
+        let rings_only = match self.intake() {
             // Nothing to take: a busy-polling `progress` loop spins here, on each ring's
             // next record, not through a whole look.
-            return Ok(());
-        }
+            Intake::Idle => return Ok(()),
+            Intake::Rings => true,
+            Intake::General => false,
+        };
         if queued {
             self.am.burst = (self.am.burst * 2).min(AM_BURST);
         }
         let start = self.am.taken;
-        let rings_only = self.rings_only();
         loop {
             let before = self.am.taken;
             let took_plain = if rings_only {
@@ -211,17 +222,30 @@ impl Endpoint {
         }
     }
 
-    /// Whether every inbound edge is a shm ring with nothing in it and no new connection
-    /// waits to be adopted (a look would find nothing; the network edges' looks read
-    /// their sockets or the engine, so they are never skipped).
+    /// How the handlers' intake looks now, in one pass over the edges: `Idle` when every
+    /// inbound edge is a shm ring with nothing in it and no new connection waits to be
+    /// adopted (a look would find nothing; the network edges' looks read their sockets or
+    /// the engine, so they are never skipped); `Rings` when a ring has a record and the
+    /// intake from the rings applies ([`Endpoint::take_in_from_rings`]); else `General`.
     #[inline]
-    fn idle_shm_only(&mut self) -> bool {
-        !self.inbox.has_incoming.load(Ordering::Relaxed)
-            && self.committed.is_none()
-            && self
-                .inbound
-                .iter_mut()
-                .all(|edge| !edge.is_network() && !edge.has_pending(&self.local))
+    fn intake(&mut self) -> Intake {
+        if self.inbox.has_incoming.load(Ordering::Relaxed) || self.committed.is_some() {
+            return Intake::General;
+        }
+        let mut pending = false;
+        for edge in self.inbound.iter_mut() {
+            if edge.is_network() {
+                return Intake::General;
+            }
+            pending = pending || edge.has_pending(&self.local);
+        }
+        if !pending {
+            Intake::Idle
+        } else if self.am.placing == 0 && self.requests.posted_recvs.is_empty() {
+            Intake::Rings
+        } else {
+            Intake::General
+        }
     }
 
     /// Whether any inbound edge has something a look would find now.
