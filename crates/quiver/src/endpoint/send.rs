@@ -53,6 +53,9 @@ impl Endpoint {
     pub fn send(&mut self, conn: Connection, data: &[u8]) -> Result<()> {
         self.refuse_in_handler("send")?;
         let idx = self.outbound_index(conn)?;
+        if let Some(sent) = self.outbound[idx].send_short(data, &self.config, &mut self.requests) {
+            return sent;
+        }
         let receives_posted =
             !self.requests.posted_recvs.is_empty() || self.matcher.posted_len() > 0;
         let super::Parts {

@@ -37,6 +37,7 @@ use crate::transport::inbound_state::{InboundState, PeerEnd};
 use crate::transport::local::LocalRank;
 use crate::transport::net_edge::{settle_look, NetInEdge};
 use crate::transport::registry::{Inbox, NetInbound, NewInbound};
+use crate::transport::requests::Requests;
 use crate::transport::requests::{RecvCompletion, RecvState};
 use crate::transport::rma_ops::{self, OpInfo, PostedOp, RmaOp};
 use crate::transport::rma_pipeline::Outcome;
@@ -192,6 +193,22 @@ impl OutEdge {
             }
             OutEdge::Dgram(_) => Started::Partly { written: 0 },
             OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
+        }
+    }
+
+    /// A blocking send's short path: a shm edge writes a short message as one record when
+    /// its ring has room now ([`ShmOut::send_short`]); `None` for every other case, which
+    /// [`OutEdge::start_send`] takes.
+    #[inline]
+    pub(crate) fn send_short(
+        &mut self,
+        data: &[u8],
+        config: &Config,
+        requests: &mut Requests,
+    ) -> Option<Result<()>> {
+        match self {
+            OutEdge::Shm(e) => e.send_short(data, config, requests),
+            _ => None,
         }
     }
 

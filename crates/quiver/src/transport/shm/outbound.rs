@@ -215,17 +215,6 @@ impl ShmOut {
         flush: &mut dyn FnMut(Addr, bool) -> bool,
         receives_posted: bool,
     ) -> ShmSent {
-        let config = cx.config;
-        if self.queue.is_empty()
-            && data.len() as u64 <= config.shm_frag_bytes.min(self.eager_max(config))
-        {
-            // The common short message: one record, no waiting to prepare for.
-            set_ring_tag(&mut self.ring, self.tag);
-            if let Some(sent) = self.write_one_record(data, cx.requests) {
-                self.peer_waiting_since = None;
-                return ShmSent::Done(sent);
-            }
-        }
         let mut wait = Wait::new(cx.config);
         let result = self.send_until_pulling(data, &mut wait, cx, flush, receives_posted);
         // Each outcome built here: mapping `result` would copy all of it (the error's room
@@ -276,6 +265,27 @@ impl ShmOut {
             return Ok(Some(seq));
         }
         self.wait_pulled(data, seq, wait, cx, flush).map(|()| None)
+    }
+
+    /// The start of a blocking send for the common short message: written as one record
+    /// when nothing queued goes first and the ring has room now, with none of the
+    /// preparation a wait needs. `None`: the blocking send must take it (nothing written).
+    #[inline]
+    pub(crate) fn send_short(
+        &mut self,
+        data: &[u8],
+        config: &Config,
+        requests: &mut Requests,
+    ) -> Option<Result<()>> {
+        if !self.queue.is_empty()
+            || data.len() as u64 > config.shm_frag_bytes.min(self.eager_max(config))
+        {
+            return None;
+        }
+        set_ring_tag(&mut self.ring, self.tag);
+        let sent = self.write_one_record(data, requests)?;
+        self.peer_waiting_since = None;
+        Some(sent)
     }
 
     /// Writes `data` as one record (after its tag record, if the tag changed), if the ring
