@@ -38,10 +38,9 @@ fn two_rank_contexts(
     (context(0), context(1))
 }
 
-/// Rank 0's endpoint of a two-rank tcp job in this process, connected to rank 1's
-/// (returned too, to keep it open). Its one inbound edge then carries the stream the
-/// test gives it (`lone_edge`), so the test can write any bytes to it.
-fn tcp_endpoint() -> (crate::Context, Endpoint, crate::Context, Endpoint) {
+/// Rank 0's and rank 1's contexts of a two-rank job in this process over `kind` alone,
+/// their addresses free ports of the loopback interface.
+fn loopback_contexts(kind: TransportKind, tag: u64) -> (crate::Context, crate::Context) {
     let addrs: Vec<std::net::SocketAddr> = (0..2)
         .map(|_| {
             let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -49,13 +48,20 @@ fn tcp_endpoint() -> (crate::Context, Endpoint, crate::Context, Endpoint) {
         })
         .collect();
     let config = crate::Config {
-        transports: vec![TransportKind::Tcp],
+        transports: vec![kind],
         ..crate::Config::default()
     };
+    two_rank_contexts(&addrs, &config, tag)
+}
+
+/// Rank 0's endpoint of a two-rank tcp job in this process, connected to rank 1's
+/// (returned too, to keep it open). Its one inbound edge then carries the stream the
+/// test gives it (`lone_edge`), so the test can write any bytes to it.
+fn tcp_endpoint() -> (crate::Context, Endpoint, crate::Context, Endpoint) {
     // A job of its own per call: tests run at once, and each context listens by job.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tag = 0x7e57_0000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, tag);
+    let (ctx0, ctx1) = loopback_contexts(TransportKind::Tcp, tag);
     let ep1 = ctx1.endpoint(0).unwrap();
     let mut ep0 = ctx0.endpoint(0).unwrap();
     ep0.connect(Addr::new(1, 0)).unwrap();
@@ -539,17 +545,7 @@ fn progress_takes_a_queue_in_growing_bursts() {
 
     use super::handlers::ActiveMessage;
 
-    let addrs: Vec<std::net::SocketAddr> = (0..2)
-        .map(|_| {
-            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-            listener.local_addr().unwrap()
-        })
-        .collect();
-    let config = crate::Config {
-        transports: vec![TransportKind::Shm],
-        ..crate::Config::default()
-    };
-    let (ctx0, ctx1) = two_rank_contexts(&addrs, &config, 0xa3b);
+    let (ctx0, ctx1) = loopback_contexts(TransportKind::Shm, 0xa3b);
     let mut ep0 = ctx0.endpoint(0).unwrap();
     let mut ep1 = ctx1.endpoint(0).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
