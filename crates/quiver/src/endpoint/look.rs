@@ -115,9 +115,9 @@ impl Endpoint {
     /// The handlers' intake from shm rings (`progress`), when no look needs the general
     /// path's care: every inbound edge is a ring, no handler chooses its payload's buffer,
     /// no plain posted receive waits, no new connection is to be adopted and no large
-    /// message has begun. Each edge is
-    /// looked at once, round robin, into the scratch buffer; an active message runs its
-    /// handler, a plain one goes to the matcher and ends the look (true).
+    /// message has begun. Each edge is looked at once, round robin, into the intake's
+    /// buffer; an active message runs its handler, a plain one goes to the matcher and
+    /// ends the look (true).
     pub(super) fn take_in_from_rings(&mut self) -> Result<bool> {
         let mut payload = std::mem::take(&mut self.am.intake);
         let n = self.inbound.len();
