@@ -347,12 +347,19 @@ impl Consumer {
     /// `peek` does when the ring is drained.
     #[inline]
     pub fn has_record(&mut self) -> bool {
-        let off = self.head & (self.capacity - 1);
-        if self.shared.stamp_at(off).load(Ordering::Acquire) == stamp(self.head, self.salt) {
+        if self.stamped(self.head) {
             return true;
         }
         self.flush();
         false
+    }
+
+    /// Whether the record at stream position `pos` has been written: its stamp is the
+    /// one for `pos` (the stamp is stored last, with release ordering).
+    #[inline]
+    fn stamped(&self, pos: u64) -> bool {
+        let off = pos & (self.capacity - 1);
+        self.shared.stamp_at(off).load(Ordering::Acquire) == stamp(pos, self.salt)
     }
 
     /// Looks at the record at stream position `pos` (at or after the head, 64-aligned),
@@ -360,11 +367,10 @@ impl Consumer {
     #[inline]
     pub fn record_at(&self, pos: u64) -> Result<Option<Record>, RingError> {
         debug_assert!(pos.is_multiple_of(LINE) && pos >= self.head);
-        let off = pos & (self.capacity - 1);
-        let st = self.shared.stamp_at(off).load(Ordering::Acquire);
-        if st != stamp(pos, self.salt) {
+        if !self.stamped(pos) {
             return Ok(None);
         }
+        let off = pos & (self.capacity - 1);
         let kind_raw = self.shared.read_u8(off + REC_KIND as u64);
         let frag_len = u64::from(self.shared.read_u32(off + REC_FRAG_LEN as u64));
         let total_len = self.shared.read_u64(off + REC_TOTAL_LEN as u64);
