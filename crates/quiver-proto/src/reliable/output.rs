@@ -204,8 +204,10 @@ impl ReliableConnection {
             data: self.config.max_data_payload_bytes(),
             stream: self.config.max_stream_payload_bytes(),
         };
-        // Compact frames carry no acknowledgement: only when none waits to ride along.
-        let compact = self.config.compact_data_frames && !self.recv.ack_due(now);
+        // Compact frames carry no acknowledgement: only when none is owed, due or delayed.
+        // A delayed ack left behind by an answer would be due at the next frame's arrival
+        // (every second frame is acked at once), and go out then as a frame of its own.
+        let compact = self.config.compact_data_frames && !self.recv.ack_owed();
         let to_send = self.send.next_frame(now, limits, compact)?;
         let lent = match self.send.lend_at(to_send.frame.payload_offset) {
             None => &[][..],

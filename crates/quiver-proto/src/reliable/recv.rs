@@ -965,6 +965,11 @@ impl RecvState {
         self.ack_now || self.ack_deadline.is_some_and(|deadline| deadline <= now)
     }
 
+    /// Whether an ack is owed at all, due now or delayed: a data frame sent now carries it.
+    pub(super) fn ack_owed(&self) -> bool {
+        self.ack_now || self.ack_deadline.is_some()
+    }
+
     pub(super) fn ack_deadline(&self) -> Option<Nanos> {
         self.ack_deadline
     }

@@ -802,6 +802,57 @@ fn compact_frames_carry_every_size() {
     assert_eq!(pair.a.stats().payload_bytes_sent, total);
 }
 
+/// A ping-pong with compact frames: each answer carries the ack it owes, so no
+/// acknowledgement leaves as a frame of its own. (When an answer went as a compact frame
+/// while its ack waited out the delay, the next arrival made that ack due at once: every
+/// second round trip sent a standalone Ack ahead of the answer, one more datagram and
+/// system call on the path of a reply.)
+#[test]
+fn an_answer_carries_the_ack_it_owes() {
+    let config = ReliableConfig {
+        compact_data_frames: true,
+        ..small_config()
+    };
+    let mut pair = Pair::handshaken(config);
+    let (acks_a, acks_b) = (pair.a.stats().acks_sent, pair.b().stats().acks_sent);
+    let (data_a, data_b) = (
+        pair.a.stats().data_frames_sent,
+        pair.b().stats().data_frames_sent,
+    );
+    let mut buffer = [0u8; 64];
+    for round in 0..10u8 {
+        let ping = patterned(8, round);
+        pair.a.start_message(8).unwrap();
+        assert_eq!(pair.a.write_message(&ping), 8);
+        // Each side flushes on arrival before it answers, as the engine does.
+        for _ in 0..2 {
+            pair.flush();
+            pair.deliver();
+        }
+        assert_eq!(pair.b().read_message(&mut buffer), (8, true));
+        assert_eq!(buffer[..8], ping[..]);
+        pair.b().start_message(8).unwrap();
+        assert_eq!(pair.b().write_message(&ping), 8);
+        for _ in 0..2 {
+            pair.flush();
+            pair.deliver();
+        }
+        assert_eq!(pair.a.read_message(&mut buffer), (8, true));
+    }
+    assert_eq!(
+        pair.a.stats().acks_sent - acks_a,
+        0,
+        "standalone acks from a"
+    );
+    assert_eq!(
+        pair.b().stats().acks_sent - acks_b,
+        0,
+        "standalone acks from b"
+    );
+    assert_eq!(pair.a.stats().data_frames_sent - data_a, 10);
+    assert_eq!(pair.b().stats().data_frames_sent - data_b, 10);
+}
+
 /// A message started (its length prefix written) before any of its bytes, which then leave
 /// while an acknowledgement is due (so in a Data frame, not a compact Stream frame): the
 /// receiver takes them. Once, the prefix left alone in a Stream frame and the Data frame
