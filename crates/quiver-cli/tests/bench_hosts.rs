@@ -75,10 +75,26 @@ fn random_key() -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quiver-bench-hosts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir.join(name)
+/// A test's scratch directory, removed when the test ends (also when it fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("quiver-bench-hosts-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Self(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Starts `cmd` with its output captured, in a process group of its own.
@@ -229,7 +245,8 @@ fn bench_under_mpirun_measures_between_two_namespaces() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let testbed = Testbed::up().expect("namespaces up");
     let [a, b] = testbed.namespaces();
-    let json = scratch("mpirun.json");
+    let scratch = Scratch::new("mpirun");
+    let json = scratch.file("mpirun.json");
     let mut cmd = scrubbed(Command::new("mpirun"));
     cmd.args(["--allow-run-as-root", "-np", "2", "-x", "QUIVER_NETNS"])
         .env("QUIVER_NETNS", format!("{a},{b}"))
@@ -290,8 +307,9 @@ fn bench_by_hand_meets_at_the_rendezvous_across_two_namespaces() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let testbed = Testbed::up().expect("namespaces up");
     let namespaces = testbed.namespaces();
-    let json = scratch("netns");
-    let plot = scratch("netns.svg");
+    let scratch = Scratch::new("netns");
+    let json = scratch.file("netns");
+    let plot = scratch.file("netns.svg");
     let [zero, _] = by_hand(
         "10.77.0.1:47311",
         "udp",
@@ -326,7 +344,8 @@ fn bench_by_hand_meets_at_the_rendezvous_on_loopback() {
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
         .port();
-    let json = scratch("loopback");
+    let scratch = Scratch::new("loopback");
+    let json = scratch.file("loopback");
     let [zero, _] = by_hand(&format!("127.0.0.1:{port}"), "tcp", &json, &[], |_| {
         quiver()
     });
