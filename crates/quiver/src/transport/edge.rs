@@ -169,7 +169,8 @@ impl OutEdge {
     /// pull other senders' rendezvous messages ahead too), except the wait for a
     /// rendezvous to be pulled while the endpoint has receives posted
     /// (`receives_posted`: they take what comes meanwhile, [`OutEdge::finish_send`]);
-    /// tcp's latency path (one `send` of a small frame), nothing for datagrams.
+    /// tcp's latency path (one `send` of a small frame); for datagrams a message the send
+    /// window takes whole now ([`DgramOut::start_send`](crate::transport::dgram::outbound::DgramOut::start_send)).
     #[inline]
     pub(crate) fn start_send(
         &mut self,
@@ -191,7 +192,10 @@ impl OutEdge {
                     Err(err) => Started::Finished(Err(err)),
                 }
             }
-            OutEdge::Dgram(_) => Started::Partly { written: 0 },
+            OutEdge::Dgram(e) => match e.start_send(data, cx) {
+                Some(result) => Started::Finished(result),
+                None => Started::Partly { written: 0 },
+            },
             OutEdge::Busy => unreachable!("a busy edge is out of the endpoint's list"),
         }
     }

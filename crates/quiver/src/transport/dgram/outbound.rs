@@ -94,6 +94,27 @@ impl DgramOut {
         }
     }
 
+    /// A blocking send's first step, taken without the endpoint: a message below the
+    /// in-place size is tried as [`DgramOut::try_send`], which finishes most sends (the
+    /// window takes the message whole). When it would wait, nothing is written and
+    /// [`DgramOut::finish_send`] does the rest. The common send so skips the waiting
+    /// machinery (the edge taken out of the endpoint's list and put back, the wait's
+    /// setup), about a fifth of a udp send's instructions. `None`: `finish_send` sends it.
+    pub(crate) fn start_send(
+        &mut self,
+        data: &[u8],
+        cx: &mut EdgeContext<'_>,
+    ) -> Option<Result<()>> {
+        let in_place_min = cx.config.udp_send_in_place_min;
+        if in_place_min > 0 && data.len() >= in_place_min {
+            return None;
+        }
+        match self.try_send(data, cx) {
+            Err(Error::WouldBlock) => None,
+            result => Some(result),
+        }
+    }
+
     /// Blocking send: returns once the protocol's send window took the whole message, or,
     /// for a large message sent in place, once no byte of `data` is lent to the protocol
     /// any more. Earlier queued sends go first. The endpoint receives meanwhile.
