@@ -53,6 +53,7 @@ impl UdpSocket {
                 std::ptr::null_mut(),
             )
         })? as usize;
+        batch.written(received);
         batch.finish(received);
         Ok(received)
     }
@@ -87,6 +88,7 @@ impl UdpSocket {
                 libc::MSG_DONTWAIT,
             )
         };
+        batch.written(1);
         if received < 0 {
             let error = io::Error::last_os_error();
             return match error.kind() {
@@ -144,6 +146,7 @@ impl UdpSocket {
         // The batch's own iovec again (the array above dies here).
         header.msg_iov = &mut batch.iovecs[0];
         header.msg_iovlen = 1;
+        batch.written(1);
         if received < 0 {
             let error = io::Error::last_os_error();
             return match error.kind() {

@@ -24,10 +24,16 @@ pub struct RecvBatch {
     controls: Vec<ControlBuffer>,
     pub(super) metadata: Vec<RecvMetadata>,
     pub(super) received: usize,
+    /// Headers `..pointed` point at their buffer, address and control slots (set once:
+    /// the buffers are allocated in `new` and never move).
+    pointed: usize,
+    /// Headers `..dirty` may hold lengths a receive wrote (the kernel writes only the
+    /// headers it fills); `prepare` resets them.
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers inside `headers`/`iovecs` only ever point into this struct's own
-// heap buffers and are rewritten before every use; nothing is shared with another thread.
+// heap buffers, which never move; nothing is shared with another thread.
 unsafe impl Send for RecvBatch {}
 
 /// What the kernel said about one received message.
@@ -68,6 +74,8 @@ impl RecvBatch {
                 capacity
             ],
             received: 0,
+            pointed: 0,
+            dirty: 0,
         }
     }
 
@@ -113,11 +121,18 @@ impl RecvBatch {
         (0..self.received).map(move |index| self.message(index))
     }
 
-    /// Points the first `count` headers at their buffers, address and control slots (the
-    /// kernel overwrites the lengths on each receive, so this runs before every call).
+    /// Readies the first `count` headers for a receive: points those never pointed yet at
+    /// their buffers, address and control slots, and gives back their full lengths to those
+    /// a receive wrote since (the kernel overwrites the lengths of the headers it fills).
+    /// A batch receive that finds one message so resets one header, not the whole batch.
     pub(super) fn prepare(&mut self, count: usize) {
+        for index in 0..self.dirty {
+            self.reset_lengths(index);
+        }
+        self.dirty = 0;
         let data = self.data.as_mut_ptr();
-        for index in 0..count.min(self.headers.len()) {
+        let count = count.min(self.headers.len());
+        for index in self.pointed..count {
             self.iovecs[index] = libc::iovec {
                 // In bounds: index < capacity and data holds capacity * buffer_bytes bytes.
                 iov_base: data.wrapping_add(index * self.buffer_bytes) as *mut c_void,
@@ -125,14 +140,26 @@ impl RecvBatch {
             };
             let header = &mut self.headers[index].msg_hdr;
             header.msg_name = &mut self.addresses[index] as *mut _ as *mut c_void;
-            header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             header.msg_iov = &mut self.iovecs[index];
             header.msg_iovlen = 1;
             header.msg_control = self.controls[index].as_mut_ptr() as *mut c_void;
-            header.msg_controllen = size_of::<ControlBuffer>();
-            header.msg_flags = 0;
-            self.headers[index].msg_len = 0;
+            self.reset_lengths(index);
         }
+        self.pointed = self.pointed.max(count);
+    }
+
+    /// Header `index`'s lengths and flags as a receive expects them.
+    fn reset_lengths(&mut self, index: usize) {
+        let header = &mut self.headers[index].msg_hdr;
+        header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        header.msg_controllen = size_of::<ControlBuffer>();
+        header.msg_flags = 0;
+        self.headers[index].msg_len = 0;
+    }
+
+    /// Records that a receive may have written the lengths of the first `count` headers.
+    pub(super) fn written(&mut self, count: usize) {
+        self.dirty = self.dirty.max(count.min(self.headers.len()));
     }
 
     /// Reads lengths, sources and GRO segment sizes of the first `received` headers.
