@@ -88,7 +88,6 @@ impl UdpSocket {
                 libc::MSG_DONTWAIT,
             )
         };
-        batch.written(1);
         if received < 0 {
             let error = io::Error::last_os_error();
             return match error.kind() {
@@ -96,6 +95,7 @@ impl UdpSocket {
                 _ => Err(error),
             };
         }
+        batch.written(1);
         // At most the buffer's length (a `u32` field: buffers are far smaller).
         batch.headers[0].msg_len = received as libc::c_uint;
         batch.finish(1);
@@ -146,7 +146,6 @@ impl UdpSocket {
         // The batch's own iovec again (the array above dies here).
         header.msg_iov = &mut batch.iovecs[0];
         header.msg_iovlen = 1;
-        batch.written(1);
         if received < 0 {
             let error = io::Error::last_os_error();
             return match error.kind() {
@@ -154,6 +153,7 @@ impl UdpSocket {
                 _ => Err(error),
             };
         }
+        batch.written(1);
         let length = received as usize;
         let header = &batch.headers[0].msg_hdr;
         let source = read_socket_address(&batch.addresses[0], header.msg_namelen)

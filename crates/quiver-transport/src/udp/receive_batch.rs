@@ -157,7 +157,8 @@ impl RecvBatch {
         self.headers[index].msg_len = 0;
     }
 
-    /// Records that a receive may have written the lengths of the first `count` headers.
+    /// Records that a receive wrote the lengths of the first `count` headers (the kernel
+    /// writes them only when it returns a message: an empty receive leaves them).
     pub(super) fn written(&mut self, count: usize) {
         self.dirty = self.dirty.max(count.min(self.headers.len()));
     }

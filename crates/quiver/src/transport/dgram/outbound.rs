@@ -94,8 +94,8 @@ impl DgramOut {
         }
     }
 
-    /// A blocking send's first step, taken without the endpoint: a message below the
-    /// in-place size is tried as [`DgramOut::try_send`], which finishes most sends (the
+    /// A blocking send's first step, taken without the endpoint: with no earlier send
+    /// queued, a message below the in-place size is tried as [`DgramOut::try_send`], which finishes most sends (the
     /// window takes the message whole). When it would wait, nothing is written and
     /// [`DgramOut::finish_send`] does the rest. The common send so skips the waiting
     /// machinery (the edge taken out of the endpoint's list and put back, the wait's
@@ -105,8 +105,10 @@ impl DgramOut {
         data: &[u8],
         cx: &mut EdgeContext<'_>,
     ) -> Option<Result<()>> {
+        // Earlier sends still queued: `finish_send` flushes them first (and waits), so the
+        // try's own flush of them would be done twice.
         let in_place_min = cx.config.udp_send_in_place_min;
-        if in_place_min > 0 && data.len() >= in_place_min {
+        if !self.net.queue.is_empty() || (in_place_min > 0 && data.len() >= in_place_min) {
             return None;
         }
         match self.try_send(data, cx) {
