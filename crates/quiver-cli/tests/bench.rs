@@ -247,7 +247,8 @@ fn bad_usage_exits_2_with_a_message() {
 }
 
 /// `quiver bench am`: the latency and rate of active messages over shm, tcp and udp, each
-/// with UCX's figure and the ratio when `ucx_perftest` is installed (read, not judged).
+/// with UCX's figure and the ratio when `ucx_perftest` is installed (read, not judged),
+/// and the floors beside them: the plain message and the cache-line hand-off.
 #[test]
 fn am_reports_latency_and_rate() {
     let ucx = Command::new("ucx_perftest").arg("-h").output().is_ok();
@@ -266,7 +267,11 @@ fn am_reports_latency_and_rate() {
             .iter()
             .map(|r| r["test"].as_str().unwrap())
             .collect();
-        assert_eq!(tests, ["am_lat", "am_rate", "msg_lat"], "{transport}");
+        assert_eq!(
+            tests,
+            ["am_lat", "am_rate", "msg_lat", "handoff"],
+            "{transport}"
+        );
         for record in &records {
             assert_eq!(record["transport"], transport);
             positive(record, "quiver");

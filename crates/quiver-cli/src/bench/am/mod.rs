@@ -12,9 +12,12 @@
 //!   connection is full), rank 1's handler counts them; a last one asks for an answer;
 //!   messages per second from the first send to the answer.
 //!
-//! - the floor: a plain 8 B ping-pong (blocking `send` and `recv`, no handler) between the
+//! - the floors: a plain 8 B ping-pong (blocking `send` and `recv`, no handler) between the
 //!   same CPUs, `msg_lat`, beside UCX's active message: an active message is a message and
-//!   a handler's call, so its latency sits at or above this one.
+//!   a handler's call, so its latency sits at or above this one; and the cache-line
+//!   hand-off between the two CPUs (`handoff`, one way, as `quiver bench floor` measures
+//!   it), which every message between them costs at least once: where it is above 0.8x
+//!   UCX's latency, the latency target is below what the hardware allows.
 //!
 //! The two ranks are two threads of this process, each with a context of its own (as two
 //! processes would have), pinned to the two CPUs (`--cpus`), busy-polling (`ranks.rs`).
@@ -35,6 +38,7 @@ mod ucx;
 use quiver::TransportKind;
 
 use self::ranks::SIZE;
+use super::floor;
 use super::parent::choose_cpus;
 use super::stats;
 use crate::provenance::Provenance;
@@ -55,6 +59,8 @@ struct Figure {
     ucx: Vec<Option<f64>>,
     /// The target ratio and whether lower is better (none: a floor, read beside).
     target: Option<(f64, bool)>,
+    /// What a floor is, for the table's last column.
+    note: &'static str,
 }
 
 impl Figure {
@@ -130,20 +136,30 @@ pub fn run(options: &AmOptions<'_>) -> Result<(), AmFailure> {
         .map_or(DEFAULT_RATE_MESSAGES, |n| n.saturating_mul(20))
         .max(1);
     let mut figures = [
-        figure("am_lat", "us", Some((0.8, true))),
-        figure("am_rate", "Mmsg/s", Some((1.2, false))),
-        figure("msg_lat", "us", None),
+        figure("am_lat", "us", Some((0.8, true)), ""),
+        figure("am_rate", "Mmsg/s", Some((1.2, false)), ""),
+        figure("msg_lat", "us", None, "(plain message: the am_lat floor)"),
+        figure(
+            "handoff",
+            "us",
+            None,
+            "(cache-line hand-off: every message's floor)",
+        ),
     ];
     for _ in 0..ROUNDS {
         let (latency, rate) =
             ranks::active_messages(kind, cpus, lat_iters, messages).map_err(AmFailure::Run)?;
         let plain = ranks::plain_messages(kind, cpus, lat_iters).map_err(AmFailure::Run)?;
+        let handoff = floor::measure_handoff(cpus[0], cpus[1])
+            .map_err(|e| AmFailure::Run(format!("measuring the cache-line hand-off: {e}")))?
+            .one_way_median_us;
         let ucx_lat = ucx::ucx(&ucx_tl, cpus, "am_lat", SIZE, lat_iters).map(|f| f.latency_us);
         let ucx_rate = ucx::ucx(&ucx_tl, cpus, "am_bw", SIZE, messages).map(|f| f.rate_per_s / 1e6);
         for (figure, quiver, ucx) in [
             (0, latency, ucx_lat),
             (1, rate, ucx_rate),
             (2, plain, ucx_lat),
+            (3, handoff, ucx_lat),
         ] {
             figures[figure].quiver.push(quiver);
             figures[figure].ucx.push(ucx);
@@ -154,13 +170,19 @@ pub fn run(options: &AmOptions<'_>) -> Result<(), AmFailure> {
 }
 
 /// A figure with no rounds yet.
-fn figure(test: &'static str, unit: &'static str, target: Option<(f64, bool)>) -> Figure {
+fn figure(
+    test: &'static str,
+    unit: &'static str,
+    target: Option<(f64, bool)>,
+    note: &'static str,
+) -> Figure {
     Figure {
         test,
         unit,
         quiver: Vec::with_capacity(ROUNDS),
         ucx: Vec::with_capacity(ROUNDS),
         target,
+        note,
     }
 }
 
@@ -237,7 +259,7 @@ fn print_table(kind: TransportKind, cpus: [usize; 2], figures: &[Figure]) {
         let target = match f.target {
             Some((target, true)) => format!("<= {target}x"),
             Some((target, false)) => format!(">= {target}x"),
-            None => "(plain message: the am_lat floor)".to_string(),
+            None => f.note.to_string(),
         };
         println!(
             "{:<10} {:>14} {:>14} {:>8} {:>13}  {target}",
