@@ -487,13 +487,34 @@ impl ShmIn {
             }
         }
         let buf = dest.prepare(total)?;
-        let mut filled = first.frag_len as usize;
+        let filled = first.frag_len as usize;
         self.ring.copy_payload(first, &mut buf[..filled]);
         self.ring.consume(first);
+        if filled < buf.len() {
+            self.take_rest(buf, filled, config, detection, rank)?;
+        }
+        Ok(Some(total as usize))
+    }
+
+    /// Takes the fragments after the first of an eager message into `buf` (`filled` bytes
+    /// in), waiting for a sender that is writing them now. Apart from `take_eager` so that
+    /// a message in one fragment, the common case, sets no wait up.
+    fn take_rest(
+        &mut self,
+        buf: &mut [u8],
+        mut filled: usize,
+        config: &Config,
+        detection: &mut Looks,
+        rank: Option<&LocalRank>,
+    ) -> Result<()> {
+        let peer = self.peer;
         let mut waited = Wait::new(config);
-        while (filled as u64) < total {
+        while filled < buf.len() {
             match self.ring.peek().map_err(|e| ring_error(peer, e))? {
-                Some(rec) if rec.kind == Kind::Cont && filled as u64 + rec.frag_len <= total => {
+                Some(rec)
+                    if rec.kind == Kind::Cont
+                        && filled as u64 + rec.frag_len <= buf.len() as u64 =>
+                {
                     let end = filled + rec.frag_len as usize;
                     self.ring.copy_payload(&rec, &mut buf[filled..end]);
                     self.ring.consume(&rec);
@@ -517,7 +538,7 @@ impl ShmIn {
                 }
             }
         }
-        Ok(Some(total as usize))
+        Ok(())
     }
 
     /// Begins taking a message that may not fit in the ring at once, `first` being its first
