@@ -1,7 +1,9 @@
 //! Where an inbound edge stands ([`InboundState`]): open, or ending in one of the ways a
 //! receive reports once before the edge is skipped.
 
+/// `repr(u8)`: a tag byte of its own, read by every look at an edge (see `OutEdge`).
 #[derive(Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum InboundState {
     Open,
     /// The peer exited: deliver what it wrote, then report its death once.
