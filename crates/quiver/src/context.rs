@@ -274,6 +274,12 @@ impl Context {
         self.local.size
     }
 
+    /// The rank's shared state (tests of the transports look into it).
+    #[cfg(test)]
+    pub(crate) fn local(&self) -> &Arc<LocalRank> {
+        &self.local
+    }
+
     /// The job's identifier.
     pub fn job_id(&self) -> u64 {
         self.local.job_id

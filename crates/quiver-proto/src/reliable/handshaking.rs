@@ -28,6 +28,15 @@ const PARAMS_MAX: usize = PARAMS_LEN + IDENTITY_LEN;
 pub(super) type PeerParams = (u64, Option<[u8; IDENTITY_LEN]>);
 
 impl ReliableConnection {
+    /// Responder: whether `accept` left the decision open (accepted at the next
+    /// `poll_transmit` unless the caller rejects first).
+    pub(super) fn accept_pending(&self) -> bool {
+        matches!(
+            self.handshake,
+            HandshakeSide::Responder { deciding: true, .. }
+        )
+    }
+
     /// Responder: accepts now unless the caller rejected since `accept`.
     pub(super) fn apply_pending_accept(&mut self) {
         let (params, len) = self.own_params();

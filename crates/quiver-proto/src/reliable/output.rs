@@ -143,6 +143,24 @@ impl ReliableConnection {
         None
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) at `now` has anything to do: a
+    /// datagram that may be due (a handshake message, a ping reply, data or a Close, a
+    /// ping, an ack) or an ack held for the answer to process (the `reliable` module docs,
+    /// "The answer first"). False means `poll_transmit` would return `None` and change
+    /// nothing (the timers and gauges it refreshes are as the last input, timer,
+    /// transmit, write or read left them), so a caller may skip it: a connection whose
+    /// answer already carried its ack costs this look, not a poll. True does not promise a
+    /// datagram (data may wait for credit or room in a window).
+    pub fn transmit_pending(&self, now: Nanos) -> bool {
+        self.deferred_ack.is_some()
+            || self.handshake_send_pending
+            || self.accept_pending()
+            || self.send.paths.control_due()
+            || self.send.data_waiting()
+            || self.send.close_pending()
+            || self.recv.ack_due(now)
+    }
+
     /// The payload of a data frame transmitted earlier (see [`Transmit::stream_offset`]),
     /// while it is still in the send buffer: only an acknowledgement releases bytes (the
     /// next `handle_datagram`, or a later `poll_transmit` processing a deferred one: module

@@ -757,6 +757,12 @@ impl Paths {
         self.control_due = true;
     }
 
+    /// Whether a ping or a ping reply may wait to be sent (set when one is queued, cleared
+    /// once none is left).
+    pub(super) fn control_due(&self) -> bool {
+        self.control_due
+    }
+
     /// Whether a ping reply waits to be sent.
     pub(super) fn reply_due(&self) -> bool {
         self.control_due && self.paths.iter().any(|path| path.reply_due.is_some())

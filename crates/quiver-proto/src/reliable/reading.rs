@@ -37,6 +37,7 @@ impl ReliableConnection {
     /// bring a window update: call `poll_transmit` after.
     pub fn read_posted(&mut self, buffers: &mut dyn PostedBuffers) {
         self.recv.read_posted(buffers);
+        self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
     }
 
     /// The next posted reader that finished, in the order they finished (messages are
@@ -123,6 +124,10 @@ impl ReliableConnection {
     /// `out` is that buffer (starting at the next unread byte): those bytes are not copied
     /// again.
     pub fn read_message(&mut self, out: &mut [u8]) -> (usize, bool) {
-        self.recv.read_message(out)
+        let read = self.recv.read_message(out);
+        // The gauge follows the read itself: a caller may skip the `poll_transmit` after it
+        // (`transmit_pending`), which would otherwise be what refreshes it.
+        self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
+        read
     }
 }

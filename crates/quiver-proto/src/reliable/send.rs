@@ -611,6 +611,11 @@ impl SendState {
         self.close_requested
     }
 
+    /// Whether the Close was asked for and has not gone out yet.
+    pub(super) fn close_pending(&self) -> bool {
+        self.close_requested && !self.close_sent
+    }
+
     pub(super) fn close_acked(&self) -> bool {
         // Frames re-cut after the Close may still be unacknowledged.
         self.close_acked && self.all_acked()
@@ -677,8 +682,7 @@ impl SendState {
             return self.next_recut(now, limits);
         }
         let (max_payload, compact_payload) = (limits.data, compact.then_some(limits.stream));
-        let close_pending = self.close_requested && !self.close_sent;
-        if self.next_offset == self.write_offset && !close_pending {
+        if self.next_offset == self.write_offset && !self.close_pending() {
             // Nothing new to send (a receiver, on every poll): spare the scheduler.
             return None;
         }

@@ -355,12 +355,16 @@ impl Pair {
         self.b.as_mut().unwrap()
     }
 
-    /// Collects every transmit of both sides into the network.
+    /// Collects every transmit of both sides into the network. Checks on the way that a
+    /// side whose `transmit_pending` says false has nothing to send and that its
+    /// `poll_transmit` changes nothing ([`idle_before`], [`still_idle`]).
     fn flush(&mut self) {
         let mut header = [0u8; frame::MAX_HEADER_LEN];
         let mut from_a = Vec::new();
         loop {
             let mut any = false;
+            let idle_a = idle_before(&self.a, self.now);
+            let idle_b = self.b.as_ref().and_then(|b| idle_before(b, self.now));
             let (lent, posted) = (&self.lent, &self.posted);
             while let Some(transmit) =
                 self.a
@@ -378,6 +382,7 @@ impl Pair {
                 self.produced_by_a += 1;
                 any = true;
             }
+            still_idle(idle_a, &self.a, from_a.len());
             for datagram in from_a.drain(..) {
                 self.route(true, datagram);
             }
@@ -389,6 +394,7 @@ impl Pair {
                     from_b.push(datagram);
                     any = true;
                 }
+                still_idle(idle_b, b, from_b.len());
             }
             if !self.b_silent {
                 for datagram in from_b {
@@ -549,6 +555,38 @@ impl Pair {
             }
         }
         assert!(done(self), "condition not reached at t={} ns", self.now);
+    }
+}
+
+/// What `poll_transmit` must leave as it is when `connection`'s `transmit_pending` says
+/// false at `now`: its stats and its next timer; None when it says true.
+fn idle_before(
+    connection: &ReliableConnection,
+    now: Nanos,
+) -> Option<(ReliableStats, Option<Nanos>)> {
+    (!connection.transmit_pending(now))
+        .then(|| (connection.stats().clone(), connection.poll_timeout()))
+}
+
+/// Checks a connection [`idle_before`] found idle after its `poll_transmit` calls, which
+/// gave `sent` datagrams: none, and nothing changed.
+fn still_idle(
+    idle: Option<(ReliableStats, Option<Nanos>)>,
+    connection: &ReliableConnection,
+    sent: usize,
+) {
+    if let Some((stats, timeout)) = idle {
+        assert_eq!(sent, 0, "transmit_pending said nothing was to go");
+        assert_eq!(
+            &stats,
+            connection.stats(),
+            "an idle poll_transmit changed the stats"
+        );
+        assert_eq!(
+            timeout,
+            connection.poll_timeout(),
+            "an idle poll_transmit moved a timer"
+        );
     }
 }
 
@@ -2027,6 +2065,82 @@ fn an_answer_goes_out_before_the_ack_of_its_request_is_processed() {
         "everything a sent was acknowledged by answer#3"
     );
     assert_ne!(a.poll_timeout(), Some(then + 1_000));
+}
+
+/// Once an answer went out carrying the ack its request was owed, and processed the ack the
+/// request carried, the answerer has nothing to send: `transmit_pending` says so, and the
+/// next `poll_transmit` finds nothing. Anything to send (data written, an ack asked for, a
+/// ping, a Close) makes it true again.
+#[test]
+fn nothing_is_pending_after_an_answer_that_carried_its_ack() {
+    let mut pair = Pair::established();
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut buffer = [0u8; 8];
+    let b = pair.b.as_mut().unwrap();
+    let a = &mut pair.a;
+    let mut now = pair.now + 1_000;
+    for round in 0..3u64 {
+        let request = send_one_message(a, now, b"request!", &mut header);
+        assert!(a.poll_transmit(now, &mut header).is_none());
+        now += 1_000;
+        b.handle_datagram(now, 0, &request);
+        assert!(
+            b.transmit_pending(now),
+            "the request's ack is held for the answer"
+        );
+        assert_eq!(b.read_message(&mut buffer), (8, true));
+        let answer = send_one_message(b, now, b"answer!!", &mut header);
+        assert!(b.poll_transmit(now, &mut header).is_none());
+        assert!(
+            !b.transmit_pending(now),
+            "round {round}: the answer carried the ack, and its request's ack was processed"
+        );
+        now += 1_000;
+        a.handle_datagram(now, 0, &answer);
+        assert_eq!(a.read_message(&mut buffer), (8, true));
+        // a owes b an ack, delayed: pending only once it is due.
+        assert!(a.poll_transmit(now, &mut header).is_none());
+        assert!(!a.transmit_pending(now));
+        let due = a.poll_timeout().unwrap();
+        assert!(a.transmit_pending(due), "the delayed ack is due");
+        a.handle_timeout(due);
+        let ack = a.poll_transmit(due, &mut header).unwrap();
+        let mut datagram = header[..ack.header_len].to_vec();
+        datagram.extend_from_slice(ack.payload);
+        assert!(a.poll_transmit(due, &mut header).is_none());
+        assert!(!a.transmit_pending(due));
+        b.handle_datagram(due, 0, &datagram);
+        assert!(!b.transmit_pending(due), "a lone ack asks for nothing");
+        now = due + 1_000;
+    }
+    // Data written.
+    b.start_message(1).unwrap();
+    assert!(b.transmit_pending(now));
+    assert_eq!(b.write_message(b"x"), 1);
+    let data = b.poll_transmit(now, &mut header).unwrap();
+    let mut datagram = header[..data.header_len].to_vec();
+    datagram.extend_from_slice(data.payload);
+    assert!(b.poll_transmit(now, &mut header).is_none());
+    assert!(!b.transmit_pending(now));
+    // A duplicate: its ack is repeated at once.
+    a.handle_datagram(now, 0, &datagram);
+    assert_eq!(a.read_message(&mut buffer), (1, true));
+    a.handle_datagram(now, 0, &datagram);
+    assert!(
+        a.transmit_pending(now),
+        "a duplicate asks for the ack again"
+    );
+    while a.poll_transmit(now, &mut header).is_some() {}
+    assert!(!a.transmit_pending(now));
+    // A keepalive ping.
+    let idle = a.poll_timeout().unwrap();
+    a.handle_timeout(idle);
+    assert!(a.transmit_pending(idle), "a ping or an ack is due");
+    while a.poll_transmit(idle, &mut header).is_some() {}
+    assert!(!a.transmit_pending(idle));
+    // A Close.
+    a.close(idle);
+    assert!(a.transmit_pending(idle));
 }
 
 #[test]

@@ -149,6 +149,8 @@ impl DgramShared {
                 sleepers: Vec::new(),
                 takes_since_poll: 0,
                 buffered_takes: 0,
+                #[cfg(test)]
+                flushes: 0,
             }),
         })
     }
@@ -337,6 +339,9 @@ pub(super) struct Engine {
     /// Receives since the last poll that took a message already whole in its connection's
     /// receive window without polling the sockets (`DgramShared::take_whole`).
     pub(super) takes_since_poll: u32,
+    /// Calls of `Engine::flush_lent_at` (tests count the flushes a poll makes).
+    #[cfg(test)]
+    pub(super) flushes: u64,
     /// Such receives in all (`DatagramStats::buffered_takes`).
     pub(super) buffered_takes: u64,
 }

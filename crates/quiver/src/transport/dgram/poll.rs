@@ -164,11 +164,20 @@ impl Engine {
 
     /// Flushes the connections whose acks were held back for the application's answer: it
     /// has answered (and its message carried them) or not; whatever is left goes now, at
-    /// the poll's clock. Popped, not taken: the list keeps its allocation.
+    /// the poll's clock. A connection with nothing to send and no ack owed or held (the
+    /// answer carried it: the common case) is not flushed at all
+    /// (`ReliableConnection::transmit_pending`). Popped, not taken: the list keeps its
+    /// allocation.
     fn flush_deferred(&mut self, clock: &mut Option<Nanos>, lender: Lender<'_>) {
         while let Some(id) = self.deferred.pop() {
             let now = self.now_once(clock);
-            self.flush_lent_at(id, lent_of(lender, id), now);
+            let idle = self
+                .router
+                .get(id)
+                .is_some_and(|e| e.posted.is_empty() && !e.core.transmit_pending(now));
+            if !idle {
+                self.flush_lent_at(id, lent_of(lender, id), now);
+            }
         }
     }
 
@@ -368,4 +377,91 @@ fn drop_arrivals(core: &mut quiver_proto::reliable::ReliableConnection) -> bool 
         dropped = true;
     }
     dropped
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+
+    use crate::{Addr, Config, Connection, Context, Endpoint, TransportKind};
+
+    /// Two ranks of a job over the mem transport at the test's own addresses (`octet` tells
+    /// them from other tests'), their endpoints 0 connected to each other: (contexts,
+    /// endpoints, rank 0's connection, rank 1's).
+    fn connected_pair(octet: u8) -> ([Context; 2], [Endpoint; 2], Connection, Connection) {
+        let addrs: Vec<SocketAddr> = (0..2u8)
+            .map(|rank| (Ipv4Addr::new(127, 84, octet, rank + 1), 41_029).into())
+            .collect();
+        let config = Config {
+            transports: vec![TransportKind::Mem],
+            ..Config::default()
+        };
+        let job = u64::from(std::process::id()) << 20 | u64::from(octet);
+        let context = |rank| {
+            Context::builder()
+                .rank(rank)
+                .size(2)
+                .job_id(job)
+                .job_key([3; 32])
+                .addrs(addrs.clone())
+                .config(config.clone())
+                .build()
+                .unwrap()
+        };
+        let contexts = [context(0), context(1)];
+        let mut endpoints = [
+            contexts[0].endpoint(0).unwrap(),
+            contexts[1].endpoint(0).unwrap(),
+        ];
+        for endpoint in &mut endpoints {
+            endpoint.set_timeout(Some(Duration::from_secs(10)));
+        }
+        let [e0, e1] = &mut endpoints;
+        let (c01, c10) = std::thread::scope(|s| {
+            let peer = s.spawn(|| e1.connect(Addr::new(0, 0)).unwrap());
+            let c01 = e0.connect(Addr::new(1, 0)).unwrap();
+            (c01, peer.join().unwrap())
+        });
+        (contexts, endpoints, c01, c10)
+    }
+
+    /// One round trip driven from this thread: rank 0 asks, rank 1 answers.
+    fn round_trip(endpoints: &mut [Endpoint; 2], c01: Connection, c10: Connection) {
+        let mut buffer = [0u8; 8];
+        let [e0, e1] = endpoints;
+        e0.send(c01, b"request!").unwrap();
+        assert_eq!(e1.recv(&mut buffer).unwrap().0, 8);
+        e1.send(c10, b"answer!!").unwrap();
+        assert_eq!(e0.recv(&mut buffer).unwrap().0, 8);
+    }
+
+    /// The connection whose ack waited for the application's answer is flushed by the next
+    /// poll only when it has something to do: after an answer that carried the ack (a
+    /// ping-pong's every round trip) that poll flushes nothing.
+    #[test]
+    fn a_poll_after_an_answer_that_carried_its_ack_flushes_nothing() {
+        let (contexts, mut endpoints, c01, c10) = connected_pair(1);
+        for _ in 0..3 {
+            round_trip(&mut endpoints, c01, c10);
+        }
+        let local = contexts[1].local();
+        let shared = local.dgram.clone().unwrap();
+        let flushes = {
+            let engine = shared.lock();
+            assert_eq!(
+                engine.deferred.len(),
+                1,
+                "the receive deferred its connection"
+            );
+            engine.flushes
+        };
+        shared.poll_io(local);
+        let engine = shared.lock();
+        assert!(engine.deferred.is_empty());
+        assert_eq!(
+            engine.flushes, flushes,
+            "the poll flushed a connection with nothing to send"
+        );
+    }
 }

@@ -55,6 +55,10 @@ impl Engine {
     // datagram out for its socket and sends a lone one at once; split into helpers, each
     // would need the same split borrows of the sockets, the entry and the header buffer.
     pub(super) fn flush_lent_at(&mut self, id: u64, lent: &[u8], now: Nanos) {
+        #[cfg(test)]
+        {
+            self.flushes += 1;
+        }
         self.timers_dirty = true;
         let Some(entry) = self.router.get_mut(id) else {
             return;
