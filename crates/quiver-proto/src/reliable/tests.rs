@@ -2143,6 +2143,41 @@ fn nothing_is_pending_after_an_answer_that_carried_its_ack() {
     assert!(a.transmit_pending(idle));
 }
 
+/// While an ack is held for the answer, `poll_timeout` gives it as due at its arrival and
+/// `poll_timeout_holding_ack` gives the other timers; once it is processed (here by the
+/// answer's flush) the two agree.
+#[test]
+fn a_held_ack_is_the_only_timer_poll_timeout_holding_ack_leaves_out() {
+    let mut pair = Pair::established();
+    let mut header = [0u8; frame::MAX_HEADER_LEN];
+    let mut buffer = [0u8; 8];
+    let b = pair.b.as_mut().unwrap();
+    let a = &mut pair.a;
+    let now = pair.now + 1_000;
+    assert_eq!(a.poll_timeout(), a.poll_timeout_holding_ack());
+    let request = send_one_message(a, now, b"request!", &mut header);
+    assert!(a.poll_transmit(now, &mut header).is_none());
+    // a's request is in flight: its retransmission timer runs.
+    let before = a.poll_timeout_holding_ack().unwrap();
+    assert!(before > now);
+    b.handle_datagram(now + 1_000, 0, &request);
+    assert_eq!(b.read_message(&mut buffer), (8, true));
+    let answer = send_one_message(b, now + 2_000, b"answer!!", &mut header);
+    assert!(b.poll_transmit(now + 2_000, &mut header).is_none());
+    let arrived_at = now + 3_000;
+    a.handle_datagram(arrived_at, 0, &answer);
+    assert_eq!(a.poll_timeout(), Some(arrived_at), "the held ack");
+    // The other timers: the request's retransmission, the answer's delayed ack.
+    let ack_due = arrived_at + small_config().ack_delay_ns;
+    assert_eq!(a.poll_timeout_holding_ack(), Some(before.min(ack_due)));
+    assert_eq!(a.read_message(&mut buffer), (8, true));
+    let later = arrived_at + 5_000;
+    send_one_message(a, later, b"request2", &mut header);
+    assert!(a.poll_transmit(later, &mut header).is_none());
+    assert_eq!(a.poll_timeout(), a.poll_timeout_holding_ack());
+    assert!(a.poll_timeout() > Some(arrived_at));
+}
+
 #[test]
 fn message_ready_only_once_the_whole_message_arrived() {
     let mut pair = Pair::established();

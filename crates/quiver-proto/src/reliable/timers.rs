@@ -15,6 +15,18 @@ impl ReliableConnection {
             // Processed by `handle_timeout` if nothing else comes first.
             return Some(ack.arrived_at);
         }
+        self.poll_timeout_holding_ack()
+    }
+
+    /// [`poll_timeout`](Self::poll_timeout) leaving out an ack held for the answer (the
+    /// `reliable` module docs, "The answer first"), which `poll_timeout` gives as due at
+    /// its arrival: the earliest of the other timers, as the connection stands before that
+    /// ack is processed. For a caller that calls `poll_transmit` for such a connection
+    /// later, on its own schedule (once the application had its chance to answer): the held
+    /// ack is then processed by that call, not by a `handle_timeout` ahead of the answer.
+    /// A timer the ack would bring forward (a lower RTO from its RTT sample) shows once it
+    /// is processed.
+    pub fn poll_timeout_holding_ack(&self) -> Option<Nanos> {
         match self.state {
             State::Handshaking => {
                 let deadline = Some(self.handshake_deadline);

@@ -51,7 +51,10 @@
 //! answer first" in `quiver_proto::reliable`): one datagram each way per round trip,
 //! nothing allocated per message. The next poll flushes the connection whose ack waited
 //! only when it still has something to send or an ack to process
-//! (`ReliableConnection::transmit_pending`): after such an answer it has not. The clock is still read on every poll: reading it only after an arrival
+//! (`ReliableConnection::transmit_pending`): after such an answer it has not. Nor does a
+//! poll's housekeeping process an ack held for the answer by its timer (due at once: "due
+//! at its arrival"): until the next poll flushes the connection, only its other timers
+//! count (`ReliableConnection::poll_timeout_holding_ack`). The clock is still read on every poll: reading it only after an arrival
 //! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
 //! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
 //! on average); measured, no difference.

@@ -182,8 +182,8 @@ impl Engine {
     }
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
-    /// may have moved), sends what they produced, and forgets the connections given up and
-    /// done. A poll that finds nothing to do reads no connection, and reads the precise
+    /// may have moved; not the ack a connection this poll deferred holds for the answer),
+    /// sends what they produced, and forgets the connections given up and done. A poll that finds nothing to do reads no connection, and reads the precise
     /// clock (`clock`, the poll's: read here if it was not yet) only when the coarse one
     /// says the next timer may be due ([`Engine::may_be_due`]).
     fn housekeeping(
@@ -205,8 +205,18 @@ impl Engine {
         let mut expired = std::mem::take(&mut self.touched);
         expired.clear();
         let mut timed_out = std::mem::take(&mut self.timed_out);
+        let deferred = &self.deferred;
         for (&id, entry) in self.router.iter_mut() {
-            if let Some(t) = entry.core.poll_timeout() {
+            // A connection this poll deferred is flushed at the start of the next one, once
+            // the application had its chance to answer: an ack it holds for that answer is
+            // processed then (or by the answer's own flush), not here by a timer ahead of
+            // the answer; only its other timers count now.
+            let timeout = if deferred.contains(&id) {
+                entry.core.poll_timeout_holding_ack()
+            } else {
+                entry.core.poll_timeout()
+            };
+            if let Some(t) = timeout {
                 if t <= now {
                     let before = entry.core.stats().rto_expirations;
                     entry.core.handle_timeout(now);
@@ -410,6 +420,17 @@ mod tests {
                 .unwrap()
         };
         let contexts = [context(0), context(1)];
+        // No retransmission or keepalive timer comes due during a test, however slow the
+        // machine: the only timer is the one a test looks at.
+        for context in &contexts {
+            let shared = context.local().dgram.clone().unwrap();
+            let base = &mut shared.lock().base;
+            base.min_rto_ns = 30_000_000_000;
+            base.initial_rto_ns = base.min_rto_ns;
+            base.max_rto_ns = base.max_rto_ns.max(base.min_rto_ns);
+            base.keepalive_interval_ns = 30_000_000_000;
+            base.idle_timeout_ns = base.idle_timeout_ns.max(60_000_000_000);
+        }
         let mut endpoints = [
             contexts[0].endpoint(0).unwrap(),
             contexts[1].endpoint(0).unwrap(),
@@ -462,6 +483,44 @@ mod tests {
         assert_eq!(
             engine.flushes, flushes,
             "the poll flushed a connection with nothing to send"
+        );
+    }
+
+    /// A poll that receives a request (its ack held for the answer) and runs the
+    /// housekeeping it owed leaves that ack to the answer's flush: no timer processes it
+    /// ahead of the answer.
+    #[test]
+    fn housekeeping_leaves_a_held_ack_to_the_answer() {
+        let (contexts, mut endpoints, c01, c10) = connected_pair(2);
+        for _ in 0..3 {
+            round_trip(&mut endpoints, c01, c10);
+        }
+        let local = contexts[1].local();
+        let shared = local.dgram.clone().unwrap();
+        // The request carries rank 0's ack of the last answer.
+        endpoints[0].send(c01, b"request!").unwrap();
+        shared.lock().housekeeping_owed = true;
+        shared.poll_io(local);
+        {
+            let engine = shared.lock();
+            assert!(!engine.housekeeping_owed, "the poll ran its housekeeping");
+            let (&id, entry) = engine.router.connections().iter().next().unwrap();
+            assert_eq!(engine.deferred, [id]);
+            assert!(
+                !entry.core.all_acked(),
+                "the ack of the last answer was processed before the next answer"
+            );
+            assert!(entry.core.poll_timeout() < entry.core.poll_timeout_holding_ack());
+        }
+        let mut buffer = [0u8; 8];
+        assert_eq!(endpoints[1].recv(&mut buffer).unwrap().0, 8);
+        endpoints[1].send(c10, b"answer!!").unwrap();
+        let engine = shared.lock();
+        let entry = engine.router.connections().values().next().unwrap();
+        assert_eq!(
+            entry.core.poll_timeout(),
+            entry.core.poll_timeout_holding_ack(),
+            "the answer's flush processed the ack"
         );
     }
 }
