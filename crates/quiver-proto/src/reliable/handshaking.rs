@@ -39,6 +39,10 @@ impl ReliableConnection {
 
     /// Responder: accepts now unless the caller rejected since `accept`.
     pub(super) fn apply_pending_accept(&mut self) {
+        // Checked first: every `poll_transmit` comes here, and the params cost a copy.
+        if !self.accept_pending() {
+            return;
+        }
         let (params, len) = self.own_params();
         let HandshakeSide::Responder {
             responder,
