@@ -80,7 +80,9 @@ impl ReliableConnection {
             self.stats.unexpected_dropped += 1;
             return 0;
         }
-        let frame = match Frame::parse_for(datagram, self.local_id, self.recv_keys()) {
+        // Looked at where it was parsed, not moved out: a frame holds its whole header.
+        let parsed = Frame::parse_for(datagram, self.local_id, self.recv_keys());
+        let frame = match &parsed {
             Ok(frame) => frame,
             Err(FrameError::WrongConnection { .. }) => {
                 self.stats.unexpected_dropped += 1;

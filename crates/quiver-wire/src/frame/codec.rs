@@ -378,7 +378,26 @@ impl<'a> Frame<'a> {
             }
         }
         let cumulative_ack = read_u64(header_bytes, field::CUMULATIVE_ACK.start);
-        let mut sack = SackRanges::new();
+        // The frame built once, its SACK ranges pushed into its header: not built apart and
+        // copied in with a header around them (the ranges are most of the header's bytes).
+        let mut frame = Self {
+            header: FrameHeader {
+                frame_type,
+                flags: flag_bits,
+                dest_id: read_u64(header_bytes, field::DEST_ID.start),
+                src_id: read_u64(header_bytes, field::SRC_ID.start),
+                packet_number: read_u64(header_bytes, field::PACKET_NUMBER.start),
+                cumulative_ack,
+                credit: read_u64(header_bytes, field::CREDIT.start),
+                message_id: read_u64(header_bytes, field::MESSAGE_ID.start),
+                message_len: read_u64(header_bytes, field::MESSAGE_LEN.start),
+                fragment_offset: read_u64(header_bytes, field::FRAGMENT_OFFSET.start),
+                stream_offset: read_u64(header_bytes, field::STREAM_OFFSET.start),
+                sack: SackRanges::new(),
+            },
+            header_len,
+            payload,
+        };
         for index in 0..sack_count {
             let at = FIXED_HEADER_LEN + index * SACK_RANGE_LEN;
             let offset = u64::from(read_u32(header_bytes, at));
@@ -389,28 +408,10 @@ impl<'a> Frame<'a> {
             let end = start
                 .checked_add(len)
                 .ok_or(FrameError::BadSackRange { index })?;
-            sack.push(SackRange { start, end });
+            frame.header.sack.push(SackRange { start, end });
         }
-        check_sack_ranges(cumulative_ack, sack.as_slice())?;
-        let header = FrameHeader {
-            frame_type,
-            flags: flag_bits,
-            dest_id: read_u64(header_bytes, field::DEST_ID.start),
-            src_id: read_u64(header_bytes, field::SRC_ID.start),
-            packet_number: read_u64(header_bytes, field::PACKET_NUMBER.start),
-            cumulative_ack,
-            credit: read_u64(header_bytes, field::CREDIT.start),
-            message_id: read_u64(header_bytes, field::MESSAGE_ID.start),
-            message_len: read_u64(header_bytes, field::MESSAGE_LEN.start),
-            fragment_offset: read_u64(header_bytes, field::FRAGMENT_OFFSET.start),
-            stream_offset: read_u64(header_bytes, field::STREAM_OFFSET.start),
-            sack,
-        };
-        Ok(Self {
-            header,
-            header_len,
-            payload,
-        })
+        check_sack_ranges(cumulative_ack, frame.header.sack.as_slice())?;
+        Ok(frame)
     }
 
     /// A Stream frame (tag and short id already checked; at least its header long), sent
