@@ -54,7 +54,11 @@ impl StreamRing {
         let first = data.len().min(self.bytes.len() - start);
         copy_bytes(&mut self.bytes[start..start + first], &data[..first]);
         let rest = data.len() - first;
-        copy_bytes(&mut self.bytes[..rest], &data[first..]);
+        // Most copies do not wrap: no call for an empty rest (a small message's header and
+        // payload are copied in and out several times per message).
+        if rest > 0 {
+            copy_bytes(&mut self.bytes[..rest], &data[first..]);
+        }
     }
 
     /// Copies stream offsets `offset..offset + out.len()` into `out`, wrapping at the end.
@@ -63,7 +67,9 @@ impl StreamRing {
         let first = out.len().min(self.bytes.len() - start);
         copy_bytes(&mut out[..first], &self.bytes[start..start + first]);
         let rest = out.len() - first;
-        copy_bytes(&mut out[first..], &self.bytes[..rest]);
+        if rest > 0 {
+            copy_bytes(&mut out[first..], &self.bytes[..rest]);
+        }
     }
 }
 
