@@ -337,10 +337,18 @@ impl RecvState {
         stream_end: u64,
         direct: usize,
     ) -> Arrival {
-        if self.pending.len() <= index {
-            self.pending.resize(index + 1, None);
+        let range = Some((stream_start, stream_end));
+        match self.pending.get_mut(index) {
+            Some(slot) => *slot = range,
+            None => {
+                // Usually the next packet in order, with no hole to fill first (a resize
+                // is a call even then).
+                if self.pending.len() < index {
+                    self.pending.resize(index, None);
+                }
+                self.pending.push_back(range);
+            }
         }
-        self.pending[index] = Some((stream_start, stream_end));
         let had_gap = !self.ranges.is_empty();
         if index == 0 {
             self.advance();
