@@ -85,7 +85,20 @@ impl FrameKey {
     /// `nonce` is the rest of the AES block (packet number, length, type, layout).
     #[inline]
     pub(super) fn tag(&self, head: &[u8], payload: &[u8], nonce: [u8; 8]) -> u32 {
-        let hash = self.hash(head, payload);
+        self.tag_of_hash(self.hash(head, payload), nonce)
+    }
+
+    /// [`FrameKey::tag`] of authenticated bytes the caller joined already (at most
+    /// [`SHORT_FRAME_BYTES`] of them, as [`FrameKey::hash`] would join them): hashed in one
+    /// piece, with no copy.
+    #[inline]
+    pub(super) fn tag_joined(&self, bytes: &[u8], nonce: [u8; 8]) -> u32 {
+        self.tag_of_hash(crc_fast::checksum_with_params(self.crc, bytes), nonce)
+    }
+
+    /// The tag of a frame whose authenticated bytes hash to `hash`.
+    #[inline]
+    fn tag_of_hash(&self, hash: u64, nonce: [u8; 8]) -> u32 {
         let mut block = [0u8; 16];
         block[..8].copy_from_slice(&hash.to_le_bytes());
         block[8..].copy_from_slice(&nonce);
@@ -121,7 +134,7 @@ impl FrameKey {
 
 /// Frames up to this long (header and payload) are hashed in one piece by
 /// [`FrameKey::hash`].
-const SHORT_FRAME_BYTES: usize = 256;
+pub(super) const SHORT_FRAME_BYTES: usize = 256;
 
 /// The secret of [`FrameKey::handshake`]: public, written here.
 const HANDSHAKE_SECRET: [u8; FRAME_SECRET_LEN] = *b"quiver handshake frames, public.";

@@ -16,7 +16,7 @@
 
 use core::fmt;
 
-use super::auth::{FrameKey, FrameKeys};
+use super::auth::{FrameKey, FrameKeys, SHORT_FRAME_BYTES};
 use super::error::FrameError;
 use super::field;
 use super::flags;
@@ -603,16 +603,26 @@ fn stream_tag(key: &FrameKey, dest_id: u64, header: &[u8], payload: &[u8]) -> u3
 /// low 32 bits, the payload length and the type (decision 0067).
 #[inline]
 pub(super) fn full_tag(key: &FrameKey, header: &[u8], payload: &[u8]) -> u32 {
-    let mut head = [0u8; MAX_HEADER_LEN - (field::CHECKSUM.end - field::CHECKSUM.start)];
-    let rest = &header[field::CHECKSUM.end..];
-    let head_len = field::CHECKSUM.start + rest.len();
-    head[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
-    head[field::CHECKSUM.start..head_len].copy_from_slice(rest);
     let mut nonce = [0u8; 8];
     nonce[..4].copy_from_slice(&header[field::PACKET_NUMBER.start..field::PACKET_NUMBER.start + 4]);
     nonce[4..6].copy_from_slice(&header[field::PAYLOAD_LEN]);
     nonce[6] = header[field::TYPE];
     nonce[7] = LAYOUT_FULL;
+    let rest = &header[field::CHECKSUM.end..];
+    let head_len = field::CHECKSUM.start + rest.len();
+    let total = head_len + payload.len();
+    if total <= SHORT_FRAME_BYTES {
+        // A short frame's hashed bytes, joined here at once (not the header's first, then
+        // the whole again with the payload).
+        let mut joined = [0u8; SHORT_FRAME_BYTES];
+        joined[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
+        joined[field::CHECKSUM.start..head_len].copy_from_slice(rest);
+        joined[head_len..total].copy_from_slice(payload);
+        return key.tag_joined(&joined[..total], nonce);
+    }
+    let mut head = [0u8; MAX_HEADER_LEN - (field::CHECKSUM.end - field::CHECKSUM.start)];
+    head[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
+    head[field::CHECKSUM.start..head_len].copy_from_slice(rest);
     key.tag(&head[..head_len], payload, nonce)
 }
 
