@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 
-use quiver_wire::frame::{MessagePrefix, SackRange, SackRanges, MESSAGE_TAG_LEN};
+use quiver_wire::frame::{MessagePrefix, SackRange, SackRanges};
 
 use super::posted::{PostedBuffers, PostedRead};
 use super::send::MESSAGE_HEADER_LEN;
@@ -260,7 +260,7 @@ impl RecvState {
             0
         } else {
             if first_fragment {
-                self.ring.copy_in(stream_start, &message_len.to_le_bytes());
+                self.ring.write_u64_le(stream_start, message_len);
             }
             let direct =
                 self.copy_to_reader(index, first_fragment, payload_offset, payload, reader)?;
@@ -721,16 +721,12 @@ impl RecvState {
 
     /// The length prefix at `at` (its bytes known to be in the ring).
     fn header_at(&self, at: u64) -> MessagePrefix {
-        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-        self.ring.copy_out(at, &mut header);
-        MessagePrefix::from_raw(u64::from_le_bytes(header))
+        MessagePrefix::from_raw(self.ring.read_u64_le(at))
     }
 
     /// The tag after the prefix at `at` of a tagged message (its bytes in the ring).
     fn tag_at(&self, at: u64) -> u64 {
-        let mut tag = [0u8; MESSAGE_TAG_LEN as usize];
-        self.ring.copy_out(at + MESSAGE_HEADER_LEN, &mut tag);
-        u64::from_le_bytes(tag)
+        self.ring.read_u64_le(at + MESSAGE_HEADER_LEN)
     }
 
     /// The header of the next message to read (none being read) once all of it (prefix and

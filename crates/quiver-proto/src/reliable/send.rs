@@ -355,10 +355,9 @@ impl SendState {
         let prefix = MessagePrefix::for_message(len, tag, active);
         debug_assert!(!self.message_open() && self.capacity() as u64 >= prefix.header_len());
         let at = self.write_offset;
-        self.ring.copy_in(at, &prefix.raw().to_le_bytes());
+        self.ring.write_u64_le(at, prefix.raw());
         if prefix.tagged() {
-            self.ring
-                .copy_in(at + MESSAGE_HEADER_LEN, &tag.to_le_bytes());
+            self.ring.write_u64_le(at + MESSAGE_HEADER_LEN, tag);
         }
         self.write_offset += prefix.header_len();
         self.write_remaining = len;
@@ -1154,9 +1153,7 @@ impl SendState {
     /// The prefix written at stream offset `at` (in the ring: headers are written whole and
     /// never lent).
     fn prefix_at(&self, at: u64) -> MessagePrefix {
-        let mut header = [0u8; MESSAGE_HEADER_LEN as usize];
-        self.ring.copy_out(at, &mut header);
-        MessagePrefix::from_raw(u64::from_le_bytes(header))
+        MessagePrefix::from_raw(self.ring.read_u64_le(at))
     }
 
     /// The length of the body (tag included) after the prefix at `at`.

@@ -61,6 +61,29 @@ impl StreamRing {
         }
     }
 
+    /// The 8 bytes at stream offset `offset` as a little-endian number (a message's length
+    /// prefix or tag): read as one word where they do not wrap, not through a copy call.
+    pub(super) fn read_u64_le(&self, offset: u64) -> u64 {
+        let mut bytes = [0u8; 8];
+        let start = self.position(offset);
+        match self.bytes.get(start..start + bytes.len()) {
+            Some(in_place) => bytes.copy_from_slice(in_place),
+            None => self.copy_out(offset, &mut bytes),
+        }
+        u64::from_le_bytes(bytes)
+    }
+
+    /// Writes `value` little-endian to stream offsets `offset..offset + 8`, as
+    /// [`StreamRing::read_u64_le`] reads it.
+    pub(super) fn write_u64_le(&mut self, offset: u64, value: u64) {
+        let bytes = value.to_le_bytes();
+        let start = self.position(offset);
+        match self.bytes.get_mut(start..start + bytes.len()) {
+            Some(in_place) => in_place.copy_from_slice(&bytes),
+            None => self.copy_in(offset, &bytes),
+        }
+    }
+
     /// Copies stream offsets `offset..offset + out.len()` into `out`, wrapping at the end.
     pub(super) fn copy_out(&self, offset: u64, out: &mut [u8]) {
         let start = self.position(offset);
@@ -137,7 +160,8 @@ mod tests {
     }
 
     /// Positions and wrapping copies agree with `offset % len` for power-of-two lengths
-    /// (found with a mask) and others (a division).
+    /// (found with a mask) and others (a division); so do the words read and written
+    /// whole where they do not wrap.
     #[test]
     fn positions_and_wrapping_copies_match_the_modulo() {
         for len in [1usize, 2, 7, 10, 16, 64, 100, 4096] {
@@ -160,6 +184,16 @@ mod tests {
                     (offset % len as u64) as usize,
                     "len {len}"
                 );
+            }
+            if len >= 8 {
+                // Words in place and across the end.
+                for at in [8 * len as u64 + 1, 3 * len as u64 - 3, 3 * len as u64 - 8] {
+                    ring.write_u64_le(at, 0x0102_0304_0506_0708 ^ at);
+                    assert_eq!(ring.read_u64_le(at), 0x0102_0304_0506_0708 ^ at);
+                    let mut out = [0u8; 8];
+                    ring.copy_out(at, &mut out);
+                    assert_eq!(u64::from_le_bytes(out), 0x0102_0304_0506_0708 ^ at);
+                }
             }
             let data: Vec<u8> = (0..len.min(9) as u8).map(|b| b + 1).collect();
             let offset = (3 * len as u64).saturating_sub(2);
