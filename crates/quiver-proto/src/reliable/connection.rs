@@ -91,7 +91,8 @@ pub(super) enum HandshakeSide {
 ///   [`read_message`](Self::read_message) and [`close`](Self::close);
 /// - outputs, after every input: [`poll_transmit`](Self::poll_transmit) until `None`
 ///   (send each datagram on the path its
-///   [`Transmit::path`](crate::reliable::Transmit::path) names),
+///   [`Transmit::path`](crate::reliable::Transmit::path) names; a caller may skip it while
+///   [`transmit_pending`](Self::transmit_pending) says false),
 ///   [`poll_event`](Self::poll_event) until `None`, and re-read
 ///   [`poll_timeout`](Self::poll_timeout).
 ///
