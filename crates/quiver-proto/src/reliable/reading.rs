@@ -68,8 +68,8 @@ impl ReliableConnection {
     }
 
     /// Length (tag not counted) of the next in-order message once its first bytes (or, for
-    /// length 0, its header: prefix and tag) have arrived, or of the message being read; `None` otherwise. Does not
-    /// consume.
+    /// length 0, its header: prefix and tag) have arrived, or of the message being read;
+    /// `None` otherwise. Does not consume.
     pub fn peek_message_len(&self) -> Option<u64> {
         self.recv.peek_message_len()
     }

@@ -54,10 +54,10 @@
 //! (`ReliableConnection::transmit_pending`): after such an answer it has not. Nor does a
 //! poll's housekeeping process an ack held for the answer by its timer (due at once: "due
 //! at its arrival"): until the next poll flushes the connection, only its other timers
-//! count (`ReliableConnection::poll_timeout_holding_ack`). The clock is still read on every poll: reading it only after an arrival
-//! (and on every 16th poll for the timers) moves that read onto the arrival path, where it
-//! costs what the shorter empty poll saves (an arrival is noticed half an empty poll later
-//! on average); measured, no difference.
+//! count (`ReliableConnection::poll_timeout_holding_ack`). The clock is still read on
+//! every poll: reading it only after an arrival (and on every 16th poll for the timers)
+//! moves that read onto the arrival path, where it costs what the shorter empty poll saves
+//! (an arrival is noticed half an empty poll later on average); measured, no difference.
 //!
 //! The files, bottom up (each imports only those above it in this list):
 //! - `mem`: the in-process datagram socket;

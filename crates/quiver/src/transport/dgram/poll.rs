@@ -183,9 +183,10 @@ impl Engine {
 
     /// The part of a poll off the latency path: runs the protocol timers that are due (or
     /// may have moved; not the ack a connection this poll deferred holds for the answer),
-    /// sends what they produced, and forgets the connections given up and done. A poll that finds nothing to do reads no connection, and reads the precise
-    /// clock (`clock`, the poll's: read here if it was not yet) only when the coarse one
-    /// says the next timer may be due ([`Engine::may_be_due`]).
+    /// sends what they produced, and forgets the connections given up and done. A poll
+    /// that finds nothing to do reads no connection, and reads the precise clock (`clock`,
+    /// the poll's: read here if it was not yet) only when the coarse one says the next timer
+    /// may be due ([`Engine::may_be_due`]).
     fn housekeeping(
         &mut self,
         clock: &mut Option<Nanos>,
