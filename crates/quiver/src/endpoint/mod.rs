@@ -52,7 +52,7 @@ mod send;
 mod spill;
 mod tagged;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod waiting;
 
 /// A reliable, ordered, message-preserving directed channel from one of this process's

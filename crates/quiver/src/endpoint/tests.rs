@@ -18,7 +18,7 @@ use crate::transport::tcp::writer::tests::pair;
 
 /// Rank 0's and rank 1's contexts of a two-rank job in this process, at `addrs` with
 /// `config`; `tag` tells the test's job id from the other tests'.
-fn two_rank_contexts(
+pub(crate) fn two_rank_contexts(
     addrs: &[std::net::SocketAddr],
     config: &crate::Config,
     tag: u64,

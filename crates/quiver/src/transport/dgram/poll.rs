@@ -395,6 +395,7 @@ mod tests {
     use std::net::{Ipv4Addr, SocketAddr};
     use std::time::Duration;
 
+    use crate::endpoint::tests::two_rank_contexts;
     use crate::{Addr, Config, Connection, Context, Endpoint, TransportKind};
 
     /// Two ranks of a job over the mem transport at the test's own addresses (`octet` tells
@@ -408,19 +409,8 @@ mod tests {
             transports: vec![TransportKind::Mem],
             ..Config::default()
         };
-        let job = u64::from(std::process::id()) << 20 | u64::from(octet);
-        let context = |rank| {
-            Context::builder()
-                .rank(rank)
-                .size(2)
-                .job_id(job)
-                .job_key([3; 32])
-                .addrs(addrs.clone())
-                .config(config.clone())
-                .build()
-                .unwrap()
-        };
-        let contexts = [context(0), context(1)];
+        let (rank0, rank1) = two_rank_contexts(&addrs, &config, u64::from(octet));
+        let contexts = [rank0, rank1];
         // No retransmission or keepalive timer comes due during a test, however slow the
         // machine: the only timer is the one a test looks at.
         for context in &contexts {
