@@ -608,23 +608,28 @@ pub(super) fn full_tag(key: &FrameKey, header: &[u8], payload: &[u8]) -> u32 {
     nonce[4..6].copy_from_slice(&header[field::PAYLOAD_LEN]);
     nonce[6] = header[field::TYPE];
     nonce[7] = LAYOUT_FULL;
+    // The hashed bytes (the header less its checksum field, then the payload) are joined
+    // once: whole for a short frame, hashed in one piece; the header alone otherwise.
     let rest = &header[field::CHECKSUM.end..];
     let head_len = field::CHECKSUM.start + rest.len();
     let total = head_len + payload.len();
+    let mut joined = [0u8; JOINED_BYTES];
+    joined[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
+    joined[field::CHECKSUM.start..head_len].copy_from_slice(rest);
     if total <= SHORT_FRAME_BYTES {
-        // A short frame's hashed bytes, joined here at once (not the header's first, then
-        // the whole again with the payload).
-        let mut joined = [0u8; SHORT_FRAME_BYTES];
-        joined[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
-        joined[field::CHECKSUM.start..head_len].copy_from_slice(rest);
         joined[head_len..total].copy_from_slice(payload);
         return key.tag_joined(&joined[..total], nonce);
     }
-    let mut head = [0u8; MAX_HEADER_LEN - (field::CHECKSUM.end - field::CHECKSUM.start)];
-    head[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
-    head[field::CHECKSUM.start..head_len].copy_from_slice(rest);
-    key.tag(&head[..head_len], payload, nonce)
+    key.tag(&joined[..head_len], payload, nonce)
 }
+
+/// The buffer `full_tag` joins a frame's hashed bytes in: a short frame whole, or any
+/// header.
+const JOINED_BYTES: usize = if SHORT_FRAME_BYTES > MAX_HEADER_LEN {
+    SHORT_FRAME_BYTES
+} else {
+    MAX_HEADER_LEN
+};
 
 /// Checks magic and version of a buffer of at least 3 bytes.
 fn check_magic_version(datagram: &[u8]) -> Result<(), FrameError> {
