@@ -60,6 +60,28 @@ pub(crate) fn put_optional<T>(out: *mut T, value: T) {
     }
 }
 
+/// The caller's `len` bytes at `data`; None when `data` is NULL and `len` is not 0 (the
+/// message calls' fast path, which leaves saying so to [`bytes`]).
+#[inline]
+pub(crate) fn some_bytes<'a>(data: *const c_void, len: usize) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: as in `bytes`, which this is without the failure.
+    (!data.is_null()).then(|| unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) })
+}
+
+/// The caller's writable `len` bytes at `data`; None when `data` is NULL and `len` is not
+/// 0 (the message calls' fast path, which leaves saying so to [`bytes_mut`]).
+#[inline]
+pub(crate) fn some_bytes_mut<'a>(data: *mut c_void, len: usize) -> Option<&'a mut [u8]> {
+    if len == 0 {
+        return Some(&mut []);
+    }
+    // SAFETY: as in `bytes_mut`, which this is without the failure.
+    (!data.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), len) })
+}
+
 /// The caller's `len` bytes at `data` (NULL allowed when `len` is 0).
 ///
 /// # Errors

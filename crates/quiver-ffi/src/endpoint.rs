@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rust_quiver::{Connection, Context, Endpoint};
+use rust_quiver::{Connection, Context, Endpoint, Error};
 
 use crate::boundary::{call, internal, put};
 use crate::context::{quiver_addr, quiver_context, CONTEXTS};
 use crate::handles::{Table, QUIVER_MAX_ENDPOINTS};
 use crate::requests::PostedOps;
-use crate::status::{failure, quiver_status, Failure};
+use crate::status::{failure, quiver_status, record, Failure};
 
 /// An endpoint (a number, not a pointer; 0 is never a live endpoint). Open it with
 /// quiver_endpoint_open().
@@ -71,10 +71,17 @@ impl EndpointState {
     /// `QUIVER_ERR_BAD_HANDLE` for 0, a made-up number or another endpoint's connection.
     #[inline]
     pub(crate) fn connection(&self, conn: quiver_conn) -> Result<Connection, Failure> {
+        self.known_connection(conn)
+            .ok_or_else(|| self.not_a_connection(conn))
+    }
+
+    /// The connection `conn` names, if it names one of this endpoint's.
+    #[inline]
+    pub(crate) fn known_connection(&self, conn: quiver_conn) -> Option<Connection> {
         let index = (conn.id as u32 as usize).wrapping_sub(1);
         match self.connections.get(index) {
-            Some(c) if conn.id >> 32 == u64::from(self.serial) => Ok(*c),
-            _ => Err(self.not_a_connection(conn)),
+            Some(c) if conn.id >> 32 == u64::from(self.serial) => Some(*c),
+            _ => None,
         }
     }
 
@@ -120,14 +127,81 @@ pub(crate) fn with_endpoint<R>(
     }
     match catch_unwind(AssertUnwindSafe(|| f(state))) {
         Ok(result) => result,
-        Err(panic) => {
-            let failure = internal(&*panic);
-            if let Failure::Boundary(_, why) = &failure {
-                state.broken = Some(why.clone());
-            }
-            Err(failure)
-        }
+        Err(panic) => Err(panicked(state, &*panic)),
     }
+}
+
+/// The failure a panic inside a call on `state` becomes; the endpoint is broken from then
+/// on.
+#[cold]
+#[inline(never)]
+fn panicked(state: &mut EndpointState, panic: &(dyn std::any::Any + Send)) -> Failure {
+    let failure = internal(panic);
+    if let Failure::Boundary(_, why) = &failure {
+        state.broken = Some(why.clone());
+    }
+    failure
+}
+
+/// The code of the Rust API's `result`, an error's message recorded: what a message
+/// call's fast path returns, so that only the code crosses out of it (as in `call`).
+#[inline(always)]
+pub(crate) fn code(result: Result<(), Error>) -> quiver_status {
+    match result {
+        Ok(()) => quiver_status::QUIVER_OK,
+        Err(e) => record_error(e),
+    }
+}
+
+/// The code of the Rust API's error `e`, its message recorded; out of line, off the path of
+/// the calls that succeed.
+#[inline(never)]
+fn record_error(e: Error) -> quiver_status {
+    record(Failure::Api(e))
+}
+
+/// Runs a message call: `run` when this thread leases the endpoint (the common case of an
+/// endpoint driven by one thread) and `prepare` finds the call's arguments good,
+/// `general` through [`call`] and [`with_endpoint`] otherwise.
+///
+/// `prepare` returns what `run` needs, or None when an argument is not one the fast path
+/// takes (a connection of another endpoint, say): `general` then checks everything again
+/// and says what is wrong. `run` returns the call's code (see [`code`]). The fast path
+/// builds no failure before it knows there is one, decides on the general path before
+/// the Rust call (so nothing of it stays live across that call), and turns the call's
+/// result into a code at once: a checked call stays close to the bare call's cost
+/// (decision 0106).
+#[inline(always)]
+pub(crate) fn message_call<A>(
+    ep: quiver_endpoint,
+    prepare: impl FnOnce(&EndpointState) -> Option<A>,
+    run: impl FnOnce(&mut EndpointState, A) -> quiver_status,
+    general: impl FnOnce() -> Result<(), Failure>,
+) -> quiver_status {
+    let prepared = ENDPOINTS.take_own_lease(ep.id).and_then(|mut taken| {
+        let state = taken.value();
+        let args = if state.broken.is_none() {
+            prepare(state)
+        } else {
+            None
+        }?;
+        Some((taken, args))
+    });
+    let Some((mut taken, args)) = prepared else {
+        return checked(general);
+    };
+    let state = taken.value();
+    match catch_unwind(AssertUnwindSafe(|| run(state, args))) {
+        Ok(code) => code,
+        Err(panic) => record(panicked(state, &*panic)),
+    }
+}
+
+/// [`call`] out of line: the message calls' general path, kept off their fast path's
+/// registers.
+#[inline(never)]
+fn checked(general: impl FnOnce() -> Result<(), Failure>) -> quiver_status {
+    call(general)
 }
 
 /// Opens endpoint `port` of this rank; peers reach it at (this rank, port). On success

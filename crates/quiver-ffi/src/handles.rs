@@ -168,6 +168,15 @@ impl<T, const N: usize> Table<T, N> {
         self.take_slowly(handle, slot, self.leased)
     }
 
+    /// Takes the slot `handle` names only if this thread leases it and is inside no other
+    /// leased call: the message calls' fast path. None otherwise, a bad handle included:
+    /// the caller then goes through [`Table::take`], which says why or takes the slot the
+    /// slow way.
+    #[inline]
+    pub(crate) fn take_own_lease(&self, handle: u64) -> Option<Taken<'_, T>> {
+        enter_own_lease(self.slot(handle)?, handle >> 32)
+    }
+
     /// The slot `handle` names (its low 32 bits, less one); its generation is checked by
     /// whoever takes it.
     #[inline]

@@ -5,10 +5,10 @@ use std::ffi::c_void;
 
 use rust_quiver::{Addr, Error};
 
-use crate::boundary::{bytes, bytes_mut, call, put, put_optional};
+use crate::boundary::{bytes, bytes_mut, call, put, put_optional, some_bytes, some_bytes_mut};
 use crate::context::quiver_addr;
-use crate::endpoint::{quiver_conn, quiver_endpoint, with_endpoint};
-use crate::status::{quiver_status, Failure};
+use crate::endpoint::{code, message_call, quiver_conn, quiver_endpoint, with_endpoint};
+use crate::status::quiver_status;
 
 /// Opens (or returns the existing) connection from `ep` to the endpoint at `peer`,
 /// waiting up to the connect timeout (QUIVER_CONNECT_TIMEOUT_MS) for the peer's endpoint
@@ -105,13 +105,18 @@ pub extern "C" fn quiver_send(
     data: *const c_void,
     len: usize,
 ) -> quiver_status {
-    call(|| {
-        let data = bytes(data, len, "data")?;
-        with_endpoint(ep, |s| {
-            let c = s.connection(conn)?;
-            Ok(s.endpoint.send(c, data)?)
-        })
-    })
+    message_call(
+        ep,
+        |s| Some((s.known_connection(conn)?, some_bytes(data, len)?)),
+        |s, (c, data)| code(s.endpoint.send(c, data)),
+        move || {
+            let data = bytes(data, len, "data")?;
+            with_endpoint(ep, |s| {
+                let c = s.connection(conn)?;
+                Ok(s.endpoint.send(c, data)?)
+            })
+        },
+    )
 }
 
 /// quiver_send() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing sent)
@@ -126,13 +131,18 @@ pub extern "C" fn quiver_try_send(
     data: *const c_void,
     len: usize,
 ) -> quiver_status {
-    call(|| {
-        let data = bytes(data, len, "data")?;
-        with_endpoint(ep, |s| {
-            let c = s.connection(conn)?;
-            Ok(s.endpoint.try_send(c, data)?)
-        })
-    })
+    message_call(
+        ep,
+        |s| Some((s.known_connection(conn)?, some_bytes(data, len)?)),
+        |s, (c, data)| code(s.endpoint.try_send(c, data)),
+        move || {
+            let data = bytes(data, len, "data")?;
+            with_endpoint(ep, |s| {
+                let c = s.connection(conn)?;
+                Ok(s.endpoint.try_send(c, data)?)
+            })
+        },
+    )
 }
 
 /// Sends the `len` bytes at `data` to `src`, the sender of a message this endpoint
@@ -170,10 +180,15 @@ pub extern "C" fn quiver_recv(
     len: *mut usize,
     src: *mut quiver_addr,
 ) -> quiver_status {
-    call(|| {
-        let buf = bytes_mut(buf, capacity, "buf")?;
-        with_endpoint(ep, |s| received(s.endpoint.recv(buf), len, src))
-    })
+    message_call(
+        ep,
+        |_| some_bytes_mut(buf, capacity),
+        |s, buf| code(received(s.endpoint.recv(buf), len, src)),
+        move || {
+            let buf = bytes_mut(buf, capacity, "buf")?;
+            with_endpoint(ep, |s| Ok(received(s.endpoint.recv(buf), len, src)?))
+        },
+    )
 }
 
 /// quiver_recv() if a message is complete now; QUIVER_ERR_WOULD_BLOCK otherwise (see
@@ -188,10 +203,15 @@ pub extern "C" fn quiver_try_recv(
     len: *mut usize,
     src: *mut quiver_addr,
 ) -> quiver_status {
-    call(|| {
-        let buf = bytes_mut(buf, capacity, "buf")?;
-        with_endpoint(ep, |s| received(s.endpoint.try_recv(buf), len, src))
-    })
+    message_call(
+        ep,
+        |_| some_bytes_mut(buf, capacity),
+        |s, buf| code(received(s.endpoint.try_recv(buf), len, src)),
+        move || {
+            let buf = bytes_mut(buf, capacity, "buf")?;
+            with_endpoint(ep, |s| Ok(received(s.endpoint.try_recv(buf), len, src)?))
+        },
+    )
 }
 
 /// The outputs of a receive: length and sender, or the message's length when the buffer
@@ -201,7 +221,7 @@ fn received(
     got: Result<(usize, Addr), Error>,
     len: *mut usize,
     src: *mut quiver_addr,
-) -> Result<(), Failure> {
+) -> Result<(), Error> {
     match got {
         Ok((n, from)) => {
             put_optional(len, n);
@@ -212,7 +232,7 @@ fn received(
             if let Error::BufferTooSmall { message, .. } = e {
                 put_optional(len, message);
             }
-            Err(e.into())
+            Err(e)
         }
     }
 }
