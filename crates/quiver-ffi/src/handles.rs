@@ -347,10 +347,10 @@ impl<T, const N: usize> Table<T, N> {
 /// not leased to this thread or it is inside another leased call already.
 #[inline]
 fn enter_own_lease<T>(slot: &Slot<T>, generation: u64) -> Option<Taken<'_, T>> {
-    let token = threads::current_token();
-    let record = threads::record(token)?;
-    let leased = live(generation, token);
-    if record.inside.load(Ordering::Relaxed) != 0 || slot.state.load(Ordering::Relaxed) != leased {
+    // The holder's record, if it is this thread's: no thread-local is read.
+    let leased = slot.state.load(Ordering::Relaxed);
+    let record = threads::own_record(holder(leased))?;
+    if leased != live(generation, holder(leased)) || record.inside.load(Ordering::Relaxed) != 0 {
         return None;
     }
     record.inside.store(slot.address(), Ordering::Relaxed);

@@ -111,6 +111,34 @@ fn the_calling_thread_keeps_the_lease_between_calls() {
 }
 
 #[test]
+fn a_thread_finds_its_own_record_and_no_other() {
+    let Some(mine) = threads::token() else {
+        return; // no barrier in this process: no tokens, no leases
+    };
+    assert!(threads::own_record(mine).is_some());
+    assert_ne!(threads::thread_id(), 0);
+    let (theirs, id) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let theirs = threads::token().unwrap();
+            assert!(threads::own_record(theirs).is_some());
+            assert!(
+                threads::own_record(mine).is_none(),
+                "another thread's record"
+            );
+            (theirs, threads::thread_id())
+        })
+        .join()
+        .unwrap()
+    });
+    assert_ne!(id, threads::thread_id());
+    assert!(
+        threads::own_record(theirs).is_none(),
+        "a record given back, or another's"
+    );
+    assert!(threads::own_record(0).is_none());
+}
+
+#[test]
 fn threads_taking_turns_hand_the_slot_over_until_it_is_shared() {
     let table: Table<u64, 1> = Table::leased("thing");
     let h = table.insert(0).unwrap();

@@ -22,6 +22,10 @@ const NO_TOKEN: u32 = u32::MAX;
 #[repr(align(128))]
 pub(crate) struct ThreadRecord {
     claimed: AtomicBool,
+    /// The [`thread_id`] of the thread that claimed the record; 0 while nobody has it. A
+    /// thread finds its own record from a slot's holder and this, with no thread-local
+    /// read (in a shared library each costs a call of `__tls_get_addr`).
+    pub(crate) thread: AtomicU64,
     /// The address of the slot this thread's outermost leased call is inside; 0 when none.
     pub(crate) inside: AtomicU64,
 }
@@ -29,6 +33,7 @@ pub(crate) struct ThreadRecord {
 static THREADS: [ThreadRecord; RECORDS] = [const {
     ThreadRecord {
         claimed: AtomicBool::new(false),
+        thread: AtomicU64::new(0),
         inside: AtomicU64::new(0),
     }
 }; RECORDS];
@@ -49,6 +54,7 @@ impl Drop for GiveBack {
         if let Some(record) = record(token) {
             // Later destructors of this thread that call in must not use the freed token.
             let _ = TOKEN.try_with(|t| t.set(NO_TOKEN));
+            record.thread.store(0, Ordering::Relaxed);
             record.claimed.store(false, Ordering::Release);
         }
     }
@@ -60,10 +66,62 @@ pub(crate) fn record(token: u32) -> Option<&'static ThreadRecord> {
     THREADS.get((token as usize).wrapping_sub(1))
 }
 
-/// This thread's token if it has one already (0 otherwise): the fast path's read.
+/// This thread's token if it has one already (0 otherwise).
 #[inline]
 pub(crate) fn current_token() -> u32 {
     TOKEN.try_with(Cell::get).unwrap_or(NO_TOKEN)
+}
+
+/// The record of token `token` if this thread claimed it: the fast path's way to know a
+/// lease is its own. Threads alive at once have different [`thread_id`]s, and a record's
+/// `thread` is its claimer's (cleared when the claimer ends), so a match is this thread's
+/// record. (A thread that ended without running its destructors keeps its record; a new
+/// thread with its thread pointer then uses that record as its own, which only it writes.)
+#[inline]
+pub(crate) fn own_record(token: u32) -> Option<&'static ThreadRecord> {
+    record(token).filter(|r| r.thread.load(Ordering::Relaxed) == thread_id())
+}
+
+/// A number that no other thread alive has: the thread pointer, which the ABI keeps in a
+/// register for the thread-local storage of each thread (its own control block's address).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+pub(crate) fn thread_id() -> u64 {
+    let id: u64;
+    // SAFETY: reads the first word of the thread control block, which the x86-64 ABI's
+    // thread-local storage (TLS variant II) requires to hold the block's own address; it
+    // is always mapped, and never changes for the life of the thread.
+    unsafe {
+        std::arch::asm!(
+            "mov {id}, qword ptr fs:[0]",
+            id = out(reg) id,
+            options(nostack, readonly, preserves_flags, pure),
+        );
+    }
+    id
+}
+
+/// A number that no other thread alive has: the thread pointer register.
+#[cfg(all(target_arch = "aarch64", not(miri)))]
+#[inline(always)]
+pub(crate) fn thread_id() -> u64 {
+    let id: u64;
+    // SAFETY: reads the thread pointer register, which touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "mrs {id}, tpidr_el0",
+            id = out(reg) id,
+            options(nostack, nomem, preserves_flags, pure),
+        );
+    }
+    id
+}
+
+/// A number that no other thread alive has: the address of one of its thread-locals.
+#[cfg(any(not(any(target_arch = "x86_64", target_arch = "aarch64")), miri))]
+#[inline]
+pub(crate) fn thread_id() -> u64 {
+    TOKEN.with(|t| std::ptr::from_ref(t).addr() as u64)
 }
 
 /// This thread's token, claimed on its first call; None when it has none (no barrier in
@@ -87,6 +145,7 @@ fn claim() -> Option<u32> {
         {
             let token = index as u32 + 1;
             if GIVE_BACK.try_with(|g| g.0.set(token)).is_ok() {
+                record.thread.store(thread_id(), Ordering::Relaxed);
                 return Some(token);
             }
             record.claimed.store(false, Ordering::Release);
