@@ -6,10 +6,10 @@ use std::ffi::c_void;
 
 use rust_quiver::{Envelope, Error, MatchSpec};
 
-use crate::boundary::{bytes, bytes_mut, call, put, put_optional};
+use crate::boundary::{bytes, bytes_mut, call, put, put_optional, some_bytes, some_bytes_mut};
 use crate::context::quiver_addr;
-use crate::endpoint::{quiver_conn, quiver_endpoint, with_endpoint};
-use crate::status::{quiver_status, Failure};
+use crate::endpoint::{code, message_call, quiver_conn, quiver_endpoint, with_endpoint};
+use crate::status::quiver_status;
 
 /// A mask that takes every tag (quiver_recv_matching(), quiver_probe()).
 pub const QUIVER_TAG_ANY: u64 = 0;
@@ -64,13 +64,18 @@ pub extern "C" fn quiver_send_tagged(
     data: *const c_void,
     len: usize,
 ) -> quiver_status {
-    call(|| {
-        let data = bytes(data, len, "data")?;
-        with_endpoint(ep, |s| {
-            let c = s.connection(conn)?;
-            Ok(s.endpoint.send_tagged(c, tag, data)?)
-        })
-    })
+    message_call(
+        ep,
+        |s| Some((s.known_connection(conn)?, some_bytes(data, len)?)),
+        |s, (c, data)| code(s.endpoint.send_tagged(c, tag, data)),
+        move || {
+            let data = bytes(data, len, "data")?;
+            with_endpoint(ep, |s| {
+                let c = s.connection(conn)?;
+                Ok(s.endpoint.send_tagged(c, tag, data)?)
+            })
+        },
+    )
 }
 
 /// quiver_send_tagged() only if that needs no waiting: QUIVER_ERR_WOULD_BLOCK (nothing
@@ -85,13 +90,18 @@ pub extern "C" fn quiver_try_send_tagged(
     data: *const c_void,
     len: usize,
 ) -> quiver_status {
-    call(|| {
-        let data = bytes(data, len, "data")?;
-        with_endpoint(ep, |s| {
-            let c = s.connection(conn)?;
-            Ok(s.endpoint.try_send_tagged(c, tag, data)?)
-        })
-    })
+    message_call(
+        ep,
+        |s| Some((s.known_connection(conn)?, some_bytes(data, len)?)),
+        |s, (c, data)| code(s.endpoint.try_send_tagged(c, tag, data)),
+        move || {
+            let data = bytes(data, len, "data")?;
+            with_endpoint(ep, |s| {
+                let c = s.connection(conn)?;
+                Ok(s.endpoint.try_send_tagged(c, tag, data)?)
+            })
+        },
+    )
 }
 
 /// Receives the earliest message from `*source` (NULL: any sender) whose tag agrees with
@@ -113,11 +123,23 @@ pub extern "C" fn quiver_recv_matching(
     capacity: usize,
     out: *mut quiver_envelope,
 ) -> quiver_status {
-    call(|| {
-        let buf = bytes_mut(buf, capacity, "buf")?;
-        let spec = spec(source, tag, mask);
-        with_endpoint(ep, |s| matched(s.endpoint.recv_matching(spec, buf), out))
-    })
+    message_call(
+        ep,
+        |_| some_bytes_mut(buf, capacity),
+        |s, buf| {
+            code(matched(
+                s.endpoint.recv_matching(spec(source, tag, mask), buf),
+                out,
+            ))
+        },
+        move || {
+            let buf = bytes_mut(buf, capacity, "buf")?;
+            let spec = spec(source, tag, mask);
+            with_endpoint(ep, |s| {
+                Ok(matched(s.endpoint.recv_matching(spec, buf), out)?)
+            })
+        },
+    )
 }
 
 /// quiver_recv_matching() if a matching message is complete now;
@@ -137,13 +159,23 @@ pub extern "C" fn quiver_try_recv_matching(
     capacity: usize,
     out: *mut quiver_envelope,
 ) -> quiver_status {
-    call(|| {
-        let buf = bytes_mut(buf, capacity, "buf")?;
-        let spec = spec(source, tag, mask);
-        with_endpoint(ep, |s| {
-            matched(s.endpoint.try_recv_matching(spec, buf), out)
-        })
-    })
+    message_call(
+        ep,
+        |_| some_bytes_mut(buf, capacity),
+        |s, buf| {
+            code(matched(
+                s.endpoint.try_recv_matching(spec(source, tag, mask), buf),
+                out,
+            ))
+        },
+        move || {
+            let buf = bytes_mut(buf, capacity, "buf")?;
+            let spec = spec(source, tag, mask);
+            with_endpoint(ep, |s| {
+                Ok(matched(s.endpoint.try_recv_matching(spec, buf), out)?)
+            })
+        },
+    )
 }
 
 /// quiver_endpoint_arm() for a loop that waits for a message `*source` (NULL: any
@@ -230,7 +262,7 @@ fn zero_envelope() -> quiver_envelope {
 /// The outputs of a tagged receive: the envelope, or the message's length when the
 /// buffer was too small.
 #[inline]
-fn matched(got: Result<Envelope, Error>, out: *mut quiver_envelope) -> Result<(), Failure> {
+fn matched(got: Result<Envelope, Error>, out: *mut quiver_envelope) -> Result<(), Error> {
     match got {
         Ok(envelope) => {
             put_optional(out, envelope.into());
@@ -245,7 +277,7 @@ fn matched(got: Result<Envelope, Error>, out: *mut quiver_envelope) -> Result<()
                     unsafe { (*out).len = message };
                 }
             }
-            Err(e.into())
+            Err(e)
         }
     }
 }
