@@ -210,6 +210,9 @@ impl ReliableConnection {
     where
         F: FnMut(u64) -> Option<&'a [u8]>,
     {
+        if !self.send.frame_may_be_due() {
+            return None;
+        }
         let covered = |lender: &mut F, (token, needed): (u64, u64)| {
             lender(token).filter(|message| message.len() as u64 >= needed)
         };
