@@ -84,6 +84,8 @@ impl ReliableConnection {
         if header.len() < frame::MAX_HEADER_LEN {
             return None;
         }
+        // Whether this poll processed a held ack, refreshing the timers at its arrival.
+        let mut timers_fresh = false;
         if let Some(deferred) = &mut self.deferred_ack {
             if !deferred.answered
                 && self.state == State::Established
@@ -96,7 +98,10 @@ impl ReliableConnection {
                 }
             }
             self.apply_deferred_ack();
+            timers_fresh = true;
         }
+        // A handshake decision taken now changes what the timers depend on.
+        timers_fresh &= !self.accept_pending();
         self.apply_pending_accept();
         if self.handshake_send_pending {
             return self.transmit_handshake(now, header);
@@ -139,7 +144,11 @@ impl ReliableConnection {
             let path = self.send.paths.ack_path();
             return self.transmit_control(FrameType::Ack, 0, header, path, 0);
         }
-        self.refresh_timers(now);
+        // Refreshed at the held ack's arrival and nothing since moved a timer (what ran
+        // after it sent nothing): refreshed again now, they would come out the same.
+        if !timers_fresh {
+            self.refresh_timers(now);
+        }
         None
     }
 
@@ -210,6 +219,9 @@ impl ReliableConnection {
     where
         F: FnMut(u64) -> Option<&'a [u8]>,
     {
+        if !self.send.frame_may_be_due() {
+            return None;
+        }
         let covered = |lender: &mut F, (token, needed): (u64, u64)| {
             lender(token).filter(|message| message.len() as u64 >= needed)
         };

@@ -661,6 +661,21 @@ impl SendState {
             || !self.paths.any_room()
     }
 
+    /// Whether [`Self::next_frame`] can have a frame now: false exactly where it returns
+    /// `None` before choosing a path (nothing to resend, no rest of a re-cut frame, and no
+    /// new bytes or Close, or a full in-flight table), so that a caller with nothing to
+    /// send skips working out the limits and lends of a frame (a receiver, and a sender
+    /// polled again after its answer went out, on every poll).
+    pub(super) fn frame_may_be_due(&mut self) -> bool {
+        if self.retransmission_first() {
+            return true;
+        }
+        self.in_flight.len() < self.max_in_flight
+            && (self.recut_waiting()
+                || self.next_offset != self.write_offset
+                || self.close_pending())
+    }
+
     /// The next frame to send and its path: a retransmission first, then the rests of
     /// shortened frames (`send/resend.rs`), then new data, then the Close. `limits` bound the
     /// payloads of frames of either kind; with `compact`, new data goes in a compact Stream

@@ -3533,9 +3533,12 @@ proptest! {
                 }
                 SendStep::Frame { compact, max_payload } => {
                     let limits = super::recut::PayloadLimits { data: max_payload, stream: max_payload + 8 };
+                    let due = send.frame_may_be_due();
                     let Some(to_send) = send.next_frame(now, limits, compact) else {
                         continue;
                     };
+                    // A frame came: the look that lets a caller skip next_frame said so.
+                    prop_assert!(due, "{:?}", to_send.frame);
                     let frame = to_send.frame;
                     if frame.is_close {
                         continue;

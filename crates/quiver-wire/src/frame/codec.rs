@@ -615,13 +615,23 @@ pub(super) fn full_tag(key: &FrameKey, header: &[u8], payload: &[u8]) -> u32 {
     let total = head_len + payload.len();
     let mut joined = [0u8; JOINED_BYTES];
     joined[..field::CHECKSUM.start].copy_from_slice(&header[..field::CHECKSUM.start]);
-    joined[field::CHECKSUM.start..head_len].copy_from_slice(rest);
+    // The fixed header's bytes in a copy of constant length (inline moves, not a call),
+    // then the SACK ranges, if any.
+    joined[field::CHECKSUM.start..FIXED_HASHED_LEN]
+        .copy_from_slice(&header[field::CHECKSUM.end..FIXED_HEADER_LEN]);
+    let ranges = &header[FIXED_HEADER_LEN..];
+    if !ranges.is_empty() {
+        joined[FIXED_HASHED_LEN..head_len].copy_from_slice(ranges);
+    }
     if total <= SHORT_FRAME_BYTES {
         joined[head_len..total].copy_from_slice(payload);
         return key.tag_joined(&joined[..total], nonce);
     }
     key.tag(&joined[..head_len], payload, nonce)
 }
+
+/// The hashed bytes of a fixed header: all of it but the tag.
+const FIXED_HASHED_LEN: usize = FIXED_HEADER_LEN - (field::CHECKSUM.end - field::CHECKSUM.start);
 
 /// The buffer `full_tag` joins a frame's hashed bytes in: a short frame whole, or any
 /// header.
