@@ -344,7 +344,7 @@ fn posted_sends_in_place_survive_loss_and_reused_buffers() {
             .map(|at| {
                 (at as u8)
                     .wrapping_mul(29)
-                    .wrapping_add(index as u8 * 3 + 1)
+                    .wrapping_add((index as u8).wrapping_mul(3).wrapping_add(1))
             })
             .collect()
     };
