@@ -203,7 +203,13 @@ impl ReliableConnection {
             }
         }
         self.stats.direct_read_bytes = self.recv.placed_bytes();
-        if self.deferred_ack.is_none() {
+        if header.frame_type == FrameType::Stream && self.timers_idle() {
+            // A compact Stream frame carries no ack fields, and this side has nothing in
+            // flight, armed or waiting: refreshing the timers would change only the receive
+            // buffer's gauge (the keepalive, idle and ack deadlines are computed when
+            // asked). The receiving side of a bulk transfer, on nearly every datagram.
+            self.stats.recv_buffered_bytes = self.recv.buffered_bytes();
+        } else if self.deferred_ack.is_none() {
             // (With an ack deferred, its processing refreshes them.)
             self.refresh_timers(now);
         }

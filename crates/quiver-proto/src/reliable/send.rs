@@ -1043,6 +1043,12 @@ impl SendState {
         self.paths.take_down(now, path)
     }
 
+    /// Whether nothing is in flight and no path's retransmission timer is armed:
+    /// [`Self::refresh_path_timers`] has nothing to do.
+    pub(super) fn path_timers_idle(&self) -> bool {
+        self.in_flight.is_empty() && !self.path_timers_armed
+    }
+
     /// Arms the retransmission timer of every path with frames in flight, and disarms the
     /// others.
     pub(super) fn refresh_path_timers(&mut self, now: Nanos) {

@@ -126,6 +126,14 @@ impl ReliableConnection {
         self.refresh_timers(now);
     }
 
+    /// Whether the send side is idle as far as [`Self::refresh_timers`] goes: nothing in
+    /// flight and no path timer armed, no data waiting (so not blocked on credit), no
+    /// credit probe armed. A frame that carries no ack fields then leaves every timer and
+    /// every send-side gauge as it is.
+    pub(super) fn timers_idle(&self) -> bool {
+        self.send.path_timers_idle() && !self.send.data_waiting() && self.probe_deadline.is_none()
+    }
+
     /// Re-arms the RTO and the credit probe, and updates the gauges in the stats.
     pub(super) fn refresh_timers(&mut self, now: Nanos) {
         if matches!(self.state, State::Established | State::Closing) {
