@@ -662,10 +662,8 @@ impl SendState {
     }
 
     /// Whether [`Self::next_frame`] can have a frame now: false exactly where it returns
-    /// `None` before choosing a path (nothing to resend, no rest of a re-cut frame, and no
-    /// new bytes or Close, or a full in-flight table), so that a caller with nothing to
-    /// send skips working out the limits and lends of a frame (a receiver, and a sender
-    /// polled again after its answer went out, on every poll).
+    /// `None` before choosing a path, so a caller with nothing to send (a receiver, a
+    /// sender polled after its answer) skips working out a frame's limits and lends.
     pub(super) fn frame_may_be_due(&mut self) -> bool {
         if self.retransmission_first() {
             return true;
