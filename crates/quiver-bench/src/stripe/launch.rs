@@ -350,10 +350,12 @@ pub(crate) fn run_tcp(
     Ok((client_report?, server_report?, congestion_control))
 }
 
-/// The raw udp floor: one stream striped over every link, no protocol.
+/// The raw udp floor: one stream striped over every link, no protocol; `tagged`: each
+/// datagram an authenticated Stream frame.
 pub(crate) fn run_raw_udp(
     plan: &Plan,
     links: u32,
+    tagged: bool,
 ) -> Result<(RawSenderReport, RawReceiverReport), String> {
     let identity =
         JobIdentity::generate().map_err(|error| format!("making a job identity: {error}"))?;
@@ -365,14 +367,18 @@ pub(crate) fn run_raw_udp(
         "--mtu".to_string(),
         plan.mtu.to_string(),
     ];
-    let (receiver, sender) = start_pair(
-        plan,
-        ["raw-udp receiver", "raw-udp-receiver"],
-        ["raw-udp sender", "raw-udp-sender"],
-        &[],
-        &identity,
-        &extra,
-    )?;
+    let roles = if tagged {
+        [
+            ["raw-udp-tagged receiver", "raw-udp-tagged-receiver"],
+            ["raw-udp-tagged sender", "raw-udp-tagged-sender"],
+        ]
+    } else {
+        [
+            ["raw-udp receiver", "raw-udp-receiver"],
+            ["raw-udp sender", "raw-udp-sender"],
+        ]
+    };
+    let (receiver, sender) = start_pair(plan, roles[0], roles[1], &[], &identity, &extra)?;
     let deadline = transfer_deadline(plan);
     let sender_report = sender.finish::<RawSenderReport>(deadline);
     let receiver_report = receiver.finish::<RawReceiverReport>(deadline);

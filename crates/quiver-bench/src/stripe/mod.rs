@@ -12,7 +12,9 @@
 //! 3. with `--kill-link S`, takes the last link down (`ip link set ... down`) S seconds into
 //!    the transfer and reports the goodput after it against what the surviving links carry;
 //! 4. otherwise runs the baseline: N TCP streams, stream i over link i, for `--seconds`;
-//!    with `--raw-udp` also a udp stream with no protocol over the same links (`raw_udp`);
+//!    with `--raw-udp` also a udp stream with no protocol over the same links (`raw_udp`),
+//!    with `--raw-udp-tagged` the same stream with quiver's frame authenticator on every
+//!    datagram (`raw_framing`);
 //! 5. removes the testbed, also on failure and on Ctrl-C.
 //!
 //! Reported per link count: goodput (payload bits per second at the receiver, from its
@@ -25,13 +27,15 @@
 //!
 //! Layout: this file (the parent's run and its table), `plan` (the command line and what
 //! a run measures), `launch` (starting the two sides in their namespaces), `worker` (the
-//! two sides), `raw_udp` (the raw udp stream's two sides), `record` (what a link count
+//! two sides), `raw_udp` (the raw udp stream's two sides), `raw_framing` (its datagrams'
+//! headers, plain or authenticated), `record` (what a link count
 //! measured), `machine` (how busy the pinned CPUs were), `plot` (the scaling curve).
 
 pub(crate) mod launch;
 mod machine;
 pub(crate) mod plan;
 mod plot;
+mod raw_framing;
 pub(crate) mod raw_udp;
 mod record;
 pub(crate) mod worker;
@@ -45,6 +49,7 @@ use machine::CpuTimes;
 use plan::Plan;
 use plot::{StripePoint, StripeSetting};
 use record::{goodput_gbps, raw_udp_record, record, StripeRecord};
+use record::{RawReceiverReport, RawSenderReport, RawUdpRecord};
 use worker::run_worker;
 
 use crate::testbed;
@@ -239,31 +244,18 @@ fn print_row(record: &StripeRecord) {
             record.loss_pct
         );
     }
-    if let Some(raw) = &record.raw_udp {
-        let shares: Vec<String> = raw
-            .link_shares
-            .iter()
-            .map(|share| format!("{:.0}%", share * 100.0))
-            .collect();
-        println!(
-            "      raw udp: {:.3} Gbit/s = {:.3} of nominal; quiver/raw {:.3}, raw/tcp {}; cpu tx {:.2} rx {:.2}; lost {} of {} datagrams, duplicates {}, full-socket refusals {}; link shares {}",
-            raw.goodput_gbps,
-            raw.nominal_ratio,
-            raw.quiver_ratio,
-            optional(raw.tcp_ratio, 3),
-            raw.cpu_sender,
-            raw.cpu_receiver,
-            raw.datagrams_lost,
-            raw.datagrams_sent,
-            raw.duplicates,
-            raw.would_block,
-            shares.join(" ")
-        );
+    for (name, raw) in [
+        ("raw udp", &record.raw_udp),
+        ("raw udp, tagged", &record.raw_udp_tagged),
+    ] {
+        if let Some(raw) = raw {
+            print_raw(name, raw);
+        }
     }
     if let (Some(tx), Some(rx)) = (record.tcp_cpu_sender, record.tcp_cpu_receiver) {
         println!("      tcp cpu tx {tx:.2} rx {rx:.2}");
     }
-    let busy: Vec<String> = ["quiver", "tcp", "raw udp"]
+    let busy: Vec<String> = ["quiver", "tcp", "raw udp", "raw udp tagged"]
         .iter()
         .zip(record.cpus_busy)
         .filter_map(|(name, busy)| busy.map(|[a, b]| format!("{name} {a:.2} {b:.2}")))
@@ -277,6 +269,30 @@ fn print_row(record: &StripeRecord) {
             println!("      tcp congestion control: {cc}");
         }
     }
+}
+
+/// One raw udp stream's line of the report.
+fn print_raw(name: &str, raw: &RawUdpRecord) {
+    let shares: Vec<String> = raw
+        .link_shares
+        .iter()
+        .map(|share| format!("{:.0}%", share * 100.0))
+        .collect();
+    println!(
+        "      {name}: {:.3} Gbit/s = {:.3} of nominal; quiver/raw {:.3}, raw/tcp {}; cpu tx {:.2} rx {:.2}; lost {} of {} datagrams, duplicates {}, full-socket refusals {}; link shares {}",
+        raw.goodput_gbps,
+        raw.nominal_ratio,
+        raw.quiver_ratio,
+        raw.tcp_ratio
+            .map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.3}")),
+        raw.cpu_sender,
+        raw.cpu_receiver,
+        raw.datagrams_lost,
+        raw.datagrams_sent,
+        raw.duplicates,
+        raw.would_block,
+        shares.join(" ")
+    );
 }
 
 /// Runs `transfer`, and puts how busy the plan's two CPUs were meanwhile in `busy`.
@@ -306,7 +322,7 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         } else {
             None
         };
-        let mut busy = [None; 3];
+        let mut busy = [None; 4];
         let quiver = busy_during(plan, &mut busy[0], || run_quiver(plan, links))?;
         let tcp = plan
             .tcp
@@ -314,12 +330,16 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
             .transpose()?;
         let raw = plan
             .raw_udp
-            .then(|| busy_during(plan, &mut busy[2], || run_raw_udp(plan, links)))
+            .then(|| busy_during(plan, &mut busy[2], || run_raw_udp(plan, links, false)))
             .transpose()?;
-        Ok::<_, String>((lossless, quiver, tcp, raw, busy))
+        let tagged = plan
+            .raw_udp_tagged
+            .then(|| busy_during(plan, &mut busy[3], || run_raw_udp(plan, links, true)))
+            .transpose()?;
+        Ok::<_, String>((lossless, quiver, tcp, [raw, tagged], busy))
     })();
     testbed::down(&spec.name).map_err(|error| format!("removing the testbed: {error}"))?;
-    let (lossless, (sender, receiver, killed_at_ns), tcp, raw, busy) = outcome?;
+    let (lossless, (sender, receiver, killed_at_ns), tcp, [raw, tagged], busy) = outcome?;
     if plan.verbose {
         eprintln!("      sender: {sender:?}");
         eprintln!(
@@ -332,14 +352,16 @@ fn measure(plan: &Plan, links: u32) -> Result<StripeRecord, String> {
         );
     }
     let mut record = record(plan, links, &sender, &receiver, killed_at_ns, tcp);
-    record.raw_udp = raw.map(|(sender, receiver)| {
+    let (quiver, tcp) = (record.goodput_gbps, record.tcp_baseline_gbps);
+    let raw_record = |(sender, receiver): (RawSenderReport, RawReceiverReport)| {
         if plan.verbose {
             eprintln!("      raw-udp sender: {sender:?}");
             eprintln!("      raw-udp receiver: {receiver:?}");
         }
-        let (quiver, tcp) = (record.goodput_gbps, record.tcp_baseline_gbps);
         raw_udp_record(plan, links, &sender, &receiver, quiver, tcp)
-    });
+    };
+    record.raw_udp = raw.map(raw_record);
+    record.raw_udp_tagged = tagged.map(raw_record);
     record.cpus_busy = busy;
     record.lossless_goodput_gbps = lossless;
     record.lossless_ratio = lossless.map(|gbps| record.goodput_gbps / gbps);

@@ -53,6 +53,11 @@ pub(crate) struct StripeArgs {
     /// over udp sockets with the same CPUs.
     #[arg(long)]
     pub(crate) raw_udp: bool,
+    /// Also run the raw udp stream with each datagram an authenticated Stream frame: the
+    /// sender computes quiver's frame authenticator over every byte, the receiver verifies
+    /// it (the floor of a datagram transport the job key protects, still with no protocol).
+    #[arg(long)]
+    pub(crate) raw_udp_tagged: bool,
     /// With --loss: first run the quiver transfer with the loss rules taken off the same
     /// testbed, then with them, and report the lossy goodput over the lossless one (quiver
     /// aims at 0.95 or more at 1% loss).
@@ -106,6 +111,7 @@ pub(crate) struct Plan {
     pub(crate) offloads_off: bool,
     pub(crate) tcp: bool,
     pub(crate) raw_udp: bool,
+    pub(crate) raw_udp_tagged: bool,
     pub(crate) lossless_baseline: bool,
     pub(crate) post_window: usize,
     pub(crate) recv_window: usize,
@@ -183,6 +189,7 @@ impl Plan {
             offloads_off,
             tcp: !args.no_tcp && args.kill_link.is_none(),
             raw_udp: args.raw_udp && args.kill_link.is_none(),
+            raw_udp_tagged: args.raw_udp_tagged && args.kill_link.is_none(),
             lossless_baseline: args.lossless_baseline,
             post_window: args.post_window,
             recv_window: args.recv_window,

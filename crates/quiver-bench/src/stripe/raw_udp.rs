@@ -4,8 +4,10 @@
 //!
 //! The sender has one connected socket per link and sends GSO runs (`UDP_SEGMENT`) of as
 //! many datagrams of the link MTU's payload as one send takes (44 at MTU 1500). Each
-//! datagram starts with its stream offset (u64 LE); the rest is the stream's bytes at that
-//! offset: the quiver transfer's message bodies, one after another. Runs go round robin to
+//! datagram starts with a header that says where its bytes belong (`raw_framing`: the
+//! stream offset, or with `--raw-udp-tagged` an authenticated Stream frame's header); the
+//! rest is the stream's bytes at that offset: the quiver transfer's message bodies, one
+//! after another. Runs go round robin to
 //! the sockets that take them: the sockets are non-blocking with a small send buffer, so a
 //! socket whose packets still wait in the link's queue says `EAGAIN` and the run goes to
 //! the next one, and the socket's own accounting paces the link instead of qdisc drops.
@@ -25,6 +27,7 @@ use quiver_transport::udp::{max_gso_bytes, GatherBuffer, RecvBatch, UdpSocket};
 use quiver_transport::udp::{MAX_COALESCED_BYTES, MAX_GSO_SEGMENTS};
 
 use super::plan::{link_address, StripeArgs, CONTENTS, MESSAGE_BYTES};
+use super::raw_framing::RawFraming;
 use super::record::{RawReceiverReport, RawSenderReport};
 use super::worker::{contents, cpu_seconds, monotonic_ns, udp_counters};
 
@@ -32,8 +35,6 @@ use super::worker::{contents, cpu_seconds, monotonic_ns, udp_counters};
 pub(crate) const RAW_UDP_PORT: u16 = 7600;
 /// IPv4 + udp header bytes: a datagram carries the link MTU minus these.
 const IP_UDP_HEADER_BYTES: u32 = 28;
-/// Each datagram's stream offset, before its bytes.
-const OFFSET_BYTES: usize = 8;
 /// The sender's first datagram (link 0), echoed once the receiver's sockets are all bound.
 const HELLO: &[u8] = b"QVRAWHELLO";
 /// The sender's last datagram on every link: this marker, then the datagram count (u64 LE).
@@ -83,19 +84,24 @@ impl Stream {
 pub(crate) fn run_worker(role: &str, args: &StripeArgs) -> Result<(), String> {
     let datagram_bytes = args.mtu.saturating_sub(IP_UDP_HEADER_BYTES) as usize;
     let link = |link, side| link_address(link, side, RAW_UDP_PORT);
-    let json = match role {
-        "raw-udp-sender" => {
+    let (side, tagged) = match role.strip_prefix("raw-udp-tagged-") {
+        Some(side) => (side, true),
+        None => (role.strip_prefix("raw-udp-").unwrap_or(role), false),
+    };
+    let framing = RawFraming::new(tagged);
+    let json = match side {
+        "sender" => {
             let pairs: Vec<_> = (0..args.worker_links)
                 .map(|index| (link(index, 0), link(index, 1)))
                 .collect();
             let seconds = Duration::from_secs_f64(args.seconds);
-            serde_json::to_string(&send(&pairs, datagram_bytes, seconds)?)
+            serde_json::to_string(&send(&pairs, datagram_bytes, &framing, seconds)?)
         }
-        "raw-udp-receiver" => {
+        "receiver" => {
             let locals: Vec<_> = (0..args.worker_links).map(|index| link(index, 1)).collect();
-            serde_json::to_string(&Receiver::bind(&locals)?.run(datagram_bytes)?)
+            serde_json::to_string(&Receiver::bind(&locals)?.run(datagram_bytes, &framing)?)
         }
-        other => return Err(format!("unknown worker role {other:?}")),
+        _ => return Err(format!("unknown worker role {role:?}")),
     }
     .map_err(|error| format!("encoding the report: {error}"))?;
     println!("{json}");
@@ -103,19 +109,21 @@ pub(crate) fn run_worker(role: &str, args: &StripeArgs) -> Result<(), String> {
 }
 
 /// Sends the stream for `seconds` over one socket per `(local, peer)` pair in datagrams of
-/// `datagram_bytes`, then the end marker on every link.
+/// `datagram_bytes` laid out as `framing` says, then the end marker on every link.
 ///
 /// # Errors
 /// A socket could not be set up, the receiver did not answer, or a send failed.
 pub(crate) fn send(
     pairs: &[(SocketAddr, SocketAddr)],
     datagram_bytes: usize,
+    framing: &RawFraming,
     seconds: Duration,
 ) -> Result<RawSenderReport, String> {
+    let header_bytes = framing.header_bytes();
     let payload = datagram_bytes
-        .checked_sub(OFFSET_BYTES)
+        .checked_sub(header_bytes)
         .filter(|&bytes| bytes > 0)
-        .ok_or("the datagrams are too small for their offset")?;
+        .ok_or("the datagrams are too small for their header")?;
     let mut sockets = pairs
         .iter()
         .map(|&(local, peer)| sender_socket(local, peer))
@@ -124,7 +132,7 @@ pub(crate) fn send(
     let stream = Stream::new();
     let per_run =
         (max_gso_bytes(datagram_bytes, false) / datagram_bytes).clamp(1, MAX_GSO_SEGMENTS);
-    let mut offsets = vec![[0u8; OFFSET_BYTES]; per_run];
+    let mut headers = vec![0u8; per_run * header_bytes];
     let mut gather_buffer = GatherBuffer::with_capacity(2 * per_run, 1);
     let mut report = RawSenderReport {
         link_bytes: vec![0; sockets.len()],
@@ -133,16 +141,18 @@ pub(crate) fn send(
     let (cpu_before, start) = (cpu_seconds(), Instant::now());
     let (mut next, mut refused_in_row) = (0usize, 0usize);
     while start.elapsed() < seconds {
-        let first = report.datagrams * payload as u64;
-        for (index, offset) in offsets.iter_mut().enumerate() {
-            *offset = (first + (index * payload) as u64).to_le_bytes();
+        let first = report.datagrams;
+        for (index, header) in headers.chunks_exact_mut(header_bytes).enumerate() {
+            let index = first + index as u64;
+            let offset = index * payload as u64;
+            framing.write_header(index, offset, stream.at(offset, payload), header)?;
         }
         let socket = &mut sockets[next];
         let mut gather = gather_buffer.gather();
         gather.start_message(socket.connected_peer().unwrap_or(pairs[next].1));
-        for offset in &offsets {
-            gather.push_part(offset);
-            gather.push_part(stream.at(u64::from_le_bytes(*offset), payload));
+        for (index, header) in headers.chunks_exact(header_bytes).enumerate() {
+            gather.push_part(header);
+            gather.push_part(stream.at((first + index as u64) * payload as u64, payload));
         }
         gather.set_segment_size(Some(datagram_bytes as u16));
         match socket.send_gather(&gather, 0) {
@@ -279,13 +289,22 @@ impl Receiver {
         self.sockets.iter().map(UdpSocket::local_address).collect()
     }
 
-    /// Receives and checks datagrams of `datagram_bytes` until the sender is done.
+    /// Receives and checks datagrams of `datagram_bytes`, laid out as `framing` says,
+    /// until the sender is done.
     ///
     /// # Errors
     /// A datagram that is not the stream's, a receive failure, or no sender.
-    pub(crate) fn run(mut self, datagram_bytes: usize) -> Result<RawReceiverReport, String> {
-        let payload = datagram_bytes.saturating_sub(OFFSET_BYTES).max(1);
+    pub(crate) fn run(
+        mut self,
+        datagram_bytes: usize,
+        framing: &RawFraming,
+    ) -> Result<RawReceiverReport, String> {
         let stream = Stream::new();
+        let expected = Expected {
+            stream: &stream,
+            framing,
+            payload: datagram_bytes.saturating_sub(framing.header_bytes()).max(1),
+        };
         let mut batch = RecvBatch::new(RECV_BATCH, MAX_COALESCED_BYTES);
         let started = Instant::now();
         let mut tally = Tally {
@@ -300,7 +319,7 @@ impl Receiver {
                 match socket.recv_batch(&mut batch) {
                     Ok(_) => {
                         any = true;
-                        tally.take(socket, &batch, &stream, payload)?;
+                        tally.take(socket, &batch, &expected)?;
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                     Err(error) => return Err(format!("receiving: {error}")),
@@ -326,8 +345,7 @@ impl Tally {
         &mut self,
         socket: &mut UdpSocket,
         batch: &RecvBatch,
-        stream: &Stream,
-        payload: usize,
+        expected: &Expected<'_>,
     ) -> Result<(), String> {
         let now = monotonic_ns();
         self.last_activity = Instant::now();
@@ -340,7 +358,7 @@ impl Tally {
                     count.copy_from_slice(&datagram[8..]);
                     self.report.sent_datagrams = Some(u64::from_le_bytes(count));
                 } else {
-                    self.check(datagram, stream, payload)?;
+                    self.check(datagram, expected)?;
                     if self.report.first_ns == 0 {
                         self.report.first_ns = now;
                         self.cpu_at_first = cpu_seconds();
@@ -353,8 +371,8 @@ impl Tally {
     }
 
     /// Checks one data datagram against the stream and counts it.
-    fn check(&mut self, datagram: &[u8], stream: &Stream, payload: usize) -> Result<(), String> {
-        let index = check_datagram(datagram, stream, payload)?;
+    fn check(&mut self, datagram: &[u8], expected: &Expected<'_>) -> Result<(), String> {
+        let index = check_datagram(datagram, expected)?;
         let (word, bit) = ((index / 64) as usize, 1u64 << (index % 64));
         if word >= self.seen.len() {
             self.seen.resize(word + 1, 0);
@@ -364,7 +382,7 @@ impl Tally {
         } else {
             self.seen[word] |= bit;
             self.report.datagrams += 1;
-            self.report.bytes += payload as u64;
+            self.report.bytes += expected.payload as u64;
         }
         Ok(())
     }
@@ -386,26 +404,25 @@ impl Tally {
     }
 }
 
-/// The index of `datagram` in the stream, once its offset and bytes are the stream's.
+/// What a data datagram is checked against: the stream, the layout of the datagrams and
+/// the stream bytes each carries.
+pub(crate) struct Expected<'a> {
+    pub(crate) stream: &'a Stream,
+    pub(crate) framing: &'a RawFraming,
+    pub(crate) payload: usize,
+}
+
+/// The index of `datagram` in the stream, once its header and bytes are the stream's.
 ///
 /// # Errors
-/// A length, offset or byte that the sender could not have sent.
-pub(crate) fn check_datagram(
-    datagram: &[u8],
-    stream: &Stream,
-    payload: usize,
-) -> Result<u64, String> {
-    if datagram.len() != OFFSET_BYTES + payload {
-        return Err(format!("a datagram of {} bytes", datagram.len()));
-    }
-    let mut offset = [0u8; OFFSET_BYTES];
-    offset.copy_from_slice(&datagram[..OFFSET_BYTES]);
-    let offset = u64::from_le_bytes(offset);
-    let index = offset / payload as u64;
-    if offset % payload as u64 != 0 || index >= MAX_DATAGRAMS {
+/// A length, offset, authenticator or byte that the sender could not have sent.
+pub(crate) fn check_datagram(datagram: &[u8], expected: &Expected<'_>) -> Result<u64, String> {
+    let (index, offset) = expected.framing.locate(datagram, expected.payload)?;
+    if index >= MAX_DATAGRAMS {
         return Err(format!("a datagram at offset {offset}"));
     }
-    if datagram[OFFSET_BYTES..] != *stream.at(offset, payload) {
+    let bytes = &datagram[expected.framing.header_bytes()..];
+    if bytes != expected.stream.at(offset, expected.payload) {
         return Err(format!(
             "the datagram at offset {offset} is not what was sent"
         ));
@@ -420,43 +437,63 @@ mod tests {
     #[test]
     fn check_datagram_finds_a_changed_byte_and_a_bad_offset() {
         let stream = Stream::new();
+        let framing = RawFraming::new(false);
         let payload = 1464;
+        let expected = Expected {
+            stream: &stream,
+            framing: &framing,
+            payload,
+        };
         let offset = 12_345 * payload as u64;
         let mut datagram = offset.to_le_bytes().to_vec();
         datagram.extend_from_slice(stream.at(offset, payload));
-        assert_eq!(check_datagram(&datagram, &stream, payload), Ok(12_345));
+        assert_eq!(check_datagram(&datagram, &expected), Ok(12_345));
         datagram[500] ^= 1;
-        assert!(check_datagram(&datagram, &stream, payload).is_err());
+        assert!(check_datagram(&datagram, &expected).is_err());
         datagram[500] ^= 1;
         datagram[..8].copy_from_slice(&(offset + 1).to_le_bytes());
-        assert!(check_datagram(&datagram, &stream, payload).is_err());
-        assert!(check_datagram(&datagram[..100], &stream, payload).is_err());
+        assert!(check_datagram(&datagram, &expected).is_err());
+        assert!(check_datagram(&datagram[..100], &expected).is_err());
         let wrapped = (Stream::PERIOD as u64 / payload as u64 + 1) * payload as u64;
         let mut across = wrapped.to_le_bytes().to_vec();
         across.extend_from_slice(stream.at(wrapped, payload));
-        assert!(check_datagram(&across, &stream, payload).is_ok());
+        assert!(check_datagram(&across, &expected).is_ok());
     }
 
-    #[test]
-    fn a_short_stream_over_two_loopback_links_arrives_checked() {
+    /// Sends a short stream over two loopback links in `framing`'s layout and checks that
+    /// it arrived whole.
+    fn send_and_check(tagged: bool) {
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
         let receiver = Receiver::bind(&[any, any]).expect("receiver sockets");
         let peers = receiver.local_addresses();
         let datagram_bytes = 1472;
-        let receiving = std::thread::spawn(move || receiver.run(datagram_bytes));
+        let receiving =
+            std::thread::spawn(move || receiver.run(datagram_bytes, &RawFraming::new(tagged)));
         let pairs: Vec<_> = peers.iter().map(|&peer| (any, peer)).collect();
-        let sent = send(&pairs, datagram_bytes, Duration::from_millis(200)).expect("sent");
+        let framing = RawFraming::new(tagged);
+        let sent =
+            send(&pairs, datagram_bytes, &framing, Duration::from_millis(200)).expect("sent");
         let received = receiving.join().expect("no panic").expect("received");
         assert!(sent.datagrams > 0);
         assert_eq!(received.sent_datagrams, Some(sent.datagrams));
         assert!(received.datagrams > 0 && received.datagrams <= sent.datagrams);
         assert_eq!(
             received.bytes,
-            received.datagrams * (datagram_bytes - 8) as u64
+            received.datagrams * (datagram_bytes - framing.header_bytes()) as u64
         );
         assert!(
             sent.link_bytes.iter().all(|&bytes| bytes > 0),
             "both links carried data"
         );
+    }
+
+    #[test]
+    fn a_short_stream_over_two_loopback_links_arrives_checked() {
+        send_and_check(false);
+    }
+
+    #[test]
+    fn a_short_tagged_stream_arrives_verified() {
+        send_and_check(true);
     }
 }

@@ -65,10 +65,13 @@ pub(crate) struct StripeRecord {
     /// The kernel's TCP congestion control in the sender's namespace.
     pub(crate) tcp_congestion_control: Option<String>,
     /// Share of time the sender's and the receiver's CPU were busy (`/proc/stat`, softirq
-    /// and kernel threads included) during the quiver, TCP and raw udp transfers.
-    pub(crate) cpus_busy: [Option<[f64; 2]>; 3],
+    /// and kernel threads included) during the quiver, TCP, raw udp and tagged raw udp
+    /// transfers.
+    pub(crate) cpus_busy: [Option<[f64; 2]>; 4],
     /// With --raw-udp: the raw udp stream over the same links (None: not run).
     pub(crate) raw_udp: Option<RawUdpRecord>,
+    /// With --raw-udp-tagged: the same stream, each datagram an authenticated frame.
+    pub(crate) raw_udp_tagged: Option<RawUdpRecord>,
 }
 
 /// What the raw udp stream of --raw-udp measured.
@@ -248,7 +251,8 @@ pub(crate) fn record(
         survivors_ratio,
         tcp_congestion_control: tcp.and_then(|(_, _, cc)| cc),
         raw_udp: None,
-        cpus_busy: [None; 3],
+        raw_udp_tagged: None,
+        cpus_busy: [None; 4],
     }
 }
 
