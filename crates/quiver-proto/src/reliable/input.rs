@@ -391,7 +391,7 @@ impl ReliableConnection {
 
     /// Processes the ack fields of a frame (its SACK list in `ack_ranges_in`).
     pub(super) fn apply_ack(&mut self, ack: DeferredAck) {
-        let outcome = self.send.on_ack(
+        let outcome = self.send.process_ack(
             ack.arrived_at,
             ack.cumulative_ack,
             &self.ack_ranges_in,

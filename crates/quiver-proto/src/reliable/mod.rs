@@ -79,6 +79,7 @@
 mod config;
 mod connection;
 mod events;
+mod fast_path;
 mod handshaking;
 mod input;
 mod memory;

@@ -45,6 +45,7 @@ use super::recut::{PayloadLimits, Recut};
 use super::stream_ring::StreamRing;
 use super::time::Nanos;
 
+mod one_frame_ack;
 mod resend;
 
 /// Bytes of stream each message's length prefix takes (a tag may follow: [`MessagePrefix`]).
@@ -1047,8 +1048,7 @@ impl SendState {
         self.in_flight.is_empty() && !self.path_timers_armed
     }
 
-    /// Arms the retransmission timer of every path with frames in flight, and disarms the
-    /// others.
+    /// Arms the retransmission timer of every path with frames in flight, disarms the others.
     pub(super) fn refresh_path_timers(&mut self, now: Nanos) {
         if self.in_flight.is_empty() && !self.path_timers_armed {
             // Nothing was or is in flight (a receiver, on every datagram): nothing to do.

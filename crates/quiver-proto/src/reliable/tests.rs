@@ -3921,6 +3921,7 @@ fn a_lowered_datagram_size_cuts_every_new_frame_smaller() {
         ReliableConfig::MIN_DATAGRAM_BYTES.max(pair.a.config.data_header_len() + 1)
     );
 }
+mod fast_paths;
 mod packing;
 mod recut;
 /// Tagged messages (bit 63 of the length prefix, the tag after it) interleaved with

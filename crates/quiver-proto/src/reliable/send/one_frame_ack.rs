@@ -1,0 +1,134 @@
+//! The acknowledgement of a request-response exchange, on a short route: it newly covers
+//! the oldest frame in flight, and only that one, cumulatively (no SACK range), and that
+//! frame left once, whole and as sent (no retransmission, no re-cut), carrying data (not
+//! the Close), with nothing queued to resend or re-cut (`crate::reliable::fast_path`).
+//!
+//! Layer: sans-IO, inside the send state (`send.rs`, whose fields it works on); no clock.
+//! It makes exactly the changes [`SendState::on_ack`] makes for such an ack, in the same
+//! order (the frame's path's window, RTT, rate meter, signs of life, timer and loss
+//! detection; the lends; the duplicate-ack and freshness records), without that method's
+//! walks over SACK ranges and paths and its copies of whole frames.
+
+use quiver_wire::frame::SackRange;
+
+use super::{AckOutcome, FrameStatus, SendState, Unknown};
+use crate::reliable::fast_path;
+use crate::reliable::time::Nanos;
+
+impl SendState {
+    /// Processes an ack as [`Self::on_ack`] does (same arguments, same result): by
+    /// [`Self::on_ack_of_one_frame`] when it can, else by `on_ack`.
+    pub(in crate::reliable) fn process_ack(
+        &mut self,
+        now: Nanos,
+        cumulative_ack: u64,
+        sack: &[SackRange],
+        truncated: bool,
+        credit: u64,
+        sent_end: u64,
+    ) -> AckOutcome {
+        match self.on_ack_of_one_frame(now, cumulative_ack, sack, truncated, credit, sent_end) {
+            Some(outcome) => outcome,
+            None => self.on_ack(now, cumulative_ack, sack, truncated, credit, sent_end),
+        }
+    }
+
+    /// [`Self::on_ack`] (same arguments, same result) for an ack that newly covers exactly
+    /// the oldest frame in flight, a first transmission of data, with no SACK ranges and
+    /// nothing waiting to be resent or re-cut; `None`, with nothing changed, for any other
+    /// ack.
+    fn on_ack_of_one_frame(
+        &mut self,
+        now: Nanos,
+        cumulative_ack: u64,
+        sack: &[SackRange],
+        truncated: bool,
+        credit: u64,
+        sent_end: u64,
+    ) -> Option<AckOutcome> {
+        if !fast_path::enabled()
+            || !sack.is_empty()
+            || truncated
+            || cumulative_ack != self.base_pn + 1
+            || sent_end <= self.base_pn
+            || !self.retransmit_queue.is_empty()
+            || !self.recut_queue.is_empty()
+            || self.recut_in_flight != 0
+        {
+            return None;
+        }
+        let frame = self.in_flight.front()?;
+        let path = usize::from(frame.path);
+        if frame.status != FrameStatus::InFlight
+            || frame.retransmitted
+            || frame.recut
+            || frame.is_close
+            || frame.sent_at < self.paths.get(path).last_timeout_at
+        {
+            return None;
+        }
+        fast_path::note_taken();
+        let (sent_at, path_seq, stream_end) = (frame.sent_at, frame.path_seq, frame.stream_end());
+        let bytes = self.frame_bytes(frame);
+        self.peer_credit = self.peer_credit.max(credit);
+        self.retire_one_frame(now, path, bytes, sent_at, path_seq, stream_end);
+        if !self.lends.is_empty() {
+            // Acknowledged lent bytes need no adoption; whole lends end.
+            self.settle_lends();
+        }
+        // The path's one RTT sample of this ack (`on_ack`'s `sample_rtts`), from the frame
+        // (`frame_acked` would have noted its send time: it left after the path's latest
+        // timeout).
+        let entry = self.paths.get_mut(path);
+        let newest_sent_at = entry
+            .newest_acked_sent_at
+            .take()
+            .map_or(sent_at, |newest| newest.max(sent_at));
+        entry.on_rtt_sample(now.saturating_sub(newest_sent_at));
+        let fresh = cumulative_ack >= self.freshest_ack_high;
+        self.freshest_ack_high = self.freshest_ack_high.max(cumulative_ack);
+        self.duplicate_acks = 0;
+        let mut outcome = AckOutcome {
+            progress: true,
+            rtt_sample_ns: Some(now.saturating_sub(sent_at)),
+            declared_lost: 0,
+        };
+        if fresh {
+            outcome.declared_lost = self.detect_losses(path, Unknown { start: 0, end: 0 });
+        }
+        self.last_cumulative_ack = cumulative_ack;
+        Some(outcome)
+    }
+
+    /// `on_ack`'s `ack_cumulative` and `frame_acked` for the oldest frame in flight (a first
+    /// transmission, in flight on `path`; its window `bytes`, send time, sequence number on
+    /// the path and stream end given): off its path's list and out of the table.
+    fn retire_one_frame(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        bytes: u64,
+        sent_at: Nanos,
+        path_seq: u64,
+        stream_end: u64,
+    ) {
+        self.unsacked -= 1;
+        self.unlink(self.base_pn);
+        let entry = self.paths.get_mut(path);
+        entry.bytes_in_flight -= bytes;
+        entry.stats.frames_acked += 1;
+        entry.largest_acked_seq = Some(
+            entry
+                .largest_acked_seq
+                .map_or(path_seq, |largest| largest.max(path_seq)),
+        );
+        entry.rto_deadline = None;
+        self.paths.delivered(path, now, bytes, sent_at);
+        self.paths.mark_alive(path);
+        self.in_flight.pop_front();
+        self.acked_high = self.acked_high.max(stream_end);
+        self.base_pn += 1;
+        self.acked_offset = self.acked_high;
+        debug_assert!(self.write_offset - self.acked_offset <= self.ring.len() as u64);
+    }
+}
