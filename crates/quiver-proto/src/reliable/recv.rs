@@ -26,6 +26,8 @@ use super::send::MESSAGE_HEADER_LEN;
 use super::stream_ring::StreamRing;
 use super::time::Nanos;
 
+mod in_order;
+
 /// Posted readers a connection holds at most (claimed or not, or finished and not yet
 /// polled).
 pub const MAX_POSTED_READERS: usize = 64;
