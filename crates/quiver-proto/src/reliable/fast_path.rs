@@ -1,9 +1,10 @@
 //! Fast paths for the common case of a small-message exchange, in the manner of TCP's
-//! header prediction (Van Jacobson, 1988): an acknowledgement that newly covers the one
-//! frame in flight on its path (`send/one_frame_ack.rs`), and a Data frame that is the
-//! next expected one, in order, with nothing missing before it (`input/in_order.rs`,
+//! header prediction (Van Jacobson, 1988): an acknowledgement that newly covers the oldest
+//! frame in flight and only that one, the next frame of new data when nothing is lent,
+//! resent or re-cut (both in `send/short_routes.rs`), and a Data frame that is the next
+//! expected one, in order, with nothing missing before it (`input/in_order.rs`,
 //! `recv/in_order.rs`). Each checks its conditions first, changes nothing when one of them
-//! fails, and then leaves the frame to the general path; when they all hold it makes every
+//! fails, and then leaves the work to the general path; when they all hold it makes every
 //! change the general path would, in fewer instructions.
 //!
 //! Layer: sans-IO, inside [`crate::reliable`]. What it owns: the switch that turns the fast

@@ -219,6 +219,13 @@ impl ReliableConnection {
     where
         F: FnMut(u64) -> Option<&'a [u8]>,
     {
+        // The common case first (`fast_path.rs`): a full Data frame of new bytes, none lent.
+        if !self.config.compact_data_frames || self.recv.ack_owed() {
+            let max_payload = self.config.max_data_payload_bytes();
+            if let Some(to_send) = self.send.next_new_frame(now, max_payload) {
+                return to_send.map(|to_send| (to_send, &[][..]));
+            }
+        }
         if !self.send.frame_may_be_due() {
             return None;
         }

@@ -45,8 +45,8 @@ use super::recut::{PayloadLimits, Recut};
 use super::stream_ring::StreamRing;
 use super::time::Nanos;
 
-mod one_frame_ack;
 mod resend;
+mod short_routes;
 
 /// Bytes of stream each message's length prefix takes (a tag may follow: [`MessagePrefix`]).
 pub(super) const MESSAGE_HEADER_LEN: u64 = 8;

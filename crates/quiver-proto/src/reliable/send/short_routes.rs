@@ -1,17 +1,25 @@
-//! The acknowledgement of a request-response exchange, on a short route: it newly covers
-//! the oldest frame in flight, and only that one, cumulatively (no SACK range), and that
-//! frame left once, whole and as sent (no retransmission, no re-cut), carrying data (not
-//! the Close), with nothing queued to resend or re-cut (`crate::reliable::fast_path`).
+//! The send state's short routes (`crate::reliable::fast_path`), for a request-response
+//! exchange.
+//!
+//! The acknowledgement: it newly covers the oldest frame in flight, and only that one,
+//! cumulatively (no SACK range), and that frame left once, whole and as sent (no
+//! retransmission, no re-cut), carrying data (not the Close), with nothing queued to resend
+//! or re-cut. It makes exactly the changes [`SendState::on_ack`] makes for such an ack, in
+//! the same order (the frame's path's window, RTT, rate meter, signs of life, timer and
+//! loss detection; the lends; the duplicate-ack and freshness records), without that
+//! method's walks over SACK ranges and paths and its copies of whole frames.
+//!
+//! The next frame of new data: one path, nothing lent, nothing queued to resend or re-cut,
+//! room in the in-flight table, no Close asked for, bytes written and not yet sent. It is
+//! cut and recorded as [`SendState::next_frame`] does it in that case (the same calls in
+//! the same order, from the path's room on), without the checks and lookups of what cannot
+//! be there.
 //!
 //! Layer: sans-IO, inside the send state (`send.rs`, whose fields it works on); no clock.
-//! It makes exactly the changes [`SendState::on_ack`] makes for such an ack, in the same
-//! order (the frame's path's window, RTT, rate meter, signs of life, timer and loss
-//! detection; the lends; the duplicate-ack and freshness records), without that method's
-//! walks over SACK ranges and paths and its copies of whole frames.
 
 use quiver_wire::frame::SackRange;
 
-use super::{AckOutcome, FrameStatus, SendState, Unknown};
+use super::{AckOutcome, FrameStatus, FrameToSend, SendState, Unknown};
 use crate::reliable::fast_path;
 use crate::reliable::time::Nanos;
 
@@ -130,5 +138,37 @@ impl SendState {
         self.base_pn += 1;
         self.acked_offset = self.acked_high;
         debug_assert!(self.write_offset - self.acked_offset <= self.ring.len() as u64);
+    }
+
+    /// [`Self::next_frame`] for a full Data frame (not compact) of at most `max_payload`
+    /// bytes, when the conditions of the module docs (the next frame of new data) hold:
+    /// `Some` of its result (`None` inside when the path has no room, or credit or bytes
+    /// are lacking). `None`, with nothing changed, when one of them fails: the caller then
+    /// goes the general way (lends, retransmissions, re-cuts, the Close).
+    pub(in crate::reliable) fn next_new_frame(
+        &mut self,
+        now: Nanos,
+        max_payload: usize,
+    ) -> Option<Option<FrameToSend>> {
+        if !fast_path::enabled()
+            || self.paths.len() != 1
+            || !self.lends.is_empty()
+            || !self.retransmit_queue.is_empty()
+            || !self.recut_queue.is_empty()
+            || self.in_flight.len() >= self.max_in_flight
+            || self.close_requested
+            || self.next_offset == self.write_offset
+        {
+            return None;
+        }
+        fast_path::note_taken();
+        let largest = max_payload as u64 + self.frame_overhead_bytes;
+        if !self.paths.get(0).has_room(largest) {
+            return Some(None);
+        }
+        Some(
+            self.next_new_data(max_payload)
+                .map(|frame| self.record_new(now, frame, 0)),
+        )
     }
 }
