@@ -152,6 +152,10 @@ impl SendState {
 
     /// Index of the lend whose range holds stream offset `offset`.
     pub(super) fn lend_index_at(&self, offset: u64) -> Option<usize> {
+        if self.lends.is_empty() {
+            // Nothing lent (most connections, every frame): no search of an empty queue.
+            return None;
+        }
         let index = self.lends.partition_point(|lend| lend.end <= offset);
         self.lends
             .get(index)
@@ -195,6 +199,9 @@ impl SendState {
     /// Where a frame starting at stream offset `start` must end at the latest so that it
     /// does not straddle a lent range's start or end (`u64::MAX`: anywhere).
     pub(super) fn lent_cut(&self, start: u64) -> u64 {
+        if self.lends.is_empty() {
+            return u64::MAX;
+        }
         let index = self.lends.partition_point(|lend| lend.end <= start);
         match self.lends.get(index) {
             None => u64::MAX,
