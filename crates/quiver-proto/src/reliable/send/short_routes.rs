@@ -19,7 +19,7 @@
 
 use quiver_wire::frame::SackRange;
 
-use super::{AckOutcome, FrameStatus, FrameToSend, SendState, Unknown};
+use super::{AckOutcome, FrameStatus, FrameToSend, SendState, Unknown, NO_FRAME};
 use crate::reliable::fast_path;
 use crate::reliable::time::Nanos;
 
@@ -76,10 +76,9 @@ impl SendState {
             return None;
         }
         fast_path::note_taken();
-        let (sent_at, path_seq, stream_end) = (frame.sent_at, frame.path_seq, frame.stream_end());
-        let bytes = self.frame_bytes(frame);
+        let sent_at = frame.sent_at;
         self.peer_credit = self.peer_credit.max(credit);
-        self.retire_one_frame(now, path, bytes, sent_at, path_seq, stream_end);
+        let no_loss = self.retire_one_frame(now);
         if !self.lends.is_empty() {
             // Acknowledged lent bytes need no adoption; whole lends end.
             self.settle_lends();
@@ -101,7 +100,7 @@ impl SendState {
             rtt_sample_ns: Some(now.saturating_sub(sent_at)),
             declared_lost: 0,
         };
-        if fresh {
+        if fresh && !no_loss {
             outcome.declared_lost = self.detect_losses(path, Unknown { start: 0, end: 0 });
         }
         self.last_cumulative_ack = cumulative_ack;
@@ -109,20 +108,37 @@ impl SendState {
     }
 
     /// `on_ack`'s `ack_cumulative` and `frame_acked` for the oldest frame in flight (a first
-    /// transmission, in flight on `path`; its window `bytes`, send time, sequence number on
-    /// the path and stream end given): off its path's list and out of the table.
-    fn retire_one_frame(
-        &mut self,
-        now: Nanos,
-        path: usize,
-        bytes: u64,
-        sent_at: Nanos,
-        path_seq: u64,
-        stream_end: u64,
-    ) {
+    /// transmission, in flight): off its path's list and out of the table. Returns true
+    /// when loss detection on its path would find nothing: the frame headed the path's
+    /// list (every frame still on it was sent there after it, at a higher sequence
+    /// number) and no later frame of the path was acknowledged before, so none can have
+    /// been overtaken by acknowledged ones (`detect_losses` needs three).
+    fn retire_one_frame(&mut self, now: Nanos) -> bool {
+        let frame = &self.in_flight[0];
+        let (path, sent_at, path_seq) = (usize::from(frame.path), frame.sent_at, frame.path_seq);
+        let (previous, next, stream_end) = (
+            frame.previous_on_path,
+            frame.next_on_path,
+            frame.stream_end(),
+        );
+        let bytes = self.frame_bytes(frame);
         self.unsacked -= 1;
-        self.unlink(self.base_pn);
+        if previous == NO_FRAME {
+            // `unlink` of its path's head (the frame's own links go with it below).
+            let entry = self.paths.get_mut(path);
+            entry.head = next;
+            if next == NO_FRAME {
+                entry.tail = NO_FRAME;
+            } else {
+                self.in_flight[(next - self.base_pn) as usize].previous_on_path = NO_FRAME;
+            }
+        } else {
+            self.unlink(self.base_pn);
+        }
         let entry = self.paths.get_mut(path);
+        let overtaken = entry
+            .largest_acked_seq
+            .is_some_and(|largest| largest > path_seq);
         entry.bytes_in_flight -= bytes;
         entry.stats.frames_acked += 1;
         entry.largest_acked_seq = Some(
@@ -138,6 +154,7 @@ impl SendState {
         self.base_pn += 1;
         self.acked_offset = self.acked_high;
         debug_assert!(self.write_offset - self.acked_offset <= self.ring.len() as u64);
+        previous == NO_FRAME && !overtaken
     }
 
     /// [`Self::next_frame`] for a full Data frame (not compact) of at most `max_payload`
