@@ -264,8 +264,9 @@ fn clean_exchange(sizes: Vec<usize>) -> Exchange {
 #[test]
 fn small_requests_and_answers_take_the_fast_paths_and_change_nothing() {
     let taken = check_exchange(&clean_exchange(vec![8; 40]));
-    // Each of the 80 messages: its frame taken in order, and its ack on the short route.
-    assert!(taken >= 150, "fast paths taken {taken} times");
+    // Each of the 80 messages: its frame cut, taken in order and acknowledged on the short
+    // routes.
+    assert_eq!(taken, 3 * 80, "fast paths taken {taken} times");
 }
 
 #[test]
