@@ -177,6 +177,13 @@ impl XskSocket {
                 "ring sizes must be powers of two",
             ));
         }
+        // The kernel's aligned mode wants it too; the socket finds a frame's start by mask.
+        if !frame_bytes.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame size must be a power of two",
+            ));
+        }
         // SAFETY: plain socket creation; the descriptor is owned below.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -265,8 +272,10 @@ impl XskSocket {
     /// out of the kernel's reach (not in the fill ring) until it is given back with
     /// [`XskSocket::release`]; its bytes are read in place, where the driver (or, in copy
     /// mode, the kernel) put them: the UMEM's receive half is the receive pool.
+    // Inline: the look at the receive ring runs once or twice per poll of a busy-polling
+    // receiver; across the crate boundary it was three calls deep.
+    #[inline]
     pub fn recv_frame(&mut self) -> Option<RxFrame> {
-        let frame_bytes = u64::from(self.geometry.frame_bytes);
         loop {
             if self.rx.ready() == 0 {
                 self.refill_now();
@@ -274,10 +283,12 @@ impl XskSocket {
             }
             let desc = self.rx.take();
             // In aligned mode the address may point past the frame's start (headroom):
-            // the frame is the chunk the address lies in.
-            let chunk = desc.addr - desc.addr % frame_bytes;
-            let in_umem = chunk + frame_bytes <= self.rx_pool_bytes();
-            if in_umem && desc.addr + u64::from(desc.len) <= chunk + frame_bytes {
+            // the frame is the chunk the address lies in (frames are a power of two long).
+            let frame_bytes = u64::from(self.geometry.frame_bytes);
+            let chunk = desc.addr & !(frame_bytes - 1);
+            if chunk < self.rx_pool_bytes()
+                && desc.addr + u64::from(desc.len) <= chunk + frame_bytes
+            {
                 return Some(RxFrame {
                     umem: Arc::clone(&self.umem),
                     chunk,
@@ -285,16 +296,22 @@ impl XskSocket {
                     len: desc.len,
                 });
             }
-            // A descriptor outside the receive pool (a kernel bug) is skipped, not
-            // followed; its frame, if it is one of the pool's, goes back.
-            if in_umem {
-                self.refill.push(chunk);
-            }
+            self.skip_outside(chunk);
+        }
+    }
+
+    /// A descriptor outside the receive pool (a kernel bug) is skipped, not followed; its
+    /// frame, if it is one of the pool's, goes back.
+    #[cold]
+    fn skip_outside(&mut self, chunk: u64) {
+        if chunk < self.rx_pool_bytes() {
+            self.refill.push(chunk);
         }
     }
 
     /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel (in batches). A
     /// frame of another socket is ignored.
+    #[inline]
     pub fn release(&mut self, frame: RxFrame) {
         if !Arc::ptr_eq(&frame.umem, &self.umem) {
             return;
@@ -315,6 +332,7 @@ impl XskSocket {
     }
 
     /// Bytes of the UMEM's receive half (frames below are receive frames).
+    #[inline]
     fn rx_pool_bytes(&self) -> u64 {
         u64::from(self.geometry.rx_frames) * u64::from(self.geometry.frame_bytes)
     }
@@ -389,11 +407,19 @@ impl XskSocket {
     /// `sendto` when the kernel asks for a wake-up (copy mode always does, and sends at
     /// most 32 frames per call, so the call repeats while it says "again"). A device queue
     /// that stays full leaves frames in the ring for the next flush.
+    // Inline: most flushes of a poll find nothing queued and return at the first check.
+    #[inline]
     pub fn flush(&mut self) {
-        let all = self.geometry.tx_frames;
-        if self.unflushed == 0 && self.tx.free(all) == all {
+        if self.unflushed == 0 && self.tx.free(self.geometry.tx_frames) == self.geometry.tx_frames {
             return;
         }
+        self.flush_queued();
+    }
+
+    /// [`XskSocket::flush`] with frames queued or still in the transmit ring.
+    #[inline(never)]
+    fn flush_queued(&mut self) {
+        let all = self.geometry.tx_frames;
         self.tx.publish();
         self.unflushed = 0;
         for _ in 0..all / 32 + 2 {
@@ -439,7 +465,7 @@ impl XskSocket {
         let first_tx = u64::from(self.geometry.rx_frames) * frame_bytes;
         for _ in 0..ready {
             let addr = self.completion.take();
-            let chunk = addr - addr % frame_bytes;
+            let chunk = addr & !(frame_bytes - 1);
             if chunk >= first_tx && chunk + frame_bytes <= self.umem.len as u64 {
                 self.free_tx.push(chunk);
             }
