@@ -369,6 +369,8 @@ impl XskSocket {
     /// `frame_bytes`) and returns its length. Returns false, without calling `write`, when
     /// no transmit frame is free even after the kernel returned what it sent (the frame is
     /// lost, like a full socket buffer's datagram). Sent by [`XskSocket::flush`].
+    // Inline: once per datagram, into the link's framing.
+    #[inline]
     pub fn send_with(&mut self, write: impl FnOnce(&mut [u8]) -> usize) -> bool {
         if self.free_tx.is_empty() {
             self.reclaim();

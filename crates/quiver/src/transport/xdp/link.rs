@@ -35,7 +35,7 @@ use quiver_transport::xdp::interface::{InterfaceInfo, MacAddress};
 use quiver_transport::xdp::program::HEADERS_LEN;
 use quiver_transport::xdp::socket::{Geometry, RxFrame, XskSocket};
 
-use super::frame::{parse, write_headers, Ends, Refusal};
+use super::frame::{parse, Ends, HeaderTemplate, Refusal};
 use crate::error::{Error, Result};
 
 /// How long one attempt at resolving a neighbour's hardware address waits.
@@ -104,8 +104,9 @@ pub(crate) struct XdpLink {
     /// AF_XDP socket is the link's descriptor.
     kernel_path: Option<ReadinessSet>,
     neighbours: HashMap<Ipv4Addr, MacAddress>,
-    /// The neighbour looked up last (one of `neighbours`).
-    last_neighbour: Option<(Ipv4Addr, MacAddress)>,
+    /// The headers of the frames to the last destination sent to (its neighbour is one
+    /// of `neighbours`).
+    last_template: Option<HeaderTemplate>,
     /// Neighbours being resolved: when the last probe went.
     probed: HashMap<Ipv4Addr, Instant>,
     max_datagram: usize,
@@ -205,7 +206,7 @@ impl XdpLink {
             kernel_socket,
             kernel_path,
             neighbours: HashMap::new(),
-            last_neighbour: None,
+            last_template: None,
             probed: HashMap::new(),
             max_datagram,
             mtu_checked_ns: 0,
@@ -251,7 +252,7 @@ impl XdpLink {
             self.stats.send_dropped += 1;
             return;
         };
-        let Some(mac) = self.neighbour(*to.ip()) else {
+        let Some(template) = self.template_to(to) else {
             self.stats.send_dropped += 1;
             return;
         };
@@ -259,16 +260,10 @@ impl XdpLink {
             self.stats.send_dropped += 1;
             return;
         }
-        let ends = Ends {
-            source_mac: self.interface.mac,
-            destination_mac: mac,
-            source: self.local,
-            destination: to,
-        };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let queued = self.socket.send_with(|frame| {
-            let end = write_headers(frame, &ends, id, len);
+            let end = template.write(frame, id, len);
             frame[HEADERS_LEN..HEADERS_LEN + header.len()].copy_from_slice(header);
             frame[HEADERS_LEN + header.len()..end].copy_from_slice(payload);
             end
@@ -278,6 +273,30 @@ impl XdpLink {
         } else {
             self.stats.send_dropped += 1;
         }
+    }
+
+    /// The headers of frames to `to`: those of the last destination when it is `to` again
+    /// (a flush sends to one peer), else made from the neighbour's hardware address.
+    #[inline]
+    fn template_to(&mut self, to: SocketAddrV4) -> Option<HeaderTemplate> {
+        match self.last_template {
+            Some(template) if template.destination() == to => Some(template),
+            _ => self.new_template(to),
+        }
+    }
+
+    /// [`XdpLink::template_to`] for another destination than the last.
+    #[inline(never)]
+    fn new_template(&mut self, to: SocketAddrV4) -> Option<HeaderTemplate> {
+        let mac = self.neighbour(*to.ip())?;
+        let template = HeaderTemplate::new(&Ends {
+            source_mac: self.interface.mac,
+            destination_mac: mac,
+            source: self.local,
+            destination: to,
+        });
+        self.last_template = Some(template);
+        Some(template)
     }
 
     /// Sends what [`XdpLink::send`] queued (reads no clock: a poll's flush of nothing
@@ -402,14 +421,7 @@ impl XdpLink {
     /// The hardware address of neighbour `ip`, resolving it through the kernel if needed
     /// (see the module doc).
     fn neighbour(&mut self, ip: Ipv4Addr) -> Option<MacAddress> {
-        // The last one looked up first: a flush sends to one peer, one hash less per frame.
-        if let Some((last, mac)) = self.last_neighbour {
-            if last == ip {
-                return Some(mac);
-            }
-        }
         if let Some(&mac) = self.neighbours.get(&ip) {
-            self.last_neighbour = Some((ip, mac));
             return Some(mac);
         }
         let mac = self.resolve(ip)?;
@@ -418,7 +430,6 @@ impl XdpLink {
         }
         self.neighbours.insert(ip, mac);
         self.probed.remove(&ip);
-        self.last_neighbour = Some((ip, mac));
         Some(mac)
     }
 
