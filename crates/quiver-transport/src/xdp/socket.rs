@@ -46,7 +46,8 @@ impl Default for Geometry {
     }
 }
 
-/// Fill-ring entries handed back at once (and taken receive descriptors released).
+/// Fill-ring entries handed back at once (and taken receive descriptors released), at
+/// most half the receive frames: the rest stay lent to the kernel meanwhile.
 const FILL_BATCH: u32 = 64;
 
 /// An AF_XDP socket bound to one queue of one interface, with its UMEM and rings.
@@ -65,6 +66,9 @@ pub struct XskSocket {
     free_tx: Vec<u64>,
     /// Receive frames taken from the receive ring, to go back into the fill ring.
     refill: Vec<u64>,
+    /// How many `refill` gathers before they go back together ([`FILL_BATCH`], or half
+    /// the receive frames when fewer).
+    refill_batch: usize,
     /// Descriptors queued in the transmit ring since the last flush.
     unflushed: u32,
     zero_copy: bool,
@@ -253,6 +257,7 @@ impl XskSocket {
             geometry,
             free_tx,
             refill: Vec::with_capacity(FILL_BATCH as usize),
+            refill_batch: FILL_BATCH.min(rx_frames / 2).max(1) as usize,
             unflushed: 0,
             zero_copy: mode == libc::XDP_ZEROCOPY,
         })
@@ -277,8 +282,8 @@ impl XskSocket {
     #[inline]
     pub fn recv_frame(&mut self) -> Option<RxFrame> {
         loop {
+            // Nothing to hand back here: released frames go back in batches (`release`).
             if self.rx.ready() == 0 {
-                self.refill_now();
                 return None;
             }
             let desc = self.rx.take();
@@ -305,19 +310,26 @@ impl XskSocket {
     #[cold]
     fn skip_outside(&mut self, chunk: u64) {
         if chunk < self.rx_pool_bytes() {
-            self.refill.push(chunk);
+            self.give_back(chunk);
         }
     }
 
-    /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel (in batches). A
+    /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel, in batches of 64
+    /// (fewer with fewer than 128 receive frames), its receive ring slot with them. A
     /// frame of another socket is ignored.
     #[inline]
     pub fn release(&mut self, frame: RxFrame) {
         if !Arc::ptr_eq(&frame.umem, &self.umem) {
             return;
         }
-        self.refill.push(frame.chunk);
-        if self.refill.len() as u32 >= FILL_BATCH {
+        self.give_back(frame.chunk);
+    }
+
+    /// Gathers receive frame `chunk` for the fill ring; a full batch goes back.
+    #[inline]
+    fn give_back(&mut self, chunk: u64) {
+        self.refill.push(chunk);
+        if self.refill.len() >= self.refill_batch {
             self.refill_now();
         }
     }
