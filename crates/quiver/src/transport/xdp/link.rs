@@ -252,7 +252,13 @@ impl XdpLink {
             self.stats.send_dropped += 1;
             return;
         };
-        let Some(template) = self.template_to(to) else {
+        // The headers of the last destination, used in place (a flush sends to one peer).
+        let current = matches!(&self.last_template, Some(t) if t.destination() == to);
+        if !current && !self.new_template(to) {
+            self.stats.send_dropped += 1;
+            return;
+        }
+        let Some(template) = &self.last_template else {
             self.stats.send_dropped += 1;
             return;
         };
@@ -275,28 +281,20 @@ impl XdpLink {
         }
     }
 
-    /// The headers of frames to `to`: those of the last destination when it is `to` again
-    /// (a flush sends to one peer), else made from the neighbour's hardware address.
-    #[inline]
-    fn template_to(&mut self, to: SocketAddrV4) -> Option<HeaderTemplate> {
-        match self.last_template {
-            Some(template) if template.destination() == to => Some(template),
-            _ => self.new_template(to),
-        }
-    }
-
-    /// [`XdpLink::template_to`] for another destination than the last.
+    /// Makes the headers of frames to `to` the last destination's, from the neighbour's
+    /// hardware address; false when it is not known yet.
     #[inline(never)]
-    fn new_template(&mut self, to: SocketAddrV4) -> Option<HeaderTemplate> {
-        let mac = self.neighbour(*to.ip())?;
-        let template = HeaderTemplate::new(&Ends {
+    fn new_template(&mut self, to: SocketAddrV4) -> bool {
+        let Some(mac) = self.neighbour(*to.ip()) else {
+            return false;
+        };
+        self.last_template = Some(HeaderTemplate::new(&Ends {
             source_mac: self.interface.mac,
             destination_mac: mac,
             source: self.local,
             destination: to,
-        });
-        self.last_template = Some(template);
-        Some(template)
+        }));
+        true
     }
 
     /// Sends what [`XdpLink::send`] queued (reads no clock: a poll's flush of nothing
