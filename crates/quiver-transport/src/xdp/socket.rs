@@ -46,7 +46,8 @@ impl Default for Geometry {
     }
 }
 
-/// Fill-ring entries handed back at once (and taken receive descriptors released).
+/// Fill-ring entries handed back at once (and taken receive descriptors released), at
+/// most half the receive frames: the rest stay lent to the kernel meanwhile.
 const FILL_BATCH: u32 = 64;
 
 /// An AF_XDP socket bound to one queue of one interface, with its UMEM and rings.
@@ -65,6 +66,9 @@ pub struct XskSocket {
     free_tx: Vec<u64>,
     /// Receive frames taken from the receive ring, to go back into the fill ring.
     refill: Vec<u64>,
+    /// How many `refill` gathers before they go back together ([`FILL_BATCH`], or half
+    /// the receive frames when fewer).
+    refill_batch: usize,
     /// Descriptors queued in the transmit ring since the last flush.
     unflushed: u32,
     zero_copy: bool,
@@ -177,6 +181,13 @@ impl XskSocket {
                 "ring sizes must be powers of two",
             ));
         }
+        // The kernel's aligned mode wants it too; the socket finds a frame's start by mask.
+        if !frame_bytes.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame size must be a power of two",
+            ));
+        }
         // SAFETY: plain socket creation; the descriptor is owned below.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -246,6 +257,7 @@ impl XskSocket {
             geometry,
             free_tx,
             refill: Vec::with_capacity(FILL_BATCH as usize),
+            refill_batch: FILL_BATCH.min(rx_frames / 2).max(1) as usize,
             unflushed: 0,
             zero_copy: mode == libc::XDP_ZEROCOPY,
         })
@@ -265,19 +277,23 @@ impl XskSocket {
     /// out of the kernel's reach (not in the fill ring) until it is given back with
     /// [`XskSocket::release`]; its bytes are read in place, where the driver (or, in copy
     /// mode, the kernel) put them: the UMEM's receive half is the receive pool.
+    // Inline: the look at the receive ring runs once or twice per poll of a busy-polling
+    // receiver; across the crate boundary it was three calls deep.
+    #[inline]
     pub fn recv_frame(&mut self) -> Option<RxFrame> {
-        let frame_bytes = u64::from(self.geometry.frame_bytes);
         loop {
+            // Nothing to hand back here: released frames go back in batches (`release`).
             if self.rx.ready() == 0 {
-                self.refill_now();
                 return None;
             }
             let desc = self.rx.take();
             // In aligned mode the address may point past the frame's start (headroom):
-            // the frame is the chunk the address lies in.
-            let chunk = desc.addr - desc.addr % frame_bytes;
-            let in_umem = chunk + frame_bytes <= self.rx_pool_bytes();
-            if in_umem && desc.addr + u64::from(desc.len) <= chunk + frame_bytes {
+            // the frame is the chunk the address lies in (frames are a power of two long).
+            let frame_bytes = u64::from(self.geometry.frame_bytes);
+            let chunk = desc.addr & !(frame_bytes - 1);
+            if chunk < self.rx_pool_bytes()
+                && desc.addr + u64::from(desc.len) <= chunk + frame_bytes
+            {
                 return Some(RxFrame {
                     umem: Arc::clone(&self.umem),
                     chunk,
@@ -285,22 +301,35 @@ impl XskSocket {
                     len: desc.len,
                 });
             }
-            // A descriptor outside the receive pool (a kernel bug) is skipped, not
-            // followed; its frame, if it is one of the pool's, goes back.
-            if in_umem {
-                self.refill.push(chunk);
-            }
+            self.skip_outside(chunk);
         }
     }
 
-    /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel (in batches). A
+    /// A descriptor outside the receive pool (a kernel bug) is skipped, not followed; its
+    /// frame, if it is one of the pool's, goes back.
+    #[cold]
+    fn skip_outside(&mut self, chunk: u64) {
+        if chunk < self.rx_pool_bytes() {
+            self.give_back(chunk);
+        }
+    }
+
+    /// Gives a frame from [`XskSocket::recv_frame`] back to the kernel, in batches of 64
+    /// (fewer with fewer than 128 receive frames), its receive ring slot with them. A
     /// frame of another socket is ignored.
+    #[inline]
     pub fn release(&mut self, frame: RxFrame) {
         if !Arc::ptr_eq(&frame.umem, &self.umem) {
             return;
         }
-        self.refill.push(frame.chunk);
-        if self.refill.len() as u32 >= FILL_BATCH {
+        self.give_back(frame.chunk);
+    }
+
+    /// Gathers receive frame `chunk` for the fill ring; a full batch goes back.
+    #[inline]
+    fn give_back(&mut self, chunk: u64) {
+        self.refill.push(chunk);
+        if self.refill.len() >= self.refill_batch {
             self.refill_now();
         }
     }
@@ -315,6 +344,7 @@ impl XskSocket {
     }
 
     /// Bytes of the UMEM's receive half (frames below are receive frames).
+    #[inline]
     fn rx_pool_bytes(&self) -> u64 {
         u64::from(self.geometry.rx_frames) * u64::from(self.geometry.frame_bytes)
     }
@@ -351,6 +381,8 @@ impl XskSocket {
     /// `frame_bytes`) and returns its length. Returns false, without calling `write`, when
     /// no transmit frame is free even after the kernel returned what it sent (the frame is
     /// lost, like a full socket buffer's datagram). Sent by [`XskSocket::flush`].
+    // Inline: once per datagram, into the link's framing.
+    #[inline]
     pub fn send_with(&mut self, write: impl FnOnce(&mut [u8]) -> usize) -> bool {
         if self.free_tx.is_empty() {
             self.reclaim();
@@ -389,26 +421,37 @@ impl XskSocket {
     /// `sendto` when the kernel asks for a wake-up (copy mode always does, and sends at
     /// most 32 frames per call, so the call repeats while it says "again"). A device queue
     /// that stays full leaves frames in the ring for the next flush.
+    // Inline: most flushes of a poll find nothing queued and return at the first check.
+    #[inline]
     pub fn flush(&mut self) {
-        let all = self.geometry.tx_frames;
-        if self.unflushed == 0 && self.tx.free(all) == all {
+        if self.unflushed == 0 && self.tx.free(self.geometry.tx_frames) == self.geometry.tx_frames {
             return;
         }
+        self.flush_queued();
+    }
+
+    /// [`XskSocket::flush`] with frames queued or still in the transmit ring.
+    #[inline(never)]
+    fn flush_queued(&mut self) {
+        let all = self.geometry.tx_frames;
         self.tx.publish();
         self.unflushed = 0;
         for _ in 0..all / 32 + 2 {
             if !self.tx.needs_wakeup() && self.zero_copy {
                 break;
             }
+            // The system call itself, not libc's `sendto`: that one is a cancellation point
+            // (two calls around the system call per kick), which nothing here uses.
             // SAFETY: a zero-length non-blocking send on our own socket, no buffer.
             let ret = unsafe {
-                libc::sendto(
+                libc::syscall(
+                    libc::SYS_sendto,
                     self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
+                    std::ptr::null::<libc::c_void>(),
+                    0usize,
                     libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
+                    std::ptr::null::<libc::sockaddr>(),
+                    0 as libc::socklen_t,
                 )
             };
             let again = ret < 0
@@ -430,6 +473,8 @@ impl XskSocket {
     }
 
     /// Takes the transmit frames the kernel is done with back from the completion ring.
+    // Inline: into the flush after every kick (one completion in a ping-pong).
+    #[inline]
     fn reclaim(&mut self) {
         let ready = self.completion.ready();
         if ready == 0 {
@@ -439,14 +484,12 @@ impl XskSocket {
         let first_tx = u64::from(self.geometry.rx_frames) * frame_bytes;
         for _ in 0..ready {
             let addr = self.completion.take();
-            let chunk = addr - addr % frame_bytes;
+            let chunk = addr & !(frame_bytes - 1);
             if chunk >= first_tx && chunk + frame_bytes <= self.umem.len as u64 {
                 self.free_tx.push(chunk);
             }
         }
         self.completion.release();
-        // The transmit ring's consumer moved as far as the completions show.
-        let _ = self.tx.free(self.geometry.tx_frames);
     }
 
     /// The kernel's counters for this socket.

@@ -293,6 +293,7 @@ impl XdpIo {
     }
 
     /// Sends what was queued.
+    #[inline]
     pub(super) fn flush(&mut self) {
         self.link.flush();
     }
@@ -314,6 +315,7 @@ impl XdpIo {
     /// Takes one datagram, as `XdpLink::recv_next`: in place in its UMEM frame (give it
     /// back with `XdpLink::release`), or in `buf`; with faults on arrival, always in `buf`,
     /// the next one the injector lets through.
+    #[inline]
     pub(super) fn recv_next(&mut self, buf: &mut [u8]) -> Option<Arrival> {
         let Some(faults) = self.faults.as_deref_mut().filter(|f| f.on_arrival()) else {
             return self.link.recv_next(buf);

@@ -47,38 +47,70 @@ pub(crate) struct Ends {
     pub(crate) destination: SocketAddrV4,
 }
 
-/// Writes the headers for a datagram of `datagram_len` bytes into `out[..HEADERS_LEN]`;
-/// `id` is the IPv4 identification. Returns the frame's length.
-///
-/// # Panics
-/// If `out` is shorter than the headers (the caller sizes frames).
-pub(crate) fn write_headers(out: &mut [u8], ends: &Ends, id: u16, datagram_len: usize) -> usize {
-    let ip_len = (IPV4_LEN + UDP_LEN + datagram_len) as u16;
-    let udp_len = (UDP_LEN + datagram_len) as u16;
-    let h = &mut out[..HEADERS_LEN];
-    h[0..6].copy_from_slice(&ends.destination_mac);
-    h[6..12].copy_from_slice(&ends.source_mac);
-    h[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut h[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN];
-    ip[0] = 0x45;
-    ip[1] = 0;
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[4..6].copy_from_slice(&id.to_be_bytes());
-    // Don't fragment: the datagram is sized to the link's MTU.
-    ip[6..8].copy_from_slice(&[0x40, 0x00]);
-    ip[8] = 64;
-    ip[9] = UDP_PROTOCOL;
-    ip[10..12].copy_from_slice(&[0, 0]);
-    ip[12..16].copy_from_slice(&ends.source.ip().octets());
-    ip[16..20].copy_from_slice(&ends.destination.ip().octets());
-    let checksum = ipv4_checksum(ip);
-    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
-    let udp = &mut h[ETHERNET_LEN + IPV4_LEN..];
-    udp[0..2].copy_from_slice(&ends.source.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&ends.destination.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp[6..8].copy_from_slice(&[0, 0]);
-    HEADERS_LEN + datagram_len
+/// The headers of every frame to one destination, written once: a frame's own fields (the
+/// two lengths, the IPv4 identification, the checksum over them) are filled in per frame
+/// by [`HeaderTemplate::write`], the rest is copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeaderTemplate {
+    destination: SocketAddrV4,
+    bytes: [u8; HEADERS_LEN],
+    /// The one's-complement sum of the IPv4 header's 16-bit words, the lengths,
+    /// identification and checksum taken as zero (folded to 16 bits).
+    partial_sum: u32,
+}
+
+impl HeaderTemplate {
+    /// The template for frames between `ends`.
+    pub(crate) fn new(ends: &Ends) -> HeaderTemplate {
+        let mut bytes = [0u8; HEADERS_LEN];
+        bytes[0..6].copy_from_slice(&ends.destination_mac);
+        bytes[6..12].copy_from_slice(&ends.source_mac);
+        bytes[12..14].copy_from_slice(&[0x08, 0x00]);
+        let mut ip = [0u8; IPV4_LEN];
+        ip[0] = 0x45;
+        // Don't fragment: the datagram is sized to the link's MTU.
+        ip[6..8].copy_from_slice(&[0x40, 0x00]);
+        ip[8] = 64;
+        ip[9] = UDP_PROTOCOL;
+        ip[12..16].copy_from_slice(&ends.source.ip().octets());
+        ip[16..20].copy_from_slice(&ends.destination.ip().octets());
+        let partial_sum = fold(ones_complement_sum(&ip));
+        bytes[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN].copy_from_slice(&ip);
+        let udp = &mut bytes[ETHERNET_LEN + IPV4_LEN..];
+        udp[0..2].copy_from_slice(&ends.source.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&ends.destination.port().to_be_bytes());
+        HeaderTemplate {
+            destination: ends.destination,
+            bytes,
+            partial_sum,
+        }
+    }
+
+    /// The destination its frames go to.
+    pub(crate) fn destination(&self) -> SocketAddrV4 {
+        self.destination
+    }
+
+    /// Writes the headers for a datagram of `datagram_len` bytes into `out[..HEADERS_LEN]`;
+    /// `id` is the IPv4 identification. Returns the frame's length.
+    ///
+    /// # Panics
+    /// If `out` is shorter than the headers (the caller sizes frames).
+    #[inline]
+    pub(crate) fn write(&self, out: &mut [u8], id: u16, datagram_len: usize) -> usize {
+        let ip_len = (IPV4_LEN + UDP_LEN + datagram_len) as u16;
+        let udp_len = (UDP_LEN + datagram_len) as u16;
+        let h = &mut out[..HEADERS_LEN];
+        h.copy_from_slice(&self.bytes);
+        let ip = ETHERNET_LEN;
+        h[ip + 2..ip + 4].copy_from_slice(&ip_len.to_be_bytes());
+        h[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
+        let checksum = !(fold(self.partial_sum + u32::from(ip_len) + u32::from(id)) as u16);
+        h[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
+        let udp = ETHERNET_LEN + IPV4_LEN;
+        h[udp + 4..udp + 6].copy_from_slice(&udp_len.to_be_bytes());
+        HEADERS_LEN + datagram_len
+    }
 }
 
 /// Checks `frame` as one of ours to `local` and returns its source and where its datagram
@@ -90,7 +122,9 @@ pub(crate) fn parse(
     if frame.len() < HEADERS_LEN {
         return Err(Refusal::Length);
     }
-    let ip = &frame[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN];
+    let Ok(ip) = <&[u8; IPV4_LEN]>::try_from(&frame[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN]) else {
+        return Err(Refusal::Length);
+    };
     let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
     if frame[12..14] != [0x08, 0x00] || ip[0] != 0x45 || ip[9] != UDP_PROTOCOL || fragment != 0 {
         return Err(Refusal::Kind);
@@ -123,15 +157,26 @@ const UDP_PROTOCOL: u8 = 17;
 const UDP_LEN: usize = quiver_transport::xdp::program::UDP_LEN;
 
 /// The Internet checksum of an IPv4 header (0 when a header with its checksum is valid).
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
+fn ipv4_checksum(header: &[u8; IPV4_LEN]) -> u16 {
+    !(fold(ones_complement_sum(header)) as u16)
+}
+
+/// The sum of an IPv4 header's 16-bit words, big-endian, not yet folded (ten words: no
+/// carry out of 32 bits).
+#[inline]
+fn ones_complement_sum(header: &[u8; IPV4_LEN]) -> u32 {
+    let mut sum = 0u32;
+    for word in 0..IPV4_LEN / 2 {
+        sum += u32::from(u16::from_be_bytes([header[2 * word], header[2 * word + 1]]));
     }
-    !(sum as u16)
+    sum
+}
+
+/// `sum` folded to 16 bits, end-around carries added (twice is enough for any 32-bit sum).
+#[inline]
+fn fold(sum: u32) -> u32 {
+    let sum = (sum & 0xffff) + (sum >> 16);
+    (sum & 0xffff) + (sum >> 16)
 }
 
 #[cfg(test)]
@@ -149,7 +194,7 @@ mod tests {
 
     fn frame(datagram: &[u8]) -> Vec<u8> {
         let mut out = vec![0u8; HEADERS_LEN + datagram.len()];
-        let len = write_headers(&mut out, &ends(), 0x1234, datagram.len());
+        let len = HeaderTemplate::new(&ends()).write(&mut out, 0x1234, datagram.len());
         out[HEADERS_LEN..len].copy_from_slice(datagram);
         out
     }
@@ -220,11 +265,63 @@ mod tests {
             let mut e = ends();
             e.source.set_port(port);
             let mut out = vec![0u8; HEADERS_LEN + datagram.len()];
-            let len = write_headers(&mut out, &e, id, datagram.len());
+            let len = HeaderTemplate::new(&e).write(&mut out, id, datagram.len());
             out[HEADERS_LEN..len].copy_from_slice(&datagram);
             let (source, range) = parse(&out, e.destination).unwrap();
             proptest::prop_assert_eq!(source, e.source);
             proptest::prop_assert_eq!(&out[range], &datagram[..]);
         }
+
+        /// The template's headers are those written field by field, with the checksum
+        /// over the whole IPv4 header, for any ends, identification and length.
+        #[test]
+        fn template_writes_the_full_headers(
+            macs in proptest::array::uniform12(proptest::num::u8::ANY),
+            ips in proptest::array::uniform8(proptest::num::u8::ANY),
+            ports in proptest::array::uniform2(proptest::num::u16::ANY),
+            id in proptest::num::u16::ANY,
+            datagram_len in 0usize..=65_507,
+        ) {
+            let e = Ends {
+                source_mac: macs[..6].try_into().unwrap(),
+                destination_mac: macs[6..].try_into().unwrap(),
+                source: SocketAddrV4::new(Ipv4Addr::new(ips[0], ips[1], ips[2], ips[3]), ports[0]),
+                destination: SocketAddrV4::new(Ipv4Addr::new(ips[4], ips[5], ips[6], ips[7]), ports[1]),
+            };
+            let mut out = [0u8; HEADERS_LEN];
+            let len = HeaderTemplate::new(&e).write(&mut out, id, datagram_len);
+            proptest::prop_assert_eq!(len, HEADERS_LEN + datagram_len);
+            proptest::prop_assert_eq!(out, reference_headers(&e, id, datagram_len));
+        }
+    }
+
+    /// The headers written field by field, the checksum summed over the whole header.
+    fn reference_headers(ends: &Ends, id: u16, datagram_len: usize) -> [u8; HEADERS_LEN] {
+        let mut h = [0u8; HEADERS_LEN];
+        h[0..6].copy_from_slice(&ends.destination_mac);
+        h[6..12].copy_from_slice(&ends.source_mac);
+        h[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut h[ETHERNET_LEN..ETHERNET_LEN + IPV4_LEN];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((IPV4_LEN + UDP_LEN + datagram_len) as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
+        ip[6..8].copy_from_slice(&[0x40, 0x00]);
+        ip[8] = 64;
+        ip[9] = UDP_PROTOCOL;
+        ip[12..16].copy_from_slice(&ends.source.ip().octets());
+        ip[16..20].copy_from_slice(&ends.destination.ip().octets());
+        let mut sum: u32 = ip
+            .chunks(2)
+            .map(|pair| u32::from(u16::from_be_bytes([pair[0], pair[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let udp = &mut h[ETHERNET_LEN + IPV4_LEN..];
+        udp[0..2].copy_from_slice(&ends.source.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&ends.destination.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&((UDP_LEN + datagram_len) as u16).to_be_bytes());
+        h
     }
 }

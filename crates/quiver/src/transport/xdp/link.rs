@@ -35,7 +35,7 @@ use quiver_transport::xdp::interface::{InterfaceInfo, MacAddress};
 use quiver_transport::xdp::program::HEADERS_LEN;
 use quiver_transport::xdp::socket::{Geometry, RxFrame, XskSocket};
 
-use super::frame::{parse, write_headers, Ends, Refusal};
+use super::frame::{parse, Ends, HeaderTemplate, Refusal};
 use crate::error::{Error, Result};
 
 /// How long one attempt at resolving a neighbour's hardware address waits.
@@ -104,8 +104,9 @@ pub(crate) struct XdpLink {
     /// AF_XDP socket is the link's descriptor.
     kernel_path: Option<ReadinessSet>,
     neighbours: HashMap<Ipv4Addr, MacAddress>,
-    /// The neighbour looked up last (one of `neighbours`).
-    last_neighbour: Option<(Ipv4Addr, MacAddress)>,
+    /// The headers of the frames to the last destination sent to (its neighbour is one
+    /// of `neighbours`).
+    last_template: Option<HeaderTemplate>,
     /// Neighbours being resolved: when the last probe went.
     probed: HashMap<Ipv4Addr, Instant>,
     max_datagram: usize,
@@ -205,7 +206,7 @@ impl XdpLink {
             kernel_socket,
             kernel_path,
             neighbours: HashMap::new(),
-            last_neighbour: None,
+            last_template: None,
             probed: HashMap::new(),
             max_datagram,
             mtu_checked_ns: 0,
@@ -251,7 +252,13 @@ impl XdpLink {
             self.stats.send_dropped += 1;
             return;
         };
-        let Some(mac) = self.neighbour(*to.ip()) else {
+        // The headers of the last destination, used in place (a flush sends to one peer).
+        let current = matches!(&self.last_template, Some(t) if t.destination() == to);
+        if !current && !self.new_template(to) {
+            self.stats.send_dropped += 1;
+            return;
+        }
+        let Some(template) = &self.last_template else {
             self.stats.send_dropped += 1;
             return;
         };
@@ -259,16 +266,10 @@ impl XdpLink {
             self.stats.send_dropped += 1;
             return;
         }
-        let ends = Ends {
-            source_mac: self.interface.mac,
-            destination_mac: mac,
-            source: self.local,
-            destination: to,
-        };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let queued = self.socket.send_with(|frame| {
-            let end = write_headers(frame, &ends, id, len);
+            let end = template.write(frame, id, len);
             frame[HEADERS_LEN..HEADERS_LEN + header.len()].copy_from_slice(header);
             frame[HEADERS_LEN + header.len()..end].copy_from_slice(payload);
             end
@@ -280,8 +281,25 @@ impl XdpLink {
         }
     }
 
+    /// Makes the headers of frames to `to` the last destination's, from the neighbour's
+    /// hardware address; false when it is not known yet.
+    #[inline(never)]
+    fn new_template(&mut self, to: SocketAddrV4) -> bool {
+        let Some(mac) = self.neighbour(*to.ip()) else {
+            return false;
+        };
+        self.last_template = Some(HeaderTemplate::new(&Ends {
+            source_mac: self.interface.mac,
+            destination_mac: mac,
+            source: self.local,
+            destination: to,
+        }));
+        true
+    }
+
     /// Sends what [`XdpLink::send`] queued (reads no clock: a poll's flush of nothing
     /// costs a look at the transmit ring).
+    #[inline]
     pub(crate) fn flush(&mut self) {
         self.socket.flush();
     }
@@ -344,11 +362,13 @@ impl XdpLink {
     /// Takes one datagram: in place in its UMEM frame (no copy), or through the kernel
     /// path into `buf` (several receive queues); None when nothing (of ours) has arrived.
     /// Frames that are not ours are counted, given back and skipped.
+    // Inline: called once or twice per poll of a busy-polling receiver (the arrival, then
+    // the look that finds the ring empty).
+    #[inline]
     pub(crate) fn recv_next(&mut self, buf: &mut [u8]) -> Option<Arrival> {
         loop {
             let Some(frame) = self.socket.recv_frame() else {
-                let (len, from) = self.recv_kernel(buf)?;
-                return Some(Arrival::InBuffer { len, from });
+                return self.recv_kernel_arrival(buf);
             };
             match parse(&frame, self.local) {
                 Ok((source, datagram)) => {
@@ -360,19 +380,35 @@ impl XdpLink {
                     });
                 }
                 Err(Refusal::Length | Refusal::Kind | Refusal::Checksum | Refusal::Destination) => {
-                    self.stats.frames_refused += 1;
-                    self.socket.release(frame);
+                    self.refuse(frame);
                 }
             }
         }
     }
 
+    /// Counts and gives back a frame that is not ours.
+    #[cold]
+    fn refuse(&mut self, frame: RxFrame) {
+        self.stats.frames_refused += 1;
+        self.socket.release(frame);
+    }
+
+    /// [`XdpLink::recv_kernel`] as an arrival (none without the kernel path: one queue).
+    #[inline]
+    fn recv_kernel_arrival(&mut self, buf: &mut [u8]) -> Option<Arrival> {
+        self.kernel_path.as_ref()?;
+        let (len, from) = self.recv_kernel(buf)?;
+        Some(Arrival::InBuffer { len, from })
+    }
+
     /// Gives a frame from [`XdpLink::recv_next`] back to the receive pool.
+    #[inline]
     pub(crate) fn release(&mut self, frame: RxFrame) {
         self.socket.release(frame);
     }
 
     /// A datagram the kernel received for the link's port (several receive queues only).
+    #[inline(never)]
     fn recv_kernel(&mut self, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
         self.kernel_path.as_ref()?;
         let (n, from) = self.kernel_socket.recv_from(buf).ok()?;
@@ -383,14 +419,7 @@ impl XdpLink {
     /// The hardware address of neighbour `ip`, resolving it through the kernel if needed
     /// (see the module doc).
     fn neighbour(&mut self, ip: Ipv4Addr) -> Option<MacAddress> {
-        // The last one looked up first: a flush sends to one peer, one hash less per frame.
-        if let Some((last, mac)) = self.last_neighbour {
-            if last == ip {
-                return Some(mac);
-            }
-        }
         if let Some(&mac) = self.neighbours.get(&ip) {
-            self.last_neighbour = Some((ip, mac));
             return Some(mac);
         }
         let mac = self.resolve(ip)?;
@@ -399,7 +428,6 @@ impl XdpLink {
         }
         self.neighbours.insert(ip, mac);
         self.probed.remove(&ip);
-        self.last_neighbour = Some((ip, mac));
         Some(mac)
     }
 
