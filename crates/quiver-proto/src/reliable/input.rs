@@ -182,34 +182,20 @@ impl ReliableConnection {
         buffers: &mut dyn PostedBuffers,
     ) -> usize {
         // The common case first (`fast_path.rs`); false changed nothing.
-        if let Payload::Bytes(bytes) = payload {
-            if reader.is_empty() && self.take_data_in_order(now, path, header, bytes) {
-                return 0;
+        let in_order = match payload {
+            Payload::Bytes(bytes) => {
+                reader.is_empty() && self.take_data_in_order(now, path, header, bytes)
             }
-        }
-        if !self.frame_is_ours(header) {
+            Payload::InReader(_) => false,
+        };
+        let direct = if in_order {
+            0
+        } else if self.frame_is_ours(header) {
+            self.dispatch_frame(now, path, header, payload, reader, buffers)
+        } else {
             self.stats.unexpected_dropped += 1;
             return 0;
-        }
-        self.send.paths.on_arrival(path);
-        let bytes = payload.bytes();
-        let mut direct = 0;
-        match header.frame_type {
-            FrameType::Handshake => {
-                if !self.is_initiator {
-                    self.handshake_path = path;
-                }
-                self.handle_handshake_frame(now, header, bytes);
-            }
-            FrameType::Reset => self.handle_reset(),
-            FrameType::Data
-            | FrameType::Ack
-            | FrameType::Ping
-            | FrameType::Close
-            | FrameType::Stream => {
-                direct = self.handle_connection_frame(now, path, header, payload, reader, buffers);
-            }
-        }
+        };
         self.stats.direct_read_bytes = self.recv.placed_bytes();
         if header.frame_type == FrameType::Stream && self.timers_idle() {
             // A compact Stream frame carries no ack fields, and this side has nothing in
@@ -222,6 +208,39 @@ impl ReliableConnection {
             self.refresh_timers(now);
         }
         direct
+    }
+
+    /// A frame of ours, by its type; returns the bytes that went to `reader`.
+    fn dispatch_frame(
+        &mut self,
+        now: Nanos,
+        path: usize,
+        header: &FrameHeader,
+        payload: Payload<'_>,
+        reader: &mut [u8],
+        buffers: &mut dyn PostedBuffers,
+    ) -> usize {
+        self.send.paths.on_arrival(path);
+        match header.frame_type {
+            FrameType::Handshake => {
+                if !self.is_initiator {
+                    self.handshake_path = path;
+                }
+                self.handle_handshake_frame(now, header, payload.bytes());
+                0
+            }
+            FrameType::Reset => {
+                self.handle_reset();
+                0
+            }
+            FrameType::Data
+            | FrameType::Ack
+            | FrameType::Ping
+            | FrameType::Close
+            | FrameType::Stream => {
+                self.handle_connection_frame(now, path, header, payload, reader, buffers)
+            }
+        }
     }
 
     /// Whether a valid frame belongs to this connection.
@@ -323,14 +342,10 @@ impl ReliableConnection {
             FrameType::Data | FrameType::Close => {
                 direct = self.take_data(now, header, bytes, reader, buffers);
                 if let Some(ack) = ack_held {
-                    if self.state == State::Established
+                    let answer_due = self.state == State::Established
                         && !self.send.close_requested()
-                        && self.recv.message_ready()
-                    {
-                        self.deferred_ack = Some(ack);
-                    } else {
-                        self.apply_ack(ack);
-                    }
+                        && self.recv.message_ready();
+                    self.hold_ack_for_answer(ack, answer_due);
                 }
             }
             FrameType::Stream => {
@@ -394,6 +409,17 @@ impl ReliableConnection {
                 }
             }
             _ => false,
+        }
+    }
+
+    /// The ack fields of a Data frame whose message is now whole (`answer_due`) wait for the
+    /// application's answer (the `reliable` module docs, "The answer first"); otherwise
+    /// they are processed now.
+    pub(super) fn hold_ack_for_answer(&mut self, ack: DeferredAck, answer_due: bool) {
+        if answer_due {
+            self.deferred_ack = Some(ack);
+        } else {
+            self.apply_ack(ack);
         }
     }
 

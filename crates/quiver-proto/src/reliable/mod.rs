@@ -68,9 +68,10 @@
 //!
 //! Files: `config.rs` (the limits), `connection.rs` (the connection, its creation and
 //! its accessors), `handshaking.rs` (the key handshake in Handshake frames), `input.rs`
-//! (datagrams in; `input/in_order.rs`), `output.rs` (datagrams out, and the Reset for unknown ids), `timers.rs`
-//! (retransmission, keepalive, idle and handshake timers), `writing.rs` and `reading.rs`
-//! (the application's side of sending and receiving), `memory.rs` (the memory bound),
+//! (datagrams in; `input/in_order.rs`), `output.rs` (datagrams out, and the Reset for
+//! unknown ids), `timers.rs` (retransmission, keepalive, idle and handshake timers),
+//! `writing.rs` and `reading.rs` (the application's side of sending and receiving),
+//! `memory.rs` (the memory bound),
 //! `events.rs`, `stats.rs`, `posted.rs`, `time.rs` (types), `fast_path.rs` (the short
 //! routes of a request-response exchange, and their switch for tests), and below them
 //! `send.rs` (with `send/resend.rs`: what is resent, re-cut for a lowered datagram size;

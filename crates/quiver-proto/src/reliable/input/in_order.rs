@@ -15,10 +15,11 @@ use crate::reliable::recv::Arrival;
 use crate::reliable::time::Nanos;
 
 impl ReliableConnection {
-    /// [`Self::handle_frame`] for a verified frame with its `payload` in hand and no
-    /// reader's buffer, when it is a Data frame as the module docs describe: it is then
-    /// taken and the result is true. False, with nothing changed, for any other frame (the
-    /// caller then goes the general way).
+    /// [`Self::handle_connection_frame`] for a verified frame with its `payload` in hand and
+    /// no reader's buffer, when it is a Data frame as the module docs describe: it is then
+    /// taken and the result is true (`handle_frame` then updates the gauges and timers as
+    /// after any frame). False, with nothing changed, for any other frame (the caller then
+    /// goes the general way).
     pub(in crate::reliable) fn take_data_in_order(
         &mut self,
         now: Nanos,
@@ -66,19 +67,10 @@ impl ReliableConnection {
             sent_end,
             answered: false,
         };
-        // The answer first (the `reliable` module docs), as `handle_connection_frame` holds
-        // it.
-        if message_ready {
-            self.deferred_ack = Some(ack);
-        } else {
-            self.apply_ack(ack);
-        }
+        // (Established, no Close asked for: checked above.)
+        self.hold_ack_for_answer(ack, message_ready);
         if requested {
             self.recv.request_ack();
-        }
-        self.stats.direct_read_bytes = self.recv.placed_bytes();
-        if self.deferred_ack.is_none() {
-            self.refresh_timers(now);
         }
         true
     }
